@@ -1,0 +1,108 @@
+"""The gateway's exceptions, typed by who is at fault.
+
+Each class carries the JSON-RPC ``code`` and the HTTP ``status`` it is answered with, so
+the HTTP edge writes every error to the wire in one place (``gateway.http.wire``).
+Gateway-local codes sit outside the spec-reserved range -32768..-32000 (digest §0.2,
+§7.8), so a client never mistakes them for an error from the server behind the gateway.
+
+::
+
+    GatewayError                    base; never raised itself
+    ├── ConfigError                 bad settings, named by key; raised at start-up only
+    ├── ChildError                  the stdio child failed the request (HTTP 502-ish, sent as 200 + error)
+    │   ├── ChildStartError         the command could not be started (missing, not executable, bad cwd, NUL byte)
+    │   ├── ChildExitedError        the child exited (or closed stdout) with the request in flight
+    │   ├── ChildTimeoutError       no reply within the request's timeout; the child was sent notifications/cancelled
+    │   └── ChildProtocolError      the child answered with something that is not a valid reply
+    └── GatewayUnavailableError     no child can take the request now (starting, draining, overloaded): 503
+
+Errors from the *client* (bad headers, bad JSON) are not exceptions: the ingress ladder
+returns them as ``Rejection`` values (``gateway.protocol.ingress``). A JSON-RPC error the
+child sends on purpose is not an exception either: it is a normal reply, passed through.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+GATEWAY_NAME = "mcp-stdio-gateway"
+
+# Gateway-local JSON-RPC codes (outside -32768..-32000, see the module docstring).
+CODE_CHILD_START = -31000
+CODE_CHILD_EXITED = -31001
+CODE_CHILD_TIMEOUT = -31002
+CODE_CHILD_PROTOCOL = -31003
+CODE_UNAVAILABLE = -31004
+CODE_CANCELLED = -31005
+
+
+class GatewayError(Exception):
+    """Base of every error the gateway raises on purpose."""
+
+    code: ClassVar[int] = -32603
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data: dict[str, Any] = {k: v for k, v in data.items() if v is not None}
+
+    def error_object(self) -> dict[str, Any]:
+        """The JSON-RPC error object: a human message and the details under ``data``."""
+        return {
+            "code": self.code,
+            "message": self.message,
+            "data": {"source": GATEWAY_NAME, "kind": type(self).__name__, **self.data},
+        }
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class ConfigError(GatewayError):
+    """A setting is invalid. The message names the key and what is wrong with it."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}", key=key)
+        self.key = key
+
+
+class ChildError(GatewayError):
+    """The stdio child could not serve the request. Sent with HTTP 200 as a JSON-RPC error."""
+
+    status = 200
+
+
+class ChildStartError(ChildError):
+    """``cannot start PROGRAM: REASON`` — every request to that child fails at once with this."""
+
+    code = CODE_CHILD_START
+
+
+class ChildExitedError(ChildError):
+    """The child exited, or closed its stdout, while the request was in flight."""
+
+    code = CODE_CHILD_EXITED
+
+
+class ChildTimeoutError(ChildError):
+    """The child did not answer in time. It was sent ``notifications/cancelled``."""
+
+    code = CODE_CHILD_TIMEOUT
+
+
+class ChildProtocolError(ChildError):
+    """The child answered the request with something that is not a valid JSON-RPC reply."""
+
+    code = CODE_CHILD_PROTOCOL
+
+
+class GatewayUnavailableError(GatewayError):
+    """No child can take the request now; the client should retry later (``Retry-After``)."""
+
+    code = CODE_UNAVAILABLE
+    status = 503
+
+    def __init__(self, message: str, *, retry_after: int = 1, **data: Any) -> None:
+        super().__init__(message, **data)
+        self.retry_after = retry_after

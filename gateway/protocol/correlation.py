@@ -1,0 +1,137 @@
+"""Correlation of requests and replies on one child: id and progress-token rewriting.
+
+Rules (digest §7.3):
+
+- Every request sent to a child gets a **gateway-minted id** from a per-child counter that
+  is never reused, so many clients can share the child even when they all use id ``1``,
+  and legacy children never see an id twice in their session.
+- A ``progressToken`` in the request's ``_meta`` is replaced by a child-side token (the
+  child id itself: unique among active requests by construction). Progress notifications
+  carrying it are handed back to the request's owner with the client's token restored.
+- A reply is delivered once, to the owner of its id; the entry is then gone, so a reply
+  that arrives after a timeout or cancellation (``abandon``) is reported as ``Late`` and
+  dropped by the caller. Progress for an id no longer pending is dropped likewise.
+- Everything else the child says is classified for the caller: requests from the child
+  (``ChildRequest``) and notifications that belong to no request (``Unsolicited``).
+
+The owner is opaque (``Generic``): the stdio edge passes its exchange object.
+Imports: standard library and ``gateway.protocol`` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from gateway.protocol.jsonrpc import (
+    ErrorReply,
+    JsonId,
+    JsonObject,
+    Message,
+    Notification,
+    Reply,
+    Request,
+    Result,
+)
+
+OwnerT = TypeVar("OwnerT")
+
+PROGRESS = "notifications/progress"
+
+
+@dataclass(slots=True)
+class Pending(Generic[OwnerT]):
+    child_id: int
+    method: str
+    owner: OwnerT
+    client_token: JsonId | None  # the progressToken the client chose, restored on the way out
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyFor(Generic[OwnerT]):
+    pending: Pending[OwnerT]
+    reply: Reply
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressFor(Generic[OwnerT]):
+    pending: Pending[OwnerT]
+    notification: Notification  # with the client's token restored
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    """A reply or progress for an id that is not (or no longer) pending: drop it."""
+
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRequest:
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class Unsolicited:
+    notification: Notification
+
+
+Routed = ReplyFor[OwnerT] | ProgressFor[OwnerT] | Late | ChildRequest | Unsolicited
+
+
+class Correlator(Generic[OwnerT]):
+    """The pending table of one child. Synchronous; the stdio edge calls it under no lock
+    because anyio runs one task at a time and no method here awaits."""
+
+    def __init__(self) -> None:
+        self._next_id = 1
+        self._pending: dict[int, Pending[OwnerT]] = {}
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def outgoing(self, method: str, params: JsonObject | None, owner: OwnerT) -> tuple[Request, Pending[OwnerT]]:
+        """Mint a child id, rewrite the progress token, and record the request as pending."""
+        child_id = self._next_id
+        self._next_id += 1
+        client_token: JsonId | None = None
+        meta = params.get("_meta") if params is not None else None
+        if params is not None and isinstance(meta, dict) and "progressToken" in meta:
+            client_token = meta["progressToken"]
+            params = {**params, "_meta": {**meta, "progressToken": child_id}}
+        pending = Pending(child_id, method, owner, client_token)
+        self._pending[child_id] = pending
+        return Request(child_id, method, params), pending
+
+    def abandon(self, child_id: int) -> Pending[OwnerT] | None:
+        """Forget a request (timed out or cancelled); its late reply will be ``Late``."""
+        return self._pending.pop(child_id, None)
+
+    def drain(self) -> list[Pending[OwnerT]]:
+        """Forget every pending request (the child is gone) and return them to be failed."""
+        pending = list(self._pending.values())
+        self._pending.clear()
+        return pending
+
+    def is_pending(self, child_id: Any) -> bool:
+        return type(child_id) is int and child_id in self._pending
+
+    def incoming(self, message: Message) -> Routed[OwnerT]:
+        if isinstance(message, (Result, ErrorReply)):
+            pending = self._pending.pop(message.id, None) if type(message.id) is int else None
+            if pending is None:
+                return Late(message)
+            return ReplyFor(pending, message)
+        if isinstance(message, Request):
+            return ChildRequest(message)
+        if message.method == PROGRESS:
+            return self._progress(message)
+        return Unsolicited(message)
+
+    def _progress(self, note: Notification) -> ProgressFor[OwnerT] | Late:
+        token = note.params.get("progressToken") if note.params else None
+        pending = self._pending.get(token) if type(token) is int else None
+        if pending is None or pending.client_token is None or note.params is None:
+            return Late(note)
+        restored = Notification(note.method, {**note.params, "progressToken": pending.client_token})
+        return ProgressFor(pending, restored)

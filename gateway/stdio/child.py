@@ -1,0 +1,450 @@
+"""One stdio MCP child: the anyio pump around the sans-IO correlator.
+
+``open_child(spec)`` spawns the process, starts the stdout and stderr pumps, runs the era
+probe and handshake, and yields a ready ``StdioChild``; leaving the context stops the child
+with the spec's ladder (``process.stop``). Requests go through ``child.exchange(...)``:
+
+    async with child.exchange("tools/call", params, timeout=30) as ex:
+        async for note in ex:          # request-scoped notifications (progress), client token restored
+            ...
+        reply = ex.reply()             # Result | ErrorReply, or raises a ChildError
+
+Guarantees:
+
+- every exchange ends exactly once: with the child's reply, with ``ChildTimeoutError``
+  (the child is sent ``notifications/cancelled`` with the child-side id), or with
+  ``ChildExitedError`` naming the exit code or signal and quoting the stderr tail;
+- leaving an exchange early (the HTTP client went away) sends ``notifications/cancelled``
+  once, and the late reply is dropped;
+- a line that is not JSON-RPC is logged and dropped; a malformed reply ends its request
+  with ``ChildProtocolError``; an over-long line ends the request it answers (if its id
+  can be read) and is never buffered whole (``framing``);
+- requests from the child go to ``on_request`` (default: ``ping`` → ``{}``, else -32601)
+  and notifications that belong to no request go to ``on_notification`` as they are read;
+- a request to a child that could not start or has died fails at once, never hangs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from typing import Final
+
+import anyio
+from anyio.abc import Process, TaskGroup
+
+from gateway.errors import ChildError, ChildExitedError, ChildProtocolError, ChildTimeoutError
+from gateway.protocol import jsonrpc
+from gateway.protocol.correlation import ChildRequest, Correlator, Late, ProgressFor, ReplyFor, Unsolicited
+from gateway.protocol.framing import LineFramer, OversizedLine, sniff_id
+from gateway.protocol.handshake import ChildInfo
+from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Request, Result
+from gateway.stdio import process
+from gateway.stdio.spec import ChildSpec
+
+log = logging.getLogger("gateway.child")
+
+NOTIFICATION_BUFFER: Final = 1024
+"""Notifications queued per exchange for a slow HTTP reader; past this, progress is dropped
+(and counted) rather than stalling the pump that serves every other client of the child."""
+READ_CHUNK: Final = 256 * 1024
+STDERR_DRAIN_GRACE: Final = 1.0
+"""Seconds to let stderr finish after the child exits, so the error quotes its last words."""
+NOISE_LINES: Final = 5
+
+RequestHandler = Callable[[Request], Awaitable[Reply]]
+NotificationHandler = Callable[[Notification], None]
+CANCELLED = "notifications/cancelled"
+
+
+async def default_on_request(request: Request) -> Reply:
+    if request.method == "ping":
+        return Result(request.id, {})
+    return ErrorReply(
+        request.id,
+        jsonrpc.error_object(jsonrpc.METHOD_NOT_FOUND, f"the gateway does not handle {request.method!r}"),
+    )
+
+
+class Exchange:
+    """One request in flight: notifications as they arrive, then exactly one outcome."""
+
+    def __init__(self, child: StdioChild, method: str, timeout: float | None, cancellable: bool) -> None:
+        self.child = child
+        self.method = method
+        self.cancellable = cancellable
+        self.child_id = 0
+        self.dropped_notifications = 0
+        self._timeout = timeout
+        self._deadline: float | None = None
+        self._send, self._receive = anyio.create_memory_object_stream[Notification](NOTIFICATION_BUFFER)
+        self._reply: Reply | None = None
+        self._error: ChildError | None = None
+
+    @property
+    def is_done(self) -> bool:
+        return self._reply is not None or self._error is not None
+
+    def reply(self) -> Reply:
+        if self._error is not None:
+            raise self._error
+        if self._reply is None:
+            raise RuntimeError("exchange has no reply yet")  # a bug in the caller
+        return self._reply
+
+    def _deliver(self, note: Notification) -> None:
+        try:
+            self._send.send_nowait(note)
+        except anyio.WouldBlock:
+            self.dropped_notifications += 1
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+
+    def _finish(self, reply: Reply | None = None, error: ChildError | None = None) -> None:
+        if self.is_done:
+            return
+        self._reply, self._error = reply, error
+        self._send.close()
+
+    def __aiter__(self) -> Exchange:
+        return self
+
+    async def __anext__(self) -> Notification:
+        remaining = None if self._deadline is None else self._deadline - anyio.current_time()
+        with anyio.move_on_after(remaining):
+            try:
+                return await self._receive.receive()
+            except anyio.EndOfStream:
+                raise StopAsyncIteration from None
+        await self.child._expire(self)
+        raise self.reply_error()
+
+    def reply_error(self) -> ChildError:
+        assert self._error is not None
+        return self._error
+
+
+class StdioChild:
+    def __init__(
+        self,
+        spec: ChildSpec,
+        proc: Process,
+        tg: TaskGroup,
+        on_request: RequestHandler | None = None,
+        on_notification: NotificationHandler | None = None,
+    ) -> None:
+        self.spec = spec
+        self.info: ChildInfo | None = None
+        self.non_json_lines = 0
+        self.oversized_lines = 0
+        self.stdout_noise: deque[str] = deque(maxlen=NOISE_LINES)
+        self._proc = proc
+        self._tg = tg
+        self._on_request = on_request or default_on_request
+        self._on_notification = on_notification
+        self._correlator: Correlator[Exchange] = Correlator()
+        self._stderr = process.StderrTail(spec.stderr_tail_lines, spec.stderr_line_chars)
+        self._stderr_done = anyio.Event()
+        self._stdout_done = anyio.Event()
+        self._write_lock = anyio.Lock()
+        self._death: ChildError | None = None
+        self._exited = anyio.Event()
+        self._stopping = False
+
+    def __repr__(self) -> str:
+        state = "dead" if self._death else "alive"
+        return f"<StdioChild {self.spec.label} pid={self.pid} {state} in_flight={self.in_flight}>"
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._correlator)
+
+    @property
+    def stderr_tail(self) -> list[str]:
+        return self._stderr.lines
+
+    def is_alive(self) -> bool:
+        return self._death is None
+
+    @property
+    def death(self) -> ChildError | None:
+        return self._death
+
+    async def wait_exited(self) -> ChildError:
+        await self._exited.wait()
+        assert self._death is not None
+        return self._death
+
+    # -- requests -------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def exchange(
+        self, method: str, params: JsonObject | None, *, timeout: float | None = None, cancellable: bool = True
+    ) -> AsyncIterator[Exchange]:
+        if self._death is not None:
+            raise self._death
+        ex = Exchange(self, method, timeout if timeout is not None else self.spec.request_timeout, cancellable)
+        request, pending = self._correlator.outgoing(method, params, ex)
+        ex.child_id = pending.child_id
+        if ex._timeout is not None:
+            ex._deadline = anyio.current_time() + ex._timeout
+        try:
+            await self._write(request.to_dict())
+            yield ex
+        finally:
+            ex._receive.close()
+            if not ex.is_done:
+                # The caller left before the outcome (client gone, cancelled): forget the id so the
+                # late reply is dropped, and tell the child to stop working on it.
+                self._correlator.abandon(ex.child_id)
+                ex._finish(error=ChildExitedError("request abandoned by the caller"))
+                if ex.cancellable and self._death is None:
+                    with anyio.CancelScope(shield=True):
+                        await self._send_cancel(ex.child_id, "the client cancelled the request")
+
+    async def request(self, method: str, params: JsonObject | None, *, timeout: float | None = None) -> Reply:
+        """Send a request and wait for its outcome, ignoring its notifications."""
+        async with self.exchange(method, params, timeout=timeout) as ex:
+            async for _ in ex:
+                pass
+            return ex.reply()
+
+    async def notify(self, method: str, params: JsonObject | None = None) -> None:
+        if self._death is not None:
+            raise self._death
+        await self._write(Notification(method, params).to_dict())
+
+    async def _expire(self, ex: Exchange) -> None:
+        """The exchange's deadline passed: cancel at the child and fail the caller."""
+        self._correlator.abandon(ex.child_id)
+        ex._finish(
+            error=ChildTimeoutError(
+                f"{self.spec.label} did not answer {ex.method} within {ex._timeout:g} s; the request was cancelled",
+                timeout_seconds=ex._timeout,
+                method=ex.method,
+            )
+        )
+        if self._death is None and ex.cancellable:
+            await self._send_cancel(ex.child_id, "timed out in the gateway")
+
+    async def _send_cancel(self, child_id: int, reason: str) -> None:
+        with suppress(ChildError):
+            await self._write(Notification(CANCELLED, {"requestId": child_id, "reason": reason}).to_dict())
+
+    async def _write(self, payload: JsonObject) -> None:
+        line = jsonrpc.encode(payload) + b"\n"
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            async with self._write_lock:
+                await stdin.send(line)
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            await self._exited_or_timeout()
+            raise self._death or ChildExitedError(f"{self.spec.label} stopped reading its stdin") from exc
+
+    async def _exited_or_timeout(self) -> None:
+        with anyio.move_on_after(self.spec.stdin_close_grace + STDERR_DRAIN_GRACE):
+            await self._exited.wait()
+
+    # -- pumps ----------------------------------------------------------------------
+
+    async def pump_stdout(self) -> None:
+        assert self._proc.stdout is not None
+        framer = LineFramer(self.spec.max_line_bytes)
+        try:
+            while True:
+                try:
+                    chunk = await self._proc.stdout.receive(READ_CHUNK)
+                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    break
+                for item in framer.feed(chunk):
+                    if isinstance(item, OversizedLine):
+                        self._on_oversized(item)
+                    else:
+                        self._on_line(item)
+        finally:
+            self._stdout_done.set()
+            with anyio.CancelScope(shield=True):
+                await self._on_stdout_closed()
+
+    async def watch_exit(self) -> None:
+        """When the process exits, make sure stdout ends too: a grandchild that inherited the
+        pipes (``npx`` → ``node``, or a server's helper) would otherwise hold it open, and the
+        requests in flight would never be failed."""
+        await self._proc.wait()
+        with anyio.move_on_after(STDERR_DRAIN_GRACE):
+            await self._stdout_done.wait()
+        if not self._stdout_done.is_set():
+            log.warning("child %s (pid %d) exited but its process group holds stdout open", self.spec.label, self.pid)
+            await process.clear_group(self._proc.pid, self.spec)
+
+    async def pump_stderr(self) -> None:
+        assert self._proc.stderr is not None
+        try:
+            while True:
+                try:
+                    chunk = await self._proc.stderr.receive(READ_CHUNK)
+                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    break
+                self._stderr.feed(chunk)
+        finally:
+            self._stderr.close()
+            self._stderr_done.set()
+
+    def _on_line(self, line: bytes) -> None:
+        try:
+            decoded = jsonrpc.decode(line)
+        except jsonrpc.ParseError:
+            self.non_json_lines += 1
+            text = line[:200].decode("utf-8", "replace")
+            self.stdout_noise.append(text)
+            log.warning(
+                "child %s (pid %d) wrote a non-JSON line on stdout, dropped: %r", self.spec.label, self.pid, text
+            )
+            return
+        # 2025-03-26 peers may batch on stdio; receivers must accept it.
+        for obj in decoded if isinstance(decoded, list) else (decoded,):
+            self._on_message(obj)
+
+    def _on_message(self, obj: object) -> None:
+        try:
+            message = jsonrpc.parse_message(obj)
+        except jsonrpc.InvalidMessage as exc:
+            self._fail_one(exc.id, ChildProtocolError(f"{self.spec.label} sent an invalid reply: {exc.reason}"))
+            if exc.id is None or not self._correlator.is_pending(exc.id):
+                log.warning("child %s sent an invalid message, dropped: %s", self.spec.label, exc.reason)
+            return
+        routed = self._correlator.incoming(message)
+        if isinstance(routed, ReplyFor):
+            routed.pending.owner._finish(reply=routed.reply)
+        elif isinstance(routed, ProgressFor):
+            routed.pending.owner._deliver(routed.notification)
+        elif isinstance(routed, ChildRequest):
+            self._tg.start_soon(self._answer, routed.request)
+        elif isinstance(routed, Unsolicited):
+            if self._on_notification is not None:
+                self._on_notification(routed.notification)
+        elif isinstance(routed, Late):
+            log.debug("child %s: dropped a late message %r", self.spec.label, routed.message)
+
+    def _fail_one(self, child_id: object, error: ChildError) -> None:
+        if type(child_id) is int and self._correlator.is_pending(child_id):
+            pending = self._correlator.abandon(child_id)
+            assert pending is not None
+            pending.owner._finish(error=error)
+
+    def _on_oversized(self, line: OversizedLine) -> None:
+        self.oversized_lines += 1
+        limit = self.spec.max_line_bytes
+        child_id = sniff_id(line)
+        log.warning(
+            "child %s wrote a %d-byte line, over the %d-byte limit; dropped (id %r)",
+            self.spec.label,
+            line.size,
+            limit,
+            child_id,
+        )
+        self._fail_one(
+            child_id,
+            ChildProtocolError(
+                f"{self.spec.label} replied with a {line.size}-byte message, over the gateway's line "
+                f"limit of {limit} bytes (raise --max-line-bytes)",
+                size=line.size,
+                limit=limit,
+            ),
+        )
+
+    async def _answer(self, request: Request) -> None:
+        try:
+            reply = await self._on_request(request)
+        except Exception:  # a handler bug must still answer the child
+            log.exception("handler for child request %s failed", request.method)
+            reply = ErrorReply(request.id, jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "gateway error"))
+        with suppress(ChildError):
+            await self._write(reply.to_dict())
+
+    async def _on_stdout_closed(self) -> None:
+        if self._proc.returncode is None:
+            with anyio.move_on_after(self.spec.stdin_close_grace):
+                await self._proc.wait()
+        if self._proc.returncode is None:  # stdout closed but the process lives on: it is useless now
+            await process.stop(self._proc, self.spec)
+        with anyio.move_on_after(STDERR_DRAIN_GRACE):
+            await self._stderr_done.wait()
+        self._death = self._exit_error()
+        for pending in self._correlator.drain():
+            pending.owner._finish(error=self._death)
+        if not self._stopping:
+            log.warning("%s", self._death.message)
+        self._exited.set()
+
+    def _exit_error(self) -> ChildExitedError:
+        how, code, signame = process.describe_exit(self._proc.returncode)
+        tail = self.stderr_tail
+        message = f"{self.spec.label} (pid {self.pid}) {how}"
+        if self._stopping:
+            message += " after the gateway stopped it"
+        if tail:
+            message += "; stderr: " + " | ".join(tail[-3:])
+        return ChildExitedError(
+            message, exit_code=code, signal=signame, pid=self.pid, stderr=tail or None, command=self.spec.command
+        )
+
+    async def stop(self) -> None:
+        """Stop the child (idempotent, shielded) and wait until the pumps have finished."""
+        self._stopping = True
+        await process.stop(self._proc, self.spec)
+        with anyio.CancelScope(shield=True):
+            await self._exited.wait()
+
+
+@asynccontextmanager
+async def open_child(
+    spec: ChildSpec,
+    *,
+    gateway_version: str = "0",
+    on_request: RequestHandler | None = None,
+    on_notification: NotificationHandler | None = None,
+) -> AsyncIterator[StdioChild]:
+    """Spawn, handshake, yield a ready child; stop it on exit. Raises ``ChildStartError``."""
+    from gateway.stdio.handshake import run_handshake  # local: handshake imports this module
+
+    proc = await process.spawn(spec)
+    # Exceptions are carried out of the task group by hand: anyio would wrap them in an
+    # ExceptionGroup, and callers should catch ChildStartError (or their own errors) plainly.
+    failure: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        child = StdioChild(spec, proc, tg, on_request, on_notification)
+        tg.start_soon(child.pump_stdout)
+        tg.start_soon(child.pump_stderr)
+        tg.start_soon(child.watch_exit)
+        try:
+            child.info = await run_handshake(child, gateway_version)
+        except Exception as exc:
+            failure = exc
+        if failure is None:
+            log.info(
+                "child %s (pid %d) ready: %s era, protocol %s",
+                spec.label,
+                child.pid,
+                child.info.era.value if child.info else "?",
+                child.info.version if child.info else "?",
+            )
+            try:
+                yield child
+            except Exception as exc:
+                failure = exc
+            finally:
+                await child.stop()
+                tg.cancel_scope.cancel()
+        else:
+            await child.stop()
+            tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure

@@ -1,0 +1,62 @@
+"""Run the era probe and, for a legacy child, ``initialize`` (decisions in
+``gateway.protocol.handshake``; this module only does the I/O and the timeouts)."""
+
+from __future__ import annotations
+
+import logging
+
+from gateway.errors import ChildExitedError, ChildStartError, ChildTimeoutError
+from gateway.protocol import handshake
+from gateway.protocol.handshake import ChildInfo, HandshakeError
+from gateway.protocol.jsonrpc import Reply
+from gateway.stdio.child import StdioChild
+
+log = logging.getLogger("gateway.child")
+
+
+async def run_handshake(child: StdioChild, gateway_version: str) -> ChildInfo:
+    spec = child.spec
+    try:
+        probe = await _probe(child, gateway_version)
+        info = handshake.classify_probe(probe)
+        if info is not None:
+            return info
+        log.debug("child %s did not answer server/discover as a modern server; initializing", spec.label)
+        async with child.exchange(
+            handshake.INITIALIZE,
+            handshake.initialize_params(gateway_version, spec.client_capabilities),
+            timeout=spec.handshake_timeout,
+            cancellable=False,
+        ) as ex:
+            async for _ in ex:
+                pass
+            info = handshake.accept_initialize(ex.reply())
+        await child.notify(handshake.INITIALIZED)
+        return info
+    except ChildExitedError as exc:
+        raise ChildStartError(f"cannot start {spec.command}: {exc.message} during start-up", **exc.data) from exc
+    except ChildTimeoutError as exc:
+        raise ChildStartError(
+            f"cannot start {spec.command}: no answer to initialize within {spec.handshake_timeout:g} s",
+            command=spec.command,
+            stderr=child.stderr_tail or None,
+        ) from exc
+    except HandshakeError as exc:
+        raise ChildStartError(f"cannot start {spec.command}: {exc}", command=spec.command) from exc
+
+
+async def _probe(child: StdioChild, gateway_version: str) -> Reply | None:
+    """``server/discover``; None when it times out. The late reply, if any, is dropped, and no
+    cancellation is sent: before ``initialize`` a legacy server should get nothing but ping."""
+    try:
+        async with child.exchange(
+            handshake.DISCOVER,
+            handshake.probe_params(gateway_version),
+            timeout=child.spec.probe_timeout,
+            cancellable=False,
+        ) as ex:
+            async for _ in ex:
+                pass
+            return ex.reply()
+    except ChildTimeoutError:
+        return None

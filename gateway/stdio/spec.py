@@ -1,0 +1,93 @@
+"""What to run as a child, validated before anything is spawned.
+
+``ChildSpec`` is frozen: command, arguments, environment overlay, cwd and the limits of
+the stdio edge. ``child_environment`` builds the exact environment the child gets
+(inherit and overlay by default; a key set to ``None`` removes the variable;
+``inherit_env=False`` gives exactly the overlay). ``check_spec`` refuses NUL bytes and
+malformed environment names up front, because ``execve`` would fail on them later with a
+less helpful message (or, for ``=`` in a name, silently set a different variable).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from gateway.errors import ChildStartError
+from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
+
+STDIN_CLOSE_GRACE: Final = 2.0
+"""Seconds a child gets to exit on its own after stdin closes (stdio §Shutdown)."""
+SIGTERM_GRACE: Final = 2.0
+"""Seconds between SIGTERM and SIGKILL of the child's process group."""
+PROBE_TIMEOUT: Final = 30.0
+"""Seconds to wait for the ``server/discover`` probe. Generous: ``npx``/``uvx`` install the
+package before the server reads its first line, and a too-short probe would wrongly decide
+"legacy" for a modern server on a cold start."""
+HANDSHAKE_TIMEOUT: Final = 60.0
+"""Seconds to wait for a legacy child's ``initialize`` reply."""
+STDERR_TAIL_LINES: Final = 20
+STDERR_LINE_CHARS: Final = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ChildSpec:
+    command: str
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str | None] = field(default_factory=dict)
+    inherit_env: bool = True
+    cwd: str | None = None
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    stderr_tail_lines: int = STDERR_TAIL_LINES
+    stderr_line_chars: int = STDERR_LINE_CHARS
+    stdin_close_grace: float = STDIN_CLOSE_GRACE
+    sigterm_grace: float = SIGTERM_GRACE
+    probe_timeout: float = PROBE_TIMEOUT
+    handshake_timeout: float = HANDSHAKE_TIMEOUT
+    request_timeout: float | None = None
+    client_capabilities: Mapping[str, object] = field(default_factory=dict)
+    name: str = ""
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.command, *self.args]
+
+    @property
+    def label(self) -> str:
+        """How logs and errors name this child: the configured name or the program."""
+        return self.name or os.path.basename(self.command)
+
+
+def check_spec(spec: ChildSpec) -> None:
+    """Raise ``ChildStartError`` for what ``execve`` cannot take."""
+    program = spec.command or "(empty command)"
+    if not spec.command:
+        raise ChildStartError("cannot start (empty command): no command given", command=spec.command)
+    for index, arg in enumerate(spec.argv):
+        if "\x00" in arg:
+            what = "the command" if index == 0 else f"argument {index}"
+            raise ChildStartError(f"cannot start {program}: {what} contains a NUL byte", command=program)
+    for key, value in spec.env.items():
+        if not key or "=" in key or "\x00" in key:
+            raise ChildStartError(
+                f"cannot start {program}: environment name {key!r} is empty or contains '=' or NUL",
+                command=program,
+            )
+        if value is not None and "\x00" in value:
+            raise ChildStartError(
+                f"cannot start {program}: environment variable {key} contains a NUL byte", command=program
+            )
+    if spec.cwd is not None and "\x00" in spec.cwd:
+        raise ChildStartError(f"cannot start {program}: cwd contains a NUL byte", command=program)
+
+
+def child_environment(spec: ChildSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base) if spec.inherit_env else {}
+    for key, value in spec.env.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env

@@ -1,0 +1,48 @@
+"""Shared fixtures: the anyio backend, the test server's command line, and a child reaper."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.stdio.process import become_subreaper
+from gateway.stdio.spec import ChildSpec
+
+TESTS = Path(__file__).resolve().parent
+TEST_SERVER = TESTS / "servers" / "testserver.py"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _adopt_orphans() -> None:
+    # Grandchildren that a test child leaves behind are re-parented to us, so the gateway's
+    # stop ladder can reap them: the sandbox's PID 1 does not.
+    become_subreaper()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def server_spec(*flags: str, **options: object) -> ChildSpec:
+    """A ChildSpec running tests/servers/testserver.py with FLAGS; short graces by default."""
+    options.setdefault("stdin_close_grace", 1.0)
+    options.setdefault("sigterm_grace", 1.0)
+    options.setdefault("probe_timeout", 5.0)
+    options.setdefault("handshake_timeout", 5.0)
+    return ChildSpec(sys.executable, (str(TEST_SERVER), *flags), **options)  # type: ignore[arg-type]
+
+
+def call_params(era_is_modern: bool, name: str, arguments: dict[str, object] | None = None, **meta: object) -> dict:
+    """``tools/call`` params for a child of the given era (modern children need ``_meta``)."""
+    from gateway.protocol.handshake import modern_meta
+
+    params: dict[str, object] = {"name": name, "arguments": arguments or {}}
+    full_meta: dict[str, object] = dict(meta)
+    if era_is_modern:
+        full_meta.update(modern_meta("test"))
+    if full_meta:
+        params["_meta"] = full_meta
+    return params
