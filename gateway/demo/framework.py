@@ -1,0 +1,619 @@
+"""A tiny thread-based stdio MCP server framework for the demo and test servers.
+
+* **Framing** (digest §3, §4.1): one JSON-RPC message per UTF-8 line on stdin. Compact JSON
+  lines go to stdout under one lock, each flushed. Only JSON-RPC goes to stdout (unless a tool
+  calls ``ToolContext.write_line``). Diagnostics go to stderr.
+* **Eras:** ``eras`` is ``{"modern"}``, ``{"legacy"}`` or both.
+  Modern (2026-07-28) requests must carry ``params._meta`` protocolVersion and
+  clientCapabilities (else -32602). Other versions get -32022 ``{supported, requested}``.
+  Results get ``resultType`` and ``_meta`` serverInfo. Discover and tools/list also get
+  ``ttlMs``/``cacheScope``. ``initialize`` gets -32601.
+  Legacy (2024-11-05 … 2025-11-25): ``initialize`` echoes a known version or offers
+  2025-11-25. Requests before it (except ``ping``) get -32600, ``server/discover`` gets
+  -32601, and results have no modern fields.
+  A dual server serves a request modern-style if its ``_meta`` names a protocol version or it
+  is ``server/discover``, and legacy-style otherwise. Both run in one process.
+* **Concurrency:** the reader validates and routes in arrival order. Each ``tools/call`` runs
+  on its own daemon thread, so a slow tool never blocks another.
+* **Cancellation:** ``notifications/cancelled`` for an in-flight id (exact JSON type: ``7`` is
+  not ``"7"``) sets ``ctx.cancelled``. After that, nothing is written for the request: no
+  progress and no reply (unless the tool called ``ignore_cancellation``). Every requestId
+  received is kept in order in ``StdioServer.cancelled_ids``.
+* **Server→client requests:** ``ctx.send_request`` writes id ``"s-N"`` and waits. Responses
+  (an id, a result or error, no method) go to that waiter.
+* **Bad input:** a non-JSON or non-UTF-8 line gets -32700 with id null. A value that is not
+  an object (batches included) gets -32600 with id null. Notifications are never answered.
+* **EOF:** ``serve()`` gives in-flight calls ``eof_grace`` seconds to reply, abandons the rest
+  (daemon threads), stops all output and returns.
+
+Imports: standard library only, so the servers start fast and run anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import IO, Any, Final, Literal, NoReturn
+
+JsonObject = dict[str, Any]
+RequestId = str | int
+Era = Literal["modern", "legacy"]
+ToolHandler = Callable[["ToolContext", JsonObject], JsonObject]
+
+MODERN_VERSIONS: Final = ("2026-07-28",)
+LEGACY_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_LEGACY: Final = LEGACY_VERSIONS[-1]
+
+PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_KEY: Final = "io.modelcontextprotocol/serverInfo"
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
+
+# After stdin EOF, in-flight calls get this long to reply. That is enough for a piped one-shot
+# request to be answered, and short enough that a client closing stdin sees a prompt exit.
+EOF_GRACE_SECONDS: Final = 1.0
+# How long send_request waits for the client by default. Shorter than any sane test timeout.
+SEND_REQUEST_TIMEOUT: Final = 30.0
+# Methods that exist only in the modern era. Without modern _meta they are not legacy requests.
+_MODERN_ONLY_METHODS: Final = frozenset({"server/discover"})
+
+
+class RpcError(Exception):
+    """A JSON-RPC error reply. Raise it from a tool handler to answer with an error, not a result."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_json(self) -> JsonObject:
+        error: JsonObject = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class ToolInputError(ValueError):
+    """Bad tool arguments. Reported as an ``isError`` result whose text is just the message."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A registered tool. ``input_schema`` is a JSON Schema object with ``type: object`` at its root."""
+
+    name: str
+    description: str
+    input_schema: JsonObject
+    handler: ToolHandler
+
+    def describe(self) -> JsonObject:
+        return {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
+
+
+class ToolContext:
+    """What a tool handler can do to the client while one ``tools/call`` runs."""
+
+    def __init__(self, server: StdioServer, request_id: RequestId, era: Era, progress_token: Any) -> None:
+        self.request_id: RequestId = request_id
+        self.era: Era = era
+        self.cancelled = threading.Event()
+        self._server = server
+        self._progress_token = progress_token
+        # Orders cancellation against this request's own writes, so that nothing for the
+        # request follows a processed cancellation (digest §1.6).
+        self._lock = threading.Lock()
+        self._done = False
+        self._reply_suppressed = False
+        self._ignores_cancellation = False
+
+    def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        """Send ``notifications/progress`` if the request gave a progressToken; else do nothing."""
+        if self._progress_token is None:
+            return
+        params: JsonObject = {"progressToken": self._progress_token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        with self._lock:
+            if not (self._done or self.cancelled.is_set()):
+                self._server.send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+
+    def notify(self, method: str, params: JsonObject | None = None) -> None:
+        """Send an unsolicited notification. Not tied to this request, so sent even after a cancel."""
+        self._server.notify(method, params)
+
+    def send_request(
+        self, method: str, params: JsonObject | None = None, timeout: float = SEND_REQUEST_TIMEOUT
+    ) -> JsonObject:
+        """Ask the client something and return its result. Raises RpcError, TimeoutError, ConnectionError."""
+        return self._server.send_request(method, params, timeout)
+
+    def write_raw(self, message: Any) -> None:
+        """Write any JSON value as one line, as is. For tests of how malformed output is handled."""
+        self._server.send(message)
+
+    def write_line(self, text: str) -> None:
+        """Write a raw (possibly non-JSON) line to stdout under the write lock."""
+        self._server.write_line(text)
+
+    def suppress_reply(self) -> None:
+        """Send no reply for this request (the tool wrote its own, or none is wanted)."""
+        self._reply_suppressed = True
+
+    def ignore_cancellation(self) -> None:
+        """Reply even if cancelled: simulates a server that answers too late."""
+        self._ignores_cancellation = True
+
+    @contextlib.contextmanager
+    def holding_stdout(self) -> Iterator[None]:
+        """Hold the stdout lock, so no other thread is mid-line (e.g. around a signal to self)."""
+        with self._server.stdout_lock:
+            yield
+
+    def exit_process(self, code: int, stderr_text: str | None = None) -> NoReturn:
+        """Write ``stderr_text``, then exit at once with ``code``. Never cuts another thread's line."""
+        if stderr_text:
+            sys.stderr.write(stderr_text if stderr_text.endswith("\n") else stderr_text + "\n")
+        sys.stderr.flush()
+        with self._server.stdout_lock:
+            os._exit(code)
+
+    def _cancel(self) -> None:
+        with self._lock:
+            if not self._done:
+                self.cancelled.set()
+
+    def _finish(self, reply: JsonObject) -> None:
+        with self._lock:
+            self._done = True
+            dropped = self.cancelled.is_set() and not self._ignores_cancellation
+            if not (self._reply_suppressed or dropped):
+                self._server.send(reply)
+
+
+class _Waiter:
+    """One server→client request waiting for its response. A ``None`` message means stdin closed."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.message: JsonObject | None = None
+
+    def resolve(self, message: JsonObject | None) -> None:
+        self.message = message
+        self.event.set()
+
+
+class StdioServer:
+    """A stdio MCP server. Register tools, then call ``serve()``, which returns at stdin EOF."""
+
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        *,
+        eras: Iterable[str] = ("modern", "legacy"),
+        instructions: str | None = None,
+        capabilities: JsonObject | None = None,
+        ttl_ms: int = 60_000,
+        cache_scope: str = "public",
+        silent_methods: Iterable[str] = (),
+        eof_grace: float = EOF_GRACE_SECONDS,
+        stdin: IO[bytes] | None = None,
+        stdout: IO[bytes] | None = None,
+    ) -> None:
+        self.eras = frozenset(eras)
+        if not self.eras or not self.eras <= {"modern", "legacy"}:
+            raise ValueError(f"eras must be a non-empty subset of {{'modern', 'legacy'}}, got {sorted(self.eras)!r}")
+        self.server_info: JsonObject = {"name": name, "version": version}
+        self.instructions = instructions
+        self.capabilities: JsonObject = capabilities if capabilities is not None else {"tools": {}}
+        self.ttl_ms = ttl_ms
+        self.cache_scope = cache_scope
+        self.silent_methods = frozenset(silent_methods)
+        self.eof_grace = eof_grace
+        self.stdout_lock = threading.RLock()  # re-entrant: a tool holding it may still write
+        self._in = stdin if stdin is not None else sys.stdin.buffer
+        self._out = stdout if stdout is not None else sys.stdout.buffer
+        self._stdout_closed = False
+        self._tools: dict[str, Tool] = {}
+        self._lock = threading.Lock()  # guards the tables below; never held during I/O
+        self._idle = threading.Condition(self._lock)
+        self._in_flight: dict[tuple[type, Any], ToolContext] = {}
+        self._waiting: dict[tuple[type, Any], _Waiter] = {}
+        self._cancelled_ids: list[Any] = []
+        self._out_ids = itertools.count(1)
+        self._legacy_version: str | None = None
+        self._eof = False
+
+    # -- registration -------------------------------------------------------------------------
+
+    def add_tool(self, tool: Tool) -> None:
+        self._tools[tool.name] = tool
+
+    @property
+    def cancelled_ids(self) -> list[Any]:
+        """Every ``requestId`` received in ``notifications/cancelled``, in arrival order."""
+        with self._lock:
+            return list(self._cancelled_ids)
+
+    # -- output -------------------------------------------------------------------------------
+
+    def send(self, message: Any) -> None:
+        """Write one JSON value as a compact line."""
+        try:
+            data = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate cannot be UTF-8; \u-escapes can carry it
+            data = json.dumps(message, separators=(",", ":")).encode("ascii")
+        self._write(data + b"\n")
+
+    def write_line(self, text: str) -> None:
+        self._write(text.encode("utf-8", "replace") + b"\n")
+
+    def notify(self, method: str, params: JsonObject | None = None) -> None:
+        message: JsonObject = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+
+    def send_request(
+        self, method: str, params: JsonObject | None = None, timeout: float = SEND_REQUEST_TIMEOUT
+    ) -> JsonObject:
+        """Send a server→client request and wait for its result (see ``ToolContext.send_request``)."""
+        waiter = _Waiter()
+        with self._lock:
+            if self._eof:
+                raise ConnectionError("stdin is closed: the client can no longer reply")
+            request_id = f"s-{next(self._out_ids)}"
+            self._waiting[_id_key(request_id)] = waiter
+        message: JsonObject = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+        if not waiter.event.wait(timeout):
+            with self._lock:
+                self._waiting.pop(_id_key(request_id), None)
+            raise TimeoutError(f"no reply to {method} ({request_id}) within {timeout} s")
+        return _result_of(waiter.message)
+
+    def log(self, text: str) -> None:
+        sys.stderr.write(f"{self.server_info['name']}: {text}\n")
+        sys.stderr.flush()
+
+    def _write(self, data: bytes) -> None:
+        with self.stdout_lock:
+            if self._stdout_closed:
+                return
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except (OSError, ValueError) as exc:  # the client closed our stdout: stop writing
+                self._stdout_closed = True
+                self.log(f"stdout is gone ({exc!r}); output stops")
+
+    # -- input --------------------------------------------------------------------------------
+
+    def serve(self) -> None:
+        """Read and handle messages until stdin EOF, then wind down (see the module contract)."""
+        try:
+            while raw := self._in.readline():
+                self._on_line(raw)
+        finally:
+            self._on_eof()
+
+    def _on_eof(self) -> None:
+        with self._lock:
+            self._eof = True
+            waiters = list(self._waiting.values())
+            self._waiting.clear()
+        for waiter in waiters:
+            waiter.resolve(None)
+        with self._idle:
+            self._idle.wait_for(lambda: not self._in_flight, timeout=self.eof_grace)
+        with self.stdout_lock:
+            # Abandoned handlers may still try to write: dropping their output here means
+            # interpreter shutdown never meets a daemon thread holding the stdout buffer.
+            self._stdout_closed = True
+
+    def _on_line(self, raw: bytes) -> None:
+        if not raw.strip():
+            return
+        try:
+            message = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            self._send_error(None, RpcError(PARSE_ERROR, "parse error: a line is not UTF-8 JSON"))
+            return
+        self._on_message(message)
+
+    def _on_message(self, message: Any) -> None:
+        if not isinstance(message, dict):
+            what = "batches are not supported" if isinstance(message, list) else "not a JSON object"
+            self._send_error(None, RpcError(INVALID_REQUEST, f"invalid request: {what}"))
+            return
+        method = message.get("method")
+        has_id = "id" in message
+        reply_id = message["id"] if has_id and _is_request_id(message["id"]) else None
+        if method is None and has_id and ("result" in message or "error" in message):
+            self._on_response(message)
+        elif not isinstance(method, str) or message.get("jsonrpc") != "2.0":
+            if has_id:  # never answer what could be a notification
+                self._send_error(reply_id, RpcError(INVALID_REQUEST, "invalid request: not JSON-RPC 2.0"))
+        elif not has_id:
+            params = message.get("params")
+            self._on_notification(method, params if isinstance(params, dict) else {})
+        elif reply_id is None:
+            self._send_error(None, RpcError(INVALID_REQUEST, "invalid request: id must be a string or integer"))
+        else:
+            params = message.get("params", {})
+            if params is None:
+                params = {}
+            if isinstance(params, dict):
+                self._on_request(reply_id, method, params)
+            else:
+                self._send_error(reply_id, RpcError(INVALID_PARAMS, "invalid params: params must be an object"))
+
+    def _on_notification(self, method: str, params: JsonObject) -> None:
+        # notifications/initialized needs no action: requests are accepted once initialize is answered.
+        if method != "notifications/cancelled" or "requestId" not in params:
+            return
+        request_id = params["requestId"]
+        with self._lock:
+            self._cancelled_ids.append(request_id)
+            ctx = self._in_flight.get(_id_key(request_id)) if _is_request_id(request_id) else None
+        if ctx is not None:
+            ctx._cancel()
+
+    def _on_response(self, message: JsonObject) -> None:
+        response_id = message["id"]
+        with self._lock:
+            waiter = self._waiting.pop(_id_key(response_id), None) if _is_request_id(response_id) else None
+        if waiter is None:
+            self.log(f"ignoring a response to unknown request id {response_id!r}")
+        else:
+            waiter.resolve(message)
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def _on_request(self, request_id: RequestId, method: str, params: JsonObject) -> None:
+        if method in self.silent_methods:
+            return
+        try:
+            era = self._era_of(method, params)
+            if method == "tools/call":
+                self._start_tool_call(request_id, era, params)
+                return
+            result = self._answer(era, method, params)
+        except RpcError as exc:
+            self._send_error(request_id, exc)
+            return
+        self.send({"jsonrpc": "2.0", "id": request_id, "result": self._decorate(era, result)})
+
+    def _era_of(self, method: str, params: JsonObject) -> Era:
+        """Which era serves this request, or the RpcError that refuses it (the era ladder)."""
+        if method == "initialize":
+            if "legacy" in self.eras:
+                return "legacy"
+            versions = ", ".join(MODERN_VERSIONS)
+            raise RpcError(
+                METHOD_NOT_FOUND,
+                f"initialize is not supported: this server speaks only {versions}; use server/discover",
+                {"supported": list(MODERN_VERSIONS)},
+            )
+        meta = params.get("_meta")
+        marked_modern = isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta
+        if "legacy" not in self.eras or ("modern" in self.eras and (marked_modern or method in _MODERN_ONLY_METHODS)):
+            _check_modern_meta(meta)
+            return "modern"
+        if method in _MODERN_ONLY_METHODS:
+            raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
+        if self._legacy_version is None and method != "ping":
+            raise RpcError(INVALID_REQUEST, "not initialized: send initialize first")
+        return "legacy"
+
+    def _answer(self, era: Era, method: str, params: JsonObject) -> JsonObject:
+        """The result of a request that is answered inline (everything but ``tools/call``)."""
+        if method == "initialize":
+            return self._initialize(params)
+        if method == "ping" and era == "legacy":
+            return {}
+        if method == "server/discover":
+            result: JsonObject = {"supportedVersions": list(MODERN_VERSIONS), "capabilities": self.capabilities}
+            if self.instructions is not None:
+                result["instructions"] = self.instructions
+            return result | self._cache_hints()
+        if method == "tools/list":
+            tools: JsonObject = {"tools": [tool.describe() for tool in self._tools.values()]}
+            return tools | self._cache_hints() if era == "modern" else tools
+        raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
+
+    def _initialize(self, params: JsonObject) -> JsonObject:
+        requested = params.get("protocolVersion")
+        if not isinstance(requested, str):
+            raise RpcError(INVALID_PARAMS, "initialize: params.protocolVersion must be a string")
+        # Echo a supported version, else offer our latest (2025-11-25/basic/lifecycle).
+        version = requested if requested in LEGACY_VERSIONS else LATEST_LEGACY
+        with self._lock:
+            self._legacy_version = version
+        result: JsonObject = {
+            "protocolVersion": version,
+            "capabilities": self.capabilities,
+            "serverInfo": self.server_info,
+        }
+        if self.instructions is not None:
+            result["instructions"] = self.instructions
+        return result
+
+    def _cache_hints(self) -> JsonObject:
+        return {"ttlMs": self.ttl_ms, "cacheScope": self.cache_scope}
+
+    def _decorate(self, era: Era, result: JsonObject) -> JsonObject:
+        """Add the fields every modern result carries. Legacy results pass through untouched."""
+        if era == "modern":
+            result.setdefault("resultType", "complete")
+            meta = result.get("_meta")
+            result["_meta"] = {**(meta if isinstance(meta, dict) else {}), SERVER_INFO_KEY: self.server_info}
+        return result
+
+    def _send_error(self, request_id: RequestId | None, error: RpcError) -> None:
+        self.send({"jsonrpc": "2.0", "id": request_id, "error": error.to_json()})
+
+    # -- tool calls ---------------------------------------------------------------------------
+
+    def _start_tool_call(self, request_id: RequestId, era: Era, params: JsonObject) -> None:
+        name = params.get("name")
+        if not isinstance(name, str):
+            raise RpcError(INVALID_PARAMS, "tools/call: params.name must be a string")
+        tool = self._tools.get(name)
+        if tool is None:
+            raise RpcError(INVALID_PARAMS, f"unknown tool: {name}")
+        arguments = params.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            raise RpcError(INVALID_PARAMS, "tools/call: params.arguments must be an object")
+        meta = params.get("_meta")
+        ctx = ToolContext(self, request_id, era, meta.get("progressToken") if isinstance(meta, dict) else None)
+        with self._lock:
+            if _id_key(request_id) in self._in_flight:
+                raise RpcError(INVALID_REQUEST, f"request id {request_id!r} is already in flight")
+            self._in_flight[_id_key(request_id)] = ctx
+        thread = threading.Thread(
+            target=self._run_tool, args=(tool, ctx, arguments), name=f"tool:{name}:{request_id}", daemon=True
+        )
+        thread.start()
+
+    def _run_tool(self, tool: Tool, ctx: ToolContext, arguments: JsonObject) -> None:
+        try:
+            reply: JsonObject = {"jsonrpc": "2.0", "id": ctx.request_id}
+            try:
+                result = tool.handler(ctx, arguments)
+                if not isinstance(result, dict):
+                    raise TypeError(f"tool {tool.name} returned {type(result).__name__}, not a dict")
+            except RpcError as exc:
+                reply["error"] = exc.to_json()
+            except ToolInputError as exc:
+                result = text_result(f"{tool.name}: {exc}", is_error=True)
+            except Exception as exc:
+                self.log(f"tool {tool.name} raised {exc!r}")
+                result = text_result(f"{tool.name} failed: {type(exc).__name__}: {exc}", is_error=True)
+            if "error" not in reply:
+                reply["result"] = self._decorate(ctx.era, result)
+            ctx._finish(reply)
+        finally:
+            with self._idle:
+                self._in_flight.pop(_id_key(ctx.request_id), None)
+                self._idle.notify_all()
+
+
+# -- helpers for tools ------------------------------------------------------------------------
+
+
+def text_result(text: str, *, structured: Any = None, is_error: bool = False) -> JsonObject:
+    """A ``CallToolResult`` with one text block, optional ``structuredContent`` and ``isError``."""
+    result: JsonObject = {"content": [{"type": "text", "text": text}]}
+    if structured is not None:
+        result["structuredContent"] = structured
+    if is_error:
+        result["isError"] = True
+    return result
+
+
+def object_schema(properties: JsonObject | None = None, required: Iterable[str] = ()) -> JsonObject:
+    """An ``inputSchema``: ``{"type": "object", "properties": …, "required": […]}``."""
+    schema: JsonObject = {"type": "object", "properties": properties or {}}
+    if needed := list(required):  # an empty "required" is invalid in older drafts
+        schema["required"] = needed
+    return schema
+
+
+def int_arg(
+    arguments: JsonObject,
+    name: str,
+    *,
+    default: int | None = None,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int:
+    """An integer argument within bounds. Raises ToolInputError naming the argument."""
+    value = arguments.get(name, default)
+    if value is None:
+        raise ToolInputError(f"argument {name!r} is required")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ToolInputError(f"argument {name!r} must be an integer, got {value!r}")
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ToolInputError(f"argument {name!r} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def str_arg(arguments: JsonObject, name: str, *, default: str | None = None) -> str:
+    """A string argument. Raises ToolInputError naming the argument."""
+    value = arguments.get(name, default)
+    if not isinstance(value, str):
+        raise ToolInputError(f"argument {name!r} must be a string" + ("" if value is not None else " (required)"))
+    return value
+
+
+def str_list_arg(arguments: JsonObject, name: str) -> list[str]:
+    """A required list-of-strings argument. Raises ToolInputError naming the argument."""
+    value = arguments.get(name)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ToolInputError(f"argument {name!r} must be a list of strings")
+    return value
+
+
+# -- pure protocol helpers --------------------------------------------------------------------
+
+
+def _is_request_id(value: Any) -> bool:
+    """JSON-RPC ids are strings or integers (MCP forbids null). bool is not an integer here."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _id_key(request_id: Any) -> tuple[type, Any]:
+    """A table key that keeps ``7`` and ``"7"`` apart (digest: never correlate by ``str(id)``)."""
+    return (type(request_id), request_id)
+
+
+def _check_modern_meta(meta: Any) -> None:
+    """Raise the RpcError for a modern request whose ``_meta`` is incomplete or names an unknown version."""
+    if not isinstance(meta, dict):
+        raise RpcError(INVALID_PARAMS, "missing params._meta (required on every 2026-07-28 request)")
+    version = meta.get(PROTOCOL_VERSION_KEY)
+    if not isinstance(version, str):
+        raise RpcError(INVALID_PARAMS, f"missing or non-string params._meta[{PROTOCOL_VERSION_KEY!r}]")
+    if not isinstance(meta.get(CLIENT_CAPABILITIES_KEY), dict):
+        raise RpcError(INVALID_PARAMS, f"missing or non-object params._meta[{CLIENT_CAPABILITIES_KEY!r}]")
+    if version not in MODERN_VERSIONS:
+        raise RpcError(
+            UNSUPPORTED_PROTOCOL_VERSION,
+            f"unsupported protocol version: {version}",
+            {"supported": list(MODERN_VERSIONS), "requested": version},
+        )
+
+
+def _result_of(message: JsonObject | None) -> JsonObject:
+    """The result of a client's response to a server→client request, or the error it carries."""
+    if message is None:
+        raise ConnectionError("stdin closed before the client replied")
+    if "error" in message:
+        error = message["error"]
+        if isinstance(error, dict) and isinstance(error.get("code"), int):
+            raise RpcError(error["code"], str(error.get("message", "")), error.get("data"))
+        raise RpcError(INTERNAL_ERROR, f"malformed error from the client: {error!r}")
+    result = message.get("result")
+    if not isinstance(result, dict):
+        raise RpcError(INTERNAL_ERROR, f"malformed result from the client: {result!r}")
+    return result

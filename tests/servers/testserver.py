@@ -1,0 +1,287 @@
+"""A configurable stdio MCP server for the gateway's tests: ``python tests/servers/testserver.py [flags]``.
+
+It is built on ``gateway.demo.framework`` and offers the demo tools (echo, countdown, fail,
+crash) plus tools that make a child misbehave on demand. The flags shape the process itself:
+
+--era modern|legacy|dual   which protocol eras to speak (default dual)
+--silent-probe             never answer server/discover (a legacy server that ignores it)
+--silent                   read stdin until EOF and never write anything
+--banner TEXT              write TEXT as a non-JSON line on stdout before serving
+--stderr-lines N           write "boot line 1" … "boot line N" to stderr at start
+--ignore-stdin-eof         keep running after stdin EOF (until a signal ends it)
+--ignore-sigterm           ignore SIGTERM (with --ignore-stdin-eof, only SIGKILL ends it)
+--exit-at-start CODE       write "fatal: configured to exit" to stderr, exit with CODE
+--ttl-ms N, --cache-scope  the cache hints of modern discover and tools/list results
+--name NAME                serverInfo.name (default "testserver")
+
+Start-up order: SIGTERM handling, then stderr lines, then exit-at-start, then banner, then
+serving. A test that needs to know signals are set up can wait for the first stderr line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from gateway.demo.framework import (
+    JsonObject,
+    RpcError,
+    StdioServer,
+    Tool,
+    ToolContext,
+    int_arg,
+    object_schema,
+    str_arg,
+    str_list_arg,
+    text_result,
+)
+from gateway.demo.server import add_demo_tools
+
+ERAS = {"modern": ("modern",), "legacy": ("legacy",), "dual": ("modern", "legacy")}
+# Grandchildren are kept referenced so that Popen.__del__ never warns about a live process.
+_grandchildren: list[subprocess.Popen[bytes]] = []
+
+
+def _json_result(key: str, value: Any) -> JsonObject:
+    """Text JSON plus the same value as ``structuredContent[key]``."""
+    return text_result(json.dumps(value), structured={key: value})
+
+
+def _pid(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    return text_result(str(os.getpid()), structured={"pid": os.getpid()})
+
+
+def _sleep(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    ctx.cancelled.wait(int_arg(args, "ms", minimum=0) / 1000)
+    return text_result("slept")  # dropped by the framework when cancelled
+
+
+def _progress_burst(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    count, tag = int_arg(args, "count", minimum=0), str_arg(args, "tag")
+    for sent in range(1, count + 1):
+        ctx.progress(sent, count, tag)
+    return text_result(tag)
+
+
+def _fork_grandchild(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    # stdout/stderr are inherited on purpose: a real helper process holds the child's pipes
+    # too, so only killing the whole process group makes them reach EOF.
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], stdin=subprocess.DEVNULL)
+    _grandchildren.append(grandchild)
+    return text_result(str(grandchild.pid), structured={"pid": grandchild.pid})
+
+
+def _stderr(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    for line in str_list_arg(args, "lines"):
+        sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    return text_result("ok")
+
+
+def _exit(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    ctx.exit_process(int_arg(args, "code"), args.get("stderr") if isinstance(args.get("stderr"), str) else None)
+
+
+def _kill_self(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    signum = int_arg(args, "signal", minimum=1)
+    with ctx.holding_stdout():  # so the signal never lands in the middle of another line
+        os.kill(os.getpid(), signum)
+    return text_result(f"sent signal {signum} to myself")
+
+
+def _noise(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    ctx.write_line(str_arg(args, "text"))
+    return text_result("ok")
+
+
+def _big(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    return text_result("x" * int_arg(args, "bytes", minimum=0))
+
+
+def _error_reply(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    raise RpcError(1234, "custom failure", {"detail": [1, 2]})
+
+
+def _malformed_error(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    ctx.write_raw({"jsonrpc": "2.0", "id": ctx.request_id, "error": "boom"})
+    ctx.suppress_reply()
+    return {}
+
+
+def _env(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    return _json_result("env", {name: os.environ.get(name) for name in str_list_arg(args, "names")})
+
+
+def _cwd(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    return text_result(os.getcwd())
+
+
+def _ping_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    try:
+        result = ctx.send_request("ping", None, timeout=10.0)
+    except (RpcError, TimeoutError, ConnectionError) as exc:
+        return text_result(f"ping_client failed: {type(exc).__name__}: {exc}", is_error=True)
+    return text_result(f"pong: {json.dumps(result)}")
+
+
+def _notify(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    params = args.get("params")
+    ctx.notify(str_arg(args, "method"), params if isinstance(params, dict) else None)
+    return text_result("ok")
+
+
+def _late_reply(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    ctx.ignore_cancellation()
+    ms = int_arg(args, "ms", minimum=0)
+    time.sleep(ms / 1000)
+    return text_result(f"late reply after {ms} ms")
+
+
+def _int(description: str) -> JsonObject:
+    return {"type": "integer", "description": description}
+
+
+def _str(description: str) -> JsonObject:
+    return {"type": "string", "description": description}
+
+
+def _str_list(description: str) -> JsonObject:
+    return {"type": "array", "items": {"type": "string"}, "description": description}
+
+
+def add_test_tools(server: StdioServer) -> None:
+    """Register the test-only tools (the demo tools come from ``add_demo_tools``)."""
+
+    def cancelled_ids(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        return _json_result("ids", server.cancelled_ids)
+
+    tools = [
+        ("pid", "Return this process's pid.", object_schema(), _pid),
+        (
+            "sleep",
+            "Wait ms milliseconds, then reply 'slept'. Cancellable.",
+            object_schema({"ms": _int("ms")}, ["ms"]),
+            _sleep,
+        ),
+        (
+            "progress_burst",
+            "Send count progress notifications whose message is tag, then return tag.",
+            object_schema({"count": _int("notifications"), "tag": _str("message")}, ["count", "tag"]),
+            _progress_burst,
+        ),
+        ("fork_grandchild", "Start a sleeping grandchild process; return its pid.", object_schema(), _fork_grandchild),
+        ("stderr", "Write lines to stderr.", object_schema({"lines": _str_list("lines")}, ["lines"]), _stderr),
+        (
+            "exit",
+            "Write stderr text, then exit with code at once, without replying.",
+            object_schema({"code": _int("exit code"), "stderr": _str("text for stderr")}, ["code"]),
+            _exit,
+        ),
+        (
+            "kill_self",
+            "Send a signal to this process.",
+            object_schema({"signal": _int("signal")}, ["signal"]),
+            _kill_self,
+        ),
+        (
+            "noise",
+            "Write text as a raw non-JSON line on stdout.",
+            object_schema({"text": _str("line")}, ["text"]),
+            _noise,
+        ),
+        ("big", "Return that many 'x' characters as text.", object_schema({"bytes": _int("size")}, ["bytes"]), _big),
+        ("error_reply", "Answer with JSON-RPC error 1234 'custom failure'.", object_schema(), _error_reply),
+        ("malformed_error", 'Answer with {"error": "boom"} (not an error object).', object_schema(), _malformed_error),
+        (
+            "cancelled_ids",
+            "Return the requestIds of every notifications/cancelled so far.",
+            object_schema(),
+            cancelled_ids,
+        ),
+        (
+            "env",
+            "Return the values of environment variables.",
+            object_schema({"names": _str_list("names")}, ["names"]),
+            _env,
+        ),
+        ("cwd", "Return the working directory.", object_schema(), _cwd),
+        ("ping_client", "Send a ping request to the client and return its answer.", object_schema(), _ping_client),
+        (
+            "notify",
+            "Send an unsolicited notification of the given method.",
+            object_schema({"method": _str("method"), "params": {"type": "object"}}, ["method"]),
+            _notify,
+        ),
+        (
+            "late_reply",
+            "Ignore cancellation: sleep ms, then reply anyway.",
+            object_schema({"ms": _int("ms")}, ["ms"]),
+            _late_reply,
+        ),
+    ]
+    for name, description, schema, handler in tools:
+        server.add_tool(Tool(name, description, schema, handler))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="A configurable stdio MCP server for tests.")
+    parser.add_argument("--era", choices=sorted(ERAS), default="dual")
+    parser.add_argument("--silent-probe", action="store_true", help="never answer server/discover")
+    parser.add_argument("--silent", action="store_true", help="read stdin until EOF, write nothing")
+    parser.add_argument("--banner", help="a non-JSON line to write on stdout before serving")
+    parser.add_argument("--stderr-lines", type=int, default=0, metavar="N")
+    parser.add_argument("--ignore-stdin-eof", action="store_true")
+    parser.add_argument("--ignore-sigterm", action="store_true")
+    parser.add_argument("--exit-at-start", type=int, metavar="CODE")
+    parser.add_argument("--ttl-ms", type=int, default=60_000)
+    parser.add_argument("--cache-scope", choices=("public", "private"), default="public")
+    parser.add_argument("--name", default="testserver")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = parse_args(argv)
+    if options.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for number in range(1, options.stderr_lines + 1):
+        sys.stderr.write(f"boot line {number}\n")
+    sys.stderr.flush()
+    if options.exit_at_start is not None:
+        sys.stderr.write("fatal: configured to exit\n")
+        sys.stderr.flush()
+        sys.exit(options.exit_at_start)
+    if options.silent:
+        while os.read(sys.stdin.fileno(), 65536):
+            pass
+    else:
+        server = StdioServer(
+            options.name,
+            "0.1.0",
+            eras=ERAS[options.era],
+            instructions="A test server for mcp-stdio-gateway.",
+            capabilities={"tools": {"listChanged": True}},
+            ttl_ms=options.ttl_ms,
+            cache_scope=options.cache_scope,
+            silent_methods={"server/discover"} if options.silent_probe else (),
+        )
+        add_demo_tools(server)
+        add_test_tools(server)
+        if options.banner is not None:
+            server.write_line(options.banner)
+        server.serve()
+    if options.ignore_stdin_eof:
+        threading.Event().wait()  # only a signal ends the process now
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
