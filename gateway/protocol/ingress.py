@@ -1,0 +1,449 @@
+"""The ingress ladder: one HTTP request in, ``Accepted`` or ``Rejection`` out.
+
+Contract: ``check_post``, ``check_get`` and ``check_delete`` take the headers (names
+lower-cased by the HTTP edge) and, for POST, the body. They return the first failing
+rung's ``Rejection`` (HTTP status + JSON-RPC error), else an ``Accepted`` naming era,
+version and parsed messages. They never raise on client input.
+
+POST rungs, in order (digest §2, §4.2, §7.1):
+
+ 1. ``Accept`` lists JSON and SSE, else 406: a MUST for every POST in every revision
+    (no leniency for JSON-only clients: a child's progress needs SSE).
+ 2. ``Content-Type`` is ``application/json`` (parameters allowed), else 415.
+ 3. The body fits ``max_body_bytes``, else 413 (a backstop; the edge stops reading earlier).
+ 4. The body is JSON, else 400/-32700.
+ 5. An array is a batch: only on a live session negotiated at 2025-03-26, not empty,
+    no ``initialize`` inside, each element valid; else 400/-32600 (404 for an unknown session).
+ 6. The value is a JSON-RPC message, else 400/-32600 (with the id when readable).
+ 7. Era: a modern ``MCP-Protocol-Version`` header or a ``_meta`` protocol version → modern
+    (a stray ``Mcp-Session-Id`` is ignored); else ``initialize`` → new legacy session;
+    else ``Mcp-Session-Id`` → live session (unknown → 404), whose version header, if any,
+    must name a legacy version (else 400/-32600 with ``data.supported``: legacy clients
+    do not know -32022); else 400/-32020.
+ 8. Modern: a POSTed response → 400/-32600.
+ 9. Modern: ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` (sentinel-decoded)
+    present, with valid characters, and equal to the body, else 400/-32020.
+10. Modern: a modern version, else 400/-32022 with ``data.supported``.
+11. Modern requests: ``params._meta`` holds the version and client capabilities, else 400/-32602.
+12. Modern requests: removed or server→client methods → 404/-32601. Methods outside the
+    inventory pass: they may be extensions, and the child decides.
+13. Modern notifications are accepted (the caller answers 202). Only
+    ``MODERN_CLIENT_NOTIFICATIONS`` mean anything; the caller forwards those and drops the
+    rest. Header rules for notification POSTs are undefined (digest §8.5), so rung 9
+    checks only the headers present, and rungs 11–12 are skipped.
+
+Not here: ``Origin`` (403) and authentication are the edge's middleware; ``Mcp-Param-*``
+needs the child's tool schemas, which this pure ladder lacks, so for an accepted modern
+``tools/call`` the edge calls ``gateway.protocol.xmcpheader.check_param_headers`` next.
+
+Imports: standard library, orjson and ``gateway.protocol`` only. No I/O, clock or async.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final, TypeAlias
+
+from gateway.protocol import headers as h
+from gateway.protocol import versions
+from gateway.protocol.jsonrpc import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    ErrorReply,
+    InvalidMessage,
+    JsonId,
+    Message,
+    Notification,
+    ParseError,
+    Request,
+    Result,
+    decode,
+    parse_message,
+)
+
+# Accepted and Rejection are re-exported: callers import the ladder's values from here.
+from gateway.protocol.outcome import Accepted as Accepted
+from gateway.protocol.outcome import Rejection as Rejection
+from gateway.protocol.outcome import describe, reject
+from gateway.protocol.versions import Era
+
+PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
+
+# Requests removed in 2026-07-28 (digest §1, "Removed").
+REMOVED_METHODS: Final = frozenset(
+    {"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
+)
+# Requests only a server sends; no server implements them, so the answer is "not found".
+SERVER_TO_CLIENT_METHODS: Final = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
+# The only client→server notification of 2026-07-28 (digest §1, "Inventory").
+MODERN_CLIENT_NOTIFICATIONS: Final = frozenset({"notifications/cancelled"})
+# Methods whose ``Mcp-Name`` header mirrors a body parameter (digest §2.1).
+NAME_PARAMS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+SessionLookup: TypeAlias = Callable[[str], str | None]
+"""Session id → the negotiated version of a live legacy session the gateway minted, or None."""
+
+
+# --- POST -----------------------------------------------------------------------------------
+
+
+def check_post(
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    max_body_bytes: int,
+    session_version: SessionLookup,
+) -> Accepted | Rejection:
+    """Run the POST ladder (module docstring) over one request."""
+    early = check_accept(headers) or check_content_type(headers) or check_body_size(body, max_body_bytes)
+    if early is not None:
+        return early
+    value = parse_body(body)
+    if isinstance(value, Rejection):
+        return value
+    if isinstance(value, list):
+        return check_batch(value, headers, session_version)
+    message = parse_single(value)
+    if isinstance(message, Rejection):
+        return message
+    if not is_modern(message, headers):
+        return check_legacy(message, headers, session_version)
+    return check_modern(message, headers)
+
+
+def check_accept(headers: Mapping[str, str]) -> Rejection | None:
+    accept = headers.get(h.ACCEPT)
+    if h.accepts(accept, h.JSON_MEDIA_TYPE) and h.accepts(accept, h.SSE_MEDIA_TYPE):
+        return None
+    return reject(406, INVALID_REQUEST, f"Accept must list both {h.JSON_MEDIA_TYPE} and {h.SSE_MEDIA_TYPE}")
+
+
+def check_content_type(headers: Mapping[str, str]) -> Rejection | None:
+    if h.media_type(headers.get(h.CONTENT_TYPE, "")) == h.JSON_MEDIA_TYPE:
+        return None
+    return reject(415, INVALID_REQUEST, f"Content-Type must be {h.JSON_MEDIA_TYPE}")
+
+
+def check_body_size(body: bytes, max_body_bytes: int) -> Rejection | None:
+    if len(body) <= max_body_bytes:
+        return None
+    return reject(413, INVALID_REQUEST, f"request body is larger than {max_body_bytes} bytes")
+
+
+def parse_body(body: bytes) -> Any:
+    """The decoded JSON value, or a 400/-32700 ``Rejection``."""
+    try:
+        return decode(body)
+    except ParseError as exc:
+        return reject(400, PARSE_ERROR, str(exc))
+
+
+def parse_single(value: Any) -> Message | Rejection:
+    try:
+        return parse_message(value)
+    except InvalidMessage as exc:
+        return reject(400, INVALID_REQUEST, exc.reason, id=exc.id)
+
+
+def check_batch(items: list[Any], headers: Mapping[str, str], session_version: SessionLookup) -> Accepted | Rejection:
+    """Batches exist only in 2025-03-26, so only a session negotiated at that version may send one."""
+    if not items:
+        return reject(400, INVALID_REQUEST, "an empty batch is not a valid request")
+    session_id = headers.get(h.MCP_SESSION_ID)
+    version = session_version(session_id) if session_id is not None else None
+    if session_id is not None and version is None:
+        return unknown_session()
+    if version is None or version not in versions.BATCH_VERSIONS:
+        return reject(400, INVALID_REQUEST, "batches are not supported in this protocol revision")
+    messages: list[Message] = []
+    for item in items:
+        message = parse_single(item)
+        if isinstance(message, Rejection):
+            return message
+        if isinstance(message, Request) and message.method == "initialize":
+            return reject(400, INVALID_REQUEST, "initialize must not be part of a batch", id=message.id)
+        messages.append(message)
+    version_problem = check_legacy_version_header(headers, None)
+    if version_problem is not None:
+        return version_problem
+    return Accepted(Era.LEGACY, version, tuple(messages), session_id, is_batch=True)
+
+
+def message_id(message: Message) -> JsonId | None:
+    return None if isinstance(message, Notification) else message.id
+
+
+def meta_of(message: Message) -> Mapping[str, Any] | None:
+    """``params._meta`` when it is an object."""
+    if isinstance(message, (Request, Notification)) and message.params is not None:
+        meta = message.params.get("_meta")
+        if isinstance(meta, dict):
+            return meta
+    return None
+
+
+def is_modern(message: Message, headers: Mapping[str, str]) -> bool:
+    """Digest §7.1.2: a modern version header, or any ``_meta`` protocol version, is modern."""
+    if headers.get(h.MCP_PROTOCOL_VERSION) in versions.MODERN_VERSIONS:
+        return True
+    meta = meta_of(message)
+    return meta is not None and PROTOCOL_VERSION_KEY in meta
+
+
+# --- Legacy ---------------------------------------------------------------------------------
+
+
+def check_legacy(message: Message, headers: Mapping[str, str], session_version: SessionLookup) -> Accepted | Rejection:
+    """A request that is not modern: ``initialize``, or traffic on a live legacy session."""
+    mid = message_id(message)
+    if isinstance(message, Request) and message.method == "initialize":
+        # A stray Mcp-Session-Id on initialize is ignored: the client is starting over.
+        requested = (message.params or {}).get("protocolVersion")
+        if not isinstance(requested, str):
+            return reject(400, INVALID_PARAMS, 'initialize needs a string "protocolVersion"', id=mid)
+        return Accepted(Era.LEGACY, requested, (message,), None, is_batch=False)
+    session_id = headers.get(h.MCP_SESSION_ID)
+    if session_id is None:
+        return reject(
+            400,
+            HEADER_MISMATCH,
+            "no MCP-Protocol-Version header naming 2026-07-28, no params._meta protocol version "
+            "and no Mcp-Session-Id: send a 2026-07-28 request, or initialize a legacy session",
+            id=mid,
+        )
+    version = session_version(session_id)
+    if version is None:
+        return unknown_session(mid)
+    version_problem = check_legacy_version_header(headers, mid)
+    if version_problem is not None:
+        return version_problem
+    return Accepted(Era.LEGACY, version, (message,), session_id, is_batch=False)
+
+
+def unknown_session(mid: JsonId | None = None) -> Rejection:
+    # L-TR §Session Management: a terminated session's id MUST get 404; the client re-initializes.
+    return reject(404, INVALID_REQUEST, "unknown or ended session: initialize a new one", id=mid)
+
+
+def check_legacy_version_header(headers: Mapping[str, str], mid: JsonId | None) -> Rejection | None:
+    """On a legacy session, a version header must name a legacy version (L-TR: else 400).
+
+    It is not compared with the session's negotiated version: clients that send the
+    header send that one, and refusing a mismatch would break nothing but working clients.
+    """
+    value = headers.get(h.MCP_PROTOCOL_VERSION)
+    if value is None or value in versions.LEGACY_VERSIONS:
+        return None
+    return reject(
+        400,
+        INVALID_REQUEST,
+        f"unsupported MCP-Protocol-Version {describe(value)} for a legacy session",
+        id=mid,
+        data={"supported": list(versions.LEGACY_VERSIONS), "requested": value},
+    )
+
+
+# --- Modern ---------------------------------------------------------------------------------
+
+
+def check_modern(message: Message, headers: Mapping[str, str]) -> Accepted | Rejection:
+    if isinstance(message, (Result, ErrorReply)):
+        return reject(
+            400,
+            INVALID_REQUEST,
+            "clients must not POST responses in protocol revision 2026-07-28",
+            id=message.id,
+        )
+    mid = message_id(message)
+    mismatch = check_mirrored_headers(message, headers)
+    if mismatch is not None:
+        return mismatch
+    meta = meta_of(message) or {}
+    version = meta.get(PROTOCOL_VERSION_KEY, headers.get(h.MCP_PROTOCOL_VERSION))
+    unsupported = check_version_supported(version, mid)
+    if unsupported is not None:
+        return unsupported
+    if isinstance(message, Request):
+        problem = check_required_meta(message) or check_method_known(message)
+        if problem is not None:
+            return problem
+    return Accepted(Era.MODERN, version, (message,), None, is_batch=False)
+
+
+def check_mirrored_headers(message: Request | Notification, headers: Mapping[str, str]) -> Rejection | None:
+    """Rung 9 (digest §2.1, §2.4): mirrored headers present, well-formed and equal to the body.
+
+    For notifications a missing header is tolerated (their header rules are undefined).
+    """
+    return (
+        check_version_header(message, headers)
+        or check_method_header(message, headers)
+        or check_name_header(message, headers)
+    )
+
+
+def _mismatch(message: Request | Notification, text: str) -> Rejection:
+    return reject(400, HEADER_MISMATCH, text, id=message_id(message))
+
+
+def _bad_chars(message: Request | Notification, header: str) -> Rejection:
+    return _mismatch(message, f"{header} header holds characters not allowed in a header value")
+
+
+def check_version_header(message: Request | Notification, headers: Mapping[str, str]) -> Rejection | None:
+    header = headers.get(h.MCP_PROTOCOL_VERSION)
+    if header is not None and h.has_invalid_header_chars(header):
+        return _bad_chars(message, "MCP-Protocol-Version")
+    meta = meta_of(message) or {}
+    if PROTOCOL_VERSION_KEY not in meta:
+        # Modern by the header alone: the missing _meta key is reported by rung 11 as -32602,
+        # the code the spec gives for a missing required field.
+        return None
+    body = meta[PROTOCOL_VERSION_KEY]
+    if header is None:
+        if isinstance(message, Notification):
+            return None
+        return _mismatch(message, f"missing MCP-Protocol-Version header; params._meta names version {describe(body)}")
+    if header != body:
+        return _mismatch(
+            message,
+            f"MCP-Protocol-Version header {describe(header)} does not match "
+            f"params._meta protocol version {describe(body)}",
+        )
+    return None
+
+
+def check_method_header(message: Request | Notification, headers: Mapping[str, str]) -> Rejection | None:
+    header = headers.get(h.MCP_METHOD)
+    if header is None:
+        if isinstance(message, Notification):
+            return None
+        return _mismatch(message, f"missing Mcp-Method header; the body's method is {describe(message.method)}")
+    if h.has_invalid_header_chars(header):
+        return _bad_chars(message, "Mcp-Method")
+    if header != message.method:
+        return _mismatch(
+            message,
+            f"Mcp-Method header {describe(header)} does not match the body's method {describe(message.method)}",
+        )
+    return None
+
+
+def check_name_header(message: Request | Notification, headers: Mapping[str, str]) -> Rejection | None:
+    """``Mcp-Name`` for ``tools/call``, ``prompts/get``, ``resources/read``; ignored elsewhere.
+
+    When the body parameter is missing or not a string the request is malformed anyway;
+    the check is skipped and the child answers -32602, the code for bad params.
+    """
+    key = NAME_PARAMS.get(message.method)
+    if key is None or not isinstance(message, Request):
+        return None
+    expected = (message.params or {}).get(key)
+    if not isinstance(expected, str):
+        return None
+    raw = headers.get(h.MCP_NAME)
+    if raw is None:
+        return _mismatch(message, f"missing Mcp-Name header; params.{key} is {describe(expected)}")
+    if h.has_invalid_header_chars(raw):
+        return _bad_chars(message, "Mcp-Name")
+    try:
+        decoded = h.decode_header_value(raw)
+    except h.HeaderValueError as exc:
+        return _mismatch(message, f"Mcp-Name header: {exc}")
+    if decoded != expected:
+        return _mismatch(
+            message, f"Mcp-Name header {describe(decoded)} does not match params.{key} {describe(expected)}"
+        )
+    return None
+
+
+def check_version_supported(version: Any, mid: JsonId | None) -> Rejection | None:
+    if not isinstance(version, str):
+        # Only a notification gets here (a request's header check refuses a non-string).
+        return reject(400, INVALID_PARAMS, f'params._meta "{PROTOCOL_VERSION_KEY}" must be a string', id=mid)
+    if version in versions.MODERN_VERSIONS:
+        return None
+    hint = " (a legacy revision: initialize a session to use it)" if version in versions.LEGACY_VERSIONS else ""
+    return reject(
+        400,
+        UNSUPPORTED_PROTOCOL_VERSION,
+        f"unsupported protocol version {describe(version)}{hint}",
+        id=mid,
+        data={"supported": list(versions.ALL_VERSIONS), "requested": version},
+    )
+
+
+def check_required_meta(message: Request) -> Rejection | None:
+    """Digest §1.1: every modern request carries both keys; missing → -32602."""
+    meta = (message.params or {}).get("_meta")
+    if not isinstance(meta, dict):
+        return reject(
+            400,
+            INVALID_PARAMS,
+            f'params._meta is required, with "{PROTOCOL_VERSION_KEY}" and "{CLIENT_CAPABILITIES_KEY}"',
+            id=message.id,
+        )
+    if not isinstance(meta.get(PROTOCOL_VERSION_KEY), str):
+        return reject(
+            400, INVALID_PARAMS, f'params._meta is missing "{PROTOCOL_VERSION_KEY}" (a string)', id=message.id
+        )
+    if not isinstance(meta.get(CLIENT_CAPABILITIES_KEY), dict):
+        return reject(
+            400,
+            INVALID_PARAMS,
+            f'params._meta is missing "{CLIENT_CAPABILITIES_KEY}" (an object; {{}} for none)',
+            id=message.id,
+        )
+    return None
+
+
+def check_method_known(message: Request) -> Rejection | None:
+    if message.method in REMOVED_METHODS:
+        reason = "was removed in protocol revision 2026-07-28"
+    elif message.method in SERVER_TO_CLIENT_METHODS:
+        reason = "is sent by servers, not to them"
+    else:
+        return None
+    return reject(404, METHOD_NOT_FOUND, f"method {describe(message.method)} {reason}", id=message.id)
+
+
+# --- GET and DELETE (legacy sessions only) --------------------------------------------------
+
+
+def check_get(headers: Mapping[str, str], *, session_version: SessionLookup) -> Accepted | Rejection:
+    """A legacy session's server→client stream. ``Last-Event-ID`` is the caller's to ignore."""
+    target = check_session_target(headers, session_version)
+    if isinstance(target, Rejection):
+        return target
+    if not h.accepts(headers.get(h.ACCEPT), h.SSE_MEDIA_TYPE):
+        return reject(406, INVALID_REQUEST, f"Accept must list {h.SSE_MEDIA_TYPE}")
+    return target
+
+
+def check_delete(headers: Mapping[str, str], *, session_version: SessionLookup) -> Accepted | Rejection:
+    """A legacy client ending its session."""
+    return check_session_target(headers, session_version)
+
+
+def check_session_target(headers: Mapping[str, str], session_version: SessionLookup) -> Accepted | Rejection:
+    """GET and DELETE exist only for legacy sessions; without one → 405 with ``Allow: POST``."""
+    session_id = headers.get(h.MCP_SESSION_ID)
+    if session_id is None or headers.get(h.MCP_PROTOCOL_VERSION) in versions.MODERN_VERSIONS:
+        return reject(
+            405,
+            INVALID_REQUEST,
+            "GET and DELETE serve legacy sessions only (send Mcp-Session-Id); use POST",
+            headers=((h.ALLOW, "POST"),),
+        )
+    version = session_version(session_id)
+    if version is None:
+        return unknown_session()
+    version_problem = check_legacy_version_header(headers, None)
+    if version_problem is not None:
+        return version_problem
+    return Accepted(Era.LEGACY, version, (), session_id, is_batch=False)
