@@ -42,8 +42,10 @@ class StderrTail:
         *complete, rest = self._partial.split(b"\n")
         for raw in complete:
             self._keep(raw)
-        # An endless line must not grow memory: keep only what the tail would show.
-        self._partial = bytearray(rest[: self._line_chars * 4])
+        # An endless line must not grow memory: keep only what the tail would show. Leading
+        # whitespace is dropped first (``_keep`` strips it anyway), so indentation longer
+        # than the bound cannot crowd out the text when the line arrives in pieces.
+        self._partial = bytearray(rest.lstrip()[: self._line_chars * 4])
 
     def close(self) -> None:
         if self._partial:

@@ -64,7 +64,7 @@ async def test_arguments_reach_the_child_verbatim_without_a_shell() -> None:
     ],
 )
 async def test_a_nul_byte_or_bad_env_name_is_refused_before_spawning(spec: ChildSpec, what: str) -> None:
-    with pytest.raises(ChildStartError, match="^cannot start") as info:
+    with pytest.raises(ChildStartError, match=r"^cannot start") as info:
         async with open_child(spec):
             pass  # pragma: no cover - must not be reached
     assert what in info.value.message
@@ -229,7 +229,7 @@ async def test_a_child_killed_by_a_signal_names_the_signal() -> None:
 async def test_a_timed_out_request_is_cancelled_at_the_child_which_stays_usable() -> None:
     with anyio.fail_after(15):
         async with open_child(server_spec()) as child:
-            with pytest.raises(ChildTimeoutError, match="within 0.2 s"):
+            with pytest.raises(ChildTimeoutError, match=r"within 0\.2 s"):
                 async with child.exchange("tools/call", call_params(True, "sleep", {"ms": 30_000}), timeout=0.2) as ex:
                     timed_out_id = ex.child_id
                     async for _ in ex:
@@ -374,6 +374,6 @@ async def test_the_probe_decides_the_era(flags: tuple[str, ...], era: Era, versi
 
 
 async def test_a_silent_child_fails_to_start_after_the_handshake_timeout() -> None:
-    with anyio.fail_after(10), pytest.raises(ChildStartError, match="no answer to initialize within 0.3 s"):
+    with anyio.fail_after(10), pytest.raises(ChildStartError, match=r"no answer to initialize within 0\.3 s"):
         async with open_child(server_spec("--silent", probe_timeout=0.3, handshake_timeout=0.3)):
             pass  # pragma: no cover

@@ -1,0 +1,231 @@
+"""The MCP endpoint: POST (both eras), GET and DELETE (legacy sessions only).
+
+A POST goes: bounded body read → ingress ladder (pure) → by era:
+
+- **modern** request → the relay's exchange, answered lazily as JSON or SSE; a client
+  disconnect cancels it at the child. Accepted notifications → 202.
+- **legacy** ``initialize`` → answered by the gateway from the child's handshake, with a new
+  ``Mcp-Session-Id``; other legacy requests run detached (a disconnect is not a
+  cancellation); ``notifications/cancelled`` cancels the named request of that session;
+  ``ping`` is answered here. 2025-03-26 batches are answered with a JSON array.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Final
+
+import anyio
+import orjson
+from anyio.abc import TaskGroup
+from starlette.requests import Request as HttpRequest
+from starlette.responses import Response
+
+from gateway.errors import CODE_CANCELLED, ChildError, GatewayError
+from gateway.http import wire
+from gateway.http.stream import Detached, LazyStream
+from gateway.protocol import bridge, ingress
+from gateway.protocol.headers import MCP_SESSION_ID
+from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Message, Notification, Request, Result, error_object
+from gateway.protocol.outcome import Accepted, Rejection
+from gateway.protocol.versions import Era
+from gateway.relay import ClientContext, Relay, response
+from gateway.sessions import LegacySession, SessionStore
+
+log = logging.getLogger("gateway.http")
+
+MAX_BODY_BYTES: Final = 4 * 1024 * 1024
+"""Largest POST body accepted (413 above): tool arguments, not file uploads."""
+
+
+def lower_headers(request: HttpRequest) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
+
+
+async def read_body(request: HttpRequest, limit: int) -> bytes | None:
+    """The body, or None when it exceeds ``limit`` (never buffered past the limit)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+def rejection_response(rejection: Rejection) -> Response:
+    body = rejection.body()
+    headers = dict(rejection.headers)
+    if body is None:
+        return Response(status_code=rejection.status, headers=headers)
+    return wire.json_response(body, rejection.status, headers)
+
+
+class McpEndpoint:
+    def __init__(self, relay: Relay, sessions: SessionStore, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+        self.relay = relay
+        self.sessions = sessions
+        self.max_body_bytes = max_body_bytes
+        self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
+
+    async def __call__(self, request: HttpRequest) -> Response | LazyStream:
+        headers = lower_headers(request)
+        if request.method == "GET":
+            return self._get(headers)
+        if request.method == "DELETE":
+            return self._delete(headers)
+        body = await read_body(request, self.max_body_bytes)
+        if body is None:
+            return wire.error_response(
+                413, error_object(-32600, f"request body over the {self.max_body_bytes}-byte limit")
+            )
+        outcome = ingress.check_post(
+            headers, body, max_body_bytes=self.max_body_bytes, session_version=self.sessions.version_of
+        )
+        if isinstance(outcome, Rejection):
+            return rejection_response(outcome)
+        if outcome.era is Era.MODERN:
+            return self._modern(outcome)
+        return await self._legacy(outcome)
+
+    # -- modern -------------------------------------------------------------------------
+
+    def _modern(self, accepted: Accepted) -> Response | LazyStream:
+        message = accepted.messages[0]
+        if not isinstance(message, Request):
+            # Only notifications get here (the ladder refuses modern responses). Modern
+            # cancellation is a disconnect; a POSTed cancelled is accepted and ignored.
+            return wire.accepted()
+        client = ClientContext(Era.MODERN, accepted.version)
+        return LazyStream(self.relay.exchange(message, client), request_id=message.id)
+
+    # -- legacy -------------------------------------------------------------------------
+
+    async def _legacy(self, accepted: Accepted) -> Response | LazyStream:
+        if accepted.session_id is None:
+            message = accepted.messages[0]
+            assert isinstance(message, Request)  # the ladder only lets initialize in without a session
+            return await self._initialize(message)
+        session = self.sessions.get(accepted.session_id)
+        if session is None:  # ended between the ladder and here
+            return rejection_response(ingress.unknown_session())
+        if accepted.is_batch:
+            return await self._batch(session, accepted.messages)
+        message = accepted.messages[0]
+        if isinstance(message, Request):
+            local = self._local_legacy_answer(session, message)
+            if local is not None:
+                return wire.json_response(local)
+            return LazyStream(self._detached(session, message), request_id=message.id)
+        self._legacy_notification(session, message)
+        return wire.accepted()
+
+    async def _initialize(self, message: Request) -> Response:
+        params = message.params or {}
+        try:
+            child = await self.relay.pool.wait_ready()
+        except GatewayError as exc:
+            return wire.gateway_error_response(exc, message.id)
+        assert child.info is not None
+        requested = params.get("protocolVersion")
+        result = bridge.initialize_result(requested if isinstance(requested, str) else "", child.info)
+        capabilities = params.get("capabilities")
+        client_info = params.get("clientInfo")
+        session = self.sessions.create(
+            result["protocolVersion"],
+            capabilities if isinstance(capabilities, dict) else {},
+            client_info if isinstance(client_info, dict) else None,
+        )
+        log.info("legacy session %s… opened (protocol %s)", session.id[:8], session.version)
+        return wire.json_response(response(message.id, result=result), headers={MCP_SESSION_ID: session.id})
+
+    @staticmethod
+    def _local_legacy_answer(session: LegacySession, message: Request) -> JsonObject | None:
+        if message.method == "ping":
+            return response(message.id, result={})
+        if message.method == "initialize":
+            return response(
+                message.id, error=error_object(-32600, "this session is already initialized; start a new one")
+            )
+        return None
+
+    @staticmethod
+    def _legacy_notification(session: LegacySession, message: Message) -> None:
+        if isinstance(message, Notification):
+            if message.method == "notifications/initialized":
+                session.initialized = True
+            elif message.method == "notifications/cancelled" and message.params:
+                session.cancel(message.params.get("requestId"))
+        elif isinstance(message, (Result, ErrorReply)):
+            log.debug("legacy session %s… answered a request the gateway did not send", session.id[:8])
+
+    def _client(self, session: LegacySession) -> ClientContext:
+        return ClientContext(Era.LEGACY, session.version, session.capabilities, session.client_info, session.log_level)
+
+    def _detached(self, session: LegacySession, message: Request) -> Detached:
+        def cancelled() -> JsonObject:
+            return response(message.id, error=error_object(CODE_CANCELLED, "the request was cancelled"))
+
+        detached = Detached(self.relay.exchange(message, self._client(session)), cancelled)
+        session.in_flight[message.id] = detached.scope
+        assert self.task_group is not None
+
+        async def run() -> None:
+            try:
+                await detached.run()
+            except ChildError as exc:  # pragma: no cover - the relay turns these into replies
+                log.warning("detached exchange failed: %s", exc)
+            finally:
+                if session.in_flight.get(message.id) is detached.scope:
+                    del session.in_flight[message.id]
+
+        self.task_group.start_soon(run)
+        return detached
+
+    async def _batch(self, session: LegacySession, messages: tuple[Message, ...]) -> Response:
+        """2025-03-26 batches: notifications and responses are taken, requests answered in one array."""
+        answers: list[JsonObject] = []
+
+        async def answer(message: Request) -> None:
+            local = self._local_legacy_answer(session, message)
+            if local is not None:
+                answers.append(local)
+                return
+            async for event in _finals(self.relay.exchange(message, self._client(session))):
+                answers.append(event)
+
+        async with anyio.create_task_group() as tg:
+            for message in messages:
+                if isinstance(message, Request):
+                    tg.start_soon(answer, message)
+                else:
+                    self._legacy_notification(session, message)
+        if not answers:
+            return wire.accepted()
+        return Response(orjson.dumps(answers), media_type="application/json")
+
+    # -- GET / DELETE -------------------------------------------------------------------
+
+    def _get(self, headers: dict[str, str]) -> Response:
+        outcome = ingress.check_get(headers, session_version=self.sessions.version_of)
+        if isinstance(outcome, Rejection):
+            return rejection_response(outcome)
+        # No unsolicited-message stream yet: 405 is the answer the transport allows.
+        return Response(status_code=405, headers={"allow": "POST, DELETE"})
+
+    def _delete(self, headers: dict[str, str]) -> Response:
+        outcome = ingress.check_delete(headers, session_version=self.sessions.version_of)
+        if isinstance(outcome, Rejection):
+            return rejection_response(outcome)
+        assert outcome.session_id is not None
+        self.sessions.end(outcome.session_id)
+        return Response(status_code=204)
+
+
+async def _finals(events: AsyncIterator[JsonObject]) -> AsyncIterator[JsonObject]:
+    async for event in events:
+        if "id" in event and "method" not in event:
+            yield event

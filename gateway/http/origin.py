@@ -1,0 +1,70 @@
+"""DNS-rebinding protection: a pure-ASGI middleware that checks ``Origin`` and ``Host``.
+
+A browser page on ``http://attacker.example`` can make a visitor's browser POST to
+``http://127.0.0.1:8000/mcp``; the browser then sends ``Origin: http://attacker.example``.
+A request whose ``Origin`` is present and not allowed gets 403 with an id-less JSON-RPC
+error (SHTTP §Security). Requests without ``Origin`` (non-browser clients) pass. When the
+gateway is bound to loopback, ``Host`` must name a loopback host too, which defeats DNS
+rebinding (attacker.example resolving to 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final
+from urllib.parse import urlsplit
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.http.wire import error_response
+from gateway.protocol.jsonrpc import error_object
+
+LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
+
+
+def _host_only(authority: str) -> str:
+    if authority.startswith("["):
+        return authority[: authority.find("]") + 1].lower()
+    return authority.rsplit(":", 1)[0].lower() if authority.count(":") == 1 else authority.lower()
+
+
+class OriginGuard:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        loopback_only: bool,
+        allowed_origins: Iterable[str] = (),
+        allowed_hosts: Iterable[str] = (),
+    ) -> None:
+        self.app = app
+        self.loopback_only = loopback_only
+        self.allowed_origins = {o.rstrip("/").lower() for o in allowed_origins}
+        self.allowed_hosts = {h.lower() for h in allowed_hosts}
+
+    def _origin_ok(self, origin: str) -> bool:
+        if origin.rstrip("/").lower() in self.allowed_origins or "*" in self.allowed_origins:
+            return True
+        parts = urlsplit(origin)
+        return self.loopback_only and parts.scheme in ("http", "https") and _host_only(parts.netloc) in LOOPBACK_HOSTS
+
+    def _host_ok(self, host: str) -> bool:
+        if not self.loopback_only:
+            return True
+        name = _host_only(host)
+        return name in LOOPBACK_HOSTS or name in self.allowed_hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+            origin = headers.get("origin")
+            if origin is not None and not self._origin_ok(origin):
+                response = error_response(403, error_object(-32600, f"origin {origin!r} is not allowed"))
+                await response(scope, receive, send)
+                return
+            host = headers.get("host")
+            if host is not None and not self._host_ok(host):
+                response = error_response(403, error_object(-32600, f"host {host!r} is not allowed"))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -1,0 +1,173 @@
+"""The answer to one request: JSON if the final response comes first, else SSE.
+
+``LazyStream(events)`` is an ASGI response. It waits for the first message from the relay:
+
+- the final response (it has an ``id``) → ``200 application/json``, one object;
+- a notification → ``200 text/event-stream`` opened now (so every 4xx/503 was decided
+  before a byte went out), then one ``data:`` event per message, the final response last;
+  ``X-Accel-Buffering: no`` and ``Cache-Control: no-cache`` so proxies do not hold events
+  back; a ``:`` comment every ``KEEPALIVE_SECONDS`` while the child is quiet.
+
+While it waits and while it streams it listens for ``http.disconnect``; a disconnect
+closes the iterator. For a modern client that iterator is the relay's exchange itself, so
+the child is sent ``notifications/cancelled``. A legacy client's disconnect is **not** a
+cancellation (L-TR §Sending Messages: "SHOULD NOT"), so the HTTP edge hands legacy
+exchanges to ``Detached``: the exchange runs in a background task and the response only
+reads from it; when the reader goes away the exchange finishes and its result is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from typing import Any, Final
+
+import anyio
+import orjson
+from sse_starlette.event import ServerSentEvent
+from starlette.types import Receive, Scope, Send
+
+from gateway.errors import GatewayUnavailableError
+from gateway.http.wire import gateway_error_response
+from gateway.protocol.jsonrpc import JsonObject
+
+log = logging.getLogger("gateway.http")
+
+DETACHED_BUFFER: Final = 256
+"""Messages a background (legacy) exchange may queue ahead of a slow reader."""
+KEEPALIVE_SECONDS: Final = 15.0
+"""Idle time after which an SSE stream gets a comment line, so proxies keep it open."""
+
+SSE_HEADERS: Final = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def _is_final(message: JsonObject) -> bool:
+    return "id" in message and "method" not in message
+
+
+class LazyStream:
+    def __init__(
+        self,
+        events: AsyncIterator[JsonObject],
+        *,
+        request_id: Any = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        self._events = events
+        self._request_id = request_id
+        self._headers = headers or []
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as tg:
+
+            async def watch_disconnect() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch_disconnect)
+            try:
+                await self._respond(scope, receive, send)
+            finally:
+                tg.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await self._events.aclose()  # type: ignore[attr-defined]
+
+    async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            first = await self._events.__anext__()
+        except GatewayUnavailableError as exc:
+            await gateway_error_response(exc, self._request_id)(scope, receive, send)
+            return
+        except StopAsyncIteration:  # pragma: no cover - the relay always yields a final response
+            log.error("relay ended without a response")
+            return
+        if _is_final(first):
+            body = orjson.dumps(first)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-type", b"application/json"), *self._headers],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *self._headers]})
+        await self._send_event(send, first)
+        while True:
+            with anyio.move_on_after(KEEPALIVE_SECONDS) as idle:
+                try:
+                    message = await self._events.__anext__()
+                except StopAsyncIteration:
+                    break
+            if idle.cancelled_caught:
+                await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
+                continue
+            await self._send_event(send, message)
+            if _is_final(message):
+                break
+        await send({"type": "http.response.body", "body": b""})
+
+    @staticmethod
+    async def _send_event(send: Send, message: JsonObject) -> None:
+        data = ServerSentEvent(data=orjson.dumps(message).decode()).encode()
+        await send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+class Detached:
+    """Runs an exchange in a background task; iterating reads what it produced.
+
+    Used for legacy clients, whose disconnect must not cancel the child's work. ``scope``
+    cancels the exchange itself (a POSTed ``notifications/cancelled`` or a session DELETE);
+    the reader then gets ``on_cancel()`` as the final response, so every request still
+    gets exactly one answer.
+    """
+
+    def __init__(self, events: AsyncIterator[JsonObject], on_cancel: Callable[[], JsonObject]) -> None:
+        self.scope = anyio.CancelScope()
+        self._events = events
+        self._on_cancel = on_cancel
+        self._send, self._receive = anyio.create_memory_object_stream[JsonObject](DETACHED_BUFFER)
+
+    async def run(self) -> None:
+        final_sent = False
+        with self.scope:
+            async with aclosing(self._events):  # type: ignore[type-var]
+                async for message in self._events:
+                    final_sent = _is_final(message)
+                    self._offer(message, final=final_sent)
+        if not final_sent:
+            self._offer(self._on_cancel(), final=True)
+        self._send.close()
+
+    def _offer(self, message: JsonObject, *, final: bool) -> None:
+        try:
+            self._send.send_nowait(message)
+        except anyio.WouldBlock:
+            if final:  # a slow reader still gets its answer: make room by dropping progress
+                while True:
+                    try:
+                        self._receive.receive_nowait()
+                    except anyio.WouldBlock:
+                        break
+                self._send.send_nowait(message)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the client left; the child's work goes on and its answer is dropped
+
+    def __aiter__(self) -> Detached:
+        return self
+
+    async def __anext__(self) -> JsonObject:
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._receive.close()

@@ -1,0 +1,45 @@
+"""Every error the HTTP edge sends is written here, and nowhere else.
+
+An error answer is a JSON-RPC error response (``id`` null when the request's id is not
+known, as JSON-RPC requires) with the HTTP status the spec maps it to; 503 carries
+``Retry-After``. ``json_response`` is the one JSON writer (orjson, compact).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from gateway.errors import GatewayError
+from gateway.protocol.jsonrpc import JsonObject
+
+
+def json_response(body: JsonObject, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json", headers=headers)
+
+
+def error_response(
+    status: int,
+    error: JsonObject,
+    request_id: Any = None,
+    *,
+    retry_after: int | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    extra = dict(headers or {})
+    if retry_after is not None:
+        extra["retry-after"] = str(retry_after)
+    body = {"jsonrpc": "2.0", "id": request_id, "error": error}
+    return json_response(body, status, extra)
+
+
+def gateway_error_response(exc: GatewayError, request_id: Any = None) -> Response:
+    retry_after = getattr(exc, "retry_after", None)
+    return error_response(exc.status, exc.error_object(), request_id, retry_after=retry_after)
+
+
+def accepted() -> Response:
+    """202 with no body: an accepted notification or response."""
+    return Response(status_code=202)

@@ -1,0 +1,148 @@
+"""Era bridging for ordinary requests, as pure functions (digest §7.6 A, B, D, E).
+
+- **Modern client → legacy child (B):** ``server/discover`` is answered by the gateway from
+  the child's ``InitializeResult``; ``io.modelcontextprotocol/*`` keys are stripped from
+  ``_meta`` on the way in (the rewritten ``progressToken`` and trace keys stay); results get
+  ``resultType: "complete"``, the caching hints the modern schema requires on list/read
+  results (``ttlMs: 0``, ``cacheScope: "private"``: a legacy child gives no freshness
+  promise, and its answers may depend on who asks), and ``_meta.serverInfo``; the legacy
+  "resource not found" -32002 becomes -32602.
+- **Legacy client → modern child (D):** the per-request ``_meta`` is built from the
+  session (the child's version, the client's declared capabilities, its clientInfo);
+  modern-only result fields are removed.
+- **Same era (A, E):** pass-through; the correlator rewrites ids and tokens.
+
+Imports: standard library and ``gateway.protocol`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from gateway.protocol import versions
+from gateway.protocol.handshake import (
+    META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_LOG_LEVEL,
+    META_PROTOCOL_VERSION,
+    META_SERVER_INFO,
+    ChildInfo,
+)
+from gateway.protocol.jsonrpc import INVALID_PARAMS, LEGACY_RESOURCE_NOT_FOUND, JsonObject
+
+RESERVED_META_PREFIX: Final = "io.modelcontextprotocol/"
+CACHEABLE_METHODS: Final = frozenset(
+    {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
+)
+"""Complete results of these carry ``ttlMs`` and ``cacheScope`` (caching §1.3)."""
+BRIDGED_TTL_MS: Final = 0
+BRIDGED_CACHE_SCOPE: Final = "private"
+MODERN_ONLY_RESULT_KEYS: Final = ("resultType", "ttlMs", "cacheScope")
+# Legacy-only client capabilities that have no modern meaning (digest §7.6 D).
+_LEGACY_ONLY_CAPABILITIES: Final = ("tasks",)
+
+
+def strip_modern_meta(params: JsonObject | None) -> JsonObject | None:
+    """Params for a legacy child: no ``io.modelcontextprotocol/*`` keys in ``_meta``."""
+    if not params or not isinstance(params.get("_meta"), dict):
+        return params
+    meta = {k: v for k, v in params["_meta"].items() if not k.startswith(RESERVED_META_PREFIX)}
+    out = {k: v for k, v in params.items() if k != "_meta"}
+    if meta:
+        out["_meta"] = meta
+    return out
+
+
+def modernize_result(method: str, result: JsonObject, child: ChildInfo) -> JsonObject:
+    """A legacy child's result, made valid for a modern client."""
+    out = dict(result)
+    out.setdefault("resultType", "complete")
+    if method in CACHEABLE_METHODS:
+        out.setdefault("ttlMs", BRIDGED_TTL_MS)
+        out.setdefault("cacheScope", BRIDGED_CACHE_SCOPE)
+    if child.server_info:
+        meta = out.get("_meta")
+        meta = dict(meta) if isinstance(meta, dict) else {}
+        meta.setdefault(META_SERVER_INFO, child.server_info)
+        out["_meta"] = meta
+    return out
+
+
+def modernize_error(error: JsonObject) -> JsonObject:
+    """Modern servers must not emit -32002; its modern meaning is invalid params (-32602)."""
+    if error.get("code") == LEGACY_RESOURCE_NOT_FOUND:
+        return {**error, "code": INVALID_PARAMS}
+    return error
+
+
+def discover_result(child: ChildInfo) -> JsonObject:
+    """``server/discover`` answered for a legacy child (modern clients may always call it)."""
+    capabilities = {k: v for k, v in child.capabilities.items() if k not in ("tasks", "logging")}
+    out: JsonObject = {
+        "resultType": "complete",
+        "supportedVersions": list(versions.MODERN_VERSIONS),
+        "capabilities": capabilities,
+        "ttlMs": BRIDGED_TTL_MS,
+        "cacheScope": BRIDGED_CACHE_SCOPE,
+    }
+    if child.instructions:
+        out["instructions"] = child.instructions
+    if child.server_info:
+        out["_meta"] = {META_SERVER_INFO: child.server_info}
+    return out
+
+
+def legacy_capabilities_to_modern(capabilities: Mapping[str, Any]) -> JsonObject:
+    out = {k: v for k, v in capabilities.items() if k not in _LEGACY_ONLY_CAPABILITIES}
+    roots = out.get("roots")
+    if isinstance(roots, dict) and "listChanged" in roots:
+        out["roots"] = {k: v for k, v in roots.items() if k != "listChanged"}
+    return out
+
+
+def add_modern_meta(
+    params: JsonObject | None,
+    *,
+    version: str,
+    capabilities: Mapping[str, Any],
+    client_info: Mapping[str, Any] | None,
+    log_level: str | None = None,
+) -> JsonObject:
+    """Params for a modern child on behalf of a legacy session."""
+    out = dict(params or {})
+    meta = dict(out.get("_meta") or {})
+    meta[META_PROTOCOL_VERSION] = version
+    meta[META_CLIENT_CAPABILITIES] = legacy_capabilities_to_modern(capabilities)
+    if client_info:
+        meta[META_CLIENT_INFO] = dict(client_info)
+    if log_level is not None:
+        meta[META_LOG_LEVEL] = log_level
+    out["_meta"] = meta
+    return out
+
+
+def legacy_result(result: JsonObject) -> JsonObject:
+    """A modern child's result for a legacy client: modern-only fields and ``_meta`` keys removed."""
+    out = {k: v for k, v in result.items() if k not in MODERN_ONLY_RESULT_KEYS}
+    meta = out.get("_meta")
+    if isinstance(meta, dict) and any(k.startswith(RESERVED_META_PREFIX) for k in meta):
+        kept = {k: v for k, v in meta.items() if not k.startswith(RESERVED_META_PREFIX)}
+        if kept:
+            out["_meta"] = kept
+        else:
+            del out["_meta"]
+    return out
+
+
+def initialize_result(requested: str, child: ChildInfo) -> JsonObject:
+    """The gateway's answer to a legacy client's ``initialize`` (legacy lifecycle)."""
+    server_info = child.server_info or {"name": "mcp-stdio-gateway", "version": "0"}
+    out: JsonObject = {
+        "protocolVersion": versions.negotiate_legacy(requested),
+        "capabilities": {k: v for k, v in child.capabilities.items() if k != "tasks"},
+        "serverInfo": {"name": "unknown", "version": "0", **server_info},
+    }
+    if child.instructions:
+        out["instructions"] = child.instructions
+    return out

@@ -1,0 +1,100 @@
+"""Legacy (2025-03-26 … 2025-11-25) HTTP sessions: minted by the gateway at ``initialize``.
+
+A session remembers what the legacy lifecycle negotiated (version, the client's declared
+capabilities and clientInfo) so that requests to a modern child can carry a full ``_meta``,
+and it tracks its requests in flight so that a POSTed ``notifications/cancelled`` or a
+``DELETE`` can cancel them. Ids are 192 random bits in URL-safe base64: globally unique,
+unguessable, and visible ASCII as the transport requires (L-TR §Session Management).
+Idle sessions expire (``SESSION_IDLE_TIMEOUT``); an expired or deleted id gets 404.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import anyio
+
+from gateway.protocol.jsonrpc import JsonId, JsonObject
+
+SESSION_IDLE_TIMEOUT: Final = 3600.0
+"""Seconds without a request after which a legacy session is forgotten."""
+MAX_SESSIONS: Final = 10_000
+"""Live sessions at most; the oldest idle one is dropped past this (bounded memory)."""
+
+
+@dataclass
+class LegacySession:
+    id: str
+    version: str
+    capabilities: JsonObject
+    client_info: JsonObject | None
+    last_seen: float
+    initialized: bool = False
+    log_level: str | None = None
+    in_flight: dict[JsonId, anyio.CancelScope] = field(default_factory=dict)
+
+    def cancel(self, client_id: Any) -> bool:
+        """Cancel the request the client knows as ``client_id`` (exact JSON type)."""
+        key = client_id if type(client_id) in (int, str) else None
+        scope = self.in_flight.get(key) if key is not None else None
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+
+    def cancel_all(self) -> None:
+        for scope in self.in_flight.values():
+            scope.cancel()
+
+
+class SessionStore:
+    def __init__(self, idle_timeout: float = SESSION_IDLE_TIMEOUT, max_sessions: int = MAX_SESSIONS) -> None:
+        self._sessions: dict[str, LegacySession] = {}
+        self._idle_timeout = idle_timeout
+        self._max_sessions = max_sessions
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def create(self, version: str, capabilities: JsonObject, client_info: JsonObject | None) -> LegacySession:
+        now = anyio.current_time()
+        self.expire(now)
+        if len(self._sessions) >= self._max_sessions:
+            oldest = min(self._sessions.values(), key=lambda s: s.last_seen)
+            self.end(oldest.id)
+        session = LegacySession(secrets.token_urlsafe(24), version, capabilities, client_info, now)
+        self._sessions[session.id] = session
+        return session
+
+    def get(self, session_id: str) -> LegacySession | None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            return None
+        now = anyio.current_time()
+        if now - session.last_seen > self._idle_timeout and not session.in_flight:
+            self.end(session_id)
+            return None
+        session.last_seen = now
+        return session
+
+    def version_of(self, session_id: str) -> str | None:
+        session = self.get(session_id)
+        return session.version if session else None
+
+    def end(self, session_id: str) -> bool:
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            return False
+        session.cancel_all()
+        return True
+
+    def expire(self, now: float) -> None:
+        stale = [s.id for s in self._sessions.values() if now - s.last_seen > self._idle_timeout and not s.in_flight]
+        for session_id in stale:
+            self.end(session_id)
+
+    def end_all(self) -> None:
+        for session_id in list(self._sessions):
+            self.end(session_id)

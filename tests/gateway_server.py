@@ -1,0 +1,75 @@
+"""A real gateway on a real socket: uvicorn serving the app on a pre-bound 127.0.0.1 port.
+
+The socket is bound and listening before uvicorn starts, so a client may connect at once:
+the kernel queues the connection until uvicorn accepts it. No sleeps, no port races.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import uvicorn
+
+from gateway.http.app import create_app
+from gateway.stdio.pool import Pool
+from gateway.stdio.spec import ChildSpec
+
+MODERN = "2026-07-28"
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "0"},
+}
+BASE_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+@asynccontextmanager
+async def running_gateway(spec: ChildSpec, **app_options: Any) -> AsyncIterator[str]:
+    """Serve ``spec`` behind the gateway; yield the MCP endpoint URL."""
+    pool = Pool(spec, size=app_options.pop("pool_size", 1))
+    app = create_app(pool, **app_options)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve, [sock])
+        try:
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            server.should_exit = True
+    sock.close()
+
+
+def modern_headers(method: str, name: str | None = None, **extra: str) -> dict[str, str]:
+    headers = {**BASE_HEADERS, "mcp-protocol-version": MODERN, "mcp-method": method, **extra}
+    if name is not None:
+        headers["mcp-name"] = name
+    return headers
+
+
+def modern_call(request_id: Any, tool: str, arguments: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments or {}, "_meta": {**MODERN_META, **meta}},
+    }
+
+
+def parse_sse(text: str) -> list[dict[str, Any]]:
+    """The JSON messages of an SSE body (``data:`` lines; comments ignored)."""
+    import orjson
+
+    messages = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        data = [line[5:].lstrip() for line in block.splitlines() if line.startswith("data:")]
+        if data:
+            messages.append(orjson.loads("\n".join(data)))
+    return messages
