@@ -6,23 +6,36 @@ them, then exactly one final response carrying the client's id with its exact JS
 Closing the iterator early (the HTTP client went away) leaves the child exchange, which
 sends ``notifications/cancelled`` with the child-side id.
 
-Failures of the child (``ChildError``) become the final response as JSON-RPC errors;
-``GatewayUnavailableError`` is raised before anything is yielded, so the HTTP edge can
-still answer 503.
+Failures of the child (``ChildError``) become the final response as JSON-RPC errors.
+Two outcomes are raised before anything is yielded, so the HTTP edge can still answer
+with their status: ``GatewayUnavailableError`` (503) and ``Rejected`` (a 400 from the
+``Mcp-Param-*`` check, which needs the child's tool schemas and so cannot run in the pure
+ingress ladder).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ChildError
-from gateway.protocol import bridge
+from gateway.protocol import bridge, xmcpheader
 from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Request, Result
+from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
+from gateway.stdio.catalog import ToolCatalog
+from gateway.stdio.child import StdioChild
 from gateway.stdio.pool import Pool
+
+
+class Rejected(Exception):
+    """The request is refused after all (raised before the exchange yields anything)."""
+
+    def __init__(self, rejection: Rejection) -> None:
+        super().__init__(rejection.error)
+        self.rejection = rejection
 
 
 @dataclass(frozen=True)
@@ -43,11 +56,15 @@ def response(client_id: Any, *, result: JsonObject | None = None, error: JsonObj
 
 
 class Relay:
-    def __init__(self, pool: Pool, *, request_timeout: float | None = None) -> None:
+    def __init__(self, pool: Pool, *, request_timeout: float | None = None, gateway_version: str = "0") -> None:
         self.pool = pool
         self.request_timeout = request_timeout
+        self.catalog = ToolCatalog(gateway_version)
 
-    async def exchange(self, request: Request, client: ClientContext) -> AsyncIterator[JsonObject]:
+    async def exchange(
+        self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[JsonObject]:
+        """Run ``request`` on a child; ``headers`` (modern only) are checked for ``Mcp-Param-*``."""
         try:
             child = await self.pool.wait_ready()  # GatewayUnavailableError propagates: the edge answers 503
         except ChildError as exc:  # the command cannot start: fail at once, with the reason
@@ -58,6 +75,8 @@ class Relay:
         if client.era is Era.MODERN and info.era is Era.LEGACY and request.method == "server/discover":
             yield response(request.id, result=bridge.discover_result(info))
             return
+        if headers is not None and request.method == "tools/call":
+            await self._check_param_headers(child, request, headers)
         params = self._params_for_child(request.params, client, info)
         try:
             async with child.exchange(request.method, params, timeout=self.request_timeout) as ex:
@@ -67,7 +86,22 @@ class Relay:
         except ChildError as exc:
             yield response(request.id, error=exc.error_object())
             return
+        if request.method == "tools/list" and isinstance(reply, Result):
+            reply = Result(reply.id, self.catalog.visible_tools(child, reply.result))
         yield self._reply_for_client(request, reply, client, info)
+
+    async def _check_param_headers(self, child: StdioChild, request: Request, headers: Mapping[str, str]) -> None:
+        params = request.params or {}
+        name = params.get("name")
+        if not isinstance(name, str):
+            return  # the child answers a call without a tool name
+        header_params = await self.catalog.header_params(child, name)
+        arguments = params.get("arguments")
+        rejection = xmcpheader.check_param_headers(
+            header_params, arguments if isinstance(arguments, dict) else None, headers, request_id=request.id
+        )
+        if rejection is not None:
+            raise Rejected(rejection)
 
     @staticmethod
     def _params_for_child(params: JsonObject | None, client: ClientContext, child: ChildInfo) -> JsonObject | None:

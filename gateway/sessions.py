@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway.protocol.jsonrpc import JsonId, JsonObject
 
 SESSION_IDLE_TIMEOUT: Final = 3600.0
 """Seconds without a request after which a legacy session is forgotten."""
+STREAM_BUFFER: Final = 64
+"""Unsolicited messages queued for a session's GET stream; past this they are dropped."""
 MAX_SESSIONS: Final = 10_000
 """Live sessions at most; the oldest idle one is dropped past this (bounded memory)."""
 
@@ -34,6 +37,24 @@ class LegacySession:
     initialized: bool = False
     log_level: str | None = None
     in_flight: dict[JsonId, anyio.CancelScope] = field(default_factory=dict)
+    stream: MemoryObjectSendStream[JsonObject] | None = None  # the open GET stream, if any
+
+    def open_stream(self) -> MemoryObjectReceiveStream[JsonObject]:
+        """A new GET stream for this session; an older one is closed (one message, one stream)."""
+        if self.stream is not None:
+            self.stream.close()
+        self.stream, receive = anyio.create_memory_object_stream[JsonObject](STREAM_BUFFER)
+        return receive
+
+    def offer(self, message: JsonObject) -> bool:
+        """Queue an unsolicited message on the GET stream; False if none is open or it is full."""
+        if self.stream is None:
+            return False
+        try:
+            self.stream.send_nowait(message)
+        except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return False
+        return True
 
     def cancel(self, client_id: Any) -> bool:
         """Cancel the request the client knows as ``client_id`` (exact JSON type)."""
@@ -47,6 +68,8 @@ class LegacySession:
     def cancel_all(self) -> None:
         for scope in self.in_flight.values():
             scope.cancel()
+        if self.stream is not None:
+            self.stream.close()
 
 
 class SessionStore:
@@ -94,6 +117,10 @@ class SessionStore:
         stale = [s.id for s in self._sessions.values() if now - s.last_seen > self._idle_timeout and not s.in_flight]
         for session_id in stale:
             self.end(session_id)
+
+    def broadcast(self, message: JsonObject) -> int:
+        """Offer ``message`` to every session's GET stream; return how many took it."""
+        return sum(session.offer(message) for session in self._sessions.values())
 
     def end_all(self) -> None:
         for session_id in list(self._sessions):

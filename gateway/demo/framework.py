@@ -212,6 +212,7 @@ class StdioServer:
         cache_scope: str = "public",
         silent_methods: Iterable[str] = (),
         eof_grace: float = EOF_GRACE_SECONDS,
+        page_size: int | None = None,
         stdin: IO[bytes] | None = None,
         stdout: IO[bytes] | None = None,
     ) -> None:
@@ -225,6 +226,7 @@ class StdioServer:
         self.cache_scope = cache_scope
         self.silent_methods = frozenset(silent_methods)
         self.eof_grace = eof_grace
+        self.page_size = page_size  # tools/list pages of this many tools (None: one page)
         self.stdout_lock = threading.RLock()  # re-entrant: a tool holding it may still write
         self._in = stdin if stdin is not None else sys.stdin.buffer
         self._out = stdout if stdout is not None else sys.stdout.buffer
@@ -435,9 +437,20 @@ class StdioServer:
                 result["instructions"] = self.instructions
             return result | self._cache_hints()
         if method == "tools/list":
-            tools: JsonObject = {"tools": [tool.describe() for tool in self._tools.values()]}
+            tools: JsonObject = self._tools_page(params.get("cursor"))
             return tools | self._cache_hints() if era == "modern" else tools
         raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
+
+    def _tools_page(self, cursor: Any) -> JsonObject:
+        """One page of tools; the cursor is the index of the page's first tool."""
+        described = [tool.describe() for tool in list(self._tools.values())]
+        if self.page_size is None:
+            return {"tools": described}
+        start = int(cursor) if isinstance(cursor, str) and cursor.isdigit() else 0
+        page: JsonObject = {"tools": described[start : start + self.page_size]}
+        if start + self.page_size < len(described):
+            page["nextCursor"] = str(start + self.page_size)
+        return page
 
     def _initialize(self, params: JsonObject) -> JsonObject:
         requested = params.get("protocolVersion")

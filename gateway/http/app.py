@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from gateway import __version__
 from gateway.http.endpoint import MAX_BODY_BYTES, McpEndpoint
 from gateway.http.origin import OriginGuard
 from gateway.relay import Relay
@@ -35,7 +36,12 @@ def create_app(
     allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
     sessions = SessionStore()
-    endpoint = McpEndpoint(Relay(pool, request_timeout=request_timeout), sessions, max_body_bytes=max_body_bytes)
+    endpoint = McpEndpoint(
+        Relay(pool, request_timeout=request_timeout, gateway_version=__version__),
+        sessions,
+        max_body_bytes=max_body_bytes,
+    )
+    pool.add_listener(endpoint.on_child_notification)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -19,12 +19,14 @@ from typing import Final
 import anyio
 import orjson
 from anyio.abc import TaskGroup
+from sse_starlette import EventSourceResponse
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
 from gateway.errors import CODE_CANCELLED, ChildError, GatewayError
 from gateway.http import wire
-from gateway.http.stream import Detached, LazyStream
+from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
+from gateway.http.wire import rejection_response
 from gateway.protocol import bridge, ingress
 from gateway.protocol.headers import MCP_SESSION_ID
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Message, Notification, Request, Result, error_object
@@ -35,6 +37,13 @@ from gateway.sessions import LegacySession, SessionStore
 
 log = logging.getLogger("gateway.http")
 
+LIST_CHANGED: Final = frozenset(
+    {
+        "notifications/tools/list_changed",
+        "notifications/prompts/list_changed",
+        "notifications/resources/list_changed",
+    }
+)
 MAX_BODY_BYTES: Final = 4 * 1024 * 1024
 """Largest POST body accepted (413 above): tool arguments, not file uploads."""
 
@@ -54,14 +63,6 @@ async def read_body(request: HttpRequest, limit: int) -> bytes | None:
         if len(body) > limit:
             return None
     return bytes(body)
-
-
-def rejection_response(rejection: Rejection) -> Response:
-    body = rejection.body()
-    headers = dict(rejection.headers)
-    if body is None:
-        return Response(status_code=rejection.status, headers=headers)
-    return wire.json_response(body, rejection.status, headers)
 
 
 class McpEndpoint:
@@ -88,19 +89,19 @@ class McpEndpoint:
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
         if outcome.era is Era.MODERN:
-            return self._modern(outcome)
+            return self._modern(outcome, headers)
         return await self._legacy(outcome)
 
     # -- modern -------------------------------------------------------------------------
 
-    def _modern(self, accepted: Accepted) -> Response | LazyStream:
+    def _modern(self, accepted: Accepted, headers: dict[str, str]) -> Response | LazyStream:
         message = accepted.messages[0]
         if not isinstance(message, Request):
             # Only notifications get here (the ladder refuses modern responses). Modern
             # cancellation is a disconnect; a POSTed cancelled is accepted and ignored.
             return wire.accepted()
         client = ClientContext(Era.MODERN, accepted.version)
-        return LazyStream(self.relay.exchange(message, client), request_id=message.id)
+        return LazyStream(self.relay.exchange(message, client, headers), request_id=message.id)
 
     # -- legacy -------------------------------------------------------------------------
 
@@ -210,11 +211,31 @@ class McpEndpoint:
     # -- GET / DELETE -------------------------------------------------------------------
 
     def _get(self, headers: dict[str, str]) -> Response:
+        """A legacy session's stream of unsolicited messages (``list_changed``)."""
         outcome = ingress.check_get(headers, session_version=self.sessions.version_of)
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
-        # No unsolicited-message stream yet: 405 is the answer the transport allows.
-        return Response(status_code=405, headers={"allow": "POST, DELETE"})
+        assert outcome.session_id is not None
+        session = self.sessions.get(outcome.session_id)
+        if session is None:
+            return rejection_response(ingress.unknown_session())
+        messages = session.open_stream()
+
+        async def events() -> AsyncIterator[dict[str, str]]:
+            with messages:
+                async for message in messages:
+                    yield {"data": orjson.dumps(message).decode()}
+
+        return EventSourceResponse(
+            events(), ping=int(KEEPALIVE_SECONDS), headers={"cache-control": "no-cache", "x-accel-buffering": "no"}
+        )
+
+    def on_child_notification(self, notification: Notification) -> None:
+        """Unsolicited child notifications: ``list_changed`` goes to every legacy GET stream."""
+        if notification.method in LIST_CHANGED:
+            self.sessions.broadcast(notification.to_dict())
+        else:
+            log.debug("unsolicited %s from the child not forwarded", notification.method)
 
     def _delete(self, headers: dict[str, str]) -> Response:
         outcome = ingress.check_delete(headers, session_version=self.sessions.version_of)

@@ -29,8 +29,9 @@ from sse_starlette.event import ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
-from gateway.http.wire import gateway_error_response
+from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import JsonObject
+from gateway.relay import Rejected
 
 log = logging.getLogger("gateway.http")
 
@@ -83,6 +84,9 @@ class LazyStream:
             first = await self._events.__anext__()
         except GatewayUnavailableError as exc:
             await gateway_error_response(exc, self._request_id)(scope, receive, send)
+            return
+        except Rejected as exc:
+            await rejection_response(exc.rejection)(scope, receive, send)
             return
         except StopAsyncIteration:  # pragma: no cover - the relay always yields a final response
             log.error("relay ended without a response")

@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from gateway.errors import GatewayError
 from gateway.protocol.jsonrpc import JsonObject
+from gateway.protocol.outcome import Rejection
 
 
 def json_response(body: JsonObject, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -31,7 +32,10 @@ def error_response(
     extra = dict(headers or {})
     if retry_after is not None:
         extra["retry-after"] = str(retry_after)
-    body = {"jsonrpc": "2.0", "id": request_id, "error": error}
+    # An unknown id is left out: the 2026-07-28 schema types id as string or integer.
+    body: JsonObject = {"jsonrpc": "2.0", "error": error}
+    if request_id is not None:
+        body["id"] = request_id
     return json_response(body, status, extra)
 
 
@@ -43,3 +47,12 @@ def gateway_error_response(exc: GatewayError, request_id: Any = None) -> Respons
 def accepted() -> Response:
     """202 with no body: an accepted notification or response."""
     return Response(status_code=202)
+
+
+def rejection_response(rejection: Rejection) -> Response:
+    """The answer to a request the ingress checks refused."""
+    body = rejection.body()
+    headers = dict(rejection.headers)
+    if body is None:
+        return Response(status_code=rejection.status, headers=headers)
+    return json_response(body, rejection.status, headers)

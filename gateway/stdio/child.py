@@ -57,6 +57,7 @@ NOISE_LINES: Final = 5
 RequestHandler = Callable[[Request], Awaitable[Reply]]
 NotificationHandler = Callable[[Notification], None]
 CANCELLED = "notifications/cancelled"
+TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
 
 
 async def default_on_request(request: Request) -> Reply:
@@ -140,6 +141,7 @@ class StdioChild:
         self.non_json_lines = 0
         self.oversized_lines = 0
         self.stdout_noise: deque[str] = deque(maxlen=NOISE_LINES)
+        self.tools_generation = 0  # bumped by notifications/tools/list_changed (tool caches key on it)
         self._proc = proc
         self._tg = tg
         self._on_request = on_request or default_on_request
@@ -328,6 +330,8 @@ class StdioChild:
         elif isinstance(routed, ChildRequest):
             self._tg.start_soon(self._answer, routed.request)
         elif isinstance(routed, Unsolicited):
+            if routed.notification.method == TOOLS_LIST_CHANGED:
+                self.tools_generation += 1
             if self._on_notification is not None:
                 self._on_notification(routed.notification)
         elif isinstance(routed, Late):

@@ -21,6 +21,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from gateway.errors import ChildError, ChildStartError, GatewayUnavailableError
+from gateway.protocol.jsonrpc import Notification
 from gateway.stdio.child import NotificationHandler, RequestHandler, StdioChild, open_child
 from gateway.stdio.spec import ChildSpec
 
@@ -51,13 +52,12 @@ class Pool:
         size: int = 1,
         gateway_version: str = "0",
         on_request: RequestHandler | None = None,
-        on_notification: NotificationHandler | None = None,
     ) -> None:
         self.spec = spec
         self.slots = [Slot(i) for i in range(size)]
         self._gateway_version = gateway_version
         self._on_request = on_request
-        self._on_notification = on_notification
+        self._listeners: list[NotificationHandler] = []
         self._tg: TaskGroup | None = None
         self._closing = False
         self._changed = anyio.Event()
@@ -78,6 +78,14 @@ class Pool:
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
         await self._tg.__aexit__(None, None, None)
+
+    def add_listener(self, listener: NotificationHandler) -> None:
+        """Call ``listener`` with every notification a child sends outside any request."""
+        self._listeners.append(listener)
+
+    def _dispatch(self, notification: Notification) -> None:
+        for listener in self._listeners:
+            listener(notification)
 
     def is_ready(self) -> bool:
         return any(slot.child is not None and slot.child.is_alive() for slot in self.slots)
@@ -114,7 +122,7 @@ class Pool:
                     self.spec,
                     gateway_version=self._gateway_version,
                     on_request=self._on_request,
-                    on_notification=self._on_notification,
+                    on_notification=self._dispatch,
                 ) as child:
                     slot.child, slot.last_error = child, None
                     self._notify()

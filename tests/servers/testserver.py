@@ -13,6 +13,7 @@ crash) plus tools that make a child misbehave on demand. The flags shape the pro
 --exit-at-start CODE       write "fatal: configured to exit" to stderr, exit with CODE
 --ttl-ms N, --cache-scope  the cache hints of modern discover and tools/list results
 --name NAME                serverInfo.name (default "testserver")
+--page-size N              answer tools/list in pages of N tools (nextCursor = the next index)
 
 Start-up order: SIGTERM handling, then stderr lines, then exit-at-start, then banner, then
 serving. A test that needs to know signals are set up can wait for the first stderr line.
@@ -230,6 +231,43 @@ def add_test_tools(server: StdioServer) -> None:
         server.add_tool(Tool(name, description, schema, handler))
 
 
+HEADERED_SCHEMA: JsonObject = {
+    "type": "object",
+    "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "count": {"type": "integer", "x-mcp-header": "Count"},
+        "dry": {"type": "boolean", "x-mcp-header": "Dry-Run"},
+        "opts": {"type": "object", "properties": {"mode": {"type": "string", "x-mcp-header": "Mode"}}},
+        "note": {"type": "string"},
+    },
+}
+
+
+def add_header_tools(server: StdioServer) -> None:
+    """Tools with ``x-mcp-header`` annotations: one valid, one invalid (on a number)."""
+
+    def headered(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        return text_result(json.dumps(args, sort_keys=True), structured={"arguments": args})
+
+    def add_tool(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        name = str_arg(args, "name")
+        server.add_tool(Tool(name, "Added at run time; echoes 'message'.", object_schema(), headered))
+        ctx.notify("notifications/tools/list_changed")
+        return text_result(f"added {name}")
+
+    server.add_tool(Tool("headered", "Echo the arguments; four are mirrored into headers.", HEADERED_SCHEMA, headered))
+    bad_schema = {"type": "object", "properties": {"ratio": {"type": "number", "x-mcp-header": "Ratio"}}}
+    server.add_tool(Tool("bad_header", "An x-mcp-header on a number: invalid for HTTP clients.", bad_schema, headered))
+    server.add_tool(
+        Tool(
+            "add_tool",
+            "Register a tool named 'name' and send notifications/tools/list_changed.",
+            object_schema({"name": {"type": "string"}}, ["name"]),
+            add_tool,
+        )
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="A configurable stdio MCP server for tests.")
     parser.add_argument("--era", choices=sorted(ERAS), default="dual")
@@ -243,6 +281,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttl-ms", type=int, default=60_000)
     parser.add_argument("--cache-scope", choices=("public", "private"), default="public")
     parser.add_argument("--name", default="testserver")
+    parser.add_argument("--page-size", type=int, default=None, help="tools/list pages of N tools")
     return parser.parse_args(argv)
 
 
@@ -270,9 +309,11 @@ def main(argv: list[str] | None = None) -> None:
             ttl_ms=options.ttl_ms,
             cache_scope=options.cache_scope,
             silent_methods={"server/discover"} if options.silent_probe else (),
+            page_size=options.page_size,
         )
         add_demo_tools(server)
         add_test_tools(server)
+        add_header_tools(server)
         if options.banner is not None:
             server.write_line(options.banner)
         server.serve()
