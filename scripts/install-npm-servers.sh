@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install the real MCP servers that the npm integration tier (pytest -m npm) runs, at pinned
+# versions, into .npm-servers/ (a local, git-ignored npm prefix). Tests run them as
+# `node .npm-servers/node_modules/<package>/dist/index.js`, never through npx.
+#
+# Idempotent: when every pinned version is already installed it exits at once without
+# touching the network (--prefer-offline lets a warm npm cache halve a reinstall). Needs
+# node and npm; only the npm registry is contacted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PREFIX=.npm-servers
+# The TypeScript SDK is pinned too: both servers take it as ^1.30.0, and the SDK decides the
+# child's era (1.32.2 answers server/discover with -32601, so the child is legacy and the
+# tests exercise the gateway's bridging). npm dedupes it to this top-level copy.
+PACKAGES=(
+    "@modelcontextprotocol/server-everything@2026.8.31"
+    "@modelcontextprotocol/server-filesystem@2026.8.31"
+    "@modelcontextprotocol/sdk@1.32.2"
+)
+
+installed_version() {  # the version in PREFIX's node_modules/$1/package.json, or nothing
+    node -e 'try { process.stdout.write(require(process.argv[1]).version) } catch { }' \
+        "$PWD/$PREFIX/node_modules/$1/package.json"
+}
+
+missing=()
+for spec in "${PACKAGES[@]}"; do
+    name=${spec%@*}
+    want=${spec##*@}
+    [[ "$(installed_version "$name")" == "$want" ]] || missing+=("$spec")
+done
+
+if ((${#missing[@]} == 0)); then
+    echo "npm servers already installed in $PREFIX/"
+    exit 0
+fi
+
+echo "installing into $PREFIX/: ${missing[*]}"
+mkdir -p "$PREFIX"
+npm install --prefix "$PREFIX" --no-audit --no-fund --save-exact --prefer-offline --loglevel=error "${missing[@]}"

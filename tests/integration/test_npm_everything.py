@@ -1,0 +1,143 @@
+"""The npm tier: the reference ``@modelcontextprotocol/server-everything`` behind the gateway.
+
+The child is a real legacy (2025-11-25) server from the npm registry, run as
+``node …/dist/index.js stdio`` (no npx). It answers the gateway's ``server/discover`` probe
+at once with -32601 (method not found), so the gateway learns "legacy" from that answer and
+never waits out ``probe_timeout``. Clients are the official MCP Python SDK, in ``auto`` mode
+(it discovers, so it talks 2026-07-28 to the gateway, which bridges to the legacy child) and
+in ``legacy`` mode (an ``initialize`` session), plus raw httpx for the wire shapes.
+
+Tool names are those of server-everything 2026.8.31 (kebab-case: ``echo``,
+``trigger-long-running-operation``); ``scripts/install-npm-servers.sh`` pins that version.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp.types import TextContent
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from gateway.stdio.spec import ChildSpec
+from tests.gateway_server import MODERN, MODERN_META, modern_call, modern_headers, parse_sse, running_gateway
+from tests.schemas import validate
+
+REPO = Path(__file__).resolve().parents[2]
+NPM_MODULES = REPO / ".npm-servers" / "node_modules"
+EVERYTHING = NPM_MODULES / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+
+if not EVERYTHING.is_file():
+    pytest.skip(
+        f"{EVERYTHING.relative_to(REPO)} is missing; install the npm servers with scripts/install-npm-servers.sh",
+        allow_module_level=True,
+    )
+
+pytestmark = [pytest.mark.npm, pytest.mark.anyio]
+
+PROBE_TIMEOUT = 20.0
+"""A ceiling, never reached: the child answers ``server/discover`` with -32601 within about
+0.5 s of spawning. Bounded so that a child that stayed silent would cost 20 s, not 30."""
+ERA_VERDICT_WITHIN = PROBE_TIMEOUT / 2
+"""The first answer must come well before the probe would have timed out."""
+TEST_DEADLINE = 30.0
+
+LONG_TOOL = "trigger-long-running-operation"
+STEPS = 3
+LONG_ARGS = {"duration": 0.3, "steps": STEPS}
+LONG_TEXT = f"Long running operation completed. Duration: 0.3 seconds, Steps: {STEPS}."
+
+
+def everything_spec() -> ChildSpec:
+    return ChildSpec(
+        "node",
+        (str(EVERYTHING), "stdio"),
+        probe_timeout=PROBE_TIMEOUT,
+        handshake_timeout=20.0,
+        stdin_close_grace=1.0,
+        sigterm_grace=1.0,
+        name="server-everything",
+    )
+
+
+async def test_the_gateway_answers_server_discover_for_the_legacy_child_without_waiting_for_the_probe() -> None:
+    with anyio.fail_after(TEST_DEADLINE):
+        async with running_gateway(everything_spec()) as url, httpx.AsyncClient() as http:
+            with anyio.fail_after(ERA_VERDICT_WITHIN):
+                reply = await http.post(
+                    url,
+                    headers=modern_headers("server/discover"),
+                    json={"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": MODERN_META}},
+                )
+    assert reply.status_code == 200
+    assert reply.headers["content-type"] == "application/json"
+    body = reply.json()
+    validate(body, "DiscoverResultResponse")
+    result = body["result"]
+    assert MODERN in result["supportedVersions"]
+    assert "tools" in result["capabilities"]
+    assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "mcp-servers/everything"
+
+
+async def test_progress_of_the_long_running_operation_streams_as_sse_to_a_raw_modern_client() -> None:
+    with anyio.fail_after(TEST_DEADLINE):
+        async with running_gateway(everything_spec()) as url, httpx.AsyncClient() as http:
+            reply = await http.post(
+                url,
+                headers=modern_headers("tools/call", LONG_TOOL),
+                json=modern_call(7, LONG_TOOL, LONG_ARGS, progressToken="tok"),
+            )
+    assert reply.headers["content-type"].startswith("text/event-stream")
+    *progress, final = parse_sse(reply.text)
+    for note in progress:
+        validate(note, "ProgressNotification")
+    assert [(n["params"]["progressToken"], n["params"]["progress"]) for n in progress] == [
+        ("tok", step) for step in range(1, STEPS + 1)
+    ]
+    validate(final, "CallToolResultResponse")
+    assert final["id"] == 7
+    assert final["result"]["content"] == [{"type": "text", "text": LONG_TEXT}]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_sdk_client_connects_and_lists_the_everything_tools(mode: str) -> None:
+    with anyio.fail_after(TEST_DEADLINE):
+        async with running_gateway(everything_spec()) as url, Client(url, mode=mode) as client:
+            listed = await client.list_tools()
+            version = client.protocol_version
+            server_name = client.server_info.name if client.server_info else None
+    if mode == "auto":
+        assert version == MODERN
+    else:
+        assert version in HANDSHAKE_PROTOCOL_VERSIONS
+    assert server_name == "mcp-servers/everything"
+    names = {tool.name for tool in listed.tools}
+    assert {"echo", LONG_TOOL} <= names
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_sdk_client_calls_echo(mode: str) -> None:
+    with anyio.fail_after(TEST_DEADLINE):
+        async with running_gateway(everything_spec()) as url, Client(url, mode=mode) as client:
+            result = await client.call_tool("echo", {"message": "hello through the gateway"})
+    assert not result.is_error
+    assert result.content == [TextContent(type="text", text="Echo: hello through the gateway")]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_sdk_client_gets_progress_in_order_and_then_the_result(mode: str) -> None:
+    events: list[object] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        events.append((progress, total))
+
+    with anyio.fail_after(TEST_DEADLINE):
+        async with running_gateway(everything_spec()) as url, Client(url, mode=mode) as client:
+            result = await client.call_tool(LONG_TOOL, LONG_ARGS, progress_callback=on_progress)
+            events.append("result")
+    assert events == [(float(step), float(STEPS)) for step in range(1, STEPS + 1)] + ["result"]
+    assert not result.is_error
+    assert result.content == [TextContent(type="text", text=LONG_TEXT)]
