@@ -38,15 +38,28 @@ class Rejected(Exception):
         self.rejection = rejection
 
 
-@dataclass(frozen=True)
+@dataclass
 class ClientContext:
-    """Who is asking, in which era; for legacy clients, what their session negotiated."""
+    """Who is asking, in which era; for legacy clients, what their session negotiated.
+
+    ``session`` (legacy only) pins the session to the child that served it first, so state
+    the session set up there (``resources/subscribe``, ``logging/setLevel``) stays put.
+    """
 
     era: Era
     version: str
     capabilities: JsonObject = field(default_factory=dict)
     client_info: JsonObject | None = None
     log_level: str | None = None
+    session: Any = None  # a gateway.sessions.LegacySession; typed loosely to keep imports inward
+
+    def affinity(self) -> StdioChild | None:
+        child = getattr(self.session, "child", None)
+        return child if isinstance(child, StdioChild) and child.is_alive() else None
+
+    def bind(self, child: StdioChild) -> None:
+        if self.session is not None:
+            self.session.child = child
 
 
 def response(client_id: Any, *, result: JsonObject | None = None, error: JsonObject | None = None) -> JsonObject:
@@ -66,10 +79,16 @@ class Relay:
     ) -> AsyncIterator[JsonObject]:
         """Run ``request`` on a child; ``headers`` (modern only) are checked for ``Mcp-Param-*``."""
         try:
-            child = await self.pool.wait_ready()  # GatewayUnavailableError propagates: the edge answers 503
-        except ChildError as exc:  # the command cannot start: fail at once, with the reason
+            async with self.pool.lease(client.affinity()) as child:  # 503 and 400 propagate before any yield
+                client.bind(child)
+                async for message in self._exchange_on(child, request, client, headers):
+                    yield message
+        except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
             yield response(request.id, error=exc.error_object())
-            return
+
+    async def _exchange_on(
+        self, child: StdioChild, request: Request, client: ClientContext, headers: Mapping[str, str] | None
+    ) -> AsyncIterator[JsonObject]:
         info = child.info
         assert info is not None
         if client.era is Era.MODERN and info.era is Era.LEGACY and request.method == "server/discover":

@@ -38,6 +38,7 @@ class LegacySession:
     log_level: str | None = None
     in_flight: dict[JsonId, anyio.CancelScope] = field(default_factory=dict)
     stream: MemoryObjectSendStream[JsonObject] | None = None  # the open GET stream, if any
+    child: Any = None  # the child this session's requests go to (legacy state stays put)
 
     def open_stream(self) -> MemoryObjectReceiveStream[JsonObject]:
         """A new GET stream for this session; an older one is closed (one message, one stream)."""

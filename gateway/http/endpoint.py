@@ -164,7 +164,9 @@ class McpEndpoint:
             log.debug("legacy session %s… answered a request the gateway did not send", session.id[:8])
 
     def _client(self, session: LegacySession) -> ClientContext:
-        return ClientContext(Era.LEGACY, session.version, session.capabilities, session.client_info, session.log_level)
+        return ClientContext(
+            Era.LEGACY, session.version, session.capabilities, session.client_info, session.log_level, session
+        )
 
     def _detached(self, session: LegacySession, message: Request) -> Detached:
         def cancelled() -> JsonObject:

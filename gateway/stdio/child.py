@@ -141,6 +141,7 @@ class StdioChild:
         self.non_json_lines = 0
         self.oversized_lines = 0
         self.stdout_noise: deque[str] = deque(maxlen=NOISE_LINES)
+        self.last_output = anyio.current_time()  # when stdout last said anything (stall detection)
         self.tools_generation = 0  # bumped by notifications/tools/list_changed (tool caches key on it)
         self._proc = proc
         self._tg = tg
@@ -265,6 +266,7 @@ class StdioChild:
                     chunk = await self._proc.stdout.receive(READ_CHUNK)
                 except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     break
+                self.last_output = anyio.current_time()
                 for item in framer.feed(chunk):
                     if isinstance(item, OversizedLine):
                         self._on_oversized(item)

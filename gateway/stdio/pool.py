@@ -1,13 +1,25 @@
-"""Children for one server: start, hand out, replace, stop.
+"""A pool of children for one server and one isolation key: dispatch, growth, supervision.
 
-This first pool keeps ``size`` children (default one) and hands out the one with the
-fewest requests in flight. A child that exits is replaced with exponential backoff; while
-a start is failing, requests fail at once with the start error (``cannot start PROGRAM:
-REASON``) instead of waiting. Decisions happen synchronously (no awaits between reading
-and updating the table); I/O happens after.
+Rules (decided synchronously, so no await can interleave a check and its update):
 
-Lifecycle: ``async with Pool(spec) as pool`` runs the supervisor tasks; leaving the
-context stops every child with the spec's stop ladder.
+- **Dispatch**: a request leases the live child with the fewest leases below
+  ``max_in_flight`` (0 = unlimited), preferring the child a legacy session already uses;
+  if none is free and the pool is below ``max_size``, one more child is started; otherwise
+  the request waits at most ``queue_timeout`` and then fails with 503 + ``Retry-After``.
+  While no child is ready yet (cold start), it waits up to ``STARTUP_WAIT`` instead.
+- **Size**: ``min_size`` children are started with the pool (pre-warmed, so ``npx`` cold
+  start is paid before traffic) and kept; children above the minimum stop after
+  ``idle_timeout`` without a lease. A child is recycled after ``max_requests`` leases or
+  ``max_age`` seconds (0 = never), once its last lease ends.
+- **Supervision**: a child that exits is replaced when the pool is below ``min_size`` or
+  requests are waiting, after a backoff that doubles with each quick failure (start failure
+  or exit within ``QUICK_EXIT`` of starting) up to ``BACKOFF_MAX``. ``CRASH_LOOP``
+  consecutive quick failures mark the pool **failing**: requests then fail at once with
+  the last error (command, exit, stderr tail) and readiness reports it, until a later start
+  succeeds. A child that stops answering — requests pending but no output for
+  ``stall_timeout``, or an idle liveness check (``ping`` for legacy children,
+  ``server/discover`` for modern ones) failing — is recycled. Every change is logged with
+  the child's pid.
 """
 
 from __future__ import annotations
@@ -15,13 +27,16 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Final
+from dataclasses import dataclass
+from typing import Any, Final
 
 import anyio
 from anyio.abc import TaskGroup
 
-from gateway.errors import ChildError, ChildStartError, GatewayUnavailableError
-from gateway.protocol.jsonrpc import Notification
+from gateway.errors import ChildError, GatewayError, GatewayUnavailableError
+from gateway.protocol.handshake import modern_meta
+from gateway.protocol.jsonrpc import Notification, Result
+from gateway.protocol.versions import Era
 from gateway.stdio.child import NotificationHandler, RequestHandler, StdioChild, open_child
 from gateway.stdio.spec import ChildSpec
 
@@ -29,32 +44,93 @@ log = logging.getLogger("gateway.pool")
 
 BACKOFF_FIRST: Final = 0.5
 BACKOFF_MAX: Final = 30.0
-"""Restart delays double from BACKOFF_FIRST up to BACKOFF_MAX while starts keep failing."""
+"""Restart delays double from BACKOFF_FIRST up to BACKOFF_MAX while children keep failing."""
+QUICK_EXIT: Final = 10.0
+"""A child that exits within this many seconds of starting counts as a failure."""
+CRASH_LOOP: Final = 5
+"""Consecutive quick failures that mark the pool failing."""
 STARTUP_WAIT: Final = 120.0
-"""How long a request waits for a child that is still starting (npx cold starts)."""
+"""How long a request waits while the first child is still starting (npx cold starts)."""
+MAINTENANCE_TICK: Final = 1.0
+"""Seconds between idle, age and liveness checks."""
+LIVENESS_TIMEOUT: Final = 10.0
+"""Seconds a liveness check may take before the child is recycled."""
 
 
-class Slot:
-    """One place in the pool: the live child, or the reason there is none."""
+@dataclass(frozen=True)
+class PoolSettings:
+    min_size: int = 1
+    max_size: int = 1
+    max_in_flight: int = 0
+    queue_timeout: float = 30.0
+    idle_timeout: float = 300.0
+    max_requests: int = 0
+    max_age: float = 0.0
+    stall_timeout: float = 0.0
+    liveness_interval: float = 60.0
 
-    def __init__(self, index: int) -> None:
-        self.index = index
+    def __post_init__(self) -> None:
+        if self.min_size < 0 or self.max_size < 1 or self.min_size > self.max_size:
+            raise ValueError(f"pool sizes need 0 <= min ({self.min_size}) <= max ({self.max_size}), max >= 1")
+        if self.max_in_flight < 0:
+            raise ValueError("max_in_flight must be 0 (unlimited) or more")
+
+
+class Member:
+    """One child in the pool, from its start to its exit."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
         self.child: StdioChild | None = None
-        self.last_error: ChildError | None = None
-        self.restarts = 0
+        self.leases = 0
+        self.served = 0
+        self.started_at = anyio.current_time()
+        self.last_used = self.started_at
+        self.last_check = self.started_at
+        self.retiring = False
+        self.stop = anyio.Event()
+
+    @property
+    def is_live(self) -> bool:
+        return self.child is not None and self.child.is_alive() and not self.retiring
+
+    def has_room(self) -> bool:
+        limit = self.pool.settings.max_in_flight
+        return self.is_live and (limit == 0 or self.leases < limit)
+
+    def retire(self, why: str) -> None:
+        if not self.retiring:
+            self.retiring = True
+            pid = self.child.pid if self.child else None
+            log.info("%s: retiring child pid %s (%s)", self.pool.label, pid, why)
+        if self.leases == 0:
+            self.stop.set()
 
 
 class Pool:
     def __init__(
         self,
         spec: ChildSpec,
+        settings: PoolSettings | None = None,
         *,
-        size: int = 1,
         gateway_version: str = "0",
         on_request: RequestHandler | None = None,
+        label: str | None = None,
+        size: int | None = None,
     ) -> None:
+        if settings is None:
+            settings = PoolSettings(min_size=size or 1, max_size=size or 1)
         self.spec = spec
-        self.slots = [Slot(i) for i in range(size)]
+        self.settings = settings
+        self.label = label or spec.label
+        self.members: list[Member] = []
+        self.failing = False
+        self.last_error: GatewayError | None = None
+        self.spawns = 0
+        self.restarts = 0
+        self._quick_failures = 0
+        self._next_start = 0.0
+        self._waiting = 0
         self._gateway_version = gateway_version
         self._on_request = on_request
         self._listeners: list[NotificationHandler] = []
@@ -62,19 +138,23 @@ class Pool:
         self._closing = False
         self._changed = anyio.Event()
 
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+    def __repr__(self) -> str:
+        return f"<Pool {self.label} live={len(self.children())} members={len(self.members)} failing={self.failing}>"
+
+    # -- lifecycle ----------------------------------------------------------------------
 
     async def __aenter__(self) -> Pool:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        for slot in self.slots:
-            self._tg.start_soon(self._supervise, slot)
+        for _ in range(self.settings.min_size):
+            self._start_member()
+        self._tg.start_soon(self._maintain)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._closing = True
+        for member in self.members:
+            member.stop.set()
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
         await self._tg.__aexit__(None, None, None)
@@ -87,55 +167,228 @@ class Pool:
         for listener in self._listeners:
             listener(notification)
 
-    def is_ready(self) -> bool:
-        return any(slot.child is not None and slot.child.is_alive() for slot in self.slots)
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # -- state --------------------------------------------------------------------------
 
     def children(self) -> list[StdioChild]:
-        return [s.child for s in self.slots if s.child is not None and s.child.is_alive()]
+        return [m.child for m in self.members if m.is_live and m.child is not None]
 
-    async def wait_ready(self) -> StdioChild:
-        """The least busy live child; waits for one that is starting; fails fast when starts fail."""
-        with anyio.move_on_after(STARTUP_WAIT):
-            while True:
-                live = self.children()
-                if live:
-                    return min(live, key=lambda c: c.in_flight)
-                failed = [s.last_error for s in self.slots if s.last_error is not None]
-                if failed and len(failed) == len(self.slots):
-                    raise failed[0]
-                await self._changed.wait()
-        raise GatewayUnavailableError(
-            f"no {self.spec.label} child became ready within {STARTUP_WAIT:g} s", retry_after=5
-        )
+    def is_ready(self) -> bool:
+        return not self.failing and bool(self.children())
+
+    def is_idle(self) -> bool:
+        return not self.members and self._waiting == 0
+
+    def status(self) -> dict[str, Any]:
+        now = anyio.current_time()
+        return {
+            "failing": self.failing,
+            "last_error": self.last_error.message if self.last_error else None,
+            "spawns": self.spawns,
+            "restarts": self.restarts,
+            "waiting": self._waiting,
+            "children": [
+                {
+                    "pid": m.child.pid if m.child else None,
+                    "state": "retiring" if m.retiring else "ready" if m.is_live else "starting",
+                    "era": m.child.info.era.value if m.child and m.child.info else None,
+                    "protocol_version": m.child.info.version if m.child and m.child.info else None,
+                    "in_flight": m.leases,
+                    "served": m.served,
+                    "uptime_seconds": round(now - m.started_at, 3),
+                }
+                for m in self.members
+            ],
+        }
+
+    # -- leasing ------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def lease(self) -> AsyncIterator[StdioChild]:
-        child = await self.wait_ready()
-        yield child
+    async def lease(self, prefer: StdioChild | None = None) -> AsyncIterator[StdioChild]:
+        member = await self._acquire(prefer)
+        assert member.child is not None
+        try:
+            yield member.child
+        finally:
+            self._release(member)
 
-    async def _supervise(self, slot: Slot) -> None:
-        delay = BACKOFF_FIRST
-        while not self._closing:
-            started = anyio.current_time()
-            try:
-                async with open_child(
-                    self.spec,
-                    gateway_version=self._gateway_version,
-                    on_request=self._on_request,
-                    on_notification=self._dispatch,
-                ) as child:
-                    slot.child, slot.last_error = child, None
-                    self._notify()
-                    delay = BACKOFF_FIRST
-                    slot.last_error = await child.wait_exited()
-            except ChildStartError as exc:
-                slot.last_error = exc
-                log.error("%s", exc.message)
-            slot.child = None
-            slot.restarts += 1
+    async def wait_ready(self) -> StdioChild:
+        """A ready child, waiting for one to start (used where no lease is held)."""
+        async with self.lease() as child:
+            return child
+
+    def _pick(self, prefer: StdioChild | None) -> Member | None:
+        free = [m for m in self.members if m.has_room()]
+        for member in free:
+            if prefer is not None and member.child is prefer:
+                return member
+        return min(free, key=lambda m: m.leases, default=None)
+
+    async def _acquire(self, prefer: StdioChild | None) -> Member:
+        started = anyio.current_time()
+        self._waiting += 1
+        try:
+            while True:
+                member = self._pick(prefer)
+                if member is not None:
+                    member.leases += 1
+                    member.served += 1
+                    member.last_used = anyio.current_time()
+                    return member
+                starting = any(m.child is None for m in self.members)
+                now = anyio.current_time()
+                no_child = not self.children() and not starting
+                if no_child and self.last_error is not None and (self.failing or now < self._next_start):
+                    raise self.last_error  # fail fast: the command does not start (or keeps dying)
+                if not starting and len(self.members) < self.settings.max_size and now >= self._next_start:
+                    self._start_member()
+                    starting = True
+                budget = STARTUP_WAIT if not self.children() else self.settings.queue_timeout
+                remaining = started + budget - now
+                if remaining <= 0:
+                    raise self._saturated()
+                with anyio.move_on_after(remaining):
+                    await self._changed.wait()
+        finally:
+            self._waiting -= 1
+
+    def _saturated(self) -> GatewayUnavailableError:
+        s = self.settings
+        limit = f"{s.max_in_flight} request(s) each" if s.max_in_flight else "no free child"
+        return GatewayUnavailableError(
+            f"{self.label}: all {len(self.children())} of at most {s.max_size} children are busy ({limit}); "
+            f"no slot freed within {s.queue_timeout:g} s",
+            retry_after=max(1, round(s.queue_timeout)),
+            server=self.label,
+        )
+
+    def _release(self, member: Member) -> None:
+        member.leases -= 1
+        member.last_used = anyio.current_time()
+        s = self.settings
+        if s.max_requests and member.served >= s.max_requests:
+            member.retire(f"served {member.served} requests")
+        if member.retiring and member.leases == 0:
+            member.stop.set()
+        self._notify()
+
+    # -- supervision --------------------------------------------------------------------
+
+    def _start_member(self) -> None:
+        assert self._tg is not None
+        member = Member(self)
+        self.members.append(member)
+        self._tg.start_soon(self._run_member, member)
+
+    async def _run_member(self, member: Member) -> None:
+        self.spawns += 1
+        exit_error: GatewayError | None = None
+        try:
+            async with open_child(
+                self.spec,
+                gateway_version=self._gateway_version,
+                on_request=self._on_request,
+                on_notification=self._dispatch,
+            ) as child:
+                member.child = child
+                member.started_at = anyio.current_time()
+                if self.failing:
+                    log.info("%s: child pid %d started; no longer failing", self.label, child.pid)
+                self.failing = False
+                self.last_error = None
+                self._notify()
+                async with anyio.create_task_group() as tg:
+
+                    async def watch_exit() -> None:
+                        nonlocal exit_error
+                        exit_error = await child.wait_exited()
+                        member.stop.set()
+
+                    tg.start_soon(watch_exit)
+                    await member.stop.wait()
+                    tg.cancel_scope.cancel()
+        except ChildError as exc:  # could not start
+            exit_error = exc
+        finally:
+            self.members.remove(member)
             self._notify()
-            if anyio.current_time() - started > BACKOFF_MAX:
-                delay = BACKOFF_FIRST
-            log.info("restarting %s in %.1f s", self.spec.label, delay)
+        if self._closing:
+            return
+        self._after_exit(member, exit_error)
+
+    def _after_exit(self, member: Member, error: GatewayError | None) -> None:
+        uptime = anyio.current_time() - member.started_at
+        planned = member.retiring and member.child is not None
+        if not planned:
+            self.last_error = error
+            if member.child is None or uptime < QUICK_EXIT:
+                self._quick_failures += 1
+            else:
+                self._quick_failures = 0
+            if self._quick_failures >= CRASH_LOOP and not self.failing:
+                self.failing = True
+                log.error(
+                    "%s: failing after %d quick failures; last: %s",
+                    self.label,
+                    self._quick_failures,
+                    error.message if error else "?",
+                )
+        delay = 0.0 if self._quick_failures == 0 else min(BACKOFF_FIRST * 2 ** (self._quick_failures - 1), BACKOFF_MAX)
+        self._next_start = anyio.current_time() + delay
+        if len(self.members) < self.settings.min_size or self._waiting:
+            self.restarts += 1
+            assert self._tg is not None
+            self._tg.start_soon(self._restart_after, delay)
+        self._notify()
+
+    async def _restart_after(self, delay: float) -> None:
+        if delay:
+            log.info("%s: restarting in %.1f s", self.label, delay)
             await anyio.sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX)
+        if not self._closing and (len(self.members) < self.settings.min_size or self._waiting):
+            self._start_member()
+
+    async def _maintain(self) -> None:
+        """Idle stop, age recycling and liveness, once a tick (never on the request path)."""
+        while True:
+            await anyio.sleep(MAINTENANCE_TICK)
+            now = anyio.current_time()
+            s = self.settings
+            idle = [m for m in self.members if m.is_live and m.leases == 0 and now - m.last_used > s.idle_timeout]
+            for member in idle[: max(0, len(self.members) - s.min_size)]:
+                member.retire(f"idle for {now - member.last_used:.0f} s")
+            for member in list(self.members):
+                if not member.is_live or member.child is None:
+                    continue
+                if s.max_age and now - member.started_at > s.max_age:
+                    member.retire(f"older than {s.max_age:g} s")
+                elif s.stall_timeout and member.child.in_flight and now - member.child.last_output > s.stall_timeout:
+                    member.retire(f"requests pending but no output for {s.stall_timeout:g} s")
+                    await member.child.stop()
+                elif s.liveness_interval and member.leases == 0 and now - member.last_check > s.liveness_interval:
+                    member.last_check = now
+                    assert self._tg is not None
+                    self._tg.start_soon(self._check_liveness, member)
+
+    async def _check_liveness(self, member: Member) -> None:
+        child = member.child
+        if child is None or child.info is None:
+            return
+        if child.info.era is Era.LEGACY:
+            method, params = "ping", None
+        else:
+            method, params = "server/discover", {"_meta": modern_meta(self._gateway_version)}
+        try:
+            reply = await child.request(method, params, timeout=LIVENESS_TIMEOUT)
+            if isinstance(reply, Result):
+                return
+            problem = f"{method} answered an error"
+        except ChildError as exc:
+            problem = exc.message
+        if member.is_live:
+            log.warning("%s: child pid %d failed its liveness check (%s); recycling", self.label, child.pid, problem)
+            member.retire("failed liveness check")
+            await child.stop()
