@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gateway.errors import ConfigError
 from gateway.http.endpoint import MAX_BODY_BYTES
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
+from gateway.router import Isolation
+from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT
 
 DEFAULT_HOST = "127.0.0.1"
@@ -32,6 +35,10 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
     log_level: str = "info"
+    pool: PoolSettings = field(default_factory=PoolSettings)
+    isolation: Isolation = Isolation.SHARED
+    principal_header: str | None = None
+    env_from_headers: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -46,6 +53,9 @@ class Settings:
                 raise ConfigError(key, "must be a positive number of seconds")
         if self.request_timeout is not None and self.request_timeout <= 0:
             raise ConfigError("request_timeout", "must be a positive number of seconds")
+        for header, env in self.env_from_headers.items():
+            if not header or not env or "=" in env or "\x00" in env:
+                raise ConfigError("env_from_headers", f"{header!r} → {env!r} is not HEADER=ENV_VAR")
 
     @property
     def is_demo(self) -> bool:

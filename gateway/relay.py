@@ -25,9 +25,9 @@ from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Request, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
+from gateway.router import Router
 from gateway.stdio.catalog import ToolCatalog
 from gateway.stdio.child import StdioChild
-from gateway.stdio.pool import Pool
 
 
 class Rejected(Exception):
@@ -52,6 +52,11 @@ class ClientContext:
     client_info: JsonObject | None = None
     log_level: str | None = None
     session: Any = None  # a gateway.sessions.LegacySession; typed loosely to keep imports inward
+    principal: str | None = None
+
+    @property
+    def session_id(self) -> str | None:
+        return getattr(self.session, "id", None)
 
     def affinity(self) -> StdioChild | None:
         child = getattr(self.session, "child", None)
@@ -69,17 +74,19 @@ def response(client_id: Any, *, result: JsonObject | None = None, error: JsonObj
 
 
 class Relay:
-    def __init__(self, pool: Pool, *, request_timeout: float | None = None, gateway_version: str = "0") -> None:
-        self.pool = pool
+    def __init__(self, router: Router, *, request_timeout: float | None = None, gateway_version: str = "0") -> None:
+        self.router = router
         self.request_timeout = request_timeout
         self.catalog = ToolCatalog(gateway_version)
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[JsonObject]:
-        """Run ``request`` on a child; ``headers`` (modern only) are checked for ``Mcp-Param-*``."""
+        """Run ``request`` on a child of the pool the router picks; for modern clients the
+        ``Mcp-Param-*`` headers are checked against the tool's schema first."""
         try:
-            async with self.pool.lease(client.affinity()) as child:  # 503 and 400 propagate before any yield
+            pool = await self.router.pool_for(client.principal, client.session_id, headers or {})
+            async with pool.lease(client.affinity()) as child:  # 503 and 400 propagate before any yield
                 client.bind(child)
                 async for message in self._exchange_on(child, request, client, headers):
                     yield message
@@ -94,7 +101,7 @@ class Relay:
         if client.era is Era.MODERN and info.era is Era.LEGACY and request.method == "server/discover":
             yield response(request.id, result=bridge.discover_result(info))
             return
-        if headers is not None and request.method == "tools/call":
+        if headers is not None and client.era is Era.MODERN and request.method == "tools/call":
             await self._check_param_headers(child, request, headers)
         params = self._params_for_child(request.params, client, info)
         try:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 
 import uvicorn
+from starlette.applications import Starlette
 
 from gateway import __version__
 from gateway.config import Settings
 from gateway.http.app import create_app
-from gateway.stdio.pool import Pool
+from gateway.router import Router, ServerConfig
 from gateway.stdio.process import become_subreaper
 from gateway.stdio.spec import ChildSpec
 
@@ -33,10 +34,21 @@ def child_spec(settings: Settings) -> ChildSpec:
     )
 
 
-def build_app(settings: Settings):  # type: ignore[no-untyped-def]
-    pool = Pool(child_spec(settings), gateway_version=__version__)
+def server_config(settings: Settings) -> ServerConfig:
+    return ServerConfig(
+        name="demo" if settings.is_demo else "default",
+        spec=child_spec(settings),
+        pool=settings.pool,
+        isolation=settings.isolation,
+        env_from_headers=settings.env_from_headers,
+    )
+
+
+def build_app(settings: Settings) -> Starlette:
+    router = Router(server_config(settings), gateway_version=__version__)
     return create_app(
-        pool,
+        router,
+        principal_header=settings.principal_header,
         request_timeout=settings.request_timeout,
         max_body_bytes=settings.max_body_bytes,
         loopback_only=settings.loopback_only,

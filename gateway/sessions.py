@@ -11,6 +11,7 @@ Idle sessions expire (``SESSION_IDLE_TIMEOUT``); an expired or deleted id gets 4
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -34,6 +35,7 @@ class LegacySession:
     capabilities: JsonObject
     client_info: JsonObject | None
     last_seen: float
+    principal: str | None = None
     initialized: bool = False
     log_level: str | None = None
     in_flight: dict[JsonId, anyio.CancelScope] = field(default_factory=dict)
@@ -74,21 +76,29 @@ class LegacySession:
 
 
 class SessionStore:
-    def __init__(self, idle_timeout: float = SESSION_IDLE_TIMEOUT, max_sessions: int = MAX_SESSIONS) -> None:
+    def __init__(
+        self,
+        idle_timeout: float = SESSION_IDLE_TIMEOUT,
+        max_sessions: int = MAX_SESSIONS,
+        on_end: Callable[[str], None] | None = None,
+    ) -> None:
         self._sessions: dict[str, LegacySession] = {}
+        self._on_end = on_end
         self._idle_timeout = idle_timeout
         self._max_sessions = max_sessions
 
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def create(self, version: str, capabilities: JsonObject, client_info: JsonObject | None) -> LegacySession:
+    def create(
+        self, version: str, capabilities: JsonObject, client_info: JsonObject | None, principal: str | None = None
+    ) -> LegacySession:
         now = anyio.current_time()
         self.expire(now)
         if len(self._sessions) >= self._max_sessions:
             oldest = min(self._sessions.values(), key=lambda s: s.last_seen)
             self.end(oldest.id)
-        session = LegacySession(secrets.token_urlsafe(24), version, capabilities, client_info, now)
+        session = LegacySession(secrets.token_urlsafe(24), version, capabilities, client_info, now, principal)
         self._sessions[session.id] = session
         return session
 
@@ -112,6 +122,8 @@ class SessionStore:
         if session is None:
             return False
         session.cancel_all()
+        if self._on_end is not None:
+            self._on_end(session_id)
         return True
 
     def expire(self, now: float) -> None:

@@ -15,7 +15,8 @@ import anyio
 import uvicorn
 
 from gateway.http.app import create_app
-from gateway.stdio.pool import Pool
+from gateway.router import Isolation, Router, ServerConfig
+from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 
 MODERN = "2026-07-28"
@@ -28,22 +29,32 @@ BASE_HEADERS = {"content-type": "application/json", "accept": "application/json,
 
 
 @asynccontextmanager
-async def running_gateway(spec: ChildSpec, **app_options: Any) -> AsyncIterator[str]:
+async def running_gateway(
+    spec: ChildSpec,
+    *,
+    pool: PoolSettings | None = None,
+    isolation: Isolation = Isolation.SHARED,
+    env_from_headers: dict[str, str] | None = None,
+    pool_size: int | None = None,
+    **app_options: Any,
+) -> AsyncIterator[str]:
     """Serve ``spec`` behind the gateway; yield the MCP endpoint URL."""
-    pool = Pool(spec, size=app_options.pop("pool_size", 1))
-    app = create_app(pool, **app_options)
+    if pool_size is not None:
+        pool = PoolSettings(min_size=pool_size, max_size=pool_size)
+    server = ServerConfig("test", spec, pool or PoolSettings(), isolation, env_from_headers or {})
+    app = create_app(Router(server), **app_options)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5))
+    uv = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5))
     async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve, [sock])
+        tg.start_soon(uv.serve, [sock])
         try:
             yield f"http://127.0.0.1:{port}/mcp"
         finally:
-            server.should_exit = True
+            uv.should_exit = True
     sock.close()
 
 

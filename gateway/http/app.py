@@ -1,9 +1,12 @@
 """The ASGI application: routes, lifespan, middleware.
 
-``create_app(pool, ...)`` builds a Starlette app serving the MCP endpoint at ``/mcp``.
-Its lifespan starts the pool (children spawn and handshake before traffic), opens the task
-group that runs detached legacy exchanges, and on shutdown ends sessions and stops every
-child in the spec's order.
+``create_app(router, ...)`` builds a Starlette app serving the MCP endpoint at ``/mcp``,
+``/healthz`` (the process and its event loop answer), ``/readyz`` (a child is ready and no
+pool is failing; 503 with the reason otherwise) and ``/status`` (JSON for humans: pools,
+children, their pids, eras, load and last errors). The lifespan starts the router (the
+shared pool pre-warms its children before traffic), opens the task group that runs
+detached legacy exchanges, and on shutdown ends sessions and stops every child in the
+spec's order.
 """
 
 from __future__ import annotations
@@ -19,33 +22,36 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from gateway import __version__
+from gateway.http import wire
 from gateway.http.endpoint import MAX_BODY_BYTES, McpEndpoint
 from gateway.http.origin import OriginGuard
 from gateway.relay import Relay
+from gateway.router import Router
 from gateway.sessions import SessionStore
-from gateway.stdio.pool import Pool
 
 
 def create_app(
-    pool: Pool,
+    router: Router,
     *,
     request_timeout: float | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     loopback_only: bool = True,
     allowed_origins: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
+    principal_header: str | None = None,
 ) -> Starlette:
-    sessions = SessionStore()
+    sessions = SessionStore(on_end=router.end_session)
     endpoint = McpEndpoint(
-        Relay(pool, request_timeout=request_timeout, gateway_version=__version__),
+        Relay(router, request_timeout=request_timeout, gateway_version=__version__),
         sessions,
         max_body_bytes=max_body_bytes,
+        principal_header=principal_header,
     )
-    pool.add_listener(endpoint.on_child_notification)
+    router.add_listener(endpoint.on_child_notification)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with pool, anyio.create_task_group() as tg:
+        async with router, anyio.create_task_group() as tg:
             endpoint.task_group = tg
             try:
                 yield
@@ -56,10 +62,21 @@ def create_app(
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok\n")
 
+    async def readyz(request: Request) -> Response:
+        problem = router.readiness_problem()
+        if problem is None:
+            return PlainTextResponse("ready\n")
+        return PlainTextResponse(f"not ready: {problem}\n", status_code=503)
+
+    async def status(request: Request) -> Response:
+        return wire.json_response({"version": __version__, "sessions": len(sessions), "servers": [router.status()]})
+
     app = Starlette(
         routes=[
             Route("/mcp", endpoint.__call__, methods=["POST", "GET", "DELETE"]),
             Route("/healthz", healthz, methods=["GET"]),
+            Route("/readyz", readyz, methods=["GET"]),
+            Route("/status", status, methods=["GET"]),
         ],
         middleware=[
             Middleware(
@@ -71,6 +88,6 @@ def create_app(
         ],
         lifespan=lifespan,
     )
-    app.state.pool = pool
+    app.state.router = router
     app.state.sessions = sessions
     return app

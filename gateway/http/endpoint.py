@@ -27,7 +27,7 @@ from gateway.errors import CODE_CANCELLED, ChildError, GatewayError
 from gateway.http import wire
 from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
 from gateway.http.wire import rejection_response
-from gateway.protocol import bridge, ingress
+from gateway.protocol import bridge, ingress, versions
 from gateway.protocol.headers import MCP_SESSION_ID
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Message, Notification, Request, Result, error_object
 from gateway.protocol.outcome import Accepted, Rejection
@@ -66,18 +66,36 @@ async def read_body(request: HttpRequest, limit: int) -> bytes | None:
 
 
 class McpEndpoint:
-    def __init__(self, relay: Relay, sessions: SessionStore, *, max_body_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(
+        self,
+        relay: Relay,
+        sessions: SessionStore,
+        *,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        principal_header: str | None = None,
+    ) -> None:
         self.relay = relay
         self.sessions = sessions
         self.max_body_bytes = max_body_bytes
+        self.principal_header = principal_header.lower() if principal_header else None
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
+
+    def principal(self, request: HttpRequest, headers: dict[str, str]) -> str | None:
+        """Who is asking: set by the auth middleware, else a trusted proxy's identity header."""
+        principal = request.scope.get("gateway.principal")
+        if isinstance(principal, str):
+            return principal
+        if self.principal_header is not None:
+            return headers.get(self.principal_header) or None
+        return None
 
     async def __call__(self, request: HttpRequest) -> Response | LazyStream:
         headers = lower_headers(request)
+        principal = self.principal(request, headers)
         if request.method == "GET":
-            return self._get(headers)
+            return self._get(headers, principal)
         if request.method == "DELETE":
-            return self._delete(headers)
+            return self._delete(headers, principal)
         body = await read_body(request, self.max_body_bytes)
         if body is None:
             return wire.error_response(
@@ -89,57 +107,65 @@ class McpEndpoint:
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
         if outcome.era is Era.MODERN:
-            return self._modern(outcome, headers)
-        return await self._legacy(outcome)
+            return self._modern(outcome, headers, principal)
+        return await self._legacy(outcome, headers, principal)
 
     # -- modern -------------------------------------------------------------------------
 
-    def _modern(self, accepted: Accepted, headers: dict[str, str]) -> Response | LazyStream:
+    def _modern(self, accepted: Accepted, headers: dict[str, str], principal: str | None) -> Response | LazyStream:
         message = accepted.messages[0]
         if not isinstance(message, Request):
             # Only notifications get here (the ladder refuses modern responses). Modern
             # cancellation is a disconnect; a POSTed cancelled is accepted and ignored.
             return wire.accepted()
-        client = ClientContext(Era.MODERN, accepted.version)
+        client = ClientContext(Era.MODERN, accepted.version, principal=principal)
         return LazyStream(self.relay.exchange(message, client, headers), request_id=message.id)
 
     # -- legacy -------------------------------------------------------------------------
 
-    async def _legacy(self, accepted: Accepted) -> Response | LazyStream:
+    async def _legacy(
+        self, accepted: Accepted, headers: dict[str, str], principal: str | None
+    ) -> Response | LazyStream:
         if accepted.session_id is None:
             message = accepted.messages[0]
             assert isinstance(message, Request)  # the ladder only lets initialize in without a session
-            return await self._initialize(message)
+            return await self._initialize(message, headers, principal)
         session = self.sessions.get(accepted.session_id)
-        if session is None:  # ended between the ladder and here
+        # A session belongs to whoever opened it: another principal's id is unknown to this one.
+        if session is None or session.principal != principal:
             return rejection_response(ingress.unknown_session())
         if accepted.is_batch:
-            return await self._batch(session, accepted.messages)
+            return await self._batch(session, accepted.messages, headers)
         message = accepted.messages[0]
         if isinstance(message, Request):
             local = self._local_legacy_answer(session, message)
             if local is not None:
                 return wire.json_response(local)
-            return LazyStream(self._detached(session, message), request_id=message.id)
+            return LazyStream(self._detached(session, message, headers), request_id=message.id)
         self._legacy_notification(session, message)
         return wire.accepted()
 
-    async def _initialize(self, message: Request) -> Response:
+    async def _initialize(self, message: Request, headers: dict[str, str], principal: str | None) -> Response:
+        """Open a legacy session, answered from the handshake of the child that will serve it."""
         params = message.params or {}
-        try:
-            child = await self.relay.pool.wait_ready()
-        except GatewayError as exc:
-            return wire.gateway_error_response(exc, message.id)
-        assert child.info is not None
         requested = params.get("protocolVersion")
-        result = bridge.initialize_result(requested if isinstance(requested, str) else "", child.info)
         capabilities = params.get("capabilities")
         client_info = params.get("clientInfo")
         session = self.sessions.create(
-            result["protocolVersion"],
+            versions.negotiate_legacy(requested if isinstance(requested, str) else ""),
             capabilities if isinstance(capabilities, dict) else {},
             client_info if isinstance(client_info, dict) else None,
+            principal,
         )
+        try:
+            pool = await self.relay.router.pool_for(principal, session.id, headers)
+            async with pool.lease() as child:
+                session.child = child
+                assert child.info is not None
+                result = bridge.initialize_result(session.version, child.info)
+        except GatewayError as exc:
+            self.sessions.end(session.id)
+            return wire.gateway_error_response(exc, message.id)
         log.info("legacy session %s… opened (protocol %s)", session.id[:8], session.version)
         return wire.json_response(response(message.id, result=result), headers={MCP_SESSION_ID: session.id})
 
@@ -165,14 +191,20 @@ class McpEndpoint:
 
     def _client(self, session: LegacySession) -> ClientContext:
         return ClientContext(
-            Era.LEGACY, session.version, session.capabilities, session.client_info, session.log_level, session
+            Era.LEGACY,
+            session.version,
+            session.capabilities,
+            session.client_info,
+            session.log_level,
+            session,
+            session.principal,
         )
 
-    def _detached(self, session: LegacySession, message: Request) -> Detached:
+    def _detached(self, session: LegacySession, message: Request, headers: dict[str, str]) -> Detached:
         def cancelled() -> JsonObject:
             return response(message.id, error=error_object(CODE_CANCELLED, "the request was cancelled"))
 
-        detached = Detached(self.relay.exchange(message, self._client(session)), cancelled)
+        detached = Detached(self.relay.exchange(message, self._client(session), headers), cancelled)
         session.in_flight[message.id] = detached.scope
         assert self.task_group is not None
 
@@ -188,7 +220,7 @@ class McpEndpoint:
         self.task_group.start_soon(run)
         return detached
 
-    async def _batch(self, session: LegacySession, messages: tuple[Message, ...]) -> Response:
+    async def _batch(self, session: LegacySession, messages: tuple[Message, ...], headers: dict[str, str]) -> Response:
         """2025-03-26 batches: notifications and responses are taken, requests answered in one array."""
         answers: list[JsonObject] = []
 
@@ -197,7 +229,7 @@ class McpEndpoint:
             if local is not None:
                 answers.append(local)
                 return
-            async for event in _finals(self.relay.exchange(message, self._client(session))):
+            async for event in _finals(self.relay.exchange(message, self._client(session), headers)):
                 answers.append(event)
 
         async with anyio.create_task_group() as tg:
@@ -212,14 +244,14 @@ class McpEndpoint:
 
     # -- GET / DELETE -------------------------------------------------------------------
 
-    def _get(self, headers: dict[str, str]) -> Response:
+    def _get(self, headers: dict[str, str], principal: str | None) -> Response:
         """A legacy session's stream of unsolicited messages (``list_changed``)."""
         outcome = ingress.check_get(headers, session_version=self.sessions.version_of)
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
         assert outcome.session_id is not None
         session = self.sessions.get(outcome.session_id)
-        if session is None:
+        if session is None or session.principal != principal:
             return rejection_response(ingress.unknown_session())
         messages = session.open_stream()
 
@@ -239,12 +271,15 @@ class McpEndpoint:
         else:
             log.debug("unsolicited %s from the child not forwarded", notification.method)
 
-    def _delete(self, headers: dict[str, str]) -> Response:
+    def _delete(self, headers: dict[str, str], principal: str | None) -> Response:
         outcome = ingress.check_delete(headers, session_version=self.sessions.version_of)
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
         assert outcome.session_id is not None
-        self.sessions.end(outcome.session_id)
+        session = self.sessions.get(outcome.session_id)
+        if session is None or session.principal != principal:
+            return rejection_response(ingress.unknown_session())
+        self.sessions.end(session.id)
         return Response(status_code=204)
 
 

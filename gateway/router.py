@@ -1,0 +1,210 @@
+"""Which pool serves a request: isolation policies and per-request credentials.
+
+A pool key is the isolation key plus a credential fingerprint:
+
+| ``isolation`` | key                              | for |
+|---------------|----------------------------------|-----|
+| ``shared``    | none: one pool for every client  | stateless servers (the default) |
+| ``principal`` | the authenticated principal      | servers holding a user's login or data |
+| ``session``   | the legacy session (modern requests fall back to ``principal``) | stateful servers: browsers, REPLs |
+
+With ``env_from_headers`` (request header → child environment variable, e.g. ``X-Api-Key`` →
+``API_KEY``) the key also holds a SHA-256 fingerprint of the mapped values, so a child
+never serves two different credentials; the values reach only that child's environment and
+are never logged (logs name the fingerprint's first 12 hex digits).
+
+Pools other than the shared one are made on demand and dropped once they have been empty
+(no child, no waiter) for a maintenance tick; their children stop after the pool's idle
+timeout like any other. A session pool is stopped when its session ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any, Final
+
+import anyio
+from anyio.abc import TaskGroup
+
+from gateway.stdio.pool import MAINTENANCE_TICK, Pool, PoolSettings
+from gateway.stdio.spec import ChildSpec
+
+log = logging.getLogger("gateway.router")
+
+ANONYMOUS: Final = "anonymous"
+"""The principal of requests that carry no identity (no token, no trusted identity header)."""
+
+
+class Isolation(StrEnum):
+    SHARED = "shared"
+    PRINCIPAL = "principal"
+    SESSION = "session"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One stdio server behind the gateway, with its pool and isolation policy."""
+
+    name: str
+    spec: ChildSpec
+    pool: PoolSettings = field(default_factory=PoolSettings)
+    isolation: Isolation = Isolation.SHARED
+    env_from_headers: Mapping[str, str] = field(default_factory=dict)  # lower-case header → env var
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    scope: str  # "shared", "principal:NAME" or "session:ID"
+    fingerprint: str = ""
+
+    def label(self, server: str) -> str:
+        parts = [server]
+        if self.scope != "shared":
+            kind, _, value = self.scope.partition(":")
+            parts.append(f"{kind}={value[:8] + '…' if kind == 'session' else value}")
+        if self.fingerprint:
+            parts.append(f"credentials={self.fingerprint[:12]}")
+        return " ".join(parts)
+
+
+SHARED_KEY: Final = PoolKey("shared")
+
+
+def credential_env(mapping: Mapping[str, str], headers: Mapping[str, str]) -> dict[str, str]:
+    """The child environment overlay that the request's headers give."""
+    return {env: headers[header] for header, env in mapping.items() if header in headers}
+
+
+def fingerprint(env: Mapping[str, str]) -> str:
+    if not env:
+        return ""
+    digest = hashlib.sha256()
+    for name in sorted(env):
+        digest.update(name.encode() + b"\x00" + env[name].encode() + b"\x00")
+    return digest.hexdigest()
+
+
+class Router:
+    def __init__(self, server: ServerConfig, *, gateway_version: str = "0", on_notification: Any = None) -> None:
+        self.server = server
+        self.pools: dict[PoolKey, Pool] = {}
+        self._gateway_version = gateway_version
+        self._listeners: list[Any] = [on_notification] if on_notification else []
+        self._tg: TaskGroup | None = None
+        self._stops: dict[PoolKey, anyio.Event] = {}
+
+    def add_listener(self, listener: Any) -> None:
+        self._listeners.append(listener)
+        for pool in self.pools.values():
+            pool.add_listener(listener)
+
+    async def __aenter__(self) -> Router:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        if self.server.isolation is Isolation.SHARED and not self.server.env_from_headers:
+            await self._open(SHARED_KEY, self.server.spec)  # pre-warm before traffic
+        self._tg.start_soon(self._drop_empty_pools)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for stop in self._stops.values():
+            stop.set()
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()  # the maintenance loop; children stop shielded (process.stop)
+        await self._tg.__aexit__(None, None, None)
+
+    def key_for(self, principal: str | None, session_id: str | None, headers: Mapping[str, str]) -> PoolKey:
+        isolation = self.server.isolation
+        if isolation is Isolation.SESSION and session_id is not None:
+            scope = f"session:{session_id}"
+        elif isolation in (Isolation.PRINCIPAL, Isolation.SESSION):
+            scope = f"principal:{principal or ANONYMOUS}"
+        else:
+            scope = "shared"
+        env = credential_env(self.server.env_from_headers, headers)
+        return PoolKey(scope, fingerprint(env))
+
+    async def pool_for(self, principal: str | None, session_id: str | None, headers: Mapping[str, str]) -> Pool:
+        key = self.key_for(principal, session_id, headers)
+        pool = self.pools.get(key)
+        if pool is not None:
+            return pool
+        env = credential_env(self.server.env_from_headers, headers)
+        spec = self.server.spec
+        if env:
+            spec = replace(spec, env={**spec.env, **env})
+        return await self._open(key, spec)
+
+    async def _open(self, key: PoolKey, spec: ChildSpec) -> Pool:
+        assert self._tg is not None
+        settings = self.server.pool
+        if key != SHARED_KEY:
+            # Dedicated pools start empty and grow on demand: a principal or session that
+            # never comes back must not keep a child alive.
+            settings = replace(settings, min_size=0)
+        if key.scope.startswith("session:"):
+            settings = replace(settings, max_size=1)  # one child for the session's lifetime
+        pool = Pool(spec, settings, gateway_version=self._gateway_version, label=key.label(self.server.name))
+        for listener in self._listeners:
+            pool.add_listener(listener)
+        self.pools[key] = pool
+        stop = self._stops[key] = anyio.Event()
+        entered = anyio.Event()
+
+        async def run() -> None:
+            try:
+                async with pool:
+                    entered.set()
+                    await stop.wait()
+            finally:
+                entered.set()
+                if self.pools.get(key) is pool:
+                    del self.pools[key]
+                    self._stops.pop(key, None)
+
+        self._tg.start_soon(run)
+        await entered.wait()
+        log.info("pool opened: %s", pool.label)
+        return pool
+
+    def end_session(self, session_id: str) -> None:
+        for key in [k for k in self.pools if k.scope == f"session:{session_id}"]:
+            del self.pools[key]
+            self._stops.pop(key).set()
+
+    async def _drop_empty_pools(self) -> None:
+        while True:
+            await anyio.sleep(MAINTENANCE_TICK)
+            for key, pool in list(self.pools.items()):
+                if key != SHARED_KEY and pool.is_idle():
+                    del self.pools[key]  # first, so no new request is handed a closing pool
+                    self._stops.pop(key).set()
+
+    # -- health -------------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        shared = self.pools.get(SHARED_KEY)
+        if shared is not None and self.server.pool.min_size > 0:
+            return shared.is_ready()
+        return not any(pool.failing for pool in self.pools.values())
+
+    def readiness_problem(self) -> str | None:
+        if self.is_ready():
+            return None
+        failing = [p for p in self.pools.values() if p.failing or not p.is_ready()]
+        if failing and failing[0].last_error is not None:
+            return f"{self.server.name}: {failing[0].last_error.message}"
+        return f"{self.server.name}: no child is ready yet"
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "name": self.server.name,
+            "command": [self.server.spec.command, *self.server.spec.args],
+            "isolation": self.server.isolation.value,
+            "ready": self.is_ready(),
+            "pools": {pool.label: pool.status() for pool in self.pools.values()},
+        }
