@@ -1,0 +1,311 @@
+"""One logical MCP connection over Streamable HTTP, for either era, with raw ``httpx``.
+
+Contract:
+
+* ``open_connection(url, mode, headers)`` yields an ``McpConnection`` whose ``info`` says
+  the era and version in use; leaving the context ends a legacy session (``DELETE``,
+  bounded and shielded, so Ctrl-C still ends it) and closes the HTTP client.
+* Era detection (``Mode.AUTO``): a modern ``server/discover`` POST first; a
+  ``DiscoverResult`` naming 2026-07-28, or a -32022 whose ``data.supported`` names it,
+  means modern (the same decision as the gateway's child probe,
+  ``gateway.protocol.handshake.classify_probe``); any other answer — another error, a
+  4xx that is not JSON-RPC — means legacy: ``initialize`` (2025-11-25, no client
+  capabilities), keep ``Mcp-Session-Id``, send ``notifications/initialized``. A refused
+  connection is not an answer: it fails at once. ``Mode.MODERN`` and ``Mode.LEGACY``
+  skip the detection.
+* ``request(method, params, meta=…, param_headers=…, on_notification=…)`` sends one
+  request and returns its ``Result`` or ``ErrorReply``, HTTP 4xx error bodies included.
+  Modern requests carry the full ``_meta`` and the mirrored headers (``MCP-Protocol-Version``,
+  ``Mcp-Method``, ``Mcp-Name`` Base64-sentinel-encoded when not header-safe, and the
+  ``Mcp-Param-*`` the caller computed); legacy ones carry the session id and the negotiated
+  version. Answers may be JSON or SSE (``data:`` lines; comments, ``event:``, ``id:`` and
+  empty priming events are skipped); notifications on the stream go to ``on_notification``
+  as they arrive. A legacy server's request on the stream (``ping``, or one we have no
+  capability for) is answered by POSTing the response.
+* Headers given by the user are sent last, so they win over the client's own: a way to
+  test a server's refusals on purpose.
+* Every ``httpx`` failure, an answer that is not JSON-RPC, and a stream that ends before
+  its reply raise ``ConnectionFailed``; nothing from ``httpx`` escapes this module.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+import anyio
+import httpx
+
+from gateway import __version__
+from gateway.client.errors import ConnectionFailed
+from gateway.protocol import handshake, jsonrpc, versions
+from gateway.protocol import headers as h
+from gateway.protocol.handshake import ChildInfo, HandshakeError
+from gateway.protocol.ingress import NAME_PARAMS
+from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Request, Result
+from gateway.protocol.versions import Era
+
+CONNECT_TIMEOUT: Final = 10.0
+"""Seconds to open a TCP connection. Reads are not bounded here: a tool may run for minutes
+before its first byte (the answer is committed lazily), so ``--timeout`` bounds a call."""
+CLOSE_TIMEOUT: Final = 5.0
+"""Seconds the ``DELETE`` that ends a legacy session may take; it runs shielded."""
+SHOWN_BODY_CHARS: Final = 300
+"""How much of a non-MCP answer's body an error message quotes."""
+
+NotificationHandler = Callable[[Notification], None]
+
+
+class Mode(StrEnum):
+    AUTO = "auto"
+    MODERN = "modern"
+    LEGACY = "legacy"
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    status: int
+    headers: httpx.Headers
+    reply: Reply | None
+    text: str = ""
+
+
+class McpConnection:
+    def __init__(self, http: httpx.AsyncClient, url: str, extra_headers: Mapping[str, str] | None = None) -> None:
+        self.url = url
+        self.info: ChildInfo | None = None
+        self.session_id: str | None = None
+        self._http = http
+        self._extra = dict(extra_headers or {})
+        self._ids = itertools.count(1)
+
+    def __repr__(self) -> str:
+        era = self.info.era.value if self.info else "unopened"
+        return f"<McpConnection {self.url} {era} session={self.session_id is not None}>"
+
+    @property
+    def era(self) -> Era:
+        return self._info().era
+
+    def _info(self) -> ChildInfo:
+        if self.info is None:
+            raise RuntimeError("the connection is not open")  # a bug in the caller
+        return self.info
+
+    # -- opening and closing --------------------------------------------------------------
+
+    async def open(self, mode: Mode) -> ChildInfo:
+        if mode is Mode.MODERN:
+            self.info = ChildInfo(Era.MODERN, versions.LATEST_MODERN, supported_versions=versions.MODERN_VERSIONS)
+            return self.info
+        if mode is Mode.AUTO:
+            info = handshake.classify_probe(await self._discover())
+            if info is not None:
+                self.info = info
+                return info
+        self.info = await self._initialize()
+        return self.info
+
+    async def _discover(self) -> Reply | None:
+        request = Request(next(self._ids), handshake.DISCOVER, handshake.probe_params(__version__))
+        headers = self._modern_headers(request, versions.LATEST_MODERN)
+        return (await self._post(request.to_dict(), headers, None)).reply
+
+    async def _initialize(self) -> ChildInfo:
+        request = Request(next(self._ids), handshake.INITIALIZE, handshake.initialize_params(__version__))
+        answer = await self._post(request.to_dict(), self._base_headers(), None)
+        if answer.reply is None:
+            raise ConnectionFailed(self._not_mcp(answer, handshake.INITIALIZE))
+        try:
+            info = handshake.accept_initialize(answer.reply)
+        except HandshakeError as exc:
+            raise ConnectionFailed(f"{self.url} refused to open a legacy session: {exc}") from exc
+        self.info = info
+        self.session_id = answer.headers.get(h.MCP_SESSION_ID)
+        await self._post(Notification(handshake.INITIALIZED).to_dict(), self._legacy_headers(), None)
+        return info
+
+    async def close(self) -> None:
+        """End the legacy session, if any (a 405 means the server keeps none: fine)."""
+        if self.session_id is None:
+            return
+        # On failure the session expires on its own: nothing useful to tell the user.
+        with anyio.move_on_after(CLOSE_TIMEOUT, shield=True), suppress(httpx.HTTPError):
+            await self._http.delete(self.url, headers=self._legacy_headers())
+        self.session_id = None
+
+    # -- requests -------------------------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        params: JsonObject | None = None,
+        *,
+        meta: JsonObject | None = None,
+        param_headers: Mapping[str, str] | None = None,
+        on_notification: NotificationHandler | None = None,
+    ) -> Reply:
+        info = self._info()
+        body_params = dict(params or {})
+        if info.era is Era.MODERN:
+            modern = handshake.modern_meta(__version__)
+            modern[handshake.META_PROTOCOL_VERSION] = info.version
+            body_params["_meta"] = {**modern, **(meta or {})}
+            request = Request(next(self._ids), method, body_params)
+            headers = _merged(self._modern_headers(request, info.version), param_headers or {}, self._extra)
+        else:
+            if meta:
+                body_params["_meta"] = dict(meta)
+            request = Request(next(self._ids), method, body_params or None)
+            headers = self._legacy_headers()
+        answer = await self._post(request.to_dict(), headers, on_notification)
+        if answer.reply is None:
+            raise ConnectionFailed(self._not_mcp(answer, method))
+        return answer.reply
+
+    def _base_headers(self) -> httpx.Headers:
+        base = {h.CONTENT_TYPE: h.JSON_MEDIA_TYPE, h.ACCEPT: f"{h.JSON_MEDIA_TYPE}, {h.SSE_MEDIA_TYPE}"}
+        return _merged(base, self._extra)
+
+    def _modern_headers(self, request: Request, version: str) -> httpx.Headers:
+        headers = {
+            h.CONTENT_TYPE: h.JSON_MEDIA_TYPE,
+            h.ACCEPT: f"{h.JSON_MEDIA_TYPE}, {h.SSE_MEDIA_TYPE}",
+            h.MCP_PROTOCOL_VERSION: version,
+            h.MCP_METHOD: request.method,
+        }
+        name_key = NAME_PARAMS.get(request.method)
+        name = (request.params or {}).get(name_key) if name_key else None
+        if isinstance(name, str):
+            headers[h.MCP_NAME] = h.encode_header_value(name)
+        return _merged(headers, self._extra)
+
+    def _legacy_headers(self) -> httpx.Headers:
+        info = self._info()
+        headers = {
+            h.CONTENT_TYPE: h.JSON_MEDIA_TYPE,
+            h.ACCEPT: f"{h.JSON_MEDIA_TYPE}, {h.SSE_MEDIA_TYPE}",
+            h.MCP_PROTOCOL_VERSION: info.version,
+        }
+        if self.session_id is not None:
+            headers[h.MCP_SESSION_ID] = self.session_id
+        return _merged(headers, self._extra)
+
+    # -- the wire -------------------------------------------------------------------------
+
+    async def _post(
+        self, payload: JsonObject, headers: Mapping[str, str], on_notification: NotificationHandler | None
+    ) -> _Answer:
+        try:
+            async with self._http.stream("POST", self.url, content=jsonrpc.encode(payload), headers=headers) as resp:
+                kind = h.media_type(resp.headers.get(h.CONTENT_TYPE, ""))
+                if kind == h.SSE_MEDIA_TYPE:
+                    reply = await self._read_stream(resp, on_notification)
+                    if reply is None:
+                        raise ConnectionFailed(
+                            f"{self.url} ended the event stream before answering {payload['method']}"
+                        )
+                    return _Answer(resp.status_code, resp.headers, reply)
+                body = await resp.aread()
+        except httpx.HTTPError as exc:
+            raise ConnectionFailed(f"cannot reach {self.url}: {_describe_http_error(exc)}") from exc
+        reply = _reply_from_json(body) if kind == h.JSON_MEDIA_TYPE else None
+        return _Answer(resp.status_code, resp.headers, reply, body[:SHOWN_BODY_CHARS].decode("utf-8", "replace"))
+
+    async def _read_stream(self, resp: httpx.Response, on_notification: NotificationHandler | None) -> Reply | None:
+        async for data in sse_data(resp.aiter_lines()):
+            try:
+                message = jsonrpc.parse_message(jsonrpc.decode(data))
+            except (jsonrpc.ParseError, jsonrpc.InvalidMessage) as exc:
+                raise ConnectionFailed(f"{self.url} sent an event that is not a JSON-RPC message: {exc}") from exc
+            if isinstance(message, (Result, ErrorReply)):
+                return message  # the final response; leaving closes the stream
+            if isinstance(message, Notification):
+                if on_notification is not None:
+                    on_notification(message)
+            elif self.info is not None and self.info.era is Era.LEGACY:
+                await self._answer_server_request(message)
+            # A modern server must not send requests (MRTR replaced them): ignored.
+        return None
+
+    async def _answer_server_request(self, request: Request) -> None:
+        """We declare no client capabilities, so only ``ping`` gets a real answer."""
+        if request.method == "ping":
+            reply: Reply = Result(request.id, {})
+        else:
+            error = jsonrpc.error_object(jsonrpc.METHOD_NOT_FOUND, f"this client does not handle {request.method}")
+            reply = ErrorReply(request.id, error)
+        # On failure the server gets no answer, as if we had gone; the call's stream decides what follows.
+        with suppress(httpx.HTTPError):
+            await self._http.post(self.url, content=jsonrpc.encode(reply), headers=self._legacy_headers())
+
+    def _not_mcp(self, answer: _Answer, method: str) -> str:
+        body = " ".join(answer.text.split())
+        shown = f": {body}" if body else ""
+        return f"{self.url} did not answer {method} as an MCP server (HTTP {answer.status}){shown}"
+
+
+@asynccontextmanager
+async def open_connection(
+    url: str,
+    mode: Mode,
+    extra_headers: Mapping[str, str] | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> AsyncIterator[McpConnection]:
+    """Open (detect the era, start a legacy session) and always close."""
+    timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
+    async with httpx.AsyncClient(timeout=timeout, transport=transport) as http:
+        connection = McpConnection(http, url, extra_headers)
+        try:
+            await connection.open(mode)
+            yield connection
+        finally:
+            await connection.close()
+
+
+async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The data of each SSE event (its ``data:`` lines joined by newlines), empty ones skipped."""
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                joined = "\n".join(data)
+                data = []
+                if joined.strip():
+                    yield joined
+            continue
+        if line.startswith(":"):
+            continue  # a comment: keep-alive
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value[1:] if value.startswith(" ") else value)
+    if data and "\n".join(data).strip():
+        yield "\n".join(data)
+
+
+def _merged(*layers: Mapping[str, str]) -> httpx.Headers:
+    """Later layers replace earlier ones, whatever the case of the names."""
+    merged = httpx.Headers()
+    for layer in layers:
+        merged.update(layer)
+    return merged
+
+
+def _reply_from_json(body: bytes) -> Reply | None:
+    try:
+        message = jsonrpc.parse_message(jsonrpc.decode(body))
+    except (jsonrpc.ParseError, jsonrpc.InvalidMessage):
+        return None
+    return message if isinstance(message, (Result, ErrorReply)) else None
+
+
+def _describe_http_error(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out connecting"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
