@@ -61,7 +61,8 @@ def _pid(ctx: ToolContext, args: JsonObject) -> JsonObject:
 
 def _sleep(ctx: ToolContext, args: JsonObject) -> JsonObject:
     ctx.cancelled.wait(int_arg(args, "ms", minimum=0) / 1000)
-    return text_result("slept")  # dropped by the framework when cancelled
+    # The pid tells a test which child of a pool served the call; dropped when cancelled.
+    return text_result("slept", structured={"pid": os.getpid()})
 
 
 def _progress_burst(ctx: ToolContext, args: JsonObject) -> JsonObject:

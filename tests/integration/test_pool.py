@@ -1,0 +1,267 @@
+"""The pool with real children: dispatch, saturation, crash isolation, supervision, isolation."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from gateway.router import Isolation
+from gateway.stdio.pool import PoolSettings
+from tests.conftest import TEST_SERVER, server_spec
+from tests.gateway_server import BASE_HEADERS, modern_call, modern_headers, running_gateway
+
+pytestmark = pytest.mark.anyio
+
+
+async def call(http: httpx.AsyncClient, url: str, tool: str, args: dict[str, Any], **headers: str) -> httpx.Response:
+    return await http.post(url, headers=modern_headers("tools/call", tool, **headers), json=modern_call(1, tool, args))
+
+
+async def status(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
+    reply = await http.get(url.replace("/mcp", "/status"))
+    assert reply.status_code == 200
+    return reply.json()["servers"][0]  # type: ignore[no-any-return]
+
+
+def pool_children(server: dict[str, Any]) -> list[dict[str, Any]]:
+    return [child for pool in server["pools"].values() for child in pool["children"]]
+
+
+def test_server_processes() -> list[tuple[int, str]]:
+    """(pid, state) of every test-server process on the machine that descends from us."""
+    marker = str(TEST_SERVER).encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                if marker not in fh.read():
+                    continue
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        found.append((int(name), fields[0].decode()))
+    return found
+
+
+test_server_processes.__test__ = False  # type: ignore[attr-defined]
+
+
+async def test_a_killed_child_fails_only_its_own_calls_and_is_replaced() -> None:
+    baseline = len(test_server_processes())
+    settings = PoolSettings(min_size=4, max_size=4)
+    with anyio.fail_after(40):
+        async with (
+            running_gateway(server_spec("--stderr-lines", "2"), pool=settings) as url,
+            httpx.AsyncClient(limits=httpx.Limits(max_connections=100), timeout=30) as http,
+        ):
+            results: list[httpx.Response] = []
+
+            async def one_call() -> None:
+                results.append(await call(http, url, "sleep", {"ms": 4000}))
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(50):
+                    tg.start_soon(one_call)
+                while True:  # until every call is leased to a child (real traffic, bounded above)
+                    children = pool_children(await status(http, url))
+                    if sum(c["in_flight"] for c in children) == 50 and len(children) == 4:
+                        break
+                victim = children[0]
+                os.kill(victim["pid"], signal.SIGKILL)
+            failed = [r.json() for r in results if "error" in r.json()]
+            served = [r.json() for r in results if "result" in r.json()]
+            assert len(failed) == victim["in_flight"]
+            assert len(served) == 50 - victim["in_flight"]
+            for answer in failed:
+                assert answer["error"]["code"] == -31001
+                assert "SIGKILL" in answer["error"]["message"]
+                assert answer["error"]["data"]["signal"] == "SIGKILL"
+                assert answer["error"]["data"]["stderr"] == ["boot line 1", "boot line 2"]
+            assert {a["result"]["structuredContent"]["pid"] for a in served} <= {c["pid"] for c in children}
+            assert victim["pid"] not in {a["result"]["structuredContent"]["pid"] for a in served}
+            while len([c for c in pool_children(await status(http, url)) if c["state"] == "ready"]) < 4:
+                pass  # the replacement is starting; each /status is a real round trip
+            assert (await call(http, url, "echo", {"message": "after"})).status_code == 200
+            live = test_server_processes()
+            assert len(live) == baseline + 4
+            assert all(state != "Z" for _, state in live)
+    assert len(test_server_processes()) == baseline
+
+
+async def test_max_in_flight_one_serialises_within_a_child_and_parallelises_across_children() -> None:
+    settings = PoolSettings(min_size=2, max_size=2, max_in_flight=1)
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec(), pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
+            await call(http, url, "echo", {"message": "warm"})
+            while len(pool_children(await status(http, url))) < 2:
+                pass
+            pids: list[int] = []
+
+            async def one_call() -> None:
+                reply = await call(http, url, "sleep", {"ms": 100})
+                pids.append(reply.json()["result"]["structuredContent"]["pid"])
+
+            started = anyio.current_time()
+            async with anyio.create_task_group() as tg:
+                for _ in range(20):
+                    tg.start_soon(one_call)
+            elapsed = anyio.current_time() - started
+    assert len(set(pids)) == 2
+    assert sorted(pids.count(p) for p in set(pids)) == [10, 10]
+    assert elapsed >= 1.0  # ten 100 ms calls one after another on each child
+    assert elapsed < 1.9  # not twenty in a row: both children worked at once
+
+
+async def test_saturation_beyond_the_queue_gets_503_with_retry_after_within_the_queue_timeout() -> None:
+    settings = PoolSettings(min_size=1, max_size=1, max_in_flight=1, queue_timeout=0.3)
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec(), pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
+            await call(http, url, "echo", {"message": "warm"})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, http, url, "sleep", {"ms": 3000})
+                while pool_children(await status(http, url))[0]["in_flight"] == 0:
+                    pass
+                started = anyio.current_time()
+                refused = await call(http, url, "echo", {"message": "no room"})
+                waited = anyio.current_time() - started
+                tg.cancel_scope.cancel()
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["code"] == -31004
+    assert 0.3 <= waited < 2.0
+
+
+async def test_two_principals_never_share_a_child() -> None:
+    with anyio.fail_after(30):
+        async with (
+            running_gateway(server_spec(), isolation=Isolation.PRINCIPAL, principal_header="X-User") as url,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+
+            async def pid_of(user: str) -> int:
+                reply = await call(http, url, "pid", {}, **{"x-user": user})
+                return int(reply.json()["result"]["content"][0]["text"])
+
+            alice, bob = await pid_of("alice"), await pid_of("bob")
+            assert alice != bob
+            assert await pid_of("alice") == alice
+            assert await pid_of("bob") == bob
+
+
+async def test_each_legacy_session_gets_a_child_of_its_own_under_session_isolation() -> None:
+    with anyio.fail_after(30):
+        async with (
+            running_gateway(server_spec(), isolation=Isolation.SESSION) as url,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+            pids = []
+            for _ in range(2):
+                init = await http.post(
+                    url,
+                    headers=BASE_HEADERS,
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 0,
+                        "method": "initialize",
+                        "params": {
+                            "protocolVersion": "2025-11-25",
+                            "capabilities": {},
+                            "clientInfo": {"name": "t", "version": "1"},
+                        },
+                    },
+                )
+                headers = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
+                body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "pid", "arguments": {}}}
+                first = await http.post(url, headers=headers, json=body)
+                second = await http.post(url, headers=headers, json=body)
+                assert first.json()["result"] == second.json()["result"]
+                pids.append(first.json()["result"]["content"][0]["text"])
+            assert pids[0] != pids[1]
+
+
+async def test_header_credentials_reach_only_a_child_keyed_by_them() -> None:
+    with anyio.fail_after(30):
+        async with (
+            running_gateway(server_spec(), env_from_headers={"x-api-key": "API_KEY"}) as url,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+
+            async def env_and_pid(key: str) -> tuple[str, int]:
+                env = await call(http, url, "env", {"names": ["API_KEY"]}, **{"x-api-key": key})
+                pid = await call(http, url, "pid", {}, **{"x-api-key": key})
+                return env.json()["result"]["structuredContent"]["env"]["API_KEY"], int(
+                    pid.json()["result"]["content"][0]["text"]
+                )
+
+            one, two = await env_and_pid("key-one"), await env_and_pid("key-two")
+            assert one[0] == "key-one"
+            assert two[0] == "key-two"
+            assert one[1] != two[1]
+            assert (await env_and_pid("key-one"))[1] == one[1]
+            labels = list((await status(http, url))["pools"])
+            assert not any("key-one" in label or "key-two" in label for label in labels)
+
+
+async def test_a_command_that_exits_at_once_backs_off_fails_fast_and_fails_readiness() -> None:
+    with anyio.fail_after(30):
+        async with (
+            running_gateway(server_spec("--exit-at-start", "1")) as url,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+            ready_url = url.replace("/mcp", "/readyz")
+            while not next(iter((await status(http, url))["pools"].values()))["failing"]:
+                reply = await call(http, url, "echo", {"message": "x"})
+                error = reply.json()["error"]  # every request fails with the reason meanwhile
+                assert error["message"].startswith("cannot start")
+                assert "fatal: configured to exit" in error["message"]
+            started = anyio.current_time()
+            fast = await call(http, url, "echo", {"message": "x"})
+            assert anyio.current_time() - started < 0.5  # failing: no wait for a start
+            assert "exited with code 1" in fast.json()["error"]["message"]
+            readiness = await http.get(ready_url)
+            assert readiness.status_code == 503
+            assert "fatal: configured to exit" in readiness.text
+            pool = next(iter((await status(http, url))["pools"].values()))
+            # Five quick failures with doubling backoff (0.5, 1, 2, 4 s) take several seconds:
+            # the spawn count stays small, the CPU is not spun.
+            assert 5 <= pool["spawns"] <= 7
+
+
+async def test_a_child_is_recycled_after_max_requests() -> None:
+    settings = PoolSettings(min_size=1, max_size=1, max_requests=2)
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec(), pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
+            pids = [int((await call(http, url, "pid", {})).json()["result"]["content"][0]["text"]) for _ in range(3)]
+    assert pids[0] == pids[1]
+    assert pids[2] != pids[1]
+
+
+async def test_children_above_the_minimum_stop_when_idle() -> None:
+    settings = PoolSettings(min_size=0, max_size=2, idle_timeout=0.2)
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec(), pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
+            assert (await call(http, url, "echo", {"message": "x"})).status_code == 200
+            assert len(pool_children(await status(http, url))) == 1
+            while pool_children(await status(http, url)):
+                pass  # the maintenance tick retires it; each /status is a real round trip
+            assert (await call(http, url, "echo", {"message": "again"})).status_code == 200
+
+
+async def test_a_child_with_pending_requests_and_no_output_is_recycled() -> None:
+    settings = PoolSettings(min_size=1, max_size=1, stall_timeout=0.5)
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec(), pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
+            first = int((await call(http, url, "pid", {})).json()["result"]["content"][0]["text"])
+            stalled = await call(http, url, "sleep", {"ms": 20_000})
+            assert stalled.json()["error"]["code"] == -31001
+            second = int((await call(http, url, "pid", {})).json()["result"]["content"][0]["text"])
+    assert first != second
