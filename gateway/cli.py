@@ -8,14 +8,20 @@ on the first argument before the serve parser runs, so ``mcp-stdio-gateway [serv
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gateway import __version__
-from gateway.config import DEFAULT_HOST, DEFAULT_PORT, Settings, demo_command
+from gateway.config import DEFAULT_HOST, DEFAULT_PORT, DRAIN_TIMEOUT, Settings, demo_command
+from gateway.configfile import load_servers
 from gateway.errors import ConfigError
-from gateway.router import Isolation
+from gateway.http.endpoint import MAX_BODY_BYTES
+from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
+from gateway.router import Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
+from gateway.stdio.spec import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT, ChildSpec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,28 +46,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--probe-timeout",
         type=float,
-        default=Settings.probe_timeout,
+        default=PROBE_TIMEOUT,
         metavar="SECONDS",
         help="wait this long for the child's answer to server/discover (default: %(default)s)",
     )
     parser.add_argument(
         "--startup-timeout",
         type=float,
-        default=Settings.startup_timeout,
+        default=HANDSHAKE_TIMEOUT,
         metavar="SECONDS",
         help="wait this long for a legacy child's initialize (default: %(default)s)",
     )
     parser.add_argument(
         "--max-line-bytes",
         type=int,
-        default=Settings.max_line_bytes,
+        default=DEFAULT_MAX_LINE_BYTES,
         metavar="BYTES",
         help="longest stdout line accepted from a child (default: %(default)s)",
     )
     parser.add_argument(
         "--max-body-bytes",
         type=int,
-        default=Settings.max_body_bytes,
+        default=MAX_BODY_BYTES,
         metavar="BYTES",
         help="largest POST body accepted (default: %(default)s)",
     )
@@ -165,32 +171,156 @@ def build_parser() -> argparse.ArgumentParser:
         help="pass a request header to the child as an environment variable (repeatable); "
         "children are then keyed by the values, never shared across them",
     )
+    parser.add_argument(
+        "--config",
+        default=None,
+        metavar="FILE",
+        help="serve every server of a JSON file in the mcpServers shape, at /servers/NAME/mcp",
+    )
+    parser.add_argument(
+        "--command",
+        dest="env_command",
+        default=None,
+        metavar="COMMAND_LINE",
+        help="the stdio server as one string (for MCP_GATEWAY_COMMAND); split like a shell would, never run by one",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="one line per event as human text or JSON (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=DRAIN_TIMEOUT,
+        metavar="SECONDS",
+        help="on SIGTERM, let in-flight requests finish this long (default: %(default)s)",
+    )
+    parser.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
+    security = parser.add_argument_group("security")
+    security.add_argument(
+        "--auth-token-file",
+        default=None,
+        metavar="FILE",
+        help="bearer tokens, one per line, optionally NAME:TOKEN (NAME becomes the principal); re-read when it changes",
+    )
+    security.add_argument(
+        "--auth-token",
+        action="append",
+        default=[],
+        metavar="[NAME:]TOKEN",
+        help="a bearer token (repeatable; prefer the file or MCP_GATEWAY_AUTH_TOKEN)",
+    )
+    security.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="accept --principal-header only from these client addresses or CIDRs (repeatable)",
+    )
+    security.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="answer CORS for this browser origin ('*' for any; repeatable)",
+    )
+    security.add_argument(
+        "--oauth-authorization-server",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="serve RFC 9728 protected-resource metadata naming this authorization server",
+    )
+    security.add_argument(
+        "--public-url",
+        default=None,
+        metavar="URL",
+        help="the gateway's external base URL (for the protected-resource metadata)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS... (the stdio server to run)")
     return parser
 
 
-def parse_settings(argv: Sequence[str]) -> Settings:
-    args = build_parser().parse_args(argv)
+def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Settings:
+    parser = build_parser()
+    apply_environment(parser, os.environ if environ is None else environ)
+    args = parser.parse_args(argv)
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    if not command and args.env_command:
+        command = shlex.split(args.env_command)  # split like a shell would; never run by one
+    if command and args.config:
+        raise ConfigError("--config", "give either a config file or a command, not both")
+    base = server_config(args, tuple(command) if command else demo_command())
+    servers = load_servers(args.config, base) if args.config else (base,)
     return Settings(
-        command=tuple(command) if command else demo_command(),
+        servers=servers,
         host=args.host,
         port=args.port,
-        request_timeout=args.request_timeout,
-        max_line_bytes=args.max_line_bytes,
         max_body_bytes=args.max_body_bytes,
-        probe_timeout=args.probe_timeout,
-        startup_timeout=args.startup_timeout,
         allowed_origins=tuple(args.allowed_origin),
         allowed_hosts=tuple(args.allowed_host),
         log_level=args.log_level,
+        log_format=args.log_format,
+        principal_header=args.principal_header,
+        trusted_proxies=tuple(args.trusted_proxy),
+        auth_token_file=args.auth_token_file,
+        auth_tokens=tuple(args.auth_token),
+        drain_timeout=args.drain_timeout,
+        metrics=not args.no_metrics,
+        cors_origins=tuple(args.cors_origin),
+        oauth_authorization_servers=tuple(args.oauth_authorization_server),
+        public_url=args.public_url,
+    )
+
+
+def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerConfig:
+    is_demo = command == demo_command()
+    spec = ChildSpec(
+        command=command[0],
+        args=command[1:],
+        max_line_bytes=args.max_line_bytes,
+        probe_timeout=args.probe_timeout,
+        handshake_timeout=args.startup_timeout,
+        request_timeout=args.request_timeout,
+        name="demo" if is_demo else "",
+    )
+    return ServerConfig(
+        name="demo" if is_demo else "default",
+        spec=spec,
         pool=pool_settings(args),
         isolation=Isolation(args.isolation),
-        principal_header=args.principal_header,
         env_from_headers=env_mappings(args.env_from_header),
     )
+
+
+ENV_PREFIX = "MCP_GATEWAY_"
+
+
+def env_name(option: str) -> str:
+    """``--pool-min`` ↔ ``MCP_GATEWAY_POOL_MIN``."""
+    return ENV_PREFIX + option.lstrip("-").replace("-", "_").upper()
+
+
+def apply_environment(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """Defaults from ``MCP_GATEWAY_*`` variables; flags on the command line still win.
+    Repeatable flags take comma-separated values; switches take 1/true/yes/on."""
+    for action in parser._actions:  # argparse has no public walk over its actions
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if not longs or longs[0] in ("--help", "--version"):
+            continue
+        value = environ.get(env_name(longs[0]))
+        if value is None:
+            continue
+        if isinstance(action, argparse._AppendAction):
+            action.default = [v.strip() for v in value.split(",") if v.strip()]
+        elif isinstance(action, argparse._StoreTrueAction):
+            action.default = value.strip().lower() in ("1", "true", "yes", "on")
+        else:
+            action.default = value  # argparse applies the option's type to string defaults
 
 
 def pool_settings(args: argparse.Namespace) -> PoolSettings:

@@ -1,20 +1,26 @@
-"""Typed settings, validated once at start-up (``ConfigError`` names the key)."""
+"""Typed settings, validated once at start-up (``ConfigError`` names the key).
+
+``Settings`` holds what the whole gateway shares (binding, security, limits, logging) and
+the servers it fronts: one from the command line, or many from ``--config`` (see
+``gateway.configfile``). Each server's child and pool settings live in its ``ServerConfig``.
+"""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from gateway.errors import ConfigError
 from gateway.http.endpoint import MAX_BODY_BYTES
-from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
-from gateway.router import Isolation
-from gateway.stdio.pool import PoolSettings
-from gateway.stdio.spec import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT
+from gateway.router import ServerConfig
+from gateway.stdio.spec import ChildSpec
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8000
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8000
+DRAIN_TIMEOUT: Final = 20.0
+"""Seconds in-flight requests get to finish after SIGTERM before they are cancelled."""
+LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 def demo_command() -> tuple[str, ...]:
@@ -22,45 +28,52 @@ def demo_command() -> tuple[str, ...]:
     return (sys.executable, "-m", "gateway.demo.server")
 
 
+def demo_server() -> ServerConfig:
+    command = demo_command()
+    return ServerConfig("demo", ChildSpec(command[0], command[1:], name="demo"))
+
+
 @dataclass(frozen=True)
 class Settings:
-    command: tuple[str, ...] = field(default_factory=demo_command)
+    servers: tuple[ServerConfig, ...] = field(default_factory=lambda: (demo_server(),))
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
-    request_timeout: float | None = None
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
     max_body_bytes: int = MAX_BODY_BYTES
-    probe_timeout: float = PROBE_TIMEOUT
-    startup_timeout: float = HANDSHAKE_TIMEOUT
     allowed_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
     log_level: str = "info"
-    pool: PoolSettings = field(default_factory=PoolSettings)
-    isolation: Isolation = Isolation.SHARED
+    log_format: str = "text"
     principal_header: str | None = None
-    env_from_headers: Mapping[str, str] = field(default_factory=dict)
+    trusted_proxies: tuple[str, ...] = ()
+    auth_token_file: str | None = None
+    auth_tokens: tuple[str, ...] = ()
+    drain_timeout: float = DRAIN_TIMEOUT
+    metrics: bool = True
+    cors_origins: tuple[str, ...] = ()
+    oauth_authorization_servers: tuple[str, ...] = ()
+    public_url: str | None = None
 
     def __post_init__(self) -> None:
-        if not self.command:
-            raise ConfigError("command", "no command to run")
+        if not self.servers:
+            raise ConfigError("servers", "no server to run")
+        names = [s.name for s in self.servers]
+        if len(set(names)) != len(names):
+            raise ConfigError("servers", "server names must be unique")
         if not 0 <= self.port <= 65535:
             raise ConfigError("port", f"{self.port} is not a TCP port")
-        for key in ("max_line_bytes", "max_body_bytes"):
-            if getattr(self, key) < 1:
-                raise ConfigError(key, "must be a positive number of bytes")
-        for key in ("probe_timeout", "startup_timeout"):
-            if getattr(self, key) <= 0:
-                raise ConfigError(key, "must be a positive number of seconds")
-        if self.request_timeout is not None and self.request_timeout <= 0:
-            raise ConfigError("request_timeout", "must be a positive number of seconds")
-        for header, env in self.env_from_headers.items():
-            if not header or not env or "=" in env or "\x00" in env:
-                raise ConfigError("env_from_headers", f"{header!r} → {env!r} is not HEADER=ENV_VAR")
+        if self.max_body_bytes < 1:
+            raise ConfigError("max_body_bytes", "must be a positive number of bytes")
+        if self.drain_timeout < 0:
+            raise ConfigError("drain_timeout", "must not be negative")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError("log_format", "must be text or json")
+        if self.trusted_proxies and self.principal_header is None:
+            raise ConfigError("trusted_proxy", "only means something with --principal-header")
 
     @property
     def is_demo(self) -> bool:
-        return self.command == demo_command()
+        return len(self.servers) == 1 and self.servers[0].spec.argv == list(demo_command())
 
     @property
     def loopback_only(self) -> bool:
-        return self.host in ("127.0.0.1", "localhost", "::1")
+        return self.host in LOOPBACK

@@ -74,9 +74,8 @@ def response(client_id: Any, *, result: JsonObject | None = None, error: JsonObj
 
 
 class Relay:
-    def __init__(self, router: Router, *, request_timeout: float | None = None, gateway_version: str = "0") -> None:
+    def __init__(self, router: Router, *, gateway_version: str = "0") -> None:
         self.router = router
-        self.request_timeout = request_timeout
         self.catalog = ToolCatalog(gateway_version)
 
     async def exchange(
@@ -105,7 +104,7 @@ class Relay:
             await self._check_param_headers(child, request, headers)
         params = self._params_for_child(request.params, client, info)
         try:
-            async with child.exchange(request.method, params, timeout=self.request_timeout) as ex:
+            async with child.exchange(request.method, params) as ex:  # the server's request timeout applies
                 async for note in ex:
                     yield note.to_dict()
                 reply = ex.reply()

@@ -29,6 +29,24 @@ BASE_HEADERS = {"content-type": "application/json", "accept": "application/json,
 
 
 @asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """Serve any ASGI app on a pre-bound 127.0.0.1 socket; yield its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    uv = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(uv.serve, [sock])
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            uv.should_exit = True
+    sock.close()
+
+
+@asynccontextmanager
 async def running_gateway(
     spec: ChildSpec,
     *,
@@ -43,19 +61,8 @@ async def running_gateway(
         pool = PoolSettings(min_size=pool_size, max_size=pool_size)
     server = ServerConfig("test", spec, pool or PoolSettings(), isolation, env_from_headers or {})
     app = create_app(Router(server), **app_options)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(uv.serve, [sock])
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            uv.should_exit = True
-    sock.close()
+    async with serving(app) as base:
+        yield f"{base}/mcp"
 
 
 def modern_headers(method: str, name: str | None = None, **extra: str) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """The ASGI application: routes, lifespan, middleware.
 
-``create_app(router, ...)`` builds a Starlette app serving the MCP endpoint at ``/mcp``,
+``create_app(routers, ...)`` builds a Starlette app serving one MCP endpoint per server
+(``/servers/NAME/mcp``, and ``/mcp`` when there is one server),
 ``/healthz`` (the process and its event loop answer), ``/readyz`` (a child is ready and no
 pool is failing; 503 with the reason otherwise) and ``/status`` (JSON for humans: pools,
 children, their pids, eras, load and last errors). The lifespan starts the router (the
@@ -11,8 +12,8 @@ spec's order.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 
 import anyio
 from starlette.applications import Starlette
@@ -31,53 +32,70 @@ from gateway.sessions import SessionStore
 
 
 def create_app(
-    router: Router,
+    routers: Router | Sequence[Router],
     *,
-    request_timeout: float | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     loopback_only: bool = True,
     allowed_origins: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
     principal_header: str | None = None,
 ) -> Starlette:
-    sessions = SessionStore(on_end=router.end_session)
-    endpoint = McpEndpoint(
-        Relay(router, request_timeout=request_timeout, gateway_version=__version__),
-        sessions,
-        max_body_bytes=max_body_bytes,
-        principal_header=principal_header,
-    )
-    router.add_listener(endpoint.on_child_notification)
+    """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``."""
+    routers = [routers] if isinstance(routers, Router) else list(routers)
+    endpoints: list[tuple[Router, McpEndpoint, SessionStore]] = []
+    for router in routers:
+        sessions = SessionStore(on_end=router.end_session)
+        endpoint = McpEndpoint(
+            Relay(router, gateway_version=__version__),
+            sessions,
+            max_body_bytes=max_body_bytes,
+            principal_header=principal_header,
+        )
+        router.add_listener(endpoint.on_child_notification)
+        endpoints.append((router, endpoint, sessions))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with router, anyio.create_task_group() as tg:
-            endpoint.task_group = tg
+        async with AsyncExitStack() as stack, anyio.create_task_group() as tg:
+            for router, endpoint, _ in endpoints:
+                await stack.enter_async_context(router)
+                endpoint.task_group = tg
             try:
                 yield
             finally:
-                sessions.end_all()
+                for _, _, sessions in endpoints:
+                    sessions.end_all()
                 tg.cancel_scope.cancel()
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok\n")
 
     async def readyz(request: Request) -> Response:
-        problem = router.readiness_problem()
-        if problem is None:
+        problems = [p for p in (router.readiness_problem() for router in routers) if p is not None]
+        if not problems:
             return PlainTextResponse("ready\n")
-        return PlainTextResponse(f"not ready: {problem}\n", status_code=503)
+        return PlainTextResponse("not ready: " + "; ".join(problems) + "\n", status_code=503)
 
     async def status(request: Request) -> Response:
-        return wire.json_response({"version": __version__, "sessions": len(sessions), "servers": [router.status()]})
+        return wire.json_response(
+            {
+                "version": __version__,
+                "sessions": sum(len(sessions) for _, _, sessions in endpoints),
+                "servers": [router.status() for router in routers],
+            }
+        )
 
+    methods = ["POST", "GET", "DELETE"]
+    routes = [Route(f"/servers/{r.server.name}/mcp", e.__call__, methods=methods) for r, e, _ in endpoints]
+    if len(endpoints) == 1:
+        routes.append(Route("/mcp", endpoints[0][1].__call__, methods=methods))
+    routes += [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/status", status, methods=["GET"]),
+    ]
     app = Starlette(
-        routes=[
-            Route("/mcp", endpoint.__call__, methods=["POST", "GET", "DELETE"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-            Route("/status", status, methods=["GET"]),
-        ],
+        routes=routes,
         middleware=[
             Middleware(
                 OriginGuard,
@@ -88,6 +106,5 @@ def create_app(
         ],
         lifespan=lifespan,
     )
-    app.state.router = router
-    app.state.sessions = sessions
+    app.state.routers = routers
     return app

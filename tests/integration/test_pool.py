@@ -33,22 +33,33 @@ def pool_children(server: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_server_processes() -> list[tuple[int, str]]:
-    """(pid, state) of every test-server process on the machine that descends from us."""
+    """(pid, state) of every test-server process descending from this one (the gateway runs here)."""
     marker = str(TEST_SERVER).encode()
     found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
+    stack = [os.getpid()]
+    while stack:
+        pid = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as fh:
+                    stack.extend(int(child) for child in fh.read().split())
+            except OSError:
+                continue
+        if pid == os.getpid():
             continue
         try:
-            with open(f"/proc/{name}/cmdline", "rb") as fh:
-                if marker not in fh.read():
-                    continue
-            with open(f"/proc/{name}/stat", "rb") as fh:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                is_server = marker in fh.read()
+            with open(f"/proc/{pid}/stat", "rb") as fh:
                 stat = fh.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        found.append((int(name), fields[0].decode()))
+        if is_server:
+            found.append((pid, stat[stat.rfind(b")") + 2 :].split()[0].decode()))
     return found
 
 

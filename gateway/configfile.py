@@ -1,0 +1,178 @@
+"""Many servers from one JSON file, in the ``mcpServers`` shape desktop MCP clients use.
+
+::
+
+    {"mcpServers": {
+        "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"]},
+        "github": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-github"],
+                   "env": {"GITHUB_API_URL": "https://api.github.com"},
+                   "envFromHeaders": {"X-GitHub-Token": "GITHUB_PERSONAL_ACCESS_TOKEN"},
+                   "isolation": "principal",
+                   "pool": {"min": 0, "max": 8, "maxInFlight": 1, "idleTimeout": 600}}
+    }}
+
+Keys per server: ``command`` (required), ``args``, ``env`` (a value of ``null`` removes the
+variable), ``cwd``, ``inheritEnv``, and the gateway's own: ``pool`` (``min``, ``max``,
+``maxInFlight``, ``queueTimeout``, ``idleTimeout``, ``maxRequests``, ``maxAge``,
+``stallTimeout``, ``livenessInterval``), ``isolation``, ``envFromHeaders``,
+``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``,
+``clientCapabilities``. Keys not given take the command line's values. Unknown keys are
+refused, so a typo never silently does nothing; ``disabled: true`` skips a server.
+Every problem is a ``ConfigError`` naming the key path, e.g. ``mcpServers.files.pool.max``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from gateway.errors import ConfigError
+from gateway.router import Isolation, ServerConfig
+from gateway.stdio.pool import PoolSettings
+
+NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+"""Server names become URL path segments (/servers/NAME/mcp)."""
+
+_POOL_KEYS: Final = {
+    "min": ("min_size", int),
+    "max": ("max_size", int),
+    "maxInFlight": ("max_in_flight", int),
+    "queueTimeout": ("queue_timeout", float),
+    "idleTimeout": ("idle_timeout", float),
+    "maxRequests": ("max_requests", int),
+    "maxAge": ("max_age", float),
+    "stallTimeout": ("stall_timeout", float),
+    "livenessInterval": ("liveness_interval", float),
+}
+_SPEC_NUMBERS: Final = {
+    "requestTimeout": "request_timeout",
+    "probeTimeout": "probe_timeout",
+    "startupTimeout": "handshake_timeout",
+    "maxLineBytes": "max_line_bytes",
+}
+_KNOWN: Final = {
+    "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
+    "clientCapabilities", "disabled", "type", *_SPEC_NUMBERS,
+}  # fmt: skip
+
+
+def load_servers(path: str | Path, base: ServerConfig) -> tuple[ServerConfig, ...]:
+    """Read ``path``; each server starts from ``base`` (the command line's settings)."""
+    try:
+        raw = orjson.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise ConfigError("--config", f"cannot read {path}: {exc.strerror}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError("--config", f"{path} is not valid JSON: {exc}") from exc
+    return parse_servers(raw, base)
+
+
+def parse_servers(raw: Any, base: ServerConfig) -> tuple[ServerConfig, ...]:
+    servers = _object(raw, "(top level)").get("mcpServers")
+    if servers is None:
+        raise ConfigError("mcpServers", 'missing: the file needs {"mcpServers": {"NAME": {...}}}')
+    entries = _object(servers, "mcpServers")
+    out = []
+    for name, entry in entries.items():
+        where = f"mcpServers.{name}"
+        if not NAME.match(name):
+            raise ConfigError(where, "a server name is 1-63 letters, digits, '.', '_' or '-' (it becomes a URL path)")
+        body = _object(entry, where)
+        if body.get("disabled") is True:
+            continue
+        out.append(_server(name, body, base, where))
+    if not out:
+        raise ConfigError("mcpServers", "no (enabled) server is configured")
+    return tuple(out)
+
+
+def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) -> ServerConfig:
+    unknown = sorted(set(body) - _KNOWN)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_KNOWN))})")
+    if body.get("type") not in (None, "stdio"):
+        raise ConfigError(f"{where}.type", "only stdio servers can be put behind the gateway")
+    command = body.get("command")
+    if not isinstance(command, str) or not command:
+        raise ConfigError(f"{where}.command", "required: the program to run")
+    args = body.get("args", [])
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ConfigError(f"{where}.args", "must be a list of strings")
+    env = _object(body.get("env", {}), f"{where}.env")
+    for key, value in env.items():
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"{where}.env.{key}", "must be a string, or null to remove the variable")
+    spec = replace(base.spec, command=command, args=tuple(args), env=dict(env), name=name)
+    if "cwd" in body:
+        spec = replace(spec, cwd=_string(body["cwd"], f"{where}.cwd"))
+    if "inheritEnv" in body:
+        spec = replace(spec, inherit_env=_bool(body["inheritEnv"], f"{where}.inheritEnv"))
+    if "clientCapabilities" in body:
+        spec = replace(spec, client_capabilities=_object(body["clientCapabilities"], f"{where}.clientCapabilities"))
+    for key, attribute in _SPEC_NUMBERS.items():
+        if key in body:
+            spec = replace(
+                spec, **{attribute: _number(body[key], f"{where}.{key}", int if key == "maxLineBytes" else float)}
+            )
+    config = replace(base, name=name, spec=spec)
+    if "pool" in body:
+        config = replace(config, pool=_pool(body["pool"], base.pool, f"{where}.pool"))
+    if "isolation" in body:
+        try:
+            config = replace(config, isolation=Isolation(body["isolation"]))
+        except ValueError:
+            raise ConfigError(f"{where}.isolation", "must be shared, principal or session") from None
+    if "envFromHeaders" in body:
+        mapping = _object(body["envFromHeaders"], f"{where}.envFromHeaders")
+        for header, variable in mapping.items():
+            if not isinstance(variable, str) or not variable or "=" in variable:
+                raise ConfigError(f"{where}.envFromHeaders.{header}", "must name an environment variable")
+        config = replace(config, env_from_headers={h.lower(): v for h, v in mapping.items()})
+    return config
+
+
+def _pool(raw: Any, base: PoolSettings, where: str) -> PoolSettings:
+    body = _object(raw, where)
+    values: dict[str, Any] = {}
+    for key, value in body.items():
+        if key not in _POOL_KEYS:
+            raise ConfigError(f"{where}.{key}", f"unknown key (known: {', '.join(_POOL_KEYS)})")
+        attribute, kind = _POOL_KEYS[key]
+        values[attribute] = _number(value, f"{where}.{key}", kind)
+    if "min_size" in values and "max_size" not in values:
+        values["max_size"] = max(values["min_size"], base.max_size, 1)
+    try:
+        return replace(base, **values)
+    except ValueError as exc:
+        raise ConfigError(where, str(exc)) from exc
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(where, "must be a JSON object")
+    return value
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(where, "must be a string")
+    return value
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(where, "must be true or false")
+    return value
+
+
+def _number(value: Any, where: str, kind: type) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        raise ConfigError(where, f"must be {'an integer' if kind is int else 'a number'}")
+    if value < 0:
+        raise ConfigError(where, "must not be negative")
+    return kind(value)

@@ -1,0 +1,132 @@
+"""Settings from flags, environment variables and the mcpServers config file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gateway.cli import env_name, parse_settings
+from gateway.config import demo_command
+from gateway.errors import ConfigError
+from gateway.router import Isolation
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_no_arguments_serve_the_demo_on_loopback() -> None:
+    settings = parse_settings([], environ={})
+    assert settings.is_demo
+    assert settings.host == "127.0.0.1"
+    assert settings.port == 8000
+    assert settings.servers[0].spec.argv == list(demo_command())
+
+
+def test_the_command_after_the_double_dash_is_taken_verbatim() -> None:
+    settings = parse_settings(["--port", "9000", "--", "npx", "-y", "pkg", "--flag"], environ={})
+    assert settings.servers[0].spec.argv == ["npx", "-y", "pkg", "--flag"]
+    assert settings.port == 9000
+
+
+def test_every_flag_has_an_environment_variable_and_flags_win() -> None:
+    assert env_name("--pool-min") == "MCP_GATEWAY_POOL_MIN"
+    environ = {
+        "MCP_GATEWAY_PORT": "9100",
+        "MCP_GATEWAY_POOL_MIN": "2",
+        "MCP_GATEWAY_POOL_MAX": "5",
+        "MCP_GATEWAY_ISOLATION": "principal",
+        "MCP_GATEWAY_ALLOWED_ORIGIN": "https://a.example, https://b.example",
+        "MCP_GATEWAY_NO_METRICS": "true",
+        "MCP_GATEWAY_COMMAND": "npx -y '@scope/server name' --opt",
+    }
+    settings = parse_settings([], environ=environ)
+    assert settings.port == 9100
+    assert settings.servers[0].pool.min_size == 2
+    assert settings.servers[0].pool.max_size == 5
+    assert settings.servers[0].isolation is Isolation.PRINCIPAL
+    assert settings.allowed_origins == ("https://a.example", "https://b.example")
+    assert settings.metrics is False
+    assert settings.servers[0].spec.argv == ["npx", "-y", "@scope/server name", "--opt"]
+    assert parse_settings(["--port", "9200"], environ=environ).port == 9200
+
+
+def write(tmp_path: Path, body: object) -> str:
+    path = tmp_path / "servers.json"
+    path.write_text(json.dumps(body))
+    return str(path)
+
+
+def test_a_config_file_gives_each_server_its_own_settings(tmp_path: Path) -> None:
+    config = write(
+        tmp_path,
+        {
+            "mcpServers": {
+                "files": {"command": "npx", "args": ["-y", "fs", "/data"], "env": {"A": "1", "B": None}},
+                "github": {
+                    "command": "npx",
+                    "args": ["-y", "gh"],
+                    "isolation": "principal",
+                    "envFromHeaders": {"X-GitHub-Token": "GITHUB_TOKEN"},
+                    "pool": {"min": 0, "max": 8, "maxInFlight": 1},
+                    "requestTimeout": 30,
+                },
+                "off": {"command": "nope", "disabled": True},
+            }
+        },
+    )
+    settings = parse_settings(["--config", config, "--pool-max", "3"], environ={})
+    files, github = settings.servers
+    assert (files.name, files.spec.argv, dict(files.spec.env)) == (
+        "files",
+        ["npx", "-y", "fs", "/data"],
+        {"A": "1", "B": None},
+    )
+    assert files.pool.max_size == 3  # the command line's value, as a default
+    assert github.isolation is Isolation.PRINCIPAL
+    assert dict(github.env_from_headers) == {"x-github-token": "GITHUB_TOKEN"}
+    assert (github.pool.min_size, github.pool.max_size, github.pool.max_in_flight) == (0, 8, 1)
+    assert github.spec.request_timeout == 30.0
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        ({}, "mcpServers"),
+        ({"mcpServers": {"x": {}}}, "mcpServers.x.command"),
+        ({"mcpServers": {"x": {"command": "a", "args": "b"}}}, "mcpServers.x.args"),
+        ({"mcpServers": {"x": {"command": "a", "pool": {"max": "2"}}}}, "mcpServers.x.pool.max"),
+        ({"mcpServers": {"x": {"command": "a", "pool": {"min": 3, "max": 2}}}}, "mcpServers.x.pool"),
+        ({"mcpServers": {"x": {"command": "a", "pool": {"maxInflight": 2}}}}, "mcpServers.x.pool.maxInflight"),
+        ({"mcpServers": {"x": {"command": "a", "isolation": "tenant"}}}, "mcpServers.x.isolation"),
+        ({"mcpServers": {"x": {"command": "a", "comand": "b"}}}, "mcpServers.x.comand"),
+        ({"mcpServers": {"x": {"command": "a", "env": {"K": 1}}}}, "mcpServers.x.env.K"),
+        ({"mcpServers": {"bad name": {"command": "a"}}}, "mcpServers.bad name"),
+        ({"mcpServers": {"x": {"command": "a", "type": "http"}}}, "mcpServers.x.type"),
+    ],
+)
+def test_an_invalid_config_fails_at_start_naming_the_key(tmp_path: Path, body: object, key: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings(["--config", write(tmp_path, body)], environ={})
+    assert info.value.key == key
+
+
+def test_an_unreadable_or_malformed_file_is_refused_clearly(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        parse_settings(["--config", str(tmp_path / "missing.json")], environ={})
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        parse_settings(["--config", str(broken)], environ={})
+
+
+def test_a_config_file_and_a_command_together_are_refused(tmp_path: Path) -> None:
+    config = write(tmp_path, {"mcpServers": {"x": {"command": "a"}}})
+    with pytest.raises(ConfigError, match="either"):
+        parse_settings(["--config", config, "--", "npx", "x"], environ={})
+
+
+def test_the_example_servers_file_loads() -> None:
+    settings = parse_settings(["--config", str(EXAMPLES / "servers.json")], environ={})
+    names = {server.name for server in settings.servers}
+    assert {"filesystem", "memory", "everything"} <= names
