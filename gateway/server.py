@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from gateway import __version__
 from gateway.config import Settings
 from gateway.http.app import create_app
+from gateway.http.auth import TokenStore
 from gateway.router import Router
 from gateway.stdio.process import become_subreaper
 
@@ -26,6 +27,11 @@ def build_app(settings: Settings) -> Starlette:
     return create_app(
         routers,
         principal_header=settings.principal_header,
+        trusted_proxies=settings.trusted_proxies,
+        tokens=TokenStore(settings.auth_tokens, settings.auth_token_file),
+        cors_origins=settings.cors_origins,
+        authorization_servers=settings.oauth_authorization_servers,
+        public_url=settings.public_url,
         max_body_bytes=settings.max_body_bytes,
         loopback_only=settings.loopback_only,
         allowed_origins=settings.allowed_origins,

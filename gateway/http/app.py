@@ -24,7 +24,10 @@ from starlette.routing import Route
 
 from gateway import __version__
 from gateway.http import wire
+from gateway.http.auth import AuthGuard, TokenStore
+from gateway.http.cors import Cors
 from gateway.http.endpoint import MAX_BODY_BYTES, McpEndpoint
+from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
 from gateway.http.origin import OriginGuard
 from gateway.relay import Relay
 from gateway.router import Router
@@ -39,6 +42,13 @@ def create_app(
     allowed_origins: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
     principal_header: str | None = None,
+    trusted_proxies: Iterable[str] = (),
+    tokens: TokenStore | None = None,
+    cors_origins: Iterable[str] = (),
+    authorization_servers: Iterable[str] = (),
+    public_url: str | None = None,
+    max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL,
+    max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL,
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
@@ -49,7 +59,6 @@ def create_app(
             Relay(router, gateway_version=__version__),
             sessions,
             max_body_bytes=max_body_bytes,
-            principal_header=principal_header,
         )
         router.add_listener(endpoint.on_child_notification)
         endpoints.append((router, endpoint, sessions))
@@ -85,6 +94,21 @@ def create_app(
             }
         )
 
+    authorization_servers = list(authorization_servers)
+    metadata_url = f"{public_url.rstrip('/')}/.well-known/oauth-protected-resource" if public_url else None
+
+    async def protected_resource(request: Request) -> Response:
+        """RFC 9728 metadata, so MCP clients can discover where to log in."""
+        base = public_url.rstrip("/") if public_url else str(request.base_url).rstrip("/")
+        resource = f"{base}/mcp" if len(endpoints) == 1 else base
+        return wire.json_response(
+            {
+                "resource": resource,
+                "authorization_servers": authorization_servers,
+                "bearer_methods_supported": ["header"],
+            }
+        )
+
     methods = ["POST", "GET", "DELETE"]
     routes = [Route(f"/servers/{r.server.name}/mcp", e.__call__, methods=methods) for r, e, _ in endpoints]
     if len(endpoints) == 1:
@@ -94,15 +118,28 @@ def create_app(
         Route("/readyz", readyz, methods=["GET"]),
         Route("/status", status, methods=["GET"]),
     ]
+    if authorization_servers:
+        routes.append(Route("/.well-known/oauth-protected-resource", protected_resource, methods=["GET"]))
+    cors_origins = list(cors_origins)
     app = Starlette(
         routes=routes,
-        middleware=[
+        middleware=[  # outermost first
+            Middleware(Cors, origins=cors_origins),
             Middleware(
                 OriginGuard,
                 loopback_only=loopback_only,
-                allowed_origins=list(allowed_origins),
+                allowed_origins=[*allowed_origins, *cors_origins],
                 allowed_hosts=list(allowed_hosts),
-            )
+            ),
+            Middleware(HeaderLimits),
+            Middleware(
+                AuthGuard,
+                tokens=tokens or TokenStore(),
+                principal_header=principal_header,
+                trusted_proxies=list(trusted_proxies),
+                resource_metadata_url=metadata_url if authorization_servers else None,
+            ),
+            Middleware(PrincipalLimits, max_requests=max_requests_per_principal, max_streams=max_streams_per_principal),
         ],
         lifespan=lifespan,
     )

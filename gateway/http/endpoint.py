@@ -72,26 +72,21 @@ class McpEndpoint:
         sessions: SessionStore,
         *,
         max_body_bytes: int = MAX_BODY_BYTES,
-        principal_header: str | None = None,
     ) -> None:
         self.relay = relay
         self.sessions = sessions
         self.max_body_bytes = max_body_bytes
-        self.principal_header = principal_header.lower() if principal_header else None
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
 
-    def principal(self, request: HttpRequest, headers: dict[str, str]) -> str | None:
-        """Who is asking: set by the auth middleware, else a trusted proxy's identity header."""
+    @staticmethod
+    def principal(request: HttpRequest) -> str | None:
+        """Who is asking, as the auth middleware (``gateway.http.auth``) established it."""
         principal = request.scope.get("gateway.principal")
-        if isinstance(principal, str):
-            return principal
-        if self.principal_header is not None:
-            return headers.get(self.principal_header) or None
-        return None
+        return principal if isinstance(principal, str) else None
 
     async def __call__(self, request: HttpRequest) -> Response | LazyStream:
         headers = lower_headers(request)
-        principal = self.principal(request, headers)
+        principal = self.principal(request)
         if request.method == "GET":
             return self._get(headers, principal)
         if request.method == "DELETE":

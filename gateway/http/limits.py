@@ -1,0 +1,94 @@
+"""Request limits, each named with its reason (pure ASGI).
+
+- ``HeaderLimits``: at most ``MAX_HEADERS`` headers, ``MAX_HEADER_BYTES`` in all, and
+  ``MAX_MCP_HEADER_BYTES`` for any one ``Mcp-*`` value — checked before anything decodes a
+  Base64 sentinel, so a client cannot make the gateway decode megabytes (431 otherwise).
+- ``PrincipalLimits``: at most ``max_requests`` requests at once per principal (an anonymous
+  client counts as one principal) and ``max_streams`` open GET streams; past either, 429
+  with ``Retry-After``. This keeps one tenant from taking every child of a shared pool.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Final
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.http.wire import error_response
+from gateway.protocol.jsonrpc import error_object
+
+MAX_HEADERS: Final = 100
+"""Headers per request; real MCP clients send about a dozen."""
+MAX_HEADER_BYTES: Final = 64 * 1024
+"""All header names and values together."""
+MAX_MCP_HEADER_BYTES: Final = 8 * 1024
+"""One Mcp-* value (Mcp-Name, Mcp-Param-*): a tool name or a routing value, never a payload."""
+MAX_REQUESTS_PER_PRINCIPAL: Final = 256
+MAX_STREAMS_PER_PRINCIPAL: Final = 32
+
+
+class HeaderLimits:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            problem = self._problem(scope["headers"])
+            if problem is not None:
+                await error_response(431, error_object(-32600, problem))(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _problem(headers: list[tuple[bytes, bytes]]) -> str | None:
+        if len(headers) > MAX_HEADERS:
+            return f"{len(headers)} headers; at most {MAX_HEADERS} are accepted"
+        total = 0
+        for name, value in headers:
+            total += len(name) + len(value)
+            if name.startswith(b"mcp-") and len(value) > MAX_MCP_HEADER_BYTES:
+                return f"header {name.decode('latin-1')} is {len(value)} bytes; at most {MAX_MCP_HEADER_BYTES}"
+        if total > MAX_HEADER_BYTES:
+            return f"headers total {total} bytes; at most {MAX_HEADER_BYTES}"
+        return None
+
+
+class PrincipalLimits:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_requests: int = MAX_REQUESTS_PER_PRINCIPAL,
+        max_streams: int = MAX_STREAMS_PER_PRINCIPAL,
+    ) -> None:
+        self.app = app
+        self.max_requests = max_requests
+        self.max_streams = max_streams
+        self.requests: Counter[str] = Counter()
+        self.streams: Counter[str] = Counter()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].endswith("/mcp"):
+            await self.app(scope, receive, send)
+            return
+        principal = scope.get("gateway.principal") or "anonymous"
+        is_stream = scope["method"] == "GET"
+        table, limit, what = (
+            (self.streams, self.max_streams, "open streams")
+            if is_stream
+            else (self.requests, self.max_requests, "requests in flight")
+        )
+        if limit and table[principal] >= limit:
+            response = error_response(
+                429, error_object(-32600, f"too many {what} for this client (at most {limit})"), retry_after=1
+            )
+            await response(scope, receive, send)
+            return
+        table[principal] += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            table[principal] -= 1
+            if table[principal] <= 0:
+                del table[principal]

@@ -1,0 +1,205 @@
+"""Security defaults and options against a live gateway: Origin/Host, tokens, proxies, CORS, limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from gateway.http.auth import TokenStore, parse_tokens
+from gateway.router import Isolation
+from tests.conftest import server_spec
+from tests.gateway_server import modern_call, modern_headers, running_gateway
+
+pytestmark = pytest.mark.anyio
+
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdef"
+
+
+def tool_call(tool: str, args: dict[str, object] | None = None) -> tuple[dict[str, str], dict[str, object]]:
+    return modern_headers("tools/call", tool), modern_call(1, tool, args or {})
+
+
+async def test_a_cross_origin_request_from_a_foreign_page_is_refused() -> None:
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec()) as url, httpx.AsyncClient() as http:
+            headers, body = tool_call("echo", {"message": "x"})
+            foreign = await http.post(url, headers={**headers, "origin": "http://evil.example"}, json=body)
+            assert foreign.status_code == 403
+            assert "error" in foreign.json()
+            assert "id" not in foreign.json()
+            local = await http.post(url, headers={**headers, "origin": "http://localhost:3000"}, json=body)
+            assert local.status_code == 200
+
+
+async def test_a_rebound_host_name_is_refused_on_a_loopback_gateway() -> None:
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec()) as url, httpx.AsyncClient() as http:
+            headers, body = tool_call("echo", {"message": "x"})
+            rebound = await http.post(url, headers={**headers, "host": "attacker.example"}, json=body)
+            assert rebound.status_code == 403
+            allowed = await http.post(url, headers={**headers, "host": "localhost:1234"}, json=body)
+            assert allowed.status_code == 200
+
+
+async def test_a_wrong_token_gets_401_and_never_reaches_a_child() -> None:
+    tokens = TokenStore([f"alice:{ALICE}"])
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec(), tokens=tokens) as url, httpx.AsyncClient() as http:
+            headers, pid_body = tool_call("pid")
+            good = {**headers, "authorization": f"Bearer {ALICE}"}
+            before = (await http.post(url, headers=good, json=pid_body)).json()["result"]["content"][0]["text"]
+            _, exit_body = tool_call("exit", {"code": 0})
+            for bad in ({}, {"authorization": "Bearer wrong-token-0123456789"}, {"authorization": f"Basic {ALICE}"}):
+                refused = await http.post(url, headers={**headers, **bad}, json=exit_body)
+                assert refused.status_code == 401
+                assert refused.headers["www-authenticate"].startswith("Bearer")
+            after = (await http.post(url, headers=good, json=pid_body)).json()["result"]["content"][0]["text"]
+            assert after == before  # the exit call never reached the child
+            assert (await http.get(url.replace("/mcp", "/healthz"))).status_code == 200  # probes stay open
+            assert (await http.get(url.replace("/mcp", "/status"))).status_code == 401
+
+
+async def test_two_tokens_map_to_two_principals() -> None:
+    tokens = TokenStore([f"alice:{ALICE}", f"bob:{BOB}"])
+    with anyio.fail_after(20):
+        async with (
+            running_gateway(server_spec(), tokens=tokens, isolation=Isolation.PRINCIPAL) as url,
+            httpx.AsyncClient() as http,
+        ):
+            headers, body = tool_call("pid")
+            pids = {}
+            for name, token in (("alice", ALICE), ("bob", BOB)):
+                reply = await http.post(url, headers={**headers, "authorization": f"Bearer {token}"}, json=body)
+                pids[name] = reply.json()["result"]["content"][0]["text"]
+            assert pids["alice"] != pids["bob"]
+            status = await http.get(url.replace("/mcp", "/status"), headers={"authorization": f"Bearer {ALICE}"})
+            labels = " ".join(status.json()["servers"][0]["pools"])
+            assert "principal=alice" in labels
+            assert "principal=bob" in labels
+            assert ALICE not in status.text
+
+
+async def test_the_identity_header_counts_only_from_a_trusted_proxy() -> None:
+    async def principal_pools(trusted: list[str]) -> str:
+        async with (
+            running_gateway(
+                server_spec(), isolation=Isolation.PRINCIPAL, principal_header="X-User", trusted_proxies=trusted
+            ) as url,
+            httpx.AsyncClient() as http,
+        ):
+            headers, body = tool_call("pid")
+            await http.post(url, headers={**headers, "x-user": "carol"}, json=body)
+            return " ".join((await http.get(url.replace("/mcp", "/status"))).json()["servers"][0]["pools"])
+
+    with anyio.fail_after(30):
+        assert "principal=carol" in await principal_pools(["127.0.0.0/8"])
+        assert "principal=anonymous" in await principal_pools(["10.0.0.0/8"])
+
+
+async def test_cors_preflight_reflects_mcp_param_headers_and_exposes_the_session_id() -> None:
+    origin = "https://app.example"
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec(), cors_origins=[origin]) as url, httpx.AsyncClient() as http:
+            preflight = await http.options(
+                url,
+                headers={
+                    "origin": origin,
+                    "access-control-request-method": "POST",
+                    "access-control-request-headers": "content-type, mcp-method, mcp-name, mcp-param-region",
+                },
+            )
+            assert preflight.status_code == 204
+            assert preflight.headers["access-control-allow-origin"] == origin
+            assert "mcp-param-region" in preflight.headers["access-control-allow-headers"]
+            refused = await http.options(
+                url,
+                headers={
+                    "origin": origin,
+                    "access-control-request-method": "POST",
+                    "access-control-request-headers": "x-evil",
+                },
+            )
+            assert refused.status_code == 403
+            headers, body = tool_call("echo", {"message": "x"})
+            actual = await http.post(url, headers={**headers, "origin": origin}, json=body)
+            assert actual.status_code == 200
+            assert actual.headers["access-control-allow-origin"] == origin
+            assert "mcp-session-id" in actual.headers["access-control-expose-headers"]
+
+
+async def test_oversized_mcp_headers_are_refused_before_decoding() -> None:
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec()) as url, httpx.AsyncClient() as http:
+            headers, body = tool_call("echo", {"message": "x"})
+            huge = await http.post(url, headers={**headers, "mcp-name": "=?base64?" + "QUFB" * 4000 + "?="}, json=body)
+            assert huge.status_code == 431
+
+
+async def test_a_principal_over_its_concurrency_limit_gets_429() -> None:
+    with anyio.fail_after(20):
+        async with (
+            running_gateway(server_spec(), max_requests_per_principal=1) as url,
+            httpx.AsyncClient(timeout=10) as http,
+        ):
+            headers, slow = tool_call("sleep", {"ms": 2000})
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: http.post(url, headers=headers, json=slow))
+                while True:  # until the first request holds the principal's one slot
+                    second = await http.post(url, headers=modern_headers("tools/list"), json=modern_call(2, "x"))
+                    if second.status_code == 429:
+                        break
+                tg.cancel_scope.cancel()
+            assert second.headers["retry-after"] == "1"
+
+
+async def test_protected_resource_metadata_names_the_authorization_server() -> None:
+    tokens = TokenStore([f"alice:{ALICE}"])
+    with anyio.fail_after(20):
+        async with (
+            running_gateway(
+                server_spec(),
+                tokens=tokens,
+                authorization_servers=["https://login.example"],
+                public_url="https://mcp.example",
+            ) as url,
+            httpx.AsyncClient() as http,
+        ):
+            meta = await http.get(url.replace("/mcp", "/.well-known/oauth-protected-resource"))
+            assert meta.json() == {
+                "resource": "https://mcp.example/mcp",
+                "authorization_servers": ["https://login.example"],
+                "bearer_methods_supported": ["header"],
+            }
+            refused = await http.post(url, headers=modern_headers("tools/list"), json=modern_call(1, "x"))
+            assert (
+                'resource_metadata="https://mcp.example/.well-known/oauth-protected-resource"'
+                in (refused.headers["www-authenticate"])
+            )
+
+
+def test_the_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(f"# team tokens\nalice:{ALICE}\n")
+    store = TokenStore(path=str(path))
+    assert store.principal_for(ALICE.encode(), now=0.0) == "alice"
+    assert store.principal_for(BOB.encode(), now=0.5) is None
+    path.write_text(f"bob:{BOB}\n")
+    import os
+
+    os.utime(path, (1, 1))  # a different mtime, whatever the clock's resolution
+    assert store.principal_for(BOB.encode(), now=10.0) == "bob"
+    assert store.principal_for(ALICE.encode(), now=11.0) is None
+
+
+def test_short_tokens_are_refused_and_unnamed_ones_get_a_hashed_principal() -> None:
+    from gateway.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="at least 16"):
+        parse_tokens(["short"], "--auth-token")
+    (token,) = parse_tokens([ALICE], "--auth-token")
+    assert token.principal.startswith("token-")
+    assert ALICE not in token.principal
