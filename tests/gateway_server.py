@@ -37,13 +37,15 @@ async def serving(app: Any) -> AsyncIterator[str]:
     sock.listen(128)
     port = sock.getsockname()[1]
     uv = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(uv.serve, [sock])
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            uv.should_exit = True
-    sock.close()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(uv.serve, [sock])
+            try:
+                yield f"http://127.0.0.1:{port}"
+            finally:
+                uv.should_exit = True
+    finally:
+        sock.close()
 
 
 @asynccontextmanager

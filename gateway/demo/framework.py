@@ -39,7 +39,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import IO, Any, Final, Literal, NoReturn
+from typing import IO, Any, Final, Literal, NoReturn, Protocol
 
 JsonObject = dict[str, Any]
 RequestId = str | int
@@ -68,6 +68,12 @@ EOF_GRACE_SECONDS: Final = 1.0
 SEND_REQUEST_TIMEOUT: Final = 30.0
 # Methods that exist only in the modern era. Without modern _meta they are not legacy requests.
 _MODERN_ONLY_METHODS: Final = frozenset({"server/discover"})
+
+
+class LineSource(Protocol):
+    """Where requests are read from: stdin, or anything with its ``readline``."""
+
+    def readline(self) -> bytes: ...
 
 
 class RpcError(Exception):
@@ -213,7 +219,7 @@ class StdioServer:
         silent_methods: Iterable[str] = (),
         eof_grace: float = EOF_GRACE_SECONDS,
         page_size: int | None = None,
-        stdin: IO[bytes] | None = None,
+        stdin: LineSource | None = None,
         stdout: IO[bytes] | None = None,
     ) -> None:
         self.eras = frozenset(eras)

@@ -114,7 +114,9 @@ class McpEndpoint:
             # cancellation is a disconnect; a POSTed cancelled is accepted and ignored.
             return wire.accepted()
         client = ClientContext(Era.MODERN, accepted.version, principal=principal)
-        return LazyStream(self.relay.exchange(message, client, headers), request_id=message.id)
+        return LazyStream(
+            self.relay.exchange(message, client, headers), request_id=message.id, method_not_found_is_404=True
+        )
 
     # -- legacy -------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
 from gateway.http.wire import gateway_error_response, rejection_response
-from gateway.protocol.jsonrpc import JsonObject
+from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, JsonObject
 from gateway.relay import Rejected
 
 log = logging.getLogger("gateway.http")
@@ -58,9 +58,13 @@ class LazyStream:
         *,
         request_id: Any = None,
         headers: list[tuple[bytes, bytes]] | None = None,
+        method_not_found_is_404: bool = False,
     ) -> None:
         self._events = events
         self._request_id = request_id
+        # Modern Streamable HTTP: "method not implemented" is HTTP 404 with -32601, so a client can
+        # tell it from a legacy HTTP+SSE host's bare 404 (SHTTP §Protocol Version Header).
+        self._not_found_404 = method_not_found_is_404
         self._headers = headers or []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -93,10 +97,12 @@ class LazyStream:
             return
         if _is_final(first):
             body = orjson.dumps(first)
+            error = first.get("error")
+            not_found = self._not_found_404 and isinstance(error, dict) and error.get("code") == METHOD_NOT_FOUND
             await send(
                 {
                     "type": "http.response.start",
-                    "status": 200,
+                    "status": 404 if not_found else 200,
                     "headers": [(b"content-type", b"application/json"), *self._headers],
                 }
             )

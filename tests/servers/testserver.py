@@ -14,6 +14,7 @@ crash) plus tools that make a child misbehave on demand. The flags shape the pro
 --ttl-ms N, --cache-scope  the cache hints of modern discover and tools/list results
 --name NAME                serverInfo.name (default "testserver")
 --page-size N              answer tools/list in pages of N tools (nextCursor = the next index)
+--record FILE              append every line read from stdin to FILE
 
 Start-up order: SIGTERM handling, then stderr lines, then exit-at-start, then banner, then
 serving. A test that needs to know signals are set up can wait for the first stderr line.
@@ -244,6 +245,20 @@ HEADERED_SCHEMA: JsonObject = {
 }
 
 
+class Recorder:
+    """stdin that also appends each line to a file, so a test can see exactly what arrived."""
+
+    def __init__(self, stream: Any, path: str) -> None:
+        self._stream = stream
+        self._file = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the process
+
+    def readline(self) -> bytes:
+        line: bytes = self._stream.readline()
+        if line:
+            self._file.write(line if line.endswith(b"\n") else line + b"\n")
+        return line
+
+
 def add_header_tools(server: StdioServer) -> None:
     """Tools with ``x-mcp-header`` annotations: one valid, one invalid (on a number)."""
 
@@ -283,6 +298,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cache-scope", choices=("public", "private"), default="public")
     parser.add_argument("--name", default="testserver")
     parser.add_argument("--page-size", type=int, default=None, help="tools/list pages of N tools")
+    parser.add_argument("--record", default=None, metavar="FILE", help="append every line read from stdin to FILE")
     return parser.parse_args(argv)
 
 
@@ -311,6 +327,7 @@ def main(argv: list[str] | None = None) -> None:
             cache_scope=options.cache_scope,
             silent_methods={"server/discover"} if options.silent_probe else (),
             page_size=options.page_size,
+            stdin=Recorder(sys.stdin.buffer, options.record) if options.record else None,
         )
         add_demo_tools(server)
         add_test_tools(server)
