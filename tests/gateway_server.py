@@ -31,19 +31,33 @@ BASE_HEADERS = {"content-type": "application/json", "accept": "application/json,
 @asynccontextmanager
 async def serving(app: Any) -> AsyncIterator[str]:
     """Serve any ASGI app on a pre-bound 127.0.0.1 socket; yield its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the listening
+    # socket says TCP, and without it every response waits ~40 ms on Nagle + delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
     uv = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5))
+    finished = anyio.Event()
+
+    async def serve() -> None:
+        try:
+            await uv.serve([sock])
+        finally:
+            finished.set()
+
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(uv.serve, [sock])
+            tg.start_soon(serve)
             try:
                 yield f"http://127.0.0.1:{port}"
             finally:
+                # Shut down gracefully even when the test failed, so the app's lifespan (and
+                # every child) ends in its own task instead of being torn down mid-flight.
                 uv.should_exit = True
+                with anyio.CancelScope(shield=True), anyio.move_on_after(15):
+                    await finished.wait()
     finally:
         sock.close()
 

@@ -17,6 +17,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import anyio
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -29,9 +30,16 @@ from gateway.http.cors import Cors
 from gateway.http.endpoint import MAX_BODY_BYTES, McpEndpoint
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
 from gateway.http.origin import OriginGuard
+from gateway.protocol.jsonrpc import error_object
 from gateway.relay import Relay
 from gateway.router import Router
 from gateway.sessions import SessionStore
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (unknown path, wrong method) as JSON-RPC errors too."""
+    assert isinstance(exc, HTTPException)
+    return wire.error_response(exc.status_code, error_object(-32600, exc.detail), headers=dict(exc.headers or {}))
 
 
 def create_app(
@@ -65,16 +73,19 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack, anyio.create_task_group() as tg:
-            for router, endpoint, _ in endpoints:
+        async with AsyncExitStack() as stack:
+            # Routers first: their task groups must close after (outside) the one below.
+            for router, _, _ in endpoints:
                 await stack.enter_async_context(router)
-                endpoint.task_group = tg
-            try:
-                yield
-            finally:
-                for _, _, sessions in endpoints:
-                    sessions.end_all()
-                tg.cancel_scope.cancel()
+            async with anyio.create_task_group() as tg:
+                for _, endpoint, _ in endpoints:
+                    endpoint.task_group = tg
+                try:
+                    yield
+                finally:
+                    for _, _, sessions in endpoints:
+                        sessions.end_all()
+                    tg.cancel_scope.cancel()
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok\n")
@@ -109,7 +120,9 @@ def create_app(
             }
         )
 
-    methods = ["POST", "GET", "DELETE"]
+    # Every method reaches the endpoint, which answers the ones MCP does not use with a
+    # JSON-RPC 405 (Starlette's own would be text/plain).
+    methods = ["POST", "GET", "DELETE", "PUT", "PATCH", "OPTIONS"]
     routes = [Route(f"/servers/{r.server.name}/mcp", e.__call__, methods=methods) for r, e, _ in endpoints]
     if len(endpoints) == 1:
         routes.append(Route("/mcp", endpoints[0][1].__call__, methods=methods))
@@ -142,6 +155,7 @@ def create_app(
             Middleware(PrincipalLimits, max_requests=max_requests_per_principal, max_streams=max_streams_per_principal),
         ],
         lifespan=lifespan,
+        exception_handlers={HTTPException: http_error},
     )
     app.state.routers = routers
     return app

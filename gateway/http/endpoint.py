@@ -91,6 +91,12 @@ class McpEndpoint:
             return self._get(headers, principal)
         if request.method == "DELETE":
             return self._delete(headers, principal)
+        if request.method != "POST":
+            return wire.error_response(
+                405,
+                error_object(-32600, f"{request.method} is not used by MCP here; POST a JSON-RPC message"),
+                headers={"allow": "POST, GET, DELETE"},
+            )
         body = await read_body(request, self.max_body_bytes)
         if body is None:
             return wire.error_response(
