@@ -1,0 +1,269 @@
+{{/* Names and labels. */}}
+{{- define "mcp-stdio-gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mcp-stdio-gateway.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mcp-stdio-gateway.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mcp-stdio-gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mcp-stdio-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "mcp-stdio-gateway.labels" -}}
+helm.sh/chart: {{ include "mcp-stdio-gateway.chart" . }}
+{{ include "mcp-stdio-gateway.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: mcp-gateway
+{{- end }}
+
+{{- define "mcp-stdio-gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mcp-stdio-gateway.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "mcp-stdio-gateway.secretName" -}}
+{{- default (include "mcp-stdio-gateway.fullname" .) .Values.existingSecret.name }}
+{{- end }}
+
+{{- define "mcp-stdio-gateway.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* True (non-empty) when the gateway checks bearer tokens from the Secret. */}}
+{{- define "mcp-stdio-gateway.hasTokens" -}}
+{{- if .Values.existingSecret.name }}
+{{- if .Values.existingSecret.tokensKey }}true{{ end }}
+{{- else if .Values.auth.tokens }}true{{ end }}
+{{- end }}
+
+{{/* True (non-empty) when the Secret carries the MRTR state secret. */}}
+{{- define "mcp-stdio-gateway.hasStateSecret" -}}
+{{- if .Values.existingSecret.name }}
+{{- if .Values.existingSecret.stateSecretKey }}true{{ end }}
+{{- else }}true{{ end }}
+{{- end }}
+
+{{- define "mcp-stdio-gateway.terminationGracePeriodSeconds" -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
+{{- add (int .Values.preStopSleepSeconds) (int (ceil .Values.gateway.drainTimeout)) 10 }}
+{{- else }}
+{{- .Values.terminationGracePeriodSeconds }}
+{{- end }}
+{{- end }}
+
+{{/*
+A probe on PATH: an HTTP GET from the kubelet, or (probes.type=exec) the container's own
+Python fetching 127.0.0.1, for a gateway bound to loopback. Call with (list . PATH SETTINGS).
+*/}}
+{{- define "mcp-stdio-gateway.probe" -}}
+{{- $root := index . 0 }}
+{{- $path := index . 1 }}
+{{- $settings := index . 2 }}
+{{- if eq $root.Values.probes.type "exec" }}
+exec:
+  command:
+    - python
+    - -c
+    - {{ printf "import urllib.request; urllib.request.urlopen('http://127.0.0.1:%d%s', timeout=%d)" (int $root.Values.gateway.port) $path (int $settings.timeoutSeconds) | quote }}
+{{- else }}
+httpGet:
+  path: {{ $path }}
+  port: http
+{{- end }}
+{{- toYaml $settings | nindent 0 }}
+{{- end }}
+
+{{/* The gateway container; the Deployment renders it as a container or a native sidecar. */}}
+{{- define "mcp-stdio-gateway.container" -}}
+{{- $g := .Values.gateway -}}
+name: gateway
+image: {{ include "mcp-stdio-gateway.image" . | quote }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+{{- if .Values.nativeSidecar }}
+restartPolicy: Always
+{{- end }}
+{{- if or (and (not $g.servers) $g.command) $g.extraArgs }}
+args:
+  {{- range $g.extraArgs }}
+  - {{ . | quote }}
+  {{- end }}
+  {{- if and (not $g.servers) $g.command }}
+  - "--"
+  {{- range $g.command }}
+  - {{ . | quote }}
+  {{- end }}
+  {{- end }}
+{{- end }}
+ports:
+  - name: http
+    containerPort: {{ $g.port }}
+    protocol: TCP
+env:
+  - name: MCP_GATEWAY_HOST
+    value: {{ $g.host | quote }}
+  - name: MCP_GATEWAY_PORT
+    value: {{ $g.port | quote }}
+  - name: MCP_GATEWAY_LOG_FORMAT
+    value: {{ $g.logFormat | quote }}
+  - name: MCP_GATEWAY_LOG_LEVEL
+    value: {{ $g.logLevel | quote }}
+  - name: MCP_GATEWAY_DRAIN_TIMEOUT
+    value: {{ $g.drainTimeout | quote }}
+  - name: MCP_GATEWAY_ISOLATION
+    value: {{ $g.isolation | quote }}
+  {{- if $g.servers }}
+  - name: MCP_GATEWAY_CONFIG
+    value: /etc/mcp-gateway/config/servers.json
+  {{- end }}
+  {{- with $g.pool }}
+  {{- if not (kindIs "invalid" .min) }}
+  - name: MCP_GATEWAY_POOL_MIN
+    value: {{ .min | quote }}
+  {{- end }}
+  {{- if not (kindIs "invalid" .max) }}
+  - name: MCP_GATEWAY_POOL_MAX
+    value: {{ .max | quote }}
+  {{- end }}
+  {{- if not (kindIs "invalid" .maxInFlight) }}
+  - name: MCP_GATEWAY_MAX_IN_FLIGHT
+    value: {{ .maxInFlight | quote }}
+  {{- end }}
+  {{- end }}
+  {{- if not (kindIs "invalid" $g.requestTimeout) }}
+  - name: MCP_GATEWAY_REQUEST_TIMEOUT
+    value: {{ $g.requestTimeout | quote }}
+  {{- end }}
+  {{- if $g.principalHeader }}
+  - name: MCP_GATEWAY_PRINCIPAL_HEADER
+    value: {{ $g.principalHeader | quote }}
+  {{- end }}
+  {{- if $g.trustedProxies }}
+  - name: MCP_GATEWAY_TRUSTED_PROXY
+    value: {{ join "," $g.trustedProxies | quote }}
+  {{- end }}
+  {{- if $g.allowedOrigins }}
+  - name: MCP_GATEWAY_ALLOWED_ORIGIN
+    value: {{ join "," $g.allowedOrigins | quote }}
+  {{- end }}
+  {{- if $g.allowedHosts }}
+  - name: MCP_GATEWAY_ALLOWED_HOST
+    value: {{ join "," $g.allowedHosts | quote }}
+  {{- end }}
+  {{- if $g.corsOrigins }}
+  - name: MCP_GATEWAY_CORS_ORIGIN
+    value: {{ join "," $g.corsOrigins | quote }}
+  {{- end }}
+  {{- if $g.envFromHeaders }}
+  {{- $pairs := list }}
+  {{- range $header, $var := $g.envFromHeaders }}
+  {{- $pairs = append $pairs (printf "%s=%s" $header $var) }}
+  {{- end }}
+  - name: MCP_GATEWAY_ENV_FROM_HEADER
+    value: {{ join "," $pairs | quote }}
+  {{- end }}
+  {{- if not .Values.metrics.enabled }}
+  - name: MCP_GATEWAY_NO_METRICS
+    value: "true"
+  {{- end }}
+  {{- if include "mcp-stdio-gateway.hasTokens" . }}
+  - name: MCP_GATEWAY_AUTH_TOKEN_FILE
+    value: /etc/mcp-gateway/secrets/tokens
+  {{- end }}
+  {{- /* The MRTR requestState key is mounted at /etc/mcp-gateway/secrets/state-secret; the
+         gateway reads it (MCP_GATEWAY_STATE_SECRET_FILE) once MRTR bridging lands. */}}
+  {{- with $g.env }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with $g.envFrom }}
+envFrom:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+startupProbe:
+  {{- include "mcp-stdio-gateway.probe" (list . "/readyz" .Values.probes.startup) | trim | nindent 2 }}
+livenessProbe:
+  {{- include "mcp-stdio-gateway.probe" (list . "/healthz" .Values.probes.liveness) | trim | nindent 2 }}
+readinessProbe:
+  {{- include "mcp-stdio-gateway.probe" (list . "/readyz" .Values.probes.readiness) | trim | nindent 2 }}
+{{- if .Values.preStopSleepSeconds }}
+lifecycle:
+  preStop:
+    exec:
+      command: ["sleep", {{ .Values.preStopSleepSeconds | quote }}]
+{{- end }}
+resources:
+  {{- toYaml .Values.resources | nindent 2 }}
+securityContext:
+  {{- toYaml .Values.securityContext | nindent 2 }}
+volumeMounts:
+  - name: home
+    mountPath: /home/gateway
+  - name: tmp
+    mountPath: /tmp
+  {{- if $g.servers }}
+  - name: config
+    mountPath: /etc/mcp-gateway/config
+    readOnly: true
+  {{- end }}
+  {{- if or (include "mcp-stdio-gateway.hasTokens" .) (include "mcp-stdio-gateway.hasStateSecret" .) }}
+  - name: secrets
+    mountPath: /etc/mcp-gateway/secrets
+    readOnly: true
+  {{- end }}
+  {{- with .Values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- end }}
+
+{{/* The pod's volumes for the gateway container. */}}
+{{- define "mcp-stdio-gateway.volumes" -}}
+- name: home
+  emptyDir:
+    sizeLimit: {{ .Values.cache.sizeLimit }}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.tmp.sizeLimit }}
+{{- if .Values.gateway.servers }}
+- name: config
+  configMap:
+    name: {{ include "mcp-stdio-gateway.fullname" . }}
+{{- end }}
+{{- if or (include "mcp-stdio-gateway.hasTokens" .) (include "mcp-stdio-gateway.hasStateSecret" .) }}
+- name: secrets
+  secret:
+    secretName: {{ include "mcp-stdio-gateway.secretName" . }}
+    defaultMode: 0440
+    items:
+      {{- $external := .Values.existingSecret }}
+      {{- if include "mcp-stdio-gateway.hasTokens" . }}
+      - key: {{ $external.name | empty | ternary "tokens" $external.tokensKey }}
+        path: tokens
+      {{- end }}
+      {{- if include "mcp-stdio-gateway.hasStateSecret" . }}
+      - key: {{ $external.name | empty | ternary "state-secret" $external.stateSecretKey }}
+        path: state-secret
+      {{- end }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,157 @@
+"""Check docker-compose.yml (and the Dockerfile's ENV) for what the compose-spec schema cannot see.
+
+The schema (check-jsonschema's vendored compose-spec) says the file is well-formed; this says
+the pieces fit together:
+
+- every ``MCP_GATEWAY_*`` variable set in the compose file or the Dockerfile is one the
+  gateway's CLI defines (``--known-env``), so none is silently ignored;
+- the gateway publishes no port: the authenticating proxy is the only way in;
+- the gateway trusts its principal header from exactly the proxy's fixed address, which lies
+  in the network's subnet, and the proxy's nginx.conf sets that same header;
+- files the compose file mounts or builds from exist;
+- the stop grace outlasts the drain plus the children's stop, and the health check allows an
+  ``npx`` cold start.
+
+Exit 0 when all hold, 1 otherwise, printing each problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NPX_COLD_START_BUDGET = 120
+CHILD_STOP_SECONDS = 4
+GATEWAY_DEFAULT_DRAIN = 20.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("compose", type=Path)
+    parser.add_argument("--dockerfile", type=Path)
+    parser.add_argument("--known-env", type=Path)
+    parser.add_argument("--gateway", default="gateway", help="the gateway's service name")
+    parser.add_argument("--proxy", default="proxy", help="the reverse proxy's service name")
+    args = parser.parse_args()
+    known = set(args.known_env.read_text().split()) if args.known_env else None
+
+    compose = yaml.safe_load(args.compose.read_text())
+    problems = list(compose_problems(compose, args.compose.parent, args.gateway, args.proxy, known))
+    if args.dockerfile is not None:
+        problems += list(dockerfile_problems(args.dockerfile, known))
+    if problems:
+        print(f"FAIL {args.compose}: {len(problems)} problem(s)")
+        for problem in problems:
+            print(f"     {problem}")
+        return 1
+    print(f"ok   {args.compose}: gateway behind {args.proxy}, trusted header and addresses consistent")
+    return 0
+
+
+def compose_problems(
+    compose: dict[str, Any], base: Path, gateway_name: str, proxy_name: str, known: set[str] | None
+) -> Iterator[str]:
+    services = compose.get("services", {})
+    gateway, proxy = services.get(gateway_name), services.get(proxy_name)
+    if gateway is None or proxy is None:
+        yield f"services {gateway_name!r} and {proxy_name!r} are both required"
+        return
+    env = environment(gateway)
+    if known is not None:
+        for name in sorted(n for n in env if n.startswith("MCP_GATEWAY_") and n not in known):
+            yield f"{gateway_name}: sets {name}, which the gateway's CLI does not define"
+    if gateway.get("ports"):
+        yield f"{gateway_name}: publishes ports; only the proxy should be reachable"
+    if env.get("MCP_GATEWAY_HOST", "0.0.0.0") != "0.0.0.0":
+        yield f"{gateway_name}: MCP_GATEWAY_HOST must stay 0.0.0.0 for the proxy to reach it"
+
+    header = env.get("MCP_GATEWAY_PRINCIPAL_HEADER")
+    trusted = [t.strip() for t in env.get("MCP_GATEWAY_TRUSTED_PROXY", "").split(",") if t.strip()]
+    if not header or not trusted:
+        yield f"{gateway_name}: needs MCP_GATEWAY_PRINCIPAL_HEADER and MCP_GATEWAY_TRUSTED_PROXY"
+    proxy_addresses: dict[str, ipaddress.IPv4Address | ipaddress.IPv6Address] = {}
+    for network, settings in (proxy.get("networks") or {}).items():
+        if isinstance(settings, dict) and settings.get("ipv4_address"):
+            proxy_addresses[network] = ipaddress.ip_address(settings["ipv4_address"])
+    fixed = sorted(str(a) for a in proxy_addresses.values())
+    for trusted_address in trusted:
+        if ipaddress.ip_network(trusted_address, strict=False) not in [ipaddress.ip_network(a) for a in fixed]:
+            yield f"{gateway_name}: trusts {trusted_address}, which is not the proxy's fixed address {fixed}"
+    for network, address in proxy_addresses.items():
+        subnets = [
+            ipaddress.ip_network(c["subnet"])
+            for c in (compose.get("networks", {}).get(network) or {}).get("ipam", {}).get("config", [])
+        ]
+        if not any(address in subnet for subnet in subnets):
+            yield f"{proxy_name}: {address} is outside network {network!r}'s subnets {[str(s) for s in subnets]}"
+        if network not in (gateway.get("networks") or {}):
+            yield f"{gateway_name}: not on network {network!r}, where the proxy has its fixed address"
+
+    for volume in proxy.get("volumes", []):
+        source = volume.split(":")[0] if isinstance(volume, str) else volume.get("source", "")
+        if source.startswith((".", "/")) and source.endswith("nginx.conf") and header:
+            conf = (base / source).read_text()
+            if not re.search(rf"proxy_set_header\s+{re.escape(header)}\s", conf, re.IGNORECASE):
+                yield f"{proxy_name}: {source} does not set {header}, the header the gateway trusts"
+    yield from missing_files(compose, base)
+
+    drain = float(env.get("MCP_GATEWAY_DRAIN_TIMEOUT", GATEWAY_DEFAULT_DRAIN))
+    grace = seconds(gateway.get("stop_grace_period", "10s"))
+    if grace < drain + CHILD_STOP_SECONDS:
+        yield f"{gateway_name}: stop_grace_period {grace:g}s < drain {drain:g}s + children's stop {CHILD_STOP_SECONDS}s"
+    start = seconds((gateway.get("healthcheck") or {}).get("start_period", "0s"))
+    if start < NPX_COLD_START_BUDGET:
+        yield f"{gateway_name}: healthcheck start_period {start:g}s < an npx cold start's {NPX_COLD_START_BUDGET}s"
+
+
+def missing_files(compose: dict[str, Any], base: Path) -> Iterator[str]:
+    for name, service in compose.get("services", {}).items():
+        build = service.get("build")
+        context = build if isinstance(build, str) else (build or {}).get("context")
+        if context and not (base / context).is_dir():
+            yield f"{name}: build context {context} does not exist"
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0] if isinstance(volume, str) else volume.get("source", "")
+            if source.startswith((".", "/")) and not (base / source).exists():
+                yield f"{name}: mounts {source}, which does not exist"
+    for name, secret in (compose.get("secrets") or {}).items():
+        if "file" in secret and not (base / secret["file"]).is_file():
+            yield f"secret {name}: file {secret['file']} does not exist"
+
+
+def dockerfile_problems(path: Path, known: set[str] | None) -> Iterator[str]:
+    if known is None:
+        return
+    text = path.read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        if line.strip().upper().startswith("ENV "):
+            for name in re.findall(r"\b(MCP_GATEWAY_[A-Z0-9_]+)=", line):
+                if name not in known:
+                    yield f"{path}: ENV {name} is not defined by the gateway's CLI"
+
+
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        return dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {k: "" if v is None else str(v) for k, v in env.items()}
+
+
+def seconds(duration: str | int | float) -> float:
+    """Compose durations: 90, '90s', '1m30s', '1h', '500ms'."""
+    if isinstance(duration, int | float):
+        return float(duration)
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001, "us": 1e-6}
+    parts = re.findall(r"([0-9.]+)(ms|us|h|m|s)", duration)
+    return sum(float(value) * units[unit] for value, unit in parts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""Validate rendered Kubernetes manifests (``helm template`` output), offline.
+
+Two layers, both needed because a schema alone passes manifests that cannot work:
+
+1. **Schemas.** Every resource is checked, strictly (unknown fields are errors), against the
+   Kubernetes OpenAPI schemas that the ``kubernetes-validate`` package ships, for each
+   ``--kube-version``. The one custom resource the chart renders, a prometheus-operator
+   ServiceMonitor, is checked against ``servicemonitor-v1.subset.schema.json`` beside this file.
+   Any other kind without a schema is an error, never a silent pass.
+2. **Consistency** of what the schemas cannot see: volume mounts name declared volumes;
+   ConfigMaps and Secrets that pods use are rendered (or named with ``--external``); selectors
+   match the pod labels; the gateway container keeps the promised hardening (non-root,
+   read-only root with writable HOME and /tmp, no privilege escalation, all capabilities
+   dropped), has startup/liveness/readiness probes on /readyz and /healthz with a startup
+   budget long enough for an ``npx`` cold start, probes it can answer (exec, not HTTP, when
+   bound to loopback), a termination grace longer than its drain, and sets only
+   ``MCP_GATEWAY_*`` variables the gateway's CLI defines (``--known-env``).
+
+Runs with the tools venv of scripts/check-deploy.sh (kubernetes-validate, jsonschema, PyYAML).
+Exit 0 when every file passes, 1 otherwise; each problem is printed as FILE: RESOURCE: message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+HERE = Path(__file__).resolve().parent
+CUSTOM_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): HERE / "servicemonitor-v1.subset.schema.json"}
+NPX_COLD_START_BUDGET = 120
+"""Seconds the startup probe must allow at least: npx downloads the package before the server answers."""
+CHILD_STOP_SECONDS = 4
+"""The children's stop after the drain: stdin close, 2 s, SIGTERM, 2 s, SIGKILL."""
+GATEWAY_CONTAINER = "gateway"
+
+Resource = dict[str, Any]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("manifests", nargs="+", type=Path)
+    parser.add_argument("--kube-version", action="append", required=True, help="e.g. 1.29.0 (repeatable)")
+    parser.add_argument("--known-env", type=Path, help="file listing the gateway's MCP_GATEWAY_* variables")
+    parser.add_argument("--external", action="append", default=[], help="a ConfigMap/Secret name managed elsewhere")
+    args = parser.parse_args()
+    known_env = set(args.known_env.read_text().split()) if args.known_env else None
+
+    failed = False
+    for path in args.manifests:
+        resources = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+        problems = list(schema_problems(resources, args.kube_version))
+        problems += list(consistency_problems(resources, set(args.external), known_env))
+        kinds = ", ".join(sorted({r["kind"] for r in resources}))
+        if problems:
+            failed = True
+            print(f"FAIL {path}: {len(problems)} problem(s)")
+            for problem in problems:
+                print(f"     {problem}")
+        else:
+            print(f"ok   {path}: {len(resources)} resources ({kinds}), Kubernetes {', '.join(args.kube_version)}")
+    return 1 if failed else 0
+
+
+def name_of(resource: Resource) -> str:
+    return f"{resource.get('kind')}/{resource.get('metadata', {}).get('name')}"
+
+
+# --- schemas -------------------------------------------------------------------------------
+
+
+def schema_problems(resources: list[Resource], versions: list[str]) -> Iterator[str]:
+    for resource in resources:
+        custom = CUSTOM_SCHEMAS.get((str(resource.get("apiVersion")), str(resource.get("kind"))))
+        if custom is not None:
+            validator = jsonschema.Draft7Validator(json.loads(custom.read_text()))
+            for error in validator.iter_errors(resource):
+                yield f"{name_of(resource)}: {error.json_path}: {error.message}"
+            continue
+        for version in versions:
+            try:
+                kubernetes_validate.validate(resource, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                where = "/".join(str(p) for p in exc.path)
+                yield f"{name_of(resource)}: Kubernetes {version}: {where}: {exc.message}"
+            except kubernetes_validate.SchemaNotFoundError:
+                yield f"{name_of(resource)}: no schema for {resource.get('apiVersion')} in Kubernetes {version}"
+
+
+# --- consistency ---------------------------------------------------------------------------
+
+
+def consistency_problems(resources: list[Resource], external: set[str], known_env: set[str] | None) -> Iterator[str]:
+    rendered = {(r["kind"], r["metadata"]["name"]) for r in resources}
+    keys = {
+        (r["kind"], r["metadata"]["name"]): set(r.get("data") or {}) | set(r.get("stringData") or {})
+        for r in resources
+        if r["kind"] in ("ConfigMap", "Secret")
+    }
+    by_kind: dict[str, list[Resource]] = {}
+    for resource in resources:
+        by_kind.setdefault(resource["kind"], []).append(resource)
+    deployments = by_kind.get("Deployment", [])
+    pod_labels = {d["metadata"]["name"]: d["spec"]["template"]["metadata"].get("labels", {}) for d in deployments}
+
+    for deployment in deployments:
+        yield from pod_problems(deployment, rendered, keys, external, known_env)
+    for service in by_kind.get("Service", []):
+        if not any(selects(service["spec"].get("selector", {}), labels) for labels in pod_labels.values()):
+            yield f"{name_of(service)}: selector matches no rendered pod"
+        ports = {p.get("name") for d in deployments for c in all_containers(d) for p in c.get("ports", [])}
+        for port in service["spec"]["ports"]:
+            if isinstance(port.get("targetPort"), str) and port["targetPort"] not in ports:
+                yield f"{name_of(service)}: targetPort {port['targetPort']!r} is no container port"
+    for kind in ("PodDisruptionBudget", "NetworkPolicy"):
+        for resource in by_kind.get(kind, []):
+            key = "selector" if kind == "PodDisruptionBudget" else "podSelector"
+            selector = resource["spec"][key].get("matchLabels", {})
+            if not any(selects(selector, labels) for labels in pod_labels.values()):
+                yield f"{name_of(resource)}: {key} matches no rendered pod"
+    for hpa in by_kind.get("HorizontalPodAutoscaler", []):
+        target = hpa["spec"]["scaleTargetRef"]
+        if ("Deployment", target["name"]) not in rendered or target["kind"] != "Deployment":
+            yield f"{name_of(hpa)}: scaleTargetRef {target['kind']}/{target['name']} is not rendered"
+        if any("replicas" in d["spec"] for d in deployments):
+            yield f"{name_of(hpa)}: the Deployment also sets replicas, which every upgrade would reset"
+    for monitor in by_kind.get("ServiceMonitor", []):
+        services = [
+            s
+            for s in by_kind.get("Service", [])
+            if selects(monitor["spec"]["selector"]["matchLabels"], s["metadata"].get("labels", {}))
+        ]
+        if not services:
+            yield f"{name_of(monitor)}: selector matches no rendered Service"
+        port_names = {p.get("name") for s in services for p in s["spec"]["ports"]}
+        for endpoint in monitor["spec"]["endpoints"]:
+            if endpoint.get("port") not in port_names:
+                yield f"{name_of(monitor)}: endpoint port {endpoint.get('port')!r} is no Service port"
+
+
+def pod_problems(
+    deployment: Resource,
+    rendered: set[tuple[str, str]],
+    keys: dict[tuple[str, str], set[str]],
+    external: set[str],
+    known_env: set[str] | None,
+) -> Iterator[str]:
+    where = name_of(deployment)
+    pod = deployment["spec"]["template"]["spec"]
+    if not selects(
+        deployment["spec"]["selector"].get("matchLabels", {}),
+        deployment["spec"]["template"]["metadata"].get("labels", {}),
+    ):
+        yield f"{where}: spec.selector does not match the pod template's labels"
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for volume in volumes.values():
+        for kind, key, name_key in (("ConfigMap", "configMap", "name"), ("Secret", "secret", "secretName")):
+            if key not in volume:
+                continue
+            name = volume[key][name_key]
+            if name in external:
+                continue
+            if (kind, name) not in rendered:
+                yield f"{where}: volume {volume['name']!r} uses {kind} {name!r}, which is not rendered"
+            for item in volume[key].get("items", []):
+                if item["key"] not in keys.get((kind, name), set()):
+                    yield f"{where}: volume {volume['name']!r} wants key {item['key']!r}, absent from {kind} {name!r}"
+    for container in all_containers(deployment):
+        for mount in container.get("volumeMounts", []):
+            if mount["name"] not in volumes:
+                yield f"{where}: container {container['name']!r} mounts undeclared volume {mount['name']!r}"
+    gateways = [c for c in all_containers(deployment) if c["name"] == GATEWAY_CONTAINER]
+    if len(gateways) != 1:
+        yield f"{where}: expected one container named {GATEWAY_CONTAINER!r}, found {len(gateways)}"
+        return
+    files = mounted_files(gateways[0], volumes, keys)
+    yield from (f"{where}: gateway: {p}" for p in gateway_problems(gateways[0], pod, volumes, files, known_env))
+
+
+def gateway_problems(
+    container: Resource, pod: Resource, volumes: dict[str, Resource], files: set[str], known_env: set[str] | None
+) -> Iterator[str]:
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    if known_env is not None:
+        for name in sorted(n for n in env if n.startswith("MCP_GATEWAY_") and n not in known_env):
+            yield f"sets {name}, which the gateway's CLI does not define (it would be ignored)"
+
+    security = container.get("securityContext", {})
+    pod_security = pod.get("securityContext", {})
+    if not (security.get("runAsNonRoot") or pod_security.get("runAsNonRoot")):
+        yield "runAsNonRoot is not set"
+    if security.get("readOnlyRootFilesystem") is not True:
+        yield "readOnlyRootFilesystem is not true"
+    if security.get("allowPrivilegeEscalation") is not False:
+        yield "allowPrivilegeEscalation is not false"
+    if "ALL" not in security.get("capabilities", {}).get("drop", []):
+        yield "capabilities do not drop ALL"
+    mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
+    for path in ("/tmp", "/home/gateway"):
+        mount = mounts.get(path)
+        if mount is None or mount.get("readOnly") or "emptyDir" not in volumes.get(mount["name"], {}):
+            yield f"{path} is not a writable emptyDir (the root filesystem is read-only)"
+
+    for variable in ("MCP_GATEWAY_CONFIG", "MCP_GATEWAY_AUTH_TOKEN_FILE", "MCP_GATEWAY_STATE_SECRET_FILE"):
+        if env.get(variable) and env[variable] not in files:
+            yield f"{variable}={env[variable]} is not a mounted ConfigMap or Secret key"
+
+    loopback = env.get("MCP_GATEWAY_HOST", "127.0.0.1").startswith("127.")
+    for probe_name, path in (("startupProbe", "/readyz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        probe = container.get(probe_name)
+        if probe is None:
+            yield f"no {probe_name}"
+            continue
+        if "httpGet" in probe:
+            if probe["httpGet"].get("path") != path:
+                yield f"{probe_name} GETs {probe['httpGet'].get('path')}, not {path}"
+            if loopback:
+                yield f"{probe_name} is an HTTP probe but the gateway binds loopback, which the kubelet cannot reach"
+        elif not any(path in part for part in probe.get("exec", {}).get("command", [])):
+            yield f"{probe_name} does not check {path}"
+    startup = container.get("startupProbe", {})
+    budget = startup.get("periodSeconds", 10) * startup.get("failureThreshold", 3)
+    if budget < NPX_COLD_START_BUDGET:
+        yield f"startupProbe allows {budget} s, less than an npx cold start needs ({NPX_COLD_START_BUDGET} s)"
+
+    drain = float(env.get("MCP_GATEWAY_DRAIN_TIMEOUT") or 20)
+    sleep = 0
+    pre_stop = container.get("lifecycle", {}).get("preStop", {})
+    if pre_stop.get("exec", {}).get("command", [None])[0] == "sleep":
+        sleep = int(pre_stop["exec"]["command"][1])
+    grace = pod.get("terminationGracePeriodSeconds", 30)
+    if grace < sleep + drain + CHILD_STOP_SECONDS:
+        needed = f"preStop {sleep} + drain {drain:g} + children's stop {CHILD_STOP_SECONDS}"
+        yield f"terminationGracePeriodSeconds {grace} < {needed}"
+
+
+def mounted_files(container: Resource, volumes: dict[str, Resource], keys: dict[tuple[str, str], set[str]]) -> set[str]:
+    """Paths of the ConfigMap and Secret keys that the container sees."""
+    files: set[str] = set()
+    for mount in container.get("volumeMounts", []):
+        volume = volumes.get(mount["name"], {})
+        if "configMap" in volume:
+            kind, source = "ConfigMap", volume["configMap"]
+            name = source["name"]
+        elif "secret" in volume:
+            kind, source = "Secret", volume["secret"]
+            name = source["secretName"]
+        else:
+            continue
+        paths = [item["path"] for item in source["items"]] if "items" in source else keys.get((kind, name), set())
+        files.update(f"{mount['mountPath'].rstrip('/')}/{path}" for path in paths)
+    return files
+
+
+def all_containers(deployment: Resource) -> list[Resource]:
+    pod = deployment["spec"]["template"]["spec"]
+    return [*pod.get("initContainers", []), *pod.get("containers", [])]
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

