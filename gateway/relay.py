@@ -53,6 +53,8 @@ class ClientContext:
     log_level: str | None = None
     session: Any = None  # a gateway.sessions.LegacySession; typed loosely to keep imports inward
     principal: str | None = None
+    log: dict[str, Any] = field(default_factory=dict)  # what the access log should say
+    trace: JsonObject = field(default_factory=dict)  # W3C traceparent/tracestate from the HTTP request
 
     @property
     def session_id(self) -> str | None:
@@ -63,6 +65,7 @@ class ClientContext:
         return child if isinstance(child, StdioChild) and child.is_alive() else None
 
     def bind(self, child: StdioChild) -> None:
+        self.log["child_pid"] = child.pid
         if self.session is not None:
             self.session.child = child
 
@@ -130,6 +133,7 @@ class Relay:
 
     @staticmethod
     def _params_for_child(params: JsonObject | None, client: ClientContext, child: ChildInfo) -> JsonObject | None:
+        params = bridge.with_trace(params, client.trace)
         if child.era is Era.LEGACY:
             return bridge.strip_modern_meta(params) if client.era is Era.MODERN else params
         if client.era is Era.LEGACY:

@@ -1,28 +1,34 @@
-"""Composition root: settings → child spec → pool → ASGI app → uvicorn.
+"""Composition root: settings → routers → ASGI app → uvicorn, with a graceful drain.
 
-uvicorn owns the signals: on SIGTERM or SIGINT it stops accepting, finishes the lifespan
-(sessions end, children are stopped in the spec's order: stdin close, SIGTERM, SIGKILL)
-and exits 0.
+On the first SIGTERM or SIGINT: readiness fails at once and new MCP requests get 503
+(``gateway.http.drain``); requests in flight get up to ``--drain-timeout`` to finish; the
+rest are ended with a clear error; then uvicorn stops and the lifespan stops every child in
+the spec's order (stdin close, SIGTERM, SIGKILL to its group). Exit code 0. A second signal
+skips the wait.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
+from types import FrameType
 
 import uvicorn
 from starlette.applications import Starlette
 
-from gateway import __version__
+from gateway import __version__, logs
 from gateway.config import Settings
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
+from gateway.http.drain import Drain
 from gateway.router import Router
 from gateway.stdio.process import become_subreaper
 
 log = logging.getLogger("gateway")
 
 
-def build_app(settings: Settings) -> Starlette:
+def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
     routers = [Router(server, gateway_version=__version__) for server in settings.servers]
     return create_app(
         routers,
@@ -36,11 +42,41 @@ def build_app(settings: Settings) -> Starlette:
         loopback_only=settings.loopback_only,
         allowed_origins=settings.allowed_origins,
         allowed_hosts=settings.allowed_hosts,
+        metrics=settings.metrics,
+        drain=drain,
     )
 
 
+class DrainingServer(uvicorn.Server):
+    """uvicorn, but the first signal drains before the server stops."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain, budget: float) -> None:
+        super().__init__(config)
+        self.drain = drain
+        self.budget = budget
+        self._signals = 0
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals > 1:  # impatient operator: stop now
+            self.drain.cancel_rest()
+            super().handle_exit(sig, frame)
+            return
+        log.info("received %s: draining (up to %.0f s)", signal.Signals(sig).name, self.budget)
+        self.drain.begin()
+        asyncio.get_running_loop().create_task(self._drain_then_exit())
+
+    async def _drain_then_exit(self) -> None:
+        if await self.drain.wait_idle(self.budget):
+            log.info("drained: every request finished")
+        else:
+            log.warning("drain budget spent with %d request(s) in flight; ending them", self.drain.in_flight)
+            self.drain.cancel_rest()
+        self.should_exit = True
+
+
 def run(settings: Settings) -> int:
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(settings.log_level, settings.log_format)
     become_subreaper()
     if settings.is_demo:
         log.info("no command given: serving the built-in demo server (tools: echo, countdown, fail, crash)")
@@ -48,12 +84,18 @@ def run(settings: Settings) -> int:
         log.info("server %s: %s", server.name, " ".join(server.spec.argv))
     path = "/mcp" if len(settings.servers) == 1 else "/servers/NAME/mcp"
     log.info("MCP endpoint: http://%s:%d%s", settings.host, settings.port, path)
-    uvicorn.run(
-        build_app(settings),
+    drain = Drain()
+    config = uvicorn.Config(
+        build_app(settings, drain),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
         lifespan="on",
-        timeout_graceful_shutdown=10,
+        log_config=None,  # ours (gateway.logs), so JSON logging covers uvicorn too
+        # The client address is the TCP peer: X-Forwarded-For is not trusted, or a client could
+        # pose as a --trusted-proxy (identity headers are checked against this address).
+        proxy_headers=False,
+        timeout_graceful_shutdown=5,
     )
+    DrainingServer(config, drain, settings.drain_timeout).run()
     return 0

@@ -131,6 +131,9 @@ class SessionStore:
         for session_id in stale:
             self.end(session_id)
 
+    def open_streams(self) -> int:
+        return sum(1 for session in self._sessions.values() if session.stream is not None)
+
     def broadcast(self, message: JsonObject) -> int:
         """Offer ``message`` to every session's GET stream; return how many took it."""
         return sum(session.offer(message) for session in self._sessions.values())

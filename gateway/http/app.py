@@ -16,20 +16,25 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import anyio
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, request_response
+from starlette.types import ASGIApp
 
 from gateway import __version__
 from gateway.http import wire
 from gateway.http.auth import AuthGuard, TokenStore
 from gateway.http.cors import Cors
+from gateway.http.drain import Drain, DrainGuard
 from gateway.http.endpoint import MAX_BODY_BYTES, McpEndpoint
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
+from gateway.http.observe import Observed
 from gateway.http.origin import OriginGuard
+from gateway.metrics import GatewayMetrics
 from gateway.protocol.jsonrpc import error_object
 from gateway.relay import Relay
 from gateway.router import Router
@@ -57,6 +62,8 @@ def create_app(
     public_url: str | None = None,
     max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL,
     max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL,
+    metrics: bool = True,
+    drain: Drain | None = None,
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
@@ -80,6 +87,7 @@ def create_app(
             async with anyio.create_task_group() as tg:
                 for _, endpoint, _ in endpoints:
                     endpoint.task_group = tg
+                tg.start_soon(end_sessions_when_cancelled)
                 try:
                     yield
                 finally:
@@ -90,7 +98,18 @@ def create_app(
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok\n")
 
+    drain = drain or Drain()
+    stores = {router.server.name: sessions for router, _, sessions in endpoints}
+    gateway_metrics = GatewayMetrics(routers, stores.__getitem__) if metrics else None
+
+    async def end_sessions_when_cancelled() -> None:
+        await drain.cancel.wait()
+        for _, _, sessions in endpoints:
+            sessions.end_all()  # closes GET streams; legacy requests in flight end with an error
+
     async def readyz(request: Request) -> Response:
+        if drain.draining:
+            return PlainTextResponse("not ready: draining\n", status_code=503)
         problems = [p for p in (router.readiness_problem() for router in routers) if p is not None]
         if not problems:
             return PlainTextResponse("ready\n")
@@ -122,10 +141,15 @@ def create_app(
 
     # Every method reaches the endpoint, which answers the ones MCP does not use with a
     # JSON-RPC 405 (Starlette's own would be text/plain).
-    methods = ["POST", "GET", "DELETE", "PUT", "PATCH", "OPTIONS"]
-    routes = [Route(f"/servers/{r.server.name}/mcp", e.__call__, methods=methods) for r, e, _ in endpoints]
+    def mcp_app(router: Router, endpoint: McpEndpoint) -> ASGIApp:
+        # Every HTTP method reaches the endpoint, which answers those MCP does not use with a
+        # JSON-RPC 405 (Starlette's own would be text/plain).
+        inner = DrainGuard(request_response(endpoint.__call__), drain=drain)  # type: ignore[arg-type]
+        return Observed(inner, server=router.server.name, metrics=gateway_metrics)
+
+    routes = [Route(f"/servers/{r.server.name}/mcp", mcp_app(r, e), methods=None) for r, e, _ in endpoints]
     if len(endpoints) == 1:
-        routes.append(Route("/mcp", endpoints[0][1].__call__, methods=methods))
+        routes.append(Route("/mcp", mcp_app(*endpoints[0][:2]), methods=None))
     routes += [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -133,6 +157,13 @@ def create_app(
     ]
     if authorization_servers:
         routes.append(Route("/.well-known/oauth-protected-resource", protected_resource, methods=["GET"]))
+    if gateway_metrics is not None:
+        registry = gateway_metrics.registry
+
+        async def metrics_page(request: Request) -> Response:
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+        routes.append(Route("/metrics", metrics_page, methods=["GET"]))
     cors_origins = list(cors_origins)
     app = Starlette(
         routes=routes,
@@ -158,4 +189,5 @@ def create_app(
         exception_handlers={HTTPException: http_error},
     )
     app.state.routers = routers
+    app.state.drain = drain
     return app

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Any, Final
 
 import anyio
 import orjson
@@ -88,8 +88,10 @@ class McpEndpoint:
         headers = lower_headers(request)
         principal = self.principal(request)
         if request.method == "GET":
+            request.scope.setdefault("gateway.log", {}).update(method="GET stream", era="legacy")
             return self._get(headers, principal)
         if request.method == "DELETE":
+            request.scope.setdefault("gateway.log", {}).update(method="DELETE session", era="legacy")
             return self._delete(headers, principal)
         if request.method != "POST":
             return wire.error_response(
@@ -107,19 +109,28 @@ class McpEndpoint:
         )
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
+        log = request.scope.setdefault("gateway.log", {})
+        first = outcome.messages[0] if outcome.messages else None
+        log.update(era=outcome.era.value, method=getattr(first, "method", None) or "response")
         if outcome.era is Era.MODERN:
-            return self._modern(outcome, headers, principal)
+            return self._modern(outcome, headers, principal, log)
+        if outcome.session_id:
+            log["session"] = outcome.session_id[:8]
         return await self._legacy(outcome, headers, principal)
 
     # -- modern -------------------------------------------------------------------------
 
-    def _modern(self, accepted: Accepted, headers: dict[str, str], principal: str | None) -> Response | LazyStream:
+    def _modern(
+        self, accepted: Accepted, headers: dict[str, str], principal: str | None, log: dict[str, Any]
+    ) -> Response | LazyStream:
         message = accepted.messages[0]
         if not isinstance(message, Request):
             # Only notifications get here (the ladder refuses modern responses). Modern
             # cancellation is a disconnect; a POSTed cancelled is accepted and ignored.
             return wire.accepted()
-        client = ClientContext(Era.MODERN, accepted.version, principal=principal)
+        client = ClientContext(
+            Era.MODERN, accepted.version, principal=principal, log=log, trace=bridge.trace_context(headers)
+        )
         return LazyStream(
             self.relay.exchange(message, client, headers), request_id=message.id, method_not_found_is_404=True
         )
@@ -192,7 +203,7 @@ class McpEndpoint:
         elif isinstance(message, (Result, ErrorReply)):
             log.debug("legacy session %s… answered a request the gateway did not send", session.id[:8])
 
-    def _client(self, session: LegacySession) -> ClientContext:
+    def _client(self, session: LegacySession, headers: dict[str, str] | None = None) -> ClientContext:
         return ClientContext(
             Era.LEGACY,
             session.version,
@@ -201,13 +212,14 @@ class McpEndpoint:
             session.log_level,
             session,
             session.principal,
+            trace=bridge.trace_context(headers or {}),
         )
 
     def _detached(self, session: LegacySession, message: Request, headers: dict[str, str]) -> Detached:
         def cancelled() -> JsonObject:
             return response(message.id, error=error_object(CODE_CANCELLED, "the request was cancelled"))
 
-        detached = Detached(self.relay.exchange(message, self._client(session), headers), cancelled)
+        detached = Detached(self.relay.exchange(message, self._client(session, headers), headers), cancelled)
         session.in_flight[message.id] = detached.scope
         assert self.task_group is not None
 
@@ -232,7 +244,7 @@ class McpEndpoint:
             if local is not None:
                 answers.append(local)
                 return
-            async for event in _finals(self.relay.exchange(message, self._client(session), headers)):
+            async for event in _finals(self.relay.exchange(message, self._client(session, headers), headers)):
                 answers.append(event)
 
         async with anyio.create_task_group() as tg:

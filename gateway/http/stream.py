@@ -29,6 +29,7 @@ from sse_starlette.event import ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
+from gateway.http.drain import SHUTTING_DOWN, Drain
 from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, JsonObject
 from gateway.relay import Rejected
@@ -62,12 +63,16 @@ class LazyStream:
     ) -> None:
         self._events = events
         self._request_id = request_id
+        self._started = False  # response headers sent
+        self._finished = False  # the final answer sent
         # Modern Streamable HTTP: "method not implemented" is HTTP 404 with -32601, so a client can
         # tell it from a legacy HTTP+SSE host's bare 404 (SHTTP §Protocol Version Header).
         self._not_found_404 = method_not_found_is_404
         self._headers = headers or []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        drain: Drain | None = scope.get("gateway.drain")
+        shut_down = False
         async with anyio.create_task_group() as tg:
 
             async def watch_disconnect() -> None:
@@ -75,21 +80,43 @@ class LazyStream:
                     pass
                 tg.cancel_scope.cancel()
 
+            async def watch_drain(drain: Drain) -> None:
+                nonlocal shut_down
+                await drain.cancel.wait()
+                shut_down = True
+                tg.cancel_scope.cancel()
+
             tg.start_soon(watch_disconnect)
+            if drain is not None:
+                tg.start_soon(watch_drain, drain)
             try:
                 await self._respond(scope, receive, send)
             finally:
                 tg.cancel_scope.cancel()
         with anyio.CancelScope(shield=True):
             await self._events.aclose()  # type: ignore[attr-defined]
+            if shut_down and not self._finished:
+                await self._shutdown_answer(scope, receive, send)
+
+    async def _shutdown_answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The drain budget ran out: end this request with a clear error, not a dropped connection."""
+        error = GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
+        if not self._started:
+            await gateway_error_response(error, self._request_id)(scope, receive, send)
+            return
+        final = {"jsonrpc": "2.0", "id": self._request_id, "error": error.error_object()}
+        await self._send_event(send, final)
+        await send({"type": "http.response.body", "body": b""})
 
     async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             first = await self._events.__anext__()
         except GatewayUnavailableError as exc:
+            self._started = self._finished = True
             await gateway_error_response(exc, self._request_id)(scope, receive, send)
             return
         except Rejected as exc:
+            self._started = self._finished = True
             await rejection_response(exc.rejection)(scope, receive, send)
             return
         except StopAsyncIteration:  # pragma: no cover - the relay always yields a final response
@@ -99,6 +126,7 @@ class LazyStream:
             body = orjson.dumps(first)
             error = first.get("error")
             not_found = self._not_found_404 and isinstance(error, dict) and error.get("code") == METHOD_NOT_FOUND
+            self._started = self._finished = True
             await send(
                 {
                     "type": "http.response.start",
@@ -108,6 +136,7 @@ class LazyStream:
             )
             await send({"type": "http.response.body", "body": body})
             return
+        self._started = True
         await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *self._headers]})
         await self._send_event(send, first)
         while True:
@@ -121,8 +150,10 @@ class LazyStream:
                 continue
             await self._send_event(send, message)
             if _is_final(message):
+                self._finished = True
                 break
         await send({"type": "http.response.body", "body": b""})
+        self._finished = True
 
     @staticmethod
     async def _send_event(send: Send, message: JsonObject) -> None:

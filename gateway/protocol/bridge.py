@@ -54,6 +54,26 @@ def strip_modern_meta(params: JsonObject | None) -> JsonObject | None:
     return out
 
 
+TRACE_KEYS: Final = ("traceparent", "tracestate")
+
+
+def trace_context(headers: Mapping[str, str]) -> JsonObject:
+    """W3C trace context from HTTP headers, to carry into ``_meta`` (2026-07-28 ``_meta`` keys)."""
+    return {key: headers[key] for key in TRACE_KEYS if key in headers and len(headers[key]) <= 512}
+
+
+def with_trace(params: JsonObject | None, trace: Mapping[str, Any]) -> JsonObject | None:
+    """Params with the trace context in ``_meta``, unless the client already put one there."""
+    if not trace:
+        return params
+    out = dict(params or {})
+    meta = dict(out.get("_meta") or {})
+    for key, value in trace.items():
+        meta.setdefault(key, value)
+    out["_meta"] = meta
+    return out
+
+
 def modernize_result(method: str, result: JsonObject, child: ChildInfo) -> JsonObject:
     """A legacy child's result, made valid for a modern client."""
     out = dict(result)

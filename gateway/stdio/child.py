@@ -138,8 +138,13 @@ class StdioChild:
     ) -> None:
         self.spec = spec
         self.info: ChildInfo | None = None
+        # Counters for metrics, folded into the pool's totals when the child exits.
         self.non_json_lines = 0
         self.oversized_lines = 0
+        self.cancels_sent = 0
+        self.timeouts = 0
+        self.bytes_in = 0
+        self.bytes_out = 0
         self.stdout_noise: deque[str] = deque(maxlen=NOISE_LINES)
         self.last_output = anyio.current_time()  # when stdout last said anything (stall detection)
         self.tools_generation = 0  # bumped by notifications/tools/list_changed (tool caches key on it)
@@ -171,6 +176,16 @@ class StdioChild:
     @property
     def stderr_tail(self) -> list[str]:
         return self._stderr.lines
+
+    def counters(self) -> dict[str, int]:
+        return {
+            "non_json_lines": self.non_json_lines,
+            "oversized_lines": self.oversized_lines,
+            "cancels_sent": self.cancels_sent,
+            "timeouts": self.timeouts,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+        }
 
     def is_alive(self) -> bool:
         return self._death is None
@@ -225,6 +240,7 @@ class StdioChild:
 
     async def _expire(self, ex: Exchange) -> None:
         """The exchange's deadline passed: cancel at the child and fail the caller."""
+        self.timeouts += 1
         self._correlator.abandon(ex.child_id)
         ex._finish(
             error=ChildTimeoutError(
@@ -237,6 +253,7 @@ class StdioChild:
             await self._send_cancel(ex.child_id, "timed out in the gateway")
 
     async def _send_cancel(self, child_id: int, reason: str) -> None:
+        self.cancels_sent += 1
         with suppress(ChildError):
             await self._write(Notification(CANCELLED, {"requestId": child_id, "reason": reason}).to_dict())
 
@@ -247,6 +264,7 @@ class StdioChild:
         try:
             async with self._write_lock:
                 await stdin.send(line)
+            self.bytes_out += len(line)
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             await self._exited_or_timeout()
             raise self._death or ChildExitedError(f"{self.spec.label} stopped reading its stdin") from exc
@@ -267,6 +285,7 @@ class StdioChild:
                 except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     break
                 self.last_output = anyio.current_time()
+                self.bytes_in += len(chunk)
                 for item in framer.feed(chunk):
                     if isinstance(item, OversizedLine):
                         self._on_oversized(item)

@@ -25,6 +25,7 @@ Rules (decided synchronously, so no await can interleave a check and its update)
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ MAINTENANCE_TICK: Final = 1.0
 """Seconds between idle, age and liveness checks."""
 LIVENESS_TIMEOUT: Final = 10.0
 """Seconds a liveness check may take before the child is recycled."""
+START_SAMPLES: Final = 100
+"""Cold-start durations kept per pool for metrics."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,9 @@ class Pool:
         self.last_error: GatewayError | None = None
         self.spawns = 0
         self.restarts = 0
+        self.exits: Counter[str] = Counter()  # "code 0", "SIGKILL", "start failure"
+        self.start_seconds: list[float] = []  # recent cold starts (bounded)
+        self.retired: Counter[str] = Counter()  # counters of children that are gone
         self._quick_failures = 0
         self._next_start = 0.0
         self._waiting = 0
@@ -294,6 +300,7 @@ class Pool:
                 on_notification=self._dispatch,
             ) as child:
                 member.child = child
+                self._record_start(anyio.current_time() - member.started_at)
                 member.started_at = anyio.current_time()
                 if self.failing:
                     log.info("%s: child pid %d started; no longer failing", self.label, child.pid)
@@ -314,10 +321,31 @@ class Pool:
             exit_error = exc
         finally:
             self.members.remove(member)
+            self._record_exit(member, exit_error)
             self._notify()
         if self._closing:
             return
         self._after_exit(member, exit_error)
+
+    def _record_start(self, seconds: float) -> None:
+        self.start_seconds.append(seconds)
+        del self.start_seconds[:-START_SAMPLES]
+
+    def _record_exit(self, member: Member, error: GatewayError | None) -> None:
+        if member.child is None:
+            self.exits["start failure"] += 1
+            return
+        self.retired.update(member.child.counters())
+        data = error.data if error is not None else {}
+        self.exits[str(data.get("signal") or f"code {data.get('exit_code')}")] += 1
+
+    def totals(self) -> Counter[str]:
+        """Child counters over the pool's life: the gone children's plus the live ones'."""
+        total = Counter(self.retired)
+        for member in self.members:
+            if member.child is not None:
+                total.update(member.child.counters())
+        return total
 
     def _after_exit(self, member: Member, error: GatewayError | None) -> None:
         uptime = anyio.current_time() - member.started_at

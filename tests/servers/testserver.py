@@ -61,9 +61,11 @@ def _pid(ctx: ToolContext, args: JsonObject) -> JsonObject:
 
 
 def _sleep(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    started = time.monotonic()
     ctx.cancelled.wait(int_arg(args, "ms", minimum=0) / 1000)
-    # The pid tells a test which child of a pool served the call; dropped when cancelled.
-    return text_result("slept", structured={"pid": os.getpid()})
+    # The pid tells a test which child of a pool served the call, and the monotonic clock
+    # (system-wide on Linux) when: so tests can check overlap without timing assumptions.
+    return text_result("slept", structured={"pid": os.getpid(), "started": started, "ended": time.monotonic()})
 
 
 def _progress_burst(ctx: ToolContext, args: JsonObject) -> JsonObject:

@@ -1,0 +1,70 @@
+"""Graceful drain: stop admitting, let in-flight requests finish, then cancel the rest.
+
+``Drain.begin()`` (on SIGTERM or SIGINT) makes ``/readyz`` fail at once and new MCP
+requests get 503 + ``Retry-After`` (-31004, "shutting down"). ``wait_idle(budget)`` waits
+until the requests in flight have finished, at most ``budget`` seconds; ``cancel_rest()``
+then ends the others: each gets a clear JSON-RPC error (as JSON, or as the last event of
+its SSE stream) instead of a dropped connection. Only then does the server stop and the
+lifespan stop the children in the spec's order.
+"""
+
+from __future__ import annotations
+
+import anyio
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.errors import GatewayUnavailableError
+from gateway.http.wire import gateway_error_response
+
+SHUTTING_DOWN = "the gateway is shutting down; retry on another replica or later"
+
+
+class Drain:
+    def __init__(self) -> None:
+        self.draining = False
+        self.in_flight = 0
+        self.cancel = anyio.Event()  # set when the drain budget is spent
+        self._idle = anyio.Event()
+
+    def begin(self) -> None:
+        self.draining = True
+        if self.in_flight == 0:
+            self._idle.set()
+
+    async def wait_idle(self, budget: float) -> bool:
+        """True if every request finished within ``budget`` seconds."""
+        with anyio.move_on_after(budget):
+            await self._idle.wait()
+            return True
+        return False
+
+    def cancel_rest(self) -> None:
+        self.cancel.set()
+
+    def enter(self) -> None:
+        self.in_flight += 1
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+        if self.draining and self.in_flight == 0:
+            self._idle.set()
+
+
+class DrainGuard:
+    """Around each MCP endpoint: refuse while draining, count what is in flight."""
+
+    def __init__(self, app: ASGIApp, *, drain: Drain) -> None:
+        self.app = app
+        self.drain = drain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.drain.draining:
+            refusal = GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
+            await gateway_error_response(refusal)(scope, receive, send)
+            return
+        scope["gateway.drain"] = self.drain
+        self.drain.enter()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.drain.leave()

@@ -1,0 +1,109 @@
+"""Prometheus metrics: request metrics observed as requests end, everything else read at scrape.
+
+Request counters and latency histograms are the only work on the request path (one label
+lookup and two increments). Pools, children and sessions are read when ``/metrics`` is
+scraped, from the counters they keep anyway, so an idle gateway costs nothing.
+Each app has its own registry (several gateways can live in one process, as in tests).
+
+| metric | labels |
+|---|---|
+| ``mcp_gateway_requests_total`` | server, method, era, status |
+| ``mcp_gateway_request_seconds`` (histogram) | server, method, era |
+| ``mcp_gateway_requests_in_flight`` | server |
+| ``mcp_gateway_queue_waiting`` | server, pool |
+| ``mcp_gateway_children`` | server, pool, state |
+| ``mcp_gateway_child_spawns_total`` / ``_restarts_total`` | server, pool |
+| ``mcp_gateway_child_exits_total`` | server, pool, reason (``code 0``, ``SIGKILL``, ``start failure``) |
+| ``mcp_gateway_child_start_seconds`` (summary of recent cold starts) | server, pool |
+| ``mcp_gateway_cancellations_sent_total``, ``mcp_gateway_timeouts_total``, | server, pool |
+| ``mcp_gateway_non_json_lines_total``, ``mcp_gateway_child_bytes_{in,out}_total`` | server, pool |
+| ``mcp_gateway_sessions``, ``mcp_gateway_session_streams`` | server |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.registry import Collector
+
+from gateway.router import Router
+from gateway.sessions import SessionStore
+
+LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_CHILD_COUNTERS: Final = {
+    "cancels_sent": ("mcp_gateway_cancellations_sent", "notifications/cancelled sent to children"),
+    "timeouts": ("mcp_gateway_timeouts", "requests that timed out in the gateway"),
+    "non_json_lines": ("mcp_gateway_non_json_lines", "stdout lines from children that were not JSON-RPC"),
+    "oversized_lines": ("mcp_gateway_oversized_lines", "stdout lines over the line limit"),
+    "bytes_in": ("mcp_gateway_child_bytes_in", "bytes read from children's stdout"),
+    "bytes_out": ("mcp_gateway_child_bytes_out", "bytes written to children's stdin"),
+}
+
+
+class GatewayMetrics:
+    def __init__(self, routers: Sequence[Router], sessions: Callable[[str], SessionStore]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "mcp_gateway_requests",
+            "MCP requests answered, by JSON-RPC method, client era and HTTP status",
+            ["server", "method", "era", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "mcp_gateway_request_seconds",
+            "Time from request to the end of the answer (the whole stream for SSE)",
+            ["server", "method", "era"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "mcp_gateway_requests_in_flight", "Requests being answered", ["server"], registry=self.registry
+        )
+        self.registry.register(_PoolCollector(routers, sessions))
+
+    def observe(self, server: str, method: str, era: str, status: int, seconds: float) -> None:
+        self.requests.labels(server, method, era, str(status)).inc()
+        self.latency.labels(server, method, era).observe(seconds)
+
+
+class _PoolCollector(Collector):
+    def __init__(self, routers: Sequence[Router], sessions: Callable[[str], SessionStore]) -> None:
+        self.routers = routers
+        self.sessions = sessions
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["server", "pool"]
+        children = GaugeMetricFamily("mcp_gateway_children", "Children by state", labels=[*labels, "state"])
+        waiting = GaugeMetricFamily("mcp_gateway_queue_waiting", "Requests waiting for a free child", labels=labels)
+        spawns = CounterMetricFamily("mcp_gateway_child_spawns", "Children started", labels=labels)
+        restarts = CounterMetricFamily("mcp_gateway_child_restarts", "Children restarted after an exit", labels=labels)
+        exits = CounterMetricFamily("mcp_gateway_child_exits", "Child exits by reason", labels=[*labels, "reason"])
+        starts = SummaryMetricFamily("mcp_gateway_child_start_seconds", "Recent cold starts", labels=labels)
+        counters = {key: CounterMetricFamily(name, doc, labels=labels) for key, (name, doc) in _CHILD_COUNTERS.items()}
+        sessions = GaugeMetricFamily("mcp_gateway_sessions", "Open legacy sessions", labels=["server"])
+        streams = GaugeMetricFamily("mcp_gateway_session_streams", "Open legacy GET streams", labels=["server"])
+        for router in self.routers:
+            name = router.server.name
+            store = self.sessions(name)
+            sessions.add_metric([name], len(store))
+            streams.add_metric([name], store.open_streams())
+            for pool in list(router.pools.values()):
+                key = [name, pool.label]
+                states = {"ready": 0, "starting": 0, "retiring": 0}
+                for child in pool.status()["children"]:
+                    states[child["state"]] += 1
+                for state, count in states.items():
+                    children.add_metric([*key, state], count)
+                waiting.add_metric(key, pool.status()["waiting"])
+                spawns.add_metric(key, pool.spawns)
+                restarts.add_metric(key, pool.restarts)
+                for reason, count in pool.exits.items():
+                    exits.add_metric([*key, reason], count)
+                starts.add_metric(key, count_value=len(pool.start_seconds), sum_value=sum(pool.start_seconds))
+                totals = pool.totals()
+                for counter_key, family in counters.items():
+                    family.add_metric(key, totals.get(counter_key, 0))
+        yield from (children, waiting, spawns, restarts, exits, starts, *counters.values(), sessions, streams)
