@@ -15,7 +15,12 @@ from typing import Any, Final
 
 import orjson
 
-_STANDARD: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+# Record attributes that are not extras; uvicorn's color_message repeats the message with ANSI codes.
+_STANDARD: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 _SECRET_WORDS: Final = ("authorization", "token", "secret", "password", "api_key", "apikey", "cookie")
 REDACTED: Final = "[redacted]"
 

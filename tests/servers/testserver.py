@@ -267,6 +267,9 @@ def add_header_tools(server: StdioServer) -> None:
     def headered(ctx: ToolContext, args: JsonObject) -> JsonObject:
         return text_result(json.dumps(args, sort_keys=True), structured={"arguments": args})
 
+    def meta(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        return text_result(json.dumps(ctx.meta, sort_keys=True), structured={"meta": ctx.meta})
+
     def add_tool(ctx: ToolContext, args: JsonObject) -> JsonObject:
         name = str_arg(args, "name")
         server.add_tool(Tool(name, "Added at run time; echoes 'message'.", object_schema(), headered))
@@ -274,6 +277,7 @@ def add_header_tools(server: StdioServer) -> None:
         return text_result(f"added {name}")
 
     server.add_tool(Tool("headered", "Echo the arguments; four are mirrored into headers.", HEADERED_SCHEMA, headered))
+    server.add_tool(Tool("meta", "Return the request's _meta as received.", object_schema(), meta))
     bad_schema = {"type": "object", "properties": {"ratio": {"type": "number", "x-mcp-header": "Ratio"}}}
     server.add_tool(Tool("bad_header", "An x-mcp-header on a number: invalid for HTTP clients.", bad_schema, headered))
     server.add_tool(

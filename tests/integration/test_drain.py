@@ -1,0 +1,123 @@
+"""The drain sequence with a real gateway process and real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sys
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from anyio.abc import Process
+from anyio.streams.text import TextReceiveStream
+
+from tests.conftest import TEST_SERVER
+from tests.gateway_server import modern_call, modern_headers
+
+pytestmark = pytest.mark.anyio
+
+
+async def read_log(
+    process: Process, lines: list[dict[str, Any]], port: list[int], listening: anyio.Event, ended: anyio.Event
+) -> None:
+    """Drain the gateway's JSON log for the whole run (a full pipe would block its logging);
+    note the port once uvicorn names it."""
+    assert process.stderr is not None
+    buffer = ""
+    async for chunk in TextReceiveStream(process.stderr):
+        buffer += chunk
+        *complete, buffer = buffer.split("\n")
+        for line in complete:
+            record = json.loads(line)
+            lines.append(record)
+            found = re.search(r"running on http://127\.0\.0\.1:(\d+)", record["message"])
+            if found:
+                port.append(int(found.group(1)))
+                listening.set()
+    ended.set()
+
+
+async def kill_after_failure(process: Process) -> None:
+    try:
+        await anyio.sleep_forever()
+    finally:
+        if process.returncode is None:
+            process.kill()
+
+
+def servers_named(marker: str) -> list[int]:
+    """Test-server processes started with ``--name marker`` (not the gateway that names them)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as fh:
+                    argv = fh.read().split(b"\0")
+            except OSError:
+                continue
+            if len(argv) > 1 and argv[1] == str(TEST_SERVER).encode() and marker.encode() in argv:
+                pids.append(int(name))
+    return pids
+
+
+async def test_sigterm_drains_then_stops_children_and_exits_zero() -> None:
+    marker = f"drain-test-{os.getpid()}"
+    command = [
+        *(sys.executable, "-m", "gateway", "--port", "0", "--drain-timeout", "2", "--log-format", "json"),
+        *("--", sys.executable, str(TEST_SERVER), "--name", marker),
+    ]
+    lines: list[dict[str, Any]] = []
+    with anyio.fail_after(60):
+        async with (
+            await anyio.open_process(command) as gateway,
+            httpx.AsyncClient(timeout=30) as http,
+            anyio.create_task_group() as logs,
+        ):
+            found: list[int] = []
+            listening, ended = anyio.Event(), anyio.Event()
+            logs.start_soon(read_log, gateway, lines, found, listening, ended)
+            await listening.wait()
+            port = found[0]
+            url = f"http://127.0.0.1:{port}/mcp"
+            results: dict[str, Any] = {}
+            # Should an assertion fail below, the gateway must not outlive the test.
+            logs.start_soon(kill_after_failure, gateway)
+
+            async def sleep_call(name: str, ms: int) -> None:
+                reply = await http.post(
+                    url, headers=modern_headers("tools/call", "sleep"), json=modern_call(name, "sleep", {"ms": ms})
+                )
+                results[name] = reply.json()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sleep_call, "short", 1500)
+                tg.start_soon(sleep_call, "long", 60_000)
+                while True:  # both calls leased to the child (real round trips, bounded above)
+                    status = (await http.get(f"http://127.0.0.1:{port}/status")).json()
+                    pools = status["servers"][0]["pools"].values()
+                    if sum(c["in_flight"] for p in pools for c in p["children"]) == 2:
+                        break
+                assert len(servers_named(marker)) == 1
+                gateway.send_signal(signal.SIGTERM)
+                readiness = await http.get(f"http://127.0.0.1:{port}/readyz")
+                while readiness.status_code != 503:
+                    readiness = await http.get(f"http://127.0.0.1:{port}/readyz")
+                assert "draining" in readiness.text
+                refused = await http.post(
+                    url, headers=modern_headers("tools/call", "echo"), json=modern_call(3, "echo", {"message": "x"})
+                )
+                assert refused.status_code == 503
+            assert results["short"]["result"]["content"][0]["text"] == "slept"  # finished within the drain
+            assert results["long"]["error"]["code"] == -31004  # cut at the drain budget, with a clear error
+            assert "shutting down" in results["long"]["error"]["message"]
+            assert await gateway.wait() == 0
+            await ended.wait()  # every log line read
+            logs.cancel_scope.cancel()
+    assert servers_named(marker) == []
+    messages = [line["message"] for line in lines]
+    assert any("draining" in m for m in messages)
+    assert any("drain budget spent" in m for m in messages)
