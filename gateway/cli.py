@@ -85,7 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST",
         help="extra Host header value accepted when bound to loopback (repeatable)",
     )
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="least severe log level written (default: %(default)s)",
+    )
     pool = parser.add_argument_group("pool and isolation")
     defaults = PoolSettings()
     pool.add_argument(

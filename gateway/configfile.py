@@ -55,6 +55,24 @@ _SPEC_NUMBERS: Final = {
     "startupTimeout": "handshake_timeout",
     "maxLineBytes": "max_line_bytes",
 }
+FLAG_KEYS: Final = {
+    "--pool-min": "pool.min",
+    "--pool-max": "pool.max",
+    "--max-in-flight": "pool.maxInFlight",
+    "--queue-timeout": "pool.queueTimeout",
+    "--idle-timeout": "pool.idleTimeout",
+    "--max-requests": "pool.maxRequests",
+    "--max-age": "pool.maxAge",
+    "--stall-timeout": "pool.stallTimeout",
+    "--liveness-interval": "pool.livenessInterval",
+    "--isolation": "isolation",
+    "--env-from-header": "envFromHeaders",
+    "--request-timeout": "requestTimeout",
+    "--probe-timeout": "probeTimeout",
+    "--startup-timeout": "startupTimeout",
+    "--max-line-bytes": "maxLineBytes",
+}
+"""Command-line flags a server entry may override, and the key it uses (the reference doc)."""
 _KNOWN: Final = {
     "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
     "clientCapabilities", "disabled", "type", *_SPEC_NUMBERS,

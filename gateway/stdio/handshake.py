@@ -9,6 +9,7 @@ from gateway.errors import ChildExitedError, ChildStartError, ChildTimeoutError
 from gateway.protocol import handshake
 from gateway.protocol.handshake import ChildInfo, HandshakeError
 from gateway.protocol.jsonrpc import Reply
+from gateway.stdio import hints
 from gateway.stdio.child import StdioChild
 
 log = logging.getLogger("gateway.child")
@@ -34,12 +35,23 @@ async def run_handshake(child: StdioChild, gateway_version: str) -> ChildInfo:
         await child.notify(handshake.INITIALIZED)
         return info
     except ChildExitedError as exc:
-        raise ChildStartError(f"cannot start {spec.command}: {exc.message} during start-up", **exc.data) from exc
+        hint = hints.start_failure(
+            spec.command,
+            timed_out=False,
+            exit_code=exc.data.get("exit_code"),
+            stdout_noise=list(child.stdout_noise),
+            stderr_tail=child.stderr_tail,
+        )
+        message = f"cannot start {spec.command}: {exc.message} during start-up" + (f"; hint: {hint}" if hint else "")
+        raise ChildStartError(message, **{**exc.data, "hint": hint}) from exc
     except ChildTimeoutError as exc:
+        hint = hints.start_failure(spec.command, timed_out=True, stdout_noise=list(child.stdout_noise))
         raise ChildStartError(
-            f"cannot start {spec.command}: no answer to initialize within {spec.handshake_timeout:g} s",
+            f"cannot start {spec.command}: no answer to initialize within {spec.handshake_timeout:g} s"
+            + (f"; hint: {hint}" if hint else ""),
             command=spec.command,
             stderr=child.stderr_tail or None,
+            hint=hint,
         ) from exc
     except HandshakeError as exc:
         raise ChildStartError(f"cannot start {spec.command}: {exc}", command=spec.command) from exc

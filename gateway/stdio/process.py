@@ -23,6 +23,7 @@ import anyio
 from anyio.abc import Process
 
 from gateway.errors import ChildStartError
+from gateway.stdio import hints
 from gateway.stdio.spec import ChildSpec, check_spec, child_environment
 
 log = logging.getLogger("gateway.child")
@@ -87,9 +88,13 @@ async def spawn(spec: ChildSpec) -> Process:
         )
     except OSError as exc:
         reason = exc.strerror or str(exc)
+        hint = None
         if spec.cwd is not None and not os.path.isdir(spec.cwd):  # noqa: ASYNC240 - error path only
             reason = f"working directory {spec.cwd} does not exist or is not a directory"
-        raise ChildStartError(f"cannot start {spec.command}: {reason}", command=spec.command) from exc
+        elif isinstance(exc, FileNotFoundError):
+            hint = hints.missing_program(spec.command)
+        message = f"cannot start {spec.command}: {reason}" + (f" ({hint})" if hint else "")
+        raise ChildStartError(message, command=spec.command, hint=hint) from exc
 
 
 def _signal_group(pgid: int, sig: int) -> bool:

@@ -377,3 +377,19 @@ async def test_a_silent_child_fails_to_start_after_the_handshake_timeout() -> No
     with anyio.fail_after(10), pytest.raises(ChildStartError, match=r"no answer to initialize within 0\.3 s"):
         async with open_child(server_spec("--silent", probe_timeout=0.3, handshake_timeout=0.3)):
             pass  # pragma: no cover
+
+
+async def test_a_server_that_prints_a_banner_and_exits_gets_a_hint_about_stdout() -> None:
+    code = "print('Server listening on stdio', flush=True); import sys; sys.exit(1)"
+    with anyio.fail_after(10), pytest.raises(ChildStartError) as info:
+        async with open_child(ChildSpec(sys.executable, ("-c", code), probe_timeout=5, handshake_timeout=5)):
+            pass  # pragma: no cover
+    assert "exited with code 1" in info.value.message
+    assert "hint: this server printed 'Server listening on stdio' on stdout" in info.value.message
+
+
+async def test_a_missing_program_gets_a_hint_about_path() -> None:
+    with anyio.fail_after(10), pytest.raises(ChildStartError) as info:
+        async with open_child(ChildSpec("no-such-mcp-server-binary")):
+            pass  # pragma: no cover
+    assert "on the gateway's PATH" in info.value.message
