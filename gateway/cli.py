@@ -15,13 +15,13 @@ from collections.abc import Mapping, Sequence
 
 from gateway import __version__
 from gateway.config import DEFAULT_HOST, DEFAULT_PORT, DRAIN_TIMEOUT, Settings, demo_command
-from gateway.configfile import load_servers
+from gateway.configfile import load_servers, parse_root
 from gateway.errors import ConfigError
-from gateway.http.endpoint import MAX_BODY_BYTES
+from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
 from gateway.router import Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
-from gateway.stdio.spec import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT, ChildSpec
+from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, ChildSpec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +42,38 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SECONDS",
         help="cancel a request at the child after this long (default: none)",
+    )
+    parser.add_argument(
+        "--input-timeout",
+        type=float,
+        default=INPUT_TIMEOUT,
+        metavar="SECONDS",
+        help="how long a child's sampling, elicitation or roots request waits for the client's answer "
+        "(or a modern client's MRTR retry) before the child gets an error (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--client-capability",
+        action="append",
+        default=[],
+        choices=["sampling", "elicitation", "roots"],
+        metavar="NAME",
+        help="declare this client capability to legacy children at initialize, so they may ask for it "
+        "(repeatable; without it none is declared, and compliant children never ask)",
+    )
+    parser.add_argument(
+        "--root",
+        action="append",
+        default=[],
+        metavar="PATH_OR_URI",
+        help="a root the gateway answers a child's roots/list with when no client can (repeatable; "
+        "implies --client-capability roots)",
+    )
+    parser.add_argument(
+        "--state-secret-file",
+        default=None,
+        metavar="FILE",
+        help="HMAC key for MRTR requestState tokens (at least 16 bytes); give replicas the same file "
+        "(default: a random per-process key)",
     )
     parser.add_argument(
         "--probe-timeout",
@@ -71,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BYTES",
         help="largest POST body accepted (default: %(default)s)",
     )
+    parser.add_argument(
+        "--max-stream-seconds",
+        type=float,
+        default=MAX_STREAM_SECONDS,
+        metavar="SECONDS",
+        help="end a legacy session's GET stream after this long; the client reconnects (default: %(default)s)",
+    )
+
     parser.add_argument(
         "--allowed-origin",
         action="append",
@@ -266,6 +306,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
         host=args.host,
         port=args.port,
         max_body_bytes=args.max_body_bytes,
+        max_stream_seconds=args.max_stream_seconds,
         allowed_origins=tuple(args.allowed_origin),
         allowed_hosts=tuple(args.allowed_host),
         log_level=args.log_level,
@@ -279,6 +320,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
         cors_origins=tuple(args.cors_origin),
         oauth_authorization_servers=tuple(args.oauth_authorization_server),
         public_url=args.public_url,
+        state_secret_file=args.state_secret_file,
     )
 
 
@@ -291,6 +333,9 @@ def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerC
         probe_timeout=args.probe_timeout,
         handshake_timeout=args.startup_timeout,
         request_timeout=args.request_timeout,
+        input_timeout=args.input_timeout,
+        client_capabilities={name: {} for name in args.client_capability},
+        roots=tuple(parse_root(root, "--root") for root in args.root) or None,
         name="demo" if is_demo else "",
     )
     return ServerConfig(
@@ -365,6 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_subcommand(argv[0], argv[1:])
     try:
         settings = parse_settings(argv)
+        settings.state_secret()  # an unreadable or short key file fails here, not at the first MRTR round
     except ConfigError as exc:
         print(f"mcp-stdio-gateway: {exc.message}", file=sys.stderr)
         return 2

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 from gateway.errors import ConfigError
-from gateway.http.endpoint import MAX_BODY_BYTES
+from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.router import ServerConfig
 from gateway.stdio.spec import ChildSpec
+from gateway.suspensions import MIN_SECRET_BYTES
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8000
@@ -39,6 +41,7 @@ class Settings:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     max_body_bytes: int = MAX_BODY_BYTES
+    max_stream_seconds: float = MAX_STREAM_SECONDS
     allowed_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
     log_level: str = "info"
@@ -52,6 +55,7 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     oauth_authorization_servers: tuple[str, ...] = ()
     public_url: str | None = None
+    state_secret_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -63,12 +67,26 @@ class Settings:
             raise ConfigError("port", f"{self.port} is not a TCP port")
         if self.max_body_bytes < 1:
             raise ConfigError("max_body_bytes", "must be a positive number of bytes")
+        if self.max_stream_seconds <= 0:
+            raise ConfigError("max_stream_seconds", "must be a positive number of seconds")
         if self.drain_timeout < 0:
             raise ConfigError("drain_timeout", "must not be negative")
         if self.log_format not in ("text", "json"):
             raise ConfigError("log_format", "must be text or json")
         if self.trusted_proxies and self.principal_header is None:
             raise ConfigError("trusted_proxy", "only means something with --principal-header")
+
+    def state_secret(self) -> bytes | None:
+        """The MRTR ``requestState`` key from ``state_secret_file``; None: use a random one."""
+        if self.state_secret_file is None:
+            return None
+        try:
+            secret = Path(self.state_secret_file).read_bytes().strip()
+        except OSError as exc:
+            raise ConfigError("state_secret_file", f"cannot read {self.state_secret_file}: {exc.strerror}") from exc
+        if len(secret) < MIN_SECRET_BYTES:
+            raise ConfigError("state_secret_file", f"holds {len(secret)} bytes; use at least {MIN_SECRET_BYTES}")
+        return secret
 
     @property
     def is_demo(self) -> bool:

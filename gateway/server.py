@@ -39,11 +39,13 @@ def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
         authorization_servers=settings.oauth_authorization_servers,
         public_url=settings.public_url,
         max_body_bytes=settings.max_body_bytes,
+        max_stream_seconds=settings.max_stream_seconds,
         loopback_only=settings.loopback_only,
         allowed_origins=settings.allowed_origins,
         allowed_hosts=settings.allowed_hosts,
         metrics=settings.metrics,
         drain=drain,
+        state_secret=settings.state_secret(),
     )
 
 

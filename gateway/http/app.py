@@ -6,8 +6,8 @@
 pool is failing; 503 with the reason otherwise) and ``/status`` (JSON for humans: pools,
 children, their pids, eras, load and last errors). The lifespan starts the router (the
 shared pool pre-warms its children before traffic), opens the task group that runs
-detached legacy exchanges, and on shutdown ends sessions and stops every child in the
-spec's order.
+detached legacy exchanges and the keepers of parked MRTR calls, and on shutdown ends
+sessions and parked calls and stops every child in the spec's order.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from gateway.http import wire
 from gateway.http.auth import AuthGuard, TokenStore
 from gateway.http.cors import Cors
 from gateway.http.drain import Drain, DrainGuard
-from gateway.http.endpoint import MAX_BODY_BYTES, McpEndpoint
+from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS, McpEndpoint
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
 from gateway.http.observe import Observed
 from gateway.http.origin import OriginGuard
@@ -39,6 +39,7 @@ from gateway.protocol.jsonrpc import error_object
 from gateway.relay import Relay
 from gateway.router import Router
 from gateway.sessions import SessionStore
+from gateway.suspensions import Suspensions
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -51,6 +52,7 @@ def create_app(
     routers: Router | Sequence[Router],
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
+    max_stream_seconds: float = MAX_STREAM_SECONDS,
     loopback_only: bool = True,
     allowed_origins: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
@@ -64,16 +66,20 @@ def create_app(
     max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL,
     metrics: bool = True,
     drain: Drain | None = None,
+    state_secret: bytes | None = None,
 ) -> Starlette:
-    """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``."""
+    """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``.
+
+    ``state_secret`` signs MRTR ``requestState`` tokens (shared by replicas); None: a random one."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
     endpoints: list[tuple[Router, McpEndpoint, SessionStore]] = []
     for router in routers:
         sessions = SessionStore(on_end=router.end_session)
         endpoint = McpEndpoint(
-            Relay(router, gateway_version=__version__),
+            Relay(router, gateway_version=__version__, suspensions=Suspensions(router.server.name, state_secret)),
             sessions,
             max_body_bytes=max_body_bytes,
+            max_stream_seconds=max_stream_seconds,
         )
         router.add_listener(endpoint.on_child_notification)
         endpoints.append((router, endpoint, sessions))
@@ -87,6 +93,7 @@ def create_app(
             async with anyio.create_task_group() as tg:
                 for _, endpoint, _ in endpoints:
                     endpoint.task_group = tg
+                    endpoint.relay.suspensions.task_group = tg  # parked MRTR calls end with the app
                 tg.start_soon(end_sessions_when_cancelled)
                 try:
                     yield

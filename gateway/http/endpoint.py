@@ -7,7 +7,8 @@ A POST goes: bounded body read → ingress ladder (pure) → by era:
 - **legacy** ``initialize`` → answered by the gateway from the child's handshake, with a new
   ``Mcp-Session-Id``; other legacy requests run detached (a disconnect is not a
   cancellation); ``notifications/cancelled`` cancels the named request of that session;
-  ``ping`` is answered here. 2025-03-26 batches are answered with a JSON array.
+  ``ping`` is answered here; a POSTed response answers the child's question it names
+  (202). 2025-03-26 batches are answered with a JSON array.
 """
 
 from __future__ import annotations
@@ -29,7 +30,17 @@ from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
 from gateway.http.wire import rejection_response
 from gateway.protocol import bridge, ingress, versions
 from gateway.protocol.headers import MCP_SESSION_ID
-from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Message, Notification, Request, Result, error_object
+from gateway.protocol.jsonrpc import (
+    METHOD_NOT_FOUND,
+    MISSING_CLIENT_CAPABILITY,
+    ErrorReply,
+    JsonObject,
+    Message,
+    Notification,
+    Request,
+    Result,
+    error_object,
+)
 from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import ClientContext, Relay, response
@@ -44,6 +55,10 @@ LIST_CHANGED: Final = frozenset(
         "notifications/resources/list_changed",
     }
 )
+MODERN_ERROR_STATUSES: Final = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY: 400}
+"""HTTP statuses of a modern final error sent as JSON: the spec maps these two (digest §0.2)."""
+MAX_STREAM_SECONDS: Final = 3600.0
+"""A legacy GET stream ends after this long; clients reconnect (L-TR allows either side to close)."""
 MAX_BODY_BYTES: Final = 4 * 1024 * 1024
 """Largest POST body accepted (413 above): tool arguments, not file uploads."""
 
@@ -72,10 +87,12 @@ class McpEndpoint:
         sessions: SessionStore,
         *,
         max_body_bytes: int = MAX_BODY_BYTES,
+        max_stream_seconds: float = MAX_STREAM_SECONDS,
     ) -> None:
         self.relay = relay
         self.sessions = sessions
         self.max_body_bytes = max_body_bytes
+        self.max_stream_seconds = max_stream_seconds
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
 
     @staticmethod
@@ -128,11 +145,18 @@ class McpEndpoint:
             # Only notifications get here (the ladder refuses modern responses). Modern
             # cancellation is a disconnect; a POSTed cancelled is accepted and ignored.
             return wire.accepted()
+        meta = (message.params or {}).get("_meta")
+        capabilities = meta.get(ingress.CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
         client = ClientContext(
-            Era.MODERN, accepted.version, principal=principal, log=log, trace=bridge.trace_context(headers)
+            Era.MODERN,
+            accepted.version,
+            capabilities if isinstance(capabilities, dict) else {},  # this request's, never an earlier one's
+            principal=principal,
+            log=log,
+            trace=bridge.trace_context(headers),
         )
         return LazyStream(
-            self.relay.exchange(message, client, headers), request_id=message.id, method_not_found_is_404=True
+            self.relay.exchange(message, client, headers), request_id=message.id, error_statuses=MODERN_ERROR_STATUSES
         )
 
     # -- legacy -------------------------------------------------------------------------
@@ -201,9 +225,11 @@ class McpEndpoint:
             elif message.method == "notifications/cancelled" and message.params:
                 session.cancel(message.params.get("requestId"))
         elif isinstance(message, (Result, ErrorReply)):
-            log.debug("legacy session %s… answered a request the gateway did not send", session.id[:8])
+            session.answer_ask(message)  # the client's answer to a child's question: to the child
 
-    def _client(self, session: LegacySession, headers: dict[str, str] | None = None) -> ClientContext:
+    def _client(
+        self, session: LegacySession, headers: dict[str, str] | None = None, *, streamed: bool = True
+    ) -> ClientContext:
         return ClientContext(
             Era.LEGACY,
             session.version,
@@ -213,6 +239,7 @@ class McpEndpoint:
             session,
             session.principal,
             trace=bridge.trace_context(headers or {}),
+            accepts_requests=streamed,
         )
 
     def _detached(self, session: LegacySession, message: Request, headers: dict[str, str]) -> Detached:
@@ -244,7 +271,8 @@ class McpEndpoint:
             if local is not None:
                 answers.append(local)
                 return
-            async for event in _finals(self.relay.exchange(message, self._client(session, headers), headers)):
+            client = self._client(session, headers, streamed=False)  # a JSON array cannot carry requests
+            async for event in _finals(self.relay.exchange(message, client, headers)):
                 answers.append(event)
 
         async with anyio.create_task_group() as tg:
@@ -271,7 +299,9 @@ class McpEndpoint:
         messages = session.open_stream()
 
         async def events() -> AsyncIterator[dict[str, str]]:
-            with messages:
+            # Bounded: after max_stream_seconds the stream ends and the client reconnects (a
+            # stream that lives forever would pin memory and a connection per forgotten tab).
+            with messages, anyio.move_on_after(self.max_stream_seconds):
                 async for message in messages:
                     yield {"data": orjson.dumps(message).decode()}
 

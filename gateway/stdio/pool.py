@@ -54,8 +54,6 @@ STARTUP_WAIT: Final = 120.0
 """How long a request waits while the first child is still starting (npx cold starts)."""
 MAINTENANCE_TICK: Final = 1.0
 """Seconds between idle, age and liveness checks."""
-LIVENESS_TIMEOUT: Final = 10.0
-"""Seconds a liveness check may take before the child is recycled."""
 START_SAMPLES: Final = 100
 """Cold-start durations kept per pool for metrics."""
 
@@ -71,6 +69,7 @@ class PoolSettings:
     max_age: float = 0.0
     stall_timeout: float = 0.0
     liveness_interval: float = 60.0
+    liveness_timeout: float = 10.0  # seconds a liveness check may take before the child is recycled
 
     def __post_init__(self) -> None:
         if self.min_size < 0 or self.max_size < 1 or self.min_size > self.max_size:
@@ -393,7 +392,12 @@ class Pool:
                     continue
                 if s.max_age and now - member.started_at > s.max_age:
                     member.retire(f"older than {s.max_age:g} s")
-                elif s.stall_timeout and member.child.in_flight and now - member.child.last_output > s.stall_timeout:
+                elif (
+                    s.stall_timeout
+                    and member.child.in_flight
+                    and not member.child.awaiting_input  # silent because a client is answering it
+                    and now - member.child.last_output > s.stall_timeout
+                ):
                     member.retire(f"requests pending but no output for {s.stall_timeout:g} s")
                     await member.child.stop()
                 elif s.liveness_interval and member.leases == 0 and now - member.last_check > s.liveness_interval:
@@ -410,7 +414,7 @@ class Pool:
         else:
             method, params = "server/discover", {"_meta": modern_meta(self._gateway_version)}
         try:
-            reply = await child.request(method, params, timeout=LIVENESS_TIMEOUT)
+            reply = await child.request(method, params, timeout=self.settings.liveness_timeout)
             if isinstance(reply, Result):
                 return
             problem = f"{method} answered an error"

@@ -138,3 +138,15 @@ async def test_idle_sessions_expire_unless_they_have_requests_in_flight() -> Non
     assert expiring.get(gone.id) is None
     assert expiring.get(busy.id) is busy
     assert len(expiring) == 1
+
+
+async def test_a_get_stream_ends_after_the_maximum_stream_duration() -> None:
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec(), max_stream_seconds=0.3) as url, httpx.AsyncClient() as http:
+            headers = await open_session(http, url)
+            started = anyio.current_time()
+            async with http.stream("GET", url, headers={**headers, "accept": "text/event-stream"}) as stream:
+                assert stream.status_code == 200
+                async for _ in stream.aiter_bytes():
+                    pass  # ends when the gateway closes the stream
+            assert anyio.current_time() - started >= 0.3

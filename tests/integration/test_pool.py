@@ -284,3 +284,55 @@ async def test_a_child_with_pending_requests_and_no_output_is_recycled() -> None
             assert stalled.json()["error"]["code"] == -31001
             second = int((await call(http, url, "pid", {})).json()["result"]["content"][0]["text"])
     assert first != second
+
+
+async def test_a_child_that_fails_its_liveness_check_is_recycled() -> None:
+    settings = PoolSettings(min_size=1, max_size=1, liveness_interval=0.2, liveness_timeout=0.5)
+    with anyio.fail_after(30):
+        async with (
+            running_gateway(server_spec(request_timeout=0.3), pool=settings) as url,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+            frozen = int((await call(http, url, "pid", {})).json()["result"]["content"][0]["text"])
+            assert (await call(http, url, "freeze", {})).json()["error"]["code"] == -31002  # it hangs: timeout
+            while [c["pid"] for c in pool_children(await status(http, url)) if c["state"] == "ready"] in ([], [frozen]):
+                pass  # the idle check pings it, gets no answer, and replaces it (/status leases no child)
+            reply = await call(http, url, "pid", {})
+            assert int(reply.json()["result"]["content"][0]["text"]) != frozen
+    assert all(pid != frozen for pid, _ in test_server_processes())
+
+
+async def test_a_legacy_session_stays_on_the_child_that_first_served_it() -> None:
+    settings = PoolSettings(min_size=2, max_size=2)
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec(), pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
+            while [c["state"] for c in pool_children(await status(http, url))] != ["ready"] * 2:
+                pass
+            init = await http.post(
+                url,
+                headers=BASE_HEADERS,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"},
+                    },
+                },
+            )
+            session = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
+            pid_call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "pid", "arguments": {}}}
+            home = (await http.post(url, headers=session, json=pid_call)).json()["result"]["content"][0]["text"]
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):  # load the children so least-busy dispatch would move the session
+                    tg.start_soon(call, http, url, "sleep", {"ms": 3000})
+                while sum(c["in_flight"] for c in pool_children(await status(http, url))) < 3:
+                    pass
+                busiest = max(pool_children(await status(http, url)), key=lambda c: c["in_flight"])
+                for _ in range(3):
+                    again = (await http.post(url, headers=session, json=pid_call)).json()
+                    assert again["result"]["content"][0]["text"] == home
+                tg.cancel_scope.cancel()
+            assert str(busiest["pid"]) == home  # least-busy dispatch alone would have moved the session

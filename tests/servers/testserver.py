@@ -38,6 +38,7 @@ from gateway.demo.framework import (
     StdioServer,
     Tool,
     ToolContext,
+    ToolInputError,
     int_arg,
     object_schema,
     str_arg,
@@ -136,6 +137,43 @@ def _ping_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
     return text_result(f"pong: {json.dumps(result)}")
 
 
+def _ask_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    """Send each of ``requests`` ({method, params}) to the client, one after another or (with
+    ``parallel``) all at once, and return every answer: ``{"result": ...}`` or ``{"error": ...}``.
+    With ``progress``, a progress notification goes out before asking and one after."""
+    requests = args.get("requests")
+    if not isinstance(requests, list) or not all(isinstance(r, dict) for r in requests):
+        raise ToolInputError("requests must be a list of {method, params} objects")
+    timeout = int_arg(args, "timeout_ms", minimum=1, default=20_000) / 1000
+    answers: list[JsonObject] = [{} for _ in requests]
+
+    def ask(index: int, request: JsonObject) -> None:
+        params = request.get("params")
+        try:
+            answers[index] = {
+                "result": ctx.send_request(str(request["method"]), params if isinstance(params, dict) else None, timeout)
+            }
+        except RpcError as exc:
+            answers[index] = {"error": exc.to_json()}
+        except (TimeoutError, ConnectionError) as exc:
+            answers[index] = {"error": {"code": 0, "message": f"{type(exc).__name__}: {exc}"}}
+
+    if args.get("progress"):
+        ctx.progress(1, 2, "asking")
+    if args.get("parallel"):
+        threads = [threading.Thread(target=ask, args=(i, r), daemon=True) for i, r in enumerate(requests)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    else:
+        for index, request in enumerate(requests):
+            ask(index, request)
+    if args.get("progress"):
+        ctx.progress(2, 2, "answered")
+    return text_result(json.dumps(answers), structured={"answers": answers})
+
+
 def _notify(ctx: ToolContext, args: JsonObject) -> JsonObject:
     params = args.get("params")
     ctx.notify(str_arg(args, "method"), params if isinstance(params, dict) else None)
@@ -219,6 +257,20 @@ def add_test_tools(server: StdioServer) -> None:
         ("cwd", "Return the working directory.", object_schema(), _cwd),
         ("ping_client", "Send a ping request to the client and return its answer.", object_schema(), _ping_client),
         (
+            "ask_client",
+            "Send requests (sampling, elicitation, roots) to the client; return every answer.",
+            object_schema(
+                {
+                    "requests": {"type": "array", "items": {"type": "object"}, "description": "{method, params}"},
+                    "parallel": {"type": "boolean", "description": "send all at once"},
+                    "progress": {"type": "boolean", "description": "progress before and after asking"},
+                    "timeout_ms": _int("how long to wait for each answer"),
+                },
+                ["requests"],
+            ),
+            _ask_client,
+        ),
+        (
             "notify",
             "Send an unsolicited notification of the given method.",
             object_schema({"method": _str("method"), "params": {"type": "object"}}, ["method"]),
@@ -267,6 +319,10 @@ def add_header_tools(server: StdioServer) -> None:
     def headered(ctx: ToolContext, args: JsonObject) -> JsonObject:
         return text_result(json.dumps(args, sort_keys=True), structured={"arguments": args})
 
+    def freeze(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        os.kill(os.getpid(), signal.SIGSTOP)  # a hung server: alive, silent, reading nothing
+        return text_result("thawed")
+
     def meta(ctx: ToolContext, args: JsonObject) -> JsonObject:
         return text_result(json.dumps(ctx.meta, sort_keys=True), structured={"meta": ctx.meta})
 
@@ -278,6 +334,7 @@ def add_header_tools(server: StdioServer) -> None:
 
     server.add_tool(Tool("headered", "Echo the arguments; four are mirrored into headers.", HEADERED_SCHEMA, headered))
     server.add_tool(Tool("meta", "Return the request's _meta as received.", object_schema(), meta))
+    server.add_tool(Tool("freeze", "Stop this process with SIGSTOP (it hangs).", object_schema(), freeze))
     bad_schema = {"type": "object", "properties": {"ratio": {"type": "number", "x-mcp-header": "Ratio"}}}
     server.add_tool(Tool("bad_header", "An x-mcp-header on a number: invalid for HTTP clients.", bad_schema, headered))
     server.add_tool(
