@@ -1,0 +1,249 @@
+"""The servers under test, each a separate process, so its RSS and CPU are its own.
+
+``Service`` starts a command on a free 127.0.0.1 port, waits (bounded) until a health path
+answers 200, reads the process's RSS and CPU time from ``/proc``, and stops it: SIGTERM,
+then SIGKILL to its process group after a grace. Output goes to a log file, quoted when
+the service fails to come up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+SERVERS = BENCH / "servers"
+PEERS = BENCH / ".peers"
+READY_TIMEOUT = 60.0
+"""Seconds a service may take to answer its health path (npm peers start slowly)."""
+STOP_GRACE = 10.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def echo_command(*flags: str, slow: bool = False) -> list[str]:
+    script = SERVERS / ("slow.py" if slow else "echo.py")
+    return [sys.executable, str(script), *flags]
+
+
+@dataclass
+class Service:
+    name: str
+    argv: list[str]
+    port: int
+    log_dir: Path
+    health_path: str = "/readyz"
+    mcp_path: str = "/mcp"
+    cwd: Path = REPO
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    started_at: float = 0.0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"{self.name}.log"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> Service:
+        log = self.log_path.open("ab")
+        log.write(f"$ {shlex.join(self.argv)}\n".encode())
+        log.flush()
+        self.started_at = time.perf_counter()
+        self.proc = subprocess.Popen(
+            self.argv,
+            cwd=self.cwd,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT, path: str | None = None) -> float:
+        """Poll ``path`` (default: the health path) until it answers 200; return when, after start."""
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if http_get_status(self.port, path or self.health_path) == 200:
+                return time.perf_counter() - self.started_at
+            time.sleep(0.02)
+        raise RuntimeError(f"{self.name} was not ready within {timeout:g} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def rss_bytes(self) -> int:
+        return rss_of(self.pid)
+
+    def children_rss_bytes(self) -> int:
+        return sum(rss_of(pid) for pid in descendants(self.pid))
+
+    def cpu_seconds(self) -> float:
+        return cpu_of(self.pid)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(STOP_GRACE)
+
+    def __enter__(self) -> Service:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def http_get_status(port: int, path: str) -> int:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+            sock.sendall(f"GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nconnection: close\r\n\r\n".encode())
+            head = sock.recv(64)
+        return int(head.split(b" ", 2)[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def rss_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as statm:
+            return int(statm.read().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def cpu_of(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as children:
+                    kids = [int(k) for k in children.read().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+# -- the services -------------------------------------------------------------------------
+
+
+GATEWAY_CHECKOUT: Path | None = None
+"""Another checkout to run the gateway from (``--gateway-checkout``); None: this repository."""
+
+
+def gateway(name: str, log_dir: Path, *flags: str, backend: list[str] | None = None) -> Service:
+    port = free_port()
+    argv = [sys.executable, "-m", "gateway", "--port", str(port), *flags, "--", *(backend or echo_command())]
+    if GATEWAY_CHECKOUT is None:
+        return Service(name, argv, port, log_dir)
+    env = {**os.environ, "PYTHONPATH": str(GATEWAY_CHECKOUT)}
+    return Service(name, argv, port, log_dir, cwd=GATEWAY_CHECKOUT, env=env)
+
+
+def noop(kind: str, log_dir: Path) -> Service:
+    port = free_port()
+    return Service(
+        f"noop-{kind}", [sys.executable, "-m", "bench.noop", "--kind", kind, "--port", str(port)], port, log_dir
+    )
+
+
+def supergateway_bin() -> Path | None:
+    path = PEERS / "node_modules" / ".bin" / "supergateway"
+    return path if path.exists() else None
+
+
+def mcp_proxy_bin() -> Path | None:
+    path = PEERS / "venv" / "bin" / "mcp-proxy"
+    return path if path.exists() else None
+
+
+def supergateway(log_dir: Path) -> Service | None:
+    """supergateway, stateful: legacy sessions get a child each; 2026-07-28 requests a child each."""
+    binary = supergateway_bin()
+    if binary is None:
+        return None
+    port = free_port()
+    argv = [
+        str(binary),
+        "--stdio",
+        shlex.join(echo_command()),
+        "--outputTransport",
+        "streamableHttp",
+        "--stateful",
+        "--port",
+        str(port),
+        "--logLevel",
+        "none",
+        "--healthEndpoint",
+        "/healthz",
+    ]
+    return Service("supergateway", argv, port, log_dir, health_path="/healthz")
+
+
+def mcp_proxy(log_dir: Path) -> Service | None:
+    """mcp-proxy (stateful): one stdio child shared by every session."""
+    binary = mcp_proxy_bin()
+    if binary is None:
+        return None
+    port = free_port()
+    argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--", *echo_command()]
+    return Service("mcp-proxy", argv, port, log_dir, health_path="/status")
+
+
+def peer_versions() -> dict[str, str]:
+    versions: dict[str, str] = {}
+    package = PEERS / "node_modules" / "supergateway" / "package.json"
+    if package.exists():
+        import json
+
+        versions["supergateway"] = json.loads(package.read_text()).get("version", "?")
+    for dist in (PEERS / "venv" / "lib").glob("python*/site-packages/mcp_proxy-*.dist-info"):
+        versions["mcp-proxy"] = dist.name.split("-")[1].removesuffix(".dist")
+    return versions

@@ -1,0 +1,125 @@
+"""``python -m bench --profile`` (or ``python -m bench.profile``): where the gateway's time goes.
+
+Starts a gateway in front of the echo server, drives it with C=64 clients per era, and
+samples it with py-spy meanwhile (``py-spy record --format raw``: collapsed stacks). Then
+prints, per era, the functions with the most samples on the stack (inclusive) and on top
+(self), and the share of each package, so a regression or a fix shows as a number.
+py-spy comes from ``bench/install-peers.sh`` (into ``bench/.peers/venv``) or PATH.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from bench import procs
+from bench.load import http_load
+from bench.suite import run
+
+FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]*)(?::\d+)?\)$")
+SAMPLE_RATE = 200
+SECONDS = 6.0
+CONCURRENCY = 64
+
+
+def py_spy() -> str | None:
+    local = procs.PEERS / "venv" / "bin" / "py-spy"
+    return str(local) if local.exists() else shutil.which("py-spy")
+
+
+def package_of(path: str) -> str:
+    """``gateway/http/stream.py`` → ``gateway.http.stream``; ``anyio/_backends/x.py`` → ``anyio``."""
+    if path.startswith("gateway/"):
+        return path.removesuffix(".py").replace("/", ".")
+    if path.startswith("<"):
+        return path
+    return path.split("/", 1)[0].removesuffix(".py")
+
+
+def frame_name(frame: str) -> tuple[str, str]:
+    match = FRAME.match(frame.strip())
+    if match is None:
+        return frame.strip(), "?"
+    path = match["file"]
+    return f"{match['func']} ({path.rsplit('/', 1)[-1]})", package_of(path)
+
+
+def summarize(raw: Path, top: int = 25) -> str:
+    inclusive: Counter[str] = Counter()
+    self_time: Counter[str] = Counter()
+    packages: Counter[str] = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [frame_name(f) for f in stack.split(";") if f and not f.startswith("process ")]
+        frames = [f for f in frames if not f[0].startswith("<module>") and "thread (" not in f[0]]
+        if not frames:
+            continue
+        total += count
+        for name in {name for name, _ in frames}:
+            inclusive[name] += count
+        leaf, package = frames[-1]
+        self_time[leaf] += count
+        packages[package] += count
+    if not total:
+        return "(no samples)"
+    lines = [f"{total} samples", "", "inclusive (on the stack):"]
+    lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in inclusive.most_common(top)]
+    lines += ["", "self (on top):"]
+    lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in self_time.most_common(top)]
+    lines += ["", "self time by package:"]
+    lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in packages.most_common(20)]
+    return "\n".join(lines)
+
+
+def profile_gateway(log_dir: Path, say: Callable[[str], None] = print, *flags: str) -> dict[str, str]:
+    spy = py_spy()
+    if spy is None:
+        say("profile: py-spy not found (bench/install-peers.sh installs it, or pip install py-spy); skipped")
+        return {}
+    summaries: dict[str, str] = {}
+    gateway = procs.gateway("gateway-profile", log_dir, *flags)
+    with gateway.start():
+        gateway.wait_ready()
+        for era in ("modern", "legacy"):
+            run(http_load(gateway.port, era=era, concurrency=8, calls=50, max_seconds=5))  # warm
+            raw = log_dir / f"profile-{era}.txt"
+            cmd = [spy, "record", "--pid", str(gateway.pid), "--format", "raw", "--output", str(raw)]
+            cmd += ["--rate", str(SAMPLE_RATE), "--duration", str(int(SECONDS)), "--nonblocking"]
+            sampler = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            time.sleep(0.5)
+            result = run(
+                http_load(gateway.port, era=era, concurrency=CONCURRENCY, calls=100_000, max_seconds=SECONDS - 1)
+            )
+            _, err = sampler.communicate(timeout=30)
+            if not raw.exists():
+                say(f"profile: py-spy failed: {err.decode(errors='replace')[-300:]}")
+                continue
+            summaries[era] = summarize(raw)
+            say(f"\nprofile, {era}, C={CONCURRENCY}: {result.rps:.0f} req/s while sampled; stacks in {raw}")
+            say(summaries[era])
+    return summaries
+
+
+def main() -> int:
+    log_dir = Path(tempfile.mkdtemp(prefix="mcp-bench-profile-"))
+    args = sys.argv[1:]
+    if args and args[0] == "--gateway-checkout":
+        procs.GATEWAY_CHECKOUT = Path(args[1]).resolve()
+        args = args[2:]
+    profile_gateway(log_dir, print, *args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
