@@ -9,6 +9,8 @@ on purpose).
 from __future__ import annotations
 
 import logging
+import logging.handlers
+import queue
 import sys
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -45,17 +47,24 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
-def configure(level: str, fmt: str) -> None:
+def configure(level: str, fmt: str) -> logging.handlers.QueueListener:
+    """Log through a queue: the event loop only enqueues records; a thread formats and writes
+    them, so a slow stderr (a full pipe, a busy log shipper) never stalls requests. The
+    caller stops the returned listener at exit (which flushes what is queued)."""
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    listener = logging.handlers.QueueListener(records, handler, respect_handler_level=False)
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [logging.handlers.QueueHandler(records)]
     root.setLevel(level.upper())
+    listener.start()
     # uvicorn's own access log would repeat gateway.access in another shape.
     logging.getLogger("uvicorn.access").disabled = True
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
+    return listener

@@ -10,7 +10,7 @@ Each app has its own registry (several gateways can live in one process, as in t
 | ``mcp_gateway_requests_total`` | server, method, era, status |
 | ``mcp_gateway_request_seconds`` (histogram) | server, method, era |
 | ``mcp_gateway_requests_in_flight`` | server |
-| ``mcp_gateway_queue_waiting`` | server, pool |
+| ``mcp_gateway_queue_waiting`` | server, pool (``shared``, ``principal`` or ``session``: summed by kind) |
 | ``mcp_gateway_children`` | server, pool, state |
 | ``mcp_gateway_child_spawns_total`` / ``_restarts_total`` | server, pool |
 | ``mcp_gateway_child_exits_total`` | server, pool, reason (``code 0``, ``SIGKILL``, ``start failure``) |
@@ -22,6 +22,7 @@ Each app has its own registry (several gateways can live in one process, as in t
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
@@ -31,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from gateway.router import Router
 from gateway.sessions import SessionStore
+from gateway.stdio.pool import Pool
 
 LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _CHILD_COUNTERS: Final = {
@@ -90,20 +92,33 @@ class _PoolCollector(Collector):
             store = self.sessions(name)
             sessions.add_metric([name], len(store))
             streams.add_metric([name], store.open_streams())
-            for pool in list(router.pools.values()):
-                key = [name, pool.label]
+            # Pools are aggregated by kind (shared, principal, session): a label per principal,
+            # session or credential would put identities on an unauthenticated endpoint and
+            # grow without bound.
+            by_kind: dict[str, list[Pool]] = {}
+            for pool_key, pool in list(router.pools.items()):
+                by_kind.setdefault(pool_key.scope.partition(":")[0], []).append(pool)
+            for kind, pools in by_kind.items():
+                key = [name, kind]
                 states = {"ready": 0, "starting": 0, "retiring": 0}
-                for child in pool.status()["children"]:
-                    states[child["state"]] += 1
+                exit_reasons: Tally[str] = Tally()
+                totals: Tally[str] = Tally()
+                start_seconds: list[float] = []
+                for pool in pools:
+                    status = pool.status()
+                    for child in status["children"]:
+                        states[child["state"]] += 1
+                    exit_reasons.update(pool.exits)
+                    totals.update(pool.totals())
+                    start_seconds += pool.start_seconds
                 for state, count in states.items():
                     children.add_metric([*key, state], count)
-                waiting.add_metric(key, pool.status()["waiting"])
-                spawns.add_metric(key, pool.spawns)
-                restarts.add_metric(key, pool.restarts)
-                for reason, count in pool.exits.items():
+                waiting.add_metric(key, sum(pool.status()["waiting"] for pool in pools))
+                spawns.add_metric(key, sum(pool.spawns for pool in pools))
+                restarts.add_metric(key, sum(pool.restarts for pool in pools))
+                for reason, count in exit_reasons.items():
                     exits.add_metric([*key, reason], count)
-                starts.add_metric(key, count_value=len(pool.start_seconds), sum_value=sum(pool.start_seconds))
-                totals = pool.totals()
+                starts.add_metric(key, count_value=len(start_seconds), sum_value=sum(start_seconds))
                 for counter_key, family in counters.items():
                     family.add_metric(key, totals.get(counter_key, 0))
         yield from (children, waiting, spawns, restarts, exits, starts, *counters.values(), sessions, streams)

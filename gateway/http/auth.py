@@ -11,9 +11,10 @@
   principal; an unnamed token's principal is ``token-`` and the first 8 hex digits of its
   SHA-256 (tokens themselves are never logged).
 - **A trusted identity header** (``--principal-header X-Forwarded-User``) set by an
-  authenticating reverse proxy becomes the principal — only when configured, and with
-  ``--trusted-proxy`` only from those addresses (else it is ignored, so a client that
-  reaches the gateway directly cannot claim to be anyone).
+  authenticating reverse proxy becomes the principal — only when configured, and only from
+  ``--trusted-proxy`` addresses (by default loopback: a proxy in the same pod or host); from
+  anyone else it is ignored, so a client that reaches the gateway directly cannot claim to
+  be anyone.
 
 The principal is put in the ASGI scope as ``gateway.principal``. Client credentials are
 never forwarded to children: children get credentials only through an explicit
@@ -42,6 +43,7 @@ log = logging.getLogger("gateway.auth")
 
 RELOAD_INTERVAL: Final = 1.0
 """Seconds between checks of the token file's modification time."""
+LOOPBACK_NETWORKS: Final = ("127.0.0.0/8", "::1/128")
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics", "/.well-known/oauth-protected-resource"})
 
 
@@ -93,7 +95,9 @@ class TokenStore:
         except OSError as exc:
             if self._mtime is None:
                 raise ConfigError("--auth-token-file", f"cannot read {self._path}: {exc.strerror}") from exc
-            log.error("cannot re-read the token file %s (%s); keeping the tokens loaded before", self._path, exc)
+            # Fail closed: a token file that was removed (a revoked Secret) revokes its tokens.
+            log.error("cannot read the token file %s (%s); its tokens are refused until it is back", self._path, exc)
+            self._file_tokens, self._mtime = [], -1.0
             return
         except ConfigError as exc:
             if self._mtime is None:
@@ -137,15 +141,15 @@ class AuthGuard:
         self.app = app
         self.tokens = tokens
         self.principal_header = principal_header.lower().encode("latin-1") if principal_header else None
-        self.trusted = _networks(trusted_proxies)
+        # Without --trusted-proxy only a proxy on this host (loopback, the sidecar case) is
+        # believed: anyone else could simply send the header themselves.
+        self.trusted = _networks(trusted_proxies) or _networks(LOOPBACK_NETWORKS)
         challenge = 'Bearer realm="mcp-stdio-gateway"'
         if resource_metadata_url:
             challenge += f', resource_metadata="{resource_metadata_url}"'
         self.challenge = challenge
 
     def _from_trusted_proxy(self, scope: Scope) -> bool:
-        if not self.trusted:
-            return True
         client = scope.get("client")
         if not client:
             return False

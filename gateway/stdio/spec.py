@@ -28,6 +28,9 @@ package before the server reads its first line, and a too-short probe would wron
 "legacy" for a modern server on a cold start."""
 HANDSHAKE_TIMEOUT: Final = 60.0
 """Seconds to wait for a legacy child's ``initialize`` reply."""
+INPUT_TIMEOUT: Final = 300.0
+"""Seconds a child's question to the client (sampling, elicitation, roots) may wait for the
+answer, or for a modern client's MRTR retry. Generous: a person may be answering."""
 STDERR_TAIL_LINES: Final = 20
 STDERR_LINE_CHARS: Final = 500
 
@@ -48,11 +51,22 @@ class ChildSpec:
     handshake_timeout: float = HANDSHAKE_TIMEOUT
     request_timeout: float | None = None
     client_capabilities: Mapping[str, object] = field(default_factory=dict)
+    roots: tuple[Mapping[str, object], ...] | None = None  # answers the child's roots/list when no client can
+    input_timeout: float = INPUT_TIMEOUT
     name: str = ""
 
     @property
     def argv(self) -> list[str]:
         return [self.command, *self.args]
+
+    @property
+    def declared_capabilities(self) -> dict[str, object]:
+        """What a legacy child is told at ``initialize``: the configured client capabilities,
+        plus ``roots`` when roots are configured (the gateway can then always answer)."""
+        capabilities = dict(self.client_capabilities)
+        if self.roots is not None:
+            capabilities.setdefault("roots", {})
+        return capabilities
 
     @property
     def label(self) -> str:
@@ -83,8 +97,13 @@ def check_spec(spec: ChildSpec) -> None:
         raise ChildStartError(f"cannot start {program}: cwd contains a NUL byte", command=program)
 
 
+GATEWAY_ENV_PREFIX: Final = "MCP_GATEWAY_"
+"""The gateway's own settings (tokens among them) are never inherited by children."""
+
+
 def child_environment(spec: ChildSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ if base is None else base) if spec.inherit_env else {}
+    inherited = os.environ if base is None else base
+    env = {k: v for k, v in inherited.items() if not k.startswith(GATEWAY_ENV_PREFIX)} if spec.inherit_env else {}
     for key, value in spec.env.items():
         if value is None:
             env.pop(key, None)

@@ -195,6 +195,15 @@ def test_the_token_file_is_reread_when_it_changes(tmp_path: Path) -> None:
     assert store.principal_for(ALICE.encode(), now=11.0) is None
 
 
+def test_a_removed_token_file_revokes_its_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    path.write_text(f"alice:{ALICE}\n")
+    store = TokenStore(path=str(path))
+    assert store.principal_for(ALICE.encode(), now=0.0) == "alice"
+    path.unlink()
+    assert store.principal_for(ALICE.encode(), now=10.0) is None
+
+
 def test_short_tokens_are_refused_and_unnamed_ones_get_a_hashed_principal() -> None:
     from gateway.errors import ConfigError
 
