@@ -23,6 +23,9 @@ from gateway.router import Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, ChildSpec
 
+CLIENT_CAPABILITIES = ("sampling", "elicitation", "roots")
+"""What ``--client-capability`` may declare to legacy children (the ones they can ask for)."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -55,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--client-capability",
         action="append",
         default=[],
-        choices=["sampling", "elicitation", "roots"],
+        choices=CLIENT_CAPABILITIES,
         metavar="NAME",
         help="declare this client capability to legacy children at initialize, so they may ask for it "
         "(repeatable; without it none is declared, and compliant children never ask)",
@@ -326,6 +329,9 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
 
 def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerConfig:
     is_demo = command == demo_command()
+    for name in args.client_capability:  # argparse checks choices on the command line, not in env values
+        if name not in CLIENT_CAPABILITIES:
+            raise ConfigError("--client-capability", f"{name!r} is not one of {', '.join(CLIENT_CAPABILITIES)}")
     spec = ChildSpec(
         command=command[0],
         args=command[1:],

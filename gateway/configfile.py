@@ -16,7 +16,10 @@ variable), ``cwd``, ``inheritEnv``, and the gateway's own: ``pool`` (``min``, ``
 ``maxInFlight``, ``queueTimeout``, ``idleTimeout``, ``maxRequests``, ``maxAge``,
 ``stallTimeout``, ``livenessInterval``), ``isolation``, ``envFromHeaders``,
 ``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``,
-``clientCapabilities``. Keys not given take the command line's values. Unknown keys are
+``clientCapabilities`` (what a legacy child is told the client can do: ``sampling``,
+``elicitation``, ``roots``), ``roots`` (paths or ``file://`` URIs, or ``{"uri", "name"}``
+objects: the gateway's answer to the child's ``roots/list`` when no client can give one)
+and ``inputTimeout``. Keys not given take the command line's values. Unknown keys are
 refused, so a typo never silently does nothing; ``disabled: true`` skips a server.
 Every problem is a ``ConfigError`` naming the key path, e.g. ``mcpServers.files.pool.max``.
 """
@@ -54,6 +57,7 @@ _SPEC_NUMBERS: Final = {
     "probeTimeout": "probe_timeout",
     "startupTimeout": "handshake_timeout",
     "maxLineBytes": "max_line_bytes",
+    "inputTimeout": "input_timeout",
 }
 FLAG_KEYS: Final = {
     "--pool-min": "pool.min",
@@ -71,11 +75,14 @@ FLAG_KEYS: Final = {
     "--probe-timeout": "probeTimeout",
     "--startup-timeout": "startupTimeout",
     "--max-line-bytes": "maxLineBytes",
+    "--input-timeout": "inputTimeout",
+    "--client-capability": "clientCapabilities",
+    "--root": "roots",
 }
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
 _KNOWN: Final = {
     "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
-    "clientCapabilities", "disabled", "type", *_SPEC_NUMBERS,
+    "clientCapabilities", "roots", "disabled", "type", *_SPEC_NUMBERS,
 }  # fmt: skip
 
 
@@ -131,7 +138,15 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
     if "inheritEnv" in body:
         spec = replace(spec, inherit_env=_bool(body["inheritEnv"], f"{where}.inheritEnv"))
     if "clientCapabilities" in body:
-        spec = replace(spec, client_capabilities=_object(body["clientCapabilities"], f"{where}.clientCapabilities"))
+        capabilities = _object(body["clientCapabilities"], f"{where}.clientCapabilities")
+        for key, value in capabilities.items():
+            _object(value, f"{where}.clientCapabilities.{key}")
+        spec = replace(spec, client_capabilities=capabilities)
+    if "roots" in body:
+        roots = body["roots"]
+        if not isinstance(roots, list):
+            raise ConfigError(f"{where}.roots", "must be a list of paths, file:// URIs or {uri, name} objects")
+        spec = replace(spec, roots=tuple(parse_root(root, f"{where}.roots[{i}]") for i, root in enumerate(roots)))
     for key, attribute in _SPEC_NUMBERS.items():
         if key in body:
             spec = replace(
@@ -152,6 +167,24 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
                 raise ConfigError(f"{where}.envFromHeaders.{header}", "must name an environment variable")
         config = replace(config, env_from_headers={h.lower(): v for h, v in mapping.items()})
     return config
+
+
+def parse_root(value: Any, where: str) -> dict[str, str]:
+    """A ``Root``: a path or ``file://`` URI, or ``{"uri": ..., "name": ...}``."""
+    name: Any = None
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"uri", "name"})
+        if unknown:
+            raise ConfigError(f"{where}.{unknown[0]}", "unknown key (known: uri, name)")
+        value, name = value.get("uri"), value.get("name")
+        if name is not None and not isinstance(name, str):
+            raise ConfigError(f"{where}.name", "must be a string")
+    if not isinstance(value, str) or not value:
+        raise ConfigError(where, "must be a path, a file:// URI or a {uri, name} object")
+    uri = Path(value).as_uri() if value.startswith("/") else value
+    if not uri.startswith("file://"):
+        raise ConfigError(where, f"{value!r} is not an absolute path or a file:// URI (roots are file:// URIs)")
+    return {"uri": uri, "name": name} if name else {"uri": uri}
 
 
 def _pool(raw: Any, base: PoolSettings, where: str) -> PoolSettings:

@@ -34,6 +34,9 @@ CODE_CHILD_TIMEOUT = -31002
 CODE_CHILD_PROTOCOL = -31003
 CODE_UNAVAILABLE = -31004
 CODE_CANCELLED = -31005
+# Sent to a *child* that asked the client something (sampling, elicitation, roots).
+CODE_NO_CLIENT_INPUT = -31006  # no client can answer: unattributable, or not declared by the client
+CODE_INPUT_TIMEOUT = -31007  # the client did not answer (or retry) within the input timeout
 
 
 class GatewayError(Exception):

@@ -10,24 +10,41 @@ Failures of the child (``ChildError``) become the final response as JSON-RPC err
 Two outcomes are raised before anything is yielded, so the HTTP edge can still answer
 with their status: ``GatewayUnavailableError`` (503) and ``Rejected`` (a 400 from the
 ``Mcp-Param-*`` check, which needs the child's tool schemas and so cannot run in the pure
-ingress ladder).
+ingress ladder, or from a ``requestState`` that fails verification).
+
+**Questions from the child** (sampling, elicitation, roots) that the child attributed to
+this exchange (``gateway.stdio.child``) go to the client when it declared the capability
+(``gateway.protocol.inputs``), else the gateway answers them itself:
+
+- a *legacy* client gets each as a JSON-RPC request on this request's stream, with a
+  gateway id (``g-N``, unique in its session); its POSTed response is handed to the child
+  under the child's own id (``LegacySession.answer_ask``);
+- a *modern* client gets an MRTR round: for ``tools/call``, ``prompts/get`` and
+  ``resources/read``, the response ends with ``input_required`` and a signed
+  ``requestState`` while the child call stays parked (``gateway.suspensions``); the retry
+  answers the child and the rest of the call is streamed on the retry, under its id. A
+  sampling or elicitation request the client's ``clientCapabilities`` do not cover ends
+  the call with -32021 (``requiredCapabilities``) and cancels it at the child.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ChildError
-from gateway.protocol import bridge, xmcpheader
+from gateway.protocol import bridge, inputs, requeststate, xmcpheader
 from gateway.protocol.handshake import ChildInfo
-from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Request, Result
+from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Request, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
 from gateway.router import Router
+from gateway.stdio.ask import ChildAsk
 from gateway.stdio.catalog import ToolCatalog
 from gateway.stdio.child import StdioChild
+from gateway.suspensions import Call, Suspensions, input_responses
 
 
 class Rejected(Exception):
@@ -55,6 +72,7 @@ class ClientContext:
     principal: str | None = None
     log: dict[str, Any] = field(default_factory=dict)  # what the access log should say
     trace: JsonObject = field(default_factory=dict)  # W3C traceparent/tracestate from the HTTP request
+    accepts_requests: bool = True  # False where the answer cannot carry requests (legacy batches)
 
     @property
     def session_id(self) -> str | None:
@@ -76,27 +94,45 @@ def response(client_id: Any, *, result: JsonObject | None = None, error: JsonObj
     return {"jsonrpc": "2.0", "id": client_id, "result": result}
 
 
+PROGRESS = "notifications/progress"
+
+
 class Relay:
-    def __init__(self, router: Router, *, gateway_version: str = "0") -> None:
+    def __init__(self, router: Router, *, gateway_version: str = "0", suspensions: Suspensions | None = None) -> None:
         self.router = router
         self.catalog = ToolCatalog(gateway_version)
+        self.suspensions = suspensions if suspensions is not None else Suspensions(router.server.name)
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
     ) -> AsyncIterator[JsonObject]:
         """Run ``request`` on a child of the pool the router picks; for modern clients the
-        ``Mcp-Param-*`` headers are checked against the tool's schema first."""
+        ``Mcp-Param-*`` headers are checked against the tool's schema first. A modern retry
+        carrying the gateway's ``requestState`` resumes the call it names instead."""
+        state = (request.params or {}).get("requestState")
+        if client.era is Era.MODERN and requeststate.is_gateway_state(state):
+            assert isinstance(state, str)
+            async for message in self._resume(request, client, state):
+                yield message
+            return
         try:
             pool = await self.router.pool_for(client.principal, client.session_id, headers or {})
-            async with pool.lease(client.affinity()) as child:  # 503 and 400 propagate before any yield
+            # The stack owns the lease and the child exchange, so that a parked MRTR call keeps both.
+            async with AsyncExitStack() as stack:
+                child = await stack.enter_async_context(pool.lease(client.affinity()))  # 503 propagates
                 client.bind(child)
-                async for message in self._exchange_on(child, request, client, headers):
+                async for message in self._exchange_on(child, request, client, headers, stack):
                     yield message
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
             yield response(request.id, error=exc.error_object())
 
     async def _exchange_on(
-        self, child: StdioChild, request: Request, client: ClientContext, headers: Mapping[str, str] | None
+        self,
+        child: StdioChild,
+        request: Request,
+        client: ClientContext,
+        headers: Mapping[str, str] | None,
+        stack: AsyncExitStack,
     ) -> AsyncIterator[JsonObject]:
         info = child.info
         assert info is not None
@@ -104,19 +140,146 @@ class Relay:
             yield response(request.id, result=bridge.discover_result(info))
             return
         if headers is not None and client.era is Era.MODERN and request.method == "tools/call":
-            await self._check_param_headers(child, request, headers)
+            await self._check_param_headers(child, request, headers)  # a 400 propagates before any yield
         params = self._params_for_child(request.params, client, info)
         try:
-            async with child.exchange(request.method, params) as ex:  # the server's request timeout applies
-                async for note in ex:
-                    yield note.to_dict()
-                reply = ex.reply()
+            # The server's request timeout applies; the child's questions come to us (asks=True).
+            ex = await stack.enter_async_context(child.exchange(request.method, params, asks=True))
+        except ChildError as exc:
+            yield response(request.id, error=exc.error_object())
+            return
+        async for message in self._drive(Call(child, ex, stack), request, client, resumed=False):
+            yield message
+
+    async def _drive(
+        self, call: Call, request: Request, client: ClientContext, *, resumed: bool
+    ) -> AsyncIterator[JsonObject]:
+        """The child's notifications and questions, then its reply, for ``request``'s client.
+
+        Returns early, with the final message yielded, when the call is parked (MRTR) or
+        refused (-32021); leaving then closes ``call.stack`` unless the call was parked."""
+        info = call.child.info
+        assert info is not None
+        try:
+            async for item in call.ex:
+                if isinstance(item, Notification):
+                    if (note := self._note_for_client(item, request, resumed)) is not None:
+                        yield note
+                    continue
+                asks = [item]
+                for extra in call.ex.ready():  # asks read together make one round
+                    if isinstance(extra, ChildAsk):
+                        asks.append(extra)
+                    elif (note := self._note_for_client(extra, request, resumed)) is not None:
+                        yield note
+                if client.era is Era.LEGACY:
+                    for ask in asks:
+                        if (outgoing := self._ask_legacy_client(ask, client, call)) is not None:
+                            yield outgoing
+                    continue
+                final = self._ask_modern_client(asks, request, client, call)
+                if final is not None:
+                    yield final
+                    return
+            reply = call.ex.reply()
         except ChildError as exc:
             yield response(request.id, error=exc.error_object())
             return
         if request.method == "tools/list" and isinstance(reply, Result):
-            reply = Result(reply.id, self.catalog.visible_tools(child, reply.result))
+            reply = Result(reply.id, self.catalog.visible_tools(call.child, reply.result))
         yield self._reply_for_client(request, reply, client, info)
+
+    # -- questions from the child ---------------------------------------------------------
+
+    @staticmethod
+    def _ask_legacy_client(ask: ChildAsk, client: ClientContext, call: Call) -> JsonObject | None:
+        """The request to put on a legacy client's stream, or None when the gateway answered."""
+        session = client.session
+        if session is None or not client.accepts_requests:
+            reason = "the client's request cannot carry a request back (a batch)"
+        elif not inputs.is_declared(client.capabilities, ask.method, ask.params):
+            reason = f"the client did not declare the {_capability_name(ask)} capability"
+        else:
+            gateway_id: str = session.track_ask(ask)
+            return Request(gateway_id, ask.method, ask.params).to_dict()
+        ask.answer(inputs.local_answer(ask.request, call.child.spec.roots, reason))
+        return None
+
+    def _ask_modern_client(
+        self, asks: list[ChildAsk], request: Request, client: ClientContext, call: Call
+    ) -> JsonObject | None:
+        """An MRTR round: the final message (``input_required`` or -32021), or None when the
+        gateway answered every question itself and the call goes on."""
+        roots = call.child.spec.roots
+        forward: dict[str, ChildAsk] = {}
+        missing: list[ChildAsk] = []
+        for ask in asks:
+            if request.method not in inputs.MRTR_METHODS:
+                reason = f"{request.method} cannot return input_required to a 2026-07-28 client"
+            elif inputs.is_declared(client.capabilities, ask.method, ask.params):
+                forward[f"k{len(forward) + 1}"] = ask
+                continue
+            elif ask.method == inputs.ROOTS:  # roots have a local answer: never fail the call over them
+                reason = "the request's clientCapabilities do not declare roots"
+            else:
+                missing.append(ask)
+                continue
+            ask.answer(inputs.local_answer(ask.request, roots, reason))
+        if missing:
+            # The caller returns after this final message: the call is cancelled at the child,
+            # and its end answers every question still open.
+            required = inputs.merge_capabilities(*(inputs.required_capability(a.method, a.params) for a in missing))
+            return response(request.id, error=inputs.missing_capability_error(missing[0].method, required))
+        if not forward:
+            return None
+        if not self.suspensions.can_park:
+            for ask in forward.values():
+                ask.answer(inputs.local_answer(ask.request, roots, "the gateway holds too many calls for input now"))
+            return None
+        return self._park(call, forward, request, client)
+
+    def _park(self, call: Call, asks: dict[str, ChildAsk], request: Request, client: ClientContext) -> JsonObject:
+        parked = Call(call.child, call.ex, call.stack.pop_all())  # the lease and exchange now outlive this response
+        token = self.suspensions.park(parked, asks, request, client.principal, call.child.spec.input_timeout)
+        wanted = {key: inputs.input_request(ask.method, ask.params) for key, ask in asks.items()}
+        return response(request.id, result=inputs.input_required_result(wanted, token))
+
+    async def _resume(self, request: Request, client: ClientContext, state: str) -> AsyncIterator[JsonObject]:
+        """A modern retry: answer the parked call's questions, then stream the rest of it."""
+        taken = self.suspensions.take(state, request, client.principal)
+        if isinstance(taken, Rejection):
+            raise Rejected(taken)
+        call = taken.call
+        client.bind(call.child)
+        async with call.stack:
+            given = input_responses(request.params)
+            unanswered: dict[str, ChildAsk] = {}
+            for key, ask in taken.asks.items():
+                if key in given:
+                    ask.answer_result(given[key])
+                elif not ask.is_answered:
+                    unanswered[key] = ask
+            if unanswered and self.suspensions.can_park:  # MRTR §Error Handling: ask again, no error
+                yield self._park(call, unanswered, request, client)
+                return
+            for ask in unanswered.values():
+                ask.answer(inputs.local_answer(ask.request, call.child.spec.roots, "the retry left it unanswered"))
+            async for message in self._drive(call, request, client, resumed=True):
+                yield message
+
+    @staticmethod
+    def _note_for_client(note: Notification, request: Request, resumed: bool) -> JsonObject | None:
+        """A notification as the client gets it. After a retry, progress carries the retry's
+        token (or is dropped if the retry asked for none): the original request is over."""
+        if not resumed or note.method != PROGRESS or note.params is None:
+            return note.to_dict()
+        meta = (request.params or {}).get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        if token is None:
+            return None
+        return Notification(note.method, {**note.params, "progressToken": token}).to_dict()
+
+    # -- ordinary requests ----------------------------------------------------------------
 
     async def _check_param_headers(self, child: StdioChild, request: Request, headers: Mapping[str, str]) -> None:
         params = request.params or {}
@@ -159,3 +322,8 @@ class Relay:
         elif client.era is Era.LEGACY and child.era is Era.MODERN:
             result = bridge.legacy_result(result)
         return response(request.id, result=result)
+
+
+def _capability_name(ask: ChildAsk) -> str:
+    [(name, sub)] = inputs.required_capability(ask.method, ask.params).items()
+    return ", ".join(f"{name}.{key}" for key in sub) or name

@@ -78,7 +78,7 @@ class DrainingServer(uvicorn.Server):
 
 
 def run(settings: Settings) -> int:
-    logs.configure(settings.log_level, settings.log_format)
+    listener = logs.configure(settings.log_level, settings.log_format)
     become_subreaper()
     if settings.is_demo:
         log.info("no command given: serving the built-in demo server (tools: echo, countdown, fail, crash)")
@@ -99,5 +99,8 @@ def run(settings: Settings) -> int:
         proxy_headers=False,
         timeout_graceful_shutdown=5,
     )
-    DrainingServer(config, drain, settings.drain_timeout).run()
+    try:
+        DrainingServer(config, drain, settings.drain_timeout).run()
+    finally:
+        listener.stop()
     return 0

@@ -3,22 +3,31 @@
 A session remembers what the legacy lifecycle negotiated (version, the client's declared
 capabilities and clientInfo) so that requests to a modern child can carry a full ``_meta``,
 and it tracks its requests in flight so that a POSTed ``notifications/cancelled`` or a
-``DELETE`` can cancel them. Ids are 192 random bits in URL-safe base64: globally unique,
-unguessable, and visible ASCII as the transport requires (L-TR §Session Management).
+``DELETE`` can cancel them. It also holds the child's questions sent to this client
+(``track_ask``: a gateway id ``g-N``, never reused in the session) until the client POSTs
+the response (``answer_ask``), which then goes to the child under the child's own id.
+Session ids are 192 random bits in URL-safe base64: globally unique, unguessable, and
+visible ASCII as the transport requires (L-TR §Session Management).
 Idle sessions expire (``SESSION_IDLE_TIMEOUT``); an expired or deleted id gets 404.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from gateway.protocol.jsonrpc import JsonId, JsonObject
+from gateway.protocol.jsonrpc import ErrorReply, JsonId, JsonObject, Result
+
+if TYPE_CHECKING:
+    from gateway.stdio.ask import ChildAsk
+
+log = logging.getLogger("gateway.sessions")
 
 SESSION_IDLE_TIMEOUT: Final = 3600.0
 """Seconds without a request after which a legacy session is forgotten."""
@@ -41,6 +50,25 @@ class LegacySession:
     in_flight: dict[JsonId, anyio.CancelScope] = field(default_factory=dict)
     stream: MemoryObjectSendStream[JsonObject] | None = None  # the open GET stream, if any
     child: Any = None  # the child this session's requests go to (legacy state stays put)
+    asks: dict[str, ChildAsk] = field(default_factory=dict)  # gateway id → the child's question
+    asks_sent: int = 0
+
+    def track_ask(self, ask: ChildAsk) -> str:
+        """A session-unique id for a child's question sent to this client."""
+        for stale in [k for k, a in self.asks.items() if a.is_answered]:  # timed out or its call ended
+            del self.asks[stale]
+        self.asks_sent += 1
+        gateway_id = f"g-{self.asks_sent}"
+        self.asks[gateway_id] = ask
+        return gateway_id
+
+    def answer_ask(self, reply: Result | ErrorReply) -> bool:
+        """Hand the client's POSTed response to the child that asked; False if nobody waits for it."""
+        ask = self.asks.pop(reply.id, None) if type(reply.id) is str else None
+        if ask is None or not ask.answer(reply):
+            log.debug("legacy session %s… answered %r, which no child waits for", self.id[:8], reply.id)
+            return False
+        return True
 
     def open_stream(self) -> MemoryObjectReceiveStream[JsonObject]:
         """A new GET stream for this session; an older one is closed (one message, one stream)."""
@@ -71,6 +99,7 @@ class LegacySession:
     def cancel_all(self) -> None:
         for scope in self.in_flight.values():
             scope.cancel()
+        self.asks.clear()  # their calls are cancelled; each call's end answers its child
         if self.stream is not None:
             self.stream.close()
 

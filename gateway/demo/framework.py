@@ -37,6 +37,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Final, Literal, NoReturn, Protocol
@@ -148,6 +149,13 @@ class ToolContext:
     ) -> JsonObject:
         """Ask the client something and return its result. Raises RpcError, TimeoutError, ConnectionError."""
         return self._server.send_request(method, params, timeout)
+
+    def send_requests(
+        self, requests: list[tuple[str, JsonObject | None]], timeout: float = SEND_REQUEST_TIMEOUT
+    ) -> list[JsonObject | Exception]:
+        """Ask the client several things in one write (so they are read together); each answer is
+        a result or the exception ``send_request`` would have raised."""
+        return self._server.send_requests(requests, timeout)
 
     def write_raw(self, message: Any) -> None:
         """Write any JSON value as one line, as is. For tests of how malformed output is handled."""
@@ -297,6 +305,39 @@ class StdioServer:
                 self._waiting.pop(_id_key(request_id), None)
             raise TimeoutError(f"no reply to {method} ({request_id}) within {timeout} s")
         return _result_of(waiter.message)
+
+    def send_requests(
+        self, requests: list[tuple[str, JsonObject | None]], timeout: float = SEND_REQUEST_TIMEOUT
+    ) -> list[JsonObject | Exception]:
+        """Several server→client requests written as one chunk; wait for every answer."""
+        waiters: list[tuple[str, _Waiter]] = []
+        lines = []
+        with self._lock:
+            if self._eof:
+                raise ConnectionError("stdin is closed: the client can no longer reply")
+            for method, params in requests:
+                request_id = f"s-{next(self._out_ids)}"
+                waiter = _Waiter()
+                self._waiting[_id_key(request_id)] = waiter
+                waiters.append((request_id, waiter))
+                message: JsonObject = {"jsonrpc": "2.0", "id": request_id, "method": method}
+                if params is not None:
+                    message["params"] = params
+                lines.append(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n")
+        self._write(b"".join(lines))
+        answers: list[JsonObject | Exception] = []
+        deadline = time.monotonic() + timeout
+        for (request_id, waiter), (method, _) in zip(waiters, requests, strict=True):
+            if not waiter.event.wait(max(0.0, deadline - time.monotonic())):
+                with self._lock:
+                    self._waiting.pop(_id_key(request_id), None)
+                answers.append(TimeoutError(f"no reply to {method} ({request_id}) within {timeout} s"))
+                continue
+            try:
+                answers.append(_result_of(waiter.message))
+            except (RpcError, ConnectionError) as exc:
+                answers.append(exc)
+        return answers
 
     def log(self, text: str) -> None:
         sys.stderr.write(f"{self.server_info['name']}: {text}\n")

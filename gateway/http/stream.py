@@ -2,7 +2,8 @@
 
 ``LazyStream(events)`` is an ASGI response. It waits for the first message from the relay:
 
-- the final response (it has an ``id``) → ``200 application/json``, one object;
+- the final response (it has an ``id`` and no ``method``) → ``application/json``, one
+  object: 200, or the status ``error_statuses`` maps its error code to;
 - a notification → ``200 text/event-stream`` opened now (so every 4xx/503 was decided
   before a byte went out), then one ``data:`` event per message, the final response last;
   ``X-Accel-Buffering: no`` and ``Cache-Control: no-cache`` so proxies do not hold events
@@ -19,7 +20,7 @@ reads from it; when the reader goes away the exchange finishes and its result is
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from typing import Any, Final
 
@@ -31,7 +32,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.errors import GatewayUnavailableError
 from gateway.http.drain import SHUTTING_DOWN, Drain
 from gateway.http.wire import gateway_error_response, rejection_response
-from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, JsonObject
+from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import Rejected
 
 log = logging.getLogger("gateway.http")
@@ -59,15 +60,16 @@ class LazyStream:
         *,
         request_id: Any = None,
         headers: list[tuple[bytes, bytes]] | None = None,
-        method_not_found_is_404: bool = False,
+        error_statuses: Mapping[int, int] | None = None,
     ) -> None:
         self._events = events
         self._request_id = request_id
         self._started = False  # response headers sent
         self._finished = False  # the final answer sent
-        # Modern Streamable HTTP: "method not implemented" is HTTP 404 with -32601, so a client can
-        # tell it from a legacy HTTP+SSE host's bare 404 (SHTTP §Protocol Version Header).
-        self._not_found_404 = method_not_found_is_404
+        # Modern Streamable HTTP maps some errors to statuses: "method not implemented" is 404 with
+        # -32601, so a client can tell it from a legacy HTTP+SSE host's bare 404 (SHTTP §Protocol
+        # Version Header); a missing client capability is 400 with -32021 (basic/index §_meta).
+        self._error_statuses = error_statuses or {}
         self._headers = headers or []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -125,12 +127,12 @@ class LazyStream:
         if _is_final(first):
             body = orjson.dumps(first)
             error = first.get("error")
-            not_found = self._not_found_404 and isinstance(error, dict) and error.get("code") == METHOD_NOT_FOUND
+            code = error.get("code") if isinstance(error, dict) else None
             self._started = self._finished = True
             await send(
                 {
                     "type": "http.response.start",
-                    "status": 404 if not_found else 200,
+                    "status": self._error_statuses.get(code, 200) if type(code) is int else 200,
                     "headers": [(b"content-type", b"application/json"), *self._headers],
                 }
             )

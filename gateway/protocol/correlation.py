@@ -113,6 +113,13 @@ class Correlator(Generic[OwnerT]):
         self._pending.clear()
         return pending
 
+    def sole(self) -> Pending[OwnerT] | None:
+        """The pending request when exactly one is in flight, else None (attribution of the
+        child's own requests is certain only then: stdio carries no field that ties them)."""
+        if len(self._pending) != 1:
+            return None
+        return next(iter(self._pending.values()))
+
     def is_pending(self, child_id: Any) -> bool:
         return type(child_id) is int and child_id in self._pending
 

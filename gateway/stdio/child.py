@@ -19,8 +19,13 @@ Guarantees:
 - a line that is not JSON-RPC is logged and dropped; a malformed reply ends its request
   with ``ChildProtocolError``; an over-long line ends the request it answers (if its id
   can be read) and is never buffered whole (``framing``);
-- requests from the child go to ``on_request`` (default: ``ping`` → ``{}``, else -32601)
-  and notifications that belong to no request go to ``on_notification`` as they are read;
+- a request from the child that only a client can answer (sampling, elicitation, roots) is
+  **attributed** to the one exchange in flight when it is read, if exactly one is and it
+  was opened with ``asks=True``: it arrives in that exchange's stream as a ``ChildAsk``,
+  whose answer (or, after ``spec.input_timeout``, an error) goes back to the child under
+  the child's own id. Every other child request goes to ``on_request`` (default: the
+  gateway's local answers, ``gateway.protocol.inputs.local_answer``), and notifications
+  that belong to no request go to ``on_notification`` as they are read;
 - a request to a child that could not start or has died fails at once, never hangs.
 """
 
@@ -35,13 +40,21 @@ from typing import Final
 import anyio
 from anyio.abc import Process, TaskGroup
 
-from gateway.errors import ChildError, ChildExitedError, ChildProtocolError, ChildTimeoutError
-from gateway.protocol import jsonrpc
+from gateway.errors import (
+    CODE_INPUT_TIMEOUT,
+    CODE_NO_CLIENT_INPUT,
+    ChildError,
+    ChildExitedError,
+    ChildProtocolError,
+    ChildTimeoutError,
+)
+from gateway.protocol import inputs, jsonrpc
 from gateway.protocol.correlation import ChildRequest, Correlator, Late, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import LineFramer, OversizedLine, sniff_id
 from gateway.protocol.handshake import ChildInfo
-from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Request, Result
+from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Request
 from gateway.stdio import process
+from gateway.stdio.ask import ChildAsk
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.child")
@@ -60,29 +73,27 @@ CANCELLED = "notifications/cancelled"
 TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
 
 
-async def default_on_request(request: Request) -> Reply:
-    if request.method == "ping":
-        return Result(request.id, {})
-    return ErrorReply(
-        request.id,
-        jsonrpc.error_object(jsonrpc.METHOD_NOT_FOUND, f"the gateway does not handle {request.method!r}"),
-    )
+ExchangeItem = Notification | ChildAsk
 
 
 class Exchange:
-    """One request in flight: notifications as they arrive, then exactly one outcome."""
+    """One request in flight: notifications (and attributed asks) as they arrive, then exactly one outcome."""
 
-    def __init__(self, child: StdioChild, method: str, timeout: float | None, cancellable: bool) -> None:
+    def __init__(
+        self, child: StdioChild, method: str, timeout: float | None, cancellable: bool, accepts_asks: bool = False
+    ) -> None:
         self.child = child
         self.method = method
         self.cancellable = cancellable
+        self.accepts_asks = accepts_asks
         self.child_id = 0
         self.dropped_notifications = 0
         self._timeout = timeout
         self._deadline: float | None = None
-        self._send, self._receive = anyio.create_memory_object_stream[Notification](NOTIFICATION_BUFFER)
+        self._send, self._receive = anyio.create_memory_object_stream[ExchangeItem](NOTIFICATION_BUFFER)
         self._reply: Reply | None = None
         self._error: ChildError | None = None
+        self._asks: list[ChildAsk] = []
 
     @property
     def is_done(self) -> bool:
@@ -103,16 +114,38 @@ class Exchange:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
 
+    def _offer_ask(self, ask: ChildAsk) -> bool:
+        """Queue an attributed ask for the reader; False if it cannot be (then the child answers)."""
+        if self.is_done or not self.accepts_asks:
+            return False
+        try:
+            self._send.send_nowait(ask)
+        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False
+        self._asks.append(ask)
+        return True
+
     def _finish(self, reply: Reply | None = None, error: ChildError | None = None) -> None:
         if self.is_done:
             return
         self._reply, self._error = reply, error
         self._send.close()
+        for ask in self._asks:  # nobody will read them now
+            ask.answer_error(CODE_NO_CLIENT_INPUT, f"the request ({self.method}) ended before the client answered")
+
+    def ready(self) -> list[ExchangeItem]:
+        """What is queued already, without waiting (so simultaneous asks make one round)."""
+        items: list[ExchangeItem] = []
+        while True:
+            try:
+                items.append(self._receive.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                return items
 
     def __aiter__(self) -> Exchange:
         return self
 
-    async def __anext__(self) -> Notification:
+    async def __anext__(self) -> ExchangeItem:
         remaining = None if self._deadline is None else self._deadline - anyio.current_time()
         with anyio.move_on_after(remaining):
             try:
@@ -148,9 +181,10 @@ class StdioChild:
         self.stdout_noise: deque[str] = deque(maxlen=NOISE_LINES)
         self.last_output = anyio.current_time()  # when stdout last said anything (stall detection)
         self.tools_generation = 0  # bumped by notifications/tools/list_changed (tool caches key on it)
+        self.awaiting_input = 0  # child requests waiting for a client's answer (not a stall)
         self._proc = proc
         self._tg = tg
-        self._on_request = on_request or default_on_request
+        self._on_request = on_request  # None: the gateway's local answers (roots from the spec)
         self._on_notification = on_notification
         self._correlator: Correlator[Exchange] = Correlator()
         self._stderr = process.StderrTail(spec.stderr_tail_lines, spec.stderr_line_chars)
@@ -203,11 +237,18 @@ class StdioChild:
 
     @asynccontextmanager
     async def exchange(
-        self, method: str, params: JsonObject | None, *, timeout: float | None = None, cancellable: bool = True
+        self,
+        method: str,
+        params: JsonObject | None,
+        *,
+        timeout: float | None = None,
+        cancellable: bool = True,
+        asks: bool = False,
     ) -> AsyncIterator[Exchange]:
+        """``asks=True``: the caller reads ``ChildAsk`` items too, and answers them."""
         if self._death is not None:
             raise self._death
-        ex = Exchange(self, method, timeout if timeout is not None else self.spec.request_timeout, cancellable)
+        ex = Exchange(self, method, timeout if timeout is not None else self.spec.request_timeout, cancellable, asks)
         request, pending = self._correlator.outgoing(method, params, ex)
         ex.child_id = pending.child_id
         if ex._timeout is not None:
@@ -349,7 +390,7 @@ class StdioChild:
         elif isinstance(routed, ProgressFor):
             routed.pending.owner._deliver(routed.notification)
         elif isinstance(routed, ChildRequest):
-            self._tg.start_soon(self._answer, routed.request)
+            self._on_child_request(routed.request)
         elif isinstance(routed, Unsolicited):
             if routed.notification.method == TOOLS_LIST_CHANGED:
                 self.tools_generation += 1
@@ -385,9 +426,50 @@ class StdioChild:
             ),
         )
 
-    async def _answer(self, request: Request) -> None:
+    def _on_child_request(self, request: Request) -> None:
+        """Attribute as the line is read (so requests read together find the same owner), answer later."""
+        in_flight = len(self._correlator)
+        if request.method in inputs.INPUT_METHODS:
+            pending = self._correlator.sole()
+            if pending is not None and pending.owner._offer_ask(ask := ChildAsk(request)):
+                self.awaiting_input += 1  # from now: the child's silence is no stall
+                self._tg.start_soon(self._await_ask, ask)
+                return
+            log.info(
+                "child %s asked %s with %d request(s) in flight; the gateway answers it",
+                self.spec.label,
+                request.method,
+                in_flight,
+            )
+        if not in_flight:
+            reason = "no client request is in flight on the child"
+        elif in_flight > 1:
+            reason = f"{in_flight} requests are in flight on the child, so it is not known whose question this is"
+        else:
+            reason = "the request in flight cannot carry it to its client"
+        self._tg.start_soon(self._answer, request, reason)
+
+    async def _await_ask(self, ask: ChildAsk) -> None:
         try:
-            reply = await self._on_request(request)
+            with anyio.move_on_after(self.spec.input_timeout):
+                await ask.wait()
+            ask.answer_error(  # a no-op when it was answered
+                CODE_INPUT_TIMEOUT,
+                f"the client did not answer {ask.method} within {self.spec.input_timeout:g} s",
+                timeout_seconds=self.spec.input_timeout,
+            )
+        finally:
+            self.awaiting_input -= 1
+        assert ask.reply is not None
+        with suppress(ChildError):
+            await self._write(ask.reply.to_dict())
+
+    async def _answer(self, request: Request, reason: str) -> None:
+        try:
+            if self._on_request is None:
+                reply = inputs.local_answer(request, self.spec.roots, reason)
+            else:
+                reply = await self._on_request(request)
         except Exception:  # a handler bug must still answer the child
             log.exception("handler for child request %s failed", request.method)
             reply = ErrorReply(request.id, jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "gateway error"))

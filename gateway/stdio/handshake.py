@@ -25,7 +25,7 @@ async def run_handshake(child: StdioChild, gateway_version: str) -> ChildInfo:
         log.debug("child %s did not answer server/discover as a modern server; initializing", spec.label)
         async with child.exchange(
             handshake.INITIALIZE,
-            handshake.initialize_params(gateway_version, spec.client_capabilities),
+            handshake.initialize_params(gateway_version, spec.declared_capabilities),
             timeout=spec.handshake_timeout,
             cancellable=False,
         ) as ex:

@@ -15,6 +15,7 @@ import pytest
 from gateway.errors import ChildExitedError, ChildProtocolError, ChildStartError, ChildTimeoutError
 from gateway.protocol.jsonrpc import ErrorReply, Notification, Request, Result
 from gateway.protocol.versions import Era
+from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild, open_child
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import call_params, server_spec
@@ -80,6 +81,14 @@ async def test_environment_is_inherited_overlaid_and_keys_set_to_none_are_remove
         async with open_child(spec) as child:
             result = await call(child, "env", {"names": ["GW_KEEP", "GW_DROP", "GW_NEW"]})
     assert result.result["structuredContent"]["env"] == {"GW_KEEP": "kept", "GW_DROP": None, "GW_NEW": "new"}
+
+
+async def test_the_gateways_own_settings_are_never_inherited(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_GATEWAY_AUTH_TOKEN", "secret-token-0123456789")
+    with anyio.fail_after(10):
+        async with open_child(server_spec()) as child:
+            result = await call(child, "env", {"names": ["MCP_GATEWAY_AUTH_TOKEN"]})
+    assert result.result["structuredContent"]["env"] == {"MCP_GATEWAY_AUTH_TOKEN": None}
 
 
 async def test_inherit_env_false_gives_the_child_exactly_the_configured_environment(
@@ -287,6 +296,34 @@ async def test_other_child_requests_reach_the_handler() -> None:
         async with open_child(server_spec(), on_request=handler) as child:
             assert text_of(await call(child, "ping_client")).startswith("pong: ")
     assert [r.method for r in seen] == ["ping"]
+
+
+ROOTS_ASK = {"requests": [{"method": "roots/list"}]}
+
+
+async def test_a_question_from_the_child_reaches_the_one_exchange_in_flight_that_takes_asks() -> None:
+    with anyio.fail_after(10):
+        async with open_child(server_spec("--era", "legacy")) as child:
+            params = call_params(False, "ask_client", ROOTS_ASK)
+            async with child.exchange("tools/call", params, asks=True) as ex:
+                async for item in ex:
+                    assert isinstance(item, ChildAsk)
+                    assert (item.method, item.params) == ("roots/list", None)
+                    assert child.awaiting_input == 1
+                    assert item.answer_result({"roots": [{"uri": "file:///x"}]})
+                    assert not item.answer_result({"roots": []})  # the first answer wins
+                reply = ex.reply()
+    assert isinstance(reply, Result)
+    assert reply.result["structuredContent"]["answers"] == [{"result": {"roots": [{"uri": "file:///x"}]}}]
+
+
+async def test_without_a_single_exchange_that_takes_asks_the_gateway_answers_the_child_itself() -> None:
+    roots = ({"uri": "file:///configured"},)
+    with anyio.fail_after(10):
+        async with open_child(server_spec("--era", "legacy", roots=roots)) as child:
+            # The exchange does not take asks (asks=False, like the gateway's own requests).
+            answered = await call(child, "ask_client", ROOTS_ASK)
+    assert answered.result["structuredContent"]["answers"] == [{"result": {"roots": list(roots)}}]
 
 
 async def test_unsolicited_notifications_reach_the_handler_as_they_are_read() -> None:

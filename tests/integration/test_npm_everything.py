@@ -13,12 +13,13 @@ Tool names are those of server-everything 2026.8.31 (kebab-case: ``echo``,
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
-from mcp import Client
+from mcp import Client, types
 from mcp.types import TextContent
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
@@ -141,3 +142,69 @@ async def test_the_sdk_client_gets_progress_in_order_and_then_the_result(mode: s
     assert events == [(float(step), float(STEPS)) for step in range(1, STEPS + 1)] + ["result"]
     assert not result.is_error
     assert result.content == [TextContent(type="text", text=LONG_TEXT)]
+
+
+# -- the child asks the client: sampling, elicitation, roots --------------------------------
+
+ASKING_TOOLS = {"trigger-sampling-request", "trigger-elicitation-request", "get-roots-list"}
+
+
+def asking_spec() -> ChildSpec:
+    """server-everything registers its asking tools only for a client that declares the
+    capabilities at initialize, which the gateway does only when configured to."""
+    return replace(everything_spec(), client_capabilities={"sampling": {}, "elicitation": {}, "roots": {}})
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto", MODERN])
+async def test_the_sdk_clients_callbacks_answer_the_everything_servers_sampling_elicitation_and_roots(
+    mode: str,
+) -> None:
+    """Legacy mode: the child's requests go out on each call's SSE stream. Modern modes: each
+    becomes an MRTR round (``input_required``, then a retry) driven by the SDK."""
+    asked: list[str] = []
+
+    async def on_sampling(context: object, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append("sampling")
+        reply = types.TextContent(type="text", text="sampled by the test client")
+        return types.CreateMessageResult(role="assistant", content=reply, model="test-model")
+
+    async def on_elicitation(context: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append("elicitation")
+        return types.ElicitResult(action="accept", content={"name": "Ada Lovelace", "check": True})
+
+    async def on_roots(context: object) -> types.ListRootsResult:
+        asked.append("roots")
+        return types.ListRootsResult(roots=[types.Root(uri="file:///srv/project", name="project")])
+
+    with anyio.fail_after(TEST_DEADLINE * 2):
+        async with (
+            running_gateway(asking_spec()) as url,
+            Client(
+                url,
+                mode=mode,
+                sampling_callback=on_sampling,
+                elicitation_callback=on_elicitation,
+                list_roots_callback=on_roots,
+            ) as client,
+        ):
+            assert {tool.name for tool in (await client.list_tools()).tools} >= ASKING_TOOLS
+            sampled = await client.call_tool("trigger-sampling-request", {"prompt": "say hi", "maxTokens": 20})
+            elicited = await client.call_tool("trigger-elicitation-request", {})
+            rooted = await client.call_tool("get-roots-list", {})
+    texts = [[c.text for c in result.content if isinstance(c, TextContent)] for result in (sampled, elicited, rooted)]
+    assert not any(result.is_error for result in (sampled, elicited, rooted)), texts
+    assert "sampled by the test client" in texts[0][0]
+    assert "- Name: Ada Lovelace" in "\n".join(texts[1])
+    assert "file:///srv/project" in texts[2][0]
+    # The roots may have been asked for once more at start-up (server-everything asks 350 ms
+    # after initialize); sampling and elicitation were asked exactly once, by their tools.
+    assert asked.count("sampling") == 1
+    assert asked.count("elicitation") == 1
+    assert asked.count("roots") >= 1
+
+
+async def test_without_declared_capabilities_the_everything_server_offers_no_asking_tools() -> None:
+    with anyio.fail_after(TEST_DEADLINE):
+        async with running_gateway(everything_spec()) as url, Client(url, mode="legacy") as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+    assert not ASKING_TOOLS & names  # the gateway declares nothing by default, so it is never asked

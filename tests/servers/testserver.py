@@ -138,8 +138,9 @@ def _ping_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
 
 
 def _ask_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
-    """Send each of ``requests`` ({method, params}) to the client, one after another or (with
-    ``parallel``) all at once, and return every answer: ``{"result": ...}`` or ``{"error": ...}``.
+    """Send each of ``requests`` ({method, params}) to the client, one after another, from
+    ``parallel`` threads, or ``together`` in one write, and return every answer:
+    ``{"result": ...}`` or ``{"error": ...}``.
     With ``progress``, a progress notification goes out before asking and one after."""
     requests = args.get("requests")
     if not isinstance(requests, list) or not all(isinstance(r, dict) for r in requests):
@@ -151,7 +152,9 @@ def _ask_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
         params = request.get("params")
         try:
             answers[index] = {
-                "result": ctx.send_request(str(request["method"]), params if isinstance(params, dict) else None, timeout)
+                "result": ctx.send_request(
+                    str(request["method"]), params if isinstance(params, dict) else None, timeout
+                )
             }
         except RpcError as exc:
             answers[index] = {"error": exc.to_json()}
@@ -160,7 +163,16 @@ def _ask_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
 
     if args.get("progress"):
         ctx.progress(1, 2, "asking")
-    if args.get("parallel"):
+    if args.get("together"):  # one write: the gateway reads them as one round
+        pairs = [(str(r["method"]), r["params"] if isinstance(r.get("params"), dict) else None) for r in requests]
+        for index, outcome in enumerate(ctx.send_requests(pairs, timeout)):
+            if isinstance(outcome, RpcError):
+                answers[index] = {"error": outcome.to_json()}
+            elif isinstance(outcome, Exception):
+                answers[index] = {"error": {"code": 0, "message": f"{type(outcome).__name__}: {outcome}"}}
+            else:
+                answers[index] = {"result": outcome}
+    elif args.get("parallel"):
         threads = [threading.Thread(target=ask, args=(i, r), daemon=True) for i, r in enumerate(requests)]
         for thread in threads:
             thread.start()
@@ -262,7 +274,8 @@ def add_test_tools(server: StdioServer) -> None:
             object_schema(
                 {
                     "requests": {"type": "array", "items": {"type": "object"}, "description": "{method, params}"},
-                    "parallel": {"type": "boolean", "description": "send all at once"},
+                    "parallel": {"type": "boolean", "description": "send from a thread each"},
+                    "together": {"type": "boolean", "description": "send all in one write"},
                     "progress": {"type": "boolean", "description": "progress before and after asking"},
                     "timeout_ms": _int("how long to wait for each answer"),
                 },
@@ -320,8 +333,12 @@ def add_header_tools(server: StdioServer) -> None:
         return text_result(json.dumps(args, sort_keys=True), structured={"arguments": args})
 
     def freeze(ctx: ToolContext, args: JsonObject) -> JsonObject:
-        os.kill(os.getpid(), signal.SIGSTOP)  # a hung server: alive, silent, reading nothing
-        return text_result("thawed")
+        # A hung server: alive, but the reader blocks on the stdout lock as soon as it has
+        # anything to answer, so nothing is answered ever again (no signal tricks: a stopped
+        # process in an orphaned group may be sent SIGCONT by the kernel).
+        with ctx.holding_stdout():
+            threading.Event().wait()
+        return text_result("thawed")  # pragma: no cover - never reached
 
     def meta(ctx: ToolContext, args: JsonObject) -> JsonObject:
         return text_result(json.dumps(ctx.meta, sort_keys=True), structured={"meta": ctx.meta})
@@ -334,7 +351,9 @@ def add_header_tools(server: StdioServer) -> None:
 
     server.add_tool(Tool("headered", "Echo the arguments; four are mirrored into headers.", HEADERED_SCHEMA, headered))
     server.add_tool(Tool("meta", "Return the request's _meta as received.", object_schema(), meta))
-    server.add_tool(Tool("freeze", "Stop this process with SIGSTOP (it hangs).", object_schema(), freeze))
+    server.add_tool(
+        Tool("freeze", "Hang: hold the stdout lock forever, so nothing is answered any more.", object_schema(), freeze)
+    )
     bad_schema = {"type": "object", "properties": {"ratio": {"type": "number", "x-mcp-header": "Ratio"}}}
     server.add_tool(Tool("bad_header", "An x-mcp-header on a number: invalid for HTTP clients.", bad_schema, headered))
     server.add_tool(

@@ -103,6 +103,14 @@ def test_a_config_file_gives_each_server_its_own_settings(tmp_path: Path) -> Non
         ({"mcpServers": {"x": {"command": "a", "env": {"K": 1}}}}, "mcpServers.x.env.K"),
         ({"mcpServers": {"bad name": {"command": "a"}}}, "mcpServers.bad name"),
         ({"mcpServers": {"x": {"command": "a", "type": "http"}}}, "mcpServers.x.type"),
+        ({"mcpServers": {"x": {"command": "a", "roots": "/data"}}}, "mcpServers.x.roots"),
+        ({"mcpServers": {"x": {"command": "a", "roots": ["data"]}}}, "mcpServers.x.roots[0]"),
+        ({"mcpServers": {"x": {"command": "a", "roots": [{"uri": "/d", "nam": "d"}]}}}, "mcpServers.x.roots[0].nam"),
+        (
+            {"mcpServers": {"x": {"command": "a", "clientCapabilities": {"roots": True}}}},
+            "mcpServers.x.clientCapabilities.roots",
+        ),
+        ({"mcpServers": {"x": {"command": "a", "inputTimeout": "soon"}}}, "mcpServers.x.inputTimeout"),
     ],
 )
 def test_an_invalid_config_fails_at_start_naming_the_key(tmp_path: Path, body: object, key: str) -> None:
@@ -130,3 +138,48 @@ def test_the_example_servers_file_loads() -> None:
     settings = parse_settings(["--config", str(EXAMPLES / "servers.json")], environ={})
     names = {server.name for server in settings.servers}
     assert {"filesystem", "memory", "everything"} <= names
+
+
+def test_client_capabilities_roots_and_the_input_timeout_come_from_flags_and_the_file(tmp_path: Path) -> None:
+    flags = ["--client-capability", "sampling", "--root", "/srv/data", "--input-timeout", "45"]
+    [server] = parse_settings([*flags, "--", "srv"], environ={}).servers
+    assert dict(server.spec.client_capabilities) == {"sampling": {}}
+    assert server.spec.roots == ({"uri": "file:///srv/data"},)
+    assert server.spec.declared_capabilities == {"sampling": {}, "roots": {}}  # roots configured: declared
+    assert server.spec.input_timeout == 45.0
+    [bare] = parse_settings(["--", "srv"], environ={}).servers
+    assert (bare.spec.declared_capabilities, bare.spec.roots) == ({}, None)  # nothing declared by default
+    environ = {"MCP_GATEWAY_CLIENT_CAPABILITY": "sampling,elicitation", "MCP_GATEWAY_ROOT": "file:///a,/b"}
+    [from_env] = parse_settings(["--", "srv"], environ=environ).servers
+    assert dict(from_env.spec.client_capabilities) == {"sampling": {}, "elicitation": {}}
+    assert from_env.spec.roots == ({"uri": "file:///a"}, {"uri": "file:///b"})
+    config = write(
+        tmp_path,
+        {
+            "mcpServers": {
+                "x": {
+                    "command": "a",
+                    "clientCapabilities": {"elicitation": {"form": {}}},
+                    "roots": ["/data", {"uri": "file:///work", "name": "work"}],
+                    "inputTimeout": 5,
+                }
+            }
+        },
+    )
+    [configured] = parse_settings(["--config", config], environ={}).servers
+    assert dict(configured.spec.client_capabilities) == {"elicitation": {"form": {}}}
+    assert configured.spec.roots == ({"uri": "file:///data"}, {"uri": "file:///work", "name": "work"})
+    assert configured.spec.input_timeout == 5.0
+
+
+def test_the_state_secret_file_is_read_once_and_must_be_long_enough(tmp_path: Path) -> None:
+    assert parse_settings([], environ={}).state_secret() is None
+    key = tmp_path / "state.key"
+    key.write_bytes(b"0123456789abcdef0123456789abcdef\n")
+    environ = {"MCP_GATEWAY_STATE_SECRET_FILE": str(key)}
+    assert parse_settings([], environ=environ).state_secret() == b"0123456789abcdef0123456789abcdef"
+    key.write_bytes(b"short")
+    with pytest.raises(ConfigError, match="at least 16"):
+        parse_settings([], environ=environ).state_secret()
+    with pytest.raises(ConfigError, match="cannot read"):
+        parse_settings(["--state-secret-file", str(tmp_path / "missing")], environ={}).state_secret()

@@ -1,0 +1,129 @@
+"""Requests a child sends to the client — sampling, elicitation, roots — as pure decisions.
+
+Legacy children ask the client things while serving a request (digest §4.1); modern
+clients cannot receive requests at all and take them as MRTR ``input_required`` rounds
+(§1.4). Who gets asked is decided by the edges (``gateway.stdio.child`` attributes, the
+relay routes); this module holds the rules they share (§7.6 C):
+
+- ``is_declared``: a client gets a request only when its declared capabilities cover it
+  (``sampling.tools`` for tool-enabled sampling, ``sampling.context`` for
+  ``includeContext``, ``elicitation.url`` for URL mode; an empty ``elicitation`` means form).
+- ``local_answer``: what the gateway answers itself when no client can (the request is
+  unattributable, ambiguous, or the client did not declare the capability): ``ping`` →
+  ``{}``; ``roots/list`` → the server's configured roots, else an error; ``elicitation/create``
+  → ``{"action": "decline"}`` (a user who is not there declines); ``sampling/createMessage``
+  → an error, since no answer can be made up. Errors carry gateway-local codes, so a child
+  can tell them from a client's.
+- ``input_required_result`` and ``missing_capability_error``: the two modern answers.
+
+Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from gateway.errors import CODE_NO_CLIENT_INPUT, GATEWAY_NAME
+from gateway.protocol.jsonrpc import (
+    METHOD_NOT_FOUND,
+    MISSING_CLIENT_CAPABILITY,
+    ErrorReply,
+    JsonObject,
+    Reply,
+    Request,
+    Result,
+    error_object,
+)
+
+SAMPLING: Final = "sampling/createMessage"
+ELICITATION: Final = "elicitation/create"
+ROOTS: Final = "roots/list"
+INPUT_METHODS: Final = frozenset({SAMPLING, ELICITATION, ROOTS})
+"""Child requests that only a client can answer: the ones the gateway routes to one."""
+MRTR_METHODS: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
+"""The only requests whose result may be ``input_required`` (MRTR §Supported Requests)."""
+LEGACY_ONLY_PARAMS: Final = ("task", "elicitationId")
+"""Legacy request fields with no place in a modern ``inputRequests`` entry (digest §7.6 C)."""
+
+
+def required_capability(method: str, params: JsonObject | None) -> JsonObject:
+    """The client capability a request needs, as ``requiredCapabilities`` spells it."""
+    params = params or {}
+    if method == SAMPLING:
+        needs: JsonObject = {}
+        if params.get("tools"):
+            needs["tools"] = {}
+        if params.get("includeContext") not in (None, "none"):
+            needs["context"] = {}
+        return {"sampling": needs}
+    if method == ELICITATION:
+        return {"elicitation": {"url" if params.get("mode") == "url" else "form": {}}}
+    if method == ROOTS:
+        return {"roots": {}}
+    return {}
+
+
+def is_declared(capabilities: Mapping[str, Any], method: str, params: JsonObject | None) -> bool:
+    """Whether ``capabilities`` (a client's declared ones) cover this request."""
+    needed = required_capability(method, params)
+    if not needed:
+        return False
+    [(name, sub)] = needed.items()
+    declared = capabilities.get(name)
+    if not isinstance(declared, dict):
+        return False
+    if name == "elicitation" and not declared:
+        declared = {"form": {}}  # an empty elicitation capability means form mode (client/elicitation)
+    return all(key in declared for key in sub)
+
+
+def local_answer(request: Request, roots: Sequence[Mapping[str, Any]] | None, reason: str) -> Reply:
+    """The gateway's own answer to a child request no client will see; ``reason`` says why."""
+    if request.method == "ping":
+        return Result(request.id, {})
+    if request.method == ROOTS and roots is not None:
+        return Result(request.id, {"roots": [dict(root) for root in roots]})
+    if request.method == ELICITATION:
+        return Result(request.id, {"action": "decline"})
+    if request.method in INPUT_METHODS:
+        hint = " (configure roots for this server to answer it)" if request.method == ROOTS else ""
+        return ErrorReply(
+            request.id,
+            error_object(
+                CODE_NO_CLIENT_INPUT,
+                f"the gateway cannot answer {request.method}: {reason}{hint}",
+                {"source": GATEWAY_NAME, "method": request.method},
+            ),
+        )
+    return ErrorReply(request.id, error_object(METHOD_NOT_FOUND, f"the gateway does not handle {request.method!r}"))
+
+
+def input_request(method: str, params: JsonObject | None) -> JsonObject:
+    """One ``inputRequests`` entry: bare ``{method, params}``, legacy-only fields removed."""
+    kept = {k: v for k, v in (params or {}).items() if k not in LEGACY_ONLY_PARAMS}
+    return {"method": method, "params": kept}
+
+
+def input_required_result(requests: Mapping[str, JsonObject], request_state: str) -> JsonObject:
+    return {"resultType": "input_required", "inputRequests": dict(requests), "requestState": request_state}
+
+
+def missing_capability_error(method: str, required: JsonObject) -> JsonObject:
+    """-32021: the child needs something this request's ``clientCapabilities`` do not declare."""
+    names = ", ".join(f"{name}.{sub}" if sub else name for name, subs in required.items() for sub in subs or [""])
+    return error_object(
+        MISSING_CLIENT_CAPABILITY,
+        f"the server asked the client for {method}, which this request's clientCapabilities do not declare "
+        f"({names}); the request was cancelled",
+        {"requiredCapabilities": required},
+    )
+
+
+def merge_capabilities(*required: JsonObject) -> JsonObject:
+    """Several ``requiredCapabilities`` as one object."""
+    out: JsonObject = {}
+    for needs in required:
+        for name, sub in needs.items():
+            out[name] = {**out.get(name, {}), **sub}
+    return out

@@ -1,0 +1,154 @@
+"""The gateway's MRTR ``requestState`` tokens, as pure functions (digest §1.4, §7.6 C).
+
+When a legacy child asks a modern client for input, the gateway answers the client with
+``input_required`` and a ``requestState`` that selects the child call it keeps suspended.
+A client controls what it sends back, so the token is integrity-protected:
+
+    mcpgw1.<base64url(JSON claims)>.<base64url(HMAC-SHA256(secret, "mcpgw1." + claims part))>
+
+The claims bind a random state id (which suspended call), the principal, the server, an
+expiry (wall-clock seconds, so replicas sharing the secret agree), the method and a
+SHA-256 digest of the original params without ``_meta``, ``inputResponses`` and
+``requestState`` (the parts of a retry that legitimately differ). ``decode_state`` checks
+shape, signature and expiry, in that order; ``binding_problem`` checks the claims against
+the retry. Single use is the caller's job: the state id names one suspended call, taken
+once. Nothing here is secret but the key; the claims are readable, never trusted unsigned.
+
+Imports: standard library, orjson and ``gateway.protocol`` only. The clock is injected.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from gateway.protocol.jsonrpc import JsonObject
+
+PREFIX: Final = "mcpgw1."
+"""Marks a token as the gateway's own; anything else is a child's and passes untouched."""
+MAX_TOKEN_CHARS: Final = 4096
+"""Longest token decoded: ours are a few hundred characters."""
+RETRY_ONLY_PARAMS: Final = ("_meta", "inputResponses", "requestState")
+
+
+class StateError(ValueError):
+    """The token cannot be used. ``kind`` is ``malformed``, ``tampered`` or ``expired``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class StateClaims:
+    state_id: str
+    principal: str
+    server: str
+    method: str
+    digest: str
+    expires_at: float  # seconds since the epoch
+
+    def to_json(self) -> JsonObject:
+        return {
+            "sid": self.state_id,
+            "sub": self.principal,
+            "srv": self.server,
+            "m": self.method,
+            "d": self.digest,
+            "exp": self.expires_at,
+        }
+
+
+def is_gateway_state(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(PREFIX)
+
+
+def params_digest(params: JsonObject | None) -> str:
+    """SHA-256 over the canonical JSON of the params a retry must repeat unchanged."""
+    kept = {k: v for k, v in (params or {}).items() if k not in RETRY_ONLY_PARAMS}
+    return hashlib.sha256(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def encode_state(claims: StateClaims, secret: bytes) -> str:
+    body = PREFIX + _b64(orjson.dumps(claims.to_json(), option=orjson.OPT_SORT_KEYS))
+    return body + "." + _b64(_sign(secret, body))
+
+
+def decode_state(token: str, secret: bytes, *, now: float) -> StateClaims:
+    """The claims of a token this gateway (or a replica with the same secret) minted."""
+    if not is_gateway_state(token) or len(token) > MAX_TOKEN_CHARS:
+        raise StateError("malformed", "requestState is not a token this gateway issued")
+    body, dot, signature = token.rpartition(".")
+    if not dot or not body.startswith(PREFIX):
+        raise StateError("malformed", "requestState is not a token this gateway issued")
+    try:
+        given = _unb64(signature)
+    except ValueError:
+        raise StateError("malformed", "requestState has an unreadable signature") from None
+    if _b64(given) != signature:  # one spelling per signature: base64 tolerates stray trailing bits
+        raise StateError("malformed", "requestState has an unreadable signature")
+    if not hmac.compare_digest(given, _sign(secret, body)):
+        raise StateError("tampered", "requestState failed verification (altered, or signed with another secret)")
+    claims = _claims(body[len(PREFIX) :])
+    if now >= claims.expires_at:
+        raise StateError("expired", "requestState has expired: the gateway no longer waits for this retry")
+    return claims
+
+
+def binding_problem(claims: StateClaims, *, principal: str, server: str, method: str, digest: str) -> str | None:
+    """Why a verified token does not belong to this retry, or None."""
+    if claims.principal != principal:
+        return "requestState was issued to another principal"
+    if claims.server != server:
+        return "requestState was issued by another server of this gateway"
+    if claims.method != method:
+        return f"requestState was issued for {claims.method}, not {method}"
+    if claims.digest != digest:
+        return "the retry's params differ from the original request's (only _meta, inputResponses and requestState may)"
+    return None
+
+
+def _sign(secret: bytes, body: str) -> bytes:
+    return hmac.new(secret, body.encode("ascii"), hashlib.sha256).digest()
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    if not text.isascii():
+        raise ValueError("not base64url")
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (ValueError, TypeError) as exc:
+        raise ValueError("not base64url") from exc
+
+
+def _claims(part: str) -> StateClaims:
+    # Only reached with a valid signature, so a failure here is a bug of ours or a leaked key.
+    try:
+        raw: Any = orjson.loads(_unb64(part))
+        claims = StateClaims(
+            state_id=_str(raw["sid"]),
+            principal=_str(raw["sub"]),
+            server=_str(raw["srv"]),
+            method=_str(raw["m"]),
+            digest=_str(raw["d"]),
+            expires_at=float(raw["exp"]),
+        )
+    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+        raise StateError("malformed", "requestState carries unreadable claims") from None
+    return claims
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError("expected a string")
+    return value

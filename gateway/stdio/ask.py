@@ -1,0 +1,67 @@
+"""A question from a stdio child for the client of one request: sampling, elicitation, roots.
+
+``gateway.stdio.child`` makes a ``ChildAsk`` when the child sends such a request while
+exactly one request is in flight on it, and delivers it in that request's exchange. The
+reader of the exchange answers it once (the relay: from the client, or locally); the
+child task that waits for it writes the reply to the child under the child's own id.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from gateway.errors import GATEWAY_NAME
+from gateway.protocol import jsonrpc
+from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply, Request, Result
+
+
+class ChildAsk:
+    """A request from the child for the client of one exchange (sampling, elicitation, roots).
+
+    Whoever reads the exchange answers it, once: the first ``answer`` wins, and the child
+    gets that reply under its own id. An ask nobody answers is answered for them: with an
+    error when its exchange ends, or when ``spec.input_timeout`` passes.
+    """
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.reply: Reply | None = None
+        self._answered = anyio.Event()
+
+    def __repr__(self) -> str:
+        return f"<ChildAsk {self.request.method} id={self.request.id!r} answered={self.is_answered}>"
+
+    @property
+    def method(self) -> str:
+        return self.request.method
+
+    @property
+    def params(self) -> JsonObject | None:
+        return self.request.params
+
+    @property
+    def is_answered(self) -> bool:
+        return self.reply is not None
+
+    def answer(self, reply: Reply) -> bool:
+        """Answer the child (``reply``'s id is replaced by the child's); False if already answered."""
+        if self.reply is not None:
+            return False
+        if isinstance(reply, Result):
+            self.reply = Result(self.request.id, reply.result)
+        else:
+            self.reply = ErrorReply(self.request.id, reply.error)
+        self._answered.set()
+        return True
+
+    def answer_result(self, result: JsonObject) -> bool:
+        return self.answer(Result(self.request.id, result))
+
+    def answer_error(self, code: int, message: str, **data: object) -> bool:
+        details = {"source": GATEWAY_NAME, "method": self.request.method, **data}
+        return self.answer(ErrorReply(self.request.id, jsonrpc.error_object(code, message, details)))
+
+    async def wait(self) -> Reply:
+        await self._answered.wait()
+        assert self.reply is not None
+        return self.reply

@@ -1,0 +1,194 @@
+"""Child calls parked while a modern client answers an MRTR round (digest §1.4, §7.6 C).
+
+A legacy child that asks the client something mid-call keeps that call open; a modern
+client can only be asked by ending its response with ``input_required``. So the relay
+*parks* the call here — the child exchange with its pool lease, as an ``AsyncExitStack``
+— and hands the client a signed ``requestState`` (``gateway.protocol.requeststate``).
+
+- ``park`` stores the call under a random state id, starts its keeper in the app's task
+  group and returns the token. The keeper waits ``timeout`` seconds for the retry; if none
+  comes (or the gateway stops) it answers the child's questions with an error and closes
+  the call, which sends the child ``notifications/cancelled``.
+- ``take`` verifies a retry's token (signature, expiry, principal, server, method, params
+  digest) and hands the call over exactly once; a second use of the same token is
+  refused as a replay. Every refusal is a ``Rejection`` (400, -32602) saying why.
+
+The secret comes from ``--state-secret-file`` so that replicas can verify each other's
+tokens; without one a random per-process secret is used, and a warning says so the first
+time a token is minted. (The parked call itself lives in this process only: a retry must
+reach the replica that issued the token, which session affinity or a single replica gives.)
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
+from anyio.abc import TaskGroup
+
+from gateway.errors import CODE_INPUT_TIMEOUT
+from gateway.protocol import requeststate
+from gateway.protocol.jsonrpc import INVALID_PARAMS, JsonId, JsonObject, Request
+from gateway.protocol.outcome import Rejection, reject
+from gateway.protocol.requeststate import StateClaims, StateError
+from gateway.stdio.ask import ChildAsk
+from gateway.stdio.child import Exchange, StdioChild
+
+log = logging.getLogger("gateway.mrtr")
+
+SECRET_BYTES: Final = 32
+MIN_SECRET_BYTES: Final = 16
+"""A shorter ``--state-secret-file`` is refused: HMAC keys below 128 bits are guessable."""
+MAX_PARKED: Final = 1024
+"""Parked calls per server at most: each holds a child request open for up to the input
+timeout, so clients that never retry must not pile them up; past this, the gateway answers
+the child's questions itself and the call goes on."""
+USED_IDS_MAX: Final = 100_000
+"""Spent state ids remembered (until their expiry) to tell a replay from an unknown token."""
+
+
+@dataclass
+class Call:
+    """A child call in progress: its exchange, and the stack that owns it and its pool lease."""
+
+    child: StdioChild
+    ex: Exchange
+    stack: AsyncExitStack
+
+    @property
+    def method(self) -> str:
+        return self.ex.method
+
+
+@dataclass
+class Suspension:
+    """One parked call: its questions to the client, by ``inputRequests`` key."""
+
+    state_id: str
+    call: Call
+    asks: dict[str, ChildAsk]
+    expires_at: float
+    taken: anyio.Event = field(default_factory=anyio.Event)
+
+
+class Suspensions:
+    def __init__(self, server: str, secret: bytes | None = None, *, clock: Callable[[], float] = time.time) -> None:
+        self.server = server
+        self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs the keepers
+        self._secret = secret if secret is not None else secrets.token_bytes(SECRET_BYTES)
+        self._shared_secret = secret is not None
+        self._clock = clock
+        self._held: dict[str, Suspension] = {}
+        self._used: dict[str, float] = {}  # spent state id → its expiry
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    @property
+    def can_park(self) -> bool:
+        return self.task_group is not None and len(self._held) < MAX_PARKED
+
+    def park(
+        self, call: Call, asks: dict[str, ChildAsk], request: Request, principal: str | None, timeout: float
+    ) -> str:
+        """Hold ``call`` until its retry or ``timeout``; return the ``requestState`` for the client."""
+        assert self.task_group is not None
+        if not self._shared_secret:
+            self._shared_secret = True  # warn once
+            log.warning(
+                "MRTR requestState is signed with a random per-process secret: other replicas will "
+                "refuse this gateway's tokens, and a restart invalidates them (set --state-secret-file)"
+            )
+        state_id = secrets.token_urlsafe(18)
+        expires_at = self._clock() + timeout
+        claims = StateClaims(
+            state_id=state_id,
+            principal=principal or "",
+            server=self.server,
+            method=request.method,
+            digest=requeststate.params_digest(request.params),
+            expires_at=expires_at,
+        )
+        suspension = Suspension(state_id, call, asks, expires_at)
+        self._held[state_id] = suspension
+        self.task_group.start_soon(self._keep, suspension, timeout)
+        log.info(
+            "%s: %s parked for the client's input (%s), up to %g s",
+            self.server,
+            request.method,
+            ", ".join(ask.method for ask in asks.values()),
+            timeout,
+        )
+        return requeststate.encode_state(claims, self._secret)
+
+    def take(self, token: str, request: Request, principal: str | None) -> Suspension | Rejection:
+        """The parked call a retry resumes, or why the retry is refused."""
+        now = self._clock()
+        try:
+            claims = requeststate.decode_state(token, self._secret, now=now)
+        except StateError as exc:
+            return _refuse(request.id, exc.message, exc.kind)
+        problem = requeststate.binding_problem(
+            claims,
+            principal=principal or "",
+            server=self.server,
+            method=request.method,
+            digest=requeststate.params_digest(request.params),
+        )
+        if problem is not None:
+            return _refuse(request.id, problem, "mismatch")
+        suspension = self._held.pop(claims.state_id, None)
+        if suspension is None:
+            if claims.state_id in self._used:
+                return _refuse(request.id, "requestState was already used: each one is good for one retry", "replayed")
+            return _refuse(
+                request.id,
+                "requestState is not held by this gateway: the call it named has ended (timed out, or the gateway "
+                "restarted), or another replica issued it",
+                "unknown",
+            )
+        self._spend(claims.state_id, claims.expires_at, now)
+        suspension.taken.set()
+        return suspension
+
+    def _spend(self, state_id: str, expires_at: float, now: float) -> None:
+        if len(self._used) >= USED_IDS_MAX:
+            self._used = {k: v for k, v in self._used.items() if v > now}
+            while len(self._used) >= USED_IDS_MAX:  # all still live: forget the oldest
+                del self._used[next(iter(self._used))]
+        self._used[state_id] = expires_at
+
+    async def _keep(self, suspension: Suspension, timeout: float) -> None:
+        stopping = True
+        try:
+            with anyio.move_on_after(timeout):
+                await suspension.taken.wait()
+            stopping = False
+        finally:
+            if not suspension.taken.is_set():
+                self._held.pop(suspension.state_id, None)
+                self._spend(suspension.state_id, suspension.expires_at, self._clock())
+                why = "the gateway is stopping" if stopping else f"no retry came within {timeout:g} s"
+                log.info("%s: parked %s ended: %s", self.server, suspension.call.method, why)
+                for ask in suspension.asks.values():
+                    ask.answer_error(CODE_INPUT_TIMEOUT, f"the client did not answer {ask.method}: {why}")
+                with anyio.CancelScope(shield=True):
+                    await suspension.call.stack.aclose()
+
+
+def _refuse(request_id: JsonId, message: str, kind: str) -> Rejection:
+    return reject(400, INVALID_PARAMS, message, id=request_id, data={"requestState": kind})
+
+
+def input_responses(params: JsonObject | None) -> dict[str, JsonObject]:
+    """The retry's ``inputResponses`` that are objects (anything else counts as not given)."""
+    raw = (params or {}).get("inputResponses")
+    if not isinstance(raw, dict):
+        return {}
+    return {key: value for key, value in raw.items() if isinstance(value, dict)}

@@ -1,0 +1,430 @@
+"""A legacy child asking the client something — sampling, elicitation, roots — through the gateway.
+
+The test server's ``ask_client`` tool sends the requests it is given to its client (the
+gateway) and returns every answer it got, so each test reads, in the tool's result, exactly
+what reached the child. The child here is legacy-only (``--era legacy``), as such requests
+are a legacy feature; clients are raw httpx (for the wire shapes) and the official SDK.
+
+- A **legacy** client gets the question on its request's SSE stream under a gateway id
+  (``g-N``) and POSTs the answer (202), which the child receives under its own id.
+- A **modern** client gets an MRTR round: ``input_required`` + a signed ``requestState``;
+  its retry answers the parked call, whose progress and result come on the retry.
+- The gateway answers what no client can: unattributable questions, undeclared ones, and
+  those left unanswered past ``input_timeout``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx
+import orjson
+import pytest
+from mcp import Client
+from mcp import types as sdk
+
+from gateway.errors import CODE_INPUT_TIMEOUT, CODE_NO_CLIENT_INPUT
+from gateway.http.auth import TokenStore
+from gateway.protocol.jsonrpc import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
+from gateway.protocol.requeststate import StateClaims, encode_state, params_digest
+from gateway.stdio.spec import ChildSpec
+from tests.conftest import server_spec
+from tests.gateway_server import BASE_HEADERS, MODERN, modern_call, modern_headers, parse_sse, running_gateway
+from tests.schemas import validate
+
+pytestmark = pytest.mark.anyio
+
+CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+SAMPLING = {
+    "method": "sampling/createMessage",
+    "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "say hi"}}], "maxTokens": 5},
+}
+ELICITATION = {
+    "method": "elicitation/create",
+    "params": {
+        "message": "Your name?",
+        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+    },
+}
+ROOTS = {"method": "roots/list"}
+SAMPLED = {"role": "assistant", "content": {"type": "text", "text": "hi there"}, "model": "test-model"}
+ELICITED = {"action": "accept", "content": {"name": "Ada"}}
+CLIENT_ROOTS = {"roots": [{"uri": "file:///client/project", "name": "project"}]}
+CONFIGURED_ROOTS = ({"uri": "file:///srv/data", "name": "data"},)
+ALL = {"sampling": {}, "elicitation": {}, "roots": {}}
+SECRET = b"a test secret of 32 bytes, or so"
+WAIT = 20.0
+
+
+def legacy_child(**options: Any) -> ChildSpec:
+    return server_spec("--era", "legacy", **options)
+
+
+def answers(final: dict[str, Any]) -> list[dict[str, Any]]:
+    assert "result" in final, final
+    found: list[dict[str, Any]] = final["result"]["structuredContent"]["answers"]
+    return found
+
+
+def messages(reply: httpx.Response) -> list[dict[str, Any]]:
+    if reply.headers["content-type"].startswith("text/event-stream"):
+        return parse_sse(reply.text)
+    return [reply.json()]
+
+
+async def sse(reply: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The messages of a streamed SSE response, as they arrive."""
+    data: list[str] = []
+    async for line in reply.aiter_lines():
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip())
+        elif not line and data:
+            yield orjson.loads("\n".join(data))
+            data = []
+
+
+# -- legacy clients -----------------------------------------------------------------------
+
+
+async def open_session(http: httpx.AsyncClient, url: str, capabilities: dict[str, Any]) -> dict[str, str]:
+    init = await http.post(
+        url,
+        headers=BASE_HEADERS,
+        json={
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "t"}},
+        },
+    )
+    assert init.status_code == 200, init.text
+    headers = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
+    initialized = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert initialized.status_code == 202
+    return headers
+
+
+def legacy_ask(request_id: Any, requests: list[dict[str, Any]], **arguments: Any) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": "ask_client", "arguments": {"requests": requests, **arguments}},
+    }
+
+
+async def test_a_legacy_client_gets_each_question_on_its_requests_stream_and_its_posted_answer_reaches_the_child() -> (
+    None
+):
+    with anyio.fail_after(WAIT):
+        async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            headers = await open_session(http, url, {"sampling": {}, "roots": {}})
+            async with http.stream("POST", url, headers=headers, json=legacy_ask(7, [SAMPLING, ROOTS])) as reply:
+                assert reply.headers["content-type"].startswith("text/event-stream")
+                stream = sse(reply)
+                first = await anext(stream)
+                assert first == {"jsonrpc": "2.0", "id": "g-1", **SAMPLING}
+                validate(first, "CreateMessageRequest", "2025-11-25")
+                posted = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": SAMPLED})
+                assert posted.status_code == 202
+                second = await anext(stream)
+                assert second == {"jsonrpc": "2.0", "id": "g-2", "method": "roots/list"}  # ids never reused
+                validate(second, "ListRootsRequest", "2025-11-25")
+                refusal = {"code": -1, "message": "no roots for you", "data": {"why": "test"}}
+                posted = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-2", "error": refusal})
+                assert posted.status_code == 202
+                final = await anext(stream)
+    assert final["id"] == 7
+    assert answers(final) == [{"result": SAMPLED}, {"error": refusal}]  # the client's error, code and data kept
+
+
+async def test_a_legacy_client_is_asked_only_for_what_it_declared_and_the_gateway_answers_the_rest() -> None:
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(legacy_child(roots=CONFIGURED_ROOTS)) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            headers = await open_session(http, url, {})
+            reply = await http.post(url, headers=headers, json=legacy_ask(1, [SAMPLING, ELICITATION, ROOTS]))
+    assert reply.headers["content-type"] == "application/json"  # nothing went to the client
+    sampled, elicited, rooted = answers(reply.json())
+    assert sampled["error"]["code"] == CODE_NO_CLIENT_INPUT
+    assert "did not declare the sampling capability" in sampled["error"]["message"]
+    assert elicited == {"result": {"action": "decline"}}
+    assert rooted == {"result": {"roots": list(CONFIGURED_ROOTS)}}
+
+
+async def test_a_question_the_legacy_client_leaves_unanswered_ends_with_a_timeout_error_at_the_child() -> None:
+    with anyio.fail_after(WAIT):
+        async with running_gateway(legacy_child(input_timeout=0.5)) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            headers = await open_session(http, url, {"elicitation": {}})
+            async with http.stream("POST", url, headers=headers, json=legacy_ask(1, [ELICITATION])) as reply:
+                stream = sse(reply)
+                assert (await anext(stream))["id"] == "g-1"
+                final = await anext(stream)  # no answer: the gateway's bound ends the wait
+            late = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": ELICITED})
+    [timed_out] = answers(final)
+    assert timed_out["error"]["code"] == CODE_INPUT_TIMEOUT
+    assert "within 0.5 s" in timed_out["error"]["message"]
+    assert late.status_code == 202  # accepted, and dropped: nobody waits for it now
+
+
+# -- the official SDK, in each mode ---------------------------------------------------------
+
+
+async def on_sampling(context: Any, params: sdk.CreateMessageRequestParams) -> sdk.CreateMessageResult:
+    assert isinstance(params.messages[0].content, sdk.TextContent)
+    text = f"sampled: {params.messages[0].content.text}"
+    return sdk.CreateMessageResult(role="assistant", content=sdk.TextContent(type="text", text=text), model="m")
+
+
+async def on_elicitation(context: Any, params: sdk.ElicitRequestParams) -> sdk.ElicitResult:
+    return sdk.ElicitResult(action="accept", content={"name": f"answer to {params.message}"})
+
+
+async def on_roots(context: Any) -> sdk.ListRootsResult:
+    return sdk.ListRootsResult(roots=[sdk.Root(uri="file:///client/project", name="project")])
+
+
+@pytest.mark.parametrize("how", ["sequential", "together"])
+@pytest.mark.parametrize("mode", ["legacy", "auto", MODERN])
+async def test_the_sdk_clients_callbacks_answer_sampling_elicitation_and_roots_in_every_mode(
+    mode: str, how: str
+) -> None:
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(legacy_child()) as url,
+            Client(
+                url,
+                mode=mode,
+                sampling_callback=on_sampling,
+                elicitation_callback=on_elicitation,
+                list_roots_callback=on_roots,
+            ) as client,
+        ):
+            result = await client.call_tool(
+                "ask_client", {"requests": [SAMPLING, ELICITATION, ROOTS], "together": how == "together"}
+            )
+    assert result.structured_content == {
+        "answers": [
+            {"result": {"role": "assistant", "content": {"type": "text", "text": "sampled: say hi"}, "model": "m"}},
+            {"result": {"action": "accept", "content": {"name": "answer to Your name?"}}},
+            {"result": CLIENT_ROOTS},
+        ]
+    }
+
+
+# -- modern clients: MRTR -----------------------------------------------------------------
+
+
+def modern_ask(
+    request_id: Any, requests: list[dict[str, Any]], capabilities: dict[str, Any], **meta: Any
+) -> dict[str, Any]:
+    return modern_call(request_id, "ask_client", {"requests": requests}, **{CAPABILITIES_KEY: capabilities, **meta})
+
+
+def retry_of(
+    call: dict[str, Any], request_id: Any, state: str, responses: dict[str, Any], **meta: Any
+) -> dict[str, Any]:
+    params = call["params"]
+    return {
+        **call,
+        "id": request_id,
+        "params": {
+            **params,
+            "_meta": {**params["_meta"], **meta},
+            "inputResponses": responses,
+            "requestState": state,
+        },
+    }
+
+
+async def post(http: httpx.AsyncClient, url: str, body: dict[str, Any], **headers: str) -> httpx.Response:
+    return await http.post(url, headers={**modern_headers("tools/call", "ask_client"), **headers}, json=body)
+
+
+async def test_a_modern_client_gets_input_required_and_its_retry_resumes_the_same_call_on_the_retrys_stream() -> None:
+    call = modern_ask(1, [SAMPLING], {"sampling": {}}, progressToken="first")
+    call["params"]["arguments"]["progress"] = True
+    with anyio.fail_after(WAIT):
+        async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            first = messages(await post(http, url, call))
+            state = first[-1]["result"]["requestState"]
+            retried = await post(http, url, retry_of(call, 2, state, {"k1": SAMPLED}, progressToken="retry"))
+    progress, ended = first
+    assert progress["params"] == {"progressToken": "first", "progress": 1, "total": 2, "message": "asking"}
+    validate(ended["result"], "InputRequiredResult")
+    assert ended == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "result": {
+            "resultType": "input_required",
+            "inputRequests": {"k1": SAMPLING},
+            "requestState": state,
+        },
+    }
+    assert retried.status_code == 200
+    progress, final = messages(retried)
+    # The same call went on (no second "asking"): its progress and result come under the retry's token and id.
+    assert progress["params"] == {"progressToken": "retry", "progress": 2, "total": 2, "message": "answered"}
+    assert final["id"] == 2
+    assert final["result"]["resultType"] == "complete"
+    assert answers(final) == [{"result": SAMPLED}]
+
+
+async def test_questions_read_together_make_one_round_and_an_input_left_out_is_asked_for_again() -> None:
+    call = modern_ask(1, [SAMPLING, ROOTS], {"sampling": {}, "roots": {}})
+    call["params"]["arguments"]["together"] = True
+    with anyio.fail_after(WAIT):
+        async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            [round_one] = messages(await post(http, url, call))
+            asked = round_one["result"]["inputRequests"]
+            assert asked == {"k1": SAMPLING, "k2": {"method": "roots/list", "params": {}}}
+            [round_two] = messages(
+                await post(http, url, retry_of(call, 2, round_one["result"]["requestState"], {"k1": SAMPLED}))
+            )
+            assert round_two["result"]["inputRequests"] == {"k2": asked["k2"]}  # only what is still missing
+            state = round_two["result"]["requestState"]
+            assert state != round_one["result"]["requestState"]
+            [final] = messages(await post(http, url, retry_of(call, 3, state, {"k2": CLIENT_ROOTS})))
+    assert final["id"] == 3
+    assert answers(final) == [{"result": SAMPLED}, {"result": CLIENT_ROOTS}]
+
+
+async def test_tampered_expired_replayed_and_mismatched_request_state_are_each_refused_with_a_clear_error() -> None:
+    call = modern_ask(1, [ELICITATION], {"elicitation": {}})
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(legacy_child(), state_secret=SECRET) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            [ended] = messages(await post(http, url, call))
+            state: str = ended["result"]["requestState"]
+
+            async def refused(body: dict[str, Any]) -> dict[str, Any]:
+                reply = await post(http, url, body)
+                assert reply.status_code == 400, reply.text
+                error: dict[str, Any] = reply.json()["error"]
+                assert reply.json()["id"] == body["id"]
+                assert error["code"] == INVALID_PARAMS
+                return error
+
+            prefix, claims, signature = state.split(".")
+            tampered = f"{prefix}.{claims[:-2]}{'A' if claims[-2] != 'A' else 'B'}{claims[-1]}.{signature}"
+            error = await refused(retry_of(call, 2, tampered, {"k1": ELICITED}))
+            assert error["data"] == {"requestState": "tampered"}
+            assert "failed verification" in error["message"]
+
+            expired_claims = StateClaims(
+                "some-id", "", "test", "tools/call", params_digest(call["params"]), expires_at=time.time() - 1
+            )
+            error = await refused(retry_of(call, 3, encode_state(expired_claims, SECRET), {"k1": ELICITED}))
+            assert error["data"] == {"requestState": "expired"}
+            assert "expired" in error["message"]
+
+            other = retry_of(call, 4, state, {"k1": ELICITED})
+            other["params"]["arguments"] = {"requests": [ELICITATION], "progress": True}
+            error = await refused(other)
+            assert error["data"] == {"requestState": "mismatch"}
+            assert "params differ" in error["message"]
+
+            good = retry_of(call, 5, state, {"k1": ELICITED})
+            [final] = messages(await post(http, url, good))  # the refusals did not use the state up
+            assert answers(final) == [{"result": ELICITED}]
+
+            error = await refused({**good, "id": 6})
+            assert error["data"] == {"requestState": "replayed"}
+            assert "already used" in error["message"]
+
+
+async def test_a_retry_by_another_principal_is_refused_and_the_owner_can_still_retry() -> None:
+    tokens = TokenStore(["alice:alice-token-0123456789", "bob:bob-token-0123456789ab"])
+    alice = {"authorization": "Bearer alice-token-0123456789"}
+    bob = {"authorization": "Bearer bob-token-0123456789ab"}
+    call = modern_ask(1, [ROOTS], {"roots": {}})
+    with anyio.fail_after(WAIT):
+        async with running_gateway(legacy_child(), tokens=tokens) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            [ended] = messages(await post(http, url, call, **alice))
+            retry = retry_of(call, 2, ended["result"]["requestState"], {"k1": CLIENT_ROOTS})
+            stolen = await post(http, url, retry, **bob)
+            owned = await post(http, url, retry, **alice)
+    assert stolen.status_code == 400
+    assert "another principal" in stolen.json()["error"]["message"]
+    assert answers(owned.json()) == [{"result": CLIENT_ROOTS}]
+
+
+async def wait_for_a_cancellation(http: httpx.AsyncClient, url: str) -> list[Any]:
+    """The child's cancelled request ids, once there is one (polled with real requests, bounded)."""
+    with anyio.fail_after(WAIT):
+        while True:
+            reply = await http.post(
+                url, headers=modern_headers("tools/call", "cancelled_ids"), json=modern_call("ids", "cancelled_ids")
+            )
+            ids: list[Any] = reply.json()["result"]["structuredContent"]["ids"]
+            if ids:
+                return ids
+
+
+async def test_an_undeclared_capability_gets_32021_and_the_call_is_cancelled_at_the_child() -> None:
+    with anyio.fail_after(WAIT):
+        async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            refused = await post(http, url, modern_ask(1, [ELICITATION], {"sampling": {}}))
+            cancelled = await wait_for_a_cancellation(http, url)
+    assert refused.status_code == 400
+    assert refused.headers["content-type"] == "application/json"
+    body = refused.json()
+    validate(body, "JSONRPCErrorResponse")
+    validate(body, "MissingRequiredClientCapabilityError")
+    assert body["id"] == 1
+    assert body["error"]["code"] == MISSING_CLIENT_CAPABILITY
+    assert body["error"]["data"] == {"requiredCapabilities": {"elicitation": {"form": {}}}}
+    assert len(cancelled) == 1
+
+
+async def test_undeclared_roots_are_answered_by_the_gateway_rather_than_refused() -> None:
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(legacy_child(roots=CONFIGURED_ROOTS)) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            reply = await post(http, url, modern_ask(1, [ROOTS], {}))
+    assert reply.status_code == 200
+    assert answers(reply.json()) == [{"result": {"roots": list(CONFIGURED_ROOTS)}}]
+
+
+async def test_a_call_whose_retry_never_comes_is_cancelled_at_the_child_and_its_state_refused() -> None:
+    call = modern_ask(1, [SAMPLING], {"sampling": {}})
+    with anyio.fail_after(WAIT):
+        async with running_gateway(legacy_child(input_timeout=0.5)) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            [ended] = messages(await post(http, url, call))
+            cancelled = await wait_for_a_cancellation(http, url)
+            late = await post(http, url, retry_of(call, 2, ended["result"]["requestState"], {"k1": SAMPLED}))
+    assert len(cancelled) == 1
+    assert late.status_code == 400
+    assert late.json()["error"]["data"]["requestState"] in ("expired", "unknown")
+
+
+async def test_questions_asked_while_two_calls_are_in_flight_are_answered_by_the_gateway() -> None:
+    """Nothing on stdio says whose question it is, so with two calls in flight nobody is asked."""
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(legacy_child(roots=CONFIGURED_ROOTS)) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            headers = await open_session(http, url, {"elicitation": {}})
+            async with http.stream("POST", url, headers=headers, json=legacy_ask(1, [ELICITATION])) as pending:
+                stream = sse(pending)
+                assert (await anext(stream))["id"] == "g-1"  # this call stays in flight on the child
+                other = await post(http, url, modern_ask(2, [ELICITATION, SAMPLING, ROOTS], ALL))
+                await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": ELICITED})
+                first = await anext(stream)
+    assert other.status_code == 200
+    elicited, sampled, rooted = answers(other.json())
+    assert elicited == {"result": {"action": "decline"}}
+    assert sampled["error"]["code"] == CODE_NO_CLIENT_INPUT
+    assert "2 requests are in flight" in sampled["error"]["message"]
+    assert rooted == {"result": {"roots": list(CONFIGURED_ROOTS)}}
+    assert answers(first) == [{"result": ELICITED}]

@@ -1,0 +1,81 @@
+"""Child requests for the client (sampling, elicitation, roots): capability checks and local answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import CODE_NO_CLIENT_INPUT
+from gateway.protocol import inputs
+from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, MISSING_CLIENT_CAPABILITY, ErrorReply, Request, Result
+
+SAMPLE = {"messages": [], "maxTokens": 5}
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "method", "params", "declared"),
+    [
+        ({"sampling": {}}, inputs.SAMPLING, SAMPLE, True),
+        ({"sampling": {}}, inputs.SAMPLING, {**SAMPLE, "tools": [{"name": "x"}]}, False),
+        ({"sampling": {"tools": {}}}, inputs.SAMPLING, {**SAMPLE, "tools": [{"name": "x"}]}, True),
+        ({"sampling": {}}, inputs.SAMPLING, {**SAMPLE, "includeContext": "thisServer"}, False),
+        ({"sampling": {}}, inputs.SAMPLING, {**SAMPLE, "includeContext": "none"}, True),
+        ({}, inputs.SAMPLING, SAMPLE, False),
+        ({"elicitation": {}}, inputs.ELICITATION, {"message": "m"}, True),  # empty = form
+        ({"elicitation": {}}, inputs.ELICITATION, {"mode": "url", "url": "https://x"}, False),
+        ({"elicitation": {"url": {}}}, inputs.ELICITATION, {"mode": "url", "url": "https://x"}, True),
+        ({"elicitation": {"url": {}}}, inputs.ELICITATION, {"message": "m"}, False),
+        ({"elicitation": {"form": {}}}, inputs.ELICITATION, {"mode": "form", "message": "m"}, True),
+        ({"roots": {"listChanged": True}}, inputs.ROOTS, None, True),
+        ({"roots": True}, inputs.ROOTS, None, False),
+        ({"sampling": {}}, "ping", None, False),
+    ],
+)
+def test_a_request_reaches_a_client_only_when_its_capabilities_cover_it(
+    capabilities: dict[str, object], method: str, params: dict[str, object] | None, declared: bool
+) -> None:
+    assert inputs.is_declared(capabilities, method, params) is declared
+
+
+def test_the_gateway_answers_what_no_client_can() -> None:
+    roots = ({"uri": "file:///data", "name": "data"},)
+    assert inputs.local_answer(Request(1, "ping"), None, "r") == Result(1, {})
+    assert inputs.local_answer(Request(2, inputs.ROOTS), roots, "r") == Result(2, {"roots": [dict(roots[0])]})
+    assert inputs.local_answer(Request(3, inputs.ELICITATION, {}), None, "r") == Result(3, {"action": "decline"})
+    for method in (inputs.SAMPLING, inputs.ROOTS):
+        answer = inputs.local_answer(Request("s-1", method), None, "nobody is asking")
+        assert isinstance(answer, ErrorReply)
+        assert answer.id == "s-1"
+        assert answer.code == CODE_NO_CLIENT_INPUT
+        assert not -32768 <= answer.code <= -32000  # never mistaken for a client's own error
+        assert "nobody is asking" in answer.message
+    refused = inputs.local_answer(Request(4, "tasks/list"), None, "r")
+    assert isinstance(refused, ErrorReply)
+    assert refused.code == METHOD_NOT_FOUND
+
+
+def test_an_input_request_is_bare_and_drops_legacy_only_fields() -> None:
+    params = {"mode": "url", "url": "https://x", "elicitationId": "e1", "task": {"ttl": 1}, "message": "m"}
+    assert inputs.input_request(inputs.ELICITATION, params) == {
+        "method": inputs.ELICITATION,
+        "params": {"mode": "url", "url": "https://x", "message": "m"},
+    }
+    assert inputs.input_request(inputs.ROOTS, None) == {"method": inputs.ROOTS, "params": {}}
+
+
+def test_the_modern_answers_have_their_schema_shapes() -> None:
+    result = inputs.input_required_result({"k1": inputs.input_request(inputs.ROOTS, None)}, "state")
+    assert result == {
+        "resultType": "input_required",
+        "inputRequests": {"k1": {"method": "roots/list", "params": {}}},
+        "requestState": "state",
+    }
+    required = inputs.merge_capabilities(
+        inputs.required_capability(inputs.SAMPLING, {"tools": [{}]}),
+        inputs.required_capability(inputs.SAMPLING, {"includeContext": "allServers"}),
+        inputs.required_capability(inputs.ELICITATION, {"mode": "url"}),
+    )
+    assert required == {"sampling": {"tools": {}, "context": {}}, "elicitation": {"url": {}}}
+    error = inputs.missing_capability_error(inputs.SAMPLING, required)
+    assert error["code"] == MISSING_CLIENT_CAPABILITY
+    assert error["data"] == {"requiredCapabilities": required}
+    assert "sampling.tools" in error["message"]
