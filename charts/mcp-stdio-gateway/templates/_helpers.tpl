@@ -189,8 +189,10 @@ env:
   - name: MCP_GATEWAY_AUTH_TOKEN_FILE
     value: /etc/mcp-gateway/secrets/tokens
   {{- end }}
-  {{- /* The MRTR requestState key is mounted at /etc/mcp-gateway/secrets/state-secret; the
-         gateway reads it (MCP_GATEWAY_STATE_SECRET_FILE) once MRTR bridging lands. */}}
+  {{- if include "mcp-stdio-gateway.hasStateSecret" . }}
+  - name: MCP_GATEWAY_STATE_SECRET_FILE
+    value: /etc/mcp-gateway/secrets/state-secret
+  {{- end }}
   {{- with $g.env }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
