@@ -414,15 +414,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SUBCOMMANDS:
         return run_subcommand(argv[0], argv[1:])
+    from gateway import server  # imported late: --help and --version stay fast
+
     try:
         settings = parse_settings(argv)
         settings.state_secret()  # an unreadable or short key file fails here, not at the first MRTR round
+        app = server.build_app(settings)  # tokens and proxy addresses are checked here, before binding
     except ConfigError as exc:
         print(f"mcp-stdio-gateway: {exc.message}", file=sys.stderr)
         return 2
-    from gateway import server  # imported late: --help and --version stay fast
-
-    return server.run(settings)
+    return server.run(settings, app)
 
 
 def run_subcommand(name: str, argv: Sequence[str]) -> int:

@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 from gateway import __version__, logs
 from gateway.config import Settings
 from gateway.http.app import create_app
-from gateway.http.auth import TokenStore
+from gateway.http.auth import TokenStore, trusted_networks
 from gateway.http.drain import Drain
 from gateway.router import Router
 from gateway.stdio.process import become_subreaper
@@ -29,6 +29,8 @@ log = logging.getLogger("gateway")
 
 
 def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
+    """The app for ``settings``; raises ``ConfigError`` for bad tokens or proxy addresses."""
+    trusted_networks(settings.trusted_proxies)  # validated now, not when the first request builds the stack
     routers = [Router(server, gateway_version=__version__) for server in settings.servers]
     return create_app(
         routers,
@@ -77,7 +79,7 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, app: Starlette | None = None) -> int:
     listener = logs.configure(settings.log_level, settings.log_format)
     become_subreaper()
     if settings.is_demo:
@@ -86,9 +88,10 @@ def run(settings: Settings) -> int:
         log.info("server %s: %s", server.name, " ".join(server.spec.argv))
     path = "/mcp" if len(settings.servers) == 1 else "/servers/NAME/mcp"
     log.info("MCP endpoint: http://%s:%d%s", settings.host, settings.port, path)
-    drain = Drain()
+    app = app if app is not None else build_app(settings)
+    drain: Drain = app.state.drain
     config = uvicorn.Config(
-        build_app(settings, drain),
+        app,
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,

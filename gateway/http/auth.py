@@ -118,7 +118,7 @@ class TokenStore:
         return match
 
 
-def _networks(addresses: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+def trusted_networks(addresses: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
     out = []
     for address in addresses:
         try:
@@ -143,7 +143,7 @@ class AuthGuard:
         self.principal_header = principal_header.lower().encode("latin-1") if principal_header else None
         # Without --trusted-proxy only a proxy on this host (loopback, the sidecar case) is
         # believed: anyone else could simply send the header themselves.
-        self.trusted = _networks(trusted_proxies) or _networks(LOOPBACK_NETWORKS)
+        self.trusted = trusted_networks(trusted_proxies) or trusted_networks(LOOPBACK_NETWORKS)
         challenge = 'Bearer realm="mcp-stdio-gateway"'
         if resource_metadata_url:
             challenge += f', resource_metadata="{resource_metadata_url}"'

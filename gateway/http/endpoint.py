@@ -24,7 +24,7 @@ from sse_starlette import EventSourceResponse
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
-from gateway.errors import CODE_CANCELLED, ChildError, GatewayError
+from gateway.errors import CODE_CANCELLED, GatewayError
 from gateway.http import wire
 from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
 from gateway.http.wire import rejection_response
@@ -253,8 +253,8 @@ class McpEndpoint:
         async def run() -> None:
             try:
                 await detached.run()
-            except ChildError as exc:  # pragma: no cover - the relay turns these into replies
-                log.warning("detached exchange failed: %s", exc)
+            except Exception:  # pragma: no cover - a bug here must not take the app's task group down
+                log.exception("detached exchange for %s failed", message.method)
             finally:
                 if session.in_flight.get(message.id) is detached.scope:
                     del session.in_flight[message.id]
@@ -272,8 +272,11 @@ class McpEndpoint:
                 answers.append(local)
                 return
             client = self._client(session, headers, streamed=False)  # a JSON array cannot carry requests
-            async for event in _finals(self.relay.exchange(message, client, headers)):
-                answers.append(event)
+            try:
+                async for event in _finals(self.relay.exchange(message, client, headers)):
+                    answers.append(event)
+            except GatewayError as exc:  # saturated: this request's answer says so; the others go on
+                answers.append(response(message.id, error=exc.error_object()))
 
         async with anyio.create_task_group() as tg:
             for message in messages:

@@ -176,15 +176,22 @@ class Detached:
         self.scope = anyio.CancelScope()
         self._events = events
         self._on_cancel = on_cancel
+        self._failure: GatewayUnavailableError | Rejected | None = None
         self._send, self._receive = anyio.create_memory_object_stream[JsonObject](DETACHED_BUFFER)
 
     async def run(self) -> None:
         final_sent = False
-        with self.scope:
-            async with aclosing(self._events):  # type: ignore[type-var]
-                async for message in self._events:
-                    final_sent = _is_final(message)
-                    self._offer(message, final=final_sent)
+        try:
+            with self.scope:
+                async with aclosing(self._events):  # type: ignore[type-var]
+                    async for message in self._events:
+                        final_sent = _is_final(message)
+                        self._offer(message, final=final_sent)
+        except (GatewayUnavailableError, Rejected) as exc:
+            # Raised before the exchange produced anything (saturated pool, a refused
+            # request): the reader re-raises it, so the client gets its status (503, 400).
+            self._failure = exc
+            final_sent = True
         if not final_sent:
             self._offer(self._on_cancel(), final=True)
         self._send.close()
@@ -210,6 +217,8 @@ class Detached:
         try:
             return await self._receive.receive()
         except anyio.EndOfStream:
+            if self._failure is not None:
+                raise self._failure from None
             raise StopAsyncIteration from None
 
     async def aclose(self) -> None:

@@ -246,8 +246,11 @@ class Pool:
                 starting = any(m.child is None for m in self.members)
                 now = anyio.current_time()
                 no_child = not self.children() and not starting
-                if no_child and self.last_error is not None and (self.failing or now < self._next_start):
-                    raise self.last_error  # fail fast: the command does not start (or keeps dying)
+                if no_child and self.last_error is not None and now < self._next_start:
+                    # Fail fast during the backoff: the command does not start (or keeps dying).
+                    # After it, a request may try again, even when failing: a fixed command (or
+                    # a pool with no minimum, which nothing else restarts) must be able to recover.
+                    raise self.last_error
                 if not starting and len(self.members) < self.settings.max_size and now >= self._next_start:
                     self._start_member()
                     starting = True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -13,6 +15,7 @@ import pytest
 
 from gateway.router import Isolation
 from gateway.stdio.pool import PoolSettings
+from gateway.stdio.spec import ChildSpec
 from tests.conftest import TEST_SERVER, server_spec
 from tests.gateway_server import BASE_HEADERS, modern_call, modern_headers, running_gateway
 
@@ -336,3 +339,68 @@ async def test_a_legacy_session_stays_on_the_child_that_first_served_it() -> Non
                     assert again["result"]["content"][0]["text"] == home
                 tg.cancel_scope.cancel()
             assert str(busiest["pid"]) == home  # least-busy dispatch alone would have moved the session
+
+
+async def test_a_failing_pool_without_a_minimum_recovers_once_the_command_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gateway.stdio.pool as pool_module
+
+    monkeypatch.setattr(pool_module, "BACKOFF_FIRST", 0.01)  # keep the five failures quick
+    monkeypatch.setattr(pool_module, "BACKOFF_MAX", 0.05)
+    ready = tmp_path / "ready"
+    script = tmp_path / "server.sh"
+    script.write_text(f'#!/bin/sh\n[ -e "{ready}" ] || {{ echo "not yet" >&2; exit 1; }}\nexec "$@"\n')
+    script.chmod(0o755)
+    spec = ChildSpec(str(script), (sys.executable, str(TEST_SERVER)), probe_timeout=5, handshake_timeout=5)
+    settings = PoolSettings(min_size=0, max_size=1)
+    with anyio.fail_after(30):
+        async with running_gateway(spec, pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
+            while not any(p["failing"] for p in (await status(http, url))["pools"].values()):
+                assert "not yet" in (await call(http, url, "echo", {"message": "x"})).json()["error"]["message"]
+            ready.touch()  # the operator fixes the server
+            while "result" not in (reply := await call(http, url, "echo", {"message": "back"})).json():
+                pass  # requests fail fast during the backoff, then one starts the fixed command
+            assert reply.json()["result"]["content"][0]["text"] == "back"
+            assert not any(p["failing"] for p in (await status(http, url))["pools"].values())
+
+
+async def test_a_saturated_pool_answers_legacy_requests_and_batches_with_503_and_keeps_serving() -> None:
+    settings = PoolSettings(min_size=1, max_size=1, max_in_flight=1, queue_timeout=0.3)
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec(), pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
+            init = await http.post(
+                url,
+                headers=BASE_HEADERS,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-03-26",
+                        "capabilities": {},
+                        "clientInfo": {"name": "t", "version": "1"},
+                    },
+                },
+            )
+            session = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
+            body = {
+                "jsonrpc": "2.0",
+                "id": 5,
+                "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"message": "x"}},
+            }
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call, http, url, "sleep", {"ms": 3000})
+                while pool_children(await status(http, url))[0]["in_flight"] == 0:
+                    pass
+                single = await http.post(url, headers=session, json=body)
+                batch = await http.post(url, headers=session, json=[body])
+                tg.cancel_scope.cancel()
+            assert single.status_code == 503
+            assert single.headers["retry-after"] == "1"
+            assert single.json()["error"]["code"] == -31004
+            assert batch.status_code == 200
+            assert batch.json()[0]["error"]["code"] == -31004
+            after = await http.post(url, headers=session, json=body)  # the gateway still serves
+            assert after.json()["result"]["content"][0]["text"] == "x"

@@ -183,3 +183,21 @@ def test_the_state_secret_file_is_read_once_and_must_be_long_enough(tmp_path: Pa
         parse_settings([], environ=environ).state_secret()
     with pytest.raises(ConfigError, match="cannot read"):
         parse_settings(["--state-secret-file", str(tmp_path / "missing")], environ={}).state_secret()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--auth-token", "short"],
+        ["--principal-header", "X-User", "--trusted-proxy", "not-an-address"],
+        ["--auth-token-file", "/nonexistent/tokens"],
+        ["--pool-min", "3", "--pool-max", "2"],
+    ],
+)
+def test_bad_settings_exit_2_with_a_message_before_anything_starts(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gateway.cli import main
+
+    assert main(argv) == 2
+    assert capsys.readouterr().err.startswith("mcp-stdio-gateway: ")
