@@ -172,26 +172,35 @@ def create_app(
 
         routes.append(Route("/metrics", metrics_page, methods=["GET"]))
     cors_origins = list(cors_origins)
-    app = Starlette(
-        routes=routes,
-        middleware=[  # outermost first
-            Middleware(Cors, origins=cors_origins),
-            Middleware(
-                OriginGuard,
-                loopback_only=loopback_only,
-                allowed_origins=[*allowed_origins, *cors_origins],
-                allowed_hosts=list(allowed_hosts),
-            ),
-            Middleware(HeaderLimits),
+    # Outermost first. Layers that have nothing to do are left out: each costs a call per request.
+    tokens = tokens or TokenStore()
+    middleware = [Middleware(HeaderLimits)]  # first: bound the headers before anything reads them all
+    if cors_origins:
+        middleware.append(Middleware(Cors, origins=cors_origins))
+    middleware.append(
+        Middleware(
+            OriginGuard,
+            loopback_only=loopback_only,
+            allowed_origins=[*allowed_origins, *cors_origins],
+            allowed_hosts=list(allowed_hosts),
+        )
+    )
+    if tokens.enabled or principal_header:
+        middleware.append(
             Middleware(
                 AuthGuard,
-                tokens=tokens or TokenStore(),
+                tokens=tokens,
                 principal_header=principal_header,
                 trusted_proxies=list(trusted_proxies),
                 resource_metadata_url=metadata_url if authorization_servers else None,
-            ),
-            Middleware(PrincipalLimits, max_requests=max_requests_per_principal, max_streams=max_streams_per_principal),
-        ],
+            )
+        )
+    middleware.append(
+        Middleware(PrincipalLimits, max_requests=max_requests_per_principal, max_streams=max_streams_per_principal)
+    )
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )

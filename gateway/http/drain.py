@@ -24,6 +24,7 @@ class Drain:
         self.draining = False
         self.in_flight = 0
         self.cancel = anyio.Event()  # set when the drain budget is spent
+        self.scopes: set[anyio.CancelScope] = set()  # responses to end when it is
         self._idle = anyio.Event()
 
     def begin(self) -> None:
@@ -40,6 +41,8 @@ class Drain:
 
     def cancel_rest(self) -> None:
         self.cancel.set()
+        for scope in list(self.scopes):
+            scope.cancel()
 
     def enter(self) -> None:
         self.in_flight += 1

@@ -74,7 +74,6 @@ class LazyStream:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         drain: Drain | None = scope.get("gateway.drain")
-        shut_down = False
         async with anyio.create_task_group() as tg:
 
             async def watch_disconnect() -> None:
@@ -82,19 +81,17 @@ class LazyStream:
                     pass
                 tg.cancel_scope.cancel()
 
-            async def watch_drain(drain: Drain) -> None:
-                nonlocal shut_down
-                await drain.cancel.wait()
-                shut_down = True
-                tg.cancel_scope.cancel()
-
             tg.start_soon(watch_disconnect)
+            # The drain cancels this scope when its budget runs out (no watcher task per request).
             if drain is not None:
-                tg.start_soon(watch_drain, drain)
+                drain.scopes.add(tg.cancel_scope)
             try:
                 await self._respond(scope, receive, send)
             finally:
                 tg.cancel_scope.cancel()
+                if drain is not None:
+                    drain.scopes.discard(tg.cancel_scope)
+        shut_down = drain is not None and drain.cancel.is_set()
         with anyio.CancelScope(shield=True):
             await self._events.aclose()  # type: ignore[attr-defined]
             if shut_down and not self._finished:

@@ -146,8 +146,12 @@ class Exchange:
         return self
 
     async def __anext__(self) -> ExchangeItem:
-        remaining = None if self._deadline is None else self._deadline - anyio.current_time()
-        with anyio.move_on_after(remaining):
+        if self._deadline is None:  # the common case: no cancel scope to enter and leave
+            try:
+                return await self._receive.receive()
+            except anyio.EndOfStream:
+                raise StopAsyncIteration from None
+        with anyio.move_on_after(self._deadline - anyio.current_time()):
             try:
                 return await self._receive.receive()
             except anyio.EndOfStream:
