@@ -44,6 +44,7 @@ from gateway.router import Router
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.catalog import ToolCatalog
 from gateway.stdio.child import StdioChild
+from gateway.stdio.pool import Pool
 from gateway.suspensions import Call, Suspensions, input_responses
 
 
@@ -82,10 +83,12 @@ class ClientContext:
         child = getattr(self.session, "child", None)
         return child if isinstance(child, StdioChild) and child.is_alive() else None
 
-    def bind(self, child: StdioChild) -> None:
+    def bind(self, child: StdioChild, pool: Pool | None = None) -> None:
         self.log["child_pid"] = child.pid
         if self.session is not None:
             self.session.child = child
+            if pool is not None:
+                self.session.pool = pool
 
 
 def response(client_id: Any, *, result: JsonObject | None = None, error: JsonObject | None = None) -> JsonObject:
@@ -120,7 +123,7 @@ class Relay:
             # The stack owns the lease and the child exchange, so that a parked MRTR call keeps both.
             async with AsyncExitStack() as stack:
                 child = await stack.enter_async_context(pool.lease(client.affinity()))  # 503 propagates
-                client.bind(child)
+                client.bind(child, pool)
                 async for message in self._exchange_on(child, request, client, headers, stack):
                     yield message
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason

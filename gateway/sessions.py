@@ -50,6 +50,7 @@ class LegacySession:
     in_flight: dict[JsonId, anyio.CancelScope] = field(default_factory=dict)
     stream: MemoryObjectSendStream[JsonObject] | None = None  # the open GET stream, if any
     child: Any = None  # the child this session's requests go to (legacy state stays put)
+    pool: Any = None  # the pool that serves it: its children's list_changed reach this session
     asks: dict[str, ChildAsk] = field(default_factory=dict)  # gateway id → the child's question
     asks_sent: int = 0
 
@@ -163,9 +164,9 @@ class SessionStore:
     def open_streams(self) -> int:
         return sum(1 for session in self._sessions.values() if session.stream is not None)
 
-    def broadcast(self, message: JsonObject) -> int:
-        """Offer ``message`` to every session's GET stream; return how many took it."""
-        return sum(session.offer(message) for session in self._sessions.values())
+    def broadcast(self, message: JsonObject, to: Callable[[LegacySession], bool] = lambda _: True) -> int:
+        """Offer ``message`` to the GET stream of every session ``to`` accepts; return how many took it."""
+        return sum(session.offer(message) for session in self._sessions.values() if to(session))
 
     def end_all(self) -> None:
         for session_id in list(self._sessions):

@@ -45,6 +45,7 @@ from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import ClientContext, Relay, response
 from gateway.sessions import LegacySession, SessionStore
+from gateway.stdio.pool import Pool
 
 log = logging.getLogger("gateway.http")
 
@@ -198,7 +199,7 @@ class McpEndpoint:
         try:
             pool = await self.relay.router.pool_for(principal, session.id, headers)
             async with pool.lease() as child:
-                session.child = child
+                session.child, session.pool = child, pool
                 assert child.info is not None
                 result = bridge.initialize_result(session.version, child.info)
         except GatewayError as exc:
@@ -312,10 +313,11 @@ class McpEndpoint:
             events(), ping=int(KEEPALIVE_SECONDS), headers={"cache-control": "no-cache", "x-accel-buffering": "no"}
         )
 
-    def on_child_notification(self, notification: Notification) -> None:
-        """Unsolicited child notifications: ``list_changed`` goes to every legacy GET stream."""
+    def on_child_notification(self, pool: Pool, notification: Notification) -> None:
+        """Unsolicited child notifications: ``list_changed`` goes to the GET streams of the legacy
+        sessions that pool serves (never across principals, sessions or credentials)."""
         if notification.method in LIST_CHANGED:
-            self.sessions.broadcast(notification.to_dict())
+            self.sessions.broadcast(notification.to_dict(), lambda session: session.pool is pool)
         else:
             log.debug("unsolicited %s from the child not forwarded", notification.method)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -38,7 +38,7 @@ from gateway.errors import ChildError, GatewayError, GatewayUnavailableError
 from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import Notification, Result
 from gateway.protocol.versions import Era
-from gateway.stdio.child import NotificationHandler, RequestHandler, StdioChild, open_child
+from gateway.stdio.child import RequestHandler, StdioChild, open_child
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.pool")
@@ -76,6 +76,9 @@ class PoolSettings:
             raise ValueError(f"pool sizes need 0 <= min ({self.min_size}) <= max ({self.max_size}), max >= 1")
         if self.max_in_flight < 0:
             raise ValueError("max_in_flight must be 0 (unlimited) or more")
+
+
+PoolListener = Callable[["Pool", Notification], None]
 
 
 class Member:
@@ -138,7 +141,7 @@ class Pool:
         self._waiting = 0
         self._gateway_version = gateway_version
         self._on_request = on_request
-        self._listeners: list[NotificationHandler] = []
+        self._listeners: list[PoolListener] = []
         self._tg: TaskGroup | None = None
         self._closing = False
         self._changed = anyio.Event()
@@ -164,13 +167,14 @@ class Pool:
         self._tg.cancel_scope.cancel()
         await self._tg.__aexit__(None, None, None)
 
-    def add_listener(self, listener: NotificationHandler) -> None:
-        """Call ``listener`` with every notification a child sends outside any request."""
+    def add_listener(self, listener: PoolListener) -> None:
+        """Call ``listener(pool, notification)`` for every notification a child of this pool
+        sends outside any request (the pool says whose it is: sessions served by it)."""
         self._listeners.append(listener)
 
     def _dispatch(self, notification: Notification) -> None:
         for listener in self._listeners:
-            listener(notification)
+            listener(self, notification)
 
     def _notify(self) -> None:
         self._changed.set()

@@ -153,3 +153,52 @@ async def test_legacy_requests_are_not_held_to_mirrored_headers() -> None:
             )
             assert reply.status_code == 200
             assert reply.json()["result"]["structuredContent"]["arguments"] == ARGS
+
+
+async def test_list_changed_reaches_only_the_sessions_the_notifying_pool_serves() -> None:
+    from gateway.router import Isolation
+
+    with anyio.fail_after(20):
+        async with (
+            running_gateway(server_spec(), isolation=Isolation.PRINCIPAL, principal_header="X-User") as url,
+            httpx.AsyncClient() as http,
+        ):
+            sessions = {}
+            for user in ("alice", "bob"):
+                init = await http.post(
+                    url,
+                    headers={**BASE_HEADERS, "x-user": user},
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 0,
+                        "method": "initialize",
+                        "params": {
+                            "protocolVersion": "2025-11-25",
+                            "capabilities": {},
+                            "clientInfo": {"name": user, "version": "1"},
+                        },
+                    },
+                )
+                sessions[user] = {**BASE_HEADERS, "x-user": user, "mcp-session-id": init.headers["mcp-session-id"]}
+
+            async def notify(user: str) -> None:
+                body = {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "notify",
+                        "arguments": {"method": "notifications/tools/list_changed", "params": {"from": user}},
+                    },
+                }
+                assert (await http.post(url, headers=sessions[user], json=body)).status_code == 200
+
+            async with http.stream("GET", url, headers={**sessions["bob"], "accept": "text/event-stream"}) as stream:
+                await notify("alice")  # alice's own child: must not reach bob
+                await notify("bob")
+                received = ""
+                async for chunk in stream.aiter_text():
+                    received += chunk
+                    if parse_sse(received):
+                        break
+            assert parse_sse(received)[0]["params"] == {"from": "bob"}
