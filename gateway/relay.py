@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ChildError
-from gateway.protocol import bridge, inputs, requeststate, xmcpheader
+from gateway.protocol import bridge, inputs, jsonrpc, requeststate, xmcpheader
 from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Request, Result
 from gateway.protocol.outcome import Rejection
@@ -290,6 +290,12 @@ class Relay:
         if not isinstance(name, str):
             return  # the child answers a call without a tool name
         header_params = await self.catalog.header_params(child, name)
+        hidden = self.catalog.hidden_reason(child, name)
+        if hidden is not None:  # not in the tools/list HTTP clients get, so not callable either
+            error = jsonrpc.error_object(
+                jsonrpc.INVALID_PARAMS, f"tool {name!r} is not available over HTTP: {hidden}", {"tool": name}
+            )
+            raise Rejected(Rejection(200, error, request.id))
         arguments = params.get("arguments")
         rejection = xmcpheader.check_param_headers(
             header_params, arguments if isinstance(arguments, dict) else None, headers, request_id=request.id

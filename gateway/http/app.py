@@ -176,7 +176,8 @@ def create_app(
     tokens = tokens or TokenStore()
     middleware = [Middleware(HeaderLimits)]  # first: bound the headers before anything reads them all
     if cors_origins:
-        middleware.append(Middleware(Cors, origins=cors_origins))
+        mapped = [header for router in routers for header in router.server.env_from_headers]
+        middleware.append(Middleware(Cors, origins=cors_origins, extra_headers=mapped))
     middleware.append(
         Middleware(
             OriginGuard,

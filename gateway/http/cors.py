@@ -37,18 +37,20 @@ METHODS: Final = "POST, GET, DELETE, OPTIONS"
 MAX_AGE: Final = "600"
 
 
-def allowed_request_headers(requested: str) -> str | None:
+def allowed_request_headers(requested: str, extra: frozenset[str] = frozenset()) -> str | None:
     """The requested headers, if every one may be allowed; None refuses the preflight."""
     names = [h.strip().lower() for h in requested.split(",") if h.strip()]
-    if all(name in ALLOWED_HEADERS or name.startswith("mcp-param-") for name in names):
+    if all(name in ALLOWED_HEADERS or name in extra or name.startswith("mcp-param-") for name in names):
         return ", ".join(names)
     return None
 
 
 class Cors:
-    def __init__(self, app: ASGIApp, *, origins: Iterable[str]) -> None:
+    def __init__(self, app: ASGIApp, *, origins: Iterable[str], extra_headers: Iterable[str] = ()) -> None:
         self.app = app
         self.origins = {o.rstrip("/").lower() for o in origins}
+        # Headers the servers map into children's environments (envFromHeaders) must be sendable too.
+        self.extra_headers = frozenset(h.lower() for h in extra_headers)
 
     def _allowed(self, origin: str) -> bool:
         return "*" in self.origins or origin.rstrip("/").lower() in self.origins
@@ -63,7 +65,7 @@ class Cors:
             await self.app(scope, receive, send)
             return
         if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
-            reflected = allowed_request_headers(headers.get("access-control-request-headers", ""))
+            reflected = allowed_request_headers(headers.get("access-control-request-headers", ""), self.extra_headers)
             if reflected is None:
                 await Response(status_code=403)(scope, receive, send)
                 return

@@ -40,7 +40,9 @@ class OriginGuard:
         self.app = app
         self.loopback_only = loopback_only
         self.allowed_origins = {o.rstrip("/").lower() for o in allowed_origins}
-        self.allowed_hosts = {h.lower() for h in allowed_hosts}
+        # Compared by host name: "--allowed-host gw.internal" and "gw.internal:8000" both allow the
+        # name (a Host header carries the port when it is not the scheme's default).
+        self.allowed_hosts = {_host_only(h) for h in allowed_hosts}
 
     def _origin_ok(self, origin: str) -> bool:
         if origin.rstrip("/").lower() in self.allowed_origins or "*" in self.allowed_origins:

@@ -40,6 +40,7 @@ class _Entry:
     def __init__(self) -> None:
         self.generation = -1
         self.params: dict[str, tuple[HeaderParam, ...]] = {}
+        self.hidden: dict[str, str] = {}  # tool → why its annotations make it invalid
         self.loading: anyio.Event | None = None
         self.warned: set[str] = set()
 
@@ -65,15 +66,23 @@ class ToolCatalog:
             entry.loading = anyio.Event()
             generation = child.tools_generation
             try:
-                entry.params = await self._walk(child, entry)
+                entry.params, entry.hidden = await self._walk(child, entry)
                 entry.generation = generation
             finally:
                 entry.loading.set()
                 entry.loading = None
         return entry.params.get(tool, ())
 
-    async def _walk(self, child: StdioChild, entry: _Entry) -> dict[str, tuple[HeaderParam, ...]]:
+    def hidden_reason(self, child: StdioChild, tool: str) -> str | None:
+        """Why ``tool`` is hidden from HTTP clients (after ``header_params`` loaded the list)."""
+        entry = self._entries.get(child)
+        return entry.hidden.get(tool) if entry is not None else None
+
+    async def _walk(
+        self, child: StdioChild, entry: _Entry
+    ) -> tuple[dict[str, tuple[HeaderParam, ...]], dict[str, str]]:
         params: dict[str, tuple[HeaderParam, ...]] = {}
+        hidden: dict[str, str] = {}
         cursor: str | None = None
         seen: set[str] = set()
         with anyio.move_on_after(WALK_TIMEOUT):
@@ -90,6 +99,7 @@ class ToolCatalog:
                         try:
                             params[tool["name"]] = xmcpheader.tool_header_params(tool.get("inputSchema"))
                         except InvalidToolAnnotation as exc:
+                            hidden[tool["name"]] = exc.reason
                             self._warn(child, entry, tool["name"], exc.reason)
                 next_cursor = reply.result.get("nextCursor")
                 if not isinstance(next_cursor, str) or not next_cursor:
@@ -99,7 +109,7 @@ class ToolCatalog:
                     break
                 seen.add(next_cursor)
                 cursor = next_cursor
-        return params
+        return params, hidden
 
     def _page_params(self, child: StdioChild, cursor: str | None) -> JsonObject | None:
         params: JsonObject = {}

@@ -42,7 +42,12 @@ async def run_handshake(child: StdioChild, gateway_version: str) -> ChildInfo:
             stdout_noise=list(child.stdout_noise),
             stderr_tail=child.stderr_tail,
         )
-        message = f"cannot start {spec.command}: {exc.message} during start-up" + (f"; hint: {hint}" if hint else "")
+        how = exc.message.split("; stderr: ", 1)
+        message = f"cannot start {spec.command}: {how[0]} during start-up"
+        if len(how) == 2:
+            message += f"; stderr: {how[1]}"
+        if hint:
+            message += f"; hint: {hint}"
         raise ChildStartError(message, **{**exc.data, "hint": hint}) from exc
     except ChildTimeoutError as exc:
         hint = hints.start_failure(spec.command, timed_out=True, stdout_noise=list(child.stdout_noise))

@@ -269,6 +269,12 @@ class Pool:
 
     def _saturated(self) -> GatewayUnavailableError:
         s = self.settings
+        if not self.children():
+            return GatewayUnavailableError(
+                f"{self.label}: no child became ready within {STARTUP_WAIT:g} s (still starting)",
+                retry_after=5,
+                server=self.label,
+            )
         limit = f"{s.max_in_flight} request(s) each" if s.max_in_flight else "no free child"
         return GatewayUnavailableError(
             f"{self.label}: all {len(self.children())} of at most {s.max_size} children are busy ({limit}); "

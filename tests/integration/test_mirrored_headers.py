@@ -202,3 +202,17 @@ async def test_list_changed_reaches_only_the_sessions_the_notifying_pool_serves(
                     if parse_sse(received):
                         break
             assert parse_sse(received)[0]["params"] == {"from": "bob"}
+
+
+async def test_a_hidden_tool_cannot_be_called_over_http_either() -> None:
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec()) as url, httpx.AsyncClient() as http:
+            reply = await http.post(
+                url,
+                headers=modern_headers("tools/call", "bad_header"),
+                json=modern_call(4, "bad_header", {"ratio": 0.5}),
+            )
+    assert reply.status_code == 200
+    assert reply.json()["id"] == 4
+    assert reply.json()["error"]["code"] == -32602
+    assert "not available over HTTP" in reply.json()["error"]["message"]
