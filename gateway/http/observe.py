@@ -47,12 +47,15 @@ class Observed:
                 self.metrics.in_flight.labels(self.server).dec()
                 self.metrics.observe(self.server, method, era, status, seconds)
             log.info(
-                "%s %s %s %d %.1fms",
+                "%s %s %s %d %.1fms era=%s principal=%s child=%s",
                 scope["method"],
                 scope["path"],
                 method,
                 status,
                 seconds * 1000,
+                era,
+                scope.get("gateway.principal") or "-",
+                fields.get("child_pid") or "-",
                 extra={
                     "event": "request",
                     "server": self.server,

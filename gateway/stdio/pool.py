@@ -230,10 +230,13 @@ class Pool:
             return child
 
     def _pick(self, prefer: StdioChild | None) -> Member | None:
+        if prefer is not None:
+            # A legacy session waits for its own child rather than move: what it set up there
+            # (subscriptions, log level) lives only in that process. A dead child frees it.
+            for member in self.members:
+                if member.child is prefer and member.is_live:
+                    return member if member.has_room() else None
         free = [m for m in self.members if m.has_room()]
-        for member in free:
-            if prefer is not None and member.child is prefer:
-                return member
         return min(free, key=lambda m: m.leases, default=None)
 
     async def _acquire(self, prefer: StdioChild | None) -> Member:
