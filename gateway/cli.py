@@ -18,10 +18,11 @@ from gateway.config import DEFAULT_HOST, DEFAULT_PORT, DRAIN_TIMEOUT, Settings, 
 from gateway.configfile import load_servers, parse_root
 from gateway.errors import ConfigError
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
+from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
 from gateway.router import Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
-from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, ChildSpec
+from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, REQUEST_TIMEOUT, ChildSpec
 
 CLIENT_CAPABILITIES = ("sampling", "elicitation", "roots")
 """What ``--client-capability`` may declare to legacy children (the ones they can ask for)."""
@@ -42,9 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--request-timeout",
         type=float,
-        default=None,
+        default=REQUEST_TIMEOUT,
         metavar="SECONDS",
-        help="cancel a request at the child after this long (default: none)",
+        help="cancel a request at the child after this long, progress or not: a hard bound so no request "
+        "holds a child forever; 0 = none (default: %(default)s)",
     )
     parser.add_argument(
         "--input-timeout",
@@ -248,6 +250,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-metrics", action="store_true", help="do not serve /metrics")
     security = parser.add_argument_group("security")
     security.add_argument(
+        "--max-requests-per-principal",
+        type=int,
+        default=MAX_REQUESTS_PER_PRINCIPAL,
+        metavar="N",
+        help="requests at once per principal (anonymous clients share one); then 429 (default: %(default)s)",
+    )
+    security.add_argument(
+        "--max-streams-per-principal",
+        type=int,
+        default=MAX_STREAMS_PER_PRINCIPAL,
+        metavar="N",
+        help="legacy GET streams open at once per principal; then 429 (default: %(default)s)",
+    )
+    security.add_argument(
         "--auth-token-file",
         default=None,
         metavar="FILE",
@@ -319,6 +335,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
         auth_token_file=args.auth_token_file,
         auth_tokens=tuple(args.auth_token),
         drain_timeout=args.drain_timeout,
+        max_requests_per_principal=args.max_requests_per_principal,
+        max_streams_per_principal=args.max_streams_per_principal,
         metrics=not args.no_metrics,
         cors_origins=tuple(args.cors_origin),
         oauth_authorization_servers=tuple(args.oauth_authorization_server),
@@ -338,7 +356,7 @@ def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerC
         max_line_bytes=args.max_line_bytes,
         probe_timeout=args.probe_timeout,
         handshake_timeout=args.startup_timeout,
-        request_timeout=args.request_timeout,
+        request_timeout=args.request_timeout or None,
         input_timeout=args.input_timeout,
         client_capabilities={name: {} for name in args.client_capability},
         roots=tuple(parse_root(root, "--root") for root in args.root) or None,

@@ -14,6 +14,7 @@ from typing import Final
 
 from gateway.errors import ConfigError
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
+from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.router import ServerConfig
 from gateway.stdio.spec import ChildSpec
 from gateway.suspensions import MIN_SECRET_BYTES
@@ -51,6 +52,8 @@ class Settings:
     auth_token_file: str | None = None
     auth_tokens: tuple[str, ...] = ()
     drain_timeout: float = DRAIN_TIMEOUT
+    max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL
+    max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL
     metrics: bool = True
     cors_origins: tuple[str, ...] = ()
     oauth_authorization_servers: tuple[str, ...] = ()
@@ -69,6 +72,9 @@ class Settings:
             raise ConfigError("max_body_bytes", "must be a positive number of bytes")
         if self.max_stream_seconds <= 0:
             raise ConfigError("max_stream_seconds", "must be a positive number of seconds")
+        for key in ("max_requests_per_principal", "max_streams_per_principal"):
+            if getattr(self, key) < 1:
+                raise ConfigError(key, "must be at least 1")
         if self.drain_timeout < 0:
             raise ConfigError("drain_timeout", "must not be negative")
         if self.log_format not in ("text", "json"):

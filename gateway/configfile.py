@@ -149,9 +149,10 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
         spec = replace(spec, roots=tuple(parse_root(root, f"{where}.roots[{i}]") for i, root in enumerate(roots)))
     for key, attribute in _SPEC_NUMBERS.items():
         if key in body:
-            spec = replace(
-                spec, **{attribute: _number(body[key], f"{where}.{key}", int if key == "maxLineBytes" else float)}
-            )
+            value = _number(body[key], f"{where}.{key}", int if key == "maxLineBytes" else float)
+            if key == "requestTimeout" and value == 0:
+                value = None  # 0 = no time bound, as on the command line
+            spec = replace(spec, **{attribute: value})
     config = replace(base, name=name, spec=spec)
     if "pool" in body:
         config = replace(config, pool=_pool(body["pool"], base.pool, f"{where}.pool"))

@@ -26,6 +26,9 @@ PROBE_TIMEOUT: Final = 30.0
 """Seconds to wait for the ``server/discover`` probe. Generous: ``npx``/``uvx`` install the
 package before the server reads its first line, and a too-short probe would wrongly decide
 "legacy" for a modern server on a cold start."""
+REQUEST_TIMEOUT: Final = 3600.0
+"""The command line's default for a request's hard time bound (legacy clients never cancel by
+disconnecting, so without one a hung child would hold a slot for ever)."""
 HANDSHAKE_TIMEOUT: Final = 60.0
 """Seconds to wait for a legacy child's ``initialize`` reply."""
 INPUT_TIMEOUT: Final = 300.0
