@@ -1,0 +1,88 @@
+"""The tool catalog's walk over tools/list pages, with a fake child (no process needed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from gateway.protocol.handshake import ChildInfo
+from gateway.protocol.jsonrpc import JsonObject, Result
+from gateway.protocol.versions import Era
+from gateway.stdio.catalog import PAGE_CAP, ToolCatalog
+
+pytestmark = pytest.mark.anyio
+
+ANNOTATED = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
+
+
+@dataclass
+class Spec:
+    label: str = "fake"
+
+
+@dataclass
+class FakeChild:
+    """Answers tools/list from ``pages`` (cursor → (tools, next cursor)); counts the calls."""
+
+    pages: dict[str | None, tuple[list[JsonObject], str | None]]
+    info: ChildInfo = field(default_factory=lambda: ChildInfo(Era.LEGACY, "2025-11-25"))
+    spec: Spec = field(default_factory=Spec)
+    tools_generation: int = 0
+    calls: list[Any] = field(default_factory=list)
+
+    async def request(self, method: str, params: JsonObject | None, *, timeout: float | None = None) -> Result:
+        cursor = (params or {}).get("cursor")
+        self.calls.append(cursor)
+        tools, next_cursor = self.pages[cursor]
+        result: JsonObject = {"tools": tools}
+        if next_cursor is not None:
+            result["nextCursor"] = next_cursor
+        return Result(len(self.calls), result)
+
+    def __hash__(self) -> int:  # the catalog keys a weak dictionary by child
+        return id(self)
+
+
+def tool(name: str, schema: JsonObject | None = None) -> JsonObject:
+    return {"name": name, "inputSchema": schema or {"type": "object"}}
+
+
+async def test_every_page_is_walked_and_the_result_is_cached_per_generation() -> None:
+    child = FakeChild({None: ([tool("a")], "p2"), "p2": ([tool("b", ANNOTATED)], None)})
+    catalog = ToolCatalog()
+    params = await catalog.header_params(child, "b")  # type: ignore[arg-type]
+    assert [p.header for p in params] == ["Region"]
+    assert await catalog.header_params(child, "a") == ()  # type: ignore[arg-type]
+    assert child.calls == [None, "p2"]  # walked once
+    child.tools_generation += 1  # notifications/tools/list_changed
+    await catalog.header_params(child, "b")  # type: ignore[arg-type]
+    assert child.calls == [None, "p2", None, "p2"]
+
+
+async def test_a_repeated_cursor_ends_the_walk() -> None:
+    child = FakeChild({None: ([tool("a")], "loop"), "loop": ([tool("b", ANNOTATED)], "loop")})
+    params = await ToolCatalog().header_params(child, "b")  # type: ignore[arg-type]
+    assert [p.header for p in params] == ["Region"]
+    assert child.calls == [None, "loop"]
+
+
+async def test_a_child_that_paginates_forever_is_stopped_at_the_page_cap() -> None:
+    pages: dict[str | None, tuple[list[JsonObject], str | None]] = {None: ([tool("t0")], "1")}
+    for n in range(1, PAGE_CAP + 10):
+        pages[str(n)] = ([tool(f"t{n}")], str(n + 1))
+    child = FakeChild(pages)
+    assert await ToolCatalog().header_params(child, "t5") == ()  # type: ignore[arg-type]
+    assert len(child.calls) == PAGE_CAP
+
+
+async def test_invalid_tools_are_hidden_with_their_reason() -> None:
+    bad = {"type": "object", "properties": {"n": {"type": "number", "x-mcp-header": "N"}}}
+    child = FakeChild({None: ([tool("good"), tool("bad", bad)], None)})
+    catalog = ToolCatalog()
+    await catalog.header_params(child, "good")  # type: ignore[arg-type]
+    assert "number" in (catalog.hidden_reason(child, "bad") or "")  # type: ignore[arg-type]
+    assert catalog.hidden_reason(child, "good") is None  # type: ignore[arg-type]
+    visible = catalog.visible_tools(child, {"tools": [tool("good"), tool("bad", bad)]})  # type: ignore[arg-type]
+    assert [t["name"] for t in visible["tools"]] == ["good"]
