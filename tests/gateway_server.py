@@ -107,3 +107,13 @@ def parse_sse(text: str) -> list[dict[str, Any]]:
         if data:
             messages.append(orjson.loads("\n".join(data)))
     return messages
+
+
+def legacy_initialize(version: str = "2025-11-25", name: str = "t") -> dict[str, Any]:
+    """A legacy client's ``initialize`` request (no client capabilities)."""
+    return {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": name, "version": "1"}},
+    }

@@ -17,7 +17,15 @@ import httpx
 import pytest
 
 from tests.conftest import server_spec
-from tests.gateway_server import BASE_HEADERS, MODERN_META, modern_call, modern_headers, parse_sse, running_gateway
+from tests.gateway_server import (
+    BASE_HEADERS,
+    MODERN_META,
+    legacy_initialize,
+    modern_call,
+    modern_headers,
+    parse_sse,
+    running_gateway,
+)
 from tests.schemas import validate
 
 pytestmark = pytest.mark.anyio
@@ -167,16 +175,7 @@ async def test_legacy_session_results_and_progress_match_the_2025_11_25_schema(c
             init = await http.post(
                 url,
                 headers=BASE_HEADERS,
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 0,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": LEGACY,
-                        "capabilities": {},
-                        "clientInfo": {"name": "t", "version": "1"},
-                    },
-                },
+                json=legacy_initialize(LEGACY),
             )
             initialized = json_body(init)
             validate(initialized, "JSONRPCResultResponse", LEGACY)

@@ -7,7 +7,15 @@ import httpx
 import pytest
 
 from tests.conftest import server_spec
-from tests.gateway_server import BASE_HEADERS, MODERN_META, modern_call, modern_headers, parse_sse, running_gateway
+from tests.gateway_server import (
+    BASE_HEADERS,
+    MODERN_META,
+    legacy_initialize,
+    modern_call,
+    modern_headers,
+    parse_sse,
+    running_gateway,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -45,16 +53,7 @@ async def test_a_legacy_client_initializes_then_lists_and_calls_tools(era: str) 
             init = await http.post(
                 url,
                 headers=BASE_HEADERS,
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 0,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-06-18",
-                        "capabilities": {},
-                        "clientInfo": {"name": "t", "version": "1"},
-                    },
-                },
+                json=legacy_initialize("2025-06-18"),
             )
             assert init.status_code == 200
             assert init.json()["result"]["protocolVersion"] == "2025-06-18"

@@ -11,7 +11,15 @@ import pytest
 
 from gateway.protocol.headers import encode_header_value
 from tests.conftest import server_spec
-from tests.gateway_server import BASE_HEADERS, MODERN_META, modern_call, modern_headers, parse_sse, running_gateway
+from tests.gateway_server import (
+    BASE_HEADERS,
+    MODERN_META,
+    legacy_initialize,
+    modern_call,
+    modern_headers,
+    parse_sse,
+    running_gateway,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -94,16 +102,7 @@ async def test_list_changed_refreshes_the_schemas_and_reaches_legacy_get_streams
             init = await http.post(
                 url,
                 headers=BASE_HEADERS,
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 0,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {},
-                        "clientInfo": {"name": "t", "version": "1"},
-                    },
-                },
+                json=legacy_initialize("2025-11-25"),
             )
             session = {"mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
             async with http.stream("GET", url, headers={"accept": "text/event-stream", **session}) as stream:
@@ -129,16 +128,7 @@ async def test_legacy_requests_are_not_held_to_mirrored_headers() -> None:
             init = await http.post(
                 url,
                 headers=BASE_HEADERS,
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 0,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-06-18",
-                        "capabilities": {},
-                        "clientInfo": {"name": "t", "version": "1"},
-                    },
-                },
+                json=legacy_initialize("2025-06-18"),
             )
             headers = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
             reply = await http.post(
@@ -168,16 +158,7 @@ async def test_list_changed_reaches_only_the_sessions_the_notifying_pool_serves(
                 init = await http.post(
                     url,
                     headers={**BASE_HEADERS, "x-user": user},
-                    json={
-                        "jsonrpc": "2.0",
-                        "id": 0,
-                        "method": "initialize",
-                        "params": {
-                            "protocolVersion": "2025-11-25",
-                            "capabilities": {},
-                            "clientInfo": {"name": user, "version": "1"},
-                        },
-                    },
+                    json=legacy_initialize("2025-11-25", user),
                 )
                 sessions[user] = {**BASE_HEADERS, "x-user": user, "mcp-session-id": init.headers["mcp-session-id"]}
 

@@ -17,7 +17,7 @@ from gateway.router import Isolation
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import TEST_SERVER, server_spec
-from tests.gateway_server import BASE_HEADERS, modern_call, modern_headers, running_gateway
+from tests.gateway_server import BASE_HEADERS, legacy_initialize, modern_call, modern_headers, running_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -190,16 +190,7 @@ async def test_each_legacy_session_gets_a_child_of_its_own_under_session_isolati
                 init = await http.post(
                     url,
                     headers=BASE_HEADERS,
-                    json={
-                        "jsonrpc": "2.0",
-                        "id": 0,
-                        "method": "initialize",
-                        "params": {
-                            "protocolVersion": "2025-11-25",
-                            "capabilities": {},
-                            "clientInfo": {"name": "t", "version": "1"},
-                        },
-                    },
+                    json=legacy_initialize("2025-11-25"),
                 )
                 headers = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
                 body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "pid", "arguments": {}}}
@@ -314,16 +305,7 @@ async def test_a_legacy_session_stays_on_the_child_that_first_served_it() -> Non
             init = await http.post(
                 url,
                 headers=BASE_HEADERS,
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 0,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {},
-                        "clientInfo": {"name": "t", "version": "1"},
-                    },
-                },
+                json=legacy_initialize("2025-11-25"),
             )
             session = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
             pid_call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "pid", "arguments": {}}}
@@ -372,16 +354,7 @@ async def test_a_saturated_pool_answers_legacy_requests_and_batches_with_503_and
             init = await http.post(
                 url,
                 headers=BASE_HEADERS,
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 0,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-03-26",
-                        "capabilities": {},
-                        "clientInfo": {"name": "t", "version": "1"},
-                    },
-                },
+                json=legacy_initialize("2025-03-26"),
             )
             session = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
             body = {

@@ -18,7 +18,14 @@ import httpx
 import pytest
 
 from tests.conftest import server_spec
-from tests.gateway_server import BASE_HEADERS, modern_call, modern_headers, parse_sse, running_gateway
+from tests.gateway_server import (
+    BASE_HEADERS,
+    legacy_initialize,
+    modern_call,
+    modern_headers,
+    parse_sse,
+    running_gateway,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -80,16 +87,7 @@ class LegacyClient:
         init = await self.http.post(
             self.url,
             headers=BASE_HEADERS,
-            json={
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": LEGACY_VERSION,
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                },
-            },
+            json=legacy_initialize(LEGACY_VERSION),
         )
         assert init.status_code == 200, init.text
         self.headers = {
