@@ -29,14 +29,15 @@ this exchange (``gateway.stdio.child``) go to the client when it declared the ca
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.errors import ChildError
-from gateway.protocol import bridge, inputs, jsonrpc, requeststate, xmcpheader
-from gateway.protocol.handshake import ChildInfo
+from gateway.protocol import bridge, inputs, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
+from gateway.protocol.handshake import META_LOG_LEVEL, ChildInfo
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Request, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
@@ -142,12 +143,22 @@ class Relay:
         if client.era is Era.MODERN and info.era is Era.LEGACY and request.method == "server/discover":
             yield response(request.id, result=bridge.discover_result(info))
             return
+        if client.era is Era.LEGACY and info.era is Era.MODERN and request.method == loglevels.SET_LEVEL:
+            # Stored on the session (the HTTP edge did) and sent as logLevel with each request.
+            yield response(request.id, result={})
+            return
         if headers is not None and client.era is Era.MODERN and request.method == "tools/call":
             await self._check_param_headers(child, request, headers)  # a 400 propagates before any yield
         params = self._params_for_child(request.params, client, info)
         try:
             # The server's request timeout applies; the child's questions come to us (asks=True).
-            ex = await stack.enter_async_context(child.exchange(request.method, params, asks=True))
+            # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
+            timeout = math.inf if request.method == subscriptions.LISTEN else None
+            ex = await stack.enter_async_context(
+                child.exchange(
+                    request.method, params, timeout=timeout, asks=True, log_level=_log_level(request, client)
+                )
+            )
         except ChildError as exc:
             yield response(request.id, error=exc.error_object())
             return
@@ -273,7 +284,12 @@ class Relay:
     @staticmethod
     def _note_for_client(note: Notification, request: Request, resumed: bool) -> JsonObject | None:
         """A notification as the client gets it. After a retry, progress carries the retry's
-        token (or is dropped if the retry asked for none): the original request is over."""
+        token (or is dropped if the retry asked for none): the original request is over.
+        On a forwarded listen, the child's ``subscriptionId`` (its own id) becomes the client's."""
+        if request.method == subscriptions.LISTEN:
+            if note.method in (PROGRESS, loglevels.LOG_MESSAGE):  # never on a listen stream (§1.5)
+                return None
+            return subscriptions.retag(note.to_dict(), request.id)
         if not resumed or note.method != PROGRESS or note.params is None:
             return note.to_dict()
         meta = (request.params or {}).get("_meta")
@@ -326,11 +342,23 @@ class Relay:
             error = bridge.modernize_error(reply.error) if client.era is Era.MODERN else reply.error
             return response(request.id, error=error)
         result = reply.result
+        if request.method == subscriptions.LISTEN:
+            result = subscriptions.retag_result(result, request.id)
         if client.era is Era.MODERN and child.era is Era.LEGACY:
             result = bridge.modernize_result(request.method, result, child)
         elif client.era is Era.LEGACY and child.era is Era.MODERN:
             result = bridge.legacy_result(result)
         return response(request.id, result=result)
+
+
+def _log_level(request: Request, client: ClientContext) -> str | None:
+    """The level at or above which the child's attributable log messages reach this client:
+    a modern request's own ``logLevel``, a legacy session's ``logging/setLevel``; else none."""
+    if client.era is Era.LEGACY:
+        return client.log_level
+    meta = (request.params or {}).get("_meta")
+    level = meta.get(META_LOG_LEVEL) if isinstance(meta, dict) else None
+    return level if loglevels.is_level(level) else None
 
 
 def _capability_name(ask: ChildAsk) -> str:

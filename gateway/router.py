@@ -94,6 +94,7 @@ class Router:
         self.pools: dict[PoolKey, Pool] = {}
         self._gateway_version = gateway_version
         self._listeners: list[Any] = [on_notification] if on_notification else []
+        self._loss_listeners: list[Any] = []
         self._tg: TaskGroup | None = None
         self._stops: dict[PoolKey, anyio.Event] = {}
 
@@ -101,6 +102,12 @@ class Router:
         self._listeners.append(listener)
         for pool in self.pools.values():
             pool.add_listener(listener)
+
+    def add_loss_listener(self, listener: Any) -> None:
+        """``listener(pool)`` when a child of a pool crashes or the pool closes (``Pool.add_loss_listener``)."""
+        self._loss_listeners.append(listener)
+        for pool in self.pools.values():
+            pool.add_loss_listener(listener)
 
     async def __aenter__(self) -> Router:
         self._tg = anyio.create_task_group()
@@ -151,6 +158,8 @@ class Router:
         pool = Pool(spec, settings, gateway_version=self._gateway_version, label=key.label(self.server.name))
         for listener in self._listeners:
             pool.add_listener(listener)
+        for loss in self._loss_listeners:
+            pool.add_loss_listener(loss)
         self.pools[key] = pool
         stop = self._stops[key] = anyio.Event()
         entered = anyio.Event()

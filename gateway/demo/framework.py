@@ -68,7 +68,13 @@ EOF_GRACE_SECONDS: Final = 1.0
 # How long send_request waits for the client by default. Shorter than any sane test timeout.
 SEND_REQUEST_TIMEOUT: Final = 30.0
 # Methods that exist only in the modern era. Without modern _meta they are not legacy requests.
-_MODERN_ONLY_METHODS: Final = frozenset({"server/discover"})
+_MODERN_ONLY_METHODS: Final = frozenset({"server/discover", "subscriptions/listen"})
+SUBSCRIPTION_ID_KEY: Final = "io.modelcontextprotocol/subscriptionId"
+_LISTEN_TYPES: Final = {
+    "toolsListChanged": "notifications/tools/list_changed",
+    "promptsListChanged": "notifications/prompts/list_changed",
+    "resourcesListChanged": "notifications/resources/list_changed",
+}
 
 
 class LineSource(Protocol):
@@ -237,6 +243,7 @@ class StdioServer:
         self.server_info: JsonObject = {"name": name, "version": version}
         self.instructions = instructions
         self.capabilities: JsonObject = capabilities if capabilities is not None else {"tools": {}}
+        self.log_level: Any = None  # the last logging/setLevel (legacy); recorded, not applied
         self.ttl_ms = ttl_ms
         self.cache_scope = cache_scope
         self.silent_methods = frozenset(silent_methods)
@@ -252,6 +259,7 @@ class StdioServer:
         self._in_flight: dict[tuple[type, Any], ToolContext] = {}
         self._waiting: dict[tuple[type, Any], _Waiter] = {}
         self._cancelled_ids: list[Any] = []
+        self._listens: dict[tuple[type, Any], tuple[RequestId, frozenset[str]]] = {}  # modern listens
         self._out_ids = itertools.count(1)
         self._legacy_version: str | None = None
         self._eof = False
@@ -281,10 +289,40 @@ class StdioServer:
         self._write(text.encode("utf-8", "replace") + b"\n")
 
     def notify(self, method: str, params: JsonObject | None = None) -> None:
+        """Send a notification; while modern listens are open, a ``list_changed`` goes to each
+        listen that opted in, tagged with its ``subscriptionId``, instead."""
+        with self._lock:
+            listens = list(self._listens.values())
+        if listens and method in _LISTEN_TYPES.values():
+            for listen_id, methods in listens:
+                if method in methods:
+                    body = dict(params or {})
+                    body["_meta"] = {**body.get("_meta", {}), SUBSCRIPTION_ID_KEY: listen_id}
+                    self.send({"jsonrpc": "2.0", "method": method, "params": body})
+            return
         message: JsonObject = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
         self.send(message)
+
+    def end_listens(self) -> int:
+        """End every open listen with the graceful result; return how many there were."""
+        with self._lock:
+            listens = list(self._listens.values())
+            self._listens.clear()
+        for listen_id, _ in listens:
+            result = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: listen_id}}
+            self.send({"jsonrpc": "2.0", "id": listen_id, "result": result})
+        return len(listens)
+
+    def _listen(self, request_id: RequestId, params: JsonObject) -> None:
+        requested = params.get("notifications")
+        requested = requested if isinstance(requested, dict) else {}
+        granted = {key: True for key in _LISTEN_TYPES if requested.get(key) is True}
+        with self._lock:
+            self._listens[_id_key(request_id)] = (request_id, frozenset(_LISTEN_TYPES[key] for key in granted))
+        ack = {"notifications": granted, "_meta": {SUBSCRIPTION_ID_KEY: request_id}}
+        self.send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": ack})
 
     def send_request(
         self, method: str, params: JsonObject | None = None, timeout: float = SEND_REQUEST_TIMEOUT
@@ -422,6 +460,8 @@ class StdioServer:
         request_id = params["requestId"]
         with self._lock:
             self._cancelled_ids.append(request_id)
+            if _is_request_id(request_id):
+                self._listens.pop(_id_key(request_id), None)  # a listen ends without a response
             ctx = self._in_flight.get(_id_key(request_id)) if _is_request_id(request_id) else None
         if ctx is not None:
             ctx._cancel()
@@ -444,6 +484,9 @@ class StdioServer:
             era = self._era_of(method, params)
             if method == "tools/call":
                 self._start_tool_call(request_id, era, params)
+                return
+            if method == "subscriptions/listen" and era == "modern":
+                self._listen(request_id, params)
                 return
             result = self._answer(era, method, params)
         except RpcError as exc:
@@ -478,6 +521,14 @@ class StdioServer:
         if method == "initialize":
             return self._initialize(params)
         if method == "ping" and era == "legacy":
+            return {}
+        if method in ("resources/subscribe", "resources/unsubscribe") and era == "legacy":
+            uri = params.get("uri")
+            if not isinstance(uri, str) or uri.startswith("bad:"):
+                raise RpcError(INVALID_PARAMS, f"cannot subscribe to {uri!r}")
+            return {}  # nothing changes here: resources/updated is sent by the notify tool
+        if method == "logging/setLevel" and era == "legacy":
+            self.log_level = params.get("level")
             return {}
         if method == "server/discover":
             result: JsonObject = {"supportedVersions": list(MODERN_VERSIONS), "capabilities": self.capabilities}

@@ -82,6 +82,7 @@ def create_app(
             max_stream_seconds=max_stream_seconds,
         )
         router.add_listener(endpoint.on_child_notification)
+        router.add_loss_listener(endpoint.listens.on_pool_loss)
         endpoints.append((router, endpoint, sessions))
 
     @asynccontextmanager

@@ -24,6 +24,7 @@ class Drain:
         self.draining = False
         self.in_flight = 0
         self.cancel = anyio.Event()  # set when the drain budget is spent
+        self.ending = anyio.Event()  # set when the drain starts waiting: listen streams end gracefully
         self.scopes: set[anyio.CancelScope] = set()  # responses to end when it is
         self._idle = anyio.Event()
 
@@ -33,7 +34,9 @@ class Drain:
             self._idle.set()
 
     async def wait_idle(self, budget: float) -> bool:
-        """True if every request finished within ``budget`` seconds."""
+        """True if every request finished within ``budget`` seconds. Listen streams never finish
+        on their own, so they are told to end (with their graceful result) now."""
+        self.ending.set()
         with anyio.move_on_after(budget):
             await self._idle.wait()
             return True
@@ -41,6 +44,7 @@ class Drain:
 
     def cancel_rest(self) -> None:
         self.cancel.set()
+        self.ending.set()
         for scope in list(self.scopes):
             scope.cancel()
 

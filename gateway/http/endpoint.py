@@ -26,11 +26,13 @@ from starlette.responses import Response
 
 from gateway.errors import CODE_CANCELLED, GatewayError
 from gateway.http import wire
+from gateway.http.listen import Listen, Listens, ListenStream
 from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
 from gateway.http.wire import rejection_response
-from gateway.protocol import bridge, ingress, versions
+from gateway.protocol import bridge, ingress, loglevels, subscriptions, versions
 from gateway.protocol.headers import MCP_SESSION_ID
 from gateway.protocol.jsonrpc import (
+    INVALID_PARAMS,
     METHOD_NOT_FOUND,
     MISSING_CLIENT_CAPABILITY,
     ErrorReply,
@@ -95,6 +97,7 @@ class McpEndpoint:
         self.max_body_bytes = max_body_bytes
         self.max_stream_seconds = max_stream_seconds
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
+        self.listens = Listens()  # emulated subscriptions/listen streams (legacy children)
 
     @staticmethod
     def principal(request: HttpRequest) -> str | None:
@@ -102,7 +105,7 @@ class McpEndpoint:
         principal = request.scope.get("gateway.principal")
         return principal if isinstance(principal, str) else None
 
-    async def __call__(self, request: HttpRequest) -> Response | LazyStream:
+    async def __call__(self, request: HttpRequest) -> Response | LazyStream | ListenStream:
         headers = lower_headers(request)
         principal = self.principal(request)
         if request.method == "GET":
@@ -131,6 +134,9 @@ class McpEndpoint:
         first = outcome.messages[0] if outcome.messages else None
         log.update(era=outcome.era.value, method=getattr(first, "method", None) or "response")
         if outcome.era is Era.MODERN:
+            first_message = outcome.messages[0]
+            if isinstance(first_message, Request) and first_message.method == subscriptions.LISTEN:
+                return await self._listen(outcome, first_message, headers, principal, log)
             return self._modern(outcome, headers, principal, log)
         if outcome.session_id:
             log["session"] = outcome.session_id[:8]
@@ -139,7 +145,13 @@ class McpEndpoint:
     # -- modern -------------------------------------------------------------------------
 
     def _modern(
-        self, accepted: Accepted, headers: dict[str, str], principal: str | None, log: dict[str, Any]
+        self,
+        accepted: Accepted,
+        headers: dict[str, str],
+        principal: str | None,
+        log: dict[str, Any],
+        *,
+        graceful_end: JsonObject | None = None,
     ) -> Response | LazyStream:
         message = accepted.messages[0]
         if not isinstance(message, Request):
@@ -157,8 +169,39 @@ class McpEndpoint:
             trace=bridge.trace_context(headers),
         )
         return LazyStream(
-            self.relay.exchange(message, client, headers), request_id=message.id, error_statuses=MODERN_ERROR_STATUSES
+            self.relay.exchange(message, client, headers),
+            request_id=message.id,
+            error_statuses=MODERN_ERROR_STATUSES,
+            graceful_end=graceful_end,
         )
+
+    async def _listen(
+        self, accepted: Accepted, message: Request, headers: dict[str, str], principal: str | None, log: dict[str, Any]
+    ) -> Response | LazyStream | ListenStream:
+        """``subscriptions/listen``: emulated for a legacy child (``gateway.http.listen``);
+        a modern child's own listen is forwarded like any request."""
+        try:
+            pool = await self.relay.router.pool_for(principal, None, headers)
+            async with pool.lease() as child:  # which era serves this client, and what it can do
+                info = child.info
+        except GatewayError as exc:
+            return wire.gateway_error_response(exc, message.id)
+        assert info is not None
+        if info.era is Era.MODERN:  # forwarded; the relay rewrites subscriptionId both ways
+            return self._modern(accepted, headers, principal, log, graceful_end=subscriptions.graceful_end(message.id))
+        requested = (message.params or {}).get("notifications")
+        if not isinstance(requested, dict):
+            return wire.error_response(
+                400, error_object(INVALID_PARAMS, "subscriptions/listen needs params.notifications"), message.id
+            )
+        listen = Listen(
+            message.id,
+            pool,
+            subscriptions.honoured(requested, info.capabilities),
+            child,
+            subscriptions.requested_uris(requested, info.capabilities),
+        )
+        return ListenStream(listen, self.listens)
 
     # -- legacy -------------------------------------------------------------------------
 
@@ -212,6 +255,16 @@ class McpEndpoint:
     def _local_legacy_answer(session: LegacySession, message: Request) -> JsonObject | None:
         if message.method == "ping":
             return response(message.id, result={})
+        if message.method == loglevels.SET_LEVEL:
+            level = (message.params or {}).get("level")
+            if not loglevels.is_level(level):
+                return response(
+                    message.id, error=error_object(INVALID_PARAMS, f"unknown log level {level!r}", {"level": level})
+                )
+            # The session's minimum for notifications/message; a legacy child is also told
+            # (the relay forwards it; a modern child gets it as logLevel on each request).
+            session.log_level = level
+            return None
         if message.method == "initialize":
             return response(
                 message.id, error=error_object(-32600, "this session is already initialized; start a new one")
@@ -316,6 +369,7 @@ class McpEndpoint:
     def on_child_notification(self, pool: Pool, notification: Notification) -> None:
         """Unsolicited child notifications: ``list_changed`` goes to the GET streams of the legacy
         sessions that pool serves (never across principals, sessions or credentials)."""
+        self.listens.offer(pool, notification)  # modern listeners take what they opted into
         if notification.method in LIST_CHANGED:
             self.sessions.broadcast(notification.to_dict(), lambda session: session.pool is pool)
         else:

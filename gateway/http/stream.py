@@ -61,8 +61,13 @@ class LazyStream:
         request_id: Any = None,
         headers: list[tuple[bytes, bytes]] | None = None,
         error_statuses: Mapping[int, int] | None = None,
+        graceful_end: JsonObject | None = None,
     ) -> None:
         self._events = events
+        # A forwarded subscriptions/listen: when the gateway drains, the stream ends with this
+        # (the graceful result) at once, instead of waiting out the drain budget.
+        self._graceful_end = graceful_end
+        self._ended_gracefully = False
         self._request_id = request_id
         self._started = False  # response headers sent
         self._finished = False  # the final answer sent
@@ -82,6 +87,15 @@ class LazyStream:
                 tg.cancel_scope.cancel()
 
             tg.start_soon(watch_disconnect)
+            if drain is not None and self._graceful_end is not None:
+
+                async def watch_drain() -> None:
+                    assert drain is not None
+                    await drain.ending.wait()
+                    self._ended_gracefully = True
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(watch_drain)
             # The drain cancels this scope when its budget runs out (no watcher task per request).
             if drain is not None:
                 drain.scopes.add(tg.cancel_scope)
@@ -94,7 +108,11 @@ class LazyStream:
         shut_down = drain is not None and drain.cancel.is_set()
         with anyio.CancelScope(shield=True):
             await self._events.aclose()  # type: ignore[attr-defined]
-            if shut_down and not self._finished:
+            if self._ended_gracefully and self._started and not self._finished and self._graceful_end is not None:
+                self._finished = True
+                await self._send_event(send, self._graceful_end)
+                await send({"type": "http.response.body", "body": b""})
+            elif shut_down and not self._finished:
                 await self._shutdown_answer(scope, receive, send)
 
     async def _shutdown_answer(self, scope: Scope, receive: Receive, send: Send) -> None:

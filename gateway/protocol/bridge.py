@@ -98,7 +98,9 @@ def modernize_error(error: JsonObject) -> JsonObject:
 
 def discover_result(child: ChildInfo) -> JsonObject:
     """``server/discover`` answered for a legacy child (modern clients may always call it)."""
-    capabilities = {k: v for k, v in child.capabilities.items() if k not in ("tasks", "logging")}
+    # ``logging`` stays: the child's log messages reach a request that sets logLevel when they
+    # can be attributed to it (``gateway.stdio.child``), so the gateway emits them.
+    capabilities = {k: v for k, v in child.capabilities.items() if k != "tasks"}
     out: JsonObject = {
         "resultType": "complete",
         "supportedVersions": list(versions.MODERN_VERSIONS),

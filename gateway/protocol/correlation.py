@@ -11,6 +11,11 @@ Rules (digest §7.3):
 - A reply is delivered once, to the owner of its id; the entry is then gone, so a reply
   that arrives after a timeout or cancellation (``abandon``) is reported as ``Late`` and
   dropped by the caller. Progress for an id no longer pending is dropped likewise.
+- A notification whose ``_meta`` carries ``io.modelcontextprotocol/subscriptionId`` belongs
+  to the ``subscriptions/listen`` with that child id (the ack, tagged ``list_changed``):
+  it goes to that listen's owner like progress (``ProgressFor``), still carrying the
+  child-side id, which the owner rewrites to its client's listen id (§7.3); one for a
+  listen no longer pending is ``Late``.
 - Everything else the child says is classified for the caller: requests from the child
   (``ChildRequest``) and notifications that belong to no request (``Unsolicited``).
 
@@ -37,6 +42,8 @@ from gateway.protocol.jsonrpc import (
 OwnerT = TypeVar("OwnerT")
 
 PROGRESS = "notifications/progress"
+LISTEN = "subscriptions/listen"
+SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 
 
 @dataclass(slots=True)
@@ -115,10 +122,16 @@ class Correlator(Generic[OwnerT]):
 
     def sole(self) -> Pending[OwnerT] | None:
         """The pending request when exactly one is in flight, else None (attribution of the
-        child's own requests is certain only then: stdio carries no field that ties them)."""
-        if len(self._pending) != 1:
-            return None
-        return next(iter(self._pending.values()))
+        child's own requests is certain only then: stdio carries no field that ties them).
+        Open listens do not count: they never ask nor log (§1.5)."""
+        found: Pending[OwnerT] | None = None
+        for pending in self._pending.values():
+            if pending.method == LISTEN:
+                continue
+            if found is not None:
+                return None
+            found = pending
+        return found
 
     def is_pending(self, child_id: Any) -> bool:
         return type(child_id) is int and child_id in self._pending
@@ -133,6 +146,12 @@ class Correlator(Generic[OwnerT]):
             return ChildRequest(message)
         if message.method == PROGRESS:
             return self._progress(message)
+        meta = message.params.get("_meta") if message.params else None
+        if isinstance(meta, dict) and SUBSCRIPTION_ID_KEY in meta:
+            listen = self._pending.get(meta[SUBSCRIPTION_ID_KEY]) if type(meta[SUBSCRIPTION_ID_KEY]) is int else None
+            if listen is None or listen.method != LISTEN:
+                return Late(message)
+            return ProgressFor(listen, message)
         return Unsolicited(message)
 
     def _progress(self, note: Notification) -> ProgressFor[OwnerT] | Late:

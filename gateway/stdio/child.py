@@ -48,7 +48,7 @@ from gateway.errors import (
     ChildProtocolError,
     ChildTimeoutError,
 )
-from gateway.protocol import inputs, jsonrpc
+from gateway.protocol import inputs, jsonrpc, loglevels
 from gateway.protocol.correlation import ChildRequest, Correlator, Late, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import LineFramer, OversizedLine, sniff_id
 from gateway.protocol.handshake import ChildInfo
@@ -80,12 +80,19 @@ class Exchange:
     """One request in flight: notifications (and attributed asks) as they arrive, then exactly one outcome."""
 
     def __init__(
-        self, child: StdioChild, method: str, timeout: float | None, cancellable: bool, accepts_asks: bool = False
+        self,
+        child: StdioChild,
+        method: str,
+        timeout: float | None,
+        cancellable: bool,
+        accepts_asks: bool = False,
+        log_level: str | None = None,
     ) -> None:
         self.child = child
         self.method = method
         self.cancellable = cancellable
         self.accepts_asks = accepts_asks
+        self.log_level = log_level  # the client's minimum for notifications/message; None: it wants none
         self.child_id = 0
         self.dropped_notifications = 0
         self._timeout = timeout
@@ -248,11 +255,15 @@ class StdioChild:
         timeout: float | None = None,
         cancellable: bool = True,
         asks: bool = False,
+        log_level: str | None = None,
     ) -> AsyncIterator[Exchange]:
-        """``asks=True``: the caller reads ``ChildAsk`` items too, and answers them."""
+        """``asks=True``: the caller reads ``ChildAsk`` items too, and answers them.
+        ``log_level``: the child's ``notifications/message`` at or above it that can be
+        attributed to this exchange (``_on_log``) arrive in its stream."""
         if self._death is not None:
             raise self._death
-        ex = Exchange(self, method, timeout if timeout is not None else self.spec.request_timeout, cancellable, asks)
+        timeout = timeout if timeout is not None else self.spec.request_timeout
+        ex = Exchange(self, method, timeout, cancellable, asks, log_level)
         request, pending = self._correlator.outgoing(method, params, ex)
         ex.child_id = pending.child_id
         if ex._timeout is not None:
@@ -396,12 +407,36 @@ class StdioChild:
         elif isinstance(routed, ChildRequest):
             self._on_child_request(routed.request)
         elif isinstance(routed, Unsolicited):
+            if routed.notification.method == loglevels.LOG_MESSAGE:
+                self._on_log(routed.notification)
+                return
             if routed.notification.method == TOOLS_LIST_CHANGED:
                 self.tools_generation += 1
             if self._on_notification is not None:
                 self._on_notification(routed.notification)
         elif isinstance(routed, Late):
             log.debug("child %s: dropped a late message %r", self.spec.label, routed.message)
+
+    def _on_log(self, note: Notification) -> None:
+        """``notifications/message`` carries no request id (digest §8.2): it goes to the one
+        exchange in flight, as for the child's questions, when that exchange's client asked
+        for logs at or below its level; otherwise the gateway logs it and drops it."""
+        params = note.params or {}
+        level = params.get("level")
+        pending = self._correlator.sole()
+        owner = pending.owner if pending is not None else None
+        if owner is not None and owner.log_level is not None and loglevels.at_least(level, owner.log_level):
+            owner._deliver(note)
+            return
+        logger = params.get("logger")
+        log.log(
+            loglevels.python_level(level),
+            "child %s (pid %d) log%s: %s",
+            self.spec.label,
+            self.pid,
+            f" [{logger}]" if isinstance(logger, str) else "",
+            params.get("data"),
+        )
 
     def _fail_one(self, child_id: object, error: ChildError) -> None:
         if type(child_id) is int and self._correlator.is_pending(child_id):

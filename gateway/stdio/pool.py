@@ -79,6 +79,8 @@ class PoolSettings:
 
 
 PoolListener = Callable[["Pool", Notification], None]
+LossListener = Callable[["Pool"], None]
+"""Called when a started child of the pool exits unplanned (crash), or the pool closes."""
 
 
 class Member:
@@ -142,6 +144,7 @@ class Pool:
         self._gateway_version = gateway_version
         self._on_request = on_request
         self._listeners: list[PoolListener] = []
+        self._loss_listeners: list[LossListener] = []
         self._tg: TaskGroup | None = None
         self._closing = False
         self._changed = anyio.Event()
@@ -161,6 +164,7 @@ class Pool:
 
     async def __aexit__(self, *exc_info: object) -> None:
         self._closing = True
+        self._lost()
         for member in self.members:
             member.stop.set()
         assert self._tg is not None
@@ -171,6 +175,15 @@ class Pool:
         """Call ``listener(pool, notification)`` for every notification a child of this pool
         sends outside any request (the pool says whose it is: sessions served by it)."""
         self._listeners.append(listener)
+
+    def add_loss_listener(self, listener: LossListener) -> None:
+        """Call ``listener(pool)`` when a started child exits unplanned or the pool closes: state
+        that the gateway emulates on top of the pool's children (listens) must end then."""
+        self._loss_listeners.append(listener)
+
+    def _lost(self) -> None:
+        for listener in self._loss_listeners:
+            listener(self)
 
     def _dispatch(self, notification: Notification) -> None:
         for listener in self._listeners:
@@ -365,6 +378,8 @@ class Pool:
     def _after_exit(self, member: Member, error: GatewayError | None) -> None:
         uptime = anyio.current_time() - member.started_at
         planned = member.retiring and member.child is not None
+        if not planned and member.child is not None:
+            self._lost()
         if not planned:
             self.last_error = error
             if member.child is None or uptime < QUICK_EXIT:

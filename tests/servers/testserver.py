@@ -217,6 +217,9 @@ def add_test_tools(server: StdioServer) -> None:
     def cancelled_ids(ctx: ToolContext, args: JsonObject) -> JsonObject:
         return _json_result("ids", server.cancelled_ids)
 
+    def end_listens(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        return text_result(str(server.end_listens()))
+
     tools = [
         ("pid", "Return this process's pid.", object_schema(), _pid),
         (
@@ -282,6 +285,12 @@ def add_test_tools(server: StdioServer) -> None:
                 ["requests"],
             ),
             _ask_client,
+        ),
+        (
+            "end_listens",
+            "End every open subscriptions/listen with the graceful result; return how many.",
+            object_schema(),
+            end_listens,
         ),
         (
             "notify",
@@ -379,6 +388,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttl-ms", type=int, default=60_000)
     parser.add_argument("--cache-scope", choices=("public", "private"), default="public")
     parser.add_argument("--name", default="testserver")
+    parser.add_argument("--subscribe", action="store_true", help="declare resources.subscribe (legacy)")
     parser.add_argument("--page-size", type=int, default=None, help="tools/list pages of N tools")
     parser.add_argument("--record", default=None, metavar="FILE", help="append every line read from stdin to FILE")
     return parser.parse_args(argv)
@@ -404,7 +414,10 @@ def main(argv: list[str] | None = None) -> None:
             "0.1.0",
             eras=ERAS[options.era],
             instructions="A test server for mcp-stdio-gateway.",
-            capabilities={"tools": {"listChanged": True}},
+            capabilities={
+                "tools": {"listChanged": True},
+                **({"resources": {"subscribe": True}} if options.subscribe else {}),
+            },
             ttl_ms=options.ttl_ms,
             cache_scope=options.cache_scope,
             silent_methods={"server/discover"} if options.silent_probe else (),

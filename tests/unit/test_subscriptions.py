@@ -1,0 +1,65 @@
+"""Sans-IO parts of subscriptions/listen and log levels: what is honoured, tagging, routing."""
+
+from __future__ import annotations
+
+from gateway.protocol import loglevels, subscriptions
+from gateway.protocol.correlation import Correlator, Late, ProgressFor, Unsolicited
+from gateway.protocol.jsonrpc import Notification
+
+SUB = subscriptions.SUBSCRIPTION_ID_KEY
+
+
+def test_only_list_changed_the_child_advertises_is_honoured() -> None:
+    capabilities = {"tools": {"listChanged": True}, "prompts": {}, "resources": {"listChanged": False}}
+    asked = {"toolsListChanged": True, "promptsListChanged": True, "resourcesListChanged": True}
+    assert subscriptions.honoured(asked, capabilities) == {"toolsListChanged": True}
+    assert subscriptions.honoured({"toolsListChanged": False}, capabilities) == {}
+
+
+def test_resource_uris_need_resources_subscribe() -> None:
+    asked = {"resourceSubscriptions": ["file:///a", "file:///a", 3, "file:///b"]}
+    assert subscriptions.requested_uris(asked, {"resources": {"subscribe": True}}) == ["file:///a", "file:///b"]
+    assert subscriptions.requested_uris(asked, {"resources": {"listChanged": True}}) == []
+
+
+def test_an_update_under_a_subscribed_uri_is_covered_a_sibling_is_not() -> None:
+    assert subscriptions.covers(["file:///data"], "file:///data")
+    assert subscriptions.covers(["file:///data"], "file:///data/t")
+    assert subscriptions.covers(["file:///data/"], "file:///data/t")
+    assert not subscriptions.covers(["file:///data"], "file:///database")
+    assert not subscriptions.covers(["file:///data"], None)
+
+
+def test_tagging_keeps_other_meta_and_the_ids_type() -> None:
+    tagged = subscriptions.tagged("notifications/resources/updated", {"uri": "u", "_meta": {"k": 1}}, "7")
+    assert tagged["params"] == {"uri": "u", "_meta": {"k": 1, SUB: "7"}}
+    retagged = subscriptions.retag(tagged, 7)
+    assert retagged["params"]["_meta"] == {"k": 1, SUB: 7}
+    plain = {"jsonrpc": "2.0", "method": "m"}
+    assert subscriptions.retag(plain, 7) is plain
+    assert subscriptions.retag_result({"resultType": "complete", "_meta": {SUB: 3}}, "x")["_meta"] == {SUB: "x"}
+
+
+def test_log_levels_compare_by_severity() -> None:
+    assert loglevels.at_least("error", "warning")
+    assert loglevels.at_least("warning", "warning")
+    assert not loglevels.at_least("info", "warning")
+    assert not loglevels.at_least("loud", "debug")
+    assert not loglevels.is_level("loud")
+
+
+def test_a_tagged_notification_goes_to_the_listen_with_that_child_id() -> None:
+    correlator: Correlator[str] = Correlator()
+    listen, _ = correlator.outgoing("subscriptions/listen", {"notifications": {}}, "listen")
+    call, _ = correlator.outgoing("tools/call", {"name": "x"}, "call")
+    # Open listens do not count for attribution: the call is the one request in flight.
+    sole = correlator.sole()
+    assert sole is not None
+    assert sole.owner == "call"
+    note = Notification("notifications/tools/list_changed", {"_meta": {SUB: listen.id}})
+    routed = correlator.incoming(note)
+    assert isinstance(routed, ProgressFor)
+    assert routed.pending.owner == "listen"
+    assert isinstance(correlator.incoming(Notification(note.method, {"_meta": {SUB: call.id}})), Late)
+    assert isinstance(correlator.incoming(Notification(note.method, {"_meta": {SUB: 999}})), Late)
+    assert isinstance(correlator.incoming(Notification(note.method)), Unsolicited)
