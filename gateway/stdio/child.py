@@ -201,7 +201,6 @@ class StdioChild:
         self._stderr = process.StderrTail(spec.stderr_tail_lines, spec.stderr_line_chars)
         self._stderr_done = anyio.Event()
         self._stdout_done = anyio.Event()
-        self._write_lock = anyio.Lock()
         self._death: ChildError | None = None
         self._exited = anyio.Event()
         self._stopping = False
@@ -318,8 +317,9 @@ class StdioChild:
         stdin = self._proc.stdin
         assert stdin is not None
         try:
-            async with self._write_lock:
-                await stdin.send(line)
+            # No lock: the stream writes the whole line synchronously before it awaits the
+            # drain, so lines never interleave, and concurrent drains are fine (Python ≥ 3.10).
+            await stdin.send(line)
             self.bytes_out += len(line)
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             await self._exited_or_timeout()
