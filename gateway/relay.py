@@ -25,6 +25,14 @@ this exchange (``gateway.stdio.child``) go to the client when it declared the ca
   answers the child and the rest of the call is streamed on the retry, under its id. A
   sampling or elicitation request the client's ``clientCapabilities`` do not cover ends
   the call with -32021 (``requiredCapabilities``) and cancels it at the child.
+
+**A modern child's ``input_required``** for a *legacy* client (digest §7.6 D): each
+``inputRequests`` entry goes to the client on this request's stream as a JSON-RPC request
+with a gateway id (as above); the client's POSTed results (within the input timeout) go
+back to the child in a retry — a new child request with the original params,
+``inputResponses`` under the same keys and the child's ``requestState`` unchanged — until
+the result is complete (at most ``MAX_INPUT_ROUNDS`` rounds). A session that did not
+declare what is asked, or does not answer in time, gets a gateway error (-31006, -31007).
 """
 
 from __future__ import annotations
@@ -33,9 +41,11 @@ import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-from gateway.errors import ChildError
+import anyio
+
+from gateway.errors import CODE_INPUT_TIMEOUT, CODE_NO_CLIENT_INPUT, GATEWAY_NAME, ChildError, ChildProtocolError
 from gateway.protocol import bridge, inputs, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
 from gateway.protocol.handshake import META_LOG_LEVEL, ChildInfo
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Request, Result
@@ -99,6 +109,10 @@ def response(client_id: Any, *, result: JsonObject | None = None, error: JsonObj
 
 
 PROGRESS = "notifications/progress"
+INPUT_REQUIRED: Final = "input_required"
+MAX_INPUT_ROUNDS: Final = 10
+"""``input_required`` rounds a modern child may ask of a legacy client in one request; past
+this the request ends with an error (a child that never completes must not loop forever)."""
 
 
 class Relay:
@@ -166,7 +180,7 @@ class Relay:
             yield message
 
     async def _drive(
-        self, call: Call, request: Request, client: ClientContext, *, resumed: bool
+        self, call: Call, request: Request, client: ClientContext, *, resumed: bool, rounds: int = 0
     ) -> AsyncIterator[JsonObject]:
         """The child's notifications and questions, then its reply, for ``request``'s client.
 
@@ -201,7 +215,96 @@ class Relay:
             return
         if request.method == "tools/list" and isinstance(reply, Result):
             reply = Result(reply.id, self.catalog.visible_tools(call.child, reply.result))
+        if (
+            client.era is Era.LEGACY
+            and info.era is Era.MODERN
+            and isinstance(reply, Result)
+            and reply.result.get("resultType") == INPUT_REQUIRED
+        ):
+            async for message in self._input_round(call.child, request, client, reply.result, rounds):
+                yield message
+            return
         yield self._reply_for_client(request, reply, client, info)
+
+    # -- a modern child's input_required, for a legacy client ------------------------------
+
+    async def _input_round(
+        self, child: StdioChild, request: Request, client: ClientContext, result: JsonObject, rounds: int
+    ) -> AsyncIterator[JsonObject]:
+        """Ask the legacy client what the modern child's ``input_required`` asks, then retry
+        the child with the answers (a new child request); the retry's outcome, which may be
+        another round, is streamed on as usual."""
+        wanted = result.get("inputRequests")
+        wanted = {} if wanted is None else wanted
+        state = result.get("requestState")
+        problem = _input_required_problem(wanted, state)
+        if problem is None and rounds >= MAX_INPUT_ROUNDS:
+            problem = f"the server still wants input after {MAX_INPUT_ROUNDS} rounds; the gateway gave up"
+        if problem is not None:
+            yield response(request.id, error=ChildProtocolError(f"{request.method}: {problem}").error_object())
+            return
+        assert isinstance(wanted, dict)
+        answers: JsonObject = {}
+        asks: dict[str, ChildAsk] = {}
+        for key, entry in wanted.items():
+            ask = ChildAsk(Request(key, entry["method"], entry.get("params")))
+            reachable = client.session is not None and client.accepts_requests
+            if reachable and inputs.is_declared(client.capabilities, ask.method, ask.params):
+                asks[key] = ask
+            elif ask.method == inputs.ROOTS and child.spec.roots is not None:  # the configured roots answer it
+                answers[key] = {"roots": [dict(root) for root in child.spec.roots]}
+            else:
+                yield response(request.id, error=_undeclared_input_error(ask, client))
+                return
+        session = client.session
+        timeout = child.spec.input_timeout
+        unanswered: list[ChildAsk] = []
+        try:
+            for ask in asks.values():
+                gateway_id: str = session.track_ask(ask)
+                yield Request(gateway_id, ask.method, ask.params).to_dict()
+            with anyio.move_on_after(timeout):
+                for ask in asks.values():
+                    await ask.wait()
+            unanswered = [ask for ask in asks.values() if not ask.is_answered]
+        finally:  # timed out, or the request was cancelled: answered, so the session forgets them
+            for ask in asks.values():
+                ask.answer_error(CODE_INPUT_TIMEOUT, "no answer came")
+        if unanswered:
+            methods = ", ".join(sorted({ask.method for ask in unanswered}))
+            yield response(
+                request.id,
+                error=jsonrpc.error_object(
+                    CODE_INPUT_TIMEOUT,
+                    f"the client did not answer {methods} within {timeout:g} s, so the server cannot complete "
+                    "this request",
+                    {"source": GATEWAY_NAME, "method": unanswered[0].method, "timeout_seconds": timeout},
+                ),
+            )
+            return
+        for key, ask in asks.items():
+            reply = ask.reply
+            if isinstance(reply, ErrorReply):
+                yield response(request.id, error=_client_refusal_error(ask, reply))
+                return
+            assert isinstance(reply, Result)
+            answers[key] = reply.result
+        info = child.info
+        assert info is not None
+        params = dict(self._params_for_child(request.params, client, info) or {})
+        params["inputResponses"] = answers
+        if state is not None:
+            params["requestState"] = state  # the child's own, unchanged
+        async with AsyncExitStack() as stack:
+            try:
+                ex = await stack.enter_async_context(
+                    child.exchange(request.method, params, asks=True, log_level=_log_level(request, client))
+                )
+            except ChildError as exc:
+                yield response(request.id, error=exc.error_object())
+                return
+            async for message in self._drive(Call(child, ex, stack), request, client, resumed=False, rounds=rounds + 1):
+                yield message
 
     # -- questions from the child ---------------------------------------------------------
 
@@ -359,6 +462,48 @@ def _log_level(request: Request, client: ClientContext) -> str | None:
     meta = (request.params or {}).get("_meta")
     level = meta.get(META_LOG_LEVEL) if isinstance(meta, dict) else None
     return level if loglevels.is_level(level) else None
+
+
+def _input_required_problem(wanted: object, state: object) -> str | None:
+    """Why a modern child's ``input_required`` result cannot be acted on, or None."""
+    if not isinstance(wanted, dict):
+        return "input_required with inputRequests that is not an object"
+    if state is not None and not isinstance(state, str):
+        return "input_required with a requestState that is not a string"
+    if not wanted and state is None:
+        return "input_required with neither inputRequests nor requestState"
+    for key, entry in wanted.items():
+        method = entry.get("method") if isinstance(entry, dict) else None
+        if method not in inputs.INPUT_METHODS:
+            return f"inputRequests[{key!r}] is not a sampling, elicitation or roots request"
+        if entry.get("params") is not None and not isinstance(entry.get("params"), dict):
+            return f"inputRequests[{key!r}].params is not an object"
+    return None
+
+
+def _undeclared_input_error(ask: ChildAsk, client: ClientContext) -> JsonObject:
+    """The legacy client's answer when the modern child wants what the client cannot give."""
+    required = inputs.required_capability(ask.method, ask.params)
+    if not client.accepts_requests or client.session is None:
+        why = "this request cannot carry a request to the client (a batch)"
+    else:
+        why = f"this session did not declare the {_capability_name(ask)} capability at initialize"
+    return jsonrpc.error_object(
+        CODE_NO_CLIENT_INPUT,
+        f"the server needs {ask.method} from the client to complete this request, but {why}",
+        {"source": GATEWAY_NAME, "method": ask.method, "requiredCapabilities": required},
+    )
+
+
+def _client_refusal_error(ask: ChildAsk, reply: ErrorReply) -> JsonObject:
+    """The client answered the child's input request with an error: ``inputResponses`` carry
+    results only, so the request ends here, quoting the client's error."""
+    return jsonrpc.error_object(
+        CODE_NO_CLIENT_INPUT,
+        f"the client answered {ask.method} with an error, so the server cannot complete this request: "
+        f"{reply.error.get('message')}",
+        {"source": GATEWAY_NAME, "method": ask.method, "clientError": reply.error},
+    )
 
 
 def _capability_name(ask: ChildAsk) -> str:

@@ -124,6 +124,7 @@ class ToolContext:
         self.era: Era = era
         self.cancelled = threading.Event()
         self.meta: JsonObject = {}  # the request's _meta, as the server received it
+        self.params: JsonObject = {}  # the request's params (a modern MRTR retry's inputResponses, requestState)
         self._server = server
         self._progress_token = progress_token
         # Orders cancellation against this request's own writes, so that nothing for the
@@ -599,6 +600,7 @@ class StdioServer:
         meta = params.get("_meta")
         ctx = ToolContext(self, request_id, era, meta.get("progressToken") if isinstance(meta, dict) else None)
         ctx.meta = dict(meta) if isinstance(meta, dict) else {}
+        ctx.params = dict(params)
         with self._lock:
             if _id_key(request_id) in self._in_flight:
                 raise RpcError(INVALID_REQUEST, f"request id {request_id!r} is already in flight")

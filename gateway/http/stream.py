@@ -195,6 +195,12 @@ class Detached:
         self._send, self._receive = anyio.create_memory_object_stream[JsonObject](DETACHED_BUFFER)
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:  # also when the app's task group is cancelled (shutdown): no unclosed stream
+            self._send.close()
+
+    async def _run(self) -> None:
         final_sent = False
         try:
             with self.scope:
@@ -209,7 +215,6 @@ class Detached:
             final_sent = True
         if not final_sent:
             self._offer(self._on_cancel(), final=True)
-        self._send.close()
 
     def _offer(self, message: JsonObject, *, final: bool) -> None:
         try:

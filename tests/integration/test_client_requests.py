@@ -11,6 +11,9 @@ are a legacy feature; clients are raw httpx (for the wire shapes) and the offici
   its retry answers the parked call, whose progress and result come on the retry.
 - The gateway answers what no client can: unattributable questions, undeclared ones, and
   those left unanswered past ``input_timeout``.
+- A **modern** child (``--era modern``, tool ``needs_input``) answers ``input_required``
+  instead; a legacy client gets each ``inputRequests`` entry on its request's stream, and
+  the gateway retries the child with the answers until the result is complete.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ import pytest
 from mcp import Client
 from mcp import types as sdk
 
-from gateway.errors import CODE_INPUT_TIMEOUT, CODE_NO_CLIENT_INPUT
+from gateway.errors import CODE_CANCELLED, CODE_INPUT_TIMEOUT, CODE_NO_CLIENT_INPUT
 from gateway.http.auth import TokenStore
 from gateway.protocol.jsonrpc import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
 from gateway.protocol.requeststate import StateClaims, encode_state, params_digest
+from gateway.relay import MAX_INPUT_ROUNDS
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, MODERN, modern_call, modern_headers, parse_sse, running_gateway
@@ -89,7 +93,9 @@ async def sse(reply: httpx.Response) -> AsyncIterator[dict[str, Any]]:
 # -- legacy clients -----------------------------------------------------------------------
 
 
-async def open_session(http: httpx.AsyncClient, url: str, capabilities: dict[str, Any]) -> dict[str, str]:
+async def open_session(
+    http: httpx.AsyncClient, url: str, capabilities: dict[str, Any], version: str = "2025-11-25"
+) -> dict[str, str]:
     init = await http.post(
         url,
         headers=BASE_HEADERS,
@@ -97,7 +103,7 @@ async def open_session(http: httpx.AsyncClient, url: str, capabilities: dict[str
             "jsonrpc": "2.0",
             "id": 0,
             "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "t"}},
+            "params": {"protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": "t"}},
         },
     )
     assert init.status_code == 200, init.text
@@ -428,3 +434,240 @@ async def test_questions_asked_while_two_calls_are_in_flight_are_answered_by_the
     assert "2 requests are in flight" in sampled["error"]["message"]
     assert rooted == {"result": {"roots": list(CONFIGURED_ROOTS)}}
     assert answers(first) == [{"result": ELICITED}]
+
+
+# -- a modern child's input_required, for legacy clients ------------------------------------
+
+NAME_ELICITATION = {
+    "method": "elicitation/create",
+    "params": {
+        "mode": "form",
+        "message": "Your name?",
+        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+    },
+}
+
+
+def modern_child(*flags: str, **options: Any) -> ChildSpec:
+    return server_spec("--era", "modern", *flags, **options)
+
+
+def needs_input(request_id: Any, **arguments: Any) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": "needs_input", "arguments": arguments},
+    }
+
+
+def elicited(name: str) -> dict[str, Any]:
+    return {"action": "accept", "content": {"name": name}}
+
+
+async def test_a_modern_childs_input_required_reaches_a_legacy_client_as_a_request_and_its_answer_completes() -> None:
+    with anyio.fail_after(WAIT):
+        async with running_gateway(modern_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            headers = await open_session(http, url, {"elicitation": {}})
+            async with http.stream("POST", url, headers=headers, json=needs_input(7)) as reply:
+                assert reply.headers["content-type"].startswith("text/event-stream")
+                stream = sse(reply)
+                asked = await anext(stream)
+                assert asked == {"jsonrpc": "2.0", "id": "g-1", **NAME_ELICITATION}
+                validate(asked, "ElicitRequest", "2025-11-25")
+                posted = await http.post(
+                    url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": elicited("Ada")}
+                )
+                assert posted.status_code == 202
+                final = await anext(stream)
+    assert final["id"] == 7
+    result = final["result"]
+    assert result["content"] == [{"type": "text", "text": "hello Ada"}]
+    assert result["structuredContent"] == {"name": "Ada", "rounds": 1}
+    assert not {"resultType", "inputRequests", "requestState"} & result.keys()  # modern-only fields stripped
+    validate(final, "JSONRPCResponse", "2025-11-25")
+
+
+async def test_each_input_round_retries_the_child_with_a_new_id_the_answers_and_its_request_state_unchanged(
+    tmp_path: Any,
+) -> None:
+    record = tmp_path / "stdin.jsonl"
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(modern_child("--record", str(record))) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            headers = await open_session(http, url, {"elicitation": {}})
+            async with http.stream("POST", url, headers=headers, json=needs_input("r", rounds=3)) as reply:
+                stream = sse(reply)
+                for expected_id in ("g-1", "g-2", "g-3"):  # one request per round, ids never reused
+                    asked = await anext(stream)
+                    assert (asked["id"], asked["method"]) == (expected_id, "elicitation/create"), asked
+                    answer = {"jsonrpc": "2.0", "id": expected_id, "result": elicited("Ada")}
+                    assert (await http.post(url, headers=headers, json=answer)).status_code == 202
+                final = await anext(stream)
+    assert final == {
+        "jsonrpc": "2.0",
+        "id": "r",
+        "result": {
+            "content": [{"type": "text", "text": "hello Ada"}],
+            "structuredContent": {"name": "Ada", "rounds": 3},
+        },
+    }
+    lines = [orjson.loads(line) for line in record.read_bytes().splitlines() if line.strip()]
+    calls = [line for line in lines if line.get("method") == "tools/call"]
+    assert len({call["id"] for call in calls}) == 4  # the first call and three retries, each a new child id
+    assert [call["params"].get("requestState") for call in calls] == [None, "opaque-123", "round-2-Ada", "round-3-Ada"]
+    assert [call["params"].get("inputResponses") for call in calls] == [
+        None,
+        {"name": elicited("Ada")},
+        {"again-2": elicited("Ada")},
+        {"again-3": elicited("Ada")},
+    ]
+    assert all(call["params"]["arguments"] == {"rounds": 3} for call in calls)  # the original params kept
+
+
+async def test_a_legacy_session_without_the_capability_gets_a_clear_error_and_nothing_is_left_waiting() -> None:
+    with anyio.fail_after(WAIT):
+        async with running_gateway(modern_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            headers = await open_session(http, url, {"sampling": {}})
+            reply = await http.post(url, headers=headers, json=needs_input(1))
+            again = await http.post(url, headers=headers, json=needs_input(2))  # the child is free
+    assert reply.headers["content-type"] == "application/json"  # nothing was sent to the client
+    error = reply.json()["error"]
+    assert error["code"] == CODE_NO_CLIENT_INPUT
+    assert "did not declare the elicitation.form capability at initialize" in error["message"]
+    assert error["data"]["requiredCapabilities"] == {"elicitation": {"form": {}}}
+    assert again.json()["error"]["code"] == CODE_NO_CLIENT_INPUT
+
+
+async def test_roots_the_session_did_not_declare_are_answered_from_the_configured_roots() -> None:
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(modern_child(roots=CONFIGURED_ROOTS)) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            headers = await open_session(http, url, {"elicitation": {}})
+            async with http.stream("POST", url, headers=headers, json=needs_input(1, roots=True)) as reply:
+                stream = sse(reply)
+                asked = await anext(stream)  # only the elicitation: the gateway answers roots itself
+                assert (asked["id"], asked["method"]) == ("g-1", "elicitation/create")
+                await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": elicited("Ada")})
+                final = await anext(stream)
+    assert final["result"]["structuredContent"] == {"name": "Ada", "rounds": 1, "roots": list(CONFIGURED_ROOTS)}
+
+
+async def test_a_session_that_declared_roots_is_asked_for_them_in_the_same_round() -> None:
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(modern_child(roots=CONFIGURED_ROOTS)) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            headers = await open_session(http, url, {"elicitation": {}, "roots": {}})
+            async with http.stream("POST", url, headers=headers, json=needs_input(1, roots=True)) as reply:
+                stream = sse(reply)
+                first, second = await anext(stream), await anext(stream)
+                assert {first["method"], second["method"]} == {"elicitation/create", "roots/list"}
+                for asked in (second, first):  # answered in any order
+                    result = CLIENT_ROOTS if asked["method"] == "roots/list" else elicited("Ada")
+                    answer = {"jsonrpc": "2.0", "id": asked["id"], "result": result}
+                    assert (await http.post(url, headers=headers, json=answer)).status_code == 202
+                final = await anext(stream)
+    assert final["result"]["structuredContent"]["roots"] == CLIENT_ROOTS["roots"]
+
+
+async def test_a_request_cancelled_while_its_client_is_asked_ends_and_a_late_answer_is_dropped() -> None:
+    with anyio.fail_after(WAIT):
+        async with running_gateway(modern_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            headers = await open_session(http, url, {"elicitation": {}})
+            async with http.stream("POST", url, headers=headers, json=needs_input(5)) as reply:
+                stream = sse(reply)
+                assert (await anext(stream))["id"] == "g-1"
+                cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
+                assert (await http.post(url, headers=headers, json=cancel)).status_code == 202
+                final = await anext(stream)
+            late = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": ELICITED})
+            async with http.stream("POST", url, headers=headers, json=needs_input(6)) as reply:
+                stream = sse(reply)
+                assert (await anext(stream))["id"] == "g-2"  # the session and child serve on
+                await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-2", "result": elicited("Ada")})
+                after = await anext(stream)
+    assert final["id"] == 5
+    assert final["error"]["code"] == CODE_CANCELLED
+    assert late.status_code == 202
+    assert after["result"]["content"] == [{"type": "text", "text": "hello Ada"}]
+
+
+async def test_a_batched_request_cannot_carry_input_requests_and_gets_a_clear_error() -> None:
+    with anyio.fail_after(WAIT):
+        async with running_gateway(modern_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            headers = await open_session(http, url, {"elicitation": {}}, "2025-03-26")
+            reply = await http.post(url, headers=headers, json=[needs_input(1)])
+    [answer] = reply.json()
+    assert answer["error"]["code"] == CODE_NO_CLIENT_INPUT
+    assert "a batch" in answer["error"]["message"]
+
+
+async def test_an_input_request_the_legacy_client_never_answers_ends_the_request_with_a_timeout_error() -> None:
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(modern_child(input_timeout=0.5)) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            headers = await open_session(http, url, {"elicitation": {}})
+            async with http.stream("POST", url, headers=headers, json=needs_input(1)) as reply:
+                stream = sse(reply)
+                assert (await anext(stream))["id"] == "g-1"
+                final = await anext(stream)  # no answer: the gateway's bound ends the wait
+            late = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": ELICITED})
+    assert final["id"] == 1
+    assert final["error"]["code"] == CODE_INPUT_TIMEOUT
+    assert "did not answer elicitation/create within 0.5 s" in final["error"]["message"]
+    assert late.status_code == 202  # accepted, and dropped: nobody waits for it now
+
+
+async def test_a_client_error_for_an_input_request_ends_the_request_quoting_it() -> None:
+    refusal = {"code": -1, "message": "the user closed the dialog"}
+    with anyio.fail_after(WAIT):
+        async with running_gateway(modern_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            headers = await open_session(http, url, {"elicitation": {}})
+            async with http.stream("POST", url, headers=headers, json=needs_input(1)) as reply:
+                stream = sse(reply)
+                assert (await anext(stream))["id"] == "g-1"
+                await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "error": refusal})
+                final = await anext(stream)
+    assert final["error"]["code"] == CODE_NO_CLIENT_INPUT
+    assert "the user closed the dialog" in final["error"]["message"]
+    assert final["error"]["data"]["clientError"] == refusal
+
+
+async def test_a_modern_child_that_keeps_asking_is_cut_off_after_the_round_limit() -> None:
+    with anyio.fail_after(WAIT):
+        async with running_gateway(modern_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            headers = await open_session(http, url, {"elicitation": {}})
+            async with http.stream(
+                "POST", url, headers=headers, json=needs_input(1, rounds=MAX_INPUT_ROUNDS + 1)
+            ) as reply:
+                stream = sse(reply)
+                while "method" in (message := await anext(stream)):
+                    answer = {"jsonrpc": "2.0", "id": message["id"], "result": elicited("Ada")}
+                    assert (await http.post(url, headers=headers, json=answer)).status_code == 202
+    assert message["id"] == 1
+    assert f"after {MAX_INPUT_ROUNDS} rounds" in message["error"]["message"]
+
+
+async def test_the_sdk_client_in_legacy_mode_answers_a_modern_childs_input_required_with_its_callback() -> None:
+    asked: list[str] = []
+
+    async def ada(context: Any, params: sdk.ElicitRequestParams) -> sdk.ElicitResult:
+        asked.append(params.message)
+        return sdk.ElicitResult(action="accept", content={"name": "Ada"})
+
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(modern_child()) as url,
+            Client(url, mode="legacy", elicitation_callback=ada) as client,
+        ):
+            result = await client.call_tool("needs_input", {"rounds": 2})
+    assert result.structured_content == {"name": "Ada", "rounds": 2}
+    assert asked == ["Your name?", "Your name again (2)?"]

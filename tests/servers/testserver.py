@@ -186,6 +186,64 @@ def _ask_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
     return text_result(json.dumps(answers), structured={"answers": answers})
 
 
+NAME_REQUEST: JsonObject = {
+    "method": "elicitation/create",
+    "params": {
+        "mode": "form",
+        "message": "Your name?",
+        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+    },
+}
+FIRST_STATE = "opaque-123"
+
+
+def _needs_input(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    """A modern MRTR tool: without input it answers ``input_required`` (an elicitation keyed
+    ``name``, ``requestState`` "opaque-123"); each retry must carry the last round's
+    ``requestState`` unchanged and the answers under the same keys. With ``rounds`` N > 1 it
+    asks N-1 more times (key ``again-K``, state ``round-K-<name>``) before answering
+    "hello <name>"; a retry that does not fit the state gets an error result. With ``roots``
+    the first round also asks ``roots/list`` (key ``roots``), and the answer (with rounds 1)
+    carries the roots it got."""
+    rounds = int_arg(args, "rounds", minimum=1, default=1)
+    state = ctx.params.get("requestState")
+    given = ctx.params.get("inputResponses")
+    given = given if isinstance(given, dict) else {}
+
+    def ask(key: str, request_state: str, message: str) -> JsonObject:
+        request = {**NAME_REQUEST, "params": {**NAME_REQUEST["params"], "message": message}}
+        return {"resultType": "input_required", "inputRequests": {key: request}, "requestState": request_state}
+
+    def accepted(key: str) -> str | None:
+        answer = given.get(key)
+        content = answer.get("content") if isinstance(answer, dict) and answer.get("action") == "accept" else None
+        name = content.get("name") if isinstance(content, dict) else None
+        return name if isinstance(name, str) else None
+
+    if state is None:
+        first = ask("name", FIRST_STATE, "Your name?")
+        if args.get("roots"):
+            first["inputRequests"]["roots"] = {"method": "roots/list"}
+        return first
+    if state == FIRST_STATE:
+        name, done = accepted("name"), 1
+    elif isinstance(state, str) and state.startswith("round-") and state.count("-") >= 2:
+        _, count, name = state.split("-", 2)
+        done = int(count)
+        if accepted(f"again-{done}") != name:
+            return text_result(f"needs_input: round {done} not confirmed: {given!r}", is_error=True)
+    else:
+        return text_result(f"needs_input: unexpected requestState {state!r}", is_error=True)
+    if name is None:
+        return text_result(f"needs_input: no name in {given!r}", is_error=True)
+    if done < rounds:
+        return ask(f"again-{done + 1}", f"round-{done + 1}-{name}", f"Your name again ({done + 1})?")
+    structured: JsonObject = {"name": name, "rounds": done}
+    if isinstance(given.get("roots"), dict):
+        structured["roots"] = given["roots"].get("roots")
+    return text_result(f"hello {name}", structured=structured)
+
+
 def _notify(ctx: ToolContext, args: JsonObject) -> JsonObject:
     params = args.get("params")
     ctx.notify(str_arg(args, "method"), params if isinstance(params, dict) else None)
@@ -285,6 +343,17 @@ def add_test_tools(server: StdioServer) -> None:
                 ["requests"],
             ),
             _ask_client,
+        ),
+        (
+            "needs_input",
+            "Modern MRTR: answer input_required (an elicitation for a name) until retried with it, rounds times.",
+            object_schema(
+                {
+                    "rounds": _int("how many input rounds before the answer (default 1)"),
+                    "roots": {"type": "boolean", "description": "also ask roots/list in the first round"},
+                }
+            ),
+            _needs_input,
         ),
         (
             "end_listens",
