@@ -95,6 +95,7 @@ class Router:
         self._gateway_version = gateway_version
         self._listeners: list[Any] = [on_notification] if on_notification else []
         self._loss_listeners: list[Any] = []
+        self._request_handlers: list[Any] = []
         self._tg: TaskGroup | None = None
         self._stops: dict[PoolKey, anyio.Event] = {}
 
@@ -108,6 +109,12 @@ class Router:
         self._loss_listeners.append(listener)
         for pool in self.pools.values():
             pool.add_loss_listener(listener)
+
+    def add_request_handler(self, handler: Any) -> None:
+        """``handler(pool, request)`` for a child's unattributable requests (``Pool.add_request_handler``)."""
+        self._request_handlers.append(handler)
+        for pool in self.pools.values():
+            pool.add_request_handler(handler)
 
     async def __aenter__(self) -> Router:
         self._tg = anyio.create_task_group()
@@ -160,6 +167,10 @@ class Router:
             pool.add_listener(listener)
         for loss in self._loss_listeners:
             pool.add_loss_listener(loss)
+        for handler in self._request_handlers:
+            pool.add_request_handler(handler)
+        if key.scope.startswith("session:"):
+            pool.session_id = key.scope.removeprefix("session:")
         self.pools[key] = pool
         stop = self._stops[key] = anyio.Event()
         entered = anyio.Event()

@@ -164,6 +164,10 @@ class SessionStore:
     def open_streams(self) -> int:
         return sum(1 for session in self._sessions.values() if session.stream is not None)
 
+    def serving(self, pool: object) -> list[LegacySession]:
+        """The sessions that ``pool`` serves (their requests go to its children)."""
+        return [session for session in self._sessions.values() if session.pool is pool]
+
     def broadcast(self, message: JsonObject, to: Callable[[LegacySession], bool] = lambda _: True) -> int:
         """Offer ``message`` to the GET stream of every session ``to`` accepts; return how many took it."""
         return sum(session.offer(message) for session in self._sessions.values() if to(session))

@@ -133,6 +133,7 @@ class ToolContext:
         self._done = False
         self._reply_suppressed = False
         self._ignores_cancellation = False
+        self._after_reply: list[Callable[[], None]] = []
 
     def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         """Send ``notifications/progress`` if the request gave a progressToken; else do nothing."""
@@ -150,6 +151,11 @@ class ToolContext:
     def notify(self, method: str, params: JsonObject | None = None) -> None:
         """Send an unsolicited notification. Not tied to this request, so sent even after a cancel."""
         self._server.notify(method, params)
+
+    def after_reply(self, action: Callable[[], None]) -> None:
+        """Run ``action`` on a new thread once this call's reply is written (or dropped): the
+        client then has no request of this call in flight, as with a server asking unprompted."""
+        self._after_reply.append(action)
 
     def send_request(
         self, method: str, params: JsonObject | None = None, timeout: float = SEND_REQUEST_TIMEOUT
@@ -627,6 +633,8 @@ class StdioServer:
             if "error" not in reply:
                 reply["result"] = self._decorate(ctx.era, result)
             ctx._finish(reply)
+            for action in ctx._after_reply:
+                threading.Thread(target=action, name=f"after:{tool.name}", daemon=True).start()
         finally:
             with self._idle:
                 self._in_flight.pop(_id_key(ctx.request_id), None)

@@ -83,6 +83,7 @@ def create_app(
         )
         router.add_listener(endpoint.on_child_notification)
         router.add_loss_listener(endpoint.listens.on_pool_loss)
+        router.add_request_handler(endpoint.on_child_request)
         endpoints.append((router, endpoint, sessions))
 
     @asynccontextmanager

@@ -9,6 +9,9 @@ A POST goes: bounded body read → ingress ladder (pure) → by era:
   cancellation); ``notifications/cancelled`` cancels the named request of that session;
   ``ping`` is answered here; a POSTed response answers the child's question it names
   (202). 2025-03-26 batches are answered with a JSON array.
+
+A child's unattributable question reaches a legacy session's GET stream only when that
+session is the only one its pool serves (``on_child_request``).
 """
 
 from __future__ import annotations
@@ -24,12 +27,12 @@ from sse_starlette import EventSourceResponse
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 
-from gateway.errors import CODE_CANCELLED, GatewayError
+from gateway.errors import CODE_CANCELLED, CODE_INPUT_TIMEOUT, GatewayError
 from gateway.http import wire
 from gateway.http.listen import Listen, Listens, ListenStream
 from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
 from gateway.http.wire import rejection_response
-from gateway.protocol import bridge, ingress, loglevels, subscriptions, versions
+from gateway.protocol import bridge, ingress, inputs, loglevels, subscriptions, versions
 from gateway.protocol.headers import MCP_SESSION_ID
 from gateway.protocol.jsonrpc import (
     INVALID_PARAMS,
@@ -39,6 +42,7 @@ from gateway.protocol.jsonrpc import (
     JsonObject,
     Message,
     Notification,
+    Reply,
     Request,
     Result,
     error_object,
@@ -47,6 +51,7 @@ from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import ClientContext, Relay, response
 from gateway.sessions import LegacySession, SessionStore
+from gateway.stdio.ask import ChildAsk
 from gateway.stdio.pool import Pool
 
 log = logging.getLogger("gateway.http")
@@ -374,6 +379,38 @@ class McpEndpoint:
             self.sessions.broadcast(notification.to_dict(), lambda session: session.pool is pool)
         else:
             log.debug("unsolicited %s from the child not forwarded", notification.method)
+
+    async def on_child_request(self, pool: Pool, request: Request) -> Reply | None:
+        """A child's question that no client exchange carries (unattributable): sent on the GET
+        stream of the one legacy session the child serves, when there is exactly one (the pool
+        is that session's own, ``isolation: session``), its GET stream is open and it declared
+        the capability; the client's POSTed answer (or, after ``input_timeout``, -31007) is the
+        reply. None otherwise: the gateway answers it locally."""
+        if request.method not in inputs.INPUT_METHODS or pool.session_id is None:
+            return None
+        served = self.sessions.serving(pool)
+        if len(served) != 1 or served[0].id != pool.session_id:
+            return None
+        [session] = served
+        if not inputs.is_declared(session.capabilities, request.method, request.params):
+            return None
+        ask = ChildAsk(request)
+        gateway_id = session.track_ask(ask)
+        if not session.offer(Request(gateway_id, request.method, request.params).to_dict()):
+            session.asks.pop(gateway_id, None)  # no GET stream open (or it is full)
+            return None
+        timeout = pool.spec.input_timeout
+        try:
+            with anyio.move_on_after(timeout):
+                await ask.wait()
+        finally:  # a no-op when answered; else the timeout (or the child's end) answers it
+            ask.answer_error(
+                CODE_INPUT_TIMEOUT,
+                f"the client did not answer {ask.method} within {timeout:g} s",
+                timeout_seconds=timeout,
+            )
+        assert ask.reply is not None
+        return ask.reply
 
     def _delete(self, headers: dict[str, str], principal: str | None) -> Response:
         outcome = ingress.check_delete(headers, session_version=self.sessions.version_of)

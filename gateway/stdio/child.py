@@ -23,8 +23,9 @@ Guarantees:
   **attributed** to the one exchange in flight when it is read, if exactly one is and it
   was opened with ``asks=True``: it arrives in that exchange's stream as a ``ChildAsk``,
   whose answer (or, after ``spec.input_timeout``, an error) goes back to the child under
-  the child's own id. Every other child request goes to ``on_request`` (default: the
-  gateway's local answers, ``gateway.protocol.inputs.local_answer``), and notifications
+  the child's own id. Every other child request goes to ``on_request`` (which may send it
+  to the one client the child serves, or return None), else to the gateway's local answers
+  (``gateway.protocol.inputs.local_answer``), and notifications
   that belong to no request go to ``on_notification`` as they are read;
 - a request to a child that could not start or has died fails at once, never hangs.
 """
@@ -67,7 +68,8 @@ STDERR_DRAIN_GRACE: Final = 1.0
 """Seconds to let stderr finish after the child exits, so the error quotes its last words."""
 NOISE_LINES: Final = 5
 
-RequestHandler = Callable[[Request], Awaitable[Reply]]
+RequestHandler = Callable[[Request], Awaitable[Reply | None]]
+"""Answers a child request no exchange carries; None: the gateway's local answer."""
 NotificationHandler = Callable[[Notification], None]
 CANCELLED = "notifications/cancelled"
 TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
@@ -504,14 +506,19 @@ class StdioChild:
             await self._write(ask.reply.to_dict())
 
     async def _answer(self, request: Request, reason: str) -> None:
+        asking = request.method in inputs.INPUT_METHODS and self._on_request is not None
+        if asking:
+            self.awaiting_input += 1  # it may wait for a client: the child's silence is no stall
         try:
-            if self._on_request is None:
+            reply = None if self._on_request is None else await self._on_request(request)
+            if reply is None:
                 reply = inputs.local_answer(request, self.spec.roots, reason)
-            else:
-                reply = await self._on_request(request)
         except Exception:  # a handler bug must still answer the child
             log.exception("handler for child request %s failed", request.method)
             reply = ErrorReply(request.id, jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "gateway error"))
+        finally:
+            if asking:
+                self.awaiting_input -= 1
         with suppress(ChildError):
             await self._write(reply.to_dict())
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Final
@@ -36,7 +36,7 @@ from anyio.abc import TaskGroup
 
 from gateway.errors import ChildError, GatewayError, GatewayUnavailableError
 from gateway.protocol.handshake import modern_meta
-from gateway.protocol.jsonrpc import Notification, Result
+from gateway.protocol.jsonrpc import Notification, Reply, Request, Result
 from gateway.protocol.versions import Era
 from gateway.stdio.child import RequestHandler, StdioChild, open_child
 from gateway.stdio.spec import ChildSpec
@@ -81,6 +81,8 @@ class PoolSettings:
 PoolListener = Callable[["Pool", Notification], None]
 LossListener = Callable[["Pool"], None]
 """Called when a started child of the pool exits unplanned (crash), or the pool closes."""
+PoolRequestHandler = Callable[["Pool", Request], Awaitable[Reply | None]]
+"""Offered a child's unattributable request (``Pool.add_request_handler``); None: not mine."""
 
 
 class Member:
@@ -145,6 +147,8 @@ class Pool:
         self._on_request = on_request
         self._listeners: list[PoolListener] = []
         self._loss_listeners: list[LossListener] = []
+        self._request_handlers: list[PoolRequestHandler] = []
+        self.session_id: str | None = None  # the one legacy session this pool is dedicated to, if any
         self._tg: TaskGroup | None = None
         self._closing = False
         self._changed = anyio.Event()
@@ -180,6 +184,21 @@ class Pool:
         """Call ``listener(pool)`` when a started child exits unplanned or the pool closes: state
         that the gateway emulates on top of the pool's children (listens) must end then."""
         self._loss_listeners.append(listener)
+
+    def add_request_handler(self, handler: PoolRequestHandler) -> None:
+        """Offer ``handler(pool, request)`` every request a child of this pool sends that no
+        exchange carries (unattributable); the first reply that is not None answers it, and
+        with none the gateway answers locally (``gateway.protocol.inputs.local_answer``)."""
+        self._request_handlers.append(handler)
+
+    async def _child_request(self, request: Request) -> Reply | None:
+        if self._on_request is not None:
+            return await self._on_request(request)
+        for handler in self._request_handlers:
+            reply = await handler(self, request)
+            if reply is not None:
+                return reply
+        return None
 
     def _lost(self) -> None:
         for listener in self._loss_listeners:
@@ -324,7 +343,7 @@ class Pool:
             async with open_child(
                 self.spec,
                 gateway_version=self._gateway_version,
-                on_request=self._on_request,
+                on_request=self._child_request,
                 on_notification=self._dispatch,
             ) as child:
                 member.child = child

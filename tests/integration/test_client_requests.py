@@ -34,6 +34,7 @@ from gateway.http.auth import TokenStore
 from gateway.protocol.jsonrpc import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
 from gateway.protocol.requeststate import StateClaims, encode_state, params_digest
 from gateway.relay import MAX_INPUT_ROUNDS
+from gateway.router import Isolation
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, MODERN, modern_call, modern_headers, parse_sse, running_gateway
@@ -176,6 +177,101 @@ async def test_a_question_the_legacy_client_leaves_unanswered_ends_with_a_timeou
     assert timed_out["error"]["code"] == CODE_INPUT_TIMEOUT
     assert "within 0.5 s" in timed_out["error"]["message"]
     assert late.status_code == 202  # accepted, and dropped: nobody waits for it now
+
+
+# -- unattributable questions: the GET stream of the one session a child serves ---------------
+
+
+def legacy_tool(request_id: Any, tool: str, **arguments: Any) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    }
+
+
+async def legacy_result(http: httpx.AsyncClient, url: str, headers: dict[str, str], message: dict[str, Any]) -> Any:
+    reply = await http.post(url, headers=headers, json=message)
+    [final] = [m for m in messages(reply) if m.get("id") == message["id"]]
+    assert "result" in final, final
+    return final["result"]
+
+
+async def test_an_unprompted_question_goes_to_the_get_stream_of_the_session_whose_own_child_asks() -> None:
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(legacy_child(), isolation=Isolation.SESSION) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            headers = await open_session(http, url, {"roots": {}})
+            async with http.stream("GET", url, headers={**headers, "accept": "text/event-stream"}) as get:
+                assert get.status_code == 200
+                stream = sse(get)
+                # The tool replies first, then asks: no request of the client is in flight.
+                said = await legacy_result(http, url, headers, legacy_tool(1, "ask_later", method="roots/list"))
+                assert said["content"][0]["text"] == "will ask"
+                question = await anext(stream)
+                assert question == {"jsonrpc": "2.0", "id": "g-1", "method": "roots/list"}
+                validate(question, "ListRootsRequest", "2025-11-25")
+                posted = await http.post(
+                    url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": CLIENT_ROOTS}
+                )
+                assert posted.status_code == 202
+                got = await legacy_result(http, url, headers, legacy_tool(2, "answers_later", count=1))
+    assert got["structuredContent"]["answers"] == [{"result": CLIENT_ROOTS}]  # the client's answer reached the child
+
+
+async def test_an_unprompted_question_on_a_child_shared_by_two_sessions_is_answered_by_the_gateway() -> None:
+    with anyio.fail_after(WAIT):
+        async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            alice = await open_session(http, url, {"roots": {}})
+            bob = await open_session(http, url, {"roots": {}})
+            async with (
+                http.stream("GET", url, headers={**alice, "accept": "text/event-stream"}) as alice_get,
+                http.stream("GET", url, headers={**bob, "accept": "text/event-stream"}) as bob_get,
+            ):
+                await legacy_result(http, url, alice, legacy_tool(1, "ask_later", method="roots/list"))
+                got = await legacy_result(http, url, alice, legacy_tool(2, "answers_later", count=1))
+                # Then a list_changed, which every session of the pool gets: had the question gone
+                # to a GET stream, it would come first there.
+                await legacy_result(http, url, bob, legacy_tool(3, "add_tool", name="extra"))
+                firsts = [await anext(sse(alice_get)), await anext(sse(bob_get))]
+    [answer] = got["structuredContent"]["answers"]
+    assert answer["error"]["code"] == CODE_NO_CLIENT_INPUT  # no configured roots: the gateway's refusal
+    assert "no client request is in flight" in answer["error"]["message"]
+    assert firsts == [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}] * 2
+
+
+async def test_an_unprompted_question_the_session_did_not_declare_is_answered_by_the_gateway() -> None:
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(legacy_child(roots=CONFIGURED_ROOTS), isolation=Isolation.SESSION) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            headers = await open_session(http, url, {"sampling": {}})
+            async with http.stream("GET", url, headers={**headers, "accept": "text/event-stream"}) as get:
+                await legacy_result(http, url, headers, legacy_tool(1, "ask_later", method="roots/list"))
+                got = await legacy_result(http, url, headers, legacy_tool(2, "answers_later", count=1))
+                await legacy_result(http, url, headers, legacy_tool(3, "add_tool", name="extra"))
+                first = await anext(sse(get))
+    assert got["structuredContent"]["answers"] == [{"result": {"roots": list(CONFIGURED_ROOTS)}}]
+    assert first == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+
+
+async def test_an_unprompted_question_the_session_leaves_unanswered_ends_with_a_timeout_error_at_the_child() -> None:
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(legacy_child(input_timeout=0.5), isolation=Isolation.SESSION) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            headers = await open_session(http, url, {"elicitation": {}})
+            async with http.stream("GET", url, headers={**headers, "accept": "text/event-stream"}) as get:
+                await legacy_result(http, url, headers, legacy_tool(1, "ask_later", **ELICITATION))
+                assert (await anext(sse(get)))["id"] == "g-1"
+                got = await legacy_result(http, url, headers, legacy_tool(2, "answers_later", count=1))
+    [timed_out] = got["structuredContent"]["answers"]
+    assert timed_out["error"]["code"] == CODE_INPUT_TIMEOUT
 
 
 # -- the official SDK, in each mode ---------------------------------------------------------

@@ -278,8 +278,51 @@ def add_test_tools(server: StdioServer) -> None:
     def end_listens(ctx: ToolContext, args: JsonObject) -> JsonObject:
         return text_result(str(server.end_listens()))
 
+    asked_later: list[JsonObject] = []  # answers to ask_later's questions, in arrival order
+    asked_changed = threading.Condition()
+
+    def ask_later(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        """Reply at once; then, with no request of the client in flight, ask it ``method``."""
+        method = str_arg(args, "method")
+        params = args.get("params") if isinstance(args.get("params"), dict) else None
+
+        def ask() -> None:
+            try:
+                answer: JsonObject = {"result": server.send_request(method, params)}
+            except RpcError as exc:
+                answer = {"error": exc.to_json()}
+            except (TimeoutError, ConnectionError) as exc:
+                answer = {"error": {"code": 0, "message": f"{type(exc).__name__}: {exc}"}}
+            with asked_changed:
+                asked_later.append(answer)
+                asked_changed.notify_all()
+
+        ctx.after_reply(ask)
+        return text_result("will ask")
+
+    def answers_later(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        """The answers ask_later got, once there are at least ``count`` (or after ``timeout_ms``)."""
+        count = int_arg(args, "count", minimum=0, default=1)
+        timeout = int_arg(args, "timeout_ms", minimum=1, default=10_000) / 1000
+        with asked_changed:
+            asked_changed.wait_for(lambda: len(asked_later) >= count, timeout)
+            found = list(asked_later)
+        return text_result(json.dumps(found), structured={"answers": found})
+
     tools = [
         ("pid", "Return this process's pid.", object_schema(), _pid),
+        (
+            "ask_later",
+            "Reply 'will ask', then send method (with params) to the client outside any request.",
+            object_schema({"method": _str("method"), "params": {"type": "object"}}, ["method"]),
+            ask_later,
+        ),
+        (
+            "answers_later",
+            "Return the answers ask_later got, waiting (up to timeout_ms) until there are count.",
+            object_schema({"count": _int("answers to wait for"), "timeout_ms": _int("ms")}),
+            answers_later,
+        ),
         (
             "sleep",
             "Wait ms milliseconds, then reply 'slept'. Cancellable.",
