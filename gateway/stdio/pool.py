@@ -256,11 +256,6 @@ class Pool:
         finally:
             self._release(member)
 
-    async def wait_ready(self) -> StdioChild:
-        """A ready child, waiting for one to start (used where no lease is held)."""
-        async with self.lease() as child:
-            return child
-
     def _pick(self, prefer: StdioChild | None) -> Member | None:
         if prefer is not None:
             # A legacy session waits for its own child rather than move: what it set up there
