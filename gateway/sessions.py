@@ -51,6 +51,7 @@ class LegacySession:
     stream: MemoryObjectSendStream[JsonObject] | None = None  # the open GET stream, if any
     child: Any = None  # the child this session's requests go to (legacy state stays put)
     pool: Any = None  # the pool that serves it: its children's list_changed reach this session
+    subscriptions: set[str] = field(default_factory=set)  # resource URIs it subscribed to
     asks: dict[str, ChildAsk] = field(default_factory=dict)  # gateway id → the child's question
     asks_sent: int = 0
 
@@ -87,6 +88,21 @@ class LegacySession:
         except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
             return False
         return True
+
+    def note_subscription(self, method: str, params: JsonObject | None) -> None:
+        """Remember ``resources/subscribe`` / ``unsubscribe`` (forwarded to the child as they are),
+        so the child's ``resources/updated`` reach this session's GET stream only when asked for."""
+        uri = (params or {}).get("uri")
+        if not isinstance(uri, str):
+            return
+        if method == "resources/subscribe":
+            self.subscriptions.add(uri)
+        elif method == "resources/unsubscribe":
+            self.subscriptions.discard(uri)
+
+    def is_subscribed(self, uri: str) -> bool:
+        """``uri`` or a resource under one of the subscribed URIs (a sub-resource may update)."""
+        return any(uri == held or uri.startswith(held.rstrip("/") + "/") for held in self.subscriptions)
 
     def cancel(self, client_id: Any) -> bool:
         """Cancel the request the client knows as ``client_id`` (exact JSON type)."""

@@ -65,6 +65,7 @@ LIST_CHANGED: Final = frozenset(
 )
 MODERN_ERROR_STATUSES: Final = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY: 400}
 """HTTP statuses of a modern final error sent as JSON: the spec maps these two (digest §0.2)."""
+RESOURCE_UPDATED: Final = "notifications/resources/updated"
 MAX_STREAM_SECONDS: Final = 3600.0
 """A legacy GET stream ends after this long; clients reconnect (L-TR allows either side to close)."""
 MAX_BODY_BYTES: Final = 4 * 1024 * 1024
@@ -228,6 +229,7 @@ class McpEndpoint:
             local = self._local_legacy_answer(session, message)
             if local is not None:
                 return wire.json_response(local)
+            session.note_subscription(message.method, message.params)
             return LazyStream(self._detached(session, message, headers), request_id=message.id)
         self._legacy_notification(session, message)
         return wire.accepted()
@@ -330,6 +332,7 @@ class McpEndpoint:
             if local is not None:
                 answers.append(local)
                 return
+            session.note_subscription(message.method, message.params)
             client = self._client(session, headers, streamed=False)  # a JSON array cannot carry requests
             try:
                 async for event in _finals(self.relay.exchange(message, client, headers)):
@@ -377,6 +380,13 @@ class McpEndpoint:
         self.listens.offer(pool, notification)  # modern listeners take what they opted into
         if notification.method in LIST_CHANGED:
             self.sessions.broadcast(notification.to_dict(), lambda session: session.pool is pool)
+        elif notification.method == RESOURCE_UPDATED and notification.params:
+            # Only to the sessions of this pool that subscribed to the resource (or a parent of it).
+            uri = notification.params.get("uri")
+            if isinstance(uri, str):
+                self.sessions.broadcast(
+                    notification.to_dict(), lambda session: session.pool is pool and session.is_subscribed(uri)
+                )
         else:
             log.debug("unsolicited %s from the child not forwarded", notification.method)
 

@@ -150,3 +150,32 @@ async def test_a_get_stream_ends_after_the_maximum_stream_duration() -> None:
                 async for _ in stream.aiter_bytes():
                     pass  # ends when the gateway closes the stream
             assert anyio.current_time() - started >= 0.3
+
+
+async def test_resources_updated_reaches_only_the_sessions_that_subscribed() -> None:
+    def notify(request_id: int, method: str, params: dict[str, object]) -> dict[str, object]:
+        return call(request_id, "notify", {"method": method, "params": params})
+
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec("--era", "legacy", "--subscribe")) as url, httpx.AsyncClient() as http:
+            reader, other = await open_session(http, url), await open_session(http, url)
+            subscribe = {"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": "file:///docs"}}
+            assert "result" in (await http.post(url, headers=reader, json=subscribe)).json()
+            streams = {}
+            async with (
+                http.stream("GET", url, headers={**reader, "accept": "text/event-stream"}) as streams["reader"],
+                http.stream("GET", url, headers={**other, "accept": "text/event-stream"}) as streams["other"],
+            ):
+                updated = "notifications/resources/updated"
+                await http.post(url, headers=other, json=notify(2, updated, {"uri": "file:///docs/a.md"}))
+                await http.post(url, headers=other, json=notify(3, "notifications/tools/list_changed", {}))
+                firsts = {}
+                for name, stream in streams.items():
+                    text = ""
+                    async for chunk in stream.aiter_text():
+                        text += chunk
+                        if parse_sse(text):
+                            break
+                    firsts[name] = parse_sse(text)[0]
+    assert firsts["reader"] == {"jsonrpc": "2.0", "method": updated, "params": {"uri": "file:///docs/a.md"}}
+    assert firsts["other"]["method"] == "notifications/tools/list_changed"  # the update never reached it
