@@ -17,6 +17,8 @@ from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.http.wire import header_map
+
 ALLOWED_HEADERS: Final = frozenset(
     {
         "accept",
@@ -59,7 +61,7 @@ class Cors:
         if scope["type"] != "http" or not self.origins:
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = header_map(scope)
         origin = headers.get("origin")
         if origin is None or not self._allowed(origin):
             await self.app(scope, receive, send)

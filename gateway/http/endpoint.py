@@ -73,7 +73,7 @@ MAX_BODY_BYTES: Final = 4 * 1024 * 1024
 
 
 def lower_headers(request: HttpRequest) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
+    return wire.header_map(request.scope)
 
 
 async def read_body(request: HttpRequest, limit: int) -> bytes | None:

@@ -11,10 +11,17 @@ from typing import Any
 
 import orjson
 from starlette.responses import Response
+from starlette.types import Scope
 
 from gateway.errors import GatewayError
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Rejection
+
+
+def header_map(scope: Scope) -> dict[str, str]:
+    """The request's headers by lower-case name (the last one wins on repeats): the one place
+    the edge decodes them all."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
 
 def json_response(body: JsonObject, status: int = 200, headers: dict[str, str] | None = None) -> Response:
