@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -46,3 +47,34 @@ def call_params(era_is_modern: bool, name: str, arguments: dict[str, object] | N
     if full_meta:
         params["_meta"] = full_meta
     return params
+
+
+def server_processes() -> list[tuple[int, str]]:
+    """(pid, state) of every test-server process descending from this one (the gateway runs here)."""
+    marker = str(TEST_SERVER).encode()
+    found = []
+    stack = [os.getpid()]
+    while stack:
+        pid = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as fh:
+                    stack.extend(int(child) for child in fh.read().split())
+            except OSError:
+                continue
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                is_server = marker in fh.read()
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        if is_server:
+            found.append((pid, stat[stat.rfind(b")") + 2 :].split()[0].decode()))
+    return found

@@ -27,7 +27,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.conftest import TEST_SERVER, server_spec
+from tests.conftest import server_processes, server_spec
 from tests.gateway_server import (
     BASE_HEADERS,
     MODERN_META,
@@ -44,23 +44,6 @@ LONG_MS = 30_000
 """Long enough that only a cancellation can end the work within a test's time bound."""
 WAIT_SECONDS = 10.0
 CHILD_ERAS = ["modern", "legacy"]
-
-
-def child_server_pids() -> list[int]:
-    """Live test-server processes that are children of this process (the gateway runs here)."""
-    marker = str(TEST_SERVER).encode()
-    pids = []
-    for task in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{task}/children") as fh:
-            children = fh.read().split()
-        for pid in children:
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    if marker in fh.read():
-                        pids.append(int(pid))
-            except FileNotFoundError:  # exited between the two reads
-                continue
-    return pids
 
 
 class Child:
@@ -119,7 +102,7 @@ async def watched_child(child_era: str) -> AsyncIterator[Child]:
     ):
         child = Child(http, url, 0)
         await child.round_trip()  # the pool is ready and no tool thread has ever run
-        [child.pid] = child_server_pids()
+        [child.pid] = [pid for pid, _ in server_processes()]
         child.idle_threads = child.threads()
         yield child
 

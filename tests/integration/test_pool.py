@@ -16,7 +16,7 @@ import pytest
 from gateway.router import Isolation
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
-from tests.conftest import TEST_SERVER, server_spec
+from tests.conftest import TEST_SERVER, server_processes, server_spec
 from tests.gateway_server import BASE_HEADERS, legacy_initialize, modern_call, modern_headers, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -36,42 +36,8 @@ def pool_children(server: dict[str, Any]) -> list[dict[str, Any]]:
     return [child for pool in server["pools"].values() for child in pool["children"]]
 
 
-def test_server_processes() -> list[tuple[int, str]]:
-    """(pid, state) of every test-server process descending from this one (the gateway runs here)."""
-    marker = str(TEST_SERVER).encode()
-    found = []
-    stack = [os.getpid()]
-    while stack:
-        pid = stack.pop()
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{task}/children") as fh:
-                    stack.extend(int(child) for child in fh.read().split())
-            except OSError:
-                continue
-        if pid == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                is_server = marker in fh.read()
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        if is_server:
-            found.append((pid, stat[stat.rfind(b")") + 2 :].split()[0].decode()))
-    return found
-
-
-test_server_processes.__test__ = False  # type: ignore[attr-defined]
-
-
 async def test_a_killed_child_fails_only_its_own_calls_and_is_replaced() -> None:
-    baseline = len(test_server_processes())
+    baseline = len(server_processes())
     settings = PoolSettings(min_size=4, max_size=4)
     with anyio.fail_after(40):
         async with (
@@ -108,10 +74,10 @@ async def test_a_killed_child_fails_only_its_own_calls_and_is_replaced() -> None
             while len([c for c in pool_children(await status(http, url)) if c["state"] == "ready"]) < 4:
                 pass  # the replacement is starting; each /status is a real round trip
             assert (await call(http, url, "echo", {"message": "after"})).status_code == 200
-            live = test_server_processes()
+            live = server_processes()
             assert len(live) == baseline + 4
             assert all(state != "Z" for _, state in live)
-    assert len(test_server_processes()) == baseline
+    assert len(server_processes()) == baseline
 
 
 async def test_max_in_flight_one_serialises_within_a_child_and_parallelises_across_children() -> None:
@@ -293,7 +259,7 @@ async def test_a_child_that_fails_its_liveness_check_is_recycled() -> None:
                 pass  # the idle check pings it, gets no answer, and replaces it (/status leases no child)
             reply = await call(http, url, "pid", {})
             assert int(reply.json()["result"]["content"][0]["text"]) != frozen
-    assert all(pid != frozen for pid, _ in test_server_processes())
+    assert all(pid != frozen for pid, _ in server_processes())
 
 
 async def test_a_legacy_session_stays_on_the_child_that_first_served_it() -> None:
