@@ -5,7 +5,10 @@ Flow: parse the command line (usage errors before any connection) → open the c
 tools whose ``x-mcp-header`` annotations are invalid, as HTTP clients must → ``--list``
 prints them; otherwise build the arguments against the tool's schema, mirror the annotated
 ones into ``Mcp-Param-*`` (modern), and call with a ``progressToken`` while a progress bar
-runs → print the result.
+runs → answer the server's questions (``input_required`` rounds: an elicitation form is
+asked in the terminal, ``roots/list`` gets ``--root``, sampling is refused) and retry →
+print the result (``--raw``: the result as JSON). On a terminal a spinner runs while the
+first answer is awaited (a gateway answers only once its server has started).
 
 Exit codes (``gateway.client.errors``): 0 success; 1 a JSON-RPC error, an ``isError``
 result or an ``input_required`` this command cannot serve, with the server's message;
@@ -16,6 +19,7 @@ entry (tests await it next to a gateway in the same event loop); ``main`` runs i
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import Final
 
@@ -25,15 +29,21 @@ from rich.console import Console
 from rich.text import Text
 
 from gateway.client import render, tools
-from gateway.client.connection import McpConnection, Mode, open_connection
+from gateway.client.asks import Asker, AskRefused, ReadLine
+from gateway.client.connection import McpConnection, Mode, ServerRequestHandler, open_connection
 from gateway.client.errors import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, ClientError, ServerError, UsageError
-from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply
+from gateway.configfile import parse_root
+from gateway.errors import ConfigError
+from gateway.protocol.bridge import CHILD_META
+from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply, Request, Result, error_object
 from gateway.protocol.versions import Era
 from gateway.protocol.xmcpheader import filter_tools, tool_header_params
 
 PROGRESS_TOKEN: Final = "mcp-stdio-gateway-call"
 """One call per process, so one fixed token is unique among our active requests."""
 EXIT_INTERRUPTED: Final = 130
+MAX_INPUT_ROUNDS: Final = 10
+"""``input_required`` rounds answered in one call: a server that keeps asking cannot loop us forever."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +79,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="'NAME: VALUE'",
         help="an extra HTTP header, e.g. 'Authorization: Bearer …' (repeatable; sent as given)",
     )
-    parser.add_argument("--timeout", type=float, default=None, metavar="S", help="give up after S seconds")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="give up after S seconds (default: no limit; connecting alone gives up after 10 s)",
+    )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="print the result (or, with --list, the tools) as raw JSON instead of text; "
+        "--json stays the arguments' flag",
+    )
+    parser.add_argument(
+        "--root",
+        action="append",
+        default=[],
+        metavar="PATH_OR_URI",
+        help="a root to answer the server's roots/list with (repeatable; declares the roots capability)",
+    )
     return parser
 
 
@@ -99,8 +128,14 @@ async def run_call(
         render.print_error(err, "name a TOOL to call, or use --list")
         return EXIT_USAGE
     try:
+        roots = [parse_root(root, "--root") for root in args.root]
+    except ConfigError as exc:
+        render.print_error(err, exc.message)
+        return EXIT_USAGE
+    asker = Asker(err, read_line=_terminal_reader(), roots=roots)
+    try:
         with anyio.fail_after(args.timeout):
-            return await _run(args, out, err, transport)
+            return await _run(args, out, err, transport, asker)
     except TimeoutError:
         render.print_error(err, f"no answer within {args.timeout:g} s (--timeout)")
         return EXIT_USAGE
@@ -109,70 +144,153 @@ async def run_call(
         return exc.exit_code
 
 
-async def _run(args: argparse.Namespace, out: Console, err: Console, transport: httpx.AsyncBaseTransport | None) -> int:
+def _terminal_reader() -> ReadLine | None:
+    """Reads the user's answers when a person is at a terminal (stdin and stderr both ttys)."""
+    if sys.stdin is not None and sys.stdin.isatty() and sys.stderr.isatty():
+        return sys.stdin.readline
+    return None
+
+
+async def _run(
+    args: argparse.Namespace,
+    out: Console,
+    err: Console,
+    transport: httpx.AsyncBaseTransport | None,
+    asker: Asker,
+) -> int:
     pairs = [tools.parse_arg(text) for text in args.arg]
     base = tools.parse_json_arguments(args.json) if args.json is not None else {}
     headers = dict(parse_header(text) for text in args.header)
     url = _checked_url(args.url)
-    async with open_connection(url, Mode(args.mode), headers, transport=transport) as connection:
+    screen = render.Screen()
+    with render.Waiting(err, url, screen) as waiting:
+        async with open_connection(
+            url,
+            Mode(args.mode),
+            headers,
+            transport=transport,
+            capabilities=asker.capabilities(),
+            on_request=_answerer(asker, screen),
+        ) as connection:
 
-        async def fetch(cursor: str | None) -> Reply:
-            return await connection.request("tools/list", {"cursor": cursor} if cursor else None)
+            async def fetch(cursor: str | None) -> Reply:
+                return await connection.request("tools/list", {"cursor": cursor} if cursor else None)
 
-        listing = await tools.walk_pages(fetch, "tools")
-        kept, dropped = filter_tools(listing.items)
-        if args.list:
+            listing = await tools.walk_pages(fetch, "tools")
+            waiting.stop()
+            kept, dropped = filter_tools(listing.items)
+            if args.list:
+                if listing.error is not None:
+                    if not listing.items:
+                        raise ServerError(f"tools/list failed: {listing.error}")
+                    render.print_error(err, f"the list may be incomplete: {listing.error}")
+                if args.raw:
+                    render.print_raw(out, {"tools": kept})
+                else:
+                    render.print_tools(out, connection.info, kept, _child_era(connection))
+                render.print_hidden(err, dropped)
+                return EXIT_OK
             if listing.error is not None:
-                if not listing.items:
-                    raise ServerError(f"tools/list failed: {listing.error}")
-                render.print_error(err, f"the list may be incomplete: {listing.error}")
-            render.print_tools(out, connection.info, kept)
-            render.print_hidden(err, dropped)
-            return EXIT_OK
-        if listing.error is not None:
-            err.print(Text(f"could not list the tools ({listing.error}); calling without the schema", style="yellow"))
-        return await _call(connection, args.tool, base, pairs, kept, dict(dropped), out, err)
+                err.print(
+                    Text(f"could not list the tools ({listing.error}); calling without the schema", style="yellow")
+                )
+            call = Call(connection, asker, out, err, screen, raw=args.raw)
+            return await call.run(args.tool, base, pairs, kept, dict(dropped))
 
 
-async def _call(
-    connection: McpConnection,
-    name: str,
-    base: JsonObject,
-    pairs: list[tuple[str, str]],
-    kept: list[JsonObject],
-    dropped: dict[str, str],
-    out: Console,
-    err: Console,
-) -> int:
-    if name in dropped:
-        raise UsageError(
-            f"tool {name!r} has an invalid x-mcp-header annotation ({dropped[name]}); "
-            "Streamable HTTP clients must not call it"
-        )
-    tool = next((t for t in kept if t.get("name") == name), None)  # unknown: the server will say so
-    arguments = tools.build_arguments(base, pairs, tool)
-    param_headers: dict[str, str] = {}
-    if tool is not None and connection.era is Era.MODERN:
-        param_headers = tools.mirrored_headers(tool_header_params(tool.get("inputSchema")), arguments)
-    with render.ProgressView(err, name, PROGRESS_TOKEN) as view:
-        reply = await connection.request(
-            "tools/call",
-            {"name": name, "arguments": arguments},
-            meta={"progressToken": PROGRESS_TOKEN},
-            param_headers=param_headers,
-            on_notification=view.on_notification,
-        )
-    if isinstance(reply, ErrorReply):
-        raise ServerError(render.error_text(reply))
-    result = reply.result
-    if result.get("resultType") == "input_required":
-        raise ServerError(f"{name} asked for input (input_required), which this command cannot provide")
-    if result.get("isError") is True:
-        err.print(Text(f"{name} returned an error:", style="bold red"))
-        render.print_result(result, err)
-        return EXIT_SERVER_ERROR
-    render.print_result(result, out)
-    return EXIT_OK
+def _child_era(connection: McpConnection) -> str | None:
+    """The child's era and version when a gateway bridges one (its discover ``_meta`` says)."""
+    meta = connection.info.raw.get("_meta") if connection.info else None
+    child = meta.get(CHILD_META) if isinstance(meta, dict) else None
+    if not isinstance(child, dict) or not isinstance(child.get("era"), str):
+        return None
+    version = child.get("protocolVersion")
+    return f"{child['era']} ({version})" if isinstance(version, str) else str(child["era"])
+
+
+def _answerer(asker: Asker, screen: render.Screen) -> ServerRequestHandler:
+    """Answers a legacy server's requests on the call's stream (``Asker.answer``), the live
+    display paused while the user types."""
+
+    async def answer(request: Request) -> Reply:
+        with screen.paused():
+            try:
+                return Result(request.id, await asker.answer(request.method, request.params))
+            except AskRefused as exc:
+                asker.err.print(Text(f"refused: {exc.message}", style="yellow"))
+                return ErrorReply(request.id, error_object(exc.code, exc.message))
+
+    return answer
+
+
+class Call:
+    """One ``tools/call`` with its ``input_required`` rounds, progress and printed result."""
+
+    def __init__(
+        self, connection: McpConnection, asker: Asker, out: Console, err: Console, screen: render.Screen, *, raw: bool
+    ) -> None:
+        self.connection = connection
+        self.screen = screen
+        self.asker = asker
+        self.out = out
+        self.err = err
+        self.raw = raw
+
+    async def run(
+        self,
+        name: str,
+        base: JsonObject,
+        pairs: list[tuple[str, str]],
+        kept: list[JsonObject],
+        dropped: dict[str, str],
+    ) -> int:
+        if name in dropped:
+            raise UsageError(
+                f"tool {name!r} has an invalid x-mcp-header annotation ({dropped[name]}); "
+                "Streamable HTTP clients must not call it"
+            )
+        tool = next((t for t in kept if t.get("name") == name), None)  # unknown: the server will say so
+        arguments = tools.build_arguments(base, pairs, tool)
+        param_headers: dict[str, str] = {}
+        if tool is not None and self.connection.era is Era.MODERN:
+            param_headers = tools.mirrored_headers(tool_header_params(tool.get("inputSchema")), arguments)
+        params: JsonObject = {"name": name, "arguments": arguments}
+        for _ in range(MAX_INPUT_ROUNDS):
+            result = await self._send(name, params, param_headers)
+            if result.get("resultType") != "input_required":
+                return self._print(name, result)
+            params = {"name": name, "arguments": arguments}
+            try:
+                params["inputResponses"] = await self.asker.answer_all(result.get("inputRequests"))
+            except AskRefused as exc:
+                raise ServerError(f"{name} needs input that call cannot give: {exc.message}") from exc
+            if "requestState" in result:
+                params["requestState"] = result["requestState"]  # echoed exactly (MRTR)
+        raise ServerError(f"{name} still asked for input after {MAX_INPUT_ROUNDS} rounds; giving up")
+
+    async def _send(self, name: str, params: JsonObject, param_headers: dict[str, str]) -> JsonObject:
+        with render.ProgressView(self.err, name, PROGRESS_TOKEN, self.screen) as view:
+            reply = await self.connection.request(
+                "tools/call",
+                params,
+                meta={"progressToken": PROGRESS_TOKEN},
+                param_headers=param_headers,
+                on_notification=view.on_notification,
+            )
+        if isinstance(reply, ErrorReply):
+            raise ServerError(render.error_text(reply))
+        return reply.result
+
+    def _print(self, name: str, result: JsonObject) -> int:
+        failed = result.get("isError") is True
+        if self.raw:
+            render.print_raw(self.out, result)
+        elif failed:
+            self.err.print(Text(f"{name} returned an error:", style="bold red"))
+            render.print_result(result, self.err)
+        else:
+            render.print_result(result, self.out)
+        return EXIT_SERVER_ERROR if failed else EXIT_OK
 
 
 def _checked_url(text: str) -> str:

@@ -11,8 +11,15 @@ Contract:
   ``gateway.protocol.handshake.classify_probe``); any other answer — another error, a
   4xx that is not JSON-RPC — means legacy: ``initialize`` (2025-11-25, no client
   capabilities), keep ``Mcp-Session-Id``, send ``notifications/initialized``. A refused
-  connection is not an answer: it fails at once. ``Mode.MODERN`` and ``Mode.LEGACY``
-  skip the detection.
+  connection is not an answer: it fails at once. Nor is a refusal of the probe itself: an
+  HTTP 401 or 403, a 404 that is not a JSON-RPC "method not found" (a wrong path), or a
+  gateway-local error (-31xxx: the gateway cannot start its server) is reported as it is,
+  with a hint (``--header 'Authorization: Bearer …'``, "did you mean …/mcp?"), rather than
+  blamed on an ``initialize`` that would fail the same way. ``Mode.MODERN`` and
+  ``Mode.LEGACY`` skip the detection; their first answers get the same checks.
+* ``capabilities`` are declared to the server (modern ``_meta``, legacy ``initialize``);
+  ``on_request`` answers a legacy server's requests on a stream (``ping`` is answered
+  without it; with none, anything else gets "method not found").
 * ``request(method, params, meta=…, param_headers=…, on_notification=…)`` sends one
   request and returns its ``Result`` or ``ErrorReply``, HTTP 4xx error bodies included.
   Modern requests carry the full ``_meta`` and the mirrored headers (``MCP-Protocol-Version``,
@@ -31,7 +38,7 @@ Contract:
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from enum import StrEnum
@@ -57,7 +64,11 @@ CLOSE_TIMEOUT: Final = 5.0
 SHOWN_BODY_CHARS: Final = 300
 """How much of a non-MCP answer's body an error message quotes."""
 
+GATEWAY_CODES: Final = range(-31999, -30999)
+"""Gateway-local JSON-RPC codes (``gateway.errors``): the gateway, not its server, failed."""
+
 NotificationHandler = Callable[[Notification], None]
+ServerRequestHandler = Callable[[Request], Awaitable[Reply]]
 
 
 class Mode(StrEnum):
@@ -75,13 +86,23 @@ class _Answer:
 
 
 class McpConnection:
-    def __init__(self, http: httpx.AsyncClient, url: str, extra_headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        url: str,
+        extra_headers: Mapping[str, str] | None = None,
+        *,
+        capabilities: JsonObject | None = None,
+        on_request: ServerRequestHandler | None = None,
+    ) -> None:
         self.url = url
         self.info: ChildInfo | None = None
         self.session_id: str | None = None
         self._http = http
         self._extra = dict(extra_headers or {})
         self._ids = itertools.count(1)
+        self._capabilities = dict(capabilities or {})
+        self._on_request = on_request
 
     def __repr__(self) -> str:
         era = self.info.era.value if self.info else "unopened"
@@ -103,21 +124,25 @@ class McpConnection:
             self.info = ChildInfo(Era.MODERN, versions.LATEST_MODERN, supported_versions=versions.MODERN_VERSIONS)
             return self.info
         if mode is Mode.AUTO:
-            info = handshake.classify_probe(await self._discover())
+            answer = await self._discover()
+            self._check_refusal(answer, handshake.DISCOVER)
+            info = handshake.classify_probe(answer.reply)
             if info is not None:
                 self.info = info
                 return info
         self.info = await self._initialize()
         return self.info
 
-    async def _discover(self) -> Reply | None:
+    async def _discover(self) -> _Answer:
         request = Request(next(self._ids), handshake.DISCOVER, handshake.probe_params(__version__))
         headers = self._modern_headers(request, versions.LATEST_MODERN)
-        return (await self._post(request.to_dict(), headers, None)).reply
+        return await self._post(request.to_dict(), headers, None)
 
     async def _initialize(self) -> ChildInfo:
-        request = Request(next(self._ids), handshake.INITIALIZE, handshake.initialize_params(__version__))
+        params = handshake.initialize_params(__version__, self._capabilities)
+        request = Request(next(self._ids), handshake.INITIALIZE, params)
         answer = await self._post(request.to_dict(), self._base_headers(), None)
+        self._check_refusal(answer, handshake.INITIALIZE)
         if answer.reply is None:
             raise ConnectionFailed(self._not_mcp(answer, handshake.INITIALIZE))
         try:
@@ -152,7 +177,7 @@ class McpConnection:
         info = self._info()
         body_params = dict(params or {})
         if info.era is Era.MODERN:
-            modern = handshake.modern_meta(__version__)
+            modern = handshake.modern_meta(__version__, self._capabilities)
             modern[handshake.META_PROTOCOL_VERSION] = info.version
             body_params["_meta"] = {**modern, **(meta or {})}
             request = Request(next(self._ids), method, body_params)
@@ -163,9 +188,24 @@ class McpConnection:
             request = Request(next(self._ids), method, body_params or None)
             headers = self._legacy_headers()
         answer = await self._post(request.to_dict(), headers, on_notification)
+        self._check_refusal(answer, method)
         if answer.reply is None:
             raise ConnectionFailed(self._not_mcp(answer, method))
         return answer.reply
+
+    def _check_refusal(self, answer: _Answer, method: str) -> None:
+        """Raise ``ConnectionFailed`` when the endpoint refused us rather than the request."""
+        problem = refusal(
+            self.url,
+            answer.status,
+            answer.reply,
+            answer.text,
+            method=method,
+            has_token=any(name.lower() == h.AUTHORIZATION for name in self._extra),
+            in_session=self.session_id is not None,
+        )
+        if problem is not None:
+            raise ConnectionFailed(problem)
 
     def _base_headers(self) -> httpx.Headers:
         base = {h.CONTENT_TYPE: h.JSON_MEDIA_TYPE, h.ACCEPT: f"{h.JSON_MEDIA_TYPE}, {h.SSE_MEDIA_TYPE}"}
@@ -233,9 +273,11 @@ class McpConnection:
         return None
 
     async def _answer_server_request(self, request: Request) -> None:
-        """We declare no client capabilities, so only ``ping`` gets a real answer."""
+        """``ping`` is answered here; the rest by ``on_request`` (with none: "method not found")."""
         if request.method == "ping":
             reply: Reply = Result(request.id, {})
+        elif self._on_request is not None:
+            reply = await self._on_request(request)
         else:
             error = jsonrpc.error_object(jsonrpc.METHOD_NOT_FOUND, f"this client does not handle {request.method}")
             reply = ErrorReply(request.id, error)
@@ -256,11 +298,13 @@ async def open_connection(
     extra_headers: Mapping[str, str] | None = None,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
+    capabilities: JsonObject | None = None,
+    on_request: ServerRequestHandler | None = None,
 ) -> AsyncIterator[McpConnection]:
     """Open (detect the era, start a legacy session) and always close."""
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
     async with httpx.AsyncClient(timeout=timeout, transport=transport) as http:
-        connection = McpConnection(http, url, extra_headers)
+        connection = McpConnection(http, url, extra_headers, capabilities=capabilities, on_request=on_request)
         try:
             await connection.open(mode)
             yield connection
@@ -286,6 +330,52 @@ async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
             data.append(value[1:] if value.startswith(" ") else value)
     if data and "\n".join(data).strip():
         yield "\n".join(data)
+
+
+def refusal(
+    url: str,
+    status: int,
+    reply: Reply | None,
+    body: str,
+    *,
+    method: str,
+    has_token: bool = False,
+    in_session: bool = False,
+) -> str | None:
+    """Why the endpoint refused us (not the request), with a hint; None when it did not.
+
+    HTTP 401/403, a 404 that is not "method not found" outside a legacy session (inside one
+    a 404 means the session is gone, which the caller reports), and a gateway-local error
+    to the handshake (the gateway cannot start its server; later ones are the call's own)."""
+    said = reply.message if isinstance(reply, ErrorReply) else " ".join(body.split())[:SHOWN_BODY_CHARS]
+    said = f": {said}" if said else ""
+    if status == 401:
+        hint = (
+            "the token given with --header was not accepted"
+            if has_token
+            else "pass --header 'Authorization: Bearer TOKEN'"
+        )
+        return f"{url} requires authorization (HTTP 401{said}); {hint}"
+    if status == 403:
+        return f"{url} refused this client (HTTP 403{said})"
+    method_not_found = isinstance(reply, ErrorReply) and reply.code == jsonrpc.METHOD_NOT_FOUND
+    if status == 404 and not method_not_found and not in_session:
+        suggestion = suggested_url(url)
+        hint = f"; did you mean {suggestion}?" if suggestion else ""
+        return f"nothing answers MCP at {url} (HTTP 404{said}){hint}"
+    opening = method in (handshake.DISCOVER, handshake.INITIALIZE)
+    if opening and isinstance(reply, ErrorReply) and reply.code in GATEWAY_CODES:
+        return f"{url} could not answer {method}{said}"
+    return None
+
+
+def suggested_url(url: str) -> str | None:
+    """The URL with ``/mcp`` appended, unless its path already ends so."""
+    parsed = httpx.URL(url)
+    path = parsed.path.rstrip("/")
+    if path.endswith("/mcp"):
+        return None
+    return str(parsed.copy_with(path=f"{path}/mcp", query=None, fragment=None))
 
 
 def _merged(*layers: Mapping[str, str]) -> httpx.Headers:

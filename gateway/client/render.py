@@ -3,14 +3,19 @@
 Contract:
 
 * ``print_result`` writes a ``CallToolResult`` readably: text content as text, then
-  ``structuredContent`` as pretty JSON (a text block that is just the same JSON is not
-  printed twice), and every other content block as one line with its type and its size or
-  URI (``[image] image/png, 12.1 KiB``).
+  ``structuredContent`` as pretty JSON, and every other content block as one line with its
+  type and its size or URI (``[image] image/png, 12.1 KiB``). Nothing is printed twice: a
+  text block that is just the structured JSON is left out, and so is a structured object
+  that only wraps the text (``{"content": "<the text>"}``, as many servers send).
 * ``ProgressView`` draws the call's ``notifications/progress`` (those carrying our token)
   as a live bar, with the server's message as its label; a call without progress leaves
   nothing behind. ``notifications/message`` lines are printed above the bar.
+* ``Waiting`` is a spinner, on a terminal only, while the first answer is awaited (a
+  gateway answers once its server has started: an ``npx`` cold start takes seconds).
+  ``Screen`` knows the one live display (spinner or bar) and pauses it while the user
+  answers a server's question.
 * ``print_tools`` lists tools with their arguments, ``print_hidden`` the ones left out;
-  ``print_error`` writes ``error: …``.
+  ``print_error`` writes ``error: …``; ``print_raw`` writes JSON for ``--raw``.
 
 Output goes to the ``Console`` given: the command passes stdout for results and stderr for
 progress and errors, so ``call … > out.txt`` keeps only the result.
@@ -18,9 +23,10 @@ progress and errors, so ``call … > out.txt`` keeps only the result.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from rich.console import Console
@@ -42,6 +48,13 @@ LOG_MESSAGE = "notifications/message"
 def print_result(result: JsonObject, console: Console) -> None:
     structured = result.get("structuredContent")
     content = result.get("content")
+    texts = [
+        b["text"]
+        for b in (content if isinstance(content, list) else [])
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+    ]
+    if _wraps_text(structured, texts):
+        structured = None
     for block in content if isinstance(content, list) else []:
         if not isinstance(block, dict):
             continue
@@ -78,6 +91,15 @@ def block_summary(block: JsonObject) -> str:
     return f"[{kind if isinstance(kind, str) else 'unknown'} content]"
 
 
+def _wraps_text(structured: Any, texts: list[str]) -> bool:
+    """Whether ``structured`` only repeats the text blocks: an object whose every value is
+    one of the texts (or all of them joined)."""
+    if not isinstance(structured, dict) or not structured or not texts:
+        return False
+    shown = {*texts, "\n".join(texts), "".join(texts)}
+    return all(isinstance(value, str) and value in shown for value in structured.values())
+
+
 def _same_json(text: str, value: Any) -> bool:
     try:
         return bool(orjson.loads(text) == value)
@@ -111,16 +133,75 @@ def print_error(console: Console, message: str) -> None:
     console.print(Text.assemble(("error: ", "bold red"), message))
 
 
+def print_raw(console: Console, value: Any) -> None:
+    """``--raw``: the value as indented JSON, nothing else (so it can be piped to ``jq``)."""
+    console.out(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode(), highlight=False)
+
+
+# --- live displays ------------------------------------------------------------------------------------
+
+
+class _Live(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+class Screen:
+    """The one live display on stderr (rich allows one at a time), for pausing it."""
+
+    def __init__(self) -> None:
+        self.live: _Live | None = None
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        live = self.live
+        if live is not None:
+            live.stop()
+        try:
+            yield
+        finally:
+            if live is not None and self.live is live:
+                live.start()
+
+
+class Waiting:
+    """A spinner until ``stop()`` (or exit), on a terminal only."""
+
+    def __init__(self, console: Console, url: str, screen: Screen | None = None) -> None:
+        self.console = console
+        self.screen = screen or Screen()
+        self._status = console.status(f"waiting for {url} to answer (a gateway answers once its server has started)")
+        self._running = False
+
+    def __enter__(self) -> Waiting:
+        if self.console.is_terminal:
+            self._status.start()
+            self._running = True
+            self.screen.live = self._status
+        return self
+
+    def stop(self) -> None:
+        if self._running:
+            self._running = False
+            self._status.stop()
+            if self.screen.live is self._status:
+                self.screen.live = None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
 # --- progress -----------------------------------------------------------------------------------------
 
 
 class ProgressView:
     """A live bar for one call; enter before sending, feed ``on_notification``, exit after."""
 
-    def __init__(self, console: Console, label: str, token: str | int) -> None:
+    def __init__(self, console: Console, label: str, token: str | int, screen: Screen | None = None) -> None:
         self.label = label
         self.token = token
         self.updates = 0
+        self.screen = screen or Screen()
         self._progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}", markup=False),  # the text is the server's
@@ -140,6 +221,7 @@ class ProgressView:
 
     def _start(self) -> TaskID:
         self._progress.start()
+        self.screen.live = self._progress
         self._task = self._progress.add_task(self.label, total=None)
         return self._task
 
@@ -149,6 +231,8 @@ class ProgressView:
         if self.updates == 0:
             self._progress.remove_task(self._task)  # no progress came: leave no empty bar behind
         self._progress.stop()
+        if self.screen.live is self._progress:
+            self.screen.live = None
 
     def on_notification(self, note: Notification) -> None:
         params = note.params or {}
@@ -175,12 +259,18 @@ class ProgressView:
 # --- tool listings ------------------------------------------------------------------------------------
 
 
-def print_tools(console: Console, info: ChildInfo | None, tools: list[JsonObject]) -> None:
+def print_tools(
+    console: Console, info: ChildInfo | None, tools: list[JsonObject], child_era: str | None = None
+) -> None:
+    """The tools; the header names the endpoint's era and, behind a gateway, the child's."""
     if info is not None:
         name = info.server_info.get("name")
         version = info.server_info.get("version")
         who = " ".join(str(part) for part in (name, version) if part) or "server"
-        console.print(Text(f"{who} · {info.era.value} ({info.version}) · {len(tools)} tools", style="bold"))
+        era = f"endpoint {info.era.value} ({info.version})"
+        if child_era:
+            era += f" · child {child_era}"
+        console.print(Text(f"{who} · {era} · {len(tools)} tools", style="bold"))
     for tool in tools:
         console.print()
         description = tool.get("description")

@@ -32,6 +32,8 @@ from gateway.protocol.handshake import (
 from gateway.protocol.jsonrpc import INVALID_PARAMS, LEGACY_RESOURCE_NOT_FOUND, JsonObject
 
 RESERVED_META_PREFIX: Final = "io.modelcontextprotocol/"
+CHILD_META: Final = "mcp-stdio-gateway/child"
+"""``_meta`` key of a bridged ``server/discover`` result: the legacy child's era and version."""
 CACHEABLE_METHODS: Final = frozenset(
     {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
 )
@@ -110,8 +112,12 @@ def discover_result(child: ChildInfo) -> JsonObject:
     }
     if child.instructions:
         out["instructions"] = child.instructions
+    # The child behind the bridge, for tools that show it (``call --list``); a name outside
+    # the reserved ``io.modelcontextprotocol/`` prefix, as _meta allows.
+    meta: JsonObject = {CHILD_META: {"era": child.era.value, "protocolVersion": child.version}}
     if child.server_info:
-        out["_meta"] = {META_SERVER_INFO: child.server_info}
+        meta[META_SERVER_INFO] = child.server_info
+    out["_meta"] = meta
     return out
 
 

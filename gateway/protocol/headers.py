@@ -27,6 +27,7 @@ from typing import Final
 ACCEPT: Final = "accept"
 CONTENT_TYPE: Final = "content-type"
 ORIGIN: Final = "origin"
+AUTHORIZATION: Final = "authorization"
 ALLOW: Final = "allow"
 MCP_PROTOCOL_VERSION: Final = "mcp-protocol-version"
 MCP_METHOD: Final = "mcp-method"

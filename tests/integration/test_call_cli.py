@@ -191,7 +191,7 @@ async def test_list_shows_the_tools_and_their_arguments_but_not_invalid_ones() -
     async with gateway() as url:
         run = await call(url, "--list")
     assert run.code == 0, run.err
-    assert "testserver 0.1.0 · modern (2026-07-28)" in run.out
+    assert "testserver 0.1.0 · endpoint modern (2026-07-28) · 30 tools" in run.out
     assert "\necho  Return the given message unchanged, as text.\n" in run.out
     assert "message: string, required" in run.out
     assert "region: string → Mcp-Param-Region" in run.out

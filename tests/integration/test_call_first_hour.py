@@ -1,0 +1,216 @@
+"""``call`` as a newcomer meets it: errors that name the cause, output shown once, and the
+server's questions answered in the terminal (driven through a real pty)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from gateway.http.auth import TokenStore
+from tests.conftest import server_spec
+from tests.gateway_server import running_gateway
+from tests.integration.test_call_cli import Run
+from tests.integration.test_call_cli import call as call_wrapped
+
+pytestmark = pytest.mark.anyio
+
+
+async def call(*argv: str, transport: httpx.AsyncBaseTransport | None = None) -> Run:
+    """``call`` with stderr's line wrapping undone (the test console is 120 columns wide)."""
+    run = await call_wrapped(*argv, transport=transport)
+    return Run(run.code, run.out, " ".join(run.err.split()))
+
+
+# --- the probe's own refusal is reported, not an initialize that never ran -----------------------------
+
+
+async def test_a_missing_token_is_reported_as_401_with_the_header_to_pass() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec(), tokens=TokenStore(["alice:" + "s" * 32])) as url:
+            run = await call(url, "echo", "--arg", "message=hi")
+    assert run.code == 2
+    assert "requires authorization (HTTP 401" in run.err
+    assert "pass --header 'Authorization: Bearer TOKEN'" in run.err
+    assert "initialize" not in run.err
+
+
+async def test_a_wrong_token_is_reported_as_not_accepted() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec(), tokens=TokenStore(["alice:" + "s" * 32])) as url:
+            run = await call(url, "echo", "--header", "Authorization: Bearer wrong-token-wrong-token")
+    assert run.code == 2
+    assert "HTTP 401" in run.err
+    assert "the token given with --header was not accepted" in run.err
+
+
+async def test_a_wrong_path_is_reported_as_404_with_the_mcp_path_suggested() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            base = url.removesuffix("/mcp")
+            run = await call(base + "/", "echo")
+    assert run.code == 2
+    assert f"nothing answers MCP at {base}/ (HTTP 404" in run.err
+    assert f"did you mean {base}/mcp?" in run.err
+    assert "initialize" not in run.err
+
+
+async def test_a_server_that_cannot_start_is_reported_with_its_exit_not_as_a_failed_initialize() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec("--exit-at-start", "3")) as url:
+            run = await call(url, "echo")
+    assert run.code == 2
+    assert "could not answer server/discover: cannot start" in run.err
+    assert "exited with code 3" in run.err
+    assert "initialize failed" not in run.err
+
+
+async def test_forced_legacy_mode_reports_a_401_the_same_way() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec(), tokens=TokenStore(["alice:" + "s" * 32])) as url:
+            run = await call(url, "echo", "--mode", "legacy")
+    assert run.code == 2
+    assert "requires authorization (HTTP 401" in run.err
+
+
+# --- output ---------------------------------------------------------------------------------------------
+
+
+async def test_list_names_the_endpoint_era_and_the_legacy_child_behind_it() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec("--era", "legacy")) as url:
+            run = await call(url, "--list")
+    assert run.code == 0, run.err
+    assert "endpoint modern (2026-07-28) · child legacy (2025-11-25)" in run.out
+
+
+async def test_raw_prints_the_result_as_json() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            run = await call(url, "echo", "--arg", "message=hi", "--raw")
+    assert run.code == 0, run.err
+    result = json.loads(run.out)
+    assert result["content"] == [{"type": "text", "text": "hi"}]
+
+
+async def test_raw_list_prints_the_tools_as_json() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            run = await call(url, "--list", "--raw")
+    assert run.code == 0, run.err
+    assert "echo" in [tool["name"] for tool in json.loads(run.out)["tools"]]
+
+
+async def test_without_a_terminal_an_elicitation_stops_the_call_with_a_clear_message() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            run = await call(url, "needs_input")
+    assert run.code == 1
+    assert "needs input that call cannot give" in run.err
+    assert "run call in a terminal" in run.err
+
+
+def _modern_server(input_request: dict[str, Any]) -> httpx.MockTransport:
+    """A modern endpoint whose one tool answers ``input_required`` with ``input_request``."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        message = json.loads(request.content)
+        if message["method"] == "server/discover":
+            result: dict[str, Any] = {"resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {}}
+        elif message["method"] == "tools/list":
+            result = {"resultType": "complete", "tools": [{"name": "ask", "inputSchema": {"type": "object"}}]}
+        else:
+            result = {"resultType": "input_required", "inputRequests": {"k": input_request}, "requestState": "s"}
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    return httpx.MockTransport(handle)
+
+
+async def test_sampling_is_refused_with_a_clear_message() -> None:
+    transport = _modern_server({"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}})
+    with anyio.fail_after(10):
+        run = await call("http://modern.test/mcp", "ask", transport=transport)
+    assert run.code == 1
+    assert "sampling/createMessage (an LLM completion); call has no model" in run.err
+
+
+# --- the elicitation prompt, through a pty --------------------------------------------------------------
+
+
+class Terminal:
+    """``python -m gateway call …`` with a pty as its stdin, stdout and stderr."""
+
+    def __init__(self, process: anyio.abc.Process, master: int) -> None:
+        self.process = process
+        self.master = master
+        self.seen = b""
+
+    async def expect(self, text: str) -> None:
+        while text.encode() not in self.seen:
+            await anyio.wait_readable(self.master)
+            try:
+                chunk = os.read(self.master, 4096)
+            except OSError:  # EIO: the child closed the terminal
+                chunk = b""
+            if not chunk:
+                raise AssertionError(f"{text!r} never came; the terminal showed: {self.screen()!r}")
+            self.seen += chunk
+
+    def type(self, line: str) -> None:
+        os.write(self.master, line.encode() + b"\r")
+
+    async def finish(self) -> int:
+        with pytest.raises(AssertionError):
+            await self.expect("\x00never\x00")  # read until the terminal closes
+        return await self.process.wait()
+
+    def screen(self) -> str:
+        return self.seen.decode("utf-8", "replace")
+
+
+async def run_in_terminal(*argv: str) -> Terminal:
+    master, slave = os.openpty()
+    env = {**os.environ, "COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}
+    process = await anyio.open_process(
+        [sys.executable, "-m", "gateway", "call", *argv], stdin=slave, stdout=slave, stderr=slave, env=env
+    )
+    os.close(slave)
+    os.set_blocking(master, False)
+    return Terminal(process, master)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_call_asks_the_elicitation_form_in_the_terminal_and_sends_the_answer(mode: str) -> None:
+    # auto: the modern input_required round; legacy: the gateway's elicitation/create on the stream.
+    with anyio.fail_after(45):
+        async with running_gateway(server_spec()) as url:
+            terminal = await run_in_terminal(url, "needs_input", "--mode", mode, "--timeout", "40")
+            try:
+                await terminal.expect("the server asks: Your name?")
+                await terminal.expect("name (string, required): ")
+                terminal.type("Ada")
+                code = await terminal.finish()
+            finally:
+                os.close(terminal.master)
+    assert code == 0, terminal.screen()
+    assert "hello Ada" in terminal.screen()
+
+
+async def test_call_answers_roots_from_the_root_flags_and_the_form_in_one_round() -> None:
+    with anyio.fail_after(45):
+        async with running_gateway(server_spec()) as url:
+            terminal = await run_in_terminal(url, "needs_input", "--arg", "roots=true", "--root", "/srv/data", "--raw")
+            try:
+                await terminal.expect("name (string, required): ")
+                terminal.type("Grace")
+                code = await terminal.finish()
+            finally:
+                os.close(terminal.master)
+    assert code == 0, terminal.screen()
+    assert '"file:///srv/data"' in terminal.screen()
+    assert '"name": "Grace"' in terminal.screen()
