@@ -1,5 +1,9 @@
 """Composition root: settings → routers → ASGI app → uvicorn, with a graceful drain.
 
+The listening socket is bound first, before any child is spawned or anything is logged: a
+port already in use ends the process with exit code 2 and one line naming ``--port``.
+Then every endpoint URL is logged (and, for the demo, a ``call`` line to try).
+
 On the first SIGTERM or SIGINT: readiness fails at once and new MCP requests get 503
 (``gateway.http.drain``); requests in flight get up to ``--drain-timeout`` to finish; the
 rest are ended with a clear error; then uvicorn stops and the lifespan stops every child in
@@ -10,15 +14,20 @@ skips the wait.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
+import sys
 from types import FrameType
+from typing import Final
 
 import uvicorn
 from starlette.applications import Starlette
 
 from gateway import __version__, logs
 from gateway.config import Settings
+from gateway.errors import ConfigError
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore, trusted_networks
 from gateway.http.drain import Drain
@@ -26,6 +35,40 @@ from gateway.router import Router
 from gateway.stdio.process import become_subreaper
 
 log = logging.getLogger("gateway")
+
+LISTEN_BACKLOG: Final = 2048
+"""Connections the kernel queues before uvicorn accepts them (uvicorn's own default)."""
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The bound, listening socket uvicorn will serve on; ``ConfigError`` naming the flag
+    to change when it cannot be had (checked before any child is spawned)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only then.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+    except OSError as exc:
+        sock.close()
+        where = f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError("--port", f"{where} is already in use; choose another port with --port") from exc
+        if exc.errno == errno.EACCES:
+            raise ConfigError(
+                "--port", f"not allowed to listen on {where}; choose a port above 1023 with --port"
+            ) from exc
+        raise ConfigError("--host", f"cannot listen on {where}: {exc.strerror or exc}; check --host") from exc
+    return sock
+
+
+def endpoint_urls(settings: Settings, port: int) -> list[str]:
+    """Every MCP endpoint the gateway serves, as URLs (a single server also at ``/mcp``)."""
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    base = f"http://{host}:{port}"
+    urls = [f"{base}/servers/{server.name}/mcp" for server in settings.servers]
+    return [f"{base}/mcp", *urls] if len(settings.servers) == 1 else urls
 
 
 def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
@@ -82,14 +125,25 @@ class DrainingServer(uvicorn.Server):
 
 
 def run(settings: Settings, app: Starlette | None = None) -> int:
+    try:
+        sock = listen_socket(settings.host, settings.port)
+    except ConfigError as exc:
+        print(f"mcp-stdio-gateway: {exc.message}", file=sys.stderr)
+        return 2
     listener = logs.configure(settings.log_level, settings.log_format)
     become_subreaper()
     if settings.is_demo:
         log.info("no command given: serving the built-in demo server (tools: echo, countdown, fail, crash)")
     for server in settings.servers:
         log.info("server %s: %s", server.name, " ".join(server.spec.argv))
-    path = "/mcp" if len(settings.servers) == 1 else "/servers/NAME/mcp"
-    log.info("MCP endpoint: http://%s:%d%s", settings.host, settings.port, path)
+    port = sock.getsockname()[1]
+    # uvicorn says "running on" only for sockets it binds itself; this one is bound already.
+    log.info("running on http://%s:%d (press Ctrl-C to stop)", settings.host, port)
+    urls = endpoint_urls(settings, port)
+    for url in urls:
+        log.info("MCP endpoint: %s", url)
+    if settings.is_demo:
+        log.info("try: mcp-stdio-gateway call %s echo --arg message=hello", urls[0])
     app = app if app is not None else build_app(settings)
     drain: Drain = app.state.drain
     config = uvicorn.Config(
@@ -105,7 +159,8 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         timeout_graceful_shutdown=5,
     )
     try:
-        DrainingServer(config, drain, settings.drain_timeout).run()
+        DrainingServer(config, drain, settings.drain_timeout).run(sockets=[sock])
     finally:
+        sock.close()
         listener.stop()
     return 0

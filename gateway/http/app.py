@@ -12,8 +12,9 @@ sessions and parked calls and stops every child in the spec's order.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Final
 
 import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -41,11 +42,34 @@ from gateway.router import Router
 from gateway.sessions import SessionStore
 from gateway.suspensions import Suspensions
 
+MAX_LISTED_ENDPOINTS: Final = 20
+"""Server names a 404 lists at most: a hint, not an inventory of a big config file."""
+SHOWN_PATH_CHARS: Final = 200
+"""How much of an unknown path a 404 repeats back."""
 
-async def http_error(request: Request, exc: Exception) -> Response:
-    """Starlette's own errors (unknown path, wrong method) as JSON-RPC errors too."""
-    assert isinstance(exc, HTTPException)
-    return wire.error_response(exc.status_code, error_object(-32600, exc.detail), headers=dict(exc.headers or {}))
+
+def served_endpoints(names: Sequence[str]) -> str:
+    """``/mcp``, or ``/servers/{a,b,…}/mcp``: what an unknown path's 404 points to."""
+    if len(names) == 1:
+        return f"/mcp (also /servers/{names[0]}/mcp)"
+    shown = ",".join(names[:MAX_LISTED_ENDPOINTS])
+    more = f" and {len(names) - MAX_LISTED_ENDPOINTS} more" if len(names) > MAX_LISTED_ENDPOINTS else ""
+    return f"/servers/{{{shown}}}/mcp{more}"
+
+
+def http_error_handler(names: Sequence[str]) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """Starlette's own errors (unknown path, wrong method) as JSON-RPC errors too; a 404
+    names the endpoints this gateway does serve."""
+    where = served_endpoints(names)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = exc.detail
+        if exc.status_code == 404:
+            message = f"{exc.detail}: nothing at {request.url.path[:SHOWN_PATH_CHARS]}; this gateway serves {where}"
+        return wire.error_response(exc.status_code, error_object(-32600, message), headers=dict(exc.headers or {}))
+
+    return http_error
 
 
 def create_app(
@@ -205,7 +229,7 @@ def create_app(
         routes=routes,
         middleware=middleware,
         lifespan=lifespan,
-        exception_handlers={HTTPException: http_error},
+        exception_handlers={HTTPException: http_error_handler([r.server.name for r in routers])},
     )
     app.state.routers = routers
     app.state.drain = drain

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
-from typing import Final
+from typing import Any, Final
 
 import anyio
 from anyio.abc import Process, TaskGroup
@@ -206,6 +206,10 @@ class StdioChild:
         self._death: ChildError | None = None
         self._exited = anyio.Event()
         self._stopping = False
+
+    def start_soon(self, func: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        """Run ``func(*args)`` in the child's task group: it ends with the child at the latest."""
+        self._tg.start_soon(func, *args)
 
     def __repr__(self) -> str:
         state = "dead" if self._death else "alive"

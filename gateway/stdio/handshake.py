@@ -1,9 +1,17 @@
 """Run the era probe and, for a legacy child, ``initialize`` (decisions in
-``gateway.protocol.handshake``; this module only does the I/O and the timeouts)."""
+``gateway.protocol.handshake``; this module only does the I/O and the timeouts).
+
+A child that is slow to answer is not silent in the log: every ``WAITING_LOG_INTERVAL``
+seconds an INFO line says what it has not answered yet and how long of its budget has
+passed (``still waiting for … to answer server/discover (10 s of 30)``).
+"""
 
 from __future__ import annotations
 
 import logging
+from typing import Final
+
+import anyio
 
 from gateway.errors import ChildExitedError, ChildStartError, ChildTimeoutError
 from gateway.protocol import handshake
@@ -14,8 +22,48 @@ from gateway.stdio.child import StdioChild
 
 log = logging.getLogger("gateway.child")
 
+WAITING_LOG_INTERVAL: Final = 5.0
+"""Seconds between "still waiting" lines for a child that has not answered its handshake:
+often enough that a slow ``npx`` download is visibly alive, rare enough to stay readable."""
+
+
+class _Waiting:
+    """Logs, while the handshake lasts, which answer the child still owes."""
+
+    def __init__(self, child: StdioChild) -> None:
+        self.child = child
+        self.scope = anyio.CancelScope()
+        self.method = handshake.DISCOVER
+        self.budget = child.spec.probe_timeout
+        self.since = anyio.current_time()
+
+    def now_waiting_for(self, method: str, budget: float) -> None:
+        self.method, self.budget, self.since = method, budget, anyio.current_time()
+
+    async def run(self) -> None:
+        with self.scope:
+            while True:
+                await anyio.sleep(WAITING_LOG_INTERVAL)
+                log.info(
+                    "still waiting for %s (pid %d) to answer %s (%.0f s of %g)",
+                    self.child.spec.label,
+                    self.child.pid,
+                    self.method,
+                    anyio.current_time() - self.since,
+                    self.budget,
+                )
+
 
 async def run_handshake(child: StdioChild, gateway_version: str) -> ChildInfo:
+    waiting = _Waiting(child)
+    child.start_soon(waiting.run)
+    try:
+        return await _handshake(child, gateway_version, waiting)
+    finally:
+        waiting.scope.cancel()
+
+
+async def _handshake(child: StdioChild, gateway_version: str, waiting: _Waiting) -> ChildInfo:
     spec = child.spec
     try:
         probe = await _probe(child, gateway_version)
@@ -23,6 +71,7 @@ async def run_handshake(child: StdioChild, gateway_version: str) -> ChildInfo:
         if info is not None:
             return info
         log.debug("child %s did not answer server/discover as a modern server; initializing", spec.label)
+        waiting.now_waiting_for(handshake.INITIALIZE, spec.handshake_timeout)
         async with child.exchange(
             handshake.INITIALIZE,
             handshake.initialize_params(gateway_version, spec.declared_capabilities),

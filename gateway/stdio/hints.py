@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from typing import Final
 
 PACKAGE_RUNNERS: Final = frozenset({"npx", "uvx", "bunx", "pnpx", "pipx"})
+NPX_NO_YES: Final = "npx canceled due to missing packages and no YES option"
+"""What npm prints when ``npx`` without ``-y`` would have to ask before installing."""
 
 
 def _program(command: str) -> str:
@@ -37,6 +39,11 @@ def start_failure(
 ) -> str | None:
     """The most likely fix for a child that exited or stayed silent during its handshake."""
     program = _program(command)
+    if any(NPX_NO_YES in line for line in stderr_tail):
+        return (
+            "npx asks before installing a package, and a child cannot answer: "
+            "put -y after npx (npx -y PACKAGE) so it installs without asking"
+        )
     if stdout_noise:
         return (
             f"this server printed {stdout_noise[0][:80]!r} on stdout; MCP stdio servers must write only "

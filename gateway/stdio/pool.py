@@ -359,7 +359,8 @@ class Pool:
                     tg.start_soon(watch_exit)
                     await member.stop.wait()
                     tg.cancel_scope.cancel()
-        except ChildError as exc:  # could not start
+        except ChildError as exc:  # could not start: say why now, not only once the pool is failing
+            log.warning("%s: child failed to start: %s", self.label, exc.message)
             exit_error = exc
         finally:
             self.members.remove(member)

@@ -33,3 +33,10 @@ def test_nothing_is_said_when_nothing_is_known() -> None:
 def test_a_missing_npx_mentions_nodejs() -> None:
     assert "Node.js" in hints.missing_program("npx")
     assert "uv" in hints.missing_program("uvx")
+
+
+def test_npx_without_y_is_told_to_pass_y() -> None:
+    tail = ['npm error npx canceled due to missing packages and no YES option: ["x@1.0.0"]']
+    hint = hints.start_failure("npx", timed_out=False, exit_code=1, stderr_tail=tail)
+    assert hint is not None
+    assert "npx -y PACKAGE" in hint

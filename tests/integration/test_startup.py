@@ -1,0 +1,127 @@
+"""Start-up as a newcomer watches it: a port in use, the endpoint URLs, a helpful 404, and a
+slow or failing child that says so in the log while it happens."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from anyio.abc import Process
+from anyio.streams.text import TextReceiveStream
+
+from gateway.errors import ChildStartError
+from gateway.stdio import handshake as stdio_handshake
+from gateway.stdio.child import open_child
+from gateway.stdio.pool import Pool, PoolSettings
+from tests.conftest import TEST_SERVER, server_spec
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_port_in_use_exits_2_with_one_line_naming_port_before_starting_anything() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "gateway", "--port", str(port), "--", sys.executable, str(TEST_SERVER)]
+        with anyio.fail_after(30):
+            result = await anyio.run_process(command, check=False)
+    lines = result.stderr.decode().strip().splitlines()
+    assert result.returncode == 2
+    assert lines == [f"mcp-stdio-gateway: --port: 127.0.0.1:{port} is already in use; choose another port with --port"]
+
+
+@asynccontextmanager
+async def gateway_process(*argv: str) -> AsyncIterator[tuple[Process, list[str]]]:
+    """``python -m gateway ARGV`` on port 0; yields it once started (every start-up line logged)."""
+    command = [sys.executable, "-m", "gateway", "--port", "0", *argv]
+    lines: list[str] = []
+    listening = anyio.Event()
+    async with await anyio.open_process(command, stdout=subprocess.DEVNULL) as process:
+
+        async def read() -> None:
+            assert process.stderr is not None
+            buffer = ""
+            async for chunk in TextReceiveStream(process.stderr):
+                buffer += chunk
+                *complete, buffer = buffer.split("\n")
+                lines.extend(complete)
+                if any("Application startup complete" in line for line in complete):
+                    listening.set()
+            listening.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            try:
+                await listening.wait()
+                yield process, lines
+            finally:
+                process.terminate()
+                await process.wait()
+
+
+def logged(lines: list[str], prefix: str) -> list[str]:
+    return [line.split(prefix, 1)[1].strip() for line in lines if prefix in line]
+
+
+async def test_the_demo_logs_its_endpoints_and_a_call_to_try() -> None:
+    with anyio.fail_after(30):
+        async with gateway_process() as (_, lines):
+            endpoints = logged(lines, "MCP endpoint:")
+            tries = logged(lines, "try:")
+    assert len(endpoints) == 2, lines
+    assert endpoints[0].endswith("/mcp") and endpoints[1].endswith("/servers/demo/mcp")
+    assert tries == [f"mcp-stdio-gateway call {endpoints[0]} echo --arg message=hello"]
+
+
+async def test_a_config_file_logs_every_endpoint_and_a_wrong_path_answers_with_them(tmp_path: Path) -> None:
+    config = tmp_path / "servers.json"
+    servers = {name: {"command": sys.executable, "args": [str(TEST_SERVER), "--name", name]} for name in ("a", "b")}
+    config.write_text(json.dumps({"mcpServers": servers}))
+    with anyio.fail_after(30):
+        async with gateway_process("--config", str(config)) as (_, lines), httpx.AsyncClient() as http:
+            endpoints = logged(lines, "MCP endpoint:")
+            base = endpoints[0].rsplit("/servers/", 1)[0]
+            wrong = await http.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert [url.removeprefix(base) for url in endpoints] == ["/servers/a/mcp", "/servers/b/mcp"]
+    assert wrong.status_code == 404
+    assert "this gateway serves /servers/{a,b}/mcp" in wrong.json()["error"]["message"]
+
+
+async def test_a_child_that_never_answers_logs_what_it_still_owes(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stdio_handshake, "WAITING_LOG_INTERVAL", 0.01)
+    caplog.set_level(logging.INFO, logger="gateway")
+    spec = server_spec("--silent", probe_timeout=1.0, handshake_timeout=1.0)
+    with anyio.fail_after(30), pytest.raises(ChildStartError, match="no answer to initialize within 1 s"):
+        async with open_child(spec):
+            pass
+    waiting = [r.getMessage() for r in caplog.records if "still waiting for" in r.getMessage()]
+    assert all(r.levelno == logging.INFO for r in caplog.records if "still waiting for" in r.getMessage())
+    assert any("to answer server/discover (" in m and "of 1)" in m for m in waiting), waiting
+    assert any("to answer initialize (" in m for m in waiting), waiting
+
+
+async def test_every_failed_start_is_logged_at_warning_with_its_reason(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gateway")
+    pool = Pool(server_spec("--exit-at-start", "3"), PoolSettings(min_size=0, max_size=1))
+    with anyio.fail_after(30):
+        async with pool:
+            with pytest.raises(ChildStartError):
+                async with pool.lease():
+                    pass
+    failures = [r for r in caplog.records if "child failed to start" in r.getMessage()]
+    assert failures, [r.getMessage() for r in caplog.records]
+    assert failures[0].levelno == logging.WARNING
+    assert "exited with code 3" in failures[0].getMessage()
+    assert "fatal: configured to exit" in failures[0].getMessage()
