@@ -79,7 +79,8 @@ async def test_the_demo_logs_its_endpoints_and_a_call_to_try() -> None:
             endpoints = logged(lines, "MCP endpoint:")
             tries = logged(lines, "try:")
     assert len(endpoints) == 2, lines
-    assert endpoints[0].endswith("/mcp") and endpoints[1].endswith("/servers/demo/mcp")
+    assert endpoints[0].endswith("/mcp")
+    assert endpoints[1].endswith("/servers/demo/mcp")
     assert tries == [f"mcp-stdio-gateway call {endpoints[0]} echo --arg message=hello"]
 
 
