@@ -36,6 +36,7 @@ from rich.text import Text
 from gateway import __version__
 from gateway.client.tools import ArgumentInfo, Listing, argument_summary, first_line, walk_pages
 from gateway.errors import ChildError, GatewayError
+from gateway.helptext import HelpFormatter
 from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import JsonObject, Reply
 from gateway.protocol.versions import Era
@@ -270,6 +271,7 @@ def _template_line(template: JsonObject) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-stdio-gateway inspect",
+        formatter_class=HelpFormatter,
         description="Start a stdio MCP server the way the gateway would and report what it offers.",
         epilog="Example: mcp-stdio-gateway inspect -- npx -y @modelcontextprotocol/server-everything",
     )

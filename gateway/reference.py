@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gateway.cli import build_parser, env_name
+from gateway.cli import NOT_SETTINGS, build_parser, env_name
 from gateway.configfile import FLAG_KEYS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
@@ -48,7 +48,7 @@ def render() -> str:
     rows = ["| flag | environment variable | config-file key | default | meaning |", "|---|---|---|---|---|"]
     for action in parser._actions:
         longs = [o for o in action.option_strings if o.startswith("--")]
-        if not longs or longs[0] in ("--help", "--version"):
+        if not longs or longs[0] in NOT_SETTINGS:
             continue
         flag = longs[0]
         metavar = f" {action.metavar}" if action.metavar and action.nargs != 0 else ""

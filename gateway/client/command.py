@@ -34,6 +34,7 @@ from gateway.client.connection import McpConnection, Mode, ServerRequestHandler,
 from gateway.client.errors import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, ClientError, ServerError, UsageError
 from gateway.configfile import parse_root
 from gateway.errors import ConfigError
+from gateway.helptext import HelpFormatter
 from gateway.protocol.bridge import CHILD_META
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply, Request, Result, error_object
 from gateway.protocol.versions import Era
@@ -49,6 +50,7 @@ MAX_INPUT_ROUNDS: Final = 10
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mcp-stdio-gateway call",
+        formatter_class=HelpFormatter,
         description="Call a tool of a Streamable HTTP MCP endpoint (modern 2026-07-28 or legacy), "
         "showing its progress and printing its result.",
         epilog="Example: mcp-stdio-gateway call http://127.0.0.1:8000/mcp countdown --arg steps=3. "
