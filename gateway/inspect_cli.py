@@ -203,8 +203,16 @@ def render(report: Report, console: Console) -> None:
             console.print(Text(f"  {line}", style="dim"))
 
 
+FIELD_INDENT: Final = 15
+"""Columns before a report field's value: 2 of margin and 13 of label."""
+
+
 def _field(console: Console, label: str, value: str) -> None:
-    console.print(Text.assemble((f"  {label:<13}", "cyan"), value))
+    """One labelled field; a value of several lines (instructions) stays under its first line."""
+    lines = value.strip("\n").splitlines() or [""]
+    console.print(Text.assemble((f"  {label:<13}", "cyan"), lines[0]))
+    for line in lines[1:]:
+        console.print(Text(" " * FIELD_INDENT + line if line.strip() else ""))
 
 
 def capability_summary(capabilities: JsonObject) -> str:

@@ -14,6 +14,7 @@ import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.metrics import GatewayMetrics
+from gateway.router import ANONYMOUS
 
 log = logging.getLogger("gateway.access")
 
@@ -54,7 +55,7 @@ class Observed:
                 status,
                 seconds * 1000,
                 era,
-                scope.get("gateway.principal") or "-",
+                scope.get("gateway.principal") or ANONYMOUS,  # as /status and the pool labels say
                 fields.get("child_pid") or "-",
                 extra={
                     "event": "request",
@@ -63,7 +64,7 @@ class Observed:
                     "era": era,
                     "status": status,
                     "duration_ms": round(seconds * 1000, 3),
-                    "principal": scope.get("gateway.principal"),
+                    "principal": scope.get("gateway.principal") or ANONYMOUS,
                     "child_pid": fields.get("child_pid"),
                     "session": fields.get("session"),
                 },

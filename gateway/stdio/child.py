@@ -39,6 +39,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, Final
 
 import anyio
+import orjson
 from anyio.abc import Process, TaskGroup
 
 from gateway.errors import (
@@ -386,9 +387,8 @@ class StdioChild:
         try:
             decoded = jsonrpc.decode(line)
         except jsonrpc.ParseError:
-            self.non_json_lines += 1
             text = line[:200].decode("utf-8", "replace")
-            self.stdout_noise.append(text)
+            self._count_noise(text)
             log.warning(
                 "child %s (pid %d) wrote a non-JSON line on stdout, dropped: %r", self.spec.label, self.pid, text
             )
@@ -397,12 +397,19 @@ class StdioChild:
         for obj in decoded if isinstance(decoded, list) else (decoded,):
             self._on_message(obj)
 
+    def _count_noise(self, text: str) -> None:
+        """A stdout line that is not JSON-RPC: counted and kept (what ``inspect`` reports)."""
+        self.non_json_lines += 1
+        self.stdout_noise.append(text)
+
     def _on_message(self, obj: object) -> None:
         try:
             message = jsonrpc.parse_message(obj)
         except jsonrpc.InvalidMessage as exc:
             self._fail_one(exc.id, ChildProtocolError(f"{self.spec.label} sent an invalid reply: {exc.reason}"))
             if exc.id is None or not self._correlator.is_pending(exc.id):
+                # JSON but not JSON-RPC (a JSON log line, say): as much noise as a text line.
+                self._count_noise(orjson.dumps(obj)[:200].decode("utf-8", "replace"))
                 log.warning("child %s sent an invalid message, dropped: %s", self.spec.label, exc.reason)
             return
         routed = self._correlator.incoming(message)
