@@ -31,10 +31,9 @@ async def test_the_access_line_and_status_both_call_a_principal_less_client_anon
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway.access")
     with anyio.fail_after(30):
-        async with running_gateway(server_spec(), isolation=Isolation.PRINCIPAL) as url:
-            async with httpx.AsyncClient() as http:
-                reply = await http.post(url, headers=modern_headers("tools/call", "echo"), json=modern_call(1, "echo"))
-                status = (await http.get(url.removesuffix("/mcp") + "/status")).json()
+        async with running_gateway(server_spec(), isolation=Isolation.PRINCIPAL) as url, httpx.AsyncClient() as http:
+            reply = await http.post(url, headers=modern_headers("tools/call", "echo"), json=modern_call(1, "echo"))
+            status = (await http.get(url.removesuffix("/mcp") + "/status")).json()
     assert reply.status_code == 200
     (line,) = [r for r in caplog.records if r.name == "gateway.access" and "tools/call" in r.getMessage()]
     assert "principal=anonymous" in line.getMessage()
