@@ -3,8 +3,9 @@
 ``create_app(routers, ...)`` builds a Starlette app serving one MCP endpoint per server
 (``/servers/NAME/mcp``, and ``/mcp`` when there is one server),
 ``/healthz`` (the process and its event loop answer), ``/readyz`` (a child is ready and no
-pool is failing; 503 with the reason otherwise) and ``/status`` (JSON for humans: pools,
-children, their pids, eras, load and last errors). The lifespan starts the router (the
+pool is failing; 503 with the reason otherwise), ``/status`` (JSON for humans: pools,
+children, their pids, eras, load, stderr tails, sessions, listens, parked calls and the
+recent warnings and errors) and ``/ui`` (the same, as an HTML page for operators). The lifespan starts the router (the
 shared pool pre-warms its children before traffic), opens the task group that runs
 detached legacy exchanges and the keepers of parked MRTR calls, and on shutdown ends
 sessions and parked calls and stops every child in the spec's order.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Final
+from typing import Any, Final
 
 import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -22,12 +23,12 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route, request_response
 from starlette.types import ASGIApp
 
 from gateway import __version__
-from gateway.http import wire
+from gateway.http import ui, wire
 from gateway.http.auth import AuthGuard, TokenStore
 from gateway.http.cors import Cors
 from gateway.http.drain import Drain, DrainGuard
@@ -37,6 +38,7 @@ from gateway.http.observe import Observed
 from gateway.http.origin import OriginGuard
 from gateway.metrics import GatewayMetrics
 from gateway.protocol.jsonrpc import error_object
+from gateway.recent import RecentErrors
 from gateway.relay import Relay
 from gateway.router import Router
 from gateway.sessions import SessionStore
@@ -110,9 +112,12 @@ def create_app(
         router.add_request_handler(endpoint.on_child_request)
         endpoints.append((router, endpoint, sessions))
 
+    recent_errors = RecentErrors()
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            stack.enter_context(recent_errors.attached())
             # Routers first: their task groups must close after (outside) the one below.
             for router, _, _ in endpoints:
                 await stack.enter_async_context(router)
@@ -148,14 +153,28 @@ def create_app(
             return PlainTextResponse("ready\n")
         return PlainTextResponse("not ready: " + "; ".join(problems) + "\n", status_code=503)
 
+    def status_document() -> dict[str, Any]:
+        """What ``/status`` answers and ``/ui`` shows."""
+        servers = []
+        for router, endpoint, sessions in endpoints:
+            server = router.status()
+            server["sessions"] = len(sessions)
+            server["listens"] = len(endpoint.listens.open)
+            server["parked_calls"] = len(endpoint.relay.suspensions)
+            servers.append(server)
+        return {
+            "version": __version__,
+            "sessions": sum(len(sessions) for _, _, sessions in endpoints),
+            "servers": servers,
+            "recent_errors": recent_errors.snapshot(),
+        }
+
     async def status(request: Request) -> Response:
-        return wire.json_response(
-            {
-                "version": __version__,
-                "sessions": sum(len(sessions) for _, _, sessions in endpoints),
-                "servers": [router.status() for router in routers],
-            }
-        )
+        return wire.json_response(status_document())
+
+    async def ui_page(request: Request) -> Response:
+        headers = {"content-security-policy": ui.CONTENT_SECURITY_POLICY, "cache-control": "no-store"}
+        return HTMLResponse(ui.render_page(status_document()), headers=headers)
 
     authorization_servers = list(authorization_servers)
     metadata_url = f"{public_url.rstrip('/')}/.well-known/oauth-protected-resource" if public_url else None
@@ -187,6 +206,7 @@ def create_app(
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/status", status, methods=["GET"]),
+        Route("/ui", ui_page, methods=["GET"]),
     ]
     if authorization_servers:
         routes.append(Route("/.well-known/oauth-protected-resource", protected_resource, methods=["GET"]))

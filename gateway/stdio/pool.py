@@ -56,6 +56,8 @@ MAINTENANCE_TICK: Final = 1.0
 """Seconds between idle, age and liveness checks."""
 START_SAMPLES: Final = 100
 """Cold-start durations kept per pool for metrics."""
+STATUS_STDERR_LINES: Final = 5
+"""Last stderr lines of each child shown by /status and /ui (the full tail goes into errors)."""
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,7 @@ class Pool:
                     "in_flight": m.leases,
                     "served": m.served,
                     "uptime_seconds": round(now - m.started_at, 3),
+                    "stderr": m.child.stderr_tail[-STATUS_STDERR_LINES:] if m.child else [],
                 }
                 for m in self.members
             ],
