@@ -214,3 +214,11 @@ async def test_call_answers_roots_from_the_root_flags_and_the_form_in_one_round(
     assert code == 0, terminal.screen()
     assert '"file:///srv/data"' in terminal.screen()
     assert '"name": "Grace"' in terminal.screen()
+
+
+async def test_a_spinner_runs_on_a_terminal_while_the_first_answer_is_awaited() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            run = await call_wrapped(url, "echo", "--arg", "message=hi")  # stderr is a terminal there
+    assert run.code == 0
+    assert f"waiting for {url} to answer" in " ".join(run.err.split())
