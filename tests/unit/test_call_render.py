@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 
 import pytest
-
 from rich.console import Console
 
 from gateway.client.asks import field_label, field_value
@@ -43,5 +42,5 @@ def test_form_fields_are_labelled_and_typed() -> None:
     assert field_value("yes", {"type": "boolean"}) is True
     assert field_value("b", {"type": "string", "enum": ["a", "b"]}) == "b"
     for bad, kind in (("x", {"type": "integer"}), ("maybe", {"type": "boolean"}), ("c", {"enum": ["a"]})):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="please|yes or no|choose one of"):
             field_value(bad, kind)
