@@ -42,5 +42,5 @@ def test_form_fields_are_labelled_and_typed() -> None:
     assert field_value("yes", {"type": "boolean"}) is True
     assert field_value("b", {"type": "string", "enum": ["a", "b"]}) == "b"
     for bad, kind in (("x", {"type": "integer"}), ("maybe", {"type": "boolean"}), ("c", {"enum": ["a"]})):
-        with pytest.raises(ValueError, match="please|yes or no|choose one of"):
+        with pytest.raises(ValueError, match=r"please|yes or no|choose one of"):
             field_value(bad, kind)
