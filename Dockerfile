@@ -5,13 +5,21 @@
 # servers. Configure it with MCP_GATEWAY_* variables (every flag has one) or arguments:
 #
 #   docker build -t mcp-stdio-gateway .
-#   docker run --rm -p 8000:8000 mcp-stdio-gateway -- npx -y @modelcontextprotocol/server-everything
-#   docker run --rm -p 8000:8000 -e MCP_GATEWAY_COMMAND='uvx mcp-server-time' mcp-stdio-gateway
+#   docker run --rm -p 8000:8000 mcp-stdio-gateway -- npx -y @modelcontextprotocol/server-everything@2026.8.31
+#   docker run --rm -p 8000:8000 -e MCP_GATEWAY_COMMAND='uvx mcp-server-time@2026.10.19' mcp-stdio-gateway
+#
+# Pin the server's version as above: an unpinned npx/uvx server changes under a restart.
 #
 # See docs/deployment.md.
 
-ARG PYTHON_IMAGE=python:3.12-slim-trixie
-ARG NODE_IMAGE=node:22-slim
+# Base images by tag and digest, so a rebuild gets the same bytes (the tag says what it is;
+# the digest, of the multi-platform index, is what Docker pulls). These are the published
+# digests of python:3.12-slim-trixie (Python 3.12.13, built 2026-08-05) and node:22-slim
+# (Node.js 22.23.2, built 2026-09-19), from docker-library/repo-info. To take a newer build:
+#   docker buildx imagetools inspect python:3.12-slim-trixie   (the "Digest:" line)
+# and update the ARG, or override it: docker build --build-arg PYTHON_IMAGE=python:3.12-slim-trixie@sha256:… .
+ARG PYTHON_IMAGE=python:3.12-slim-trixie@sha256:229a2c5bfa27522db7815ea81f9bed70af17ccb9de9fc7ad142b1877b5830d36
+ARG NODE_IMAGE=node:22-slim@sha256:48e4b67d85f87bd551df43704e24d252f56cc5f8e9718841aace50f19948f0f9
 
 # --- node: the official Node.js build, copied into the runtime below --------------------
 # Node's release binaries need only glibc (>= 2.28) and libstdc++, both in every Debian image,
@@ -26,11 +34,13 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
-# .dockerignore lets in only what the wheel needs: pyproject.toml, README.md, gateway/.
-# pip compiles the bytecode here, since the runtime's root filesystem may be read-only.
-COPY pyproject.toml README.md ./
+# .dockerignore lets in only what the wheel needs: pyproject.toml, README.md, gateway/, and
+# deploy/constraints.txt, which pins every runtime dependency to the versions the tests ran
+# with (scripts/freeze-constraints.py writes it). pip compiles the bytecode here, since the
+# runtime's root filesystem may be read-only.
+COPY pyproject.toml README.md deploy/constraints.txt ./
 COPY gateway ./gateway
-RUN pip install --no-cache-dir . "uv==${UV_VERSION}"
+RUN pip install --no-cache-dir --constraint constraints.txt . "uv==${UV_VERSION}"
 
 # --- runtime -----------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
