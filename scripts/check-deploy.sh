@@ -105,7 +105,7 @@ from gateway.cli import build_parser, env_name
 
 for action in build_parser()._actions:
     longs = [o for o in action.option_strings if o.startswith("--")]
-    if longs and longs[0] not in ("--help", "--version"):
+    if longs and longs[0] not in ("--help", "--help-all", "--version"):
         print(env_name(longs[0]))
 EOF
 }
