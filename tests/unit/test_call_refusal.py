@@ -1,0 +1,45 @@
+"""Which answers ``call`` reports as a refusal of the endpoint, and the 404's list of endpoints."""
+
+from __future__ import annotations
+
+from gateway.client.connection import refusal, suggested_url
+from gateway.http.app import MAX_LISTED_ENDPOINTS, served_endpoints
+from gateway.protocol.jsonrpc import ErrorReply, Result, error_object
+
+URL = "http://127.0.0.1:8000/"
+
+
+def error(code: int, message: str = "no") -> ErrorReply:
+    return ErrorReply(1, error_object(code, message))
+
+
+def test_a_404_that_is_method_not_found_or_a_gone_session_is_not_a_wrong_path() -> None:
+    assert refusal(URL, 404, error(-32601), "", method="server/discover") is None
+    assert refusal(URL, 404, error(-32600, "unknown session"), "", method="tools/list", in_session=True) is None
+
+
+def test_a_404_of_another_kind_names_the_path_and_suggests_mcp() -> None:
+    said = refusal(URL, 404, None, "<h1>Not Found</h1>", method="server/discover")
+    assert (
+        said == f"nothing answers MCP at {URL} (HTTP 404: <h1>Not Found</h1>); did you mean http://127.0.0.1:8000/mcp?"
+    )
+
+
+def test_a_gateway_error_counts_only_for_the_handshake() -> None:
+    assert refusal(URL, 200, error(-31000, "cannot start x"), "", method="server/discover") is not None
+    assert refusal(URL, 200, error(-31001, "exited"), "", method="tools/call") is None
+    assert refusal(URL, 200, Result(1, {}), "", method="server/discover") is None
+
+
+def test_suggested_urls() -> None:
+    assert suggested_url("http://h:1/mcp") is None
+    assert suggested_url("http://h:1/servers/a/mcp/") is None
+    assert suggested_url("http://h:1") == "http://h:1/mcp"
+    assert suggested_url("http://h:1/servers/a?x=1") == "http://h:1/servers/a/mcp"
+
+
+def test_the_404_lists_the_served_endpoints_up_to_a_bound() -> None:
+    assert served_endpoints(["only"]) == "/mcp (also /servers/only/mcp)"
+    assert served_endpoints(["a", "b"]) == "/servers/{a,b}/mcp"
+    names = [f"s{i}" for i in range(MAX_LISTED_ENDPOINTS + 3)]
+    assert served_endpoints(names).endswith("/mcp and 3 more")
