@@ -17,6 +17,7 @@ from gateway import __version__, helptext
 from gateway.config import DEFAULT_HOST, DEFAULT_PORT, DRAIN_TIMEOUT, Settings, demo_command
 from gateway.configfile import load_servers, parse_root
 from gateway.errors import ConfigError
+from gateway.helptext import NOT_SETTINGS
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
@@ -24,25 +25,6 @@ from gateway.router import Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, REQUEST_TIMEOUT, ChildSpec
 
-USAGE = """mcp-stdio-gateway [OPTIONS] [-- COMMAND ARGS...]    serve COMMAND
-       mcp-stdio-gateway call URL TOOL [--arg KEY=VALUE]  call a tool
-       mcp-stdio-gateway inspect -- COMMAND ARGS...       what a server offers
-
-Arguments after COMMAND go to the server, not the gateway: put OPTIONS first."""
-DESCRIPTION = (
-    "Serve a stdio MCP server (without COMMAND: a built-in demo) over Streamable HTTP, for modern "
-    "(2026-07-28) and legacy clients. Example: mcp-stdio-gateway --port 8000 -- npx -y "
-    "@modelcontextprotocol/server-everything. call and inspect have their own --help."
-)
-EPILOG = (
-    "Every option can also be set by the environment variable in brackets; repeatable options "
-    "take comma-separated values there. The full reference is docs/configuration.md."
-)
-BRIEF_OPTIONS = frozenset(
-    {"--help", "--help-all", "--version", "--host", "--port", "--config", "--command", "--pool-min", "--pool-max"}
-    | {"--isolation", "--auth-token-file", "--request-timeout", "--startup-timeout", "--log-level", "--log-format"}
-)
-"""The options ``--help`` shows in full; ``--help-all`` shows every one."""
 CLIENT_CAPABILITIES = ("sampling", "elicitation", "roots")
 """What ``--client-capability`` may declare to legacy children (the ones they can ask for)."""
 
@@ -50,11 +32,11 @@ CLIENT_CAPABILITIES = ("sampling", "elicitation", "roots")
 def build_parser() -> argparse.ArgumentParser:
     parser = helptext.BriefHelpParser(
         prog="mcp-stdio-gateway",
-        usage=USAGE,
-        description=DESCRIPTION,
-        epilog=EPILOG,
+        usage=helptext.MAIN_USAGE,
+        description=helptext.MAIN_DESCRIPTION,
+        epilog=helptext.MAIN_EPILOG,
         formatter_class=helptext.formatter(env_name),
-        brief=BRIEF_OPTIONS,
+        brief=helptext.BRIEF_OPTIONS,
     )
     parser.add_argument("--help-all", action=helptext.HelpAllAction)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -334,7 +316,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    warn_misplaced_flags(parser, command)
+    helptext.warn_misplaced_flags(parser, command)
     if not command and args.env_command:
         command = shlex.split(args.env_command)  # split like a shell would; never run by one
     if command and args.config:
@@ -366,20 +348,6 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
     )
 
 
-def warn_misplaced_flags(parser: argparse.ArgumentParser, command: Sequence[str]) -> None:
-    """Warn about arguments after the server command that look like the gateway's own flags:
-    they go to the server (as they must), which is rarely what was meant."""
-    ours = {o for action in parser._actions for o in action.option_strings if o.startswith("--")}
-    for arg in command[1:]:
-        flag = arg.split("=", 1)[0]
-        if flag in ours and flag not in NOT_SETTINGS:
-            print(
-                f"mcp-stdio-gateway: warning: {flag} comes after the server command, so it goes to the server; "
-                "put gateway options before the command (or before --)",
-                file=sys.stderr,
-            )
-
-
 def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerConfig:
     is_demo = command == demo_command()
     for name in args.client_capability:  # argparse checks choices on the command line, not in env values
@@ -407,8 +375,6 @@ def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerC
 
 
 ENV_PREFIX = "MCP_GATEWAY_"
-NOT_SETTINGS = frozenset({"--help", "--help-all", "--version"})
-"""Flags that print and exit: no environment variable, no reference row."""
 
 
 def env_name(option: str) -> str:

@@ -1,4 +1,4 @@
-"""How ``--help`` is laid out, for the gateway and its subcommands.
+"""How ``--help`` is laid out, for the gateway and its subcommands; the main help's texts.
 
 argparse's own formatter wraps with ``textwrap``'s defaults, which break words at hyphens
 (``mcp-\\nstdio-gateway``, ``--pool-\\nmin``): copy-paste of a name or flag from the help
@@ -12,14 +12,38 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 MAX_WIDTH: Final = 100
 """Help lines wrap at the terminal's width, at most this many columns (readability)."""
 HELP_POSITION: Final = 32
 """The column where option help starts (argparse's default of 24 wraps most of our flags)."""
+
+
+MAIN_USAGE: Final = """mcp-stdio-gateway [OPTIONS] [-- COMMAND ARGS...]    serve COMMAND
+       mcp-stdio-gateway call URL TOOL [--arg KEY=VALUE]  call a tool
+       mcp-stdio-gateway inspect -- COMMAND ARGS...       what a server offers
+
+Arguments after COMMAND go to the server, not the gateway: put OPTIONS first."""
+MAIN_DESCRIPTION: Final = (
+    "Serve a stdio MCP server (without COMMAND: a built-in demo) over Streamable HTTP, for modern "
+    "(2026-07-28) and legacy clients. Example: mcp-stdio-gateway --port 8000 -- npx -y "
+    "@modelcontextprotocol/server-everything. call and inspect have their own --help."
+)
+MAIN_EPILOG: Final = (
+    "Every option can also be set by the environment variable in brackets; repeatable options "
+    "take comma-separated values there. The full reference is docs/configuration.md."
+)
+BRIEF_OPTIONS: Final = frozenset(
+    {"--help", "--help-all", "--version", "--host", "--port", "--config", "--command", "--pool-min", "--pool-max"}
+    | {"--isolation", "--auth-token-file", "--request-timeout", "--startup-timeout", "--log-level", "--log-format"}
+)
+"""The options the main ``--help`` shows in full; ``--help-all`` shows every one."""
+NOT_SETTINGS: Final = frozenset({"--help", "--help-all", "--version"})
+"""Flags that print and exit: no environment variable, no reference row."""
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -54,7 +78,7 @@ class HelpFormatter(argparse.HelpFormatter):
         text = action.help
         longs = [o for o in action.option_strings if o.startswith("--")]
         name = type(self).env_name
-        if text and name is not None and longs and longs[0] not in ("--help", "--help-all", "--version"):
+        if text and name is not None and longs and longs[0] not in NOT_SETTINGS:
             text += f" [{name(longs[0])}]"
         return text
 
@@ -105,3 +129,17 @@ class HelpAllAction(argparse.Action):
             parser.show_all = True
         parser.print_help()
         parser.exit()
+
+
+def warn_misplaced_flags(parser: argparse.ArgumentParser, command: Sequence[str]) -> None:
+    """Warn about arguments after the server command that look like the gateway's own flags:
+    they go to the server (as they must), which is rarely what was meant."""
+    ours = {o for action in parser._actions for o in action.option_strings if o.startswith("--")}
+    for arg in command[1:]:
+        flag = arg.split("=", 1)[0]
+        if flag in ours and flag not in NOT_SETTINGS:
+            print(
+                f"mcp-stdio-gateway: warning: {flag} comes after the server command, so it goes to the server; "
+                "put gateway options before the command (or before --)",
+                file=sys.stderr,
+            )

@@ -12,8 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from gateway.cli import NOT_SETTINGS, build_parser, env_name
+from gateway.cli import build_parser, env_name
 from gateway.configfile import FLAG_KEYS
+from gateway.helptext import NOT_SETTINGS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from gateway import cli, inspect_cli
+from gateway import cli, helptext, inspect_cli
 from gateway.client import command
 
 HYPHEN_BREAK = re.compile(r"\w-$", re.M)
@@ -54,7 +54,7 @@ def test_help_all_shows_every_option_with_its_environment_variable(monkeypatch: 
     parser.show_all = True
     text = parser.format_help()
     for flag in flags(parser):
-        if flag not in cli.NOT_SETTINGS:
+        if flag not in helptext.NOT_SETTINGS:
             assert f"[{cli.env_name(flag)}]" in text, flag
 
 
