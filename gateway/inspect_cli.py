@@ -25,6 +25,7 @@ import argparse
 import logging
 import shlex
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
@@ -310,7 +311,9 @@ async def run_inspect(argv: Sequence[str], *, out: Console | None = None, err: C
         err.print(Text.assemble(("error: ", "bold red"), "name the server to inspect: inspect -- COMMAND ARGS…"))
         return EXIT_USAGE
     try:
-        report = await inspect_server(command, probe_timeout=args.probe_timeout)
+        # On a terminal, a spinner while the server starts (an npx cold start takes seconds).
+        with err.status(f"starting {shlex.join(command)} …") if err.is_terminal else nullcontext():
+            report = await inspect_server(command, probe_timeout=args.probe_timeout)
     except GatewayError as exc:
         err.print(Text.assemble(("error: ", "bold red"), exc.message))
         return EXIT_CANNOT_START
