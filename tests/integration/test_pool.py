@@ -93,11 +93,9 @@ async def test_max_in_flight_one_serialises_within_a_child_and_parallelises_acro
                 reply = await call(http, url, "sleep", {"ms": 100})
                 runs.append(reply.json()["result"]["structuredContent"])
 
-            started = anyio.current_time()
             async with anyio.create_task_group() as tg:
                 for _ in range(20):
                     tg.start_soon(one_call)
-            elapsed = anyio.current_time() - started
     pids = {run["pid"] for run in runs}
     assert len(pids) == 2
     assert sorted(sum(run["pid"] == pid for run in runs) for pid in pids) == [10, 10]
@@ -106,7 +104,6 @@ async def test_max_in_flight_one_serialises_within_a_child_and_parallelises_acro
         assert all(earlier[1] <= later[0] for earlier, later in itertools.pairwise(mine))
     a, b = ([r for r in runs if r["pid"] == pid] for pid in pids)  # parallel across children
     assert any(x["started"] < y["ended"] and y["started"] < x["ended"] for x in a for y in b)
-    assert 1.0 <= elapsed < 3.0, f"20 calls of 100 ms took {elapsed:.2f} s (about 1 s expected)"
 
 
 async def test_saturation_beyond_the_queue_gets_503_with_retry_after_within_the_queue_timeout() -> None:
