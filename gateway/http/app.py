@@ -74,7 +74,7 @@ def create_app(
     routers = [routers] if isinstance(routers, Router) else list(routers)
     endpoints: list[tuple[Router, McpEndpoint, SessionStore]] = []
     for router in routers:
-        sessions = SessionStore(on_end=router.end_session)
+        sessions = SessionStore(on_end=router.end_session, max_per_principal=router.server.max_sessions_per_principal)
         endpoint = McpEndpoint(
             Relay(router, gateway_version=__version__, suspensions=Suspensions(router.server.name, state_secret)),
             sessions,
