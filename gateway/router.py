@@ -251,5 +251,6 @@ class Router:
             "command": [self.server.spec.command, *self.server.spec.args],
             "isolation": self.server.isolation.value,
             "ready": self.is_ready(),
+            "throttled_for_crashes": self.crashes.throttled,  # requests refused with 429
             "pools": {pool.label: pool.status() for pool in self.pools.values()},
         }

@@ -124,11 +124,18 @@ def create_app(
             return PlainTextResponse("ready\n")
         return PlainTextResponse("not ready: " + "; ".join(problems) + "\n", status_code=503)
 
+    def children_status() -> dict[str, object]:
+        budget = routers[0].children  # one budget is shared by every router (server.build_app)
+        if budget is None:
+            return {}
+        return {"children": {"in_service": budget.in_service(), "max": budget.capacity, "evicted": budget.evictions}}
+
     async def status(request: Request) -> Response:
         return wire.json_response(
             {
                 "version": __version__,
                 "sessions": sum(len(sessions) for _, _, sessions in endpoints),
+                **children_status(),
                 "servers": [router.status() for router in routers],
             }
         )

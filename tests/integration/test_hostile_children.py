@@ -175,7 +175,9 @@ async def test_a_principal_that_keeps_crashing_the_shared_child_is_throttled_whi
             assert all(e["code"] == -31001 for e in failed)
             assert len(failed) <= crashes
             assert len(alice) - len(failed) >= 20
-            pool = next(iter((await status(http, url))["pools"].values()))
+            server_status = await status(http, url)
+            assert server_status["throttled_for_crashes"] == 2
+            pool = next(iter(server_status["pools"].values()))
             assert pool["failing"] is False  # crashes while serving are not a crash loop
             assert pool["restarts"] >= crashes
 
@@ -277,6 +279,8 @@ async def test_isolation_keys_beyond_the_global_cap_evict_idle_children_then_get
             await ended(one)  # the evicted child stops
             assert is_running(two)
             assert len(server_processes()) == baseline + 2
+            whole = (await http.get(f"{base}/status")).json()
+            assert whole["children"] == {"in_service": 2, "max": 2, "evicted": 1}
             async with anyio.create_task_group() as tg:
                 for user in ("p2", "p3"):  # both children busy
                     tg.start_soon(call, http, url, user, "sleep", {"ms": 20_000})
