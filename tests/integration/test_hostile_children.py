@@ -132,8 +132,9 @@ async def test_a_full_session_store_refuses_with_503_and_ends_nobodys_session() 
 # -- row 5: a principal that keeps crashing the shared child --------------------------------
 
 
-async def test_a_principal_that_keeps_crashing_the_shared_child_is_throttled_while_others_are_served() -> None:
-    server = ServerConfig("test", server_spec(), PoolSettings(min_size=1, max_size=1))
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+async def test_a_principal_that_keeps_crashing_the_shared_child_is_throttled_while_others_are_served(era: str) -> None:
+    server = ServerConfig("test", server_spec("--era", era), PoolSettings(min_size=1, max_size=1))
     crash = {"code": 3, "stderr": "crashing on purpose"}
     with anyio.fail_after(60):
         async with serving(gateway_app(server)) as base, httpx.AsyncClient(timeout=30) as http:
@@ -305,3 +306,50 @@ def test_the_default_child_cap_is_sized_to_the_machine() -> None:
     cap = machine_children()
     assert MIN_CHILDREN <= cap <= 16 * (os.cpu_count() or 1)
     assert ChildBudget().capacity == cap
+
+
+async def test_legacy_sessions_beyond_the_global_cap_move_idle_sessions_children_out_and_keep_them_working() -> None:
+    pool = PoolSettings(min_size=0, max_size=1, queue_timeout=0.5)
+    server = ServerConfig("test", server_spec("--era", "legacy"), pool, Isolation.SESSION)
+    pid_call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "pid", "arguments": {}}}
+    with anyio.fail_after(60):
+        async with serving(gateway_app(server, ChildBudget(2))) as base, httpx.AsyncClient(timeout=30) as http:
+            url = f"{base}/mcp"
+
+            async def open_session() -> tuple[dict[str, str], int]:
+                init = await http.post(url, headers={**BASE_HEADERS, "x-user": "u"}, json=legacy_initialize())
+                assert init.status_code == 200
+                headers = {**BASE_HEADERS, "x-user": "u", "mcp-session-id": init.headers["mcp-session-id"]}
+                return headers, pid_of(await http.post(url, headers=headers, json=pid_call))
+
+            (first, one), (_, two), (_, three) = [await open_session() for _ in range(3)]
+            await ended(one)  # the first session's child was the least recently used idle one
+            assert is_running(two)
+            assert is_running(three)
+            again = pid_of(await http.post(url, headers=first, json=pid_call))  # the session lives on
+            assert again not in (one, two, three)
+            await ended(two)  # and made room in turn
+            assert is_running(three)
+
+
+def test_the_session_and_child_caps_are_settings_with_flags_environment_and_config_keys(tmp_path: Any) -> None:
+    from gateway.cli import parse_settings
+    from gateway.errors import ConfigError
+
+    settings = parse_settings(["--max-children", "12", "--max-sessions-per-principal", "5"])
+    assert settings.max_children == 12
+    assert settings.servers[0].max_sessions_per_principal == 5
+    environ = {"MCP_GATEWAY_MAX_CHILDREN": "7", "MCP_GATEWAY_MAX_SESSIONS_PER_PRINCIPAL": "9"}
+    from_env = parse_settings([], environ)
+    assert (from_env.max_children, from_env.servers[0].max_sessions_per_principal) == (7, 9)
+    config = tmp_path / "servers.json"
+    config.write_text(
+        json.dumps({"mcpServers": {"a": {"command": "x", "maxSessionsPerPrincipal": 2}, "b": {"command": "y"}}})
+    )
+    servers = parse_settings(["--config", str(config), "--max-sessions-per-principal", "4"]).servers
+    assert [s.max_sessions_per_principal for s in servers] == [2, 4]
+    config.write_text(json.dumps({"mcpServers": {"a": {"command": "x", "maxSessionsPerPrincipal": 0}}}))
+    with pytest.raises(ConfigError, match="maxSessionsPerPrincipal"):
+        parse_settings(["--config", str(config)])
+    with pytest.raises(ConfigError, match="max_children"):
+        parse_settings(["--max-children", "-1"])
