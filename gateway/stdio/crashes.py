@@ -8,6 +8,10 @@ wait for a backoff. The cost lands on whoever sent the requests instead:
   (their requests were in flight). Each of the k principals involved gets 1/k of a strike,
   so a principal that crashes a child alone gets a whole one, and a bystander whose call
   happened to share the child gets a share that the crasher always matches or exceeds;
+- they become **suspects** of that pool (``Pool.suspects``): each of their requests runs
+  alone on a child until one ends with the child alive, which clears the principal. So the
+  next crash is attributed whole, to its cause, and takes no one else's calls with it: a
+  bystander loses at most the calls it had in flight at the first crash;
 - a principal with ``CRASH_STRIKES`` or more within the last ``CRASH_WINDOW`` seconds is
   **throttled**: its requests to this server get 429 + ``Retry-After`` (the time until its
   strikes fall below the threshold) before they reach the pool, so no child is started

@@ -16,6 +16,9 @@ Rules (decided synchronously, so no await can interleave a check and its update)
   replaced at once: the command works, and the crash is more likely a request's doing, so
   it is charged to the principals whose requests were in flight (``gateway.stdio.crashes``
   throttles one that keeps crashing children with 429), never to everyone with a backoff.
+  Those principals become **suspects** of the pool: each of their requests runs alone on a
+  child (the pool grows for it, or it waits for one to empty) until one of them ends with
+  the child alive. So the next crash names its cause, and takes nobody else's calls along.
   **Start failures** — the command does not start, or the child dies before its handshake
   completes, or within ``QUICK_EXIT`` of it with no request in flight (it never served) —
   are what the backoff is for: it doubles with each consecutive one up to ``BACKOFF_MAX``,
@@ -48,7 +51,7 @@ from gateway.protocol.jsonrpc import Notification, Reply, Request, Result
 from gateway.protocol.versions import Era
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.child import RequestHandler, StdioChild, open_child
-from gateway.stdio.crashes import CrashLedger
+from gateway.stdio.crashes import CRASH_WINDOW, CrashLedger
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.pool")
@@ -108,6 +111,7 @@ class Member:
         self.last_used = self.started_at
         self.last_check = self.started_at
         self.retiring = False
+        self.exclusive = False  # a suspect's request runs on it alone
         self.stop = anyio.Event()
         self.principals: Counter[str] = Counter()  # leases held, by principal
         self.crashed_with: frozenset[str] | None = None  # who held leases when its child died
@@ -123,7 +127,7 @@ class Member:
 
     def has_room(self) -> bool:
         limit = self.pool.settings.max_in_flight
-        return self.is_live and (limit == 0 or self.leases < limit)
+        return self.is_live and not self.exclusive and (limit == 0 or self.leases < limit)
 
     def retire(self, why: str) -> None:
         if not self.retiring:
@@ -171,6 +175,7 @@ class Pool:
         self.session_id: str | None = None  # the one legacy session this pool is dedicated to, if any
         self.budget = budget
         self.crashes = crashes
+        self.suspects: dict[str, float] = {}  # principal → when a crash was last charged to it
         self._tg: TaskGroup | None = None
         self._closing = False
         self._changed = anyio.Event()
@@ -261,6 +266,7 @@ class Pool:
         now = anyio.current_time()
         return {
             "failing": self.failing,
+            "crash_suspects": len(self.suspects),
             "last_error": self.last_error.message if self.last_error else None,
             "spawns": self.spawns,
             "restarts": self.restarts,
@@ -286,35 +292,42 @@ class Pool:
         """A child for one request of ``principal`` (who is charged if the child dies meanwhile)."""
         if self.crashes is not None:
             self.crashes.check(principal, anyio.current_time(), self.label)  # 429 before any work
-        member = await self._acquire(prefer)
+        alone = principal in self.suspects
+        member = await self._acquire(prefer, alone)
         assert member.child is not None
         member.principals[principal] += 1
+        member.exclusive = alone
         try:
             yield member.child
         finally:
             if not member.child.is_alive():
                 member.note_death()
+            elif alone:
+                self.suspects.pop(principal, None)  # it ran alone and the child lived: cleared
+            if alone:
+                member.exclusive = False
             member.principals[principal] -= 1
             if member.principals[principal] <= 0:
                 del member.principals[principal]
             self._release(member)
 
-    def _pick(self, prefer: StdioChild | None) -> Member | None:
+    def _pick(self, prefer: StdioChild | None, alone: bool = False) -> Member | None:
+        """``alone``: only a child with no lease will do (a crash suspect's request)."""
         if prefer is not None:
             # A legacy session waits for its own child rather than move: what it set up there
             # (subscriptions, log level) lives only in that process. A dead child frees it.
             for member in self.members:
                 if member.child is prefer and member.is_live:
-                    return member if member.has_room() else None
-        free = [m for m in self.members if m.has_room()]
+                    return member if member.has_room() and not (alone and member.leases) else None
+        free = [m for m in self.members if m.has_room() and not (alone and m.leases)]
         return min(free, key=lambda m: m.leases, default=None)
 
-    async def _acquire(self, prefer: StdioChild | None) -> Member:
+    async def _acquire(self, prefer: StdioChild | None, alone: bool = False) -> Member:
         started = anyio.current_time()
         self._waiting += 1
         try:
             while True:
-                member = self._pick(prefer)
+                member = self._pick(prefer, alone)
                 if member is not None:
                     member.leases += 1
                     member.served += 1
@@ -460,6 +473,9 @@ class Pool:
                 self._quick_failures = 0
                 if self.crashes is not None:
                     self.crashes.record(charged, now)
+                for stale in [p for p, when in self.suspects.items() if when <= now - CRASH_WINDOW]:
+                    del self.suspects[stale]
+                self.suspects.update(dict.fromkeys(charged, now))
                 log.warning("%s: child died serving %s; restarting at once", self.label, ", ".join(sorted(charged)))
             elif member.child is None or uptime < QUICK_EXIT:
                 self._quick_failures += 1
