@@ -109,9 +109,9 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
     )
     try:
         DrainingServer(config, drain, settings.drain_timeout).run()
+    finally:
         # Every child has stopped; what they started outside their process group (setsid)
         # was re-parented to us (the subreaper) and must not outlive the gateway.
         sweep_descendants()
-    finally:
         listener.stop()
     return 0
