@@ -363,3 +363,20 @@ def test_the_session_and_child_caps_are_settings_with_flags_environment_and_conf
         parse_settings(["--config", str(config)])
     with pytest.raises(ConfigError, match="max_children"):
         parse_settings(["--max-children", "-1"])
+
+
+async def test_the_child_cap_spans_servers_and_never_evicts_a_prewarmed_minimum() -> None:
+    children = ChildBudget(1)
+    shared = ServerConfig("warm", server_spec(), PoolSettings(min_size=1, max_size=1))
+    keyed = ServerConfig(
+        "keyed", server_spec(), PoolSettings(min_size=0, max_size=1, queue_timeout=0.3), Isolation.PRINCIPAL
+    )
+    app = create_app([Router(shared, children=children), Router(keyed, children=children)], **IDENTITY)  # type: ignore[arg-type]
+    with anyio.fail_after(40):
+        async with serving(app) as base, httpx.AsyncClient(timeout=30) as http:
+            warm = pid_of(await call(http, f"{base}/servers/warm/mcp", "p1", "pid", {}))
+            refused = await call(http, f"{base}/servers/keyed/mcp", "p1", "pid", {})
+            assert refused.status_code == 503
+            assert "limit of 1 children" in refused.json()["error"]["message"]
+            assert is_running(warm)
+            assert pid_of(await call(http, f"{base}/servers/warm/mcp", "p2", "pid", {})) == warm
