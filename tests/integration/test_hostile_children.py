@@ -38,9 +38,9 @@ def gateway_app(server: ServerConfig, children: ChildBudget | None = None) -> An
 
 
 async def call(http: httpx.AsyncClient, url: str, user: str, tool: str, args: dict[str, Any]) -> httpx.Response:
-    return await http.post(
-        url, headers=modern_headers("tools/call", tool, **{"x-user": user}), json=modern_call(1, tool, args)
-    )
+    """A call as ``user``, who also sends ``X-Api-Key: user`` (a credential where mapped)."""
+    headers = modern_headers("tools/call", tool, **{"x-user": user, "x-api-key": user})
+    return await http.post(url, headers=headers, json=modern_call(1, tool, args))
 
 
 async def status(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
@@ -273,9 +273,13 @@ async def test_a_setsid_grandchild_is_ended_when_its_child_stops() -> None:
 # -- row 12: the global child cap ------------------------------------------------------------
 
 
-async def test_isolation_keys_beyond_the_global_cap_evict_idle_children_then_get_503() -> None:
+@pytest.mark.parametrize("keyed_by", ["principal", "credentials"])
+async def test_isolation_keys_beyond_the_global_cap_evict_idle_children_then_get_503(keyed_by: str) -> None:
     pool = PoolSettings(min_size=0, max_size=1, queue_timeout=0.5, idle_timeout=300)
-    server = ServerConfig("test", server_spec(), pool, Isolation.PRINCIPAL)
+    if keyed_by == "principal":
+        server = ServerConfig("test", server_spec(), pool, Isolation.PRINCIPAL)
+    else:  # envFromHeaders: a child per distinct credential, whoever sends it
+        server = ServerConfig("test", server_spec(), pool, Isolation.SHARED, {"x-api-key": "API_KEY"})
     baseline = len(server_processes())
     with anyio.fail_after(60):
         async with (
