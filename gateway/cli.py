@@ -22,6 +22,7 @@ from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
 from gateway.router import Isolation, ServerConfig
+from gateway.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, REQUEST_TIMEOUT, ChildSpec
 
@@ -204,6 +205,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="ping an idle child this often, recycle it if it fails; 0 = off (default: %(default)s)",
     )
     pool.add_argument(
+        "--max-children",
+        type=int,
+        default=0,
+        metavar="N",
+        help="children at most over all servers and isolation keys; at the cap an idle child of another "
+        "pool is stopped to make room, else 503 + Retry-After; 0 = sized to the machine: 16 per CPU or "
+        "one per 64 MiB of memory, the smaller, at least 8 (default: %(default)s)",
+    )
+    pool.add_argument(
         "--isolation",
         choices=[i.value for i in Isolation],
         default=Isolation.SHARED.value,
@@ -264,6 +274,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=MAX_STREAMS_PER_PRINCIPAL,
         metavar="N",
         help="legacy GET streams open at once per principal; then 429 (default: %(default)s)",
+    )
+    security.add_argument(
+        "--max-sessions-per-principal",
+        type=int,
+        default=MAX_SESSIONS_PER_PRINCIPAL,
+        metavar="N",
+        help="legacy sessions one principal may hold per server (anonymous clients share one); then 429 "
+        "for its next initialize, and nobody else's session is ended (default: %(default)s)",
     )
     security.add_argument(
         "--auth-token-file",
@@ -340,6 +358,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
         drain_timeout=args.drain_timeout,
         max_requests_per_principal=args.max_requests_per_principal,
         max_streams_per_principal=args.max_streams_per_principal,
+        max_children=args.max_children,
         metrics=not args.no_metrics,
         cors_origins=tuple(args.cors_origin),
         oauth_authorization_servers=tuple(args.oauth_authorization_server),
@@ -371,6 +390,7 @@ def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerC
         pool=pool_settings(args),
         isolation=Isolation(args.isolation),
         env_from_headers=env_mappings(args.env_from_header),
+        max_sessions_per_principal=args.max_sessions_per_principal,
     )
 
 

@@ -54,6 +54,7 @@ class Settings:
     drain_timeout: float = DRAIN_TIMEOUT
     max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL
     max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL
+    max_children: int = 0  # over all pools; 0 = sized to the machine (gateway.stdio.budget)
     metrics: bool = True
     cors_origins: tuple[str, ...] = ()
     oauth_authorization_servers: tuple[str, ...] = ()
@@ -75,6 +76,11 @@ class Settings:
         for key in ("max_requests_per_principal", "max_streams_per_principal"):
             if getattr(self, key) < 1:
                 raise ConfigError(key, "must be at least 1")
+        if self.max_children < 0:
+            raise ConfigError("max_children", "must be 0 (sized to the machine) or more")
+        for server in self.servers:
+            if server.max_sessions_per_principal < 1:
+                raise ConfigError(f"{server.name}: max_sessions_per_principal", "must be at least 1")
         if self.drain_timeout < 0:
             raise ConfigError("drain_timeout", "must not be negative")
         if self.log_format not in ("text", "json"):

@@ -16,6 +16,7 @@ variable), ``cwd``, ``inheritEnv``, and the gateway's own: ``pool`` (``min``, ``
 ``maxInFlight``, ``queueTimeout``, ``idleTimeout``, ``maxRequests``, ``maxAge``,
 ``stallTimeout``, ``livenessInterval``), ``isolation``, ``envFromHeaders``,
 ``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``,
+``maxSessionsPerPrincipal`` (legacy sessions one principal may hold on this server),
 ``clientCapabilities`` (what a legacy child is told the client can do: ``sampling``,
 ``elicitation``, ``roots``), ``roots`` (paths or ``file://`` URIs, or ``{"uri", "name"}``
 objects: the gateway's answer to the child's ``roots/list`` when no client can give one)
@@ -78,11 +79,12 @@ FLAG_KEYS: Final = {
     "--input-timeout": "inputTimeout",
     "--client-capability": "clientCapabilities",
     "--root": "roots",
+    "--max-sessions-per-principal": "maxSessionsPerPrincipal",
 }
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
 _KNOWN: Final = {
     "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
-    "clientCapabilities", "roots", "disabled", "type", *_SPEC_NUMBERS,
+    "clientCapabilities", "roots", "disabled", "type", "maxSessionsPerPrincipal", *_SPEC_NUMBERS,
 }  # fmt: skip
 
 
@@ -161,6 +163,11 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
             config = replace(config, isolation=Isolation(body["isolation"]))
         except ValueError:
             raise ConfigError(f"{where}.isolation", "must be shared, principal or session") from None
+    if "maxSessionsPerPrincipal" in body:
+        limit = _number(body["maxSessionsPerPrincipal"], f"{where}.maxSessionsPerPrincipal", int)
+        if limit < 1:
+            raise ConfigError(f"{where}.maxSessionsPerPrincipal", "must be at least 1")
+        config = replace(config, max_sessions_per_principal=limit)
     if "envFromHeaders" in body:
         mapping = _object(body["envFromHeaders"], f"{where}.envFromHeaders")
         for header, variable in mapping.items():

@@ -15,6 +15,7 @@ Gateway-local codes sit outside the spec-reserved range -32768..-32000 (digest �
     │   ├── ChildTimeoutError       no reply within the request's timeout; the child was sent notifications/cancelled
     │   └── ChildProtocolError      the child answered with something that is not a valid reply
     └── GatewayUnavailableError     no child can take the request now (starting, draining, overloaded): 503
+        └── ClientThrottledError    this client is over one of its own limits (sessions, crashes): 429
 
 Errors from the *client* (bad headers, bad JSON) are not exceptions: the ingress ladder
 returns them as ``Rejection`` values (``gateway.protocol.ingress``). A JSON-RPC error the
@@ -37,6 +38,7 @@ CODE_CANCELLED = -31005
 # Sent to a *child* that asked the client something (sampling, elicitation, roots).
 CODE_NO_CLIENT_INPUT = -31006  # no client can answer: unattributable, or not declared by the client
 CODE_INPUT_TIMEOUT = -31007  # the client did not answer (or retry) within the input timeout
+CODE_THROTTLED = -31008  # this principal is over a limit of its own; others are served
 
 
 class GatewayError(Exception):
@@ -109,3 +111,11 @@ class GatewayUnavailableError(GatewayError):
     def __init__(self, message: str, *, retry_after: int = 1, **data: Any) -> None:
         super().__init__(message, **data)
         self.retry_after = retry_after
+
+
+class ClientThrottledError(GatewayUnavailableError):
+    """This principal is over a limit of its own (legacy sessions, children its requests
+    crashed); everyone else is still served. 429 + ``Retry-After``."""
+
+    code = CODE_THROTTLED
+    status = 429

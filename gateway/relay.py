@@ -51,7 +51,7 @@ from gateway.protocol.handshake import META_LOG_LEVEL, ChildInfo
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Request, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
-from gateway.router import Router
+from gateway.router import ANONYMOUS, Router
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.catalog import ToolCatalog
 from gateway.stdio.child import StdioChild
@@ -137,7 +137,9 @@ class Relay:
             pool = await self.router.pool_for(client.principal, client.session_id, headers or {})
             # The stack owns the lease and the child exchange, so that a parked MRTR call keeps both.
             async with AsyncExitStack() as stack:
-                child = await stack.enter_async_context(pool.lease(client.affinity()))  # 503 propagates
+                child = await stack.enter_async_context(
+                    pool.lease(client.affinity(), client.principal or ANONYMOUS)  # 503 / 429 propagate
+                )
                 client.bind(child, pool)
                 async for message in self._exchange_on(child, request, client, headers, stack):
                     yield message

@@ -16,6 +16,10 @@ are never logged (logs name the fingerprint's first 12 hex digits).
 Pools other than the shared one are made on demand and dropped once they have been empty
 (no child, no waiter) for a maintenance tick; their children stop after the pool's idle
 timeout like any other. A session pool is stopped when its session ends.
+
+All pools of a router share its ``CrashLedger`` (a principal whose requests keep crashing
+this server's children gets 429, ``gateway.stdio.crashes``); all routers of the gateway
+share one ``ChildBudget`` (the global child cap, ``gateway.stdio.budget``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
+from gateway.sessions import MAX_SESSIONS_PER_PRINCIPAL
+from gateway.stdio.budget import ChildBudget
+from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.pool import MAINTENANCE_TICK, Pool, PoolSettings
 from gateway.stdio.spec import ChildSpec
 
@@ -54,6 +61,7 @@ class ServerConfig:
     pool: PoolSettings = field(default_factory=PoolSettings)
     isolation: Isolation = Isolation.SHARED
     env_from_headers: Mapping[str, str] = field(default_factory=dict)  # lower-case header → env var
+    max_sessions_per_principal: int = MAX_SESSIONS_PER_PRINCIPAL  # legacy sessions one principal may hold
 
 
 @dataclass(frozen=True)
@@ -89,9 +97,19 @@ def fingerprint(env: Mapping[str, str]) -> str:
 
 
 class Router:
-    def __init__(self, server: ServerConfig, *, gateway_version: str = "0", on_notification: Any = None) -> None:
+    def __init__(
+        self,
+        server: ServerConfig,
+        *,
+        gateway_version: str = "0",
+        on_notification: Any = None,
+        children: ChildBudget | None = None,
+    ) -> None:
+        """``children``: the gateway's global child cap, shared by every router (None: no cap)."""
         self.server = server
         self.pools: dict[PoolKey, Pool] = {}
+        self.children = children
+        self.crashes = CrashLedger()
         self._gateway_version = gateway_version
         self._listeners: list[Any] = [on_notification] if on_notification else []
         self._loss_listeners: list[Any] = []
@@ -162,7 +180,14 @@ class Router:
             settings = replace(settings, min_size=0)
         if key.scope.startswith("session:"):
             settings = replace(settings, max_size=1)  # one child for the session's lifetime
-        pool = Pool(spec, settings, gateway_version=self._gateway_version, label=key.label(self.server.name))
+        pool = Pool(
+            spec,
+            settings,
+            gateway_version=self._gateway_version,
+            label=key.label(self.server.name),
+            budget=self.children,
+            crashes=self.crashes,
+        )
         for listener in self._listeners:
             pool.add_listener(listener)
         for loss in self._loss_listeners:
@@ -226,5 +251,6 @@ class Router:
             "command": [self.server.spec.command, *self.server.spec.args],
             "isolation": self.server.isolation.value,
             "ready": self.is_ready(),
+            "throttled_for_crashes": self.crashes.throttled,  # requests refused with 429
             "pools": {pool.label: pool.status() for pool in self.pools.values()},
         }

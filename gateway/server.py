@@ -7,8 +7,9 @@ Then every endpoint URL is logged (and, for the demo, a ``call`` line to try).
 On the first SIGTERM or SIGINT: readiness fails at once and new MCP requests get 503
 (``gateway.http.drain``); requests in flight get up to ``--drain-timeout`` to finish; the
 rest are ended with a clear error; then uvicorn stops and the lifespan stops every child in
-the spec's order (stdin close, SIGTERM, SIGKILL to its group). Exit code 0. A second signal
-skips the wait.
+the spec's order (stdin close, SIGTERM, SIGKILL to its group); last, any process a child
+started that is still running below the gateway (it left its group with ``setsid()``) is
+ended too (``process.sweep_descendants``). Exit code 0. A second signal skips the wait.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from gateway.http.app import create_app
 from gateway.http.auth import TokenStore, trusted_networks
 from gateway.http.drain import Drain
 from gateway.router import Router
-from gateway.stdio.process import become_subreaper
+from gateway.stdio.budget import ChildBudget
+from gateway.stdio.process import become_subreaper, sweep_descendants
 
 log = logging.getLogger("gateway")
 
@@ -74,7 +76,8 @@ def endpoint_urls(settings: Settings, port: int) -> list[str]:
 def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
     """The app for ``settings``; raises ``ConfigError`` for bad tokens or proxy addresses."""
     trusted_networks(settings.trusted_proxies)  # validated now, not when the first request builds the stack
-    routers = [Router(server, gateway_version=__version__) for server in settings.servers]
+    children = ChildBudget(settings.max_children)  # one cap over every server's pools
+    routers = [Router(server, gateway_version=__version__, children=children) for server in settings.servers]
     return create_app(
         routers,
         principal_header=settings.principal_header,
@@ -162,5 +165,8 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         DrainingServer(config, drain, settings.drain_timeout).run(sockets=[sock])
     finally:
         sock.close()
+        # Every child has stopped; what they started outside their process group (setsid)
+        # was re-parented to us (the subreaper) and must not outlive the gateway.
+        sweep_descendants()
         listener.stop()
     return 0

@@ -9,12 +9,19 @@ the response (``answer_ask``), which then goes to the child under the child's ow
 Session ids are 192 random bits in URL-safe base64: globally unique, unguessable, and
 visible ASCII as the transport requires (L-TR §Session Management).
 Idle sessions expire (``SESSION_IDLE_TIMEOUT``); an expired or deleted id gets 404.
+
+Sessions are bounded, and one principal can never push out another's: a principal holding
+``max_per_principal`` sessions gets 429 for the next ``initialize`` (``ClientThrottledError``),
+and with ``max_sessions`` live in all the next one gets 503 (``GatewayUnavailableError``).
+Both are checked before any child is leased or started for the new session. Idle sessions
+past the idle timeout are forgotten first, so they never count.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -22,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from gateway.errors import ClientThrottledError, GatewayUnavailableError
 from gateway.protocol.jsonrpc import ErrorReply, JsonId, JsonObject, Result
 
 if TYPE_CHECKING:
@@ -34,7 +42,13 @@ SESSION_IDLE_TIMEOUT: Final = 3600.0
 STREAM_BUFFER: Final = 64
 """Unsolicited messages queued for a session's GET stream; past this they are dropped."""
 MAX_SESSIONS: Final = 10_000
-"""Live sessions at most; the oldest idle one is dropped past this (bounded memory)."""
+"""Live sessions per server at most (bounded memory); past this, 503."""
+MAX_SESSIONS_PER_PRINCIPAL: Final = 256
+"""Live sessions one principal may hold per server (as many as the requests it may have in
+flight, ``--max-requests-per-principal``); past this, 429. All anonymous clients are one."""
+FULL_RETRY_AFTER: Final = 60
+"""Seconds a client is told to wait when sessions are full: sessions end by DELETE or by
+idling out, both slow."""
 
 
 @dataclass
@@ -127,11 +141,14 @@ class SessionStore:
         idle_timeout: float = SESSION_IDLE_TIMEOUT,
         max_sessions: int = MAX_SESSIONS,
         on_end: Callable[[str], None] | None = None,
+        max_per_principal: int = MAX_SESSIONS_PER_PRINCIPAL,
     ) -> None:
         self._sessions: dict[str, LegacySession] = {}
         self._on_end = on_end
         self._idle_timeout = idle_timeout
         self._max_sessions = max_sessions
+        self._max_per_principal = max_per_principal
+        self._by_principal: Counter[str | None] = Counter()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -139,13 +156,26 @@ class SessionStore:
     def create(
         self, version: str, capabilities: JsonObject, client_info: JsonObject | None, principal: str | None = None
     ) -> LegacySession:
+        """A new session; raises ``ClientThrottledError`` (429) when ``principal`` holds its limit,
+        ``GatewayUnavailableError`` (503) when the store is full. Nobody else's session is ended."""
         now = anyio.current_time()
         self.expire(now)
+        if self._by_principal[principal] >= self._max_per_principal:
+            raise ClientThrottledError(
+                f"this client already holds {self._max_per_principal} legacy sessions "
+                "(--max-sessions-per-principal); end one with DELETE, or let one idle out",
+                retry_after=FULL_RETRY_AFTER,
+                max_sessions_per_principal=self._max_per_principal,
+            )
         if len(self._sessions) >= self._max_sessions:
-            oldest = min(self._sessions.values(), key=lambda s: s.last_seen)
-            self.end(oldest.id)
+            raise GatewayUnavailableError(
+                f"the gateway holds its limit of {self._max_sessions} legacy sessions; retry later",
+                retry_after=FULL_RETRY_AFTER,
+                max_sessions=self._max_sessions,
+            )
         session = LegacySession(secrets.token_urlsafe(24), version, capabilities, client_info, now, principal)
         self._sessions[session.id] = session
+        self._by_principal[principal] += 1
         return session
 
     def get(self, session_id: str) -> LegacySession | None:
@@ -167,6 +197,9 @@ class SessionStore:
         session = self._sessions.pop(session_id, None)
         if session is None:
             return False
+        self._by_principal[session.principal] -= 1
+        if self._by_principal[session.principal] <= 0:
+            del self._by_principal[session.principal]
         session.cancel_all()
         if self._on_end is not None:
             self._on_end(session_id)

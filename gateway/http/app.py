@@ -100,7 +100,7 @@ def create_app(
     routers = [routers] if isinstance(routers, Router) else list(routers)
     endpoints: list[tuple[Router, McpEndpoint, SessionStore]] = []
     for router in routers:
-        sessions = SessionStore(on_end=router.end_session)
+        sessions = SessionStore(on_end=router.end_session, max_per_principal=router.server.max_sessions_per_principal)
         endpoint = McpEndpoint(
             Relay(router, gateway_version=__version__, suspensions=Suspensions(router.server.name, state_secret)),
             sessions,
@@ -153,6 +153,12 @@ def create_app(
             return PlainTextResponse("ready\n")
         return PlainTextResponse("not ready: " + "; ".join(problems) + "\n", status_code=503)
 
+    def children_status() -> dict[str, object]:
+        budget = routers[0].children  # one budget is shared by every router (server.build_app)
+        if budget is None:
+            return {}
+        return {"children": {"in_service": budget.in_service(), "max": budget.capacity, "evicted": budget.evictions}}
+
     def status_document() -> dict[str, Any]:
         """What ``/status`` answers and ``/ui`` shows."""
         servers = []
@@ -165,6 +171,7 @@ def create_app(
         return {
             "version": __version__,
             "sessions": sum(len(sessions) for _, _, sessions in endpoints),
+            **children_status(),
             "servers": servers,
             "recent_errors": recent_errors.snapshot(),
         }

@@ -50,6 +50,7 @@ from gateway.protocol.jsonrpc import (
 from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import ClientContext, Relay, response
+from gateway.router import ANONYMOUS
 from gateway.sessions import LegacySession, SessionStore
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.pool import Pool
@@ -188,7 +189,7 @@ class McpEndpoint:
         a modern child's own listen is forwarded like any request."""
         try:
             pool = await self.relay.router.pool_for(principal, None, headers)
-            async with pool.lease() as child:  # which era serves this client, and what it can do
+            async with pool.lease(principal=principal or ANONYMOUS) as child:  # which era serves it, what it can do
                 info = child.info
         except GatewayError as exc:
             return wire.gateway_error_response(exc, message.id)
@@ -240,15 +241,18 @@ class McpEndpoint:
         requested = params.get("protocolVersion")
         capabilities = params.get("capabilities")
         client_info = params.get("clientInfo")
-        session = self.sessions.create(
-            versions.negotiate_legacy(requested if isinstance(requested, str) else ""),
-            capabilities if isinstance(capabilities, dict) else {},
-            client_info if isinstance(client_info, dict) else None,
-            principal,
-        )
+        try:  # the session limits (429 / 503) are checked before any child is leased or started
+            session = self.sessions.create(
+                versions.negotiate_legacy(requested if isinstance(requested, str) else ""),
+                capabilities if isinstance(capabilities, dict) else {},
+                client_info if isinstance(client_info, dict) else None,
+                principal,
+            )
+        except GatewayError as exc:
+            return wire.gateway_error_response(exc, message.id)
         try:
             pool = await self.relay.router.pool_for(principal, session.id, headers)
-            async with pool.lease() as child:
+            async with pool.lease(principal=principal or ANONYMOUS) as child:
                 session.child, session.pool = child, pool
                 assert child.info is not None
                 result = bridge.initialize_result(session.version, child.info)

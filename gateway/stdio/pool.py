@@ -12,14 +12,25 @@ Rules (decided synchronously, so no await can interleave a check and its update)
   ``idle_timeout`` without a lease. A child is recycled after ``max_requests`` leases or
   ``max_age`` seconds (0 = never), once its last lease ends.
 - **Supervision**: a child that exits is replaced when the pool is below ``min_size`` or
-  requests are waiting, after a backoff that doubles with each quick failure (start failure
-  or exit within ``QUICK_EXIT`` of starting) up to ``BACKOFF_MAX``. ``CRASH_LOOP``
-  consecutive quick failures mark the pool **failing**: requests then fail at once with
+  requests are waiting. A child that **dies while serving** (requests in flight) is
+  replaced at once: the command works, and the crash is more likely a request's doing, so
+  it is charged to the principals whose requests were in flight (``gateway.stdio.crashes``
+  throttles one that keeps crashing children with 429), never to everyone with a backoff.
+  Those principals become **suspects** of the pool: each of their requests runs alone on a
+  child (the pool grows for it, or it waits for one to empty) until one of them ends with
+  the child alive. So the next crash names its cause, and takes nobody else's calls along.
+  **Start failures** — the command does not start, or the child dies before its handshake
+  completes, or within ``QUICK_EXIT`` of it with no request in flight (it never served) —
+  are what the backoff is for: it doubles with each consecutive one up to ``BACKOFF_MAX``,
+  and ``CRASH_LOOP`` of them mark the pool **failing**: requests then fail at once with
   the last error (command, exit, stderr tail) and readiness reports it, until a later start
   succeeds. A child that stops answering — requests pending but no output for
   ``stall_timeout``, or an idle liveness check (``ping`` for legacy children,
   ``server/discover`` for modern ones) failing — is recycled. Every change is logged with
   the child's pid.
+- **Global cap**: a ``ChildBudget`` shared by every pool of the gateway bounds the children
+  started on demand (``gateway.stdio.budget``): at the cap an idle child of another pool is
+  evicted, or the request waits like a saturated one and then gets 503.
 """
 
 from __future__ import annotations
@@ -38,7 +49,9 @@ from gateway.errors import ChildError, GatewayError, GatewayUnavailableError
 from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import Notification, Reply, Request, Result
 from gateway.protocol.versions import Era
+from gateway.stdio.budget import ChildBudget
 from gateway.stdio.child import RequestHandler, StdioChild, open_child
+from gateway.stdio.crashes import CRASH_WINDOW, CrashLedger
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.pool")
@@ -47,9 +60,10 @@ BACKOFF_FIRST: Final = 0.5
 BACKOFF_MAX: Final = 30.0
 """Restart delays double from BACKOFF_FIRST up to BACKOFF_MAX while children keep failing."""
 QUICK_EXIT: Final = 10.0
-"""A child that exits within this many seconds of starting counts as a failure."""
+"""A child that exits within this many seconds of its handshake, with no request in flight,
+never served: it counts as a start failure."""
 CRASH_LOOP: Final = 5
-"""Consecutive quick failures that mark the pool failing."""
+"""Consecutive start failures that mark the pool failing."""
 STARTUP_WAIT: Final = 120.0
 """How long a request waits while the first child is still starting (npx cold starts)."""
 MAINTENANCE_TICK: Final = 1.0
@@ -99,7 +113,15 @@ class Member:
         self.last_used = self.started_at
         self.last_check = self.started_at
         self.retiring = False
+        self.exclusive = False  # a suspect's request runs on it alone
         self.stop = anyio.Event()
+        self.principals: Counter[str] = Counter()  # leases held, by principal
+        self.crashed_with: frozenset[str] | None = None  # who held leases when its child died
+
+    def note_death(self) -> None:
+        """Remember who had requests in flight when the child died (the first to notice)."""
+        if self.crashed_with is None:
+            self.crashed_with = frozenset(p for p, n in self.principals.items() if n > 0)
 
     @property
     def is_live(self) -> bool:
@@ -107,7 +129,7 @@ class Member:
 
     def has_room(self) -> bool:
         limit = self.pool.settings.max_in_flight
-        return self.is_live and (limit == 0 or self.leases < limit)
+        return self.is_live and not self.exclusive and (limit == 0 or self.leases < limit)
 
     def retire(self, why: str) -> None:
         if not self.retiring:
@@ -128,6 +150,8 @@ class Pool:
         on_request: RequestHandler | None = None,
         label: str | None = None,
         size: int | None = None,
+        budget: ChildBudget | None = None,
+        crashes: CrashLedger | None = None,
     ) -> None:
         if settings is None:
             settings = PoolSettings(min_size=size or 1, max_size=size or 1)
@@ -151,6 +175,9 @@ class Pool:
         self._loss_listeners: list[LossListener] = []
         self._request_handlers: list[PoolRequestHandler] = []
         self.session_id: str | None = None  # the one legacy session this pool is dedicated to, if any
+        self.budget = budget
+        self.crashes = crashes
+        self.suspects: dict[str, float] = {}  # principal → when a crash was last charged to it
         self._tg: TaskGroup | None = None
         self._closing = False
         self._changed = anyio.Event()
@@ -163,6 +190,8 @@ class Pool:
     async def __aenter__(self) -> Pool:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        if self.budget is not None:
+            self.budget.pools.add(self)
         for _ in range(self.settings.min_size):
             self._start_member()
         self._tg.start_soon(self._maintain)
@@ -175,7 +204,13 @@ class Pool:
             member.stop.set()
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
-        await self._tg.__aexit__(None, None, None)
+        try:
+            await self._tg.__aexit__(None, None, None)
+        finally:
+            if self.budget is not None:
+                self.budget.pools.discard(self)
+                self.budget.waiting.discard(self)
+                self.budget.changed()
 
     def add_listener(self, listener: PoolListener) -> None:
         """Call ``listener(pool, notification)`` for every notification a child of this pool
@@ -214,6 +249,10 @@ class Pool:
         self._changed.set()
         self._changed = anyio.Event()
 
+    def wake(self) -> None:
+        """Let waiting requests look again (the global child budget has room, or may)."""
+        self._notify()
+
     # -- state --------------------------------------------------------------------------
 
     def children(self) -> list[StdioChild]:
@@ -229,6 +268,7 @@ class Pool:
         now = anyio.current_time()
         return {
             "failing": self.failing,
+            "crash_suspects": len(self.suspects),
             "last_error": self.last_error.message if self.last_error else None,
             "spawns": self.spawns,
             "restarts": self.restarts,
@@ -251,30 +291,46 @@ class Pool:
     # -- leasing ------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def lease(self, prefer: StdioChild | None = None) -> AsyncIterator[StdioChild]:
-        member = await self._acquire(prefer)
+    async def lease(self, prefer: StdioChild | None = None, principal: str = "anonymous") -> AsyncIterator[StdioChild]:
+        """A child for one request of ``principal`` (who is charged if the child dies meanwhile)."""
+        if self.crashes is not None:
+            self.crashes.check(principal, anyio.current_time(), self.label)  # 429 before any work
+        alone = principal in self.suspects
+        member = await self._acquire(prefer, alone)
         assert member.child is not None
+        member.principals[principal] += 1
+        member.exclusive = alone
         try:
             yield member.child
         finally:
+            if not member.child.is_alive():
+                member.note_death()
+            elif alone:
+                self.suspects.pop(principal, None)  # it ran alone and the child lived: cleared
+            if alone:
+                member.exclusive = False
+            member.principals[principal] -= 1
+            if member.principals[principal] <= 0:
+                del member.principals[principal]
             self._release(member)
 
-    def _pick(self, prefer: StdioChild | None) -> Member | None:
+    def _pick(self, prefer: StdioChild | None, alone: bool = False) -> Member | None:
+        """``alone``: only a child with no lease will do (a crash suspect's request)."""
         if prefer is not None:
             # A legacy session waits for its own child rather than move: what it set up there
             # (subscriptions, log level) lives only in that process. A dead child frees it.
             for member in self.members:
                 if member.child is prefer and member.is_live:
-                    return member if member.has_room() else None
-        free = [m for m in self.members if m.has_room()]
+                    return member if member.has_room() and not (alone and member.leases) else None
+        free = [m for m in self.members if m.has_room() and not (alone and m.leases)]
         return min(free, key=lambda m: m.leases, default=None)
 
-    async def _acquire(self, prefer: StdioChild | None) -> Member:
+    async def _acquire(self, prefer: StdioChild | None, alone: bool = False) -> Member:
         started = anyio.current_time()
         self._waiting += 1
         try:
             while True:
-                member = self._pick(prefer)
+                member = self._pick(prefer, alone)
                 if member is not None:
                     member.leases += 1
                     member.served += 1
@@ -288,17 +344,27 @@ class Pool:
                     # After it, a request may try again, even when failing: a fixed command (or
                     # a pool with no minimum, which nothing else restarts) must be able to recover.
                     raise self.last_error
+                blocked = False  # by the global child cap
                 if not starting and len(self.members) < self.settings.max_size and now >= self._next_start:
-                    self._start_member()
-                    starting = True
-                budget = STARTUP_WAIT if not self.children() else self.settings.queue_timeout
-                remaining = started + budget - now
+                    if self.budget is None or self.budget.claim(self):
+                        self._start_member()
+                        starting = True
+                    else:
+                        blocked = True
+                if blocked and self.budget is not None:
+                    self.budget.waiting.add(self)
+                wait = STARTUP_WAIT if not self.children() and not blocked else self.settings.queue_timeout
+                remaining = started + wait - now
                 if remaining <= 0:
+                    if blocked and self.budget is not None and not self.children():
+                        raise self.budget.full_error(self.label)
                     raise self._saturated()
                 with anyio.move_on_after(remaining):
                     await self._changed.wait()
         finally:
             self._waiting -= 1
+            if self.budget is not None and not self._waiting:
+                self.budget.waiting.discard(self)
 
     def _saturated(self) -> GatewayUnavailableError:
         s = self.settings
@@ -325,6 +391,8 @@ class Pool:
         if member.retiring and member.leases == 0:
             member.stop.set()
         self._notify()
+        if self.budget is not None and self.budget.waiting:
+            self.budget.changed()  # an idle child may now be evicted for another pool
 
     # -- supervision --------------------------------------------------------------------
 
@@ -357,6 +425,7 @@ class Pool:
                     async def watch_exit() -> None:
                         nonlocal exit_error
                         exit_error = await child.wait_exited()
+                        member.note_death()
                         member.stop.set()
 
                     tg.start_soon(watch_exit)
@@ -369,6 +438,8 @@ class Pool:
             self.members.remove(member)
             self._record_exit(member, exit_error)
             self._notify()
+            if self.budget is not None:
+                self.budget.changed()
         if self._closing:
             return
         self._after_exit(member, exit_error)
@@ -394,13 +465,23 @@ class Pool:
         return total
 
     def _after_exit(self, member: Member, error: GatewayError | None) -> None:
-        uptime = anyio.current_time() - member.started_at
+        now = anyio.current_time()
+        uptime = now - member.started_at
         planned = member.retiring and member.child is not None
         if not planned and member.child is not None:
             self._lost()
         if not planned:
             self.last_error = error
-            if member.child is None or uptime < QUICK_EXIT:
+            charged = member.crashed_with or frozenset()
+            if charged:  # it died serving: restart at once; the requests' principals pay
+                self._quick_failures = 0
+                if self.crashes is not None:
+                    self.crashes.record(charged, now)
+                for stale in [p for p, when in self.suspects.items() if when <= now - CRASH_WINDOW]:
+                    del self.suspects[stale]
+                self.suspects.update(dict.fromkeys(charged, now))
+                log.warning("%s: child died serving %s; restarting at once", self.label, ", ".join(sorted(charged)))
+            elif member.child is None or uptime < QUICK_EXIT:
                 self._quick_failures += 1
             else:
                 self._quick_failures = 0
@@ -424,8 +505,21 @@ class Pool:
         if delay:
             log.info("%s: restarting in %.1f s", self.label, delay)
             await anyio.sleep(delay)
-        if not self._closing and (len(self.members) < self.settings.min_size or self._waiting):
+        if self._closing:
+            return
+        if len(self.members) < self.settings.min_size:
+            if self.budget is None or self.budget.has_room():  # a minimum takes free room, never evicts
+                self._start_member()
+        elif (
+            self._waiting
+            and len(self.members) < self.settings.max_size
+            and not self._is_starting()
+            and (self.budget is None or self.budget.claim(self))
+        ):
             self._start_member()
+
+    def _is_starting(self) -> bool:
+        return any(m.child is None for m in self.members)
 
     async def _maintain(self) -> None:
         """Idle stop, age recycling and liveness, once a tick (never on the request path)."""
@@ -436,6 +530,13 @@ class Pool:
             idle = [m for m in self.members if m.is_live and m.leases == 0 and now - m.last_used > s.idle_timeout]
             for member in idle[: max(0, len(self.members) - s.min_size)]:
                 member.retire(f"idle for {now - member.last_used:.0f} s")
+            if (  # a minimum the global cap held back
+                len(self.members) < s.min_size
+                and now >= self._next_start
+                and not self._is_starting()
+                and (self.budget is None or self.budget.has_room())
+            ):
+                self._start_member()
             for member in list(self.members):
                 if not member.is_live or member.child is None:
                     continue

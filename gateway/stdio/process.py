@@ -7,6 +7,14 @@
   ``stdin_close_grace``, SIGTERM the group, wait ``sigterm_grace``, SIGKILL the group. It is
   idempotent, shielded from cancellation, safe on a dead child, and always reaps the
   process (no zombies); group members left behind by an exited leader are signalled too.
+- **Descendants that left the group** (``setsid()``, a daemonizing helper) are found by
+  ancestry: ``stop()`` notes every process below the child before it signals anything, and
+  whichever of them still runs after the group is gone gets SIGTERM, ``sigterm_grace``,
+  then SIGKILL, and is reaped (the gateway is a child subreaper, ``become_subreaper``, so
+  orphans are re-parented to it). What a child orphaned before its stop (it crashed, or
+  forked after the snapshot) is swept when the gateway exits: ``sweep_descendants`` ends
+  every process below the gateway, with ``ORPHAN_TERM_GRACE``. Start times are compared,
+  so a recycled pid is never signalled.
 - ``StderrTail`` keeps the last N non-empty lines, each cut to a bound, while stderr is
   drained forever (a full stderr pipe would stall the child).
 """
@@ -17,7 +25,10 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections import deque
+from dataclasses import dataclass
+from typing import Final
 
 import anyio
 from anyio.abc import Process
@@ -30,6 +41,18 @@ log = logging.getLogger("gateway.child")
 
 _GROUP_POLL = 0.05
 """Seconds between checks that a process group has emptied (only while stopping)."""
+ORPHAN_TERM_GRACE: Final = 2.0
+"""Seconds the processes children left behind get after SIGTERM when the gateway exits,
+before SIGKILL: as long as a child gets (the default ``sigterm_grace``)."""
+
+
+@dataclass(frozen=True)
+class ProcessEntry:
+    pid: int
+    state: str  # "R", "S", "Z" (zombie), …
+    ppid: int
+    pgid: int
+    start: int  # clock ticks after boot: with the pid, names one process for its whole life
 
 
 class StderrTail:
@@ -108,14 +131,14 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def _group_members(pgid: int) -> list[tuple[int, str, int]]:
-    """(pid, state, ppid) of every process in the group, read from /proc (Linux)."""
-    members: list[tuple[int, str, int]] = []
+def processes() -> list[ProcessEntry]:
+    """Every process of the machine, read from /proc (Linux; elsewhere an empty list)."""
+    entries: list[ProcessEntry] = []
     try:
-        entries = os.listdir("/proc")
+        names = os.listdir("/proc")
     except OSError:  # pragma: no cover - not Linux
-        return [(pgid, "R", 0)] if _signal_group(pgid, 0) else []
-    for name in entries:
+        return entries
+    for name in names:
         if not name.isdigit():
             continue
         try:
@@ -123,11 +146,96 @@ def _group_members(pgid: int) -> list[tuple[int, str, int]]:
                 stat = fh.read()
         except OSError:
             continue
-        # Fields after the command name (which may hold spaces and parentheses).
+        # Fields after the command name (which may hold spaces and parentheses), from field 3.
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid:
-            members.append((int(name), fields[0].decode(), int(fields[1])))
-    return members
+        if len(fields) > 19:
+            entries.append(ProcessEntry(int(name), fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19])))
+    return entries
+
+
+def _group_members(pgid: int) -> list[tuple[int, str, int]]:
+    """(pid, state, ppid) of every process in the group."""
+    if not os.path.isdir("/proc"):  # pragma: no cover - not Linux
+        return [(pgid, "R", 0)] if _signal_group(pgid, 0) else []
+    return [(p.pid, p.state, p.ppid) for p in processes() if p.pgid == pgid]
+
+
+def descendants(root: int) -> dict[int, int]:
+    """pid → start time of every process below ``root``: its children, theirs, and so on."""
+    below: dict[int, list[ProcessEntry]] = {}
+    for entry in processes():
+        below.setdefault(entry.ppid, []).append(entry)
+    found: dict[int, int] = {}
+    stack = [root]
+    while stack:
+        for entry in below.get(stack.pop(), []):
+            if entry.pid not in found and entry.pid != root:
+                found[entry.pid] = entry.start
+                stack.append(entry.pid)
+    return found
+
+
+def _still_running(noted: dict[int, int]) -> dict[int, int]:
+    """The noted processes that still run (same pid and start time, not a zombie)."""
+    return {p.pid: p.start for p in processes() if noted.get(p.pid) == p.start and p.state != "Z"}
+
+
+def _signal_each(pids: dict[int, int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _reap(noted: dict[int, int]) -> None:
+    """Collect the noted processes that ended as our zombies (re-parented to the subreaper)."""
+    me = os.getpid()
+    for entry in processes():
+        if noted.get(entry.pid) == entry.start and entry.state == "Z" and entry.ppid == me:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(entry.pid, os.WNOHANG)
+
+
+async def end_processes(noted: dict[int, int], grace: float, label: str) -> None:
+    """SIGTERM the noted processes that still run, wait ``grace``, SIGKILL the rest, reap."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        left = _still_running(noted)
+        if not left:
+            break
+        log.warning(
+            "child %s left %d process(es) outside its group (pids %s); sending %s",
+            label,
+            len(left),
+            sorted(left),
+            signal.Signals(sig).name,
+        )
+        _signal_each(left, sig)
+        with anyio.move_on_after(grace):
+            while _still_running(left):  # noqa: ASYNC110 - no event exists for foreign processes
+                await anyio.sleep(_GROUP_POLL)
+    _reap(noted)
+
+
+def sweep_descendants(grace: float = ORPHAN_TERM_GRACE) -> int:
+    """At the gateway's exit, after every child stopped: end every process still below us
+    (orphans re-parented to the subreaper), SIGTERM then SIGKILL after ``grace``; reap them.
+    Returns how many there were. Synchronous: the event loop is gone by then."""
+    noted = descendants(os.getpid())
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        left = _still_running(noted)
+        if not left:
+            break
+        log.warning(
+            "%d process(es) started by children outlived them (pids %s); sending %s",
+            len(left),
+            sorted(left),
+            signal.Signals(sig).name,
+        )
+        _signal_each(left, sig)
+        deadline = time.monotonic() + grace
+        while _still_running(left) and time.monotonic() < deadline:
+            time.sleep(_GROUP_POLL)
+    _reap(noted)
+    return len(noted)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -159,6 +267,9 @@ async def stop(process: Process, spec: ChildSpec) -> int | None:
     """Run the stop ladder and return the exit code. Shielded: always completes."""
     pgid = process.pid  # leader of its own session, so its pid is the group id
     with anyio.CancelScope(shield=True):
+        # Noted before any signal: once the child is gone, what it started is re-parented
+        # and no longer found below it.
+        noted = descendants(process.pid) if process.returncode is None else {}
         if process.stdin is not None:
             with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await process.stdin.aclose()
@@ -175,6 +286,7 @@ async def stop(process: Process, spec: ChildSpec) -> int | None:
             _signal_group(pgid, signal.SIGKILL)
             await process.wait()
         await clear_group(pgid, spec)
+        await end_processes(noted, spec.sigterm_grace, spec.label)
     return process.returncode
 
 

@@ -84,6 +84,20 @@ def _fork_grandchild(ctx: ToolContext, args: JsonObject) -> JsonObject:
     return text_result(str(grandchild.pid), structured={"pid": grandchild.pid})
 
 
+def _spawn_detached(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    # A helper that leaves the child's session and process group (setsid), with its own
+    # stdio, the way daemonizing helpers do: no group signal and no pipe EOF reaches it.
+    grandchild = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    _grandchildren.append(grandchild)
+    return text_result(str(grandchild.pid), structured={"pid": grandchild.pid})
+
+
 def _stderr(ctx: ToolContext, args: JsonObject) -> JsonObject:
     for line in str_list_arg(args, "lines"):
         sys.stderr.write(line + "\n")
@@ -336,6 +350,12 @@ def add_test_tools(server: StdioServer) -> None:
             _progress_burst,
         ),
         ("fork_grandchild", "Start a sleeping grandchild process; return its pid.", object_schema(), _fork_grandchild),
+        (
+            "spawn_detached",
+            "Start a sleeping grandchild in a new session (setsid), stdio detached; return its pid.",
+            object_schema(),
+            _spawn_detached,
+        ),
         ("stderr", "Write lines to stderr.", object_schema({"lines": _str_list("lines")}, ["lines"]), _stderr),
         (
             "exit",
