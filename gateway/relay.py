@@ -449,6 +449,8 @@ class Relay:
             result = subscriptions.retag_result(result, request.id)
         if client.era is Era.MODERN and child.era is Era.LEGACY:
             result = bridge.modernize_result(request.method, result, child)
+        elif client.era is Era.MODERN and request.method == "server/discover":
+            result = bridge.advertised_discover(result)
         elif client.era is Era.LEGACY and child.era is Era.MODERN:
             result = bridge.legacy_result(result)
         return response(request.id, result=result)
