@@ -70,6 +70,7 @@ class LegacySession:
     subscriptions: set[str] = field(default_factory=set)  # resource URIs it subscribed to
     asks: dict[str, ChildAsk] = field(default_factory=dict)  # gateway id → the child's question
     asks_sent: int = 0
+    on_end: list[Callable[[], None]] = field(default_factory=list)  # run once when the session ends
 
     def track_ask(self, ask: ChildAsk) -> str:
         """A session-unique id for a child's question sent to this client."""
@@ -133,6 +134,9 @@ class LegacySession:
     def cancel_all(self) -> None:
         for handle in self.in_flight.values():
             handle.cancel(reply=True)
+        for hook in self.on_end:  # e.g. close the child listen holding its resource subscriptions
+            hook()
+        self.on_end.clear()
         self.asks.clear()  # their calls are cancelled; each call's end answers its child
         if self.stream is not None:
             self.stream.close()

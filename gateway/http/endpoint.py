@@ -9,7 +9,9 @@ A POST goes: bounded body read → ingress ladder (pure) → by era:
 - **legacy** ``initialize`` → answered by the gateway from the child's handshake, with a new
   ``Mcp-Session-Id``; other legacy requests run detached (a disconnect is not a
   cancellation); ``notifications/cancelled`` cancels the named request of that session;
-  ``ping`` is answered here; a POSTed response answers the child's question it names
+  ``ping`` is answered here, and so are ``resources/subscribe`` / ``unsubscribe`` when a
+  modern child serves the session (``gateway.http.session_listen``: one child listen per
+  session); a POSTed response answers the child's question it names
   (202). 2025-03-26 batches are answered with a JSON array. A request the client
   cancelled gets no answer (its stream ends; in a batch it is left out of the array).
 
@@ -35,6 +37,7 @@ from gateway.errors import CODE_CANCELLED, CODE_INPUT_TIMEOUT, GatewayError
 from gateway.http import wire
 from gateway.http.inflight import InFlight
 from gateway.http.listen import Listen, Listens, ListenStream
+from gateway.http.session_listen import SessionListens, is_served_by_modern_child
 from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
 from gateway.http.wire import rejection_response
 from gateway.protocol import bridge, ingress, inputs, loglevels, subscriptions, versions
@@ -111,6 +114,7 @@ class McpEndpoint:
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
         self.listens = Listens()  # emulated subscriptions/listen streams (legacy children)
         self.in_flight = InFlight()  # modern requests being answered: a POSTed cancelled names one
+        self.session_listens = SessionListens()  # legacy sessions' resource subscriptions on modern children
 
     @staticmethod
     def principal(request: HttpRequest) -> str | None:
@@ -238,7 +242,7 @@ class McpEndpoint:
             return await self._batch(session, accepted.messages, headers)
         message = accepted.messages[0]
         if isinstance(message, Request):
-            local = self._local_legacy_answer(session, message)
+            local = await self._local_legacy_answer(session, message)
             if local is not None:
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
@@ -270,8 +274,10 @@ class McpEndpoint:
         log.info("legacy session %s… opened (protocol %s)", session.id[:8], session.version)
         return wire.json_response(response(message.id, result=result), headers={MCP_SESSION_ID: session.id})
 
-    @staticmethod
-    def _local_legacy_answer(session: LegacySession, message: Request) -> JsonObject | None:
+    async def _local_legacy_answer(self, session: LegacySession, message: Request) -> JsonObject | None:
+        if message.method in subscriptions.SUBSCRIBE_METHODS and is_served_by_modern_child(session):
+            assert self.task_group is not None
+            return await self.session_listens.handle(session, message, self.task_group)
         if message.method == "ping":
             return response(message.id, result={})
         if message.method == loglevels.SET_LEVEL:
@@ -340,7 +346,7 @@ class McpEndpoint:
         answers: list[JsonObject] = []
 
         async def answer(message: Request) -> None:
-            local = self._local_legacy_answer(session, message)
+            local = await self._local_legacy_answer(session, message)
             if local is not None:
                 answers.append(local)
                 return

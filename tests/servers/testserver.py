@@ -500,7 +500,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttl-ms", type=int, default=60_000)
     parser.add_argument("--cache-scope", choices=("public", "private"), default="public")
     parser.add_argument("--name", default="testserver")
-    parser.add_argument("--subscribe", action="store_true", help="declare resources.subscribe (legacy)")
+    parser.add_argument(
+        "--subscribe",
+        action="store_true",
+        help="declare resources.subscribe: legacy resources/subscribe, modern listen resourceSubscriptions",
+    )
     parser.add_argument("--page-size", type=int, default=None, help="tools/list pages of N tools")
     parser.add_argument("--record", default=None, metavar="FILE", help="append every line read from stdin to FILE")
     return parser.parse_args(argv)

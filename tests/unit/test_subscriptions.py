@@ -63,3 +63,27 @@ def test_a_tagged_notification_goes_to_the_listen_with_that_child_id() -> None:
     assert isinstance(correlator.incoming(Notification(note.method, {"_meta": {SUB: call.id}})), Late)
     assert isinstance(correlator.incoming(Notification(note.method, {"_meta": {SUB: 999}})), Late)
     assert isinstance(correlator.incoming(Notification(note.method)), Unsolicited)
+
+
+def test_a_legacy_sessions_listen_names_its_uris_and_reads_back_what_the_child_took() -> None:
+    assert subscriptions.session_listen_params(["file:///a", "file:///b"]) == {
+        "notifications": {"resourceSubscriptions": ["file:///a", "file:///b"]}
+    }
+    ack = {"notifications": {"resourceSubscriptions": ["file:///a", 7]}, "_meta": {SUB: 3}}
+    assert subscriptions.acknowledged_uris(ack) == ["file:///a"]
+    assert subscriptions.acknowledged_uris({"notifications": {}}) == []
+    assert subscriptions.acknowledged_uris(None) == []
+
+
+def test_a_legacy_session_gets_an_update_without_the_listens_subscription_id() -> None:
+    tagged = {"uri": "file:///a", "_meta": {SUB: 3}}
+    assert subscriptions.untagged(subscriptions.RESOURCES_UPDATED, tagged) == {
+        "jsonrpc": "2.0",
+        "method": subscriptions.RESOURCES_UPDATED,
+        "params": {"uri": "file:///a"},
+    }
+    kept = {"uri": "file:///a", "_meta": {SUB: 3, "trace": "x"}}
+    assert subscriptions.untagged(subscriptions.RESOURCES_UPDATED, kept)["params"] == {
+        "uri": "file:///a",
+        "_meta": {"trace": "x"},
+    }
