@@ -205,6 +205,10 @@ class SessionStore:
         """The sessions that ``pool`` serves (their requests go to its children)."""
         return [session for session in self._sessions.values() if session.pool is pool]
 
+    def on_child(self, child: object) -> list[LegacySession]:
+        """The sessions whose requests go to ``child`` (the one they last used)."""
+        return [session for session in self._sessions.values() if session.child is child]
+
     def broadcast(self, message: JsonObject, to: Callable[[LegacySession], bool] = lambda _: True) -> int:
         """Offer ``message`` to the GET stream of every session ``to`` accepts; return how many took it."""
         return sum(session.offer(message) for session in self._sessions.values() if to(session))

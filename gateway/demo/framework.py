@@ -271,6 +271,8 @@ class StdioServer:
         self._in_flight: dict[tuple[type, Any], ToolContext] = {}
         self._waiting: dict[tuple[type, Any], _Waiter] = {}
         self._cancelled_ids: list[Any] = []
+        # Extra handling of client notifications by method (run on the reader thread, in order).
+        self.notification_handlers: dict[str, Callable[[JsonObject], None]] = {}
         # Modern listens: id → (listen id, notification methods, resource URIs) granted.
         self._listens: dict[tuple[type, Any], tuple[RequestId, frozenset[str], tuple[str, ...]]] = {}
         self._out_ids = itertools.count(1)
@@ -482,6 +484,9 @@ class StdioServer:
 
     def _on_notification(self, method: str, params: JsonObject) -> None:
         # notifications/initialized needs no action: requests are accepted once initialize is answered.
+        handler = self.notification_handlers.get(method)
+        if handler is not None:
+            handler(params)
         if method != "notifications/cancelled" or "requestId" not in params:
             return
         request_id = params["requestId"]

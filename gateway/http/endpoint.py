@@ -59,6 +59,7 @@ from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import ClientContext, Relay, response
 from gateway.sessions import CancelHandle, LegacySession, SessionStore
+from gateway.shared_settings import SharedSettings
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.pool import Pool
 
@@ -109,6 +110,7 @@ class McpEndpoint:
     ) -> None:
         self.relay = relay
         self.sessions = sessions
+        relay.settings = SharedSettings(sessions.on_child)  # per-client settings on shared children
         self.max_body_bytes = max_body_bytes
         self.max_stream_seconds = max_stream_seconds
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
