@@ -171,6 +171,8 @@ class Relay:
         if headers is not None and client.era is Era.MODERN and request.method == "tools/call":
             await self._check_param_headers(child, request, headers)  # a 400 propagates before any yield
         if self.settings is not None:  # last before the request: what the child asks now is this client's
+            async for question in self.settings.refresh_roots(child, client, request.method):
+                yield question  # a caching child's roots/list, before a legacy session's call
             await self.settings.prepare(child, client, request.method)
         params = self._params_for_child(request.params, client, info)
         try:

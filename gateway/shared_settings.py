@@ -14,27 +14,38 @@ a shared child one client's settings would reach every other client. So:
   this: each request carries its client's ``logLevel``.
 - **Roots.** A legacy child may fetch roots once and cache them (server-everything does,
   right after ``initialized``, when no request could answer for a client). The gateway
-  notes whose roots a child was last given (``note_asks``: a session, a modern client's
-  principal, or the gateway's own answer; unknown at first). Before a ``tools/call``,
-  ``prompts/get`` or ``resources/read`` of a different owner, a child that was told at
-  ``initialize`` that roots may change (``roots.listChanged``) is sent
-  ``notifications/roots/list_changed``, so that a child that caches asks again, during the
-  new client's request, which answers it. A child that does not use roots ignores the
-  notification. One that reads its cache before the new answer arrives uses the previous
-  client's roots for that call, and the modern clients of one principal count as one owner:
-  only ``--isolation session`` isolates roots fully (see docs/bridging.md).
+  notes whose roots a child was last given (a session, a modern client's principal, or the
+  gateway's own answer; unknown at first). Before a ``tools/call``, ``prompts/get`` or
+  ``resources/read`` of a different owner, a child that was told at ``initialize`` that
+  roots may change (``roots.listChanged``) is sent ``notifications/roots/list_changed``.
+  For a **legacy session**, when the child (or its pool) is known to ask for roots, this
+  happens *before* the call (``refresh_roots``): the child's ``roots/list`` (unattributed,
+  as nothing of it is in flight, so ``on_child_request`` hands it here) goes to the
+  session on the call's stream, and the call is sent only once the child has the answer,
+  so even a child that refreshes its cache in the background (server-everything) serves
+  the call with this client's roots. One refresh at a time per pool, so that the question
+  is the refreshing child's; a pool whose children do not ask within ``ROOTS_REFRESH_WAIT``
+  is not waited for again. For a **modern** client (or a child not yet known to ask) the
+  notification goes just before the call, and a child that asks during the call is
+  answered by the client through MRTR; a child that reads its cache first uses the
+  previous client's roots for that call. The modern clients of one principal count as one
+  owner. Only ``--isolation session`` isolates roots fully (see docs/bridging.md).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Final
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, WeakSet
 
-from gateway.errors import ChildError
+import anyio
+
+from gateway.errors import CODE_INPUT_TIMEOUT, ChildError
 from gateway.protocol import inputs, loglevels
+from gateway.protocol.jsonrpc import JsonObject, Reply, Request, Result
 from gateway.protocol.versions import Era
+from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
 
 log = logging.getLogger("gateway.settings")
@@ -46,6 +57,9 @@ SET_LEVEL_TIMEOUT: Final = 10.0
 RootsOwner = tuple[str, Any] | None
 """Whose roots a child holds: ("session", id), ("principal", name), or None (the gateway's answer)."""
 UNKNOWN: Final = ("unknown", None)
+ROOTS_REFRESH_WAIT: Final = 2.0
+"""Seconds to wait for a child to ask ``roots/list`` after ``roots/list_changed`` before a
+legacy session's call; a pool whose child did not ask in time is not waited for again."""
 
 
 def roots_owner(client: Any, method: str) -> RootsOwner:
@@ -60,17 +74,83 @@ def roots_owner(client: Any, method: str) -> RootsOwner:
     return ("principal", getattr(client, "principal", None)) if method in inputs.MRTR_METHODS else None
 
 
+class _Refresh:
+    """A refresh in progress: the child's ``roots/list``, once it asks."""
+
+    def __init__(self, child: StdioChild) -> None:
+        self.child = child
+        self.asked = anyio.Event()
+        self.ask: ChildAsk | None = None
+
+
 class SharedSettings:
     def __init__(self, sessions_on: Callable[[StdioChild], Iterable[Any]]) -> None:
         """``sessions_on(child)``: the live legacy sessions whose requests go to ``child``."""
         self._sessions_on = sessions_on
         self._levels: WeakKeyDictionary[StdioChild, str] = WeakKeyDictionary()
         self._roots: WeakKeyDictionary[StdioChild, RootsOwner] = WeakKeyDictionary()
+        self._asking_pools: WeakSet[Any] = WeakSet()  # their children ask for roots unprompted
+        self._asking_children: WeakSet[StdioChild] = WeakSet()  # asked for roots during a request
+        self._deaf_pools: WeakSet[Any] = WeakSet()  # ... but not again on roots/list_changed
+        self._refreshing: WeakKeyDictionary[Any, _Refresh] = WeakKeyDictionary()  # pool → refresh
+        self._pool_locks: WeakKeyDictionary[Any, anyio.Lock] = WeakKeyDictionary()
 
     def note_asks(self, child: StdioChild, asks: Iterable[Any], method: str, client: Any) -> None:
         """The child asked these questions (``ChildAsk``) during ``client``'s ``method`` request."""
         if any(ask.method == inputs.ROOTS for ask in asks):
             self._roots[child] = roots_owner(client, method)
+            self._asking_children.add(child)
+
+    async def on_child_request(self, pool: Any, request: Request) -> Reply | None:
+        """A child's question that no exchange carries: a refresh's ``roots/list`` is answered
+        by the refresh's client; None for anything else (it is not ours)."""
+        if request.method != inputs.ROOTS:
+            return None
+        self._asking_pools.add(pool)
+        refresh = self._refreshing.get(pool)
+        if refresh is None or refresh.ask is not None:
+            return None
+        refresh.ask = ask = ChildAsk(request)
+        refresh.asked.set()
+        return await ask.wait()  # the refresh answers it (the client's answer, or an error)
+
+    async def refresh_roots(self, child: StdioChild, client: Any, method: str) -> AsyncIterator[JsonObject]:
+        """Before a legacy session's call: have a child that caches roots fetch this client's
+        now, on the call's stream (yields the question for the client; see the module doc)."""
+        info = child.info
+        if info is None or info.era is not Era.LEGACY or method not in inputs.MRTR_METHODS or not self._told(child):
+            return
+        wanted = roots_owner(client, method)
+        session, pool = getattr(client, "session", None), getattr(getattr(client, "session", None), "pool", None)
+        if self._roots.get(child, UNKNOWN) == wanted or wanted is None or session is None:
+            return
+        if (pool not in self._asking_pools and child not in self._asking_children) or pool in self._deaf_pools:
+            return
+        lock = self._pool_locks.setdefault(pool, anyio.Lock())
+        async with lock:
+            refresh = self._refreshing[pool] = _Refresh(child)
+            try:
+                try:
+                    await child.notify(ROOTS_LIST_CHANGED)
+                except ChildError:
+                    return
+                with anyio.move_on_after(ROOTS_REFRESH_WAIT):
+                    await refresh.asked.wait()
+                ask = refresh.ask
+                if ask is None:
+                    log.info("%s: its children do not ask for roots again on roots/list_changed", child.spec.label)
+                    self._deaf_pools.add(pool)
+                    return
+                self._roots[child] = wanted
+                yield Request(session.track_ask(ask), ask.method, ask.params).to_dict()
+                with anyio.move_on_after(child.spec.input_timeout):
+                    await ask.wait()
+            finally:
+                if refresh.ask is not None:  # a no-op when the client answered
+                    refresh.ask.answer_error(CODE_INPUT_TIMEOUT, "the client did not answer roots/list")
+                    if not isinstance(refresh.ask.reply, Result):
+                        self._roots[child] = UNKNOWN
+                del self._refreshing[pool]
 
     async def prepare(self, child: StdioChild, client: Any, method: str) -> None:
         """Before ``client``'s ``method`` request on ``child``: make the child's per-process settings fit."""
@@ -80,7 +160,7 @@ class SharedSettings:
         if "logging" in info.capabilities:
             await self._apply_log_level(child)
         if method in inputs.MRTR_METHODS:  # the requests that may ask (a tools/list never does)
-            await self._refresh_roots(child, roots_owner(client, method))
+            await self._notify_roots_changed(child, roots_owner(client, method))
 
     async def _apply_log_level(self, child: StdioChild) -> None:
         wanted = loglevels.most_verbose(session.log_level for session in self._sessions_on(child))
@@ -94,11 +174,13 @@ class SharedSettings:
             return
         log.debug("child %s: log level %s (the most verbose of its sessions): %r", child.spec.label, wanted, reply)
 
-    async def _refresh_roots(self, child: StdioChild, wanted: RootsOwner) -> None:
+    def _told(self, child: StdioChild) -> bool:
+        """Whether the child was told at ``initialize`` that roots may change."""
         declared = child.spec.declared_capabilities.get("roots")
-        if not isinstance(declared, dict) or declared.get("listChanged") is not True:
-            return  # it was not told that roots may change: it cannot be told now
-        if self._roots.get(child, UNKNOWN) == wanted:
+        return isinstance(declared, dict) and declared.get("listChanged") is True
+
+    async def _notify_roots_changed(self, child: StdioChild, wanted: RootsOwner) -> None:
+        if not self._told(child) or self._roots.get(child, UNKNOWN) == wanted:
             return
         self._roots[child] = wanted  # if it asks again, it is during this request, for this owner
         try:

@@ -429,7 +429,12 @@ class McpEndpoint:
         stream of the one legacy session the child serves, when there is exactly one (the pool
         is that session's own, ``isolation: session``), its GET stream is open and it declared
         the capability; the client's POSTed answer (or, after ``input_timeout``, -31007) is the
-        reply. None otherwise: the gateway answers it locally."""
+        reply. A ``roots/list`` a roots refresh waits for goes to that refresh's client
+        (``SharedSettings.refresh_roots``). None otherwise: the gateway answers it locally."""
+        assert self.relay.settings is not None
+        refreshed = await self.relay.settings.on_child_request(pool, request)
+        if refreshed is not None:
+            return refreshed
         if request.method not in inputs.INPUT_METHODS or pool.session_id is None:
             return None
         served = self.sessions.serving(pool)
