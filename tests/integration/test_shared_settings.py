@@ -26,6 +26,7 @@ from tests.gateway_server import BASE_HEADERS, MODERN_META, modern_call, modern_
 pytestmark = pytest.mark.anyio
 
 LOG_MESSAGE = "notifications/message"
+LOG_LEVEL = "io.modelcontextprotocol/logLevel"
 
 
 def recorded(path: Path) -> list[dict[str, Any]]:
@@ -116,6 +117,10 @@ async def test_one_sessions_log_level_never_changes_what_another_session_gets(ch
             assert await log(bob, "warning", "b1") == []  # below bob's own level
             assert await log(bob, "error", "b2") == ["b2"]
             assert await log(alice, "info", "a2") == ["a2"]
+            # A modern client's own logLevel on the same child is not cut off by bob either.
+            modern = modern_call("m1", "log", {"level": "debug", "data": "m1"}, **{LOG_LEVEL: "debug"})
+            reply = await http.post(url, headers=modern_headers("tools/call", "log"), json=modern)
+            assert logged(parse_sse(reply.text)) == ["m1"]
             as_legacy = [m for m in recorded(record) if m.get("method") == "initialize"]
             levels = [m["params"]["level"] for m in recorded(record) if m.get("method") == "logging/setLevel"]
             assert levels == (["debug"] if as_legacy else [])  # the most verbose; never bob's "error"
