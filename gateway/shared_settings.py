@@ -24,12 +24,13 @@ a shared child one client's settings would reach every other client. So:
   session on the call's stream, and the call is sent only once the child has the answer,
   so even a child that refreshes its cache in the background (server-everything) serves
   the call with this client's roots. One refresh at a time per pool, so that the question
-  is the refreshing child's; a pool whose children do not ask within ``ROOTS_REFRESH_WAIT``
-  is not waited for again. For a **modern** client (or a child not yet known to ask) the
-  notification goes just before the call, and a child that asks during the call is
-  answered by the client through MRTR; a child that reads its cache first uses the
-  previous client's roots for that call. The modern clients of one principal count as one
-  owner. Only ``--isolation session`` isolates roots fully (see docs/bridging.md).
+  is the refreshing child's; a pool whose children let ``DEAF_AFTER`` refreshes in a row
+  pass without asking within ``ROOTS_REFRESH_WAIT`` is not waited for again. For a
+  **modern** client (or a child not yet known to ask) the notification goes just before the
+  call, and a child that asks during the call is answered by the client through MRTR; a
+  child that reads its cache first uses the previous client's roots for that call. The
+  modern clients of one principal count as one owner. Only ``--isolation session``
+  isolates roots fully (see docs/bridging.md).
 """
 
 from __future__ import annotations
@@ -59,7 +60,11 @@ RootsOwner = tuple[str, Any] | None
 UNKNOWN: Final = ("unknown", None)
 ROOTS_REFRESH_WAIT: Final = 2.0
 """Seconds to wait for a child to ask ``roots/list`` after ``roots/list_changed`` before a
-legacy session's call; a pool whose child did not ask in time is not waited for again."""
+legacy session's call (then the call goes on, and the child may still ask during it)."""
+DEAF_AFTER: Final = 3
+"""Refreshes in a row a pool's children let pass without asking, after which the pool is not
+waited for again: its servers do not re-fetch on ``roots/list_changed`` (a busy machine's one
+slow answer must not switch the refresh off for good)."""
 
 
 def roots_owner(client: Any, method: str) -> RootsOwner:
@@ -91,7 +96,7 @@ class SharedSettings:
         self._roots: WeakKeyDictionary[StdioChild, RootsOwner] = WeakKeyDictionary()
         self._asking_pools: WeakSet[Any] = WeakSet()  # their children ask for roots unprompted
         self._asking_children: WeakSet[StdioChild] = WeakSet()  # asked for roots during a request
-        self._deaf_pools: WeakSet[Any] = WeakSet()  # ... but not again on roots/list_changed
+        self._misses: WeakKeyDictionary[Any, int] = WeakKeyDictionary()  # pool → refreshes not asked for
         self._refreshing: WeakKeyDictionary[Any, _Refresh] = WeakKeyDictionary()  # pool → refresh
         self._pool_locks: WeakKeyDictionary[Any, anyio.Lock] = WeakKeyDictionary()
 
@@ -124,7 +129,9 @@ class SharedSettings:
         session, pool = getattr(client, "session", None), getattr(getattr(client, "session", None), "pool", None)
         if self._roots.get(child, UNKNOWN) == wanted or wanted is None or session is None:
             return
-        if (pool not in self._asking_pools and child not in self._asking_children) or pool in self._deaf_pools:
+        if pool not in self._asking_pools and child not in self._asking_children:
+            return
+        if self._misses.get(pool, 0) >= DEAF_AFTER:
             return
         lock = self._pool_locks.setdefault(pool, anyio.Lock())
         async with lock:
@@ -137,11 +144,13 @@ class SharedSettings:
                 with anyio.move_on_after(ROOTS_REFRESH_WAIT):
                     await refresh.asked.wait()
                 ask = refresh.ask
+                self._roots[child] = wanted  # if it asks during the call after all, this client answers
                 if ask is None:
-                    log.info("%s: its children do not ask for roots again on roots/list_changed", child.spec.label)
-                    self._deaf_pools.add(pool)
+                    self._misses[pool] = misses = self._misses.get(pool, 0) + 1
+                    if misses >= DEAF_AFTER:
+                        log.info("%s: its children do not ask for roots again on roots/list_changed", child.spec.label)
                     return
-                self._roots[child] = wanted
+                self._misses[pool] = 0
                 yield Request(session.track_ask(ask), ask.method, ask.params).to_dict()
                 with anyio.move_on_after(child.spec.input_timeout):
                     await ask.wait()
