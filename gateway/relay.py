@@ -173,7 +173,7 @@ class Relay:
         if self.settings is not None:  # last before the request: what the child asks now is this client's
             async for question in self.settings.refresh_roots(child, client, request.method):
                 yield question  # a caching child's roots/list, before a legacy session's call
-            await self.settings.prepare(child, client, request.method)
+            await self.settings.prepare(child, client, request.method, _log_level(request, client))
         params = self._params_for_child(request.params, client, info)
         try:
             # The server's request timeout applies; the child's questions come to us (asks=True).

@@ -7,11 +7,12 @@ a shared child one client's settings would reach every other client. So:
 - **Log level.** A legacy session's ``logging/setLevel`` is stored on the session and
   answered ``{}`` by the gateway; it is never forwarded as it is. A legacy child that
   declares ``logging`` is told the *most verbose* level among the live sessions it serves
-  (``loglevels.most_verbose``), before each of their requests whenever that changed (a new
-  session, a session's new level, a session gone, a restarted child). Each client still gets
-  only what it asked for: messages reach the one exchange they can be attributed to, at or
-  above that client's own level (``gateway.stdio.child``). A modern child needs none of
-  this: each request carries its client's ``logLevel``.
+  and the request about to run (a modern request's ``logLevel``; ``loglevels.most_verbose``),
+  before a request whenever that differs from what it was told last (a new session, a
+  session's new level, a session gone, a modern request asking for more, a restarted child).
+  Each client still gets only what it asked for: messages reach the one exchange they can be
+  attributed to, at or above that client's own level (``gateway.stdio.child``). A modern
+  child needs none of this: each request carries its client's ``logLevel``.
 - **Roots.** A legacy child may fetch roots once and cache them (server-everything does,
   right after ``initialized``, when no request could answer for a client). The gateway
   notes whose roots a child was last given (a session, a modern client's principal, or the
@@ -161,18 +162,20 @@ class SharedSettings:
                         self._roots[child] = UNKNOWN
                 del self._refreshing[pool]
 
-    async def prepare(self, child: StdioChild, client: Any, method: str) -> None:
-        """Before ``client``'s ``method`` request on ``child``: make the child's per-process settings fit."""
+    async def prepare(self, child: StdioChild, client: Any, method: str, log_level: str | None = None) -> None:
+        """Before ``client``'s ``method`` request on ``child`` (which wants logs at ``log_level``):
+        make the child's per-process settings fit."""
         info = child.info
         if info is None or info.era is not Era.LEGACY or not child.is_alive():
             return
         if "logging" in info.capabilities:
-            await self._apply_log_level(child)
+            await self._apply_log_level(child, log_level)
         if method in inputs.MRTR_METHODS:  # the requests that may ask (a tools/list never does)
             await self._notify_roots_changed(child, roots_owner(client, method))
 
-    async def _apply_log_level(self, child: StdioChild) -> None:
-        wanted = loglevels.most_verbose(session.log_level for session in self._sessions_on(child))
+    async def _apply_log_level(self, child: StdioChild, log_level: str | None) -> None:
+        levels = [session.log_level for session in self._sessions_on(child)]
+        wanted = loglevels.most_verbose([*levels, log_level])
         if wanted is None or self._levels.get(child) == wanted:
             return
         self._levels[child] = wanted  # first, so that concurrent requests do not all send it

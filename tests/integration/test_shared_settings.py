@@ -130,6 +130,13 @@ async def test_one_sessions_log_level_never_changes_what_another_session_gets(ch
             assert await log(bob, "error", "b3") == ["b3"]
             levels = [m["params"]["level"] for m in recorded(record) if m.get("method") == "logging/setLevel"]
             assert levels == (["debug", "error"] if as_legacy else [])
+            # A modern request that wants more makes the child that verbose while it runs.
+            modern = modern_call("m2", "log", {"level": "info", "data": "m2"}, **{LOG_LEVEL: "info"})
+            reply = await http.post(url, headers=modern_headers("tools/call", "log"), json=modern)
+            assert logged(parse_sse(reply.text)) == ["m2"]
+            assert await log(bob, "warning", "b4") == []  # bob still gets only what he asked for
+            levels = [m["params"]["level"] for m in recorded(record) if m.get("method") == "logging/setLevel"]
+            assert levels == (["debug", "error", "info", "error"] if as_legacy else [])
 
 
 ROOTS_SPEC_OPTIONS: dict[str, Any] = {"client_capabilities": {"roots": {"listChanged": True}}}
