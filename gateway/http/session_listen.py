@@ -67,6 +67,7 @@ class _Open:
         self.uris: list[str] = []
         self.error: JsonObject | None = None
         self.on_purpose = False  # closed by the gateway: nothing to re-open
+        self.ended = False  # the child exchange is over
 
     def close(self) -> None:
         self.on_purpose = True
@@ -144,6 +145,8 @@ class SessionListen:
             opened.close()
             return None
         self._current, self.uris = opened, [u for u in wanted if u in opened.uris]
+        if opened.ended:  # lost already (the child died just after acknowledging): open it again
+            self._lost(opened)
         return None
 
     async def _child(self) -> StdioChild:
@@ -185,8 +188,12 @@ class SessionListen:
                 opened.error = exc.error_object()
             finally:
                 opened.ready.set()
+        opened.ended = True
+        self._lost(opened)
+
+    def _lost(self, opened: _Open) -> None:
         if not opened.on_purpose and opened is self._current:
-            log.info("legacy session %s…: the child's listen ended; opening it again", session.id[:8])
+            log.info("legacy session %s…: the child's listen ended; opening it again", self.session.id[:8])
             self._current = None
             self._tg.start_soon(self._reopen)
 

@@ -156,7 +156,8 @@ async def test_a_modern_child_without_resource_subscriptions_refuses_the_subscri
     assert "resource subscriptions" in refused["error"]["message"]
 
 
-async def test_a_sessions_listen_is_opened_again_on_the_restarted_child_after_a_crash(tmp_path: Path) -> None:
+@pytest.mark.parametrize("loss", ["crash", "end_listens"])
+async def test_a_sessions_listen_is_opened_again_when_the_child_crashes_or_ends_it(loss: str, tmp_path: Path) -> None:
     record = tmp_path / "stdin.jsonl"
     spec = server_spec("--era", "modern", "--subscribe", "--record", str(record))
     with anyio.fail_after(30):
@@ -165,8 +166,11 @@ async def test_a_sessions_listen_is_opened_again_on_the_restarted_child_after_a_
             assert (await request(http, url, session, "resources/subscribe", uri="file:///docs"))["result"] == {}
             async with http.stream("GET", url, headers={**session, "accept": "text/event-stream"}) as get:
                 received = messages(get)
-                crashed = await request(http, url, session, "tools/call", name="crash", arguments={})
-                assert crashed["error"]["code"] == -31001
+                lost = await request(http, url, session, "tools/call", name=loss, arguments={})
+                if loss == "crash":  # the pool restarts the child; the listen follows it there
+                    assert lost["error"]["code"] == -31001
+                else:  # the child ends the listen with the graceful result
+                    assert lost["result"]["content"] == [{"type": "text", "text": "1"}]
 
                 def listens() -> int:
                     return sum(1 for m in recorded(record) if m.get("method") == LISTEN)
