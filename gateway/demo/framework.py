@@ -326,12 +326,17 @@ class StdioServer:
             message["params"] = params
         self.send(message)
 
-    def end_listens(self) -> int:
-        """End every open listen with the graceful result; return how many there were."""
+    def end_listens(self, *, cancelled: bool = False) -> int:
+        """End every open listen with the graceful result (or, ``cancelled``, with
+        ``notifications/cancelled`` naming it); return how many there were."""
         with self._lock:
             listens = list(self._listens.values())
             self._listens.clear()
         for listen_id, _, _ in listens:
+            if cancelled:
+                params = {"requestId": listen_id, "reason": "the server ends the subscription"}
+                self.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
+                continue
             result = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: listen_id}}
             self.send({"jsonrpc": "2.0", "id": listen_id, "result": result})
         return len(listens)

@@ -156,7 +156,7 @@ async def test_a_modern_child_without_resource_subscriptions_refuses_the_subscri
     assert "resource subscriptions" in refused["error"]["message"]
 
 
-@pytest.mark.parametrize("loss", ["crash", "end_listens"])
+@pytest.mark.parametrize("loss", ["crash", "end_listens", "end_listens_cancelled"])
 async def test_a_sessions_listen_is_opened_again_when_the_child_crashes_or_ends_it(loss: str, tmp_path: Path) -> None:
     record = tmp_path / "stdin.jsonl"
     spec = server_spec("--era", "modern", "--subscribe", "--record", str(record))
@@ -166,10 +166,13 @@ async def test_a_sessions_listen_is_opened_again_when_the_child_crashes_or_ends_
             assert (await request(http, url, session, "resources/subscribe", uri="file:///docs"))["result"] == {}
             async with http.stream("GET", url, headers={**session, "accept": "text/event-stream"}) as get:
                 received = messages(get)
-                lost = await request(http, url, session, "tools/call", name=loss, arguments={})
+                tool, arguments = loss.removesuffix("_cancelled"), {"cancelled": loss.endswith("_cancelled")}
+                lost = await request(
+                    http, url, session, "tools/call", name=tool, arguments=arguments if tool != "crash" else {}
+                )
                 if loss == "crash":  # the pool restarts the child; the listen follows it there
                     assert lost["error"]["code"] == -31001
-                else:  # the child ends the listen with the graceful result
+                else:  # the child ends the listen: the graceful result, or notifications/cancelled
                     assert lost["result"]["content"] == [{"type": "text", "text": "1"}]
 
                 def listens() -> int:

@@ -279,7 +279,7 @@ def add_test_tools(server: StdioServer) -> None:
         return _json_result("ids", server.cancelled_ids)
 
     def end_listens(ctx: ToolContext, args: JsonObject) -> JsonObject:
-        return text_result(str(server.end_listens()))
+        return text_result(str(server.end_listens(cancelled=args.get("cancelled") is True)))
 
     asked_later: list[JsonObject] = []  # answers to ask_later's questions, in arrival order
     asked_changed = threading.Condition()
@@ -403,8 +403,8 @@ def add_test_tools(server: StdioServer) -> None:
         ),
         (
             "end_listens",
-            "End every open subscriptions/listen with the graceful result; return how many.",
-            object_schema(),
+            "End every open subscriptions/listen with the graceful result (or cancelled); return how many.",
+            object_schema({"cancelled": {"type": "boolean", "description": "end with notifications/cancelled"}}),
             end_listens,
         ),
         (

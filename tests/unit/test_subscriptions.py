@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gateway.protocol import loglevels, subscriptions
-from gateway.protocol.correlation import Correlator, Late, ProgressFor, Unsolicited
-from gateway.protocol.jsonrpc import Notification
+from gateway.protocol.correlation import Correlator, Late, ProgressFor, ReplyFor, Unsolicited
+from gateway.protocol.jsonrpc import Notification, Result
 
 SUB = subscriptions.SUBSCRIPTION_ID_KEY
 
@@ -87,3 +87,18 @@ def test_a_legacy_session_gets_an_update_without_the_listens_subscription_id() -
         "uri": "file:///a",
         "_meta": {"trace": "x"},
     }
+
+
+def test_a_child_ending_a_listen_with_cancelled_ends_it_as_the_graceful_result() -> None:
+    correlator: Correlator[str] = Correlator()
+    listen, _ = correlator.outgoing("subscriptions/listen", {"notifications": {}}, "listen")
+    call, _ = correlator.outgoing("tools/call", {"name": "t"}, "call")
+    routed = correlator.incoming(Notification("notifications/cancelled", {"requestId": listen.id, "reason": "bye"}))
+    assert isinstance(routed, ReplyFor)
+    assert routed.pending.owner == "listen"
+    assert routed.reply == Result(listen.id, {"resultType": "complete", "_meta": {SUB: listen.id}})
+    assert not correlator.is_pending(listen.id)
+    # Only a listen ends so: a cancellation naming anything else is the caller's to judge.
+    assert isinstance(correlator.incoming(Notification("notifications/cancelled", {"requestId": call.id})), Unsolicited)
+    assert correlator.is_pending(call.id)
+    assert isinstance(correlator.incoming(Notification("notifications/cancelled", {"requestId": "x"})), Unsolicited)
