@@ -100,11 +100,15 @@ def as_user(headers: dict[str, str], user: str | None) -> dict[str, str]:
     return headers if user is None else {**headers, "x-user": user}
 
 
-async def cancelled_ids(http: httpx.AsyncClient, url: str) -> list[Any]:
-    """What the child was told so far: this call reaches its stdin after every earlier line."""
-    reply = await http.post(
-        url, headers=modern_headers("tools/call", "cancelled_ids"), json=modern_call("q", "cancelled_ids")
-    )
+async def cancelled_ids(http: httpx.AsyncClient, url: str, session: dict[str, str] | None = None) -> list[Any]:
+    """What the child was told so far: this call reaches its stdin after every earlier line.
+    With ``session``, asked by that legacy session (a dual child may serve each era apart)."""
+    if session is not None:
+        reply = await http.post(url, headers=session, json=legacy_call("q", "cancelled_ids", {}))
+    else:
+        reply = await http.post(
+            url, headers=modern_headers("tools/call", "cancelled_ids"), json=modern_call("q", "cancelled_ids")
+        )
     assert reply.status_code == 200, reply.text
     ids: list[Any] = reply.json()["result"]["structuredContent"]["ids"]
     return ids
@@ -285,7 +289,7 @@ async def test_a_legacy_self_cancel_ends_the_stream_without_a_reply_and_leaves_o
             await unstarted.wait_for(lambda c: c.done)
             assert unstarted.content_type.startswith("text/event-stream")
             assert unstarted.messages == []
-            told = await cancelled_ids(http, url)
+            told = await cancelled_ids(http, url, first)
             assert told == [child_id_of(record, LONG), child_id_of(record, {"ms": 30_000})]
 
 
@@ -375,4 +379,5 @@ async def test_a_cancelled_notification_sent_with_an_id_is_refused_and_never_rea
                 assert victim.final is not None
                 assert "result" in victim.final
             assert await cancelled_ids(http, url) == []
+            assert await cancelled_ids(http, url, session) == []
             assert not [m for m in recorded(record) if m.get("method") == "notifications/cancelled"]

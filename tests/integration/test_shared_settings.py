@@ -136,7 +136,13 @@ async def test_one_sessions_log_level_never_changes_what_another_session_gets(ch
             assert logged(parse_sse(reply.text)) == ["m2"]
             assert await log(bob, "warning", "b4") == []  # bob still gets only what he asked for
             levels = [m["params"]["level"] for m in recorded(record) if m.get("method") == "logging/setLevel"]
-            assert levels == (["debug", "error", "info", "error"] if as_legacy else [])
+            if child_era == "legacy":
+                assert levels == ["debug", "error", "info", "error"]
+            elif as_legacy:  # a dual child may serve the modern request in another process
+                assert levels[:2] == ["debug", "error"]
+                assert levels[-1] == "error"
+            else:
+                assert levels == []
 
 
 ROOTS_SPEC_OPTIONS: dict[str, Any] = {"client_capabilities": {"roots": {"listChanged": True}}}
