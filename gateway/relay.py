@@ -52,6 +52,7 @@ from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reque
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
 from gateway.router import ANONYMOUS, Router
+from gateway.shared_settings import SharedSettings
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.catalog import ToolCatalog
 from gateway.stdio.child import StdioChild
@@ -120,6 +121,8 @@ class Relay:
         self.router = router
         self.catalog = ToolCatalog(gateway_version)
         self.suspensions = suspensions if suspensions is not None else Suspensions(router.server.name)
+        # Per-client settings on shared legacy children (log level, roots); the HTTP edge sets it.
+        self.settings: SharedSettings | None = None
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
@@ -159,12 +162,20 @@ class Relay:
         if client.era is Era.MODERN and info.era is Era.LEGACY and request.method == "server/discover":
             yield response(request.id, result=bridge.discover_result(info))
             return
-        if client.era is Era.LEGACY and info.era is Era.MODERN and request.method == loglevels.SET_LEVEL:
-            # Stored on the session (the HTTP edge did) and sent as logLevel with each request.
+        shared = info.era is Era.MODERN or self.settings is not None
+        if client.era is Era.LEGACY and request.method == loglevels.SET_LEVEL and shared:
+            # Stored on the session (the HTTP edge did): a modern child gets it as logLevel
+            # with each request, a legacy one the most verbose of its sessions' (prepare).
+            if self.settings is not None:
+                await self.settings.prepare(child, client, request.method)
             yield response(request.id, result={})
             return
         if headers is not None and client.era is Era.MODERN and request.method == "tools/call":
             await self._check_param_headers(child, request, headers)  # a 400 propagates before any yield
+        if self.settings is not None:  # last before the request: what the child asks now is this client's
+            async for question in self.settings.refresh_roots(child, client, request.method):
+                yield question  # a caching child's roots/list, before a legacy session's call
+            await self.settings.prepare(child, client, request.method, _log_level(request, client))
         params = self._params_for_child(request.params, client, info)
         try:
             # The server's request timeout applies; the child's questions come to us (asks=True).
@@ -202,6 +213,8 @@ class Relay:
                         asks.append(extra)
                     elif (note := self._note_for_client(extra, request, resumed)) is not None:
                         yield note
+                if self.settings is not None:
+                    self.settings.note_asks(call.child, asks, request.method, client)
                 if client.era is Era.LEGACY:
                     for ask in asks:
                         if (outgoing := self._ask_legacy_client(ask, client, call)) is not None:
@@ -451,6 +464,8 @@ class Relay:
             result = subscriptions.retag_result(result, request.id)
         if client.era is Era.MODERN and child.era is Era.LEGACY:
             result = bridge.modernize_result(request.method, result, child)
+        elif client.era is Era.MODERN and request.method == "server/discover":
+            result = bridge.advertised_discover(result)
         elif client.era is Era.LEGACY and child.era is Era.MODERN:
             result = bridge.legacy_result(result)
         return response(request.id, result=result)

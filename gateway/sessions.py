@@ -2,10 +2,11 @@
 
 A session remembers what the legacy lifecycle negotiated (version, the client's declared
 capabilities and clientInfo) so that requests to a modern child can carry a full ``_meta``,
-and it tracks its requests in flight so that a POSTed ``notifications/cancelled`` or a
-``DELETE`` can cancel them. It also holds the child's questions sent to this client
-(``track_ask``: a gateway id ``g-N``, never reused in the session) until the client POSTs
-the response (``answer_ask``), which then goes to the child under the child's own id.
+and it tracks its requests in flight so that a POSTed ``notifications/cancelled`` (no
+answer follows) or a ``DELETE`` (answered -31005) can cancel them (``CancelHandle``). It
+also holds the child's questions sent to this client (``track_ask``: a gateway id ``g-N``,
+never reused in the session) until the client POSTs the response (``answer_ask``), which
+then goes to the child under the child's own id.
 Session ids are 192 random bits in URL-safe base64: globally unique, unguessable, and
 visible ASCII as the transport requires (L-TR §Session Management).
 Idle sessions expire (``SESSION_IDLE_TIMEOUT``); an expired or deleted id gets 404.
@@ -51,6 +52,21 @@ FULL_RETRY_AFTER: Final = 60
 idling out, both slow."""
 
 
+class CancelHandle:
+    """Cancels one request of a session. ``reply`` says whether the client still gets an
+    answer: not after its own ``notifications/cancelled`` (2025-11-25 cancellation: the
+    receiver SHOULD NOT respond), but yes when the gateway ends the request (``DELETE``,
+    expiry, shutdown), so that a waiting client is told why."""
+
+    def __init__(self) -> None:
+        self.scope = anyio.CancelScope()
+        self.reply = True
+
+    def cancel(self, *, reply: bool) -> None:
+        self.reply = reply
+        self.scope.cancel()
+
+
 @dataclass
 class LegacySession:
     id: str
@@ -61,13 +77,14 @@ class LegacySession:
     principal: str | None = None
     initialized: bool = False
     log_level: str | None = None
-    in_flight: dict[JsonId, anyio.CancelScope] = field(default_factory=dict)
+    in_flight: dict[JsonId, CancelHandle] = field(default_factory=dict)
     stream: MemoryObjectSendStream[JsonObject] | None = None  # the open GET stream, if any
     child: Any = None  # the child this session's requests go to (legacy state stays put)
     pool: Any = None  # the pool that serves it: its children's list_changed reach this session
     subscriptions: set[str] = field(default_factory=set)  # resource URIs it subscribed to
     asks: dict[str, ChildAsk] = field(default_factory=dict)  # gateway id → the child's question
     asks_sent: int = 0
+    on_end: list[Callable[[], None]] = field(default_factory=list)  # run once when the session ends
 
     def track_ask(self, ask: ChildAsk) -> str:
         """A session-unique id for a child's question sent to this client."""
@@ -119,17 +136,21 @@ class LegacySession:
         return any(uri == held or uri.startswith(held.rstrip("/") + "/") for held in self.subscriptions)
 
     def cancel(self, client_id: Any) -> bool:
-        """Cancel the request the client knows as ``client_id`` (exact JSON type)."""
+        """The client cancelled the request it knows as ``client_id`` (exact JSON type): it
+        ends without an answer. An unknown or finished id is ignored (races are normal)."""
         key = client_id if type(client_id) in (int, str) else None
-        scope = self.in_flight.get(key) if key is not None else None
-        if scope is None:
+        handle = self.in_flight.get(key) if key is not None else None
+        if handle is None:
             return False
-        scope.cancel()
+        handle.cancel(reply=False)
         return True
 
     def cancel_all(self) -> None:
-        for scope in self.in_flight.values():
-            scope.cancel()
+        for handle in self.in_flight.values():
+            handle.cancel(reply=True)
+        for hook in self.on_end:  # e.g. close the child listen holding its resource subscriptions
+            hook()
+        self.on_end.clear()
         self.asks.clear()  # their calls are cancelled; each call's end answers its child
         if self.stream is not None:
             self.stream.close()
@@ -216,6 +237,10 @@ class SessionStore:
     def serving(self, pool: object) -> list[LegacySession]:
         """The sessions that ``pool`` serves (their requests go to its children)."""
         return [session for session in self._sessions.values() if session.pool is pool]
+
+    def on_child(self, child: object) -> list[LegacySession]:
+        """The sessions whose requests go to ``child`` (the one they last used)."""
+        return [session for session in self._sessions.values() if session.child is child]
 
     def broadcast(self, message: JsonObject, to: Callable[[LegacySession], bool] = lambda _: True) -> int:
         """Offer ``message`` to the GET stream of every session ``to`` accepts; return how many took it."""

@@ -78,6 +78,7 @@ SEND_REQUEST_TIMEOUT: Final = 30.0
 # Methods that exist only in the modern era. Without modern _meta they are not legacy requests.
 _MODERN_ONLY_METHODS: Final = frozenset({"server/discover", "subscriptions/listen"})
 SUBSCRIPTION_ID_KEY: Final = "io.modelcontextprotocol/subscriptionId"
+RESOURCES_UPDATED: Final = "notifications/resources/updated"
 _LISTEN_TYPES: Final = {
     "toolsListChanged": "notifications/tools/list_changed",
     "promptsListChanged": "notifications/prompts/list_changed",
@@ -270,7 +271,10 @@ class StdioServer:
         self._in_flight: dict[tuple[type, Any], ToolContext] = {}
         self._waiting: dict[tuple[type, Any], _Waiter] = {}
         self._cancelled_ids: list[Any] = []
-        self._listens: dict[tuple[type, Any], tuple[RequestId, frozenset[str]]] = {}  # modern listens
+        # Extra handling of client notifications by method (run on the reader thread, in order).
+        self.notification_handlers: dict[str, Callable[[JsonObject], None]] = {}
+        # Modern listens: id → (listen id, notification methods, resource URIs) granted.
+        self._listens: dict[tuple[type, Any], tuple[RequestId, frozenset[str], tuple[str, ...]]] = {}
         self._out_ids = itertools.count(1)
         self._legacy_version: str | None = None
         self._eof = False
@@ -301,27 +305,38 @@ class StdioServer:
 
     def notify(self, method: str, params: JsonObject | None = None) -> None:
         """Send a notification; while modern listens are open, a ``list_changed`` goes to each
-        listen that opted in, tagged with its ``subscriptionId``, instead."""
+        listen that opted in, tagged with its ``subscriptionId``, instead, and so does a
+        ``resources/updated`` to each listen whose ``resourceSubscriptions`` cover its URI."""
         with self._lock:
             listens = list(self._listens.values())
-        if listens and method in _LISTEN_TYPES.values():
-            for listen_id, methods in listens:
-                if method in methods:
-                    body = dict(params or {})
-                    body["_meta"] = {**body.get("_meta", {}), SUBSCRIPTION_ID_KEY: listen_id}
-                    self.send({"jsonrpc": "2.0", "method": method, "params": body})
+        uri = (params or {}).get("uri")
+        covering = [
+            listen_id
+            for listen_id, _, uris in listens
+            if method == RESOURCES_UPDATED and any(uri == held or str(uri).startswith(held + "/") for held in uris)
+        ]
+        if covering or (listens and method in _LISTEN_TYPES.values()):
+            for listen_id in covering or [listen_id for listen_id, methods, _ in listens if method in methods]:
+                body = dict(params or {})
+                body["_meta"] = {**body.get("_meta", {}), SUBSCRIPTION_ID_KEY: listen_id}
+                self.send({"jsonrpc": "2.0", "method": method, "params": body})
             return
         message: JsonObject = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
         self.send(message)
 
-    def end_listens(self) -> int:
-        """End every open listen with the graceful result; return how many there were."""
+    def end_listens(self, *, cancelled: bool = False) -> int:
+        """End every open listen with the graceful result (or, ``cancelled``, with
+        ``notifications/cancelled`` naming it); return how many there were."""
         with self._lock:
             listens = list(self._listens.values())
             self._listens.clear()
-        for listen_id, _ in listens:
+        for listen_id, _, _ in listens:
+            if cancelled:
+                params = {"requestId": listen_id, "reason": "the server ends the subscription"}
+                self.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
+                continue
             result = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: listen_id}}
             self.send({"jsonrpc": "2.0", "id": listen_id, "result": result})
         return len(listens)
@@ -329,9 +344,17 @@ class StdioServer:
     def _listen(self, request_id: RequestId, params: JsonObject) -> None:
         requested = params.get("notifications")
         requested = requested if isinstance(requested, dict) else {}
-        granted = {key: True for key in _LISTEN_TYPES if requested.get(key) is True}
+        granted: JsonObject = {key: True for key in _LISTEN_TYPES if requested.get(key) is True}
+        methods = frozenset(_LISTEN_TYPES[key] for key in granted)
+        wanted = requested.get("resourceSubscriptions")
+        resources = self.capabilities.get("resources")
+        uris: tuple[str, ...] = ()
+        if isinstance(resources, dict) and resources.get("subscribe") is True and isinstance(wanted, list):
+            # "bad:" URIs are refused, as for legacy resources/subscribe: the ack leaves them out.
+            uris = tuple(u for u in wanted if isinstance(u, str) and u and not u.startswith("bad:"))
+            granted["resourceSubscriptions"] = list(uris)
         with self._lock:
-            self._listens[_id_key(request_id)] = (request_id, frozenset(_LISTEN_TYPES[key] for key in granted))
+            self._listens[_id_key(request_id)] = (request_id, methods, uris)
         ack = {"notifications": granted, "_meta": {SUBSCRIPTION_ID_KEY: request_id}}
         self.send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": ack})
 
@@ -466,6 +489,9 @@ class StdioServer:
 
     def _on_notification(self, method: str, params: JsonObject) -> None:
         # notifications/initialized needs no action: requests are accepted once initialize is answered.
+        handler = self.notification_handlers.get(method)
+        if handler is not None:
+            handler(params)
         if method != "notifications/cancelled" or "requestId" not in params:
             return
         request_id = params["requestId"]

@@ -3,12 +3,17 @@
 A POST goes: bounded body read → ingress ladder (pure) → by era:
 
 - **modern** request → the relay's exchange, answered lazily as JSON or SSE; a client
-  disconnect cancels it at the child. Accepted notifications → 202.
+  disconnect cancels it at the child, and so does a POSTed ``notifications/cancelled``
+  naming exactly one request in flight of the same principal (``gateway.http.inflight``).
+  Accepted notifications → 202.
 - **legacy** ``initialize`` → answered by the gateway from the child's handshake, with a new
   ``Mcp-Session-Id``; other legacy requests run detached (a disconnect is not a
   cancellation); ``notifications/cancelled`` cancels the named request of that session;
-  ``ping`` is answered here; a POSTed response answers the child's question it names
-  (202). 2025-03-26 batches are answered with a JSON array.
+  ``ping`` is answered here, and so are ``resources/subscribe`` / ``unsubscribe`` when a
+  modern child serves the session (``gateway.http.session_listen``: one child listen per
+  session); a POSTed response answers the child's question it names
+  (202). 2025-03-26 batches are answered with a JSON array. A request the client
+  cancelled gets no answer (its stream ends; in a batch it is left out of the array).
 
 A child's unattributable question reaches a legacy session's GET stream only when that
 session is the only one its pool serves (``on_child_request``).
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any, Final
 
 import anyio
@@ -29,7 +35,9 @@ from starlette.responses import Response
 
 from gateway.errors import CODE_CANCELLED, CODE_INPUT_TIMEOUT, GatewayError
 from gateway.http import wire
+from gateway.http.inflight import InFlight
 from gateway.http.listen import Listen, Listens, ListenStream
+from gateway.http.session_listen import SessionListens, is_served_by_modern_child
 from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
 from gateway.http.wire import rejection_response
 from gateway.protocol import bridge, ingress, inputs, loglevels, subscriptions, versions
@@ -51,7 +59,8 @@ from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import ClientContext, Relay, response
 from gateway.router import ANONYMOUS
-from gateway.sessions import LegacySession, SessionStore
+from gateway.sessions import CancelHandle, LegacySession, SessionStore
+from gateway.shared_settings import SharedSettings
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.pool import Pool
 
@@ -67,6 +76,7 @@ LIST_CHANGED: Final = frozenset(
 MODERN_ERROR_STATUSES: Final = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY: 400}
 """HTTP statuses of a modern final error sent as JSON: the spec maps these two (digest §0.2)."""
 RESOURCE_UPDATED: Final = "notifications/resources/updated"
+CANCELLED: Final = "notifications/cancelled"
 MAX_STREAM_SECONDS: Final = 3600.0
 """A legacy GET stream ends after this long; clients reconnect (L-TR allows either side to close)."""
 MAX_BODY_BYTES: Final = 4 * 1024 * 1024
@@ -101,10 +111,13 @@ class McpEndpoint:
     ) -> None:
         self.relay = relay
         self.sessions = sessions
+        relay.settings = SharedSettings(sessions.on_child)  # per-client settings on shared children
         self.max_body_bytes = max_body_bytes
         self.max_stream_seconds = max_stream_seconds
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
         self.listens = Listens()  # emulated subscriptions/listen streams (legacy children)
+        self.in_flight = InFlight()  # modern requests being answered: a POSTed cancelled names one
+        self.session_listens = SessionListens()  # legacy sessions' resource subscriptions on modern children
 
     @staticmethod
     def principal(request: HttpRequest) -> str | None:
@@ -163,7 +176,10 @@ class McpEndpoint:
         message = accepted.messages[0]
         if not isinstance(message, Request):
             # Only notifications get here (the ladder refuses modern responses). Modern
-            # cancellation is a disconnect; a POSTed cancelled is accepted and ignored.
+            # cancellation is a disconnect, but a POSTed cancelled is taken leniently: it
+            # cancels the one request of this principal it names (``gateway.http.inflight``).
+            if isinstance(message, Notification) and message.method == CANCELLED and message.params:
+                self.in_flight.cancel(principal, message.params.get("requestId"))
             return wire.accepted()
         meta = (message.params or {}).get("_meta")
         capabilities = meta.get(ingress.CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
@@ -180,6 +196,8 @@ class McpEndpoint:
             request_id=message.id,
             error_statuses=MODERN_ERROR_STATUSES,
             graceful_end=graceful_end,
+            in_flight=self.in_flight,
+            principal=principal,
         )
 
     async def _listen(
@@ -227,7 +245,7 @@ class McpEndpoint:
             return await self._batch(session, accepted.messages, headers)
         message = accepted.messages[0]
         if isinstance(message, Request):
-            local = self._local_legacy_answer(session, message)
+            local = await self._local_legacy_answer(session, message)
             if local is not None:
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
@@ -262,8 +280,10 @@ class McpEndpoint:
         log.info("legacy session %s… opened (protocol %s)", session.id[:8], session.version)
         return wire.json_response(response(message.id, result=result), headers={MCP_SESSION_ID: session.id})
 
-    @staticmethod
-    def _local_legacy_answer(session: LegacySession, message: Request) -> JsonObject | None:
+    async def _local_legacy_answer(self, session: LegacySession, message: Request) -> JsonObject | None:
+        if message.method in subscriptions.SUBSCRIBE_METHODS and is_served_by_modern_child(session):
+            assert self.task_group is not None
+            return await self.session_listens.handle(session, message, self.task_group)
         if message.method == "ping":
             return response(message.id, result={})
         if message.method == loglevels.SET_LEVEL:
@@ -287,7 +307,7 @@ class McpEndpoint:
         if isinstance(message, Notification):
             if message.method == "notifications/initialized":
                 session.initialized = True
-            elif message.method == "notifications/cancelled" and message.params:
+            elif message.method == CANCELLED and message.params:
                 session.cancel(message.params.get("requestId"))
         elif isinstance(message, (Result, ErrorReply)):
             session.answer_ask(message)  # the client's answer to a child's question: to the child
@@ -312,7 +332,7 @@ class McpEndpoint:
             return response(message.id, error=error_object(CODE_CANCELLED, "the request was cancelled"))
 
         detached = Detached(self.relay.exchange(message, self._client(session, headers), headers), cancelled)
-        session.in_flight[message.id] = detached.scope
+        session.in_flight[message.id] = detached.handle
         assert self.task_group is not None
 
         async def run() -> None:
@@ -321,7 +341,7 @@ class McpEndpoint:
             except Exception:  # pragma: no cover - a bug here must not take the app's task group down
                 log.exception("detached exchange for %s failed", message.method)
             finally:
-                if session.in_flight.get(message.id) is detached.scope:
+                if session.in_flight.get(message.id) is detached.handle:
                     del session.in_flight[message.id]
 
         self.task_group.start_soon(run)
@@ -332,17 +352,31 @@ class McpEndpoint:
         answers: list[JsonObject] = []
 
         async def answer(message: Request) -> None:
-            local = self._local_legacy_answer(session, message)
+            local = await self._local_legacy_answer(session, message)
             if local is not None:
                 answers.append(local)
                 return
             session.note_subscription(message.method, message.params)
             client = self._client(session, headers, streamed=False)  # a JSON array cannot carry requests
+            handle = CancelHandle()  # a later notifications/cancelled may name it, as for single requests
+            session.in_flight.setdefault(message.id, handle)
+            answered = False
             try:
-                async for event in _finals(self.relay.exchange(message, client, headers)):
-                    answers.append(event)
+                with handle.scope:
+                    exchange = self.relay.exchange(message, client, headers)
+                    async with aclosing(exchange):  # type: ignore[type-var]
+                        async for event in exchange:
+                            if "id" in event and "method" not in event:  # the final answer
+                                answers.append(event)
+                                answered = True
             except GatewayError as exc:  # saturated: this request's answer says so; the others go on
                 answers.append(response(message.id, error=exc.error_object()))
+                answered = True
+            finally:
+                if session.in_flight.get(message.id) is handle:
+                    del session.in_flight[message.id]
+            if not answered and handle.reply:  # ended by the gateway (DELETE), not by the client
+                answers.append(response(message.id, error=error_object(CODE_CANCELLED, "the request was cancelled")))
 
         async with anyio.create_task_group() as tg:
             for message in messages:
@@ -399,7 +433,12 @@ class McpEndpoint:
         stream of the one legacy session the child serves, when there is exactly one (the pool
         is that session's own, ``isolation: session``), its GET stream is open and it declared
         the capability; the client's POSTed answer (or, after ``input_timeout``, -31007) is the
-        reply. None otherwise: the gateway answers it locally."""
+        reply. A ``roots/list`` a roots refresh waits for goes to that refresh's client
+        (``SharedSettings.refresh_roots``). None otherwise: the gateway answers it locally."""
+        assert self.relay.settings is not None
+        refreshed = await self.relay.settings.on_child_request(pool, request)
+        if refreshed is not None:
+            return refreshed
         if request.method not in inputs.INPUT_METHODS or pool.session_id is None:
             return None
         served = self.sessions.serving(pool)
@@ -436,9 +475,3 @@ class McpEndpoint:
             return rejection_response(ingress.unknown_session())
         self.sessions.end(session.id)
         return Response(status_code=204)
-
-
-async def _finals(events: AsyncIterator[JsonObject]) -> AsyncIterator[JsonObject]:
-    async for event in events:
-        if "id" in event and "method" not in event:
-            yield event

@@ -15,6 +15,11 @@ the child is sent ``notifications/cancelled``. A legacy client's disconnect is *
 cancellation (L-TR §Sending Messages: "SHOULD NOT"), so the HTTP edge hands legacy
 exchanges to ``Detached``: the exchange runs in a background task and the response only
 reads from it; when the reader goes away the exchange finishes and its result is dropped.
+
+A request the client cancelled (a legacy ``notifications/cancelled``, or a modern one that
+``cancel()`` names) gets no answer: its event stream ends without a final response, or,
+when nothing was sent yet, the answer is an SSE stream that ends at once (a POSTed request
+must be answered with JSON or SSE, and JSON would need a response object).
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
 from gateway.http.drain import SHUTTING_DOWN, Drain
+from gateway.http.inflight import InFlight
 from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import Rejected
+from gateway.sessions import CancelHandle
 
 log = logging.getLogger("gateway.http")
 
@@ -62,8 +69,15 @@ class LazyStream:
         headers: list[tuple[bytes, bytes]] | None = None,
         error_statuses: Mapping[int, int] | None = None,
         graceful_end: JsonObject | None = None,
+        in_flight: InFlight | None = None,
+        principal: str | None = None,
     ) -> None:
         self._events = events
+        # Where a POSTed notifications/cancelled finds this request (modern requests only).
+        self._in_flight = in_flight
+        self._principal = principal
+        self._scope: anyio.CancelScope | None = None
+        self._cancelled = False  # by the client's notifications/cancelled: no answer follows
         # A forwarded subscriptions/listen: when the gateway drains, the stream ends with this
         # (the graceful result) at once, instead of waiting out the drain budget.
         self._graceful_end = graceful_end
@@ -77,9 +91,24 @@ class LazyStream:
         self._error_statuses = error_statuses or {}
         self._headers = headers or []
 
+    def cancel(self) -> None:
+        """The client cancelled this request: stop the exchange (the child is told, with
+        its own id) and end the answer without a final message."""
+        self._cancelled = True
+        if self._scope is not None:
+            self._scope.cancel()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._in_flight is None:
+            await self._call(scope, receive, send)
+            return
+        with self._in_flight.track(self._principal, self._request_id, self):
+            await self._call(scope, receive, send)
+
+    async def _call(self, scope: Scope, receive: Receive, send: Send) -> None:
         drain: Drain | None = scope.get("gateway.drain")
         async with anyio.create_task_group() as tg:
+            self._scope = tg.cancel_scope
 
             async def watch_disconnect() -> None:
                 while (await receive())["type"] != "http.disconnect":
@@ -114,6 +143,13 @@ class LazyStream:
                 await send({"type": "http.response.body", "body": b""})
             elif shut_down and not self._finished:
                 await self._shutdown_answer(scope, receive, send)
+            elif self._cancelled and not self._finished:
+                self._finished = True
+                if not self._started:
+                    await send(
+                        {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *self._headers]}
+                    )
+                await send({"type": "http.response.body", "body": b""})
 
     async def _shutdown_answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The drain budget ran out: end this request with a clear error, not a dropped connection."""
@@ -136,8 +172,12 @@ class LazyStream:
             self._started = self._finished = True
             await rejection_response(exc.rejection)(scope, receive, send)
             return
-        except StopAsyncIteration:  # pragma: no cover - the relay always yields a final response
-            log.error("relay ended without a response")
+        except StopAsyncIteration:
+            # Cancelled by the client before any answer: a cancelled request gets none, so
+            # the answer is an event stream that ends at once, with no message in it.
+            self._started = self._finished = True
+            await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *self._headers]})
+            await send({"type": "http.response.body", "body": b""})
             return
         if _is_final(first):
             body = orjson.dumps(first)
@@ -181,14 +221,14 @@ class LazyStream:
 class Detached:
     """Runs an exchange in a background task; iterating reads what it produced.
 
-    Used for legacy clients, whose disconnect must not cancel the child's work. ``scope``
-    cancels the exchange itself (a POSTed ``notifications/cancelled`` or a session DELETE);
-    the reader then gets ``on_cancel()`` as the final response, so every request still
-    gets exactly one answer.
+    Used for legacy clients, whose disconnect must not cancel the child's work. ``handle``
+    cancels the exchange itself: after the client's own ``notifications/cancelled`` the
+    reader gets no final response (the stream just ends: a cancelled request is not
+    answered); after a session DELETE it gets ``on_cancel()`` as the final response.
     """
 
     def __init__(self, events: AsyncIterator[JsonObject], on_cancel: Callable[[], JsonObject]) -> None:
-        self.scope = anyio.CancelScope()
+        self.handle = CancelHandle()
         self._events = events
         self._on_cancel = on_cancel
         self._failure: GatewayUnavailableError | Rejected | None = None
@@ -203,7 +243,7 @@ class Detached:
     async def _run(self) -> None:
         final_sent = False
         try:
-            with self.scope:
+            with self.handle.scope:
                 async with aclosing(self._events):  # type: ignore[type-var]
                     async for message in self._events:
                         final_sent = _is_final(message)
@@ -213,7 +253,7 @@ class Detached:
             # request): the reader re-raises it, so the client gets its status (503, 400).
             self._failure = exc
             final_sent = True
-        if not final_sent:
+        if not final_sent and self.handle.reply:
             self._offer(self._on_cancel(), final=True)
 
     def _offer(self, message: JsonObject, *, final: bool) -> None:

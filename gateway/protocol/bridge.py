@@ -10,7 +10,8 @@
 - **Legacy client → modern child (D):** the per-request ``_meta`` is built from the
   session (the child's version, the client's declared capabilities, its clientInfo);
   modern-only result fields are removed.
-- **Same era (A, E):** pass-through; the correlator rewrites ids and tokens.
+- **Same era (A, E):** pass-through; the correlator rewrites ids and tokens. A modern
+  child's ``server/discover`` lists only the versions the gateway accepts too.
 
 Imports: standard library and ``gateway.protocol`` only.
 """
@@ -105,7 +106,7 @@ def discover_result(child: ChildInfo) -> JsonObject:
     capabilities = {k: v for k, v in child.capabilities.items() if k != "tasks"}
     out: JsonObject = {
         "resultType": "complete",
-        "supportedVersions": list(versions.MODERN_VERSIONS),
+        "supportedVersions": list(versions.ADVERTISED_VERSIONS),
         "capabilities": capabilities,
         "ttlMs": BRIDGED_TTL_MS,
         "cacheScope": BRIDGED_CACHE_SCOPE,
@@ -119,6 +120,17 @@ def discover_result(child: ChildInfo) -> JsonObject:
         meta[META_SERVER_INFO] = child.server_info
     out["_meta"] = meta
     return out
+
+
+def advertised_discover(result: JsonObject) -> JsonObject:
+    """A modern child's ``DiscoverResult`` as the gateway forwards it: ``supportedVersions``
+    keeps only the versions the gateway itself accepts in a request (the child may know
+    others, legacy ones included, that no request through the gateway can name), so it
+    agrees with the gateway's own -32022 (``versions.ADVERTISED_VERSIONS``)."""
+    offered = result.get("supportedVersions")
+    if not isinstance(offered, list):
+        return result
+    return {**result, "supportedVersions": [v for v in offered if v in versions.ADVERTISED_VERSIONS]}
 
 
 def legacy_capabilities_to_modern(capabilities: Mapping[str, Any]) -> JsonObject:

@@ -16,6 +16,11 @@ Rules (digest §7.3):
   it goes to that listen's owner like progress (``ProgressFor``), still carrying the
   child-side id, which the owner rewrites to its client's listen id (§7.3); one for a
   listen no longer pending is ``Late``.
+- A child may end a listen with ``notifications/cancelled`` naming the listen's id instead
+  of the graceful result (the cancellation page says it MUST, the subscriptions page that it
+  SHOULD answer; digest §8.1): that ends the listen as the graceful result would, and is
+  handed to its owner as that result (``ReplyFor``). A cancellation naming anything else is
+  unsolicited.
 - Everything else the child says is classified for the caller: requests from the child
   (``ChildRequest``) and notifications that belong to no request (``Unsolicited``).
 
@@ -42,6 +47,7 @@ from gateway.protocol.jsonrpc import (
 OwnerT = TypeVar("OwnerT")
 
 PROGRESS = "notifications/progress"
+CANCELLED = "notifications/cancelled"
 LISTEN = "subscriptions/listen"
 SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 
@@ -146,6 +152,8 @@ class Correlator(Generic[OwnerT]):
             return ChildRequest(message)
         if message.method == PROGRESS:
             return self._progress(message)
+        if message.method == CANCELLED and (ended := self._ended_listen(message)) is not None:
+            return ended
         meta = message.params.get("_meta") if message.params else None
         if isinstance(meta, dict) and SUBSCRIPTION_ID_KEY in meta:
             listen = self._pending.get(meta[SUBSCRIPTION_ID_KEY]) if type(meta[SUBSCRIPTION_ID_KEY]) is int else None
@@ -153,6 +161,16 @@ class Correlator(Generic[OwnerT]):
                 return Late(message)
             return ProgressFor(listen, message)
         return Unsolicited(message)
+
+    def _ended_listen(self, note: Notification) -> ReplyFor[OwnerT] | None:
+        """The child ended a listen with ``notifications/cancelled``: its graceful result."""
+        child_id = note.params.get("requestId") if note.params else None
+        pending = self._pending.get(child_id) if type(child_id) is int else None
+        if pending is None or pending.method != LISTEN:
+            return None
+        del self._pending[pending.child_id]
+        result = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: pending.child_id}}
+        return ReplyFor(pending, Result(pending.child_id, result))
 
     def _progress(self, note: Notification) -> ProgressFor[OwnerT] | Late:
         token = note.params.get("progressToken") if note.params else None

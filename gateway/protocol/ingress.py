@@ -14,7 +14,10 @@ POST rungs, in order (digest §2, §4.2, §7.1):
  4. The body is JSON, else 400/-32700.
  5. An array is a batch: only on a live session negotiated at 2025-03-26, not empty,
     no ``initialize`` inside, each element valid; else 400/-32600 (404 for an unknown session).
- 6. The value is a JSON-RPC message, else 400/-32600 (with the id when readable).
+ 6. The value is a JSON-RPC message, else 400/-32600 (with the id when readable). A
+    ``notifications/*`` method sent with an id (as a request) is 400/-32600 too: it is
+    never forwarded, since a child acting on the method name would then cancel (or
+    otherwise act on) whatever id it names, another client's included.
  7. Era: a modern ``MCP-Protocol-Version`` header or a ``_meta`` protocol version → modern
     (a stray ``Mcp-Session-Id`` is ignored); else ``initialize`` → new legacy session;
     else ``Mcp-Session-Id`` → live session (unknown → 404), whose version header, if any,
@@ -23,7 +26,9 @@ POST rungs, in order (digest §2, §4.2, §7.1):
  8. Modern: a POSTed response → 400/-32600.
  9. Modern: ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` (sentinel-decoded)
     present, with valid characters, and equal to the body, else 400/-32020.
-10. Modern: a modern version, else 400/-32022 with ``data.supported``.
+10. Modern: a modern version, else 400/-32022 with ``data.supported`` (the versions a
+    request may name, ``versions.ADVERTISED_VERSIONS``, as ``server/discover`` lists
+    them) and ``data.requested`` (the value sent, echoed as it was).
 11. Modern requests: ``params._meta`` holds the version and client capabilities, else 400/-32602.
 12. Modern requests: removed or server→client methods → 404/-32601. Methods outside the
     inventory pass: they may be extensions, and the child decides.
@@ -82,6 +87,8 @@ REMOVED_METHODS: Final = frozenset(
 SERVER_TO_CLIENT_METHODS: Final = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
 # The only client→server notification of 2026-07-28 (digest §1, "Inventory").
 MODERN_CLIENT_NOTIFICATIONS: Final = frozenset({"notifications/cancelled"})
+# Methods under this prefix are notifications in every revision; sent with an id they are refused.
+NOTIFICATION_PREFIX: Final = "notifications/"
 # Methods whose ``Mcp-Name`` header mirrors a body parameter (digest §2.1).
 NAME_PARAMS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
@@ -145,9 +152,17 @@ def parse_body(body: bytes) -> Any:
 
 def parse_single(value: Any) -> Message | Rejection:
     try:
-        return parse_message(value)
+        message = parse_message(value)
     except InvalidMessage as exc:
         return reject(400, INVALID_REQUEST, exc.reason, id=exc.id)
+    if isinstance(message, Request) and message.method.startswith(NOTIFICATION_PREFIX):
+        return reject(
+            400,
+            INVALID_REQUEST,
+            f"{describe(message.method)} is a notification: send it without an id (it was not forwarded)",
+            id=message.id,
+        )
+    return message
 
 
 def check_batch(items: list[Any], headers: Mapping[str, str], session_version: SessionLookup) -> Accepted | Rejection:
@@ -374,7 +389,7 @@ def check_version_supported(version: Any, mid: JsonId | None) -> Rejection | Non
         UNSUPPORTED_PROTOCOL_VERSION,
         f"unsupported protocol version {describe(version)}{hint}",
         id=mid,
-        data={"supported": list(versions.ALL_VERSIONS), "requested": version},
+        data={"supported": list(versions.ADVERTISED_VERSIONS), "requested": version},
     )
 
 

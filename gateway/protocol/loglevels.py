@@ -8,6 +8,7 @@ modern request's ``_meta["io.modelcontextprotocol/logLevel"]``, or a legacy sess
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any, Final
 
 LOG_MESSAGE: Final = "notifications/message"
@@ -33,6 +34,13 @@ def is_level(value: Any) -> bool:
 def at_least(level: Any, minimum: str) -> bool:
     """True if ``level`` (a message's) is at or above ``minimum``; an unknown level never is."""
     return is_level(level) and _RANK[level] >= _RANK.get(minimum, len(LEVELS))
+
+
+def most_verbose(levels: Iterable[Any]) -> str | None:
+    """The lowest of ``levels`` (what a child shared by clients with these levels must emit
+    so that each still gets what it asked for); unknown values and None are skipped."""
+    known = [level for level in levels if is_level(level)]
+    return min(known, key=_RANK.__getitem__) if known else None
 
 
 def python_level(level: Any) -> int:

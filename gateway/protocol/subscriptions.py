@@ -10,6 +10,12 @@ the child advertises ``resources.subscribe``: the HTTP edge sends ``resources/su
 per URI (reference-counted across the listeners on that child) and the acknowledgement
 lists the URIs the child accepted; ``resources/updated`` for one of them, or for a
 sub-resource (a URI under it), goes to the listeners that hold it.
+
+The other way round, a legacy session's ``resources/subscribe`` on a modern child
+(``SUBSCRIBE_METHODS``) becomes one child listen per session naming its URIs
+(``session_listen_params``); the acknowledgement says which the child took
+(``acknowledged_uris``), and the child's tagged ``resources/updated`` reaches the session
+without the listen's id (``untagged``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ ACKNOWLEDGED: Final = "notifications/subscriptions/acknowledged"
 RESOURCES_UPDATED: Final = "notifications/resources/updated"
 RESOURCE_SUBSCRIPTIONS: Final = "resourceSubscriptions"
 SUBSCRIPTION_ID_KEY: Final = "io.modelcontextprotocol/subscriptionId"
+SUBSCRIBE: Final = "resources/subscribe"
+UNSUBSCRIBE: Final = "resources/unsubscribe"
+SUBSCRIBE_METHODS: Final = frozenset({SUBSCRIBE, UNSUBSCRIBE})
 
 LIST_CHANGED_TYPES: Final = {
     "toolsListChanged": ("tools", "notifications/tools/list_changed"),
@@ -105,3 +114,28 @@ def retag_result(result: JsonObject, listen_id: JsonId) -> JsonObject:
     if not isinstance(meta, dict) or SUBSCRIPTION_ID_KEY not in meta:
         return result
     return {**result, "_meta": {**meta, SUBSCRIPTION_ID_KEY: listen_id}}
+
+
+def session_listen_params(uris: list[str]) -> JsonObject:
+    """A modern child's listen for a legacy session's resource subscriptions (``_meta`` is added
+    by ``bridge.add_modern_meta``, from the session)."""
+    return {"notifications": {RESOURCE_SUBSCRIPTIONS: list(uris)}}
+
+
+def acknowledged_uris(params: JsonObject | None) -> list[str]:
+    """The resource URIs a child's ``notifications/subscriptions/acknowledged`` honoured."""
+    notifications = (params or {}).get("notifications")
+    uris = notifications.get(RESOURCE_SUBSCRIPTIONS) if isinstance(notifications, dict) else None
+    return [uri for uri in uris if isinstance(uri, str)] if isinstance(uris, list) else []
+
+
+def untagged(method: str, params: JsonObject | None) -> JsonObject:
+    """A listen's notification as a legacy session gets it: no ``subscriptionId`` (it never
+    opened a listen), other ``_meta`` kept."""
+    body = dict(params or {})
+    meta = body.pop("_meta", None)
+    if isinstance(meta, dict):
+        kept = {k: v for k, v in meta.items() if k != SUBSCRIPTION_ID_KEY}
+        if kept:
+            body["_meta"] = kept
+    return {"jsonrpc": "2.0", "method": method, "params": body}

@@ -21,6 +21,12 @@ MODERN_VERSIONS: Final = ("2026-07-28",)
 LEGACY_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 ALL_VERSIONS: Final = LEGACY_VERSIONS + MODERN_VERSIONS
 
+ADVERTISED_VERSIONS: Final = MODERN_VERSIONS
+"""What the gateway tells a 2026-07-28 client it may name in a request's ``_meta``: in
+``server/discover``'s ``supportedVersions`` and in a -32022's ``data.supported``, so the two
+always agree. The legacy revisions are not listed: they are reached through ``initialize``
+and a session, never per request, so a client retrying with one would only get -32022 again."""
+
 LATEST_MODERN: Final = MODERN_VERSIONS[-1]
 LATEST_LEGACY: Final = LEGACY_VERSIONS[-1]
 # A legacy client that sends no MCP-Protocol-Version header and has nothing else naming

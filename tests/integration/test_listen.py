@@ -221,6 +221,24 @@ async def test_a_modern_childs_listen_is_forwarded_with_the_clients_subscription
             assert await tools.next() is None
 
 
+async def test_a_child_that_ends_its_listen_with_cancelled_gives_the_client_the_graceful_result() -> None:
+    # The cancellation page has a server end a listen with notifications/cancelled (digest §8.1).
+    with anyio.fail_after(30):
+        async with (
+            running_gateway(server_spec(*MODERN_CHILD)) as url,
+            httpx.AsyncClient(timeout=20) as http,
+            listening(http, url, "mine", toolsListChanged=True) as stream,
+        ):
+            assert await stream.next() is not None  # the acknowledgement
+            await call(http, url, 1, "end_listens", {"cancelled": True})
+            assert await stream.next() == {
+                "jsonrpc": "2.0",
+                "id": "mine",
+                "result": {"resultType": "complete", "_meta": {SUBSCRIPTION_ID: "mine"}},
+            }
+            assert await stream.next() is None
+
+
 async def test_closing_a_forwarded_listen_cancels_it_at_the_child() -> None:
     # One request per child: the next call gets the child only once the listen's exchange has
     # ended, which writes notifications/cancelled first; the child reads stdin in order.

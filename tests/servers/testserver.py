@@ -15,6 +15,9 @@ crash) plus tools that make a child misbehave on demand. The flags shape the pro
 --name NAME                serverInfo.name (default "testserver")
 --page-size N              answer tools/list in pages of N tools (nextCursor = the next index)
 --record FILE              append every line read from stdin to FILE
+--subscribe                declare resources.subscribe (legacy subscribe, modern listen URIs)
+--logging                  declare logging (the log tool honours the client's level either way)
+--cache-roots              fetch roots after initialized and on roots/list_changed (cached_roots)
 
 Start-up order: SIGTERM handling, then stderr lines, then exit-at-start, then banner, then
 serving. A test that needs to know signals are set up can wait for the first stderr line.
@@ -290,7 +293,7 @@ def add_test_tools(server: StdioServer) -> None:
         return _json_result("ids", server.cancelled_ids)
 
     def end_listens(ctx: ToolContext, args: JsonObject) -> JsonObject:
-        return text_result(str(server.end_listens()))
+        return text_result(str(server.end_listens(cancelled=args.get("cancelled") is True)))
 
     asked_later: list[JsonObject] = []  # answers to ask_later's questions, in arrival order
     asked_changed = threading.Condition()
@@ -420,8 +423,8 @@ def add_test_tools(server: StdioServer) -> None:
         ),
         (
             "end_listens",
-            "End every open subscriptions/listen with the graceful result; return how many.",
-            object_schema(),
+            "End every open subscriptions/listen with the graceful result (or cancelled); return how many.",
+            object_schema({"cancelled": {"type": "boolean", "description": "end with notifications/cancelled"}}),
             end_listens,
         ),
         (
@@ -507,6 +510,65 @@ def add_header_tools(server: StdioServer) -> None:
     )
 
 
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+def add_logging_tools(server: StdioServer) -> None:
+    """``log``: emit notifications/message as a real server does: a legacy one at or above
+    the last ``logging/setLevel`` (everything before one), a modern one at or above the
+    request's ``logLevel`` (nothing without one)."""
+
+    def log(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        level = str_arg(args, "level")
+        minimum = ctx.meta.get("io.modelcontextprotocol/logLevel") if ctx.era == "modern" else server.log_level
+        if ctx.era == "modern" and minimum is None:
+            return text_result("not logged")
+        if minimum in LOG_LEVELS and LOG_LEVELS.index(level) < LOG_LEVELS.index(minimum):
+            return text_result("not logged")
+        ctx.notify("notifications/message", {"level": level, "data": str_arg(args, "data")})
+        return text_result("logged")
+
+    level_schema = {"type": "string", "enum": list(LOG_LEVELS)}
+    schema = object_schema({"level": level_schema, "data": _str("message")}, ["level", "data"])
+    server.add_tool(Tool("log", "Log data at level, if the client's level lets it through.", schema, log))
+
+
+def add_roots_cache(server: StdioServer) -> None:
+    """``--cache-roots``: fetch roots once after ``initialized`` and again on each
+    ``notifications/roots/list_changed`` (as server-everything does); ``cached_roots``
+    returns what the last fetch got, after any fetch in progress has finished."""
+    state: JsonObject = {"roots": None, "fetching": 0}
+    changed = threading.Condition()
+
+    def fetch() -> None:
+        try:
+            roots: Any = server.send_request("roots/list", None, timeout=10.0).get("roots")
+        except RpcError as exc:
+            roots = {"error": exc.to_json()}
+        except (TimeoutError, ConnectionError) as exc:
+            roots = {"error": str(exc)}
+        with changed:
+            state["roots"], state["fetching"] = roots, state["fetching"] - 1
+            changed.notify_all()
+
+    def refresh(params: JsonObject) -> None:
+        with changed:  # counted on the reader thread: a later call waits for this fetch
+            state["fetching"] += 1
+        threading.Thread(target=fetch, daemon=True).start()
+
+    def cached_roots(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        with changed:
+            changed.wait_for(lambda: state["fetching"] == 0, timeout=15.0)
+            roots = state["roots"]
+        return _json_result("roots", roots)
+
+    server.notification_handlers["notifications/initialized"] = refresh
+    server.notification_handlers["notifications/roots/list_changed"] = refresh
+    server.add_tool(
+        Tool("cached_roots", "Return the roots fetched last (--cache-roots).", object_schema(), cached_roots)
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="A configurable stdio MCP server for tests.")
     parser.add_argument("--era", choices=sorted(ERAS), default="dual")
@@ -520,8 +582,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttl-ms", type=int, default=60_000)
     parser.add_argument("--cache-scope", choices=("public", "private"), default="public")
     parser.add_argument("--name", default="testserver")
-    parser.add_argument("--subscribe", action="store_true", help="declare resources.subscribe (legacy)")
+    parser.add_argument(
+        "--subscribe",
+        action="store_true",
+        help="declare resources.subscribe: legacy resources/subscribe, modern listen resourceSubscriptions",
+    )
     parser.add_argument("--page-size", type=int, default=None, help="tools/list pages of N tools")
+    parser.add_argument("--logging", action="store_true", help="declare logging; the log tool honours levels")
+    parser.add_argument("--cache-roots", action="store_true", help="fetch roots at start and on roots/list_changed")
     parser.add_argument("--record", default=None, metavar="FILE", help="append every line read from stdin to FILE")
     return parser.parse_args(argv)
 
@@ -549,6 +617,7 @@ def main(argv: list[str] | None = None) -> None:
             capabilities={
                 "tools": {"listChanged": True},
                 **({"resources": {"subscribe": True}} if options.subscribe else {}),
+                **({"logging": {}} if options.logging else {}),
             },
             ttl_ms=options.ttl_ms,
             cache_scope=options.cache_scope,
@@ -559,6 +628,9 @@ def main(argv: list[str] | None = None) -> None:
         add_demo_tools(server)
         add_test_tools(server)
         add_header_tools(server)
+        add_logging_tools(server)
+        if options.cache_roots:
+            add_roots_cache(server)
         if options.banner is not None:
             server.write_line(options.banner)
         server.serve()

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.protocol import versions
+from gateway.protocol import bridge, versions
+from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.headers import encode_header_value
 from gateway.protocol.ingress import (
     CLIENT_CAPABILITIES_KEY,
@@ -326,8 +327,34 @@ def test_an_unsupported_modern_version_gets_400_with_the_supported_list(version:
     body["params"]["_meta"][PROTOCOL_VERSION_KEY] = version
     result = rejected(post(body, mirrored(version=version)), 400, UNSUPPORTED_PROTOCOL_VERSION)
     assert result.error is not None
-    assert result.error["data"] == {"supported": list(versions.ALL_VERSIONS), "requested": version}
+    assert result.error["data"] == {"supported": list(versions.ADVERTISED_VERSIONS), "requested": version}
     validate(result.body() or {}, "UnsupportedProtocolVersionError")
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", "2024-11-05", "2027-01-01", "", "latest"])
+def test_the_supported_versions_of_a_32022_are_what_discover_advertises_and_it_echoes_the_request(
+    version: str,
+) -> None:
+    body = modern()
+    body["params"]["_meta"][PROTOCOL_VERSION_KEY] = version
+    result = rejected(post(body, mirrored(version=version)), 400, UNSUPPORTED_PROTOCOL_VERSION)
+    assert result.error is not None
+    supported, requested = result.error["data"]["supported"], result.error["data"]["requested"]
+    assert requested == version
+    assert version not in supported  # a client retrying with one of them is served
+    for listed in supported:
+        retry = modern()
+        retry["params"]["_meta"][PROTOCOL_VERSION_KEY] = listed
+        accepted(post(retry, mirrored(version=listed)))
+    # The gateway's own discover (legacy child) and a modern child's forwarded one, even when the
+    # child names versions no request through the gateway may use, list a superset of them.
+    info = ChildInfo(Era.LEGACY, "2025-11-25", capabilities={"tools": {}})
+    own = bridge.discover_result(info)["supportedVersions"]
+    child = {"supportedVersions": ["2025-11-25", MODERN, "2027-01-01"], "capabilities": {}}
+    forwarded = bridge.advertised_discover(child)["supportedVersions"]
+    assert set(supported) <= set(own)
+    assert set(supported) <= set(forwarded)
+    assert own == forwarded == list(versions.ADVERTISED_VERSIONS)
 
 
 # --- Rung 11: required _meta ----------------------------------------------------------------
@@ -370,6 +397,20 @@ def test_inventory_and_unknown_extension_methods_are_accepted(method: str) -> No
 
 
 # --- Rung 13: notifications -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["notifications/cancelled", "notifications/initialized", "notifications/x"])
+def test_a_notification_method_sent_with_an_id_is_refused_in_both_eras(method: str) -> None:
+    as_request = {"jsonrpc": "2.0", "id": 9, "method": method, "params": {"requestId": 1}}
+    modern_one = modern(method, id="c", requestId=1)
+    for result in (
+        post(modern_one, mirrored(method)),  # modern
+        post(as_request, {"mcp-session-id": "s-1125"}),  # a legacy session
+        post([as_request], {"mcp-session-id": "s-0325"}),  # inside a 2025-03-26 batch
+    ):
+        refused = rejected(result, 400, INVALID_REQUEST)
+        assert "without an id" in message_of(refused)
+    assert rejected(post(modern_one, mirrored(method)), 400, INVALID_REQUEST).id == "c"
 
 
 def test_a_modern_cancelled_notification_is_accepted_without_mirrored_headers() -> None:

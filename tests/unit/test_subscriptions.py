@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gateway.protocol import loglevels, subscriptions
-from gateway.protocol.correlation import Correlator, Late, ProgressFor, Unsolicited
-from gateway.protocol.jsonrpc import Notification
+from gateway.protocol.correlation import Correlator, Late, ProgressFor, ReplyFor, Unsolicited
+from gateway.protocol.jsonrpc import Notification, Result
 
 SUB = subscriptions.SUBSCRIPTION_ID_KEY
 
@@ -63,3 +63,42 @@ def test_a_tagged_notification_goes_to_the_listen_with_that_child_id() -> None:
     assert isinstance(correlator.incoming(Notification(note.method, {"_meta": {SUB: call.id}})), Late)
     assert isinstance(correlator.incoming(Notification(note.method, {"_meta": {SUB: 999}})), Late)
     assert isinstance(correlator.incoming(Notification(note.method)), Unsolicited)
+
+
+def test_a_legacy_sessions_listen_names_its_uris_and_reads_back_what_the_child_took() -> None:
+    assert subscriptions.session_listen_params(["file:///a", "file:///b"]) == {
+        "notifications": {"resourceSubscriptions": ["file:///a", "file:///b"]}
+    }
+    ack = {"notifications": {"resourceSubscriptions": ["file:///a", 7]}, "_meta": {SUB: 3}}
+    assert subscriptions.acknowledged_uris(ack) == ["file:///a"]
+    assert subscriptions.acknowledged_uris({"notifications": {}}) == []
+    assert subscriptions.acknowledged_uris(None) == []
+
+
+def test_a_legacy_session_gets_an_update_without_the_listens_subscription_id() -> None:
+    tagged = {"uri": "file:///a", "_meta": {SUB: 3}}
+    assert subscriptions.untagged(subscriptions.RESOURCES_UPDATED, tagged) == {
+        "jsonrpc": "2.0",
+        "method": subscriptions.RESOURCES_UPDATED,
+        "params": {"uri": "file:///a"},
+    }
+    kept = {"uri": "file:///a", "_meta": {SUB: 3, "trace": "x"}}
+    assert subscriptions.untagged(subscriptions.RESOURCES_UPDATED, kept)["params"] == {
+        "uri": "file:///a",
+        "_meta": {"trace": "x"},
+    }
+
+
+def test_a_child_ending_a_listen_with_cancelled_ends_it_as_the_graceful_result() -> None:
+    correlator: Correlator[str] = Correlator()
+    listen, _ = correlator.outgoing("subscriptions/listen", {"notifications": {}}, "listen")
+    call, _ = correlator.outgoing("tools/call", {"name": "t"}, "call")
+    routed = correlator.incoming(Notification("notifications/cancelled", {"requestId": listen.id, "reason": "bye"}))
+    assert isinstance(routed, ReplyFor)
+    assert routed.pending.owner == "listen"
+    assert routed.reply == Result(listen.id, {"resultType": "complete", "_meta": {SUB: listen.id}})
+    assert not correlator.is_pending(listen.id)
+    # Only a listen ends so: a cancellation naming anything else is the caller's to judge.
+    assert isinstance(correlator.incoming(Notification("notifications/cancelled", {"requestId": call.id})), Unsolicited)
+    assert correlator.is_pending(call.id)
+    assert isinstance(correlator.incoming(Notification("notifications/cancelled", {"requestId": "x"})), Unsolicited)

@@ -1,0 +1,72 @@
+"""Modern requests being answered, so that a POSTed ``notifications/cancelled`` can name one.
+
+In 2026-07-28 a client cancels by closing its SSE stream (SHTTP §Cancellation); the spec
+defines no client notification over HTTP. Some clients (``mcp-remote --protocol auto``)
+POST ``notifications/cancelled`` anyway, and the gateway accepts it leniently (digest
+§7.1.4): it cancels when ``requestId`` names **exactly one** request in flight of the same
+principal, with the id's exact JSON type (``7`` is not ``"7"``). Two requests of one
+principal may share an id (modern clients are stateless, and every anonymous client is the
+same principal): then it is not known which was meant, and nothing is cancelled. Another
+principal's requests are never found. Invalid or unknown cancellations are ignored (the
+spec's SHOULD), and the POST is answered 202 either way.
+
+What a cancel does is the stream's (``LazyStream.cancel``): the relay's exchange closes,
+so the child gets ``notifications/cancelled`` with its own id and the pool slot is freed,
+and the request gets no answer (its stream ends without a final message).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+log = logging.getLogger("gateway.http")
+
+Key = tuple[str | None, type, Any]
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+def key_of(principal: str | None, request_id: Any) -> Key | None:
+    """The registry key, or None for a value that is no request id."""
+    if type(request_id) not in (int, str):
+        return None
+    return (principal, type(request_id), request_id)
+
+
+class InFlight:
+    def __init__(self) -> None:
+        self._by_key: dict[Key, list[Cancellable]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(streams) for streams in self._by_key.values())
+
+    @contextmanager
+    def track(self, principal: str | None, request_id: Any, stream: Cancellable) -> Iterator[None]:
+        """Registered while the request is being answered."""
+        key = key_of(principal, request_id)
+        if key is None:
+            yield
+            return
+        self._by_key.setdefault(key, []).append(stream)
+        try:
+            yield
+        finally:
+            streams = self._by_key[key]
+            streams.remove(stream)
+            if not streams:
+                del self._by_key[key]
+
+    def cancel(self, principal: str | None, request_id: Any) -> bool:
+        """Cancel the one request ``request_id`` names for ``principal``; False if none or several."""
+        key = key_of(principal, request_id)
+        streams = self._by_key.get(key, []) if key is not None else []
+        if len(streams) != 1:
+            log.debug("notifications/cancelled for %r names %d requests in flight; ignored", request_id, len(streams))
+            return False
+        streams[0].cancel()
+        return True

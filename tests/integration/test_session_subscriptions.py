@@ -1,0 +1,185 @@
+"""Legacy sessions subscribed to resources on a modern or dual child (issue #12 item 4).
+
+A 2026-07-28 child has no ``resources/subscribe``: each legacy session's subscriptions
+become one ``subscriptions/listen`` at the child with ``resourceSubscriptions``, and the
+child's ``resources/updated`` reaches that session's GET stream only. Unsubscribing
+replaces the listen (the old one is cancelled at the child); ending the session closes it.
+
+Order is the witness, never time: the test child sends updates in the order it is told,
+so a session's *first* message on its GET stream shows what did (and did not) come before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from tests.conftest import server_spec
+from tests.gateway_server import BASE_HEADERS, legacy_initialize, parse_sse, running_gateway
+
+pytestmark = pytest.mark.anyio
+
+UPDATED = "notifications/resources/updated"
+LISTEN = "subscriptions/listen"
+
+
+async def open_session(http: httpx.AsyncClient, url: str) -> dict[str, str]:
+    init = await http.post(url, headers=BASE_HEADERS, json=legacy_initialize())
+    assert init.status_code == 200, init.text
+    assert init.json()["result"]["capabilities"]["resources"] == {"subscribe": True}
+    return {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+
+
+async def request(http: httpx.AsyncClient, url: str, headers: dict[str, str], method: str, **params: Any) -> Any:
+    body = {"jsonrpc": "2.0", "id": method, "method": method, "params": params}
+    reply = await http.post(url, headers=headers, json=body)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+async def updated(http: httpx.AsyncClient, url: str, headers: dict[str, str], uri: str) -> None:
+    """Have the child send ``resources/updated`` for ``uri`` (through any session's call)."""
+    arguments = {"method": UPDATED, "params": {"uri": uri}}
+    answer = await request(http, url, headers, "tools/call", name="notify", arguments=arguments)
+    assert "result" in answer, answer
+
+
+async def messages(stream: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    text, seen = "", 0
+    async for chunk in stream.aiter_text():
+        text += chunk
+        found = parse_sse(text)
+        for message in found[seen:]:
+            yield message
+        seen = len(found)
+
+
+def recorded(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def listen_id(path: Path, uris: list[str]) -> Any:
+    [found] = [
+        m["id"]
+        for m in recorded(path)
+        if m.get("method") == LISTEN and m["params"]["notifications"].get("resourceSubscriptions") == uris
+    ]
+    return found
+
+
+async def wait_cancelled(http: httpx.AsyncClient, url: str, headers: dict[str, str], child_id: Any) -> None:
+    """Until the child was told to cancel ``child_id`` (real round trips, bounded by the caller)."""
+    while True:
+        answer = await request(http, url, headers, "tools/call", name="cancelled_ids", arguments={})
+        if child_id in answer["result"]["structuredContent"]["ids"]:
+            return
+
+
+@pytest.mark.parametrize("child_era", ["modern", "dual"])
+async def test_each_legacy_session_gets_the_updates_it_subscribed_to_until_it_unsubscribes(
+    child_era: str, tmp_path: Path
+) -> None:
+    record = tmp_path / "stdin.jsonl"
+    spec = server_spec("--era", child_era, "--subscribe", "--record", str(record))
+    with anyio.fail_after(30):
+        async with running_gateway(spec, pool_size=1) as url, httpx.AsyncClient(timeout=20) as http:
+            alice, bob, carol = [await open_session(http, url) for _ in range(3)]
+
+            async def subscribe(headers: dict[str, str], *uris: str) -> None:
+                for uri in uris:
+                    assert await request(http, url, headers, "resources/subscribe", uri=uri) == {
+                        "jsonrpc": "2.0",
+                        "id": "resources/subscribe",
+                        "result": {},
+                    }
+
+            async with anyio.create_task_group() as tg:  # the sessions subscribe at the same time
+                tg.start_soon(subscribe, alice, "file:///docs", "file:///alice")
+                tg.start_soon(subscribe, bob, "file:///bob")
+            refused = await request(http, url, carol, "resources/subscribe", uri="bad:thing")
+            assert refused["error"]["code"] == -32602  # the child's acknowledgement left it out
+
+            get = {"accept": "text/event-stream"}
+            async with (
+                http.stream("GET", url, headers={**alice, **get}) as alice_get,
+                http.stream("GET", url, headers={**bob, **get}) as bob_get,
+                http.stream("GET", url, headers={**carol, **get}) as carol_get,
+            ):
+                alice_in, bob_in, carol_in = messages(alice_get), messages(bob_get), messages(carol_get)
+                await updated(http, url, carol, "file:///docs/a.md")  # alice's only
+                await updated(http, url, carol, "file:///bob")
+                assert await anext(alice_in) == {
+                    "jsonrpc": "2.0",
+                    "method": UPDATED,
+                    "params": {"uri": "file:///docs/a.md"},
+                }
+                assert (await anext(bob_in))["params"] == {"uri": "file:///bob"}  # docs/a.md never reached bob
+
+                # Unsubscribing replaces alice's listen: the old one is cancelled at the child.
+                unsubscribed = await request(http, url, alice, "resources/unsubscribe", uri="file:///docs")
+                assert unsubscribed["result"] == {}
+                await updated(http, url, carol, "file:///docs/b.md")  # nobody's now
+                await updated(http, url, carol, "file:///alice/1")
+                assert (await anext(alice_in))["params"] == {"uri": "file:///alice/1"}
+                # A dual child may serve legacy sessions in their own era (initialize): then the
+                # subscriptions are its own, and there is no listen to look for.
+                as_modern = not [m for m in recorded(record) if m.get("method") == "initialize"]
+                if as_modern:
+                    await wait_cancelled(http, url, carol, listen_id(record, ["file:///docs", "file:///alice"]))
+
+                # Carol subscribed to nothing the child took, and got nothing until now.
+                await subscribe(carol, "file:///carol")
+                await updated(http, url, bob, "file:///carol")
+                assert (await anext(carol_in))["params"] == {"uri": "file:///carol"}
+
+                # Ending a session closes its listen at the child.
+                assert (await http.delete(url, headers=bob)).status_code == 204
+                if as_modern:
+                    await wait_cancelled(http, url, carol, listen_id(record, ["file:///bob"]))
+            if as_modern:  # one listen per session and per change, never a legacy subscribe
+                assert not [m for m in recorded(record) if m.get("method") == "resources/subscribe"]
+
+
+async def test_a_modern_child_without_resource_subscriptions_refuses_the_subscribe() -> None:
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec("--era", "modern")) as url, httpx.AsyncClient(timeout=20) as http:
+            init = await http.post(url, headers=BASE_HEADERS, json=legacy_initialize())
+            headers = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
+            refused = await request(http, url, headers, "resources/subscribe", uri="file:///docs")
+    assert refused["error"]["code"] == -32601
+    assert "resource subscriptions" in refused["error"]["message"]
+
+
+@pytest.mark.parametrize("loss", ["crash", "end_listens", "end_listens_cancelled"])
+async def test_a_sessions_listen_is_opened_again_when_the_child_crashes_or_ends_it(loss: str, tmp_path: Path) -> None:
+    record = tmp_path / "stdin.jsonl"
+    spec = server_spec("--era", "modern", "--subscribe", "--record", str(record))
+    with anyio.fail_after(30):
+        async with running_gateway(spec, pool_size=1) as url, httpx.AsyncClient(timeout=20) as http:
+            session = await open_session(http, url)
+            assert (await request(http, url, session, "resources/subscribe", uri="file:///docs"))["result"] == {}
+            async with http.stream("GET", url, headers={**session, "accept": "text/event-stream"}) as get:
+                received = messages(get)
+                tool, arguments = loss.removesuffix("_cancelled"), {"cancelled": loss.endswith("_cancelled")}
+                lost = await request(
+                    http, url, session, "tools/call", name=tool, arguments=arguments if tool != "crash" else {}
+                )
+                if loss == "crash":  # the pool restarts the child; the listen follows it there
+                    assert lost["error"]["code"] == -31001
+                else:  # the child ends the listen: the graceful result, or notifications/cancelled
+                    assert lost["result"]["content"] == [{"type": "text", "text": "1"}]
+
+                def listens() -> int:
+                    return sum(1 for m in recorded(record) if m.get("method") == LISTEN)
+
+                # Nothing signals the re-opened listen to a client, so the child's stdin is polled.
+                while listens() < 2:  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+                await updated(http, url, session, "file:///docs/after-crash")
+                assert (await anext(received))["params"] == {"uri": "file:///docs/after-crash"}
