@@ -34,11 +34,10 @@ from gateway.http.drain import SHUTTING_DOWN, Drain
 from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import Rejected
+from gateway.stdio.inbox import Inbox, progress_key
 
 log = logging.getLogger("gateway.http")
 
-DETACHED_BUFFER: Final = 256
-"""Messages a background (legacy) exchange may queue ahead of a slow reader."""
 KEEPALIVE_SECONDS: Final = 15.0
 """Idle time after which an SSE stream gets a comment line, so proxies keep it open."""
 
@@ -192,13 +191,15 @@ class Detached:
         self._events = events
         self._on_cancel = on_cancel
         self._failure: GatewayUnavailableError | Rejected | None = None
-        self._send, self._receive = anyio.create_memory_object_stream[JsonObject](DETACHED_BUFFER)
+        # What the exchange produced ahead of a slow reader: progress may be coalesced past a
+        # bound, every other message (and the final answer) is kept (``gateway.stdio.inbox``).
+        self._inbox: Inbox[JsonObject] = Inbox()
 
     async def run(self) -> None:
         try:
             await self._run()
-        finally:  # also when the app's task group is cancelled (shutdown): no unclosed stream
-            self._send.close()
+        finally:  # also when the app's task group is cancelled (shutdown): the reader ends
+            self._inbox.close()
 
     async def _run(self) -> None:
         final_sent = False
@@ -207,39 +208,25 @@ class Detached:
                 async with aclosing(self._events):  # type: ignore[type-var]
                     async for message in self._events:
                         final_sent = _is_final(message)
-                        self._offer(message, final=final_sent)
+                        self._inbox.put(message, progress_key(message.get("method", ""), message.get("params")))
         except (GatewayUnavailableError, Rejected) as exc:
             # Raised before the exchange produced anything (saturated pool, a refused
             # request): the reader re-raises it, so the client gets its status (503, 400).
             self._failure = exc
             final_sent = True
         if not final_sent:
-            self._offer(self._on_cancel(), final=True)
-
-    def _offer(self, message: JsonObject, *, final: bool) -> None:
-        try:
-            self._send.send_nowait(message)
-        except anyio.WouldBlock:
-            if final:  # a slow reader still gets its answer: make room by dropping progress
-                while True:
-                    try:
-                        self._receive.receive_nowait()
-                    except anyio.WouldBlock:
-                        break
-                self._send.send_nowait(message)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass  # the client left; the child's work goes on and its answer is dropped
+            self._inbox.put(self._on_cancel())
 
     def __aiter__(self) -> Detached:
         return self
 
     async def __anext__(self) -> JsonObject:
         try:
-            return await self._receive.receive()
+            return await self._inbox.get()
         except anyio.EndOfStream:
             if self._failure is not None:
                 raise self._failure from None
             raise StopAsyncIteration from None
 
     async def aclose(self) -> None:
-        self._receive.close()
+        self._inbox.close_reader()  # the client left; the child's work goes on and its answer is dropped

@@ -1,0 +1,50 @@
+"""The reader backlog: progress may coalesce past a bound; nothing else is ever dropped."""
+
+from __future__ import annotations
+
+from gateway.protocol.backlog import Backlog
+
+
+def drain(backlog: Backlog[str]) -> list[str]:
+    out = []
+    while backlog:
+        out.append(backlog.pop())
+    return out
+
+
+def test_below_the_bound_every_item_is_kept_in_order() -> None:
+    backlog: Backlog[str] = Backlog(coalesce_above=10)
+    for n in range(10):
+        assert backlog.put(f"p{n}", key="tok")
+    assert drain(backlog) == [f"p{n}" for n in range(10)]
+    assert backlog.coalesced == backlog.dropped == 0
+
+
+def test_past_the_bound_progress_for_one_token_keeps_only_its_latest_value() -> None:
+    backlog: Backlog[str] = Backlog(coalesce_above=2)
+    backlog.put("a1", key="a")
+    backlog.put("log", key=None)
+    for n in range(2, 50):
+        backlog.put(f"a{n}", key="a")
+    backlog.put("b1", key="b")
+    backlog.put("result", key=None)
+    assert drain(backlog) == ["a49", "log", "b1", "result"]
+    assert backlog.coalesced == 48
+
+
+def test_messages_without_a_key_are_queued_even_past_the_hard_limit() -> None:
+    backlog: Backlog[str] = Backlog(coalesce_above=2, hard_limit=3)
+    for n in range(5):
+        assert backlog.put(f"m{n}")
+    assert not backlog.put("p", key="new-token")  # progress for a token with nothing queued: refused
+    assert backlog.dropped == 1
+    assert drain(backlog) == [f"m{n}" for n in range(5)]
+
+
+def test_a_popped_progress_is_not_replaced_afterwards() -> None:
+    backlog: Backlog[str] = Backlog(coalesce_above=1)
+    backlog.put("p1", key="t")
+    assert backlog.pop() == "p1"
+    backlog.put("x")
+    backlog.put("p2", key="t")  # over the bound, but p1 is gone: queued, not written into p1's box
+    assert drain(backlog) == ["x", "p2"]
