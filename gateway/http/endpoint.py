@@ -230,7 +230,10 @@ class McpEndpoint:
             if local is not None:
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
-            return LazyStream(self._detached(session, message, headers), request_id=message.id)
+            detached = self._detached(session, message, headers)
+            # A client that stops reading is cut off after the write timeout, and then the
+            # gateway cancels the work (a plain disconnect does not, for a legacy client).
+            return LazyStream(detached, request_id=message.id, on_stalled=detached.scope.cancel)
         self._legacy_notification(session, message)
         return wire.accepted()
 

@@ -26,10 +26,11 @@ from typing import Any, Final
 
 import anyio
 import orjson
-from sse_starlette.event import ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
+from gateway.http import replies
+from gateway.http.connection import WRITE_TIMED_OUT
 from gateway.http.drain import SHUTTING_DOWN, Drain
 from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import JsonObject
@@ -61,8 +62,12 @@ class LazyStream:
         headers: list[tuple[bytes, bytes]] | None = None,
         error_statuses: Mapping[int, int] | None = None,
         graceful_end: JsonObject | None = None,
+        on_stalled: Callable[[], None] | None = None,
     ) -> None:
         self._events = events
+        # The connection was aborted for not reading (``WRITE_TIMED_OUT``): a legacy exchange,
+        # which a disconnect leaves running, is cancelled with this.
+        self._on_stalled = on_stalled
         # A forwarded subscriptions/listen: when the gateway drains, the stream ends with this
         # (the graceful result) at once, instead of waiting out the drain budget.
         self._graceful_end = graceful_end
@@ -104,6 +109,8 @@ class LazyStream:
                 tg.cancel_scope.cancel()
                 if drain is not None:
                     drain.scopes.discard(tg.cancel_scope)
+        if self._on_stalled is not None and scope.get(WRITE_TIMED_OUT):
+            self._on_stalled()
         shut_down = drain is not None and drain.cancel.is_set()
         with anyio.CancelScope(shield=True):
             await self._events.aclose()  # type: ignore[attr-defined]
@@ -140,17 +147,22 @@ class LazyStream:
             return
         if _is_final(first):
             body = orjson.dumps(first)
+            self._started = self._finished = True
+            if not replies.reserve(body):
+                await gateway_error_response(replies.over_budget(), self._request_id)(scope, receive, send)
+                return
             error = first.get("error")
             code = error.get("code") if isinstance(error, dict) else None
-            self._started = self._finished = True
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self._error_statuses.get(code, 200) if type(code) is int else 200,
-                    "headers": [(b"content-type", b"application/json"), *self._headers],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            start = {
+                "type": "http.response.start",
+                "status": self._error_statuses.get(code, 200) if type(code) is int else 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(body)),
+                    *self._headers,
+                ],
+            }
+            await replies.send_body(send, body, more_body=False, start=start)
             return
         self._started = True
         await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *self._headers]})
@@ -171,10 +183,16 @@ class LazyStream:
         await send({"type": "http.response.body", "body": b""})
         self._finished = True
 
-    @staticmethod
-    async def _send_event(send: Send, message: JsonObject) -> None:
-        data = ServerSentEvent(data=orjson.dumps(message).decode()).encode()
-        await send({"type": "http.response.body", "body": data, "more_body": True})
+    async def _send_event(self, send: Send, message: JsonObject) -> None:
+        # One ``data:`` line: orjson never writes a newline, so this is the whole SSE framing.
+        frame = b"data: " + orjson.dumps(message) + b"\r\n\r\n"
+        if not replies.reserve(frame):
+            if not _is_final(message):
+                log.warning("a %d-byte %s not sent: reply budget spent", len(frame), message.get("method"))
+                return
+            error = {"jsonrpc": "2.0", "id": self._request_id, "error": replies.over_budget().error_object()}
+            frame = b"data: " + orjson.dumps(error) + b"\r\n\r\n"
+        await replies.send_body(send, frame, more_body=True)
 
 
 class Detached:
