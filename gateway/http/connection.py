@@ -11,9 +11,10 @@ count is one addition per read while a head is open).
 - ``HEADER_TIMEOUT``: a head (from a new connection, or from the first byte of a later
   request on it) must be complete within this, else 408 and the connection is closed.
 - ``WRITE_TIMEOUT``: while the socket's send buffer is full (the peer stopped reading), the
-  connection may wait this long for it to drain; then it is aborted, which frees what was
-  buffered for it and is a disconnect for the request (a modern request is cancelled at the
-  child; ``WRITE_TIMED_OUT`` in the scope tells the stream to cancel a legacy one too).
+  connection may wait this long for it to drain; then it is reset, which frees what was
+  buffered for it (in the process and in the kernel) and is a disconnect for the request (a
+  modern request is cancelled at the child; ``WRITE_TIMED_OUT`` in the scope tells the
+  stream to cancel a legacy one too).
 
 Refusals here happen before the ASGI app runs, so they are logged here (``gateway.http``).
 """
@@ -21,7 +22,10 @@ Refusals here happen before the ASGI app runs, so they are logged here (``gatewa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
+import struct
 from typing import Any, ClassVar, Final
 
 import orjson
@@ -40,12 +44,15 @@ HEADER_TIMEOUT: Final = 10.0
 trickles a header forever would otherwise hold its connection and buffer for good."""
 WRITE_TIMEOUT: Final = 30.0
 """Seconds a connection may stay unable to send (the peer reads nothing) before it is aborted."""
+BODY_RECEIVED: Final = "gateway.body_received"
+"""Scope key set once the request's whole body has been read from the socket: the endpoint
+then reads it without arming its body timeout."""
 WRITE_TIMED_OUT: Final = "gateway.write_timed_out"
 """Scope key set when the connection was aborted for not reading its response."""
 
 
 def _refusal(status: int, message: str) -> bytes:
-    body = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": error_object(-32600, message)})
+    body = orjson.dumps({"jsonrpc": "2.0", "error": error_object(-32600, message)})  # no id: none was read
     return b"".join(
         [
             STATUS_LINE[status],
@@ -124,6 +131,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self.scope[BODY_RECEIVED] = True  # type: ignore[typeddict-unknown-key]
         self._in_head, self._head_bytes = True, 0
 
     # -- flow control ---------------------------------------------------------------------
@@ -155,6 +163,12 @@ class GuardedHttpTools(HttpToolsProtocol):
         )
         if self.cycle is not None:
             self.cycle.scope[WRITE_TIMED_OUT] = True  # type: ignore[typeddict-unknown-key]
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            # A reset, not a FIN queued behind megabytes the peer will never read: the kernel
+            # frees the socket's send buffer now, and the peer learns at once.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
 
     def _refuse(self, status: int, message: str) -> None:

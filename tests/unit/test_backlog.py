@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import anyio
+import pytest
+
 from gateway.protocol.backlog import Backlog
+from gateway.stdio.inbox import PROGRESS, Inbox, progress_key
 
 
 def drain(backlog: Backlog[str]) -> list[str]:
@@ -48,3 +52,26 @@ def test_a_popped_progress_is_not_replaced_afterwards() -> None:
     backlog.put("x")
     backlog.put("p2", key="t")  # over the bound, but p1 is gone: queued, not written into p1's box
     assert drain(backlog) == ["x", "p2"]
+
+
+@pytest.mark.anyio
+async def test_a_reader_that_falls_far_behind_still_gets_the_last_progress_and_the_result() -> None:
+    inbox: Inbox[dict[str, object]] = Inbox(coalesce_above=100)
+    for n in range(1, 50_001):  # a child writing flat out while the reader does nothing
+        params = {"progressToken": "tok", "progress": n}
+        assert inbox.put({"method": PROGRESS, "params": params}, progress_key(PROGRESS, params))
+    inbox.put({"method": "notifications/message", "params": {"data": "kept"}})
+    inbox.put({"id": 1, "result": {}})
+    inbox.close()
+    received = []
+    with anyio.fail_after(5):
+        try:
+            while True:
+                received.append(await inbox.get())
+        except anyio.EndOfStream:
+            pass
+    progress = [m["params"]["progress"] for m in received if m.get("method") == PROGRESS]  # type: ignore[index]
+    assert progress[:99] == list(range(1, 100))  # below the bound, each one
+    assert progress[-1] == 50_000  # past it, coalesced to the latest
+    assert len(progress) == 100
+    assert received[-2:] == [{"method": "notifications/message", "params": {"data": "kept"}}, {"id": 1, "result": {}}]
