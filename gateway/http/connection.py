@@ -85,6 +85,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._in_head = True  # the next bytes belong to a request head
         self._head_bytes = 0
+        self._heads_done = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
 
@@ -100,20 +101,22 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._in_head:
+        while self._in_head and len(data) > self.max_head_bytes - self._head_bytes:
+            # Feed only what fits: a head must end inside it (then the rest is its body, or
+            # pipelined requests, whose heads are counted afresh).
             room = self.max_head_bytes - self._head_bytes
-            if len(data) > room:
-                # Feed what fits: the head may end inside it (then the rest is body or the next request).
-                super().data_received(data[:room])
-                if self._in_head and not self.transport.is_closing():
-                    self._refuse(431, f"request headers over {self.max_head_bytes} bytes")
-                    return
-                data = data[room:]
-                if not data or self.transport.is_closing():
-                    return
-            else:
-                self._head_bytes += len(data)
-        super().data_received(data)
+            heads_done = self._heads_done
+            super().data_received(data[:room])
+            if self.transport.is_closing():
+                return
+            if self._heads_done == heads_done:
+                self._refuse(431, f"request headers over {self.max_head_bytes} bytes")
+                return
+            data = data[room:]
+        if self._in_head:
+            self._head_bytes += len(data)
+        if data:
+            super().data_received(data)
 
     # -- parser callbacks -----------------------------------------------------------------
 
@@ -124,6 +127,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
+        self._heads_done += 1
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None

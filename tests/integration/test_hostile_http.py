@@ -168,6 +168,18 @@ async def test_a_header_over_the_limit_gets_431_with_a_json_rpc_error() -> None:
     assert f"request headers over {MAX_HEAD_BYTES} bytes" in orjson.loads(body)["error"]["message"]
 
 
+async def test_pipelined_requests_longer_together_than_the_head_limit_are_each_answered() -> None:
+    pad = b"p" * 50_000  # each head is under the limit; the two sent in one write are over it
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + pad + b"\r\n\r\n"
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec()) as url, await connect(port_of(url)) as stream:
+            await stream.send(request * 2)
+            data = b""
+            while data.count(b"ok\n") < 2:
+                data += await stream.receive()
+    assert data.count(b"HTTP/1.1 200 OK") == 2
+
+
 async def test_a_huge_header_is_cut_off_early_and_the_gateway_memory_stays_flat() -> None:
     with anyio.fail_after(60):
         async with running_gateway(server_spec()) as url:
