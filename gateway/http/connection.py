@@ -9,7 +9,8 @@ count is one addition per read while a head is open).
 - ``MAX_HEAD_BYTES``: a request line plus headers longer than this is answered 431 and the
   connection closed; the parser never sees the excess.
 - ``HEADER_TIMEOUT``: a head (from a new connection, or from the first byte of a later
-  request on it) must be complete within this, else 408 and the connection is closed.
+  request on it) must be complete within this, else 408 and the connection is closed (a new
+  connection that sent nothing at all is closed without an answer).
 - ``WRITE_TIMEOUT``: while the socket's send buffer is full (the peer stopped reading), the
   connection may wait this long for it to drain; then it is reset, which frees what was
   buffered for it (in the process and in the kernel) and is a disconnect for the request (a
@@ -155,8 +156,12 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
-        if self._in_head and not self.transport.is_closing():
-            self._refuse(408, f"request headers not received within {self.header_timeout:g} s")
+        if not self._in_head or self.transport.is_closing():
+            return
+        if self._head_bytes == 0:  # an idle new connection (a pre-connect): just close it
+            self.transport.close()
+            return
+        self._refuse(408, f"request headers not received within {self.header_timeout:g} s")
 
     def _write_timed_out(self) -> None:
         self._write_timer = None
