@@ -111,6 +111,7 @@ class WatchedDrain(Drain):
     def __init__(self) -> None:
         super().__init__()
         self.changed = anyio.Event()
+        self.finished = 0  # requests that left the app
 
     def enter(self) -> None:
         super().enter()
@@ -119,12 +120,19 @@ class WatchedDrain(Drain):
 
     def leave(self) -> None:
         super().leave()
+        self.finished += 1
         self.changed.set()
         self.changed = anyio.Event()
 
     async def wait_for(self, condition: Callable[[int], bool]) -> None:
+        """Until ``condition(in_flight)`` holds."""
         with anyio.fail_after(10):
             while not condition(self.in_flight):
+                await self.changed.wait()
+
+    async def wait_finished(self, count: int) -> None:
+        with anyio.fail_after(20):
+            while self.finished < count:
                 await self.changed.wait()
 
 
@@ -292,15 +300,18 @@ async def test_the_request_limit_still_counts_requests_whose_body_is_in() -> Non
 # -- row 7: clients that never read -------------------------------------------------------
 
 
-async def test_large_replies_to_clients_that_never_read_are_bounded_and_their_connections_aborted(
+async def test_large_replies_waiting_for_clients_that_never_read_share_one_budget_past_which_they_get_503(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    reply_bytes, clients = 5_000_000, 5
-    budget = replies.ReplyBudget(12 * MIB)  # room for two of the replies at once
+    reply_bytes, clients = 8_000_000, 4  # more than the kernel buffers of a connection take
+    budget = replies.ReplyBudget(20 * MIB)  # room for two of the replies at once
     monkeypatch.setattr(replies, "BUDGET", budget)
+    patient = GuardedHttpTools.configured(write_timeout=120.0)  # the budget, not the timeout, is tested
     with anyio.fail_after(60):
-        async with gateway_app() as (url, drain), httpx.AsyncClient(timeout=20) as http:
-            port = port_of(url)
+        drain = WatchedDrain()
+        app = create_app(Router(ServerConfig("test", server_spec(), PoolSettings())), drain=drain)
+        async with serving(app, http=patient) as base, httpx.AsyncClient(timeout=20) as http:
+            url, port = f"{base}/mcp", port_of(base)
             request = post_bytes(
                 port, modern_call(1, "big", {"bytes": reply_bytes}), modern_headers("tools/call", "big")
             )
@@ -310,23 +321,43 @@ async def test_large_replies_to_clients_that_never_read_are_bounded_and_their_co
             try:
                 for stream in streams:
                     await stream.send(request)
-                await drain.wait_for(lambda in_flight: in_flight == 0)  # every reply sent, refused or cut off
-                assert budget.used == 0
-                assert (await echo(http, url)).status_code == 200  # the gateway serves on
-                answers = [await read_all(stream) for stream in streams]
+                await drain.wait_finished(clients - 2)  # refused; the two that hold the budget never finish
+                assert drain.in_flight == 2
+                assert budget.used > 2 * reply_bytes
+                assert (await echo(http, url)).status_code == 200  # small replies need no budget
+                refused = await http.post(
+                    url, headers=modern_headers("tools/call", "big"), json=modern_call(5, "big", {"bytes": reply_bytes})
+                )
+                assert refused.status_code == 503
+                assert refused.headers["retry-after"] == "5"
+                assert refused.json()["id"] == 5
+                assert "20 MiB of large replies" in refused.json()["error"]["message"]
+                grown = peak_rss_bytes() - before
             finally:
                 for stream in streams:
                     await stream.aclose()
-            grown = peak_rss_bytes() - before
-    statuses = [answer[9:12] for answer in answers]
-    assert statuses.count(b"503") >= clients - 2, statuses
-    assert all(len(answer) < reply_bytes for answer in answers)  # nobody read: cut off, not delivered
-    refused = next(answer for answer in answers if answer[9:12] == b"503")
-    assert b"retry-after: 5" in refused
-    assert "MiB of large replies" in orjson.loads(refused.partition(b"\r\n\r\n")[2])["error"]["message"]
+            await drain.wait_for(lambda in_flight: in_flight == 0)  # the holders' clients went away
+            assert budget.used == 0
     # Each reply exists a few times over while it is made (child line, parsed, serialized), but
     # nothing piles up: the old edge buffered every unread reply whole in its transport.
     assert grown < 120 * MIB, f"peak RSS grew {grown // MIB} MiB"
+
+
+async def test_a_large_reply_to_a_client_that_never_reads_is_cut_off_after_the_write_timeout() -> None:
+    reply_bytes = 8_000_000
+    with anyio.fail_after(60):
+        async with gateway_app() as (url, drain):
+            port = port_of(url)
+            request = post_bytes(
+                port, modern_call(1, "big", {"bytes": reply_bytes}), modern_headers("tools/call", "big")
+            )
+            async with await connect(port, small_receive_buffer=True) as stream:
+                await stream.send(request)
+                await drain.wait_finished(1)  # the write timeout (1 s) ended it
+                received = await read_all(stream)  # reset: what was in flight, then nothing more
+    assert received.startswith(b"HTTP/1.1 200 ")
+    assert len(received) < reply_bytes
+    assert replies.BUDGET.used == 0
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
