@@ -9,6 +9,10 @@
   ``X-Accel-Buffering: no`` and ``Cache-Control: no-cache`` so proxies do not hold events
   back; a ``:`` comment every ``KEEPALIVE_SECONDS`` while the child is quiet.
 
+A body over 64 KiB (a large JSON answer or SSE event) goes out in pieces, under the
+process's budget for large replies (``gateway.http.replies``); a client that stops reading is
+reset by the connection's write timeout (``gateway.http.connection``).
+
 While it waits and while it streams it listens for ``http.disconnect``; a disconnect
 closes the iterator. For a modern client that iterator is the relay's exchange itself, so
 the child is sent ``notifications/cancelled``. A legacy client's disconnect is **not** a
