@@ -230,14 +230,15 @@ class Detached:
                 async with aclosing(self._events):  # type: ignore[type-var]
                     async for message in self._events:
                         final_sent = _is_final(message)
-                        self._inbox.put(message, progress_key(message.get("method", ""), message.get("params")))
+                        key = progress_key(message.get("method", ""), message.get("params"))
+                        self._inbox.put(message, key, always=final_sent)
         except (GatewayUnavailableError, Rejected) as exc:
             # Raised before the exchange produced anything (saturated pool, a refused
             # request): the reader re-raises it, so the client gets its status (503, 400).
             self._failure = exc
             final_sent = True
         if not final_sent:
-            self._inbox.put(self._on_cancel())
+            self._inbox.put(self._on_cancel(), always=True)
 
     def __aiter__(self) -> Detached:
         return self

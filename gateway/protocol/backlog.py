@@ -7,11 +7,13 @@ Rules (issue #14: "the final result and every non-progress message always arrive
   item waiting **replaces that item's value in place**: the reader gets the latest progress
   for the token, at the older item's position, and the queue does not grow. With no item of
   that key waiting, it is queued like any other.
-- An item without a key (a log message, an ask, the final reply) is always queued.
-- At ``hard_limit`` items a keyed item is refused (``put`` returns False, counted in
-  ``dropped``); an unkeyed item is still queued, so a reply is never lost. The hard limit
-  only binds when a child floods one request with non-progress messages faster than its
-  client reads; the HTTP write timeout ends a client that stops reading.
+- An item without a key (a log message, an ask) is queued up to ``hard_limit`` items; an
+  item put with ``always=True`` (the final reply) is queued whatever the length, so a reply
+  is never lost.
+- At ``hard_limit`` items anything else is refused (``put`` returns False, counted in
+  ``dropped``). The hard limit only binds when a child floods one request faster than its
+  client reads, and is what keeps that from growing without bound; the HTTP write timeout
+  ends a client that stops reading altogether.
 
 Every operation is O(1): a queued item sits in a one-element box that the key index points
 at, so replacing a value never searches the queue.
@@ -39,10 +41,10 @@ class Backlog(Generic[T]):
     def __len__(self) -> int:
         return len(self._boxes)
 
-    def put(self, item: T, key: Hashable | None = None) -> bool:
+    def put(self, item: T, key: Hashable | None = None, *, always: bool = False) -> bool:
         """Queue ``item``; True unless it was refused (see the module rules)."""
-        if key is not None and len(self._boxes) >= self.coalesce_above:
-            box = self._waiting.get(key)
+        if not always and len(self._boxes) >= self.coalesce_above:
+            box = self._waiting.get(key) if key is not None else None
             if box is not None:
                 box[0] = item
                 self.coalesced += 1

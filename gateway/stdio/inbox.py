@@ -1,7 +1,8 @@
 """An awaitable ``Backlog``: one producer that never waits, one reader that does.
 
 The stdout pump serves every client of a child, so it must never block on one slow reader:
-``put`` is synchronous and never refuses a message that is not progress
+``put`` is synchronous; past ``COALESCE_ABOVE`` queued messages progress is coalesced, and
+past four times that, further messages (but a final answer) are refused and counted
 (``gateway.protocol.backlog`` has the rules). The reader awaits ``get``; ``close()`` from
 the producer ends the reader's iteration once the queue is empty; ``close_reader()`` says the
 reader left, so later items are discarded.
@@ -42,11 +43,11 @@ class Inbox(Generic[T]):
         self._closed = False  # the producer is done
         self._reader_gone = False
 
-    def put(self, item: T, key: Hashable | None = None) -> bool:
-        """Queue ``item`` (False: refused, or nobody will read it)."""
+    def put(self, item: T, key: Hashable | None = None, *, always: bool = False) -> bool:
+        """Queue ``item`` (False: refused, or nobody will read it); ``always``: past every bound."""
         if self._closed or self._reader_gone:
             return False
-        accepted = self.backlog.put(item, key)
+        accepted = self.backlog.put(item, key, always=always)
         self._ready.set()
         return accepted
 

@@ -36,13 +36,15 @@ def test_past_the_bound_progress_for_one_token_keeps_only_its_latest_value() -> 
     assert backlog.coalesced == 48
 
 
-def test_messages_without_a_key_are_queued_even_past_the_hard_limit() -> None:
+def test_past_the_hard_limit_only_an_item_put_with_always_is_queued() -> None:
     backlog: Backlog[str] = Backlog(coalesce_above=2, hard_limit=3)
-    for n in range(5):
+    for n in range(3):
         assert backlog.put(f"m{n}")
     assert not backlog.put("p", key="new-token")  # progress for a token with nothing queued: refused
-    assert backlog.dropped == 1
-    assert drain(backlog) == [f"m{n}" for n in range(5)]
+    assert not backlog.put("log")  # a flood of anything else is bounded too
+    assert backlog.put("result", always=True)  # the final answer never is
+    assert backlog.dropped == 2
+    assert drain(backlog) == ["m0", "m1", "m2", "result"]
 
 
 def test_a_popped_progress_is_not_replaced_afterwards() -> None:
