@@ -335,8 +335,9 @@ def page(results: Results, command: str) -> str:
         f"the gateway runs with `--pool-min N --pool-max N --max-in-flight 1` and "
         f"{plan.pool_concurrency} clients (modern).\n\n" + pool_table(results),
         "## Streaming: progress notifications through one SSE stream\n\n"
-        "Flat out: the child writes notifications as fast as it can (the gateway buffers at most "
-        "1,024 per request and drops the rest, counted in *received*). Paced: one notification "
+        "Flat out: the child writes notifications as fast as it can (the gateway queues up to "
+        "16,384 per request; past that, progress for one token is coalesced, counted in *received*). "
+        "Paced: one notification "
         "per interval, so the latency is the path's own, not a queue's. Latency is child write "
         "→ client read, both on the machine's monotonic clock.\n\n" + stream_table(results),
         "## Large replies: one result of 1, 10 and 50 MB\n\n"

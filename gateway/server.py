@@ -31,6 +31,7 @@ from gateway.config import Settings
 from gateway.errors import ConfigError
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore, trusted_networks
+from gateway.http.connection import GuardedHttpTools
 from gateway.http.drain import Drain
 from gateway.router import Router
 from gateway.stdio.budget import ChildBudget
@@ -155,6 +156,8 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         port=settings.port,
         log_level=settings.log_level,
         lifespan="on",
+        # httptools, with the head size, head time and write time bounded on the socket.
+        http=GuardedHttpTools,
         log_config=None,  # ours (gateway.logs), so JSON logging covers uvicorn too
         # The client address is the TCP peer: X-Forwarded-For is not trusted, or a client could
         # pose as a --trusted-proxy (identity headers are checked against this address).

@@ -6,6 +6,7 @@ the kernel queues the connection until uvicorn accepts it. No sleeps, no port ra
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ import anyio
 import uvicorn
 
 from gateway.http.app import create_app
+from gateway.http.connection import GuardedHttpTools
 from gateway.router import Isolation, Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
@@ -29,8 +31,11 @@ BASE_HEADERS = {"content-type": "application/json", "accept": "application/json,
 
 
 @asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """Serve any ASGI app on a pre-bound 127.0.0.1 socket; yield its base URL."""
+async def serving(app: Any, *, http: type[asyncio.Protocol] = GuardedHttpTools) -> AsyncIterator[str]:
+    """Serve any ASGI app on a pre-bound 127.0.0.1 socket; yield its base URL.
+
+    ``http``: the protocol class, the gateway's own by default (``GuardedHttpTools.configured``
+    gives it other limits)."""
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the listening
     # socket says TCP, and without it every response waits ~40 ms on Nagle + delayed ACK.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -38,7 +43,7 @@ async def serving(app: Any) -> AsyncIterator[str]:
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5))
+    uv = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5, http=http))
     finished = anyio.Event()
 
     async def serve() -> None:
@@ -70,6 +75,7 @@ async def running_gateway(
     isolation: Isolation = Isolation.SHARED,
     env_from_headers: dict[str, str] | None = None,
     pool_size: int | None = None,
+    http: type[asyncio.Protocol] = GuardedHttpTools,
     **app_options: Any,
 ) -> AsyncIterator[str]:
     """Serve ``spec`` behind the gateway; yield the MCP endpoint URL."""
@@ -77,7 +83,7 @@ async def running_gateway(
         pool = PoolSettings(min_size=pool_size, max_size=pool_size)
     server = ServerConfig("test", spec, pool or PoolSettings(), isolation, env_from_headers or {})
     app = create_app(Router(server), **app_options)
-    async with serving(app) as base:
+    async with serving(app, http=http) as base:
         yield f"{base}/mcp"
 
 

@@ -32,7 +32,7 @@ from gateway.http import ui, wire
 from gateway.http.auth import AuthGuard, TokenStore
 from gateway.http.cors import Cors
 from gateway.http.drain import Drain, DrainGuard
-from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS, McpEndpoint
+from gateway.http.endpoint import BODY_TIMEOUT, MAX_BODY_BYTES, MAX_STREAM_SECONDS, McpEndpoint
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
 from gateway.http.observe import Observed
 from gateway.http.origin import OriginGuard
@@ -79,6 +79,7 @@ def create_app(
     *,
     max_body_bytes: int = MAX_BODY_BYTES,
     max_stream_seconds: float = MAX_STREAM_SECONDS,
+    body_timeout: float = BODY_TIMEOUT,
     loopback_only: bool = True,
     allowed_origins: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
@@ -106,6 +107,7 @@ def create_app(
             sessions,
             max_body_bytes=max_body_bytes,
             max_stream_seconds=max_stream_seconds,
+            body_timeout=body_timeout,
         )
         router.add_listener(endpoint.on_child_notification)
         router.add_loss_listener(endpoint.listens.on_pool_loss)

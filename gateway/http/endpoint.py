@@ -35,7 +35,9 @@ from starlette.responses import Response
 
 from gateway.errors import CODE_CANCELLED, CODE_INPUT_TIMEOUT, GatewayError
 from gateway.http import wire
+from gateway.http.connection import BODY_RECEIVED
 from gateway.http.inflight import InFlight
+from gateway.http.limits import ADMIT, Admit
 from gateway.http.listen import Listen, Listens, ListenStream
 from gateway.http.session_listen import SessionListens, is_served_by_modern_child
 from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
@@ -81,6 +83,9 @@ MAX_STREAM_SECONDS: Final = 3600.0
 """A legacy GET stream ends after this long; clients reconnect (L-TR allows either side to close)."""
 MAX_BODY_BYTES: Final = 4 * 1024 * 1024
 """Largest POST body accepted (413 above): tool arguments, not file uploads."""
+BODY_TIMEOUT: Final = 30.0
+"""Seconds to receive a whole POST body once the headers are in (408 after, and the connection
+is closed): 4 MiB at ~1 Mbit/s. A body that trickles in holds a connection, never a request slot."""
 
 
 def lower_headers(request: HttpRequest) -> dict[str, str]:
@@ -108,11 +113,13 @@ class McpEndpoint:
         *,
         max_body_bytes: int = MAX_BODY_BYTES,
         max_stream_seconds: float = MAX_STREAM_SECONDS,
+        body_timeout: float = BODY_TIMEOUT,
     ) -> None:
         self.relay = relay
         self.sessions = sessions
         relay.settings = SharedSettings(sessions.on_child)  # per-client settings on shared children
         self.max_body_bytes = max_body_bytes
+        self.body_timeout = body_timeout
         self.max_stream_seconds = max_stream_seconds
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
         self.listens = Listens()  # emulated subscriptions/listen streams (legacy children)
@@ -140,11 +147,31 @@ class McpEndpoint:
                 error_object(-32600, f"{request.method} is not used by MCP here; POST a JSON-RPC message"),
                 headers={"allow": "POST, GET, DELETE"},
             )
-        body = await read_body(request, self.max_body_bytes)
+        if request.scope.get(BODY_RECEIVED):  # all in already (the usual case): no timer needed
+            body = await read_body(request, self.max_body_bytes)
+        else:
+            body = b""
+            with anyio.move_on_after(self.body_timeout) as reading:
+                body = await read_body(request, self.max_body_bytes)
+            if reading.cancelled_caught:
+                return wire.error_response(
+                    408,
+                    error_object(-32600, f"request body not received within {self.body_timeout:g} s"),
+                    headers={"connection": "close"},  # the rest of the body would be read as the next request
+                )
         if body is None:
             return wire.error_response(
                 413, error_object(-32600, f"request body over the {self.max_body_bytes}-byte limit")
             )
+        admit: Admit | None = request.scope.get(ADMIT)
+        refusal = admit() if admit is not None else None
+        if refusal is not None:
+            return refusal
+        return await self._post(request, headers, principal, body)
+
+    async def _post(
+        self, request: HttpRequest, headers: dict[str, str], principal: str | None, body: bytes
+    ) -> Response | LazyStream | ListenStream:
         outcome = ingress.check_post(
             headers, body, max_body_bytes=self.max_body_bytes, session_version=self.sessions.version_of
         )
@@ -249,7 +276,10 @@ class McpEndpoint:
             if local is not None:
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
-            return LazyStream(self._detached(session, message, headers), request_id=message.id)
+            detached = self._detached(session, message, headers)
+            # A client that stops reading is cut off after the write timeout, and then the
+            # gateway cancels the work (a plain disconnect does not, for a legacy client).
+            return LazyStream(detached, request_id=message.id, on_stalled=detached.handle.scope.cancel)
         self._legacy_notification(session, message)
         return wire.accepted()
 

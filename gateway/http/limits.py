@@ -6,13 +6,18 @@
 - ``PrincipalLimits``: at most ``max_requests`` requests at once per principal (an anonymous
   client counts as one principal) and ``max_streams`` open GET streams; past either, 429
   with ``Retry-After``. This keeps one tenant from taking every child of a shared pool.
+  A POST counts only once its body is read: the endpoint calls ``scope[ADMIT]()`` then, so
+  connections that send headers and then trickle a body (bounded by the endpoint's body
+  timeout) hold no slot, and cannot get everyone else of their principal a 429.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Final
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.http.wire import error_response
@@ -26,6 +31,10 @@ MAX_MCP_HEADER_BYTES: Final = 8 * 1024
 """One Mcp-* value (Mcp-Name, Mcp-Param-*): a tool name or a routing value, never a payload."""
 MAX_REQUESTS_PER_PRINCIPAL: Final = 256
 MAX_STREAMS_PER_PRINCIPAL: Final = 32
+ADMIT: Final = "gateway.admit"
+"""Scope key of a POST's admission: call it once the body is read; a Response means refused."""
+
+Admit = Callable[[], Response | None]
 
 
 class HeaderLimits:
@@ -79,16 +88,31 @@ class PrincipalLimits:
             if is_stream
             else (self.requests, self.max_requests, "requests in flight")
         )
-        if limit and table[principal] >= limit:
-            response = error_response(
-                429, error_object(-32600, f"too many {what} for this client (at most {limit})"), retry_after=1
-            )
-            await response(scope, receive, send)
-            return
-        table[principal] += 1
+        counted = False
+
+        def admit() -> Response | None:
+            nonlocal counted
+            if counted:
+                return None
+            if limit and table[principal] >= limit:
+                return error_response(
+                    429, error_object(-32600, f"too many {what} for this client (at most {limit})"), retry_after=1
+                )
+            table[principal] += 1
+            counted = True
+            return None
+
         try:
+            if scope["method"] == "POST":
+                scope[ADMIT] = admit  # counted once its body is in (``McpEndpoint``)
+            else:
+                refusal = admit()
+                if refusal is not None:
+                    await refusal(scope, receive, send)
+                    return
             await self.app(scope, receive, send)
         finally:
-            table[principal] -= 1
-            if table[principal] <= 0:
-                del table[principal]
+            if counted:
+                table[principal] -= 1
+                if table[principal] <= 0:
+                    del table[principal]

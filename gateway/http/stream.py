@@ -9,6 +9,10 @@
   ``X-Accel-Buffering: no`` and ``Cache-Control: no-cache`` so proxies do not hold events
   back; a ``:`` comment every ``KEEPALIVE_SECONDS`` while the child is quiet.
 
+A body over 64 KiB (a large JSON answer or SSE event) goes out in pieces, under the
+process's budget for large replies (``gateway.http.replies``); a client that stops reading is
+reset by the connection's write timeout (``gateway.http.connection``).
+
 While it waits and while it streams it listens for ``http.disconnect``; a disconnect
 closes the iterator. For a modern client that iterator is the relay's exchange itself, so
 the child is sent ``notifications/cancelled``. A legacy client's disconnect is **not** a
@@ -31,21 +35,21 @@ from typing import Any, Final
 
 import anyio
 import orjson
-from sse_starlette.event import ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
+from gateway.http import replies
+from gateway.http.connection import WRITE_TIMED_OUT
 from gateway.http.drain import SHUTTING_DOWN, Drain
 from gateway.http.inflight import InFlight
 from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import Rejected
 from gateway.sessions import CancelHandle
+from gateway.stdio.inbox import Inbox, progress_key
 
 log = logging.getLogger("gateway.http")
 
-DETACHED_BUFFER: Final = 256
-"""Messages a background (legacy) exchange may queue ahead of a slow reader."""
 KEEPALIVE_SECONDS: Final = 15.0
 """Idle time after which an SSE stream gets a comment line, so proxies keep it open."""
 
@@ -71,6 +75,7 @@ class LazyStream:
         graceful_end: JsonObject | None = None,
         in_flight: InFlight | None = None,
         principal: str | None = None,
+        on_stalled: Callable[[], None] | None = None,
     ) -> None:
         self._events = events
         # Where a POSTed notifications/cancelled finds this request (modern requests only).
@@ -78,6 +83,9 @@ class LazyStream:
         self._principal = principal
         self._scope: anyio.CancelScope | None = None
         self._cancelled = False  # by the client's notifications/cancelled: no answer follows
+        # The connection was aborted for not reading (``WRITE_TIMED_OUT``): a legacy exchange,
+        # which a disconnect leaves running, is cancelled with this.
+        self._on_stalled = on_stalled
         # A forwarded subscriptions/listen: when the gateway drains, the stream ends with this
         # (the graceful result) at once, instead of waiting out the drain budget.
         self._graceful_end = graceful_end
@@ -134,6 +142,8 @@ class LazyStream:
                 tg.cancel_scope.cancel()
                 if drain is not None:
                     drain.scopes.discard(tg.cancel_scope)
+        if self._on_stalled is not None and scope.get(WRITE_TIMED_OUT):
+            self._on_stalled()
         shut_down = drain is not None and drain.cancel.is_set()
         with anyio.CancelScope(shield=True):
             await self._events.aclose()  # type: ignore[attr-defined]
@@ -181,17 +191,22 @@ class LazyStream:
             return
         if _is_final(first):
             body = orjson.dumps(first)
+            self._started = self._finished = True
+            if not replies.reserve(body):
+                await gateway_error_response(replies.over_budget(), self._request_id)(scope, receive, send)
+                return
             error = first.get("error")
             code = error.get("code") if isinstance(error, dict) else None
-            self._started = self._finished = True
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self._error_statuses.get(code, 200) if type(code) is int else 200,
-                    "headers": [(b"content-type", b"application/json"), *self._headers],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            start = {
+                "type": "http.response.start",
+                "status": self._error_statuses.get(code, 200) if type(code) is int else 200,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(body)),
+                    *self._headers,
+                ],
+            }
+            await replies.send_body(send, body, more_body=False, start=start)
             return
         self._started = True
         await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *self._headers]})
@@ -212,10 +227,16 @@ class LazyStream:
         await send({"type": "http.response.body", "body": b""})
         self._finished = True
 
-    @staticmethod
-    async def _send_event(send: Send, message: JsonObject) -> None:
-        data = ServerSentEvent(data=orjson.dumps(message).decode()).encode()
-        await send({"type": "http.response.body", "body": data, "more_body": True})
+    async def _send_event(self, send: Send, message: JsonObject) -> None:
+        # One ``data:`` line: orjson never writes a newline, so this is the whole SSE framing.
+        frame = b"data: " + orjson.dumps(message) + b"\r\n\r\n"
+        if not replies.reserve(frame):
+            if not _is_final(message):
+                log.warning("a %d-byte %s not sent: reply budget spent", len(frame), message.get("method"))
+                return
+            error = {"jsonrpc": "2.0", "id": self._request_id, "error": replies.over_budget().error_object()}
+            frame = b"data: " + orjson.dumps(error) + b"\r\n\r\n"
+        await replies.send_body(send, frame, more_body=True)
 
 
 class Detached:
@@ -232,13 +253,15 @@ class Detached:
         self._events = events
         self._on_cancel = on_cancel
         self._failure: GatewayUnavailableError | Rejected | None = None
-        self._send, self._receive = anyio.create_memory_object_stream[JsonObject](DETACHED_BUFFER)
+        # What the exchange produced ahead of a slow reader: progress may be coalesced past a
+        # bound, every other message (and the final answer) is kept (``gateway.stdio.inbox``).
+        self._inbox: Inbox[JsonObject] = Inbox()
 
     async def run(self) -> None:
         try:
             await self._run()
-        finally:  # also when the app's task group is cancelled (shutdown): no unclosed stream
-            self._send.close()
+        finally:  # also when the app's task group is cancelled (shutdown): the reader ends
+            self._inbox.close()
 
     async def _run(self) -> None:
         final_sent = False
@@ -247,39 +270,26 @@ class Detached:
                 async with aclosing(self._events):  # type: ignore[type-var]
                     async for message in self._events:
                         final_sent = _is_final(message)
-                        self._offer(message, final=final_sent)
+                        key = progress_key(message.get("method", ""), message.get("params"))
+                        self._inbox.put(message, key, always=final_sent)
         except (GatewayUnavailableError, Rejected) as exc:
             # Raised before the exchange produced anything (saturated pool, a refused
             # request): the reader re-raises it, so the client gets its status (503, 400).
             self._failure = exc
             final_sent = True
         if not final_sent and self.handle.reply:
-            self._offer(self._on_cancel(), final=True)
-
-    def _offer(self, message: JsonObject, *, final: bool) -> None:
-        try:
-            self._send.send_nowait(message)
-        except anyio.WouldBlock:
-            if final:  # a slow reader still gets its answer: make room by dropping progress
-                while True:
-                    try:
-                        self._receive.receive_nowait()
-                    except anyio.WouldBlock:
-                        break
-                self._send.send_nowait(message)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass  # the client left; the child's work goes on and its answer is dropped
+            self._inbox.put(self._on_cancel(), always=True)
 
     def __aiter__(self) -> Detached:
         return self
 
     async def __anext__(self) -> JsonObject:
         try:
-            return await self._receive.receive()
+            return await self._inbox.get()
         except anyio.EndOfStream:
             if self._failure is not None:
                 raise self._failure from None
             raise StopAsyncIteration from None
 
     async def aclose(self) -> None:
-        self._receive.close()
+        self._inbox.close_reader()  # the client left; the child's work goes on and its answer is dropped

@@ -57,13 +57,11 @@ from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Request
 from gateway.stdio import process
 from gateway.stdio.ask import ChildAsk
+from gateway.stdio.inbox import Inbox, progress_key
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.child")
 
-NOTIFICATION_BUFFER: Final = 1024
-"""Notifications queued per exchange for a slow HTTP reader; past this, progress is dropped
-(and counted) rather than stalling the pump that serves every other client of the child."""
 READ_CHUNK: Final = 256 * 1024
 STDERR_DRAIN_GRACE: Final = 1.0
 """Seconds to let stderr finish after the child exits, so the error quotes its last words."""
@@ -97,10 +95,11 @@ class Exchange:
         self.accepts_asks = accepts_asks
         self.log_level = log_level  # the client's minimum for notifications/message; None: it wants none
         self.child_id = 0
-        self.dropped_notifications = 0
         self._timeout = timeout
         self._deadline: float | None = None
-        self._send, self._receive = anyio.create_memory_object_stream[ExchangeItem](NOTIFICATION_BUFFER)
+        # Never blocks the pump that serves every client of the child: past a bound, progress
+        # for a token is coalesced (latest value kept); nothing else is dropped (``inbox``).
+        self._inbox: Inbox[ExchangeItem] = Inbox()
         self._reply: Reply | None = None
         self._error: ChildError | None = None
         self._asks: list[ChildAsk] = []
@@ -116,21 +115,16 @@ class Exchange:
             raise RuntimeError("exchange has no reply yet")  # a bug in the caller
         return self._reply
 
+    @property
+    def dropped_notifications(self) -> int:
+        return self._inbox.backlog.dropped
+
     def _deliver(self, note: Notification) -> None:
-        try:
-            self._send.send_nowait(note)
-        except anyio.WouldBlock:
-            self.dropped_notifications += 1
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
+        self._inbox.put(note, progress_key(note.method, note.params))
 
     def _offer_ask(self, ask: ChildAsk) -> bool:
         """Queue an attributed ask for the reader; False if it cannot be (then the child answers)."""
-        if self.is_done or not self.accepts_asks:
-            return False
-        try:
-            self._send.send_nowait(ask)
-        except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        if self.is_done or not self.accepts_asks or not self._inbox.put(ask):
             return False
         self._asks.append(ask)
         return True
@@ -139,7 +133,7 @@ class Exchange:
         if self.is_done:
             return
         self._reply, self._error = reply, error
-        self._send.close()
+        self._inbox.close()
         for ask in self._asks:  # nobody will read them now
             ask.answer_error(CODE_NO_CLIENT_INPUT, f"the request ({self.method}) ended before the client answered")
 
@@ -148,8 +142,8 @@ class Exchange:
         items: list[ExchangeItem] = []
         while True:
             try:
-                items.append(self._receive.receive_nowait())
-            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                items.append(self._inbox.get_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream):
                 return items
 
     def __aiter__(self) -> Exchange:
@@ -158,12 +152,12 @@ class Exchange:
     async def __anext__(self) -> ExchangeItem:
         if self._deadline is None:  # the common case: no cancel scope to enter and leave
             try:
-                return await self._receive.receive()
+                return await self._inbox.get()
             except anyio.EndOfStream:
                 raise StopAsyncIteration from None
         with anyio.move_on_after(self._deadline - anyio.current_time()):
             try:
-                return await self._receive.receive()
+                return await self._inbox.get()
             except anyio.EndOfStream:
                 raise StopAsyncIteration from None
         await self.child._expire(self)
@@ -278,7 +272,7 @@ class StdioChild:
             await self._write(request.to_dict())
             yield ex
         finally:
-            ex._receive.close()
+            ex._inbox.close_reader()
             if not ex.is_done:
                 # The caller left before the outcome (client gone, cancelled): forget the id so the
                 # late reply is dropped, and tell the child to stop working on it.

@@ -76,6 +76,8 @@ def _progress_burst(ctx: ToolContext, args: JsonObject) -> JsonObject:
     count, tag = int_arg(args, "count", minimum=0), str_arg(args, "tag")
     for sent in range(1, count + 1):
         ctx.progress(sent, count, tag)
+    if args.get("then_sleep_ms"):  # stay busy (cancellable) after the burst
+        ctx.cancelled.wait(int_arg(args, "then_sleep_ms", minimum=0) / 1000)
     return text_result(tag)
 
 
@@ -348,8 +350,11 @@ def add_test_tools(server: StdioServer) -> None:
         ),
         (
             "progress_burst",
-            "Send count progress notifications whose message is tag, then return tag.",
-            object_schema({"count": _int("notifications"), "tag": _str("message")}, ["count", "tag"]),
+            "Send count progress notifications whose message is tag, then (optionally) wait then_sleep_ms,"
+            " cancellable, then return tag.",
+            object_schema(
+                {"count": _int("notifications"), "tag": _str("message"), "then_sleep_ms": _int("ms")}, ["count", "tag"]
+            ),
             _progress_burst,
         ),
         ("fork_grandchild", "Start a sleeping grandchild process; return its pid.", object_schema(), _fork_grandchild),

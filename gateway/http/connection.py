@@ -1,0 +1,192 @@
+"""uvicorn's httptools protocol with the limits a hostile peer needs, enforced on the socket.
+
+httptools gathers a header value across reads (with a quadratic ``+=``) and hands it over only
+when the header ends, so the 64 KiB check in ``gateway.http.limits`` would run after a 200 MB
+header had been buffered. ``GuardedHttpTools`` counts the bytes of each request head as they
+arrive, before the parser sees them, and keeps the httptools speed for everything else (the
+count is one addition per read while a head is open).
+
+- ``MAX_HEAD_BYTES``: a request line plus headers longer than this is answered 431 and the
+  connection closed; the parser never sees the excess.
+- ``HEADER_TIMEOUT``: a head (from a new connection, or from the first byte of a later
+  request on it) must be complete within this, else 408 and the connection is closed (a new
+  connection that sent nothing at all is closed without an answer).
+- ``WRITE_TIMEOUT``: while the socket's send buffer is full (the peer stopped reading), the
+  connection may wait this long for it to drain; then it is reset, which frees what was
+  buffered for it (in the process and in the kernel) and is a disconnect for the request (a
+  modern request is cancelled at the child; ``WRITE_TIMED_OUT`` in the scope tells the
+  stream to cancel a legacy one too).
+
+Refusals here happen before the ASGI app runs, so they are logged here (``gateway.http``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+from typing import Any, ClassVar, Final
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from gateway.http.limits import MAX_HEADER_BYTES
+from gateway.protocol.jsonrpc import error_object
+
+log = logging.getLogger("gateway.http")
+
+MAX_HEAD_BYTES: Final = MAX_HEADER_BYTES + 16 * 1024
+"""Request line plus headers as sent (``MAX_HEADER_BYTES`` of names and values, plus room for
+a long URL and the separators): past it, 431 without parsing further."""
+HEADER_TIMEOUT: Final = 10.0
+"""Seconds to send a complete request head: no real client needs more, and a peer that
+trickles a header forever would otherwise hold its connection and buffer for good."""
+WRITE_TIMEOUT: Final = 30.0
+"""Seconds a connection may stay unable to send (the peer reads nothing) before it is aborted."""
+BODY_RECEIVED: Final = "gateway.body_received"
+"""Scope key set once the request's whole body has been read from the socket: the endpoint
+then reads it without arming its body timeout."""
+WRITE_TIMED_OUT: Final = "gateway.write_timed_out"
+"""Scope key set when the connection was aborted for not reading its response."""
+
+
+def _refusal(status: int, message: str) -> bytes:
+    body = orjson.dumps({"jsonrpc": "2.0", "error": error_object(-32600, message)})  # no id: none was read
+    return b"".join(
+        [
+            STATUS_LINE[status],
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n",
+            body,
+        ]
+    )
+
+
+class GuardedHttpTools(HttpToolsProtocol):
+    max_head_bytes: ClassVar[int] = MAX_HEAD_BYTES
+    header_timeout: ClassVar[float] = HEADER_TIMEOUT
+    write_timeout: ClassVar[float] = WRITE_TIMEOUT
+
+    @classmethod
+    def configured(
+        cls,
+        *,
+        max_head_bytes: int = MAX_HEAD_BYTES,
+        header_timeout: float = HEADER_TIMEOUT,
+        write_timeout: float = WRITE_TIMEOUT,
+    ) -> type[GuardedHttpTools]:
+        """This protocol with other limits (uvicorn takes a class for ``http``)."""
+        attrs = {"max_head_bytes": max_head_bytes, "header_timeout": header_timeout, "write_timeout": write_timeout}
+        return type("GuardedHttpTools", (cls,), attrs)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True  # the next bytes belong to a request head
+        self._head_bytes = 0
+        self._heads_done = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._write_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in (self._head_timer, self._write_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._write_timer = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        while self._in_head and len(data) > self.max_head_bytes - self._head_bytes:
+            # Feed only what fits: a head must end inside it (then the rest is its body, or
+            # pipelined requests, whose heads are counted afresh).
+            room = self.max_head_bytes - self._head_bytes
+            heads_done = self._heads_done
+            super().data_received(data[:room])
+            if self.transport.is_closing():
+                return
+            if self._heads_done == heads_done:
+                self._refuse(431, f"request headers over {self.max_head_bytes} bytes")
+                return
+            data = data[room:]
+        if self._in_head:
+            self._head_bytes += len(data)
+        if data:
+            super().data_received(data)
+
+    # -- parser callbacks -----------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._heads_done += 1
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self.scope[BODY_RECEIVED] = True  # type: ignore[typeddict-unknown-key]
+        self._in_head, self._head_bytes = True, 0
+
+    # -- flow control ---------------------------------------------------------------------
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_timer is None:
+            self._write_timer = self.loop.call_later(self.write_timeout, self._write_timed_out)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._write_timer is not None:
+            self._write_timer.cancel()
+            self._write_timer = None
+
+    # -- limits ---------------------------------------------------------------------------
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if not self._in_head or self.transport.is_closing():
+            return
+        if self._head_bytes == 0:  # an idle new connection (a pre-connect): just close it
+            self.transport.close()
+            return
+        self._refuse(408, f"request headers not received within {self.header_timeout:g} s")
+
+    def _write_timed_out(self) -> None:
+        self._write_timer = None
+        if self.transport.is_closing():
+            return
+        log.warning(
+            "%s read nothing for %g s while a response waited: connection aborted", self._peer(), self.write_timeout
+        )
+        if self.cycle is not None:
+            self.cycle.scope[WRITE_TIMED_OUT] = True  # type: ignore[typeddict-unknown-key]
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            # A reset, not a FIN queued behind megabytes the peer will never read: the kernel
+            # frees the socket's send buffer now, and the peer learns at once.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.transport.abort()
+
+    def _refuse(self, status: int, message: str) -> None:
+        log.warning("%s refused (%d): %s", self._peer(), status, message)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.transport.abort()  # a response is under way on this connection: no second one
+            return
+        self.transport.write(_refusal(status, message))
+        self.transport.close()
+
+    def _peer(self) -> str:
+        return f"{self.client[0]}:{self.client[1]}" if self.client else "a client"

@@ -1,0 +1,78 @@
+"""An awaitable ``Backlog``: one producer that never waits, one reader that does.
+
+The stdout pump serves every client of a child, so it must never block on one slow reader:
+``put`` is synchronous; past ``COALESCE_ABOVE`` queued messages progress is coalesced, and
+past four times that, further messages (but a final answer) are refused and counted
+(``gateway.protocol.backlog`` has the rules). The reader awaits ``get``; ``close()`` from
+the producer ends the reader's iteration once the queue is empty; ``close_reader()`` says the
+reader left, so later items are discarded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Final, Generic, TypeVar
+
+import anyio
+from anyio.lowlevel import checkpoint_if_cancelled
+
+from gateway.protocol.backlog import Backlog
+
+T = TypeVar("T")
+
+PROGRESS = "notifications/progress"
+COALESCE_ABOVE: Final = 16_384
+"""Messages queued for one request before progress for a token is coalesced (latest value
+kept). A child writing flat out fills one 256 KiB stdout read with ~2,500 progress lines
+before the reader runs; this keeps every one of them for a reader that keeps up, at well
+over 50,000 progress notifications a second, for at most ~8 MB per request."""
+
+
+def progress_key(method: str, params: object) -> Hashable | None:
+    """The coalescing key of a progress notification (its token), else None."""
+    if method != PROGRESS or not isinstance(params, dict):
+        return None
+    token = params.get("progressToken")
+    return (PROGRESS, token) if isinstance(token, (str, int)) else None
+
+
+class Inbox(Generic[T]):
+    def __init__(self, coalesce_above: int = COALESCE_ABOVE) -> None:
+        self.backlog: Backlog[T] = Backlog(coalesce_above)
+        self._ready = anyio.Event()
+        self._closed = False  # the producer is done
+        self._reader_gone = False
+
+    def put(self, item: T, key: Hashable | None = None, *, always: bool = False) -> bool:
+        """Queue ``item`` (False: refused, or nobody will read it); ``always``: past every bound."""
+        if self._closed or self._reader_gone:
+            return False
+        accepted = self.backlog.put(item, key, always=always)
+        self._ready.set()
+        return accepted
+
+    def close(self) -> None:
+        self._closed = True
+        self._ready.set()
+
+    def close_reader(self) -> None:
+        self._reader_gone = True
+        self.backlog.clear()
+
+    def get_nowait(self) -> T:
+        """The next item; raises ``anyio.WouldBlock`` when none is queued, ``anyio.EndOfStream``
+        when none will come."""
+        if self.backlog:
+            return self.backlog.pop()
+        if self._closed or self._reader_gone:
+            raise anyio.EndOfStream
+        raise anyio.WouldBlock
+
+    async def get(self) -> T:
+        await checkpoint_if_cancelled()
+        while True:
+            try:
+                return self.get_nowait()
+            except anyio.WouldBlock:
+                self._ready = anyio.Event()
+                await self._ready.wait()

@@ -1,0 +1,79 @@
+"""The reader backlog: progress may coalesce past a bound; nothing else is ever dropped."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from gateway.protocol.backlog import Backlog
+from gateway.stdio.inbox import PROGRESS, Inbox, progress_key
+
+
+def drain(backlog: Backlog[str]) -> list[str]:
+    out = []
+    while backlog:
+        out.append(backlog.pop())
+    return out
+
+
+def test_below_the_bound_every_item_is_kept_in_order() -> None:
+    backlog: Backlog[str] = Backlog(coalesce_above=10)
+    for n in range(10):
+        assert backlog.put(f"p{n}", key="tok")
+    assert drain(backlog) == [f"p{n}" for n in range(10)]
+    assert backlog.coalesced == backlog.dropped == 0
+
+
+def test_past_the_bound_progress_for_one_token_keeps_only_its_latest_value() -> None:
+    backlog: Backlog[str] = Backlog(coalesce_above=2)
+    backlog.put("a1", key="a")
+    backlog.put("log", key=None)
+    for n in range(2, 50):
+        backlog.put(f"a{n}", key="a")
+    backlog.put("b1", key="b")
+    backlog.put("result", key=None)
+    assert drain(backlog) == ["a49", "log", "b1", "result"]
+    assert backlog.coalesced == 48
+
+
+def test_past_the_hard_limit_only_an_item_put_with_always_is_queued() -> None:
+    backlog: Backlog[str] = Backlog(coalesce_above=2, hard_limit=3)
+    for n in range(3):
+        assert backlog.put(f"m{n}")
+    assert not backlog.put("p", key="new-token")  # progress for a token with nothing queued: refused
+    assert not backlog.put("log")  # a flood of anything else is bounded too
+    assert backlog.put("result", always=True)  # the final answer never is
+    assert backlog.dropped == 2
+    assert drain(backlog) == ["m0", "m1", "m2", "result"]
+
+
+def test_a_popped_progress_is_not_replaced_afterwards() -> None:
+    backlog: Backlog[str] = Backlog(coalesce_above=1)
+    backlog.put("p1", key="t")
+    assert backlog.pop() == "p1"
+    backlog.put("x")
+    backlog.put("p2", key="t")  # over the bound, but p1 is gone: queued, not written into p1's box
+    assert drain(backlog) == ["x", "p2"]
+
+
+@pytest.mark.anyio
+async def test_a_reader_that_falls_far_behind_still_gets_the_last_progress_and_the_result() -> None:
+    inbox: Inbox[dict[str, object]] = Inbox(coalesce_above=100)
+    for n in range(1, 50_001):  # a child writing flat out while the reader does nothing
+        params = {"progressToken": "tok", "progress": n}
+        assert inbox.put({"method": PROGRESS, "params": params}, progress_key(PROGRESS, params))
+    inbox.put({"method": "notifications/message", "params": {"data": "kept"}})
+    inbox.put({"id": 1, "result": {}})
+    inbox.close()
+    received = []
+    with anyio.fail_after(5):
+        try:
+            while True:
+                received.append(await inbox.get())
+        except anyio.EndOfStream:
+            pass
+    progress = [m["params"]["progress"] for m in received if m.get("method") == PROGRESS]  # type: ignore[index]
+    assert progress[:99] == list(range(1, 100))  # below the bound, each one
+    assert progress[-1] == 50_000  # past it, coalesced to the latest
+    assert len(progress) == 100
+    assert received[-2:] == [{"method": "notifications/message", "params": {"data": "kept"}}, {"id": 1, "result": {}}]
