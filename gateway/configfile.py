@@ -15,7 +15,7 @@ Keys per server: ``command`` (required), ``args``, ``env`` (a value of ``null`` 
 variable), ``cwd``, ``inheritEnv``, and the gateway's own: ``pool`` (``min``, ``max``,
 ``maxInFlight``, ``queueTimeout``, ``idleTimeout``, ``maxRequests``, ``maxAge``,
 ``stallTimeout``, ``livenessInterval``), ``isolation``, ``envFromHeaders``,
-``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``,
+``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``, ``maxBatchSize``,
 ``clientCapabilities`` (what a legacy child is told the client can do: ``sampling``,
 ``elicitation``, ``roots``), ``roots`` (paths or ``file://`` URIs, or ``{"uri", "name"}``
 objects: the gateway's answer to the child's ``roots/list`` when no client can give one)
@@ -78,11 +78,12 @@ FLAG_KEYS: Final = {
     "--input-timeout": "inputTimeout",
     "--client-capability": "clientCapabilities",
     "--root": "roots",
+    "--max-batch-size": "maxBatchSize",
 }
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
 _KNOWN: Final = {
     "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
-    "clientCapabilities", "roots", "disabled", "type", *_SPEC_NUMBERS,
+    "clientCapabilities", "roots", "disabled", "type", "maxBatchSize", *_SPEC_NUMBERS,
 }  # fmt: skip
 
 
@@ -161,6 +162,11 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
             config = replace(config, isolation=Isolation(body["isolation"]))
         except ValueError:
             raise ConfigError(f"{where}.isolation", "must be shared, principal or session") from None
+    if "maxBatchSize" in body:
+        size = _number(body["maxBatchSize"], f"{where}.maxBatchSize", int)
+        if size < 1:
+            raise ConfigError(f"{where}.maxBatchSize", "must be at least 1")
+        config = replace(config, max_batch_size=size)
     if "envFromHeaders" in body:
         mapping = _object(body["envFromHeaders"], f"{where}.envFromHeaders")
         for header, variable in mapping.items():

@@ -30,6 +30,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
+from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.stdio.pool import MAINTENANCE_TICK, Pool, PoolSettings
 from gateway.stdio.spec import ChildSpec
 
@@ -54,6 +55,7 @@ class ServerConfig:
     pool: PoolSettings = field(default_factory=PoolSettings)
     isolation: Isolation = Isolation.SHARED
     env_from_headers: Mapping[str, str] = field(default_factory=dict)  # lower-case header → env var
+    max_batch_size: int = MAX_BATCH_MESSAGES  # messages in one 2025-03-26 batch
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ A POST goes: bounded body read → ingress ladder (pure) → by era:
   ``Mcp-Session-Id``; other legacy requests run detached (a disconnect is not a
   cancellation); ``notifications/cancelled`` cancels the named request of that session;
   ``ping`` is answered here; a POSTed response answers the child's question it names
-  (202). 2025-03-26 batches are answered with a JSON array.
+  (202). 2025-03-26 batches are answered with a JSON array; each request in one counts
+  against the principal's in-flight limit (429 for the whole batch, before any runs).
 
 A child's unattributable question reaches a legacy session's GET stream only when that
 session is the only one its pool serves (``on_child_request``).
@@ -26,10 +27,13 @@ from anyio.abc import TaskGroup
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
+from starlette.types import Scope
 
 from gateway.errors import CODE_CANCELLED, CODE_INPUT_TIMEOUT, GatewayError
 from gateway.http import wire
+from gateway.http.limits import Slots
 from gateway.http.listen import Listen, Listens, ListenStream
+from gateway.http.observe import note_answer
 from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
 from gateway.http.wire import rejection_response
 from gateway.protocol import bridge, ingress, inputs, loglevels, subscriptions, versions
@@ -97,10 +101,12 @@ class McpEndpoint:
         *,
         max_body_bytes: int = MAX_BODY_BYTES,
         max_stream_seconds: float = MAX_STREAM_SECONDS,
+        max_batch_size: int = ingress.MAX_BATCH_MESSAGES,
     ) -> None:
         self.relay = relay
         self.sessions = sessions
         self.max_body_bytes = max_body_bytes
+        self.max_batch_size = max_batch_size
         self.max_stream_seconds = max_stream_seconds
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
         self.listens = Listens()  # emulated subscriptions/listen streams (legacy children)
@@ -132,7 +138,11 @@ class McpEndpoint:
                 413, error_object(-32600, f"request body over the {self.max_body_bytes}-byte limit")
             )
         outcome = ingress.check_post(
-            headers, body, max_body_bytes=self.max_body_bytes, session_version=self.sessions.version_of
+            headers,
+            body,
+            max_body_bytes=self.max_body_bytes,
+            session_version=self.sessions.version_of,
+            max_batch=self.max_batch_size,
         )
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
@@ -146,7 +156,7 @@ class McpEndpoint:
             return self._modern(outcome, headers, principal, log)
         if outcome.session_id:
             log["session"] = outcome.session_id[:8]
-        return await self._legacy(outcome, headers, principal)
+        return await self._legacy(outcome, headers, principal, request.scope)
 
     # -- modern -------------------------------------------------------------------------
 
@@ -212,7 +222,7 @@ class McpEndpoint:
     # -- legacy -------------------------------------------------------------------------
 
     async def _legacy(
-        self, accepted: Accepted, headers: dict[str, str], principal: str | None
+        self, accepted: Accepted, headers: dict[str, str], principal: str | None, scope: Scope
     ) -> Response | LazyStream:
         if accepted.session_id is None:
             message = accepted.messages[0]
@@ -223,11 +233,15 @@ class McpEndpoint:
         if session is None or session.principal != principal:
             return rejection_response(ingress.unknown_session())
         if accepted.is_batch:
+            refusal = self._batch_slots(accepted.messages, scope.get("gateway.slots"))
+            if refusal is not None:
+                return refusal
             return await self._batch(session, accepted.messages, headers)
         message = accepted.messages[0]
         if isinstance(message, Request):
             local = self._local_legacy_answer(session, message)
             if local is not None:
+                note_answer(scope, local)
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
             return LazyStream(self._detached(session, message, headers), request_id=message.id)
@@ -322,6 +336,23 @@ class McpEndpoint:
 
         self.task_group.start_soon(run)
         return detached
+
+    @staticmethod
+    def _batch_slots(messages: tuple[Message, ...], slots: object) -> Response | None:
+        """Each request of a batch is a call in flight: the batch takes a slot per request
+        beyond the one its HTTP request holds, or is refused (429) before any of it runs."""
+        extra = sum(isinstance(message, Request) for message in messages) - 1
+        if extra <= 0 or not isinstance(slots, Slots) or slots.take(extra):
+            return None
+        return wire.error_response(
+            429,
+            error_object(
+                -32600,
+                f"a batch of {extra + 1} requests needs as many of this client's {slots.limit} requests "
+                f"in flight; {slots.in_use()} are in use",
+            ),
+            retry_after=1,
+        )
 
     async def _batch(self, session: LegacySession, messages: tuple[Message, ...], headers: dict[str, str]) -> Response:
         """2025-03-26 batches: notifications and responses are taken, requests answered in one array."""

@@ -6,6 +6,9 @@
 - ``PrincipalLimits``: at most ``max_requests`` requests at once per principal (an anonymous
   client counts as one principal) and ``max_streams`` open GET streams; past either, 429
   with ``Retry-After``. This keeps one tenant from taking every child of a shared pool.
+  A request's ``Slots`` sit in the scope (``gateway.slots``): a 2025-03-26 batch takes one
+  more slot for each further request it carries (``Slots.take``), so a batch counts as the
+  calls it makes, not as one.
 """
 
 from __future__ import annotations
@@ -54,6 +57,27 @@ class HeaderLimits:
         return None
 
 
+class Slots:
+    """The request slots one HTTP request holds for its principal (one, to begin with)."""
+
+    def __init__(self, table: Counter[str], principal: str, limit: int) -> None:
+        self.table = table
+        self.principal = principal
+        self.limit = limit
+        self.held = 1
+
+    def in_use(self) -> int:
+        return self.table[self.principal]
+
+    def take(self, count: int) -> bool:
+        """Hold ``count`` more slots, or none when that would pass the limit (0: no limit)."""
+        if self.limit and self.table[self.principal] + count > self.limit:
+            return False
+        self.table[self.principal] += count
+        self.held += count
+        return True
+
+
 class PrincipalLimits:
     def __init__(
         self,
@@ -86,9 +110,11 @@ class PrincipalLimits:
             await response(scope, receive, send)
             return
         table[principal] += 1
+        slots = Slots(table, principal, limit)
+        scope["gateway.slots"] = slots
         try:
             await self.app(scope, receive, send)
         finally:
-            table[principal] -= 1
+            table[principal] -= slots.held
             if table[principal] <= 0:
                 del table[principal]

@@ -31,6 +31,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
 from gateway.http.drain import SHUTTING_DOWN, Drain
+from gateway.http.observe import note_answer, note_cancelled
 from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import Rejected
@@ -114,10 +115,13 @@ class LazyStream:
                 await send({"type": "http.response.body", "body": b""})
             elif shut_down and not self._finished:
                 await self._shutdown_answer(scope, receive, send)
+            elif not self._finished:
+                note_cancelled(scope)  # the client left first (for a modern one, the child was told)
 
     async def _shutdown_answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The drain budget ran out: end this request with a clear error, not a dropped connection."""
         error = GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
+        note_answer(scope, {"error": error.error_object()})
         if not self._started:
             await gateway_error_response(error, self._request_id)(scope, receive, send)
             return
@@ -140,6 +144,7 @@ class LazyStream:
             log.error("relay ended without a response")
             return
         if _is_final(first):
+            note_answer(scope, first)
             body = orjson.dumps(first)
             error = first.get("error")
             code = error.get("code") if isinstance(error, dict) else None
@@ -167,6 +172,7 @@ class LazyStream:
                 continue
             await self._send_event(send, message)
             if _is_final(message):
+                note_answer(scope, message)
                 self._finished = True
                 break
         await send({"type": "http.response.body", "body": b""})

@@ -11,9 +11,11 @@ POST rungs, in order (digest §2, §4.2, §7.1):
     (no leniency for JSON-only clients: a child's progress needs SSE).
  2. ``Content-Type`` is ``application/json`` (parameters allowed), else 415.
  3. The body fits ``max_body_bytes``, else 413 (a backstop; the edge stops reading earlier).
- 4. The body is JSON, else 400/-32700.
- 5. An array is a batch: only on a live session negotiated at 2025-03-26, not empty,
-    no ``initialize`` inside, each element valid; else 400/-32600 (404 for an unknown session).
+ 4. The body is JSON, else 400/-32700; nested at most ``MAX_JSON_DEPTH`` levels, else
+    400/-32600 (the gateway re-encodes every message, and orjson writes only ~255 levels).
+ 5. An array is a batch: only on a live session negotiated at 2025-03-26, not empty, at
+    most ``max_batch`` messages (counted before any is parsed), no ``initialize`` inside,
+    each element valid; else 400/-32600 (404 for an unknown session).
  6. The value is a JSON-RPC message, else 400/-32600 (with the id when readable).
  7. Era: a modern ``MCP-Protocol-Version`` header or a ``_meta`` protocol version → modern
     (a stray ``Mcp-Session-Id`` is ignored); else ``initialize`` → new legacy session;
@@ -62,6 +64,7 @@ from gateway.protocol.jsonrpc import (
     Request,
     Result,
     decode,
+    is_id,
     parse_message,
 )
 
@@ -85,6 +88,15 @@ MODERN_CLIENT_NOTIFICATIONS: Final = frozenset({"notifications/cancelled"})
 # Methods whose ``Mcp-Name`` header mirrors a body parameter (digest §2.1).
 NAME_PARAMS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
+MAX_JSON_DEPTH: Final = 128
+"""Deepest nesting of arrays and objects in a POST body. orjson reads 1,024 levels but
+writes only about 255, and every message is written again (to the child, to the client,
+inside envelopes of the gateway's own), so deeper input would fail late as a 500. No MCP
+payload comes near 128; half of orjson's limit leaves room for the envelopes."""
+MAX_BATCH_MESSAGES: Final = 64
+"""Messages in one 2025-03-26 batch (``--max-batch-size``). Each request in it is a child
+call in flight; clients batch a handful, and 64 stays well under the per-principal limit."""
+
 SessionLookup: TypeAlias = Callable[[str], str | None]
 """Session id → the negotiated version of a live legacy session the gateway minted, or None."""
 
@@ -98,6 +110,7 @@ def check_post(
     *,
     max_body_bytes: int,
     session_version: SessionLookup,
+    max_batch: int = MAX_BATCH_MESSAGES,
 ) -> Accepted | Rejection:
     """Run the POST ladder (module docstring) over one request."""
     early = check_accept(headers) or check_content_type(headers) or check_body_size(body, max_body_bytes)
@@ -106,8 +119,11 @@ def check_post(
     value = parse_body(body)
     if isinstance(value, Rejection):
         return value
+    too_deep = check_depth(body, value)
+    if too_deep is not None:
+        return too_deep
     if isinstance(value, list):
-        return check_batch(value, headers, session_version)
+        return check_batch(value, headers, session_version, max_batch)
     message = parse_single(value)
     if isinstance(message, Rejection):
         return message
@@ -143,6 +159,38 @@ def parse_body(body: bytes) -> Any:
         return reject(400, PARSE_ERROR, str(exc))
 
 
+def check_depth(body: bytes, value: Any, limit: int = MAX_JSON_DEPTH) -> Rejection | None:
+    """Rung 4's nesting bound. Cheap on the hot path: a value cannot nest deeper than the
+    body has ``[`` and ``{`` bytes (counted in C), so the walk runs only for bodies with more
+    than ``limit`` of them, and then iteratively (no recursion limit to hit)."""
+    if body.count(b"{") + body.count(b"[") <= limit:
+        return None
+    if not exceeds_depth(value, limit):
+        return None
+    raw_id = value.get("id") if isinstance(value, dict) else None
+    return reject(
+        400,
+        INVALID_REQUEST,
+        f"the JSON is nested more than {limit} levels deep",
+        id=raw_id if is_id(raw_id) else None,
+        data={"maxDepth": limit},
+    )
+
+
+def exceeds_depth(value: Any, limit: int) -> bool:
+    """True when arrays and objects nest more than ``limit`` levels (the outermost is level 1)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
 def parse_single(value: Any) -> Message | Rejection:
     try:
         return parse_message(value)
@@ -150,7 +198,9 @@ def parse_single(value: Any) -> Message | Rejection:
         return reject(400, INVALID_REQUEST, exc.reason, id=exc.id)
 
 
-def check_batch(items: list[Any], headers: Mapping[str, str], session_version: SessionLookup) -> Accepted | Rejection:
+def check_batch(
+    items: list[Any], headers: Mapping[str, str], session_version: SessionLookup, max_batch: int = MAX_BATCH_MESSAGES
+) -> Accepted | Rejection:
     """Batches exist only in 2025-03-26, so only a session negotiated at that version may send one."""
     if not items:
         return reject(400, INVALID_REQUEST, "an empty batch is not a valid request")
@@ -160,6 +210,13 @@ def check_batch(items: list[Any], headers: Mapping[str, str], session_version: S
         return unknown_session()
     if version is None or version not in versions.BATCH_VERSIONS:
         return reject(400, INVALID_REQUEST, "batches are not supported in this protocol revision")
+    if len(items) > max_batch:  # before any element is parsed or dispatched
+        return reject(
+            400,
+            INVALID_REQUEST,
+            f"a batch of {len(items)} messages is too large: at most {max_batch} are accepted",
+            data={"maxBatchSize": max_batch},
+        )
     messages: list[Message] = []
     for item in items:
         message = parse_single(item)
