@@ -113,7 +113,7 @@ class Observed:
         finally:
             if server is not None and self.metrics is not None:
                 self.metrics.in_flight.labels(server).dec()
-            if server is not None or status >= 400 or raised:
+            if server is not None or status >= 400 or (raised and status == 0):
                 self._observe(scope, fields, server, status, error_code, raised, anyio.current_time() - started)
 
     def _observe(
