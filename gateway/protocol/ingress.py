@@ -178,16 +178,21 @@ def check_depth(body: bytes, value: Any, limit: int = MAX_JSON_DEPTH) -> Rejecti
 
 
 def exceeds_depth(value: Any, limit: int) -> bool:
-    """True when arrays and objects nest more than ``limit`` levels (the outermost is level 1)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        for child in children:
-            if isinstance(child, (dict, list)):
-                if depth >= limit:
-                    return True
-                stack.append((child, depth + 1))
+    """True when arrays and objects nest more than ``limit`` levels (the outermost is level 1).
+
+    Level by level, without recursion; ``type() is`` because orjson makes exact dicts and lists."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 1
+    while level:
+        deeper = []
+        for item in level:
+            for child in item.values() if type(item) is dict else item:
+                if type(child) is dict or type(child) is list:
+                    deeper.append(child)
+        if deeper and depth >= limit:
+            return True
+        level = deeper
+        depth += 1
     return False
 
 
