@@ -244,7 +244,8 @@ class McpEndpoint:
                 note_answer(scope, local)
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
-            return LazyStream(self._detached(session, message, headers), request_id=message.id)
+            detached = self._detached(session, message, headers, scope.get("gateway.slots"))
+            return LazyStream(detached, request_id=message.id)
         self._legacy_notification(session, message)
         return wire.accepted()
 
@@ -317,12 +318,18 @@ class McpEndpoint:
             accepts_requests=streamed,
         )
 
-    def _detached(self, session: LegacySession, message: Request, headers: dict[str, str]) -> Detached:
+    def _detached(
+        self, session: LegacySession, message: Request, headers: dict[str, str], slots: object = None
+    ) -> Detached:
+        """The exchange runs in the app's task group; a client that hangs up does not end it,
+        so it keeps the request's per-principal slot until it does."""
+
         def cancelled() -> JsonObject:
             return response(message.id, error=error_object(CODE_CANCELLED, "the request was cancelled"))
 
         detached = Detached(self.relay.exchange(message, self._client(session, headers), headers), cancelled)
         session.in_flight[message.id] = detached.scope
+        release = slots.hand_over() if isinstance(slots, Slots) else None
         assert self.task_group is not None
 
         async def run() -> None:
@@ -333,6 +340,8 @@ class McpEndpoint:
             finally:
                 if session.in_flight.get(message.id) is detached.scope:
                     del session.in_flight[message.id]
+                if release is not None:
+                    release()
 
         self.task_group.start_soon(run)
         return detached

@@ -8,12 +8,15 @@
   with ``Retry-After``. This keeps one tenant from taking every child of a shared pool.
   A request's ``Slots`` sit in the scope (``gateway.slots``): a 2025-03-26 batch takes one
   more slot for each further request it carries (``Slots.take``), so a batch counts as the
-  calls it makes, not as one.
+  calls it makes, not as one; a legacy exchange that outlives its HTTP request (a legacy
+  client's disconnect is not a cancellation) keeps its slot until it ends (``Slots.hand_over``).
+  A session ``DELETE`` is never refused: it is how a client at its limit ends what it holds.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Final
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -77,6 +80,22 @@ class Slots:
         self.held += count
         return True
 
+    def hand_over(self) -> Callable[[], None]:
+        """Move one held slot to work that may outlive the HTTP request; call the returned
+        function (idempotent) when that work ends."""
+        self.held -= 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.table[self.principal] -= 1
+                if self.table[self.principal] <= 0:
+                    del self.table[self.principal]
+
+        return release
+
 
 class PrincipalLimits:
     def __init__(
@@ -93,7 +112,9 @@ class PrincipalLimits:
         self.streams: Counter[str] = Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].endswith("/mcp"):
+        # DELETE only ends a session (and cancels its calls): a client at its limit can still
+        # free what it holds.
+        if scope["type"] != "http" or not scope["path"].endswith("/mcp") or scope["method"] == "DELETE":
             await self.app(scope, receive, send)
             return
         principal = scope.get("gateway.principal") or "anonymous"

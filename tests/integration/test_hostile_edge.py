@@ -202,6 +202,40 @@ async def test_each_request_of_a_batch_counts_against_the_principals_in_flight_l
             assert fits_again.status_code == 200
 
 
+async def test_legacy_calls_whose_clients_hung_up_still_count_until_they_end() -> None:
+    # A legacy client's disconnect is not a cancellation: the call goes on at the child, and so
+    # does its slot, or a client could pile up calls by hanging up.
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(server_spec(), max_requests_per_principal=2) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            session = await open_session(http, url)
+            async with anyio.create_task_group() as tg:
+                for i in (1, 2):
+                    tg.start_soon(
+                        lambda i=i: http.post(url, headers=session, json=legacy_call(i, "sleep", {"ms": 60_000}))
+                    )
+                await wait_in_flight(http, url, 2)
+                tg.cancel_scope.cancel()  # both clients hang up
+            refused = await http.post(url, headers=session, json=legacy_call(3, "pid"))
+            assert refused.status_code == 429
+            assert (await served(http, url))[1] == 2  # both calls still run at the child
+            # At its limit a client can still end its session, which cancels both calls.
+            assert (await http.delete(url, headers=session)).status_code == 204
+            await wait_in_flight(http, url, 0)
+            # The slots come back as the cancelled exchanges finish: then both fit at once again.
+            batch_of_two = [legacy_call(i, "pid") for i in (5, 6)]
+            init = await http.post(url, headers=BASE_HEADERS, json=legacy_initialize("2025-03-26"))
+            while init.status_code == 429:
+                init = await http.post(url, headers=BASE_HEADERS, json=legacy_initialize("2025-03-26"))
+            session = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
+            fine = await http.post(url, headers=session, json=batch_of_two)
+            while fine.status_code == 429:
+                fine = await http.post(url, headers=session, json=batch_of_two)
+            assert fine.status_code == 200
+
+
 async def test_a_batch_over_the_size_limit_is_refused_before_any_entry_runs() -> None:
     server = ServerConfig("test", server_spec(), max_batch_size=5)
     with anyio.fail_after(WAIT):
