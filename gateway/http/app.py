@@ -3,11 +3,12 @@
 ``create_app(routers, ...)`` builds a Starlette app serving one MCP endpoint per server
 (``/servers/NAME/mcp``, and ``/mcp`` when there is one server),
 ``/healthz`` (the process and its event loop answer), ``/readyz`` (a child is ready and no
-pool is failing; 503 naming the servers that are not, without the reason) and ``/status`` (JSON for humans: pools,
-children, their pids, eras, load and last errors). The lifespan starts the router (the
-shared pool pre-warms its children before traffic), opens the task group that runs
-detached legacy exchanges and the keepers of parked MRTR calls, and on shutdown ends
-sessions and parked calls and stops every child in the spec's order.
+pool is failing; 503 naming the servers that are not, without the reason: it is open to
+anyone) and ``/status`` (JSON for humans: pools, children, their pids, eras, load and last
+errors). The lifespan starts the router (the shared pool pre-warms its children before
+traffic), opens the task group that runs detached legacy exchanges and the keepers of
+parked MRTR calls, and on shutdown ends sessions and parked calls and stops every child in
+the spec's order. The access log and request metrics wrap the whole app (``Observed``).
 """
 
 from __future__ import annotations
