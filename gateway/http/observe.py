@@ -136,6 +136,8 @@ class Observed:
         era = fields.get("era") or "-"
         if self.metrics is not None:
             self.metrics.observe(server or "-", method, era, status, outcome, seconds)
+        if not log.isEnabledFor(logging.INFO):  # --log-level warning: skip building the line
+            return
         log.info(
             "%s %s %s %d %.1fms era=%s outcome=%s code=%s principal=%s child=%s",
             cut(scope["method"]),
