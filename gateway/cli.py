@@ -21,6 +21,7 @@ from gateway.helptext import NOT_SETTINGS
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
+from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.router import Isolation, ServerConfig
 from gateway.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.pool import PoolSettings
@@ -284,6 +285,14 @@ def build_parser() -> argparse.ArgumentParser:
         "for its next initialize, and nobody else's session is ended (default: %(default)s)",
     )
     security.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=MAX_BATCH_MESSAGES,
+        metavar="N",
+        help="messages in one 2025-03-26 JSON-RPC batch; a larger batch gets 400 before any runs "
+        "(default: %(default)s)",
+    )
+    security.add_argument(
         "--auth-token-file",
         default=None,
         metavar="FILE",
@@ -372,6 +381,8 @@ def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerC
     for name in args.client_capability:  # argparse checks choices on the command line, not in env values
         if name not in CLIENT_CAPABILITIES:
             raise ConfigError("--client-capability", f"{name!r} is not one of {', '.join(CLIENT_CAPABILITIES)}")
+    if args.max_batch_size < 1:
+        raise ConfigError("--max-batch-size", "must be at least 1")
     spec = ChildSpec(
         command=command[0],
         args=command[1:],
@@ -391,6 +402,7 @@ def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerC
         isolation=Isolation(args.isolation),
         env_from_headers=env_mappings(args.env_from_header),
         max_sessions_per_principal=args.max_sessions_per_principal,
+        max_batch_size=args.max_batch_size,
     )
 
 

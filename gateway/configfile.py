@@ -15,7 +15,7 @@ Keys per server: ``command`` (required), ``args``, ``env`` (a value of ``null`` 
 variable), ``cwd``, ``inheritEnv``, and the gateway's own: ``pool`` (``min``, ``max``,
 ``maxInFlight``, ``queueTimeout``, ``idleTimeout``, ``maxRequests``, ``maxAge``,
 ``stallTimeout``, ``livenessInterval``), ``isolation``, ``envFromHeaders``,
-``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``,
+``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``, ``maxBatchSize``,
 ``maxSessionsPerPrincipal`` (legacy sessions one principal may hold on this server),
 ``clientCapabilities`` (what a legacy child is told the client can do: ``sampling``,
 ``elicitation``, ``roots``), ``roots`` (paths or ``file://`` URIs, or ``{"uri", "name"}``
@@ -80,11 +80,13 @@ FLAG_KEYS: Final = {
     "--client-capability": "clientCapabilities",
     "--root": "roots",
     "--max-sessions-per-principal": "maxSessionsPerPrincipal",
+    "--max-batch-size": "maxBatchSize",
 }
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
 _KNOWN: Final = {
     "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
-    "clientCapabilities", "roots", "disabled", "type", "maxSessionsPerPrincipal", *_SPEC_NUMBERS,
+    "clientCapabilities", "roots", "disabled", "type", "maxSessionsPerPrincipal", "maxBatchSize",
+    *_SPEC_NUMBERS,
 }  # fmt: skip
 
 
@@ -168,6 +170,11 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
         if limit < 1:
             raise ConfigError(f"{where}.maxSessionsPerPrincipal", "must be at least 1")
         config = replace(config, max_sessions_per_principal=limit)
+    if "maxBatchSize" in body:
+        size = _number(body["maxBatchSize"], f"{where}.maxBatchSize", int)
+        if size < 1:
+            raise ConfigError(f"{where}.maxBatchSize", "must be at least 1")
+        config = replace(config, max_batch_size=size)
     if "envFromHeaders" in body:
         mapping = _object(body["envFromHeaders"], f"{where}.envFromHeaders")
         for header, variable in mapping.items():

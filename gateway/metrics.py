@@ -7,7 +7,7 @@ Each app has its own registry (several gateways can live in one process, as in t
 
 | metric | labels |
 |---|---|
-| ``mcp_gateway_requests_total`` | server, method, era, status |
+| ``mcp_gateway_requests_total`` | server, method, era, status, outcome |
 | ``mcp_gateway_request_seconds`` (histogram) | server, method, era |
 | ``mcp_gateway_requests_in_flight`` | server |
 | ``mcp_gateway_queue_waiting`` | server, pool (``shared``, ``principal`` or ``session``: summed by kind) |
@@ -18,6 +18,13 @@ Each app has its own registry (several gateways can live in one process, as in t
 | ``mcp_gateway_cancellations_sent_total``, ``mcp_gateway_timeouts_total``, | server, pool |
 | ``mcp_gateway_non_json_lines_total``, ``mcp_gateway_child_bytes_{in,out}_total`` | server, pool |
 | ``mcp_gateway_sessions``, ``mcp_gateway_session_streams`` | server |
+
+Every label value comes from a fixed set or from the configuration (server names), never
+from a client: a JSON-RPC method outside ``METHOD_LABELS`` counts as ``other`` (a client
+sending unique names would otherwise grow the registry, and the unauthenticated page,
+without bound). ``status`` is the HTTP status sent, or ``499`` when the client left before
+any was; ``outcome`` is ``ok``, ``error`` (a JSON-RPC error answer, whatever its status) or
+``cancelled`` (the client went away, or cancelled the request, before the answer).
 """
 
 from __future__ import annotations
@@ -35,6 +42,24 @@ from gateway.sessions import SessionStore
 from gateway.stdio.pool import Pool
 
 LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+METHOD_LABELS: Final = frozenset(
+    {
+        # MCP requests and notifications a client sends, in every revision (digest §1).
+        "initialize", "ping", "server/discover", "tools/list", "tools/call", "prompts/list", "prompts/get",
+        "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
+        "resources/unsubscribe", "subscriptions/listen", "completion/complete", "logging/setLevel",
+        "tasks/get", "tasks/result", "tasks/list", "tasks/cancel",
+        "notifications/initialized", "notifications/cancelled", "notifications/progress",
+        "notifications/roots/list_changed", "notifications/elicitation/complete",
+        "sampling/createMessage", "elicitation/create", "roots/list",
+        # What the gateway calls requests without a JSON-RPC method.
+        "response", "GET stream", "DELETE session",
+        # Requests refused before their body was read are labelled with the HTTP method.
+        "GET", "POST", "DELETE", "OPTIONS", "HEAD", "PUT", "PATCH",
+    }
+)  # fmt: skip
+"""The values of the ``method`` label; any other method is counted as ``other``."""
+OUTCOMES: Final = ("ok", "error", "cancelled")
 _CHILD_COUNTERS: Final = {
     "cancels_sent": ("mcp_gateway_cancellations_sent", "notifications/cancelled sent to children"),
     "timeouts": ("mcp_gateway_timeouts", "requests that timed out in the gateway"),
@@ -50,8 +75,8 @@ class GatewayMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "mcp_gateway_requests",
-            "MCP requests answered, by JSON-RPC method, client era and HTTP status",
-            ["server", "method", "era", "status"],
+            "MCP requests answered, by JSON-RPC method, client era, HTTP status and outcome",
+            ["server", "method", "era", "status", "outcome"],
             registry=self.registry,
         )
         self.latency = Histogram(
@@ -66,9 +91,15 @@ class GatewayMetrics:
         )
         self.registry.register(_PoolCollector(routers, sessions))
 
-    def observe(self, server: str, method: str, era: str, status: int, seconds: float) -> None:
-        self.requests.labels(server, method, era, str(status)).inc()
+    def observe(self, server: str, method: str, era: str, status: int, outcome: str, seconds: float) -> None:
+        method = method_label(method)
+        self.requests.labels(server, method, era, str(status), outcome).inc()
         self.latency.labels(server, method, era).observe(seconds)
+
+
+def method_label(method: str) -> str:
+    """``method`` when it is one of ``METHOD_LABELS``, else ``other``."""
+    return method if method in METHOD_LABELS else "other"
 
 
 class _PoolCollector(Collector):

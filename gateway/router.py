@@ -34,6 +34,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
+from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
@@ -62,6 +63,7 @@ class ServerConfig:
     isolation: Isolation = Isolation.SHARED
     env_from_headers: Mapping[str, str] = field(default_factory=dict)  # lower-case header → env var
     max_sessions_per_principal: int = MAX_SESSIONS_PER_PRINCIPAL  # legacy sessions one principal may hold
+    max_batch_size: int = MAX_BATCH_MESSAGES  # messages in one 2025-03-26 batch
 
 
 @dataclass(frozen=True)

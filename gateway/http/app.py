@@ -3,12 +3,14 @@
 ``create_app(routers, ...)`` builds a Starlette app serving one MCP endpoint per server
 (``/servers/NAME/mcp``, and ``/mcp`` when there is one server),
 ``/healthz`` (the process and its event loop answer), ``/readyz`` (a child is ready and no
-pool is failing; 503 with the reason otherwise), ``/status`` (JSON for humans: pools,
-children, their pids, eras, load, stderr tails, sessions, listens, parked calls and the
-recent warnings and errors) and ``/ui`` (the same, as an HTML page for operators). The lifespan starts the router (the
-shared pool pre-warms its children before traffic), opens the task group that runs
-detached legacy exchanges and the keepers of parked MRTR calls, and on shutdown ends
-sessions and parked calls and stops every child in the spec's order.
+pool is failing; 503 naming the servers that are not, without the reason: it is open to
+anyone), ``/status`` (JSON for humans: pools, children, their pids, eras, load, stderr
+tails, sessions, listens, parked calls and the recent warnings and errors) and ``/ui`` (the
+same, as an HTML page for operators). The lifespan starts the router (the shared pool
+pre-warms its children before traffic), opens the task group that runs detached legacy
+exchanges and the keepers of parked MRTR calls, and on shutdown ends sessions and parked
+calls and stops every child in the spec's order. The access log and request metrics wrap
+the whole app (``Observed``).
 """
 
 from __future__ import annotations
@@ -74,6 +76,12 @@ def http_error_handler(names: Sequence[str]) -> Callable[[Request, Exception], A
     return http_error
 
 
+def readiness_word(router: Router) -> str:
+    """``NAME failing`` (a pool gave up retrying for now) or ``NAME starting``: no details."""
+    failing = any(pool.failing for pool in router.pools.values())
+    return f"{router.server.name} {'failing' if failing else 'starting'}"
+
+
 def create_app(
     routers: Router | Sequence[Router],
     *,
@@ -108,6 +116,7 @@ def create_app(
             max_body_bytes=max_body_bytes,
             max_stream_seconds=max_stream_seconds,
             body_timeout=body_timeout,
+            max_batch_size=router.server.max_batch_size,
         )
         router.add_listener(endpoint.on_child_notification)
         router.add_loss_listener(endpoint.listens.on_pool_loss)
@@ -148,9 +157,11 @@ def create_app(
             sessions.end_all()  # closes GET streams; legacy requests in flight end with an error
 
     async def readyz(request: Request) -> Response:
+        """Open to anyone (probes): a status and server names only. Why a server is not ready
+        (its last error, which quotes the child's stderr) stays on ``/status``."""
         if drain.draining:
             return PlainTextResponse("not ready: draining\n", status_code=503)
-        problems = [p for p in (router.readiness_problem() for router in routers) if p is not None]
+        problems = [readiness_word(router) for router in routers if router.readiness_problem() is not None]
         if not problems:
             return PlainTextResponse("ready\n")
         return PlainTextResponse("not ready: " + "; ".join(problems) + "\n", status_code=503)
@@ -205,12 +216,13 @@ def create_app(
     def mcp_app(router: Router, endpoint: McpEndpoint) -> ASGIApp:
         # Every HTTP method reaches the endpoint, which answers those MCP does not use with a
         # JSON-RPC 405 (Starlette's own would be text/plain).
-        inner = DrainGuard(request_response(endpoint.__call__), drain=drain)  # type: ignore[arg-type]
-        return Observed(inner, server=router.server.name, metrics=gateway_metrics)
+        return DrainGuard(request_response(endpoint.__call__), drain=drain)  # type: ignore[arg-type]
 
     routes = [Route(f"/servers/{r.server.name}/mcp", mcp_app(r, e), methods=None) for r, e, _ in endpoints]
+    mcp_paths = {f"/servers/{r.server.name}/mcp": r.server.name for r in routers}
     if len(endpoints) == 1:
         routes.append(Route("/mcp", mcp_app(*endpoints[0][:2]), methods=None))
+        mcp_paths["/mcp"] = routers[0].server.name
     routes += [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -229,7 +241,9 @@ def create_app(
     cors_origins = list(cors_origins)
     # Outermost first. Layers that have nothing to do are left out: each costs a call per request.
     tokens = tokens or TokenStore()
-    middleware = [Middleware(HeaderLimits)]  # first: bound the headers before anything reads them all
+    # First, so that what every later layer refuses is logged and counted too.
+    middleware = [Middleware(Observed, servers=mcp_paths, metrics=gateway_metrics)]
+    middleware.append(Middleware(HeaderLimits))  # bound the headers before anything reads them all
     if cors_origins:
         mapped = [header for router in routers for header in router.server.env_from_headers]
         middleware.append(Middleware(Cors, origins=cors_origins, extra_headers=mapped))

@@ -14,6 +14,8 @@ A POST goes: bounded body read → ingress ladder (pure) → by era:
   session); a POSTed response answers the child's question it names
   (202). 2025-03-26 batches are answered with a JSON array. A request the client
   cancelled gets no answer (its stream ends; in a batch it is left out of the array).
+  Each request in a 2025-03-26 batch counts against the principal's in-flight limit (429
+  for the whole batch, before any runs).
 
 A child's unattributable question reaches a legacy session's GET stream only when that
 session is the only one its pool serves (``on_child_request``).
@@ -32,13 +34,15 @@ from anyio.abc import TaskGroup
 from sse_starlette import EventSourceResponse
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
+from starlette.types import Scope
 
 from gateway.errors import CODE_CANCELLED, CODE_INPUT_TIMEOUT, GatewayError
 from gateway.http import wire
 from gateway.http.connection import BODY_RECEIVED
 from gateway.http.inflight import InFlight
-from gateway.http.limits import ADMIT, Admit
+from gateway.http.limits import ADMIT, Admit, Slots
 from gateway.http.listen import Listen, Listens, ListenStream
+from gateway.http.observe import note_answer
 from gateway.http.session_listen import SessionListens, is_served_by_modern_child
 from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
 from gateway.http.wire import rejection_response
@@ -114,12 +118,14 @@ class McpEndpoint:
         max_body_bytes: int = MAX_BODY_BYTES,
         max_stream_seconds: float = MAX_STREAM_SECONDS,
         body_timeout: float = BODY_TIMEOUT,
+        max_batch_size: int = ingress.MAX_BATCH_MESSAGES,
     ) -> None:
         self.relay = relay
         self.sessions = sessions
         relay.settings = SharedSettings(sessions.on_child)  # per-client settings on shared children
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
+        self.max_batch_size = max_batch_size
         self.max_stream_seconds = max_stream_seconds
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
         self.listens = Listens()  # emulated subscriptions/listen streams (legacy children)
@@ -173,7 +179,11 @@ class McpEndpoint:
         self, request: HttpRequest, headers: dict[str, str], principal: str | None, body: bytes
     ) -> Response | LazyStream | ListenStream:
         outcome = ingress.check_post(
-            headers, body, max_body_bytes=self.max_body_bytes, session_version=self.sessions.version_of
+            headers,
+            body,
+            max_body_bytes=self.max_body_bytes,
+            session_version=self.sessions.version_of,
+            max_batch=self.max_batch_size,
         )
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
@@ -187,7 +197,7 @@ class McpEndpoint:
             return self._modern(outcome, headers, principal, log)
         if outcome.session_id:
             log["session"] = outcome.session_id[:8]
-        return await self._legacy(outcome, headers, principal)
+        return await self._legacy(outcome, headers, principal, request.scope)
 
     # -- modern -------------------------------------------------------------------------
 
@@ -258,7 +268,7 @@ class McpEndpoint:
     # -- legacy -------------------------------------------------------------------------
 
     async def _legacy(
-        self, accepted: Accepted, headers: dict[str, str], principal: str | None
+        self, accepted: Accepted, headers: dict[str, str], principal: str | None, scope: Scope
     ) -> Response | LazyStream:
         if accepted.session_id is None:
             message = accepted.messages[0]
@@ -269,14 +279,18 @@ class McpEndpoint:
         if session is None or session.principal != principal:
             return rejection_response(ingress.unknown_session())
         if accepted.is_batch:
+            refusal = self._batch_slots(accepted.messages, scope.get("gateway.slots"))
+            if refusal is not None:
+                return refusal
             return await self._batch(session, accepted.messages, headers)
         message = accepted.messages[0]
         if isinstance(message, Request):
             local = await self._local_legacy_answer(session, message)
             if local is not None:
+                note_answer(scope, local)
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
-            detached = self._detached(session, message, headers)
+            detached = self._detached(session, message, headers, scope.get("gateway.slots"))
             # A client that stops reading is cut off after the write timeout, and then the
             # gateway cancels the work (a plain disconnect does not, for a legacy client).
             return LazyStream(detached, request_id=message.id, on_stalled=detached.handle.scope.cancel)
@@ -357,12 +371,18 @@ class McpEndpoint:
             accepts_requests=streamed,
         )
 
-    def _detached(self, session: LegacySession, message: Request, headers: dict[str, str]) -> Detached:
+    def _detached(
+        self, session: LegacySession, message: Request, headers: dict[str, str], slots: object = None
+    ) -> Detached:
+        """The exchange runs in the app's task group; a client that hangs up does not end it,
+        so it keeps the request's per-principal slot until it does."""
+
         def cancelled() -> JsonObject:
             return response(message.id, error=error_object(CODE_CANCELLED, "the request was cancelled"))
 
         detached = Detached(self.relay.exchange(message, self._client(session, headers), headers), cancelled)
         session.in_flight[message.id] = detached.handle
+        release = slots.hand_over() if isinstance(slots, Slots) else None
         assert self.task_group is not None
 
         async def run() -> None:
@@ -373,9 +393,28 @@ class McpEndpoint:
             finally:
                 if session.in_flight.get(message.id) is detached.handle:
                     del session.in_flight[message.id]
+                if release is not None:
+                    release()
 
         self.task_group.start_soon(run)
         return detached
+
+    @staticmethod
+    def _batch_slots(messages: tuple[Message, ...], slots: object) -> Response | None:
+        """Each request of a batch is a call in flight: the batch takes a slot per request
+        beyond the one its HTTP request holds, or is refused (429) before any of it runs."""
+        extra = sum(isinstance(message, Request) for message in messages) - 1
+        if extra <= 0 or not isinstance(slots, Slots) or slots.take(extra):
+            return None
+        return wire.error_response(
+            429,
+            error_object(
+                -32600,
+                f"a batch of {extra + 1} requests needs as many of this client's {slots.limit} requests "
+                f"in flight; {slots.in_use()} are in use",
+            ),
+            retry_after=1,
+        )
 
     async def _batch(self, session: LegacySession, messages: tuple[Message, ...], headers: dict[str, str]) -> Response:
         """2025-03-26 batches: notifications and responses are taken, requests answered in one array."""

@@ -9,6 +9,11 @@
   A POST counts only once its body is read: the endpoint calls ``scope[ADMIT]()`` then, so
   connections that send headers and then trickle a body (bounded by the endpoint's body
   timeout) hold no slot, and cannot get everyone else of their principal a 429.
+  A request's ``Slots`` sit in the scope (``gateway.slots``): a 2025-03-26 batch takes one
+  more slot for each further request it carries (``Slots.take``), so a batch counts as the
+  calls it makes, not as one; a legacy exchange that outlives its HTTP request (a legacy
+  client's disconnect is not a cancellation) keeps its slot until it ends (``Slots.hand_over``).
+  A session ``DELETE`` is never refused: it is how a client at its limit ends what it holds.
 """
 
 from __future__ import annotations
@@ -63,6 +68,43 @@ class HeaderLimits:
         return None
 
 
+class Slots:
+    """The request slots one HTTP request holds for its principal (one once admitted)."""
+
+    def __init__(self, table: Counter[str], principal: str, limit: int) -> None:
+        self.table = table
+        self.principal = principal
+        self.limit = limit
+        self.held = 0  # one is taken at admission: for a POST, once its body is in
+
+    def in_use(self) -> int:
+        return self.table[self.principal]
+
+    def take(self, count: int) -> bool:
+        """Hold ``count`` more slots, or none when that would pass the limit (0: no limit)."""
+        if self.limit and self.table[self.principal] + count > self.limit:
+            return False
+        self.table[self.principal] += count
+        self.held += count
+        return True
+
+    def hand_over(self) -> Callable[[], None]:
+        """Move one held slot to work that may outlive the HTTP request; call the returned
+        function (idempotent) when that work ends."""
+        self.held -= 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.table[self.principal] -= 1
+                if self.table[self.principal] <= 0:
+                    del self.table[self.principal]
+
+        return release
+
+
 class PrincipalLimits:
     def __init__(
         self,
@@ -78,7 +120,9 @@ class PrincipalLimits:
         self.streams: Counter[str] = Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].endswith("/mcp"):
+        # DELETE only ends a session (and cancels its calls): a client at its limit can still
+        # free what it holds.
+        if scope["type"] != "http" or not scope["path"].endswith("/mcp") or scope["method"] == "DELETE":
             await self.app(scope, receive, send)
             return
         principal = scope.get("gateway.principal") or "anonymous"
@@ -88,19 +132,15 @@ class PrincipalLimits:
             if is_stream
             else (self.requests, self.max_requests, "requests in flight")
         )
-        counted = False
+        slots = Slots(table, principal, limit)
+        scope["gateway.slots"] = slots
 
         def admit() -> Response | None:
-            nonlocal counted
-            if counted:
+            if slots.held or slots.take(1):
                 return None
-            if limit and table[principal] >= limit:
-                return error_response(
-                    429, error_object(-32600, f"too many {what} for this client (at most {limit})"), retry_after=1
-                )
-            table[principal] += 1
-            counted = True
-            return None
+            return error_response(
+                429, error_object(-32600, f"too many {what} for this client (at most {limit})"), retry_after=1
+            )
 
         try:
             if scope["method"] == "POST":
@@ -112,7 +152,6 @@ class PrincipalLimits:
                     return
             await self.app(scope, receive, send)
         finally:
-            if counted:
-                table[principal] -= 1
-                if table[principal] <= 0:
-                    del table[principal]
+            table[principal] -= slots.held
+            if table[principal] <= 0:
+                del table[principal]

@@ -42,6 +42,7 @@ from gateway.http import replies
 from gateway.http.connection import WRITE_TIMED_OUT
 from gateway.http.drain import SHUTTING_DOWN, Drain
 from gateway.http.inflight import InFlight
+from gateway.http.observe import note_answer, note_cancelled
 from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import Rejected
@@ -154,16 +155,20 @@ class LazyStream:
             elif shut_down and not self._finished:
                 await self._shutdown_answer(scope, receive, send)
             elif self._cancelled and not self._finished:
+                note_cancelled(scope)  # by the client's notifications/cancelled: no answer
                 self._finished = True
                 if not self._started:
                     await send(
                         {"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *self._headers]}
                     )
                 await send({"type": "http.response.body", "body": b""})
+            elif not self._finished:
+                note_cancelled(scope)  # the client left first (for a modern one, the child was told)
 
     async def _shutdown_answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The drain budget ran out: end this request with a clear error, not a dropped connection."""
         error = GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
+        note_answer(scope, {"error": error.error_object()})
         if not self._started:
             await gateway_error_response(error, self._request_id)(scope, receive, send)
             return
@@ -185,11 +190,13 @@ class LazyStream:
         except StopAsyncIteration:
             # Cancelled by the client before any answer: a cancelled request gets none, so
             # the answer is an event stream that ends at once, with no message in it.
+            note_cancelled(scope)
             self._started = self._finished = True
             await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *self._headers]})
             await send({"type": "http.response.body", "body": b""})
             return
         if _is_final(first):
+            note_answer(scope, first)
             body = orjson.dumps(first)
             self._started = self._finished = True
             if not replies.reserve(body):
@@ -222,6 +229,7 @@ class LazyStream:
                 continue
             await self._send_event(send, message)
             if _is_final(message):
+                note_answer(scope, message)
                 self._finished = True
                 break
         await send({"type": "http.response.body", "body": b""})

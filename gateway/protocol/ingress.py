@@ -11,9 +11,11 @@ POST rungs, in order (digest §2, §4.2, §7.1):
     (no leniency for JSON-only clients: a child's progress needs SSE).
  2. ``Content-Type`` is ``application/json`` (parameters allowed), else 415.
  3. The body fits ``max_body_bytes``, else 413 (a backstop; the edge stops reading earlier).
- 4. The body is JSON, else 400/-32700.
- 5. An array is a batch: only on a live session negotiated at 2025-03-26, not empty,
-    no ``initialize`` inside, each element valid; else 400/-32600 (404 for an unknown session).
+ 4. The body is JSON, else 400/-32700; nested at most ``MAX_JSON_DEPTH`` levels, else
+    400/-32600 (the gateway re-encodes every message, and orjson writes only ~255 levels).
+ 5. An array is a batch: only on a live session negotiated at 2025-03-26, not empty, at
+    most ``max_batch`` messages (counted before any is parsed), no ``initialize`` inside,
+    each element valid; else 400/-32600 (404 for an unknown session).
  6. The value is a JSON-RPC message, else 400/-32600 (with the id when readable). A
     ``notifications/*`` method sent with an id (as a request) is 400/-32600 too: it is
     never forwarded, since a child acting on the method name would then cancel (or
@@ -67,6 +69,7 @@ from gateway.protocol.jsonrpc import (
     Request,
     Result,
     decode,
+    is_id,
     parse_message,
 )
 
@@ -92,6 +95,15 @@ NOTIFICATION_PREFIX: Final = "notifications/"
 # Methods whose ``Mcp-Name`` header mirrors a body parameter (digest §2.1).
 NAME_PARAMS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
+MAX_JSON_DEPTH: Final = 128
+"""Deepest nesting of arrays and objects in a POST body. orjson reads 1,024 levels but
+writes only about 255, and every message is written again (to the child, to the client,
+inside envelopes of the gateway's own), so deeper input would fail late as a 500. No MCP
+payload comes near 128; half of orjson's limit leaves room for the envelopes."""
+MAX_BATCH_MESSAGES: Final = 64
+"""Messages in one 2025-03-26 batch (``--max-batch-size``). Each request in it is a child
+call in flight; clients batch a handful, and 64 stays well under the per-principal limit."""
+
 SessionLookup: TypeAlias = Callable[[str], str | None]
 """Session id → the negotiated version of a live legacy session the gateway minted, or None."""
 
@@ -105,6 +117,7 @@ def check_post(
     *,
     max_body_bytes: int,
     session_version: SessionLookup,
+    max_batch: int = MAX_BATCH_MESSAGES,
 ) -> Accepted | Rejection:
     """Run the POST ladder (module docstring) over one request."""
     early = check_accept(headers) or check_content_type(headers) or check_body_size(body, max_body_bytes)
@@ -113,8 +126,11 @@ def check_post(
     value = parse_body(body)
     if isinstance(value, Rejection):
         return value
+    too_deep = check_depth(body, value)
+    if too_deep is not None:
+        return too_deep
     if isinstance(value, list):
-        return check_batch(value, headers, session_version)
+        return check_batch(value, headers, session_version, max_batch)
     message = parse_single(value)
     if isinstance(message, Rejection):
         return message
@@ -150,6 +166,43 @@ def parse_body(body: bytes) -> Any:
         return reject(400, PARSE_ERROR, str(exc))
 
 
+def check_depth(body: bytes, value: Any, limit: int = MAX_JSON_DEPTH) -> Rejection | None:
+    """Rung 4's nesting bound. Cheap on the hot path: a value cannot nest deeper than the
+    body has ``[`` and ``{`` bytes (counted in C), so the walk runs only for bodies with more
+    than ``limit`` of them, and then iteratively (no recursion limit to hit)."""
+    if body.count(b"{") + body.count(b"[") <= limit:
+        return None
+    if not exceeds_depth(value, limit):
+        return None
+    raw_id = value.get("id") if isinstance(value, dict) else None
+    return reject(
+        400,
+        INVALID_REQUEST,
+        f"the JSON is nested more than {limit} levels deep",
+        id=raw_id if is_id(raw_id) else None,
+        data={"maxDepth": limit},
+    )
+
+
+def exceeds_depth(value: Any, limit: int) -> bool:
+    """True when arrays and objects nest more than ``limit`` levels (the outermost is level 1).
+
+    Level by level, without recursion; ``type() is`` because orjson makes exact dicts and lists."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 1
+    while level:
+        deeper = []
+        for item in level:
+            for child in item.values() if type(item) is dict else item:
+                if type(child) is dict or type(child) is list:
+                    deeper.append(child)
+        if deeper and depth >= limit:
+            return True
+        level = deeper
+        depth += 1
+    return False
+
+
 def parse_single(value: Any) -> Message | Rejection:
     try:
         message = parse_message(value)
@@ -165,7 +218,9 @@ def parse_single(value: Any) -> Message | Rejection:
     return message
 
 
-def check_batch(items: list[Any], headers: Mapping[str, str], session_version: SessionLookup) -> Accepted | Rejection:
+def check_batch(
+    items: list[Any], headers: Mapping[str, str], session_version: SessionLookup, max_batch: int = MAX_BATCH_MESSAGES
+) -> Accepted | Rejection:
     """Batches exist only in 2025-03-26, so only a session negotiated at that version may send one."""
     if not items:
         return reject(400, INVALID_REQUEST, "an empty batch is not a valid request")
@@ -175,6 +230,13 @@ def check_batch(items: list[Any], headers: Mapping[str, str], session_version: S
         return unknown_session()
     if version is None or version not in versions.BATCH_VERSIONS:
         return reject(400, INVALID_REQUEST, "batches are not supported in this protocol revision")
+    if len(items) > max_batch:  # before any element is parsed or dispatched
+        return reject(
+            400,
+            INVALID_REQUEST,
+            f"a batch of {len(items)} messages is too large: at most {max_batch} are accepted",
+            data={"maxBatchSize": max_batch},
+        )
     messages: list[Message] = []
     for item in items:
         message = parse_single(item)

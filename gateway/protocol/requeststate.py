@@ -82,7 +82,9 @@ def encode_state(claims: StateClaims, secret: bytes) -> str:
 
 def decode_state(token: str, secret: bytes, *, now: float) -> StateClaims:
     """The claims of a token this gateway (or a replica with the same secret) minted."""
-    if not is_gateway_state(token) or len(token) > MAX_TOKEN_CHARS:
+    # Ours are ASCII (base64url and a prefix): anything else is malformed, checked before the
+    # HMAC, which signs the ASCII encoding.
+    if not is_gateway_state(token) or len(token) > MAX_TOKEN_CHARS or not token.isascii():
         raise StateError("malformed", "requestState is not a token this gateway issued")
     body, dot, signature = token.rpartition(".")
     if not dot or not body.startswith(PREFIX):

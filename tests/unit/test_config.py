@@ -111,6 +111,8 @@ def test_a_config_file_gives_each_server_its_own_settings(tmp_path: Path) -> Non
             "mcpServers.x.clientCapabilities.roots",
         ),
         ({"mcpServers": {"x": {"command": "a", "inputTimeout": "soon"}}}, "mcpServers.x.inputTimeout"),
+        ({"mcpServers": {"x": {"command": "a", "maxBatchSize": 0}}}, "mcpServers.x.maxBatchSize"),
+        ({"mcpServers": {"x": {"command": "a", "maxBatchSize": 2.5}}}, "mcpServers.x.maxBatchSize"),
     ],
 )
 def test_an_invalid_config_fails_at_start_naming_the_key(tmp_path: Path, body: object, key: str) -> None:
@@ -201,3 +203,15 @@ def test_bad_settings_exit_2_with_a_message_before_anything_starts(
 
     assert main(argv) == 2
     assert capsys.readouterr().err.startswith("mcp-stdio-gateway: ")
+
+
+def test_the_batch_size_comes_from_the_flag_the_environment_or_the_file(tmp_path: Path) -> None:
+    assert parse_settings([], environ={}).servers[0].max_batch_size == 64
+    assert parse_settings(["--max-batch-size", "8"], environ={}).servers[0].max_batch_size == 8
+    assert parse_settings([], environ={"MCP_GATEWAY_MAX_BATCH_SIZE": "9"}).servers[0].max_batch_size == 9
+    body = {"mcpServers": {"a": {"command": "x", "maxBatchSize": 3}, "b": {"command": "y"}}}
+    servers = parse_settings(["--max-batch-size", "7", "--config", write(tmp_path, body)], environ={}).servers
+    assert [server.max_batch_size for server in servers] == [3, 7]
+    with pytest.raises(ConfigError) as info:
+        parse_settings(["--max-batch-size", "0"], environ={})
+    assert info.value.key == "--max-batch-size"

@@ -14,12 +14,15 @@ from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.headers import encode_header_value
 from gateway.protocol.ingress import (
     CLIENT_CAPABILITIES_KEY,
+    MAX_BATCH_MESSAGES,
+    MAX_JSON_DEPTH,
     PROTOCOL_VERSION_KEY,
     Accepted,
     Rejection,
     check_delete,
     check_get,
     check_post,
+    exceeds_depth,
 )
 from gateway.protocol.jsonrpc import (
     HEADER_MISMATCH,
@@ -130,6 +133,67 @@ def test_a_body_that_is_not_json_gets_400_parse_error_without_an_id(body: bytes)
     assert "id" not in (result.body() or {})
 
 
+# --- Rung 4: nesting -----------------------------------------------------------------------
+
+
+def nested(levels: int) -> Any:
+    """``levels`` arrays and objects inside one another (the outermost is level 1)."""
+    value: Any = 1
+    for level in range(levels):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("modern_era", [True, False])
+def test_params_nested_past_the_limit_get_400_with_the_request_id(modern_era: bool) -> None:
+    # The message is level 1 and params level 2: arguments' outermost container is level 3.
+    deepest_allowed = modern("tools/call", id=7, name="t", arguments=nested(MAX_JSON_DEPTH - 2))
+    too_deep = modern("tools/call", id=7, name="t", arguments=nested(MAX_JSON_DEPTH - 1))
+    headers = mirrored("tools/call", "t") if modern_era else {"mcp-session-id": "s-1125"}
+    if not modern_era:
+        for message in (deepest_allowed, too_deep):
+            del message["params"]["_meta"]
+    accepted(post(deepest_allowed, headers))
+    result = rejected(post(too_deep, headers), 400, INVALID_REQUEST)
+    assert result.id == 7
+    assert message_of(result) == f"the JSON is nested more than {MAX_JSON_DEPTH} levels deep"
+
+
+def test_nesting_deeper_than_orjson_writes_is_refused_at_ingress_not_later() -> None:
+    body = b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"a":' + b"[" * 300 + b"]" * 300 + b"}}"
+    result = rejected(post(body, {"mcp-session-id": "s-1125"}), 400, INVALID_REQUEST)
+    assert result.error is not None
+    assert result.error["data"] == {"maxDepth": MAX_JSON_DEPTH}
+
+
+def test_a_deep_batch_is_refused_without_its_id() -> None:
+    result = rejected(post([nested(MAX_JSON_DEPTH)], {"mcp-session-id": "s-0325"}), 400, INVALID_REQUEST)
+    assert result.id is None
+
+
+def test_many_brackets_inside_strings_or_side_by_side_are_not_nesting() -> None:
+    wide = modern(name="t", arguments={"text": "[{" * 500, "list": [[1]] * 500})
+    accepted(post(wide, mirrored()))
+
+
+@given(
+    st.recursive(
+        st.integers() | st.text(max_size=3),
+        lambda inner: st.lists(inner) | st.dictionaries(st.text(max_size=2), inner),
+        max_leaves=40,
+    )
+)
+def test_exceeds_depth_agrees_with_a_recursive_count(value: Any) -> None:
+    def depth(item: Any) -> int:
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            return 0
+        return 1 + max((depth(child) for child in children), default=0)
+
+    for limit in range(1, 6):
+        assert exceeds_depth(value, limit) == (depth(value) > limit)
+
+
 # --- Rung 5: batches ------------------------------------------------------------------------
 
 LEGACY_CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
@@ -166,6 +230,20 @@ def test_a_batch_with_an_invalid_element_gets_400_with_that_elements_id() -> Non
 def test_a_batch_with_an_unsupported_version_header_gets_400() -> None:
     headers = {"mcp-session-id": "s-0325", "mcp-protocol-version": "2030-01-01"}
     rejected(post([LEGACY_CALL], headers), 400, INVALID_REQUEST)
+
+
+def test_a_batch_over_the_size_limit_gets_400_before_any_element_is_parsed() -> None:
+    invalid = {"not": "json-rpc"}  # would be refused as an element, were elements parsed
+    result = rejected(post([invalid] * (MAX_BATCH_MESSAGES + 1), {"mcp-session-id": "s-0325"}), 400, INVALID_REQUEST)
+    assert message_of(result) == (
+        f"a batch of {MAX_BATCH_MESSAGES + 1} messages is too large: at most {MAX_BATCH_MESSAGES} are accepted"
+    )
+    headers = {**BASE, "mcp-session-id": "s-0325"}
+    small = check_post(
+        headers, orjson.dumps([LEGACY_CALL] * 3), max_body_bytes=10_000, session_version=SESSIONS.get, max_batch=2
+    )
+    rejected(small, 400, INVALID_REQUEST)
+    accepted(post([LEGACY_CALL] * MAX_BATCH_MESSAGES, {"mcp-session-id": "s-0325"}))
 
 
 def test_initialize_inside_a_batch_gets_400() -> None:

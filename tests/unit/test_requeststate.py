@@ -7,6 +7,8 @@ import string
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.protocol.requeststate import (
     PREFIX,
@@ -105,3 +107,36 @@ def test_the_digest_ignores_what_a_retry_may_change_and_nothing_else() -> None:
     assert params_digest(original) == params_digest(retry)
     assert params_digest(original) != params_digest({**original, "arguments": {"a": 2, "b": [1, 2]}})
     assert params_digest(None) == params_digest({})
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        PREFIX + "é" + "." + "A" * 43,  # non-ASCII claims: used to reach the ASCII-only HMAC (500)
+        encode_state(CLAIMS, SECRET).replace(".", ".\u00ff", 1),
+        PREFIX + "claims.sïg",
+        PREFIX + "\U0001f600",
+    ],
+)
+def test_a_token_with_non_ascii_characters_is_malformed(token: str) -> None:
+    with pytest.raises(StateError) as caught:
+        decode_state(token, SECRET, now=NOW)
+    assert caught.value.kind == "malformed"
+
+
+@given(st.text(max_size=300) | st.text(max_size=300).map(lambda tail: PREFIX + tail))
+def test_any_text_decodes_or_raises_only_state_error(token: str) -> None:
+    kind = None
+    try:
+        decode_state(token, SECRET, now=NOW)
+    except StateError as exc:
+        kind = exc.kind
+    assert kind in ("malformed", "tampered", "expired")
+
+
+@given(st.integers(min_value=0, max_value=400), st.characters())
+def test_a_valid_token_with_any_character_spliced_in_is_refused_as_state_error(at: int, char: str) -> None:
+    token = encode_state(CLAIMS, SECRET)
+    spliced = token[:at] + char + token[at:]
+    with pytest.raises(StateError):
+        decode_state(spliced, SECRET, now=NOW)
