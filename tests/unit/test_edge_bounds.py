@@ -80,8 +80,9 @@ def test_metric_method_labels_come_from_a_fixed_set() -> None:
 
 
 def test_a_batch_takes_slots_up_to_the_limit_and_never_past_it() -> None:
-    table: Counter[str] = Counter({"alice": 250})
-    slots = Slots(table, "alice", 256)  # this request's own slot is among the 250
+    table: Counter[str] = Counter({"alice": 249})
+    slots = Slots(table, "alice", 256)
+    assert slots.take(1)  # admitted: this request's own slot makes 250
     assert not slots.take(7)
     assert table["alice"] == 250
     assert slots.held == 1
@@ -92,8 +93,9 @@ def test_a_batch_takes_slots_up_to_the_limit_and_never_past_it() -> None:
 
 
 def test_a_slot_handed_over_is_released_once_by_its_new_owner() -> None:
-    table: Counter[str] = Counter({"alice": 1})
+    table: Counter[str] = Counter()
     slots = Slots(table, "alice", 256)
+    assert slots.take(1)  # admitted
     release = slots.hand_over()
     assert slots.held == 0  # the middleware no longer releases it
     assert table["alice"] == 1
