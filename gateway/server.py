@@ -24,15 +24,22 @@ from gateway.http.auth import TokenStore, trusted_networks
 from gateway.http.drain import Drain
 from gateway.router import Router
 from gateway.stdio.process import become_subreaper
+from gateway.tls import PeerSubjects, TlsFiles, uvicorn_options
 
 log = logging.getLogger("gateway")
 
 
 def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
-    """The app for ``settings``; raises ``ConfigError`` for bad tokens or proxy addresses."""
+    """The app for ``settings``; raises ``ConfigError`` for bad tokens, proxy addresses, OAuth
+    settings or TLS files. ``app.state.tls`` and ``app.state.tls_peers`` are what ``run`` serves
+    TLS with."""
     trusted_networks(settings.trusted_proxies)  # validated now, not when the first request builds the stack
+    tls, peers = None, None
+    if settings.tls_cert_file and settings.tls_key_file:
+        tls = TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+        peers = PeerSubjects() if settings.tls_client_ca_file else None
     routers = [Router(server, gateway_version=__version__) for server in settings.servers]
-    return create_app(
+    app = create_app(
         routers,
         principal_header=settings.principal_header,
         trusted_proxies=settings.trusted_proxies,
@@ -50,7 +57,11 @@ def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
         metrics=settings.metrics,
         drain=drain,
         state_secret=settings.state_secret(),
+        tls_peers=peers,
     )
+    app.state.tls = tls
+    app.state.tls_peers = peers
+    return app
 
 
 class DrainingServer(uvicorn.Server):
@@ -89,7 +100,7 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
     for server in settings.servers:
         log.info("server %s: %s", server.name, " ".join(server.spec.argv))
     path = "/mcp" if len(settings.servers) == 1 else "/servers/NAME/mcp"
-    log.info("MCP endpoint: http://%s:%d%s", settings.host, settings.port, path)
+    log.info("MCP endpoint: %s://%s:%d%s", settings.scheme, settings.host, settings.port, path)
     app = app if app is not None else build_app(settings)
     drain: Drain = app.state.drain
     config = uvicorn.Config(
@@ -103,6 +114,7 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         # pose as a --trusted-proxy (identity headers are checked against this address).
         proxy_headers=False,
         timeout_graceful_shutdown=5,
+        **uvicorn_options(getattr(app.state, "tls", None), getattr(app.state, "tls_peers", None)),
     )
     try:
         DrainingServer(config, drain, settings.drain_timeout).run()

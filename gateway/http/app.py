@@ -34,12 +34,16 @@ from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS, McpEndpoin
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
 from gateway.http.observe import Observed
 from gateway.http.origin import OriginGuard
+from gateway.http.resource import METADATA_PATH, ResourceMetadata
 from gateway.metrics import GatewayMetrics
+from gateway.oauth.gate import OAuthGate
+from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol.jsonrpc import error_object
 from gateway.relay import Relay
 from gateway.router import Router
 from gateway.sessions import SessionStore
 from gateway.suspensions import Suspensions
+from gateway.tls import PeerSubjects
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -67,10 +71,15 @@ def create_app(
     metrics: bool = True,
     drain: Drain | None = None,
     state_secret: bytes | None = None,
+    tls_peers: PeerSubjects | None = None,
+    oauth: OAuthGate | None = None,
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``.
 
-    ``state_secret`` signs MRTR ``requestState`` tokens (shared by replicas); None: a random one."""
+    ``state_secret`` signs MRTR ``requestState`` tokens (shared by replicas); None: a random one.
+    ``tls_peers``: client-certificate subjects (mutual TLS) that become principals. ``oauth``:
+    the token gate; by default built from each server's ``oauth`` policy (raises ``ConfigError``
+    when an audience cannot be known)."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
     endpoints: list[tuple[Router, McpEndpoint, SessionStore]] = []
     for router in routers:
@@ -133,20 +142,18 @@ def create_app(
             }
         )
 
-    authorization_servers = list(authorization_servers)
-    metadata_url = f"{public_url.rstrip('/')}/.well-known/oauth-protected-resource" if public_url else None
+    protected: dict[str, OAuthPolicy | None] = {f"/servers/{r.server.name}/mcp": r.server.oauth for r in routers}
+    if len(routers) == 1:
+        protected["/mcp"] = routers[0].server.oauth
+    oauth = oauth if oauth is not None else OAuthGate(protected, public_url=public_url)
+    resources = ResourceMetadata(protected, public_url=public_url, authorization_servers=authorization_servers)
 
     async def protected_resource(request: Request) -> Response:
         """RFC 9728 metadata, so MCP clients can discover where to log in."""
-        base = public_url.rstrip("/") if public_url else str(request.base_url).rstrip("/")
-        resource = f"{base}/mcp" if len(endpoints) == 1 else base
-        return wire.json_response(
-            {
-                "resource": resource,
-                "authorization_servers": authorization_servers,
-                "bearer_methods_supported": ["header"],
-            }
-        )
+        document = resources.document(request.path_params.get("path", ""), request.scope)
+        if document is None:
+            return wire.error_response(404, error_object(-32600, "no MCP endpoint at this path"))
+        return wire.json_response(document)
 
     # Every method reaches the endpoint, which answers the ones MCP does not use with a
     # JSON-RPC 405 (Starlette's own would be text/plain).
@@ -164,8 +171,9 @@ def create_app(
         Route("/readyz", readyz, methods=["GET"]),
         Route("/status", status, methods=["GET"]),
     ]
-    if authorization_servers:
-        routes.append(Route("/.well-known/oauth-protected-resource", protected_resource, methods=["GET"]))
+    if resources.enabled:
+        routes.append(Route(METADATA_PATH, protected_resource, methods=["GET"]))
+        routes.append(Route(METADATA_PATH + "{path:path}", protected_resource, methods=["GET"]))
     if gateway_metrics is not None:
         registry = gateway_metrics.registry
 
@@ -188,14 +196,16 @@ def create_app(
             allowed_hosts=list(allowed_hosts),
         )
     )
-    if tokens.enabled or principal_header:
+    if tokens.enabled or principal_header or oauth.enabled or tls_peers is not None:
         middleware.append(
             Middleware(
                 AuthGuard,
                 tokens=tokens,
                 principal_header=principal_header,
                 trusted_proxies=list(trusted_proxies),
-                resource_metadata_url=metadata_url if authorization_servers else None,
+                metadata=resources,
+                oauth=oauth,
+                peers=tls_peers,
             )
         )
     middleware.append(
