@@ -29,8 +29,9 @@ BASE_HEADERS = {"content-type": "application/json", "accept": "application/json,
 
 
 @asynccontextmanager
-async def serving(app: Any) -> AsyncIterator[str]:
-    """Serve any ASGI app on a pre-bound 127.0.0.1 socket; yield its base URL."""
+async def serving(app: Any, **config: Any) -> AsyncIterator[str]:
+    """Serve any ASGI app on a pre-bound 127.0.0.1 socket; yield its base URL (always http://,
+    also when ``config`` holds uvicorn's TLS options)."""
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the listening
     # socket says TCP, and without it every response waits ~40 ms on Nagle + delayed ACK.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -38,7 +39,7 @@ async def serving(app: Any) -> AsyncIterator[str]:
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5))
+    uv = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5, **config))
     finished = anyio.Event()
 
     async def serve() -> None:
