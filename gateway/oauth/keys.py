@@ -8,7 +8,8 @@
   (``MAX_DOCUMENT_BYTES``), and only one fetch runs at a time: concurrent requests that need
   the keys wait for that one.
 - **Caching.** The key set is kept for ``MAX_AGE``; an older one is fetched again at the next
-  use (so a key the issuer withdrew stops working). A failed re-fetch keeps the keys held.
+  use (so a key the issuer withdrew stops working). A failed fetch is retried after
+  ``RETRY_INTERVAL`` and keeps the keys held.
 - **Unknown ``kid``.** A token naming a key we do not hold triggers one re-fetch (the issuer
   may have rotated), at most once per ``REFRESH_INTERVAL``: a stream of tokens with made-up
   ``kid`` values costs the issuer one request per interval, not one per token.
@@ -126,9 +127,13 @@ class KeySet:
         self._next_kid_refresh = -math.inf  # when an unknown kid may cause a fetch again
         self._lock = anyio.Lock()
 
+    def is_due(self) -> bool:
+        """The held keys are old enough (or missing) to be fetched at the next lookup."""
+        return self.clock() >= self._next_fetch
+
     async def key_for(self, kid: str | None) -> Mapping[str, Any] | None:
         """The key named ``kid`` (or the only key, for a token without one); None: unknown."""
-        if self.clock() >= self._next_fetch:
+        if self.is_due():
             await self._refresh(self._attempts)
         if self.keys is None:
             raise Unavailable(f"cannot fetch the signing keys of {self.issuer}")

@@ -177,10 +177,11 @@ def verify(
         return invalid(f"the token has no {exc.claim} claim")
     except jwt.PyJWTError as exc:
         return invalid(f"the token cannot be verified: {exc}")
-    return _check_claims(claims, expect, now)
+    return check_claims(claims, expect, now)
 
 
-def _check_claims(claims: Mapping[str, Any], expect: Expectation, now: float) -> Accepted | Refused:
+def check_claims(claims: Mapping[str, Any], expect: Expectation, now: float) -> Accepted | Refused:
+    """Rungs 4-6, on claims whose signature, ``iss`` and ``aud`` were verified."""
     exp, nbf = claims.get("exp"), claims.get("nbf")
     if not _is_number(exp):
         return invalid("the token's exp is not a number")

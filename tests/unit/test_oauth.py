@@ -309,3 +309,39 @@ async def test_a_failing_issuer_is_unavailable_until_it_answers_and_held_keys_su
     clock.now = 200
     fake.jwks = ValueError("HTTP 500")
     assert await keys.key_for("k1") is not None  # the held keys stay in use
+
+
+@pytest.mark.anyio
+async def test_a_verified_token_is_remembered_until_it_expires_or_the_keys_change(
+    fake: FakeIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.oauth import gate as gate_module
+    from gateway.oauth.gate import OAuthGate
+
+    verified: list[str] = []
+    real_verify = gate_module.verify
+
+    def counting_verify(*args: Any, **kwargs: Any) -> Accepted | Refused:
+        verified.append(args[0])
+        return real_verify(*args, **kwargs)
+
+    monkeypatch.setattr(gate_module, "verify", counting_verify)
+    wall = Clock()
+    wall.now = NOW
+    clock = Clock()
+    gate = OAuthGate(
+        {"/mcp": OAuthPolicy(ISSUER, jwks_url=f"{ISSUER}/jwks")},
+        public_url="https://mcp.example",
+        wall_clock=wall,
+        key_set=lambda issuer, url: KeySet(issuer, url, clock=clock, max_age=100),
+    )
+    token = mint()
+    for _ in range(3):
+        assert isinstance(await gate.check(token, "/mcp"), Accepted)
+    assert len(verified) == 1
+    wall.now = NOW + 300 + CLOCK_LEEWAY + 1
+    assert "expired" in refusal(await gate.check(token, "/mcp"))  # from the cache, still checked
+    wall.now = NOW
+    clock.now = 200  # the key set is fetched again: the token is verified again
+    assert isinstance(await gate.check(token, "/mcp"), Accepted)
+    assert len(verified) == 2
