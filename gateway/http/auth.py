@@ -10,6 +10,14 @@
   so the time taken does not tell which token was close. A token's NAME becomes the
   principal; an unnamed token's principal is ``token-`` and the first 8 hex digits of its
   SHA-256 (tokens themselves are never logged).
+- **OAuth access tokens** (``--oauth-issuer``): a bearer token that is no static token is
+  checked as a JWT by ``gateway.oauth`` against the endpoint's policy (signature, ``iss``,
+  ``aud`` = the endpoint's public URL, ``exp``, scopes). A refusal is 401 ``invalid_token``
+  or 403 ``insufficient_scope`` with an RFC 6750 challenge pointing at the RFC 9728 metadata
+  (``gateway.http.resource``); 503 when the issuer's keys cannot be fetched. The token's
+  principal claim (``sub``) becomes the principal.
+- **A client certificate** (``--tls-client-ca-file``): its subject is the principal unless a
+  bearer token names one (``gateway.tls.PeerSubjects``).
 - **A trusted identity header** (``--principal-header X-Forwarded-User``) set by an
   authenticating reverse proxy becomes the principal — only when configured, and only from
   ``--trusted-proxy`` addresses (by default loopback: a proxy in the same pod or host); from
