@@ -99,6 +99,14 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         log.info("no command given: serving the built-in demo server (tools: echo, countdown, fail, crash)")
     for server in settings.servers:
         log.info("server %s: %s", server.name, " ".join(server.spec.argv))
+        if server.oauth is not None:
+            audience = server.oauth.audience or "its public URL"
+            scopes = " ".join(server.oauth.scopes) or "none"
+            log.info("server %s: OAuth access tokens from %s (audience %s; scopes %s)",
+                     server.name, server.oauth.issuer, audience, scopes)  # fmt: skip
+    if settings.tls_cert_file:
+        mutual = f"; client certificates from {settings.tls_client_ca_file}" if settings.tls_client_ca_file else ""
+        log.info("TLS: %s, reloaded when it changes%s", settings.tls_cert_file, mutual)
     path = "/mcp" if len(settings.servers) == 1 else "/servers/NAME/mcp"
     log.info("MCP endpoint: %s://%s:%d%s", settings.scheme, settings.host, settings.port, path)
     app = app if app is not None else build_app(settings)
