@@ -46,6 +46,7 @@ class Issuer:
         self.jwks_fetches = 0
         self.metadata_fetches = 0
         self.failing = False
+        self.padding = 0  # bytes of junk added to the JWKS document
 
     def rotate(self, kid: str) -> None:
         """Publish a new key, sign with it from now on, and withdraw the old ones."""
@@ -93,7 +94,7 @@ class Issuer:
             if self.failing:
                 return JSONResponse({"error": "down"}, status_code=500)
             self.jwks_fetches += 1
-            return JSONResponse(self.jwks())
+            return JSONResponse({**self.jwks(), "padding": "x" * self.padding})
 
         return Starlette(
             routes=[

@@ -34,7 +34,7 @@ import orjson
 log = logging.getLogger("gateway.oauth")
 
 FETCH_TIMEOUT: Final = 10.0
-"""Seconds a metadata or JWKS fetch may take (connect, each read, the whole) before it fails."""
+"""Seconds one metadata or JWKS fetch may take, all of it, before it fails."""
 MAX_DOCUMENT_BYTES: Final = 512 * 1024
 """Largest metadata or JWKS document read; real ones are a few KiB."""
 REFRESH_INTERVAL: Final = 30.0
@@ -84,6 +84,18 @@ def usable_keys(document: Any) -> dict[str, dict[str, Any]]:
 async def fetch_json(url: str) -> Any:
     """GET ``url`` as JSON, bounded in time and size; ``ValueError`` says why it failed."""
     try:
+        with anyio.fail_after(FETCH_TIMEOUT):  # the whole fetch, not each read: a slow drip ends too
+            body = await _fetch(url)
+    except TimeoutError as exc:
+        raise ValueError(f"no complete answer within {FETCH_TIMEOUT:g} s") from exc
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError("not JSON") from exc
+
+
+async def _fetch(url: str) -> bytes:
+    try:
         async with (
             httpx.AsyncClient(timeout=FETCH_TIMEOUT, follow_redirects=False) as client,
             client.stream("GET", url, headers={"accept": "application/json"}) as response,
@@ -97,10 +109,7 @@ async def fetch_json(url: str) -> Any:
                     raise ValueError(f"larger than {MAX_DOCUMENT_BYTES} bytes")
     except httpx.HTTPError as exc:
         raise ValueError(f"{type(exc).__name__}: {exc}") from exc
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError("not JSON") from exc
+    return bytes(body)
 
 
 class KeySet:
@@ -157,8 +166,11 @@ class KeySet:
                 return  # another request fetched while this one waited: use its result
             self._attempts += 1
             try:
-                url = self.jwks_url or await self._discover()
-                keys = usable_keys(await fetch_json(url))
+                # Shielded: the request that started the fetch may go away, but the requests
+                # waiting on the lock need its result. Each fetch is bounded by FETCH_TIMEOUT.
+                with anyio.CancelScope(shield=True):
+                    url = self.jwks_url or await self._discover()
+                    keys = usable_keys(await fetch_json(url))
             except ValueError as exc:
                 log.error("cannot fetch the signing keys of %s: %s", self.issuer, exc)
                 # Held keys stay in use; either way the issuer is asked again only after a pause.

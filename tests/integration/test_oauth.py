@@ -187,6 +187,18 @@ async def test_an_unreachable_key_set_gets_503_with_retry_after() -> None:
             assert issuer.url in refused.json()["error"]["message"]
 
 
+async def test_an_oversized_key_set_is_not_read(caplog: pytest.LogCaptureFixture) -> None:
+    from gateway.oauth.keys import MAX_DOCUMENT_BYTES
+
+    with anyio.fail_after(30):
+        async with running_issuer() as issuer, oauth_gateway(issuer) as base, httpx.AsyncClient() as http:
+            issuer.padding = MAX_DOCUMENT_BYTES
+            refused = await call_pid(http, base, issuer.token(AUDIENCE))
+            assert refused.status_code == 503
+            assert issuer.jwks_fetches == 1
+    assert f"larger than {MAX_DOCUMENT_BYTES} bytes" in caplog.text
+
+
 async def test_concurrent_clients_with_different_subs_get_their_own_children_and_sessions() -> None:
     subs = ["alice", "bob", "carol"]
     with anyio.fail_after(40):
