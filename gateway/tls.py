@@ -114,7 +114,12 @@ class PeerSubjects:
         peer = get_remote_addr(transport)  # type: ignore[arg-type]  # uvicorn computes scope["client"] so
         if der is None or peer is None:
             return None
-        self._by_peer[peer] = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+        try:
+            subject = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+        except ValueError:  # verified by the CA yet unreadable here: no principal, not a dead connection
+            log.warning("cannot read the subject of %s's client certificate", peer[0])
+            return None
+        self._by_peer[peer] = subject
         return peer
 
     def disconnected(self, peer: tuple[str, int] | None) -> None:
