@@ -17,12 +17,15 @@ from pathlib import Path
 
 import anyio
 import httpx
+import httpx2
 import pytest
 from anyio.streams.tls import TLSAttribute
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from gateway.config import Settings
 from gateway.errors import ConfigError
@@ -33,6 +36,12 @@ from tests.conftest import server_spec
 from tests.gateway_server import modern_call, modern_headers, serving
 
 pytestmark = pytest.mark.anyio
+
+TEST_BOUND = 55.0
+"""Every test's whole run (pytest-timeout's backstop is 60 s)."""
+HTTP_TIMEOUT = TEST_BOUND
+"""Per request: only the test's bound. A child's first start on a busy machine can take tens
+of seconds, and a shorter per-request timeout would fail a test that is merely slow."""
 
 
 @dataclass
@@ -130,21 +139,18 @@ async def served_serial(base: str, context: ssl.SSLContext) -> int:
     return x509.load_der_x509_certificate(der).serial_number
 
 
+@pytest.mark.timeout(2 * TEST_BOUND + 10)
 async def test_the_sdk_client_connects_over_tls_and_plain_http_fails_cleanly(tmp_path: Path) -> None:
-    import httpx2
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
-
     ca = Authority("test CA")
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     write_pair(*ca.issue("gateway", server=True), cert, key)
-    with anyio.fail_after(30):
+    with anyio.fail_after(2 * TEST_BOUND):
         async with tls_gateway(cert, key) as (base, _):
-            http = httpx2.AsyncClient(verify=ca.client_context(), timeout=20)
+            http = httpx2.AsyncClient(verify=ca.client_context(), timeout=HTTP_TIMEOUT)
             async with http, Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
                 echoed = await client.call_tool("echo", {"message": "over TLS"})
                 assert echoed.is_error is not True
-            async with httpx.AsyncClient(timeout=10) as plain:
+            async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as plain:
                 with pytest.raises(httpx.TransportError):
                     await plain.post(
                         base.replace("https://", "http://") + "/mcp",
@@ -152,9 +158,9 @@ async def test_the_sdk_client_connects_over_tls_and_plain_http_fails_cleanly(tmp
                         json=modern_call(1, "echo", {"message": "x"}),
                     )
             # The server shrugged it off: the next TLS client is served.
-            async with httpx.AsyncClient(verify=ca.client_context(), timeout=10) as https:
+            async with httpx.AsyncClient(verify=ca.client_context(), timeout=HTTP_TIMEOUT) as https:
                 assert (await https.get(f"{base}/healthz")).status_code == 200
-            async with httpx.AsyncClient(timeout=10) as untrusting:  # the system CAs do not know ours
+            async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as untrusting:  # the system CAs do not know ours
                 with pytest.raises(httpx.ConnectError):
                     await untrusting.get(f"{base}/healthz")
 
@@ -165,8 +171,11 @@ async def test_a_rotated_certificate_is_served_to_the_next_connection(tmp_path: 
     first, first_key = ca.issue("gateway", server=True)
     write_pair(first, first_key, cert, key)
     context = ca.client_context()
-    with anyio.fail_after(30):
-        async with tls_gateway(cert, key) as (base, tls), httpx.AsyncClient(verify=context, timeout=10) as kept:
+    with anyio.fail_after(TEST_BOUND):
+        async with (
+            tls_gateway(cert, key) as (base, tls),
+            httpx.AsyncClient(verify=context, timeout=HTTP_TIMEOUT) as kept,
+        ):
             assert (await kept.get(f"{base}/healthz")).status_code == 200
             assert await served_serial(base, context) == first.serial_number
 
@@ -198,11 +207,11 @@ async def test_mutual_tls_requires_a_client_certificate_and_its_subject_is_the_p
         context.load_cert_chain(client_cert, client_key)
         clients[name] = context
     headers, body = modern_headers("tools/call", "pid"), modern_call(1, "pid")
-    with anyio.fail_after(30):
+    with anyio.fail_after(TEST_BOUND):
         async with tls_gateway(cert, key, client_ca_file, isolation=Isolation.PRINCIPAL) as (base, _):
             pids = {}
             for name, context in clients.items():
-                async with httpx.AsyncClient(verify=context, timeout=10) as http:
+                async with httpx.AsyncClient(verify=context, timeout=HTTP_TIMEOUT) as http:
                     reply = await http.post(f"{base}/mcp", headers=headers, json=body)
                     assert reply.status_code == 200, reply.text
                     pids[name] = reply.json()["result"]["content"][0]["text"]
@@ -211,7 +220,7 @@ async def test_mutual_tls_requires_a_client_certificate_and_its_subject_is_the_p
             pools = " ".join(status.json()["servers"][0]["pools"])
             assert "principal=CN=alice,O=Example" in pools
             assert "principal=CN=bob,O=Example" in pools
-            async with httpx.AsyncClient(verify=server_ca.client_context(), timeout=10) as anonymous:
+            async with httpx.AsyncClient(verify=server_ca.client_context(), timeout=HTTP_TIMEOUT) as anonymous:
                 with pytest.raises(httpx.TransportError):  # no client certificate: no handshake
                     await anonymous.post(f"{base}/mcp", headers=headers, json=body)
 
