@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING
 
 import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -43,7 +44,9 @@ from gateway.relay import Relay
 from gateway.router import Router
 from gateway.sessions import SessionStore
 from gateway.suspensions import Suspensions
-from gateway.tls import PeerSubjects
+
+if TYPE_CHECKING:  # gateway.tls sees uvicorn; the app only passes the subjects on
+    from gateway.tls import PeerSubjects
 
 
 async def http_error(request: Request, exc: Exception) -> Response:

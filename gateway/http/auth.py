@@ -38,7 +38,7 @@ import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -49,7 +49,9 @@ from gateway.http.wire import error_response
 from gateway.oauth.gate import OAuthGate, Unavailable
 from gateway.oauth.validation import Refused, challenge, invalid
 from gateway.protocol.jsonrpc import error_object
-from gateway.tls import PeerSubjects
+
+if TYPE_CHECKING:  # gateway.tls sees uvicorn; the HTTP edge only asks it for subjects
+    from gateway.tls import PeerSubjects
 
 log = logging.getLogger("gateway.auth")
 
