@@ -100,10 +100,13 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
     for server in settings.servers:
         log.info("server %s: %s", server.name, " ".join(server.spec.argv))
         if server.oauth is not None:
-            audience = server.oauth.audience or "its public URL"
+            audience = server.oauth.audience or "the endpoint's public URL"
             scopes = " ".join(server.oauth.scopes) or "none"
-            log.info("server %s: OAuth access tokens from %s (audience %s; scopes %s)",
+            log.info("server %s: OAuth access tokens from %s (audience: %s; scopes: %s)",
                      server.name, server.oauth.issuer, audience, scopes)  # fmt: skip
+    if not settings.tls_cert_file and not settings.loopback_only:
+        log.warning("plain HTTP on %s: bearer tokens cross the network in clear unless TLS is in front "
+                    "(or give --tls-cert-file and --tls-key-file)", settings.host)  # fmt: skip
     if settings.tls_cert_file:
         mutual = f"; client certificates from {settings.tls_client_ca_file}" if settings.tls_client_ca_file else ""
         log.info("TLS: %s, reloaded when it changes%s", settings.tls_cert_file, mutual)
