@@ -20,6 +20,7 @@ from gateway.errors import ConfigError
 from gateway.helptext import NOT_SETTINGS
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
+from gateway.oauth.validation import DEFAULT_PRINCIPAL_CLAIM, OAuthPolicy
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.router import Isolation, ServerConfig
@@ -332,6 +333,57 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="the gateway's external base URL (for the protected-resource metadata)",
     )
+    oauth = parser.add_argument_group("OAuth access tokens and TLS")
+    oauth.add_argument(
+        "--oauth-issuer",
+        default=None,
+        metavar="URL",
+        help="accept JWT access tokens from this authorization server (checked against its published keys); "
+        "static tokens keep working alongside",
+    )
+    oauth.add_argument(
+        "--oauth-jwks-url",
+        default=None,
+        metavar="URL",
+        help="the issuer's JWKS (default: the jwks_uri of its RFC 8414 or OpenID Connect metadata)",
+    )
+    oauth.add_argument(
+        "--oauth-audience",
+        default=None,
+        metavar="URL",
+        help="the audience tokens must name (default: the endpoint's public URL, --public-url + its path)",
+    )
+    oauth.add_argument(
+        "--oauth-scope",
+        action="append",
+        default=[],
+        metavar="SCOPE",
+        help="a scope every token must grant, else 403 insufficient_scope (repeatable)",
+    )
+    oauth.add_argument(
+        "--oauth-principal-claim",
+        default=DEFAULT_PRINCIPAL_CLAIM,
+        metavar="NAME",
+        help="the token claim that becomes the principal (default: %(default)s)",
+    )
+    oauth.add_argument(
+        "--tls-cert-file",
+        default=None,
+        metavar="FILE",
+        help="serve HTTPS with this PEM certificate chain; reloaded when it changes",
+    )
+    oauth.add_argument(
+        "--tls-key-file",
+        default=None,
+        metavar="FILE",
+        help="the certificate's PEM private key; reloaded when it changes",
+    )
+    oauth.add_argument(
+        "--tls-client-ca-file",
+        default=None,
+        metavar="FILE",
+        help="require client certificates signed by this CA (mutual TLS); the subject becomes the principal",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS... (the stdio server to run)")
     return parser
 
@@ -373,6 +425,9 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
         oauth_authorization_servers=tuple(args.oauth_authorization_server),
         public_url=args.public_url,
         state_secret_file=args.state_secret_file,
+        tls_cert_file=args.tls_cert_file,
+        tls_key_file=args.tls_key_file,
+        tls_client_ca_file=args.tls_client_ca_file,
     )
 
 
@@ -403,6 +458,22 @@ def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerC
         env_from_headers=env_mappings(args.env_from_header),
         max_sessions_per_principal=args.max_sessions_per_principal,
         max_batch_size=args.max_batch_size,
+        oauth=oauth_policy(args),
+    )
+
+
+def oauth_policy(args: argparse.Namespace) -> OAuthPolicy | None:
+    if not args.oauth_issuer:
+        for flag in ("jwks_url", "audience", "scope"):
+            if getattr(args, f"oauth_{flag}"):
+                raise ConfigError(f"--oauth-{flag.replace('_', '-')}", "only means something with --oauth-issuer")
+        return None
+    return OAuthPolicy(
+        issuer=args.oauth_issuer,
+        jwks_url=args.oauth_jwks_url or None,
+        audience=args.oauth_audience or None,
+        scopes=tuple(args.oauth_scope),
+        principal_claim=args.oauth_principal_claim,
     )
 
 

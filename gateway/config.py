@@ -60,6 +60,9 @@ class Settings:
     oauth_authorization_servers: tuple[str, ...] = ()
     public_url: str | None = None
     state_secret_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_client_ca_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -87,6 +90,10 @@ class Settings:
             raise ConfigError("log_format", "must be text or json")
         if self.trusted_proxies and self.principal_header is None:
             raise ConfigError("trusted_proxy", "only means something with --principal-header")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ConfigError("tls_cert_file", "--tls-cert-file and --tls-key-file go together")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ConfigError("tls_client_ca_file", "mutual TLS needs --tls-cert-file and --tls-key-file")
 
     def state_secret(self) -> bytes | None:
         """The MRTR ``requestState`` key from ``state_secret_file``; None: use a random one."""
@@ -103,6 +110,10 @@ class Settings:
     @property
     def is_demo(self) -> bool:
         return len(self.servers) == 1 and self.servers[0].spec.argv == list(demo_command())
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert_file else "http"
 
     @property
     def loopback_only(self) -> bool:

@@ -17,9 +17,11 @@ variable), ``cwd``, ``inheritEnv``, and the gateway's own: ``pool`` (``min``, ``
 ``stallTimeout``, ``livenessInterval``), ``isolation``, ``envFromHeaders``,
 ``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``, ``maxBatchSize``,
 ``maxSessionsPerPrincipal`` (legacy sessions one principal may hold on this server),
-``clientCapabilities`` (what a legacy child is told the client can do: ``sampling``,
-``elicitation``, ``roots``), ``roots`` (paths or ``file://`` URIs, or ``{"uri", "name"}``
-objects: the gateway's answer to the child's ``roots/list`` when no client can give one)
+``oauth`` (``issuer``, ``jwksUrl``, ``audience``, ``scopes``, ``principalClaim``: how its
+access tokens are checked, over the ``--oauth-*`` flags), ``clientCapabilities`` (what a
+legacy child is told the client can do: ``sampling``, ``elicitation``, ``roots``),
+``roots`` (paths or ``file://`` URIs, or ``{"uri", "name"}`` objects: the gateway's answer
+to the child's ``roots/list`` when no client can give one)
 and ``inputTimeout``. Keys not given take the command line's values. Unknown keys are
 refused, so a typo never silently does nothing; ``disabled: true`` skips a server.
 Every problem is a ``ConfigError`` naming the key path, e.g. ``mcpServers.files.pool.max``.
@@ -36,6 +38,7 @@ from typing import Any, Final
 import orjson
 
 from gateway.errors import ConfigError
+from gateway.oauth.validation import OAuthPolicy
 from gateway.router import Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
 
@@ -81,11 +84,16 @@ FLAG_KEYS: Final = {
     "--root": "roots",
     "--max-sessions-per-principal": "maxSessionsPerPrincipal",
     "--max-batch-size": "maxBatchSize",
+    "--oauth-issuer": "oauth.issuer",
+    "--oauth-jwks-url": "oauth.jwksUrl",
+    "--oauth-audience": "oauth.audience",
+    "--oauth-scope": "oauth.scopes",
+    "--oauth-principal-claim": "oauth.principalClaim",
 }
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
 _KNOWN: Final = {
     "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
-    "clientCapabilities", "roots", "disabled", "type", "maxSessionsPerPrincipal", "maxBatchSize",
+    "clientCapabilities", "roots", "disabled", "type", "maxSessionsPerPrincipal", "maxBatchSize", "oauth",
     *_SPEC_NUMBERS,
 }  # fmt: skip
 
@@ -181,7 +189,42 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
             if not isinstance(variable, str) or not variable or "=" in variable:
                 raise ConfigError(f"{where}.envFromHeaders.{header}", "must name an environment variable")
         config = replace(config, env_from_headers={h.lower(): v for h, v in mapping.items()})
+    if "oauth" in body:
+        config = replace(config, oauth=_oauth(body["oauth"], base.oauth, f"{where}.oauth"))
     return config
+
+
+_OAUTH_KEYS: Final = {
+    "issuer": "issuer",
+    "jwksUrl": "jwks_url",
+    "audience": "audience",
+    "principalClaim": "principal_claim",
+}
+
+
+def _oauth(raw: Any, base: OAuthPolicy | None, where: str) -> OAuthPolicy:
+    """A server's ``oauth`` object over the command line's ``--oauth-*`` values."""
+    body = _object(raw, where)
+    values: dict[str, Any] = {}
+    for key, value in body.items():
+        if key == "scopes":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{where}.scopes", "must be a list of strings")
+            values["scopes"] = tuple(value)
+        elif key in _OAUTH_KEYS:
+            values[_OAUTH_KEYS[key]] = _string(value, f"{where}.{key}")
+        else:
+            raise ConfigError(f"{where}.{key}", f"unknown key (known: {', '.join([*_OAUTH_KEYS, 'scopes'])})")
+    if base is None and "issuer" not in values:
+        raise ConfigError(f"{where}.issuer", "required (or --oauth-issuer on the command line)")
+    try:
+        return replace(base, **values) if base is not None else OAuthPolicy(**values)
+    except ConfigError as exc:
+        problem = exc.message.removeprefix(f"{exc.key}: ")
+        key = {"oauth_jwks_url": "jwksUrl", "oauth_principal_claim": "principalClaim", "oauth_scope": "scopes"}.get(
+            exc.key, exc.key.removeprefix("oauth_")
+        )
+        raise ConfigError(f"{where}.{key}", problem) from exc
 
 
 def parse_root(value: Any, where: str) -> dict[str, str]:

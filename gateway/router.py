@@ -34,6 +34,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
+from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.budget import ChildBudget
@@ -64,6 +65,7 @@ class ServerConfig:
     env_from_headers: Mapping[str, str] = field(default_factory=dict)  # lower-case header → env var
     max_sessions_per_principal: int = MAX_SESSIONS_PER_PRINCIPAL  # legacy sessions one principal may hold
     max_batch_size: int = MAX_BATCH_MESSAGES  # messages in one 2025-03-26 batch
+    oauth: OAuthPolicy | None = None  # access tokens checked against an issuer (gateway.oauth)
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class Router:
         self._request_handlers: list[Any] = []
         self._tg: TaskGroup | None = None
         self._stops: dict[PoolKey, anyio.Event] = {}
+        self._opening: dict[PoolKey, anyio.Event] = {}  # pools listed but not entered yet
 
     def add_listener(self, listener: Any) -> None:
         self._listeners.append(listener)
@@ -166,6 +169,9 @@ class Router:
         key = self.key_for(principal, session_id, headers)
         pool = self.pools.get(key)
         if pool is not None:
+            opening = self._opening.get(key)
+            if opening is not None:  # a concurrent first request is still starting it
+                await opening.wait()
             return pool
         env = credential_env(self.server.env_from_headers, headers)
         spec = self.server.spec
@@ -200,7 +206,7 @@ class Router:
             pool.session_id = key.scope.removeprefix("session:")
         self.pools[key] = pool
         stop = self._stops[key] = anyio.Event()
-        entered = anyio.Event()
+        entered = self._opening[key] = anyio.Event()
 
         async def run() -> None:
             try:
@@ -215,6 +221,8 @@ class Router:
 
         self._tg.start_soon(run)
         await entered.wait()
+        if self._opening.get(key) is entered:
+            del self._opening[key]
         log.info("pool opened: %s", pool.label)
         return pool
 

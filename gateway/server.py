@@ -36,6 +36,7 @@ from gateway.http.drain import Drain
 from gateway.router import Router
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.process import become_subreaper, sweep_descendants
+from gateway.tls import PeerSubjects, TlsFiles, uvicorn_options
 
 log = logging.getLogger("gateway")
 
@@ -69,17 +70,23 @@ def listen_socket(host: str, port: int) -> socket.socket:
 def endpoint_urls(settings: Settings, port: int) -> list[str]:
     """Every MCP endpoint the gateway serves, as URLs (a single server also at ``/mcp``)."""
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    base = f"http://{host}:{port}"
+    base = f"{settings.scheme}://{host}:{port}"
     urls = [f"{base}/servers/{server.name}/mcp" for server in settings.servers]
     return [f"{base}/mcp", *urls] if len(settings.servers) == 1 else urls
 
 
 def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
-    """The app for ``settings``; raises ``ConfigError`` for bad tokens or proxy addresses."""
+    """The app for ``settings``; raises ``ConfigError`` for bad tokens, proxy addresses, OAuth
+    settings or TLS files. ``app.state.tls`` and ``app.state.tls_peers`` are what ``run`` serves
+    TLS with."""
     trusted_networks(settings.trusted_proxies)  # validated now, not when the first request builds the stack
+    tls, peers = None, None
+    if settings.tls_cert_file and settings.tls_key_file:
+        tls = TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
+        peers = PeerSubjects() if settings.tls_client_ca_file else None
     children = ChildBudget(settings.max_children)  # one cap over every server's pools
     routers = [Router(server, gateway_version=__version__, children=children) for server in settings.servers]
-    return create_app(
+    app = create_app(
         routers,
         principal_header=settings.principal_header,
         trusted_proxies=settings.trusted_proxies,
@@ -97,7 +104,11 @@ def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
         metrics=settings.metrics,
         drain=drain,
         state_secret=settings.state_secret(),
+        tls_peers=peers,
     )
+    app.state.tls = tls
+    app.state.tls_peers = peers
+    return app
 
 
 class DrainingServer(uvicorn.Server):
@@ -140,9 +151,20 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         log.info("no command given: serving the built-in demo server (tools: echo, countdown, fail, crash)")
     for server in settings.servers:
         log.info("server %s: %s", server.name, " ".join(server.spec.argv))
+        if server.oauth is not None:
+            audience = server.oauth.audience or "the endpoint's public URL"
+            scopes = " ".join(server.oauth.scopes) or "none"
+            log.info("server %s: OAuth access tokens from %s (audience: %s; scopes: %s)",
+                     server.name, server.oauth.issuer, audience, scopes)  # fmt: skip
+    if not settings.tls_cert_file and not settings.loopback_only:
+        log.warning("plain HTTP on %s: bearer tokens cross the network in clear unless TLS is in front "
+                    "(or give --tls-cert-file and --tls-key-file)", settings.host)  # fmt: skip
+    if settings.tls_cert_file:
+        mutual = f"; client certificates from {settings.tls_client_ca_file}" if settings.tls_client_ca_file else ""
+        log.info("TLS: %s, reloaded when it changes%s", settings.tls_cert_file, mutual)
     port = sock.getsockname()[1]
     # uvicorn says "running on" only for sockets it binds itself; this one is bound already.
-    log.info("running on http://%s:%d (press Ctrl-C to stop)", settings.host, port)
+    log.info("running on %s://%s:%d (press Ctrl-C to stop)", settings.scheme, settings.host, port)
     urls = endpoint_urls(settings, port)
     for url in urls:
         log.info("MCP endpoint: %s", url)
@@ -150,6 +172,8 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         log.info("try: mcp-stdio-gateway call %s echo --arg message=hello", urls[0])
     app = app if app is not None else build_app(settings)
     drain: Drain = app.state.drain
+    # TLS (and, under mutual TLS, a protocol that records client certificates) when configured.
+    options = uvicorn_options(getattr(app.state, "tls", None), getattr(app.state, "tls_peers", None))
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -157,12 +181,13 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         log_level=settings.log_level,
         lifespan="on",
         # httptools, with the head size, head time and write time bounded on the socket.
-        http=GuardedHttpTools,
+        http=options.pop("http", GuardedHttpTools),
         log_config=None,  # ours (gateway.logs), so JSON logging covers uvicorn too
         # The client address is the TCP peer: X-Forwarded-For is not trusted, or a client could
         # pose as a --trusted-proxy (identity headers are checked against this address).
         proxy_headers=False,
         timeout_graceful_shutdown=5,
+        **options,
     )
     try:
         DrainingServer(config, drain, settings.drain_timeout).run(sockets=[sock])

@@ -148,9 +148,16 @@ for values in "$CHART"/values.yaml "$CHART"/values-sidecar.yaml "$CHART"/ci/*-va
         || { "$HELM" lint --strict "$CHART" -f "$values"; fail "helm lint failed with $values"; }
     "$HELM" template demo "$CHART" --namespace mcp --kube-version "${KUBE_VERSIONS[0]}" \
         -f "$values" >"$RENDERED/$name.yaml"
-    # A Secret named by existingSecret.name is managed outside the chart.
-    external=$("$VENV/bin/python" -c 'import sys, yaml; print(((yaml.safe_load(open(sys.argv[1])) or {}).get("existingSecret") or {}).get("name", ""))' "$values")
-    if [[ -n $external ]]; then externals+=(--external "$external"); fi
+    # Secrets named by existingSecret.name, tls.secretName and tls.clientCA.secretName are
+    # managed outside the chart.
+    for external in $("$VENV/bin/python" -c 'import sys, yaml
+values = yaml.safe_load(open(sys.argv[1])) or {}
+tls = values.get("tls") or {}
+for name in ((values.get("existingSecret") or {}).get("name"), tls.get("secretName"), (tls.get("clientCA") or {}).get("secretName")):
+    if name:
+        print(name)' "$values"); do
+        externals+=(--external "$external")
+    done
 done
 versions=()
 for v in "${KUBE_VERSIONS[@]}"; do versions+=(--kube-version "$v"); done

@@ -31,8 +31,9 @@ BASE_HEADERS = {"content-type": "application/json", "accept": "application/json,
 
 
 @asynccontextmanager
-async def serving(app: Any, *, http: type[asyncio.Protocol] = GuardedHttpTools) -> AsyncIterator[str]:
-    """Serve any ASGI app on a pre-bound 127.0.0.1 socket; yield its base URL.
+async def serving(app: Any, *, http: type[asyncio.Protocol] = GuardedHttpTools, **config: Any) -> AsyncIterator[str]:
+    """Serve any ASGI app on a pre-bound 127.0.0.1 socket; yield its base URL (always http://,
+    also when ``config`` holds uvicorn's TLS options).
 
     ``http``: the protocol class, the gateway's own by default (``GuardedHttpTools.configured``
     gives it other limits)."""
@@ -43,7 +44,9 @@ async def serving(app: Any, *, http: type[asyncio.Protocol] = GuardedHttpTools) 
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     port = sock.getsockname()[1]
-    uv = uvicorn.Server(uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5, http=http))
+    uv = uvicorn.Server(
+        uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5, http=http, **config)
+    )
     finished = anyio.Event()
 
     async def serve() -> None:

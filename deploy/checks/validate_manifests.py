@@ -208,23 +208,42 @@ def gateway_problems(
         if mount is None or mount.get("readOnly") or "emptyDir" not in volumes.get(mount["name"], {}):
             yield f"{path} is not a writable emptyDir (the root filesystem is read-only)"
 
-    for variable in ("MCP_GATEWAY_CONFIG", "MCP_GATEWAY_AUTH_TOKEN_FILE", "MCP_GATEWAY_STATE_SECRET_FILE"):
+    mounted = (
+        "MCP_GATEWAY_CONFIG",
+        "MCP_GATEWAY_AUTH_TOKEN_FILE",
+        "MCP_GATEWAY_STATE_SECRET_FILE",
+        "MCP_GATEWAY_TLS_CERT_FILE",
+        "MCP_GATEWAY_TLS_KEY_FILE",
+        "MCP_GATEWAY_TLS_CLIENT_CA_FILE",
+    )
+    for variable in mounted:
         if env.get(variable) and env[variable] not in files:
             yield f"{variable}={env[variable]} is not a mounted ConfigMap or Secret key"
 
     loopback = env.get("MCP_GATEWAY_HOST", "127.0.0.1").startswith("127.")
+    tls = bool(env.get("MCP_GATEWAY_TLS_CERT_FILE"))
+    mutual_tls = bool(env.get("MCP_GATEWAY_TLS_CLIENT_CA_FILE"))
+    scheme = "HTTPS" if tls else "HTTP"
     for probe_name, path in (("startupProbe", "/readyz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         probe = container.get(probe_name)
         if probe is None:
             yield f"no {probe_name}"
             continue
-        if "httpGet" in probe:
+        if mutual_tls:
+            # Clients need a certificate the kubelet does not have: only a TCP check can pass.
+            if "tcpSocket" not in probe:
+                yield f"{probe_name} cannot pass: mutual TLS is on and the probe is not a tcpSocket check"
+        elif "httpGet" in probe:
             if probe["httpGet"].get("path") != path:
                 yield f"{probe_name} GETs {probe['httpGet'].get('path')}, not {path}"
             if loopback:
                 yield f"{probe_name} is an HTTP probe but the gateway binds loopback, which the kubelet cannot reach"
+            if probe["httpGet"].get("scheme", "HTTP") != scheme:
+                yield f"{probe_name} speaks {probe['httpGet'].get('scheme', 'HTTP')} to a gateway serving {scheme}"
         elif not any(path in part for part in probe.get("exec", {}).get("command", [])):
             yield f"{probe_name} does not check {path}"
+        elif not any(f"{scheme.lower()}://" in part for part in probe["exec"]["command"]):
+            yield f"{probe_name} does not fetch {scheme.lower()}:// from a gateway serving {scheme}"
     startup = container.get("startupProbe", {})
     budget = startup.get("periodSeconds", 10) * startup.get("failureThreshold", 3)
     if budget < NPX_COLD_START_BUDGET:

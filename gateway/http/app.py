@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -38,7 +38,10 @@ from gateway.http.endpoint import BODY_TIMEOUT, MAX_BODY_BYTES, MAX_STREAM_SECON
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
 from gateway.http.observe import Observed
 from gateway.http.origin import OriginGuard
+from gateway.http.resource import METADATA_PATH, ResourceMetadata
 from gateway.metrics import GatewayMetrics
+from gateway.oauth.gate import OAuthGate
+from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol.jsonrpc import error_object
 from gateway.recent import RecentErrors
 from gateway.relay import Relay
@@ -50,6 +53,9 @@ MAX_LISTED_ENDPOINTS: Final = 20
 """Server names a 404 lists at most: a hint, not an inventory of a big config file."""
 SHOWN_PATH_CHARS: Final = 200
 """How much of an unknown path a 404 repeats back."""
+
+if TYPE_CHECKING:  # gateway.tls sees uvicorn; the app only passes the subjects on
+    from gateway.tls import PeerSubjects
 
 
 def served_endpoints(names: Sequence[str]) -> str:
@@ -102,10 +108,15 @@ def create_app(
     metrics: bool = True,
     drain: Drain | None = None,
     state_secret: bytes | None = None,
+    tls_peers: PeerSubjects | None = None,
+    oauth: OAuthGate | None = None,
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``.
 
-    ``state_secret`` signs MRTR ``requestState`` tokens (shared by replicas); None: a random one."""
+    ``state_secret`` signs MRTR ``requestState`` tokens (shared by replicas); None: a random one.
+    ``tls_peers``: client-certificate subjects (mutual TLS) that become principals. ``oauth``:
+    the token gate; by default built from each server's ``oauth`` policy (raises ``ConfigError``
+    when an audience cannot be known)."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
     endpoints: list[tuple[Router, McpEndpoint, SessionStore]] = []
     for router in routers:
@@ -196,20 +207,18 @@ def create_app(
         headers = {"content-security-policy": ui.CONTENT_SECURITY_POLICY, "cache-control": "no-store"}
         return HTMLResponse(ui.render_page(status_document()), headers=headers)
 
-    authorization_servers = list(authorization_servers)
-    metadata_url = f"{public_url.rstrip('/')}/.well-known/oauth-protected-resource" if public_url else None
+    protected: dict[str, OAuthPolicy | None] = {f"/servers/{r.server.name}/mcp": r.server.oauth for r in routers}
+    if len(routers) == 1:
+        protected["/mcp"] = routers[0].server.oauth
+    oauth = oauth if oauth is not None else OAuthGate(protected, public_url=public_url)
+    resources = ResourceMetadata(protected, public_url=public_url, authorization_servers=authorization_servers)
 
     async def protected_resource(request: Request) -> Response:
         """RFC 9728 metadata, so MCP clients can discover where to log in."""
-        base = public_url.rstrip("/") if public_url else str(request.base_url).rstrip("/")
-        resource = f"{base}/mcp" if len(endpoints) == 1 else base
-        return wire.json_response(
-            {
-                "resource": resource,
-                "authorization_servers": authorization_servers,
-                "bearer_methods_supported": ["header"],
-            }
-        )
+        document = resources.document(request.path_params.get("path", ""), request.scope)
+        if document is None:
+            return wire.error_response(404, error_object(-32600, "no MCP endpoint at this path"))
+        return wire.json_response(document)
 
     # Every method reaches the endpoint, which answers the ones MCP does not use with a
     # JSON-RPC 405 (Starlette's own would be text/plain).
@@ -229,8 +238,9 @@ def create_app(
         Route("/status", status, methods=["GET"]),
         Route("/ui", ui_page, methods=["GET"]),
     ]
-    if authorization_servers:
-        routes.append(Route("/.well-known/oauth-protected-resource", protected_resource, methods=["GET"]))
+    if resources.enabled:
+        routes.append(Route(METADATA_PATH, protected_resource, methods=["GET"]))
+        routes.append(Route(METADATA_PATH + "{path:path}", protected_resource, methods=["GET"]))
     if gateway_metrics is not None:
         registry = gateway_metrics.registry
 
@@ -255,14 +265,16 @@ def create_app(
             allowed_hosts=list(allowed_hosts),
         )
     )
-    if tokens.enabled or principal_header:
+    if tokens.enabled or principal_header or oauth.enabled or tls_peers is not None:
         middleware.append(
             Middleware(
                 AuthGuard,
                 tokens=tokens,
                 principal_header=principal_header,
                 trusted_proxies=list(trusted_proxies),
-                resource_metadata_url=metadata_url if authorization_servers else None,
+                metadata=resources,
+                oauth=oauth,
+                peers=tls_peers,
             )
         )
     middleware.append(

@@ -10,6 +10,14 @@
   so the time taken does not tell which token was close. A token's NAME becomes the
   principal; an unnamed token's principal is ``token-`` and the first 8 hex digits of its
   SHA-256 (tokens themselves are never logged).
+- **OAuth access tokens** (``--oauth-issuer``): a bearer token that is no static token is
+  checked as a JWT by ``gateway.oauth`` against the endpoint's policy (signature, ``iss``,
+  ``aud`` = the endpoint's public URL, ``exp``, scopes). A refusal is 401 ``invalid_token``
+  or 403 ``insufficient_scope`` with an RFC 6750 challenge pointing at the RFC 9728 metadata
+  (``gateway.http.resource``); 503 when the issuer's keys cannot be fetched. The token's
+  principal claim (``sub``) becomes the principal.
+- **A client certificate** (``--tls-client-ca-file``): its subject is the principal unless a
+  bearer token names one (``gateway.tls.PeerSubjects``).
 - **A trusted identity header** (``--principal-header X-Forwarded-User``) set by an
   authenticating reverse proxy becomes the principal — only when configured, and only from
   ``--trusted-proxy`` addresses (by default loopback: a proxy in the same pod or host); from
@@ -30,21 +38,35 @@ import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import ConfigError
+from gateway.errors import CODE_UNAVAILABLE, ConfigError
+from gateway.http.resource import METADATA_PATH, ResourceMetadata
 from gateway.http.wire import error_response
+from gateway.oauth.gate import OAuthGate, Unavailable
+from gateway.oauth.validation import Refused, challenge, invalid
 from gateway.protocol.jsonrpc import error_object
+
+if TYPE_CHECKING:  # gateway.tls sees uvicorn; the HTTP edge only asks it for subjects
+    from gateway.tls import PeerSubjects
 
 log = logging.getLogger("gateway.auth")
 
 RELOAD_INTERVAL: Final = 1.0
 """Seconds between checks of the token file's modification time."""
 LOOPBACK_NETWORKS: Final = ("127.0.0.0/8", "::1/128")
-OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics", "/.well-known/oauth-protected-resource"})
+OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics", METADATA_PATH})
+REALM: Final = "mcp-stdio-gateway"
+RETRY_AFTER: Final = 5
+"""Seconds a client is told to wait when the issuer's keys cannot be fetched (``keys.RETRY_INTERVAL``)."""
+
+
+def is_open(path: str) -> bool:
+    """Probes, metrics and the protected-resource metadata need no token."""
+    return path in OPEN_PATHS or path.startswith(METADATA_PATH + "/")
 
 
 @dataclass(frozen=True)
@@ -136,7 +158,9 @@ class AuthGuard:
         tokens: TokenStore,
         principal_header: str | None = None,
         trusted_proxies: Iterable[str] = (),
-        resource_metadata_url: str | None = None,
+        metadata: ResourceMetadata | None = None,
+        oauth: OAuthGate | None = None,
+        peers: PeerSubjects | None = None,
     ) -> None:
         self.app = app
         self.tokens = tokens
@@ -144,10 +168,9 @@ class AuthGuard:
         # Without --trusted-proxy only a proxy on this host (loopback, the sidecar case) is
         # believed: anyone else could simply send the header themselves.
         self.trusted = trusted_networks(trusted_proxies) or trusted_networks(LOOPBACK_NETWORKS)
-        challenge = 'Bearer realm="mcp-stdio-gateway"'
-        if resource_metadata_url:
-            challenge += f', resource_metadata="{resource_metadata_url}"'
-        self.challenge = challenge
+        self.metadata = metadata if metadata is not None and metadata.enabled else None
+        self.oauth = oauth if oauth is not None and oauth.enabled else None
+        self.peers = peers
 
     def _from_trusted_proxy(self, scope: Scope) -> bool:
         client = scope.get("client")
@@ -160,10 +183,9 @@ class AuthGuard:
         return any(address in network for network in self.trusted)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["method"] == "OPTIONS":
+        if scope["type"] != "http" or scope["method"] == "OPTIONS" or is_open(scope["path"]):
             await self.app(scope, receive, send)
             return
-        principal: str | None = None
         authorization = b""
         identity = b""
         for name, value in scope["headers"]:
@@ -171,18 +193,48 @@ class AuthGuard:
                 authorization = value
             elif self.principal_header is not None and name == self.principal_header:
                 identity = value
-        if self.tokens.enabled:
+        path = scope["path"]
+        oauth = self.oauth if self.oauth is not None and self.oauth.protects(path) else None
+        # A client certificate's subject (mutual TLS) is the principal unless a token names one.
+        principal: str | None = self.peers.subject_for(scope.get("client")) if self.peers is not None else None
+        if self.tokens.enabled or oauth is not None:
             scheme, _, presented = authorization.partition(b" ")
-            if scheme.lower() == b"bearer" and presented.strip():
-                principal = self.tokens.principal_for(presented.strip(), anyio.current_time())
-            if principal is None:
+            presented = presented.strip()
+            if scheme.lower() != b"bearer" or not presented:
                 why = "missing bearer token" if not authorization else "invalid bearer token"
-                response = error_response(
-                    401, error_object(-32600, f"unauthorized: {why}"), headers={"www-authenticate": self.challenge}
-                )
-                await response(scope, receive, send)
+                await self._refuse(scope, receive, send, Refused(401, "", why) if authorization else None, why)
                 return
+            found = self.tokens.principal_for(presented, anyio.current_time()) if self.tokens.enabled else None
+            if found is None and oauth is not None:
+                try:
+                    verdict = await oauth.check(presented.decode("latin-1"), path)
+                except Unavailable as exc:
+                    response = error_response(503, error_object(CODE_UNAVAILABLE, str(exc)), retry_after=RETRY_AFTER)
+                    await response(scope, receive, send)
+                    return
+                if isinstance(verdict, Refused):
+                    await self._refuse(scope, receive, send, verdict, verdict.description)
+                    return
+                found = verdict.principal
+            if found is None:
+                why = "invalid bearer token"
+                await self._refuse(scope, receive, send, invalid(why), why)
+                return
+            principal = found
         if identity and self._from_trusted_proxy(scope):
             principal = identity.decode("latin-1").strip() or principal
         scope["gateway.principal"] = principal
         await self.app(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, refused: Refused | None, why: str) -> None:
+        """401 (or 403 for a missing scope) with the RFC 6750 / RFC 9728 challenge."""
+        path = scope["path"]
+        metadata = self.metadata.url_for(path, scope) if self.metadata is not None else None
+        scopes = self.oauth.scopes(path) if self.oauth is not None else ()
+        # No credentials at all: no RFC 6750 error code (§3.1).
+        coded = refused if refused is not None and refused.error else None
+        value = challenge(resource_metadata=metadata, refused=coded, scopes=scopes, realm=REALM)
+        status = refused.status if refused is not None else 401
+        message = f"forbidden: {why}" if status == 403 else f"unauthorized: {why}"
+        response = error_response(status, error_object(-32600, message), headers={"www-authenticate": value})
+        await response(scope, receive, send)

@@ -63,6 +63,15 @@ app.kubernetes.io/component: mcp-gateway
 {{- else }}true{{ end }}
 {{- end }}
 
+{{- define "mcp-stdio-gateway.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "mcp-stdio-gateway.fullname" .)) .Values.tls.secretName }}
+{{- end }}
+
+{{/* True (non-empty) when clients must present certificates (probes cannot speak HTTP then). */}}
+{{- define "mcp-stdio-gateway.mutualTls" -}}
+{{- if and .Values.tls.enabled .Values.tls.clientCA.secretName }}true{{ end }}
+{{- end }}
+
 {{- define "mcp-stdio-gateway.terminationGracePeriodSeconds" -}}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
 {{- add (int .Values.preStopSleepSeconds) (int (ceil .Values.gateway.drainTimeout)) 10 }}
@@ -79,16 +88,28 @@ Python fetching 127.0.0.1, for a gateway bound to loopback. Call with (list . PA
 {{- $root := index . 0 }}
 {{- $path := index . 1 }}
 {{- $settings := index . 2 }}
-{{- if eq $root.Values.probes.type "exec" }}
+{{- $tls := $root.Values.tls.enabled }}
+{{- if include "mcp-stdio-gateway.mutualTls" $root }}
+{{- /* Mutual TLS: nothing in the pod holds a client certificate, so only the port is checked. */}}
+tcpSocket:
+  port: http
+{{- else if eq $root.Values.probes.type "exec" }}
 exec:
   command:
     - python
     - -c
+    {{- if $tls }}
+    - {{ printf "import ssl, urllib.request; urllib.request.urlopen('https://127.0.0.1:%d%s', timeout=%d, context=ssl._create_unverified_context())" (int $root.Values.gateway.port) $path (int $settings.timeoutSeconds) | quote }}
+    {{- else }}
     - {{ printf "import urllib.request; urllib.request.urlopen('http://127.0.0.1:%d%s', timeout=%d)" (int $root.Values.gateway.port) $path (int $settings.timeoutSeconds) | quote }}
+    {{- end }}
 {{- else }}
 httpGet:
   path: {{ $path }}
   port: http
+  {{- if $tls }}
+  scheme: HTTPS
+  {{- end }}
 {{- end }}
 {{- toYaml $settings | nindent 0 }}
 {{- end }}
@@ -193,6 +214,40 @@ env:
   - name: MCP_GATEWAY_STATE_SECRET_FILE
     value: /etc/mcp-gateway/secrets/state-secret
   {{- end }}
+  {{- if $g.publicUrl }}
+  - name: MCP_GATEWAY_PUBLIC_URL
+    value: {{ $g.publicUrl | quote }}
+  {{- end }}
+  {{- if .Values.tls.enabled }}
+  - name: MCP_GATEWAY_TLS_CERT_FILE
+    value: /etc/mcp-gateway/tls/tls.crt
+  - name: MCP_GATEWAY_TLS_KEY_FILE
+    value: /etc/mcp-gateway/tls/tls.key
+  {{- if include "mcp-stdio-gateway.mutualTls" . }}
+  - name: MCP_GATEWAY_TLS_CLIENT_CA_FILE
+    value: /etc/mcp-gateway/client-ca/ca.crt
+  {{- end }}
+  {{- end }}
+  {{- with .Values.oauth }}
+  {{- if .issuer }}
+  - name: MCP_GATEWAY_OAUTH_ISSUER
+    value: {{ .issuer | quote }}
+  {{- if .jwksUrl }}
+  - name: MCP_GATEWAY_OAUTH_JWKS_URL
+    value: {{ .jwksUrl | quote }}
+  {{- end }}
+  {{- if .audience }}
+  - name: MCP_GATEWAY_OAUTH_AUDIENCE
+    value: {{ .audience | quote }}
+  {{- end }}
+  {{- if .scopes }}
+  - name: MCP_GATEWAY_OAUTH_SCOPE
+    value: {{ join "," .scopes | quote }}
+  {{- end }}
+  - name: MCP_GATEWAY_OAUTH_PRINCIPAL_CLAIM
+    value: {{ .principalClaim | quote }}
+  {{- end }}
+  {{- end }}
   {{- with $g.env }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -231,6 +286,17 @@ volumeMounts:
     mountPath: /etc/mcp-gateway/secrets
     readOnly: true
   {{- end }}
+  {{- /* Whole directories, never subPath: a subPath mount would not see the Secret's updates. */}}
+  {{- if .Values.tls.enabled }}
+  - name: tls
+    mountPath: /etc/mcp-gateway/tls
+    readOnly: true
+  {{- end }}
+  {{- if include "mcp-stdio-gateway.mutualTls" . }}
+  - name: client-ca
+    mountPath: /etc/mcp-gateway/client-ca
+    readOnly: true
+  {{- end }}
   {{- with .Values.extraVolumeMounts }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -264,6 +330,26 @@ volumeMounts:
       - key: {{ $external.name | empty | ternary "state-secret" $external.stateSecretKey }}
         path: state-secret
       {{- end }}
+{{- end }}
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ include "mcp-stdio-gateway.tlsSecretName" . }}
+    defaultMode: 0440
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- end }}
+{{- if include "mcp-stdio-gateway.mutualTls" . }}
+- name: client-ca
+  secret:
+    secretName: {{ .Values.tls.clientCA.secretName }}
+    defaultMode: 0440
+    items:
+      - key: {{ .Values.tls.clientCA.key }}
+        path: ca.crt
 {{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
