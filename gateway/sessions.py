@@ -7,7 +7,8 @@ and it tracks its requests in flight so that a POSTed ``notifications/cancelled`
 (``track_ask``: a gateway id ``g-N``, never reused in the session) until the client POSTs
 the response (``answer_ask``), which then goes to the child under the child's own id.
 Session ids are 192 random bits in URL-safe base64: globally unique, unguessable, and
-visible ASCII as the transport requires (L-TR §Session Management).
+visible ASCII as the transport requires (L-TR §Session Management); with owner routing
+they also name the instance that holds them (``mint_id``, ``gateway.protocol.owner``).
 Idle sessions expire (``SESSION_IDLE_TIMEOUT``); an expired or deleted id gets 404.
 """
 
@@ -127,8 +128,10 @@ class SessionStore:
         idle_timeout: float = SESSION_IDLE_TIMEOUT,
         max_sessions: int = MAX_SESSIONS,
         on_end: Callable[[str], None] | None = None,
+        mint_id: Callable[[], str] | None = None,
     ) -> None:
         self._sessions: dict[str, LegacySession] = {}
+        self._mint_id = mint_id or _random_id
         self._on_end = on_end
         self._idle_timeout = idle_timeout
         self._max_sessions = max_sessions
@@ -144,7 +147,7 @@ class SessionStore:
         if len(self._sessions) >= self._max_sessions:
             oldest = min(self._sessions.values(), key=lambda s: s.last_seen)
             self.end(oldest.id)
-        session = LegacySession(secrets.token_urlsafe(24), version, capabilities, client_info, now, principal)
+        session = LegacySession(self._mint_id(), version, capabilities, client_info, now, principal)
         self._sessions[session.id] = session
         return session
 
@@ -191,3 +194,7 @@ class SessionStore:
     def end_all(self) -> None:
         for session_id in list(self._sessions):
             self.end(session_id)
+
+
+def _random_id() -> str:
+    return secrets.token_urlsafe(24)

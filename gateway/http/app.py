@@ -33,6 +33,7 @@ from gateway.http.auth import AuthGuard, TokenStore
 from gateway.http.cors import Cors
 from gateway.http.drain import Drain, DrainGuard
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS, McpEndpoint
+from gateway.http.forward import OwnerRouting, RouteToOwner, accepting_forwards
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
 from gateway.http.observe import Observed
 from gateway.http.origin import OriginGuard
@@ -93,16 +94,23 @@ def create_app(
     metrics: bool = True,
     drain: Drain | None = None,
     state_secret: bytes | None = None,
+    owner_routing: OwnerRouting | None = None,
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``.
 
-    ``state_secret`` signs MRTR ``requestState`` tokens (shared by replicas); None: a random one."""
+    ``state_secret`` signs MRTR ``requestState`` tokens (shared by replicas); None: a random one.
+    ``owner_routing``: sessions and parked calls name this instance, and requests for another
+    instance's are forwarded to it (``gateway.http.forward``); its secret signs the tokens."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
     endpoints: list[tuple[Router, McpEndpoint, SessionStore]] = []
+    routing = owner_routing
+    if routing is not None:
+        state_secret = routing.state_secret
     for router in routers:
-        sessions = SessionStore(on_end=router.end_session)
+        sessions = SessionStore(on_end=router.end_session, mint_id=routing.mint_session_id if routing else None)
+        suspensions = Suspensions(router.server.name, state_secret, owner=routing.me.key if routing else "")
         endpoint = McpEndpoint(
-            Relay(router, gateway_version=__version__, suspensions=Suspensions(router.server.name, state_secret)),
+            Relay(router, gateway_version=__version__, suspensions=suspensions),
             sessions,
             max_body_bytes=max_body_bytes,
             max_stream_seconds=max_stream_seconds,
@@ -118,6 +126,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             stack.enter_context(recent_errors.attached())
+            if routing is not None:
+                await stack.enter_async_context(routing)  # closes the forwarding client last
             # Routers first: their task groups must close after (outside) the one below.
             for router, _, _ in endpoints:
                 await stack.enter_async_context(router)
@@ -164,6 +174,7 @@ def create_app(
             servers.append(server)
         return {
             "version": __version__,
+            **({"instance": routing.describe()} if routing is not None else {}),
             "sessions": sum(len(sessions) for _, _, sessions in endpoints),
             "servers": servers,
             "recent_errors": recent_errors.snapshot(),
@@ -196,7 +207,10 @@ def create_app(
     def mcp_app(router: Router, endpoint: McpEndpoint) -> ASGIApp:
         # Every HTTP method reaches the endpoint, which answers those MCP does not use with a
         # JSON-RPC 405 (Starlette's own would be text/plain).
-        inner = DrainGuard(request_response(endpoint.__call__), drain=drain)  # type: ignore[arg-type]
+        inner: ASGIApp = request_response(endpoint.__call__)  # type: ignore[arg-type]
+        if routing is not None:
+            inner = RouteToOwner(inner, routing=routing)
+        inner = DrainGuard(inner, drain=drain)
         return Observed(inner, server=router.server.name, metrics=gateway_metrics)
 
     routes = [Route(f"/servers/{r.server.name}/mcp", mcp_app(r, e), methods=None) for r, e, _ in endpoints]
@@ -245,6 +259,8 @@ def create_app(
     middleware.append(
         Middleware(PrincipalLimits, max_requests=max_requests_per_principal, max_streams=max_streams_per_principal)
     )
+    if routing is not None:
+        middleware = accepting_forwards(middleware, routing)
     app = Starlette(
         routes=routes,
         middleware=middleware,
