@@ -24,6 +24,8 @@ DEFAULT_PORT: Final = 8000
 DRAIN_TIMEOUT: Final = 20.0
 """Seconds in-flight requests get to finish after SIGTERM before they are cancelled."""
 LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
+MAX_WORKERS: Final = 64
+"""``--workers`` at most: one per core is the point, and each worker runs its own children."""
 
 
 def demo_command() -> tuple[str, ...]:
@@ -59,6 +61,8 @@ class Settings:
     oauth_authorization_servers: tuple[str, ...] = ()
     public_url: str | None = None
     state_secret_file: str | None = None
+    advertise_url: str | None = None
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -81,6 +85,27 @@ class Settings:
             raise ConfigError("log_format", "must be text or json")
         if self.trusted_proxies and self.principal_header is None:
             raise ConfigError("trusted_proxy", "only means something with --principal-header")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ConfigError("workers", f"must be between 1 and {MAX_WORKERS}")
+        if self.advertise_url is not None:
+            self._check_advertise_url(self.advertise_url)
+
+    def _check_advertise_url(self, url: str) -> None:
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in ("http", "https") or not rest.strip("/") or "/" in rest.rstrip("/"):
+            raise ConfigError("advertise_url", f"{url!r} is not a base URL like http://10.0.0.7:8000")
+        if self.workers > 1:
+            raise ConfigError(
+                "advertise_url",
+                "give --advertise-url (one instance per address) or --workers (each worker "
+                "advertises its own loopback port), not both",
+            )
+        if self.state_secret_file is None:
+            raise ConfigError(
+                "advertise_url",
+                "needs --state-secret-file: the instances verify each other's session ids, "
+                "tokens and forwarded requests with that shared secret",
+            )
 
     def state_secret(self) -> bytes | None:
         """The MRTR ``requestState`` key from ``state_secret_file``; None: use a random one."""

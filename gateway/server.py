@@ -31,6 +31,7 @@ from gateway.errors import ConfigError
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore, trusted_networks
 from gateway.http.drain import Drain
+from gateway.http.forward import OwnerRouting
 from gateway.router import Router
 from gateway.stdio.process import become_subreaper
 
@@ -71,9 +72,14 @@ def endpoint_urls(settings: Settings, port: int) -> list[str]:
     return [f"{base}/mcp", *urls] if len(settings.servers) == 1 else urls
 
 
-def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
-    """The app for ``settings``; raises ``ConfigError`` for bad tokens or proxy addresses."""
+def build_app(settings: Settings, drain: Drain | None = None, owner_routing: OwnerRouting | None = None) -> Starlette:
+    """The app for ``settings``; raises ``ConfigError`` for bad tokens or proxy addresses.
+    With ``--advertise-url`` (or ``owner_routing``, for a worker) it routes to owners."""
     trusted_networks(settings.trusted_proxies)  # validated now, not when the first request builds the stack
+    if owner_routing is None and settings.advertise_url is not None:
+        secret = settings.state_secret()
+        assert secret is not None  # Settings requires --state-secret-file with --advertise-url
+        owner_routing = OwnerRouting(settings.advertise_url, secret, max_body_bytes=settings.max_body_bytes)
     routers = [Router(server, gateway_version=__version__) for server in settings.servers]
     return create_app(
         routers,
@@ -93,6 +99,7 @@ def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
         metrics=settings.metrics,
         drain=drain,
         state_secret=settings.state_secret(),
+        owner_routing=owner_routing,
     )
 
 
@@ -144,7 +151,24 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         log.info("MCP endpoint: %s", url)
     if settings.is_demo:
         log.info("try: mcp-stdio-gateway call %s echo --arg message=hello", urls[0])
-    app = app if app is not None else build_app(settings)
+    if settings.workers > 1:
+        from gateway import workers  # imported late: only --workers needs multiprocessing
+
+        try:
+            return workers.supervise(settings, sock)
+        finally:
+            sock.close()
+            listener.stop()
+    try:
+        serve(settings, app if app is not None else build_app(settings), [sock])
+    finally:
+        sock.close()
+        listener.stop()
+    return 0
+
+
+def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> None:
+    """uvicorn on ``sockets`` (bound already) until a signal has drained it."""
     drain: Drain = app.state.drain
     config = uvicorn.Config(
         app,
@@ -158,9 +182,4 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         proxy_headers=False,
         timeout_graceful_shutdown=5,
     )
-    try:
-        DrainingServer(config, drain, settings.drain_timeout).run(sockets=[sock])
-    finally:
-        sock.close()
-        listener.stop()
-    return 0
+    DrainingServer(config, drain, settings.drain_timeout).run(sockets=sockets)
