@@ -18,7 +18,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Final
 
 import anyio
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -149,6 +149,13 @@ def create_app(
     drain = drain or Drain()
     stores = {router.server.name: sessions for router, _, sessions in endpoints}
     gateway_metrics = GatewayMetrics(routers, stores.__getitem__) if metrics else None
+    if gateway_metrics is not None and routing is not None:  # which replica or worker a scrape reached
+        Gauge(
+            "mcp_gateway_instance",
+            "This instance (1): its advertise URL, boot id and, under --workers, which worker",
+            ["advertise_url", "boot", "worker"],
+            registry=gateway_metrics.registry,
+        ).labels(routing.me.url, routing.me.boot, routing.label or "").set(1)
 
     async def end_sessions_when_cancelled() -> None:
         await drain.cancel.wait()

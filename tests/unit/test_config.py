@@ -201,3 +201,27 @@ def test_bad_settings_exit_2_with_a_message_before_anything_starts(
 
     assert main(argv) == 2
     assert capsys.readouterr().err.startswith("mcp-stdio-gateway: ")
+
+
+def test_advertise_url_needs_the_shared_secret_and_excludes_workers(tmp_path: Path) -> None:
+    from gateway.config import Settings
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"x" * 32)
+    with pytest.raises(ConfigError, match="needs --state-secret-file"):
+        Settings(advertise_url="http://10.0.0.7:8000")
+    with pytest.raises(ConfigError, match="not both"):
+        Settings(advertise_url="http://10.0.0.7:8000", workers=2, state_secret_file=str(secret))
+    for bad in ("10.0.0.7:8000", "ftp://x", "http://", "http://x/mcp"):
+        with pytest.raises(ConfigError, match="not a base URL"):
+            Settings(advertise_url=bad, state_secret_file=str(secret))
+    assert Settings(advertise_url="http://10.0.0.7:8000/", state_secret_file=str(secret)).workers == 1
+
+
+def test_workers_are_bounded() -> None:
+    from gateway.config import MAX_WORKERS, Settings
+
+    with pytest.raises(ConfigError, match="workers"):
+        Settings(workers=0)
+    with pytest.raises(ConfigError, match="workers"):
+        Settings(workers=MAX_WORKERS + 1)
