@@ -87,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--advertise-url",
         default=None,
         metavar="URL",
-        help="this instance's base URL as the other replicas reach it (in Kubernetes, the pod IP): "
+        help="this instance's base URL as the other replicas reach it (in Kubernetes, the pod IP; "
+        "'auto': http://ADDRESS:PORT from this host's name, as in Docker): "
         "legacy sessions and parked MRTR calls name it, and a replica that gets a request for them "
         "forwards it here (needs --state-secret-file, shared by all replicas)",
     )

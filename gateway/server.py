@@ -76,10 +76,11 @@ def build_app(settings: Settings, drain: Drain | None = None, owner_routing: Own
     """The app for ``settings``; raises ``ConfigError`` for bad tokens or proxy addresses.
     With ``--advertise-url`` (or ``owner_routing``, for a worker) it routes to owners."""
     trusted_networks(settings.trusted_proxies)  # validated now, not when the first request builds the stack
-    if owner_routing is None and settings.advertise_url is not None:
+    advertise_url = settings.own_advertise_url()
+    if owner_routing is None and advertise_url is not None:
         secret = settings.state_secret()
         assert secret is not None  # Settings requires --state-secret-file with --advertise-url
-        owner_routing = OwnerRouting(settings.advertise_url, secret, max_body_bytes=settings.max_body_bytes)
+        owner_routing = OwnerRouting(advertise_url, secret, max_body_bytes=settings.max_body_bytes)
     routers = [Router(server, gateway_version=__version__) for server in settings.servers]
     return create_app(
         routers,
@@ -151,6 +152,8 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         log.info("MCP endpoint: %s", url)
     if settings.is_demo:
         log.info("try: mcp-stdio-gateway call %s echo --arg message=hello", urls[0])
+    if settings.advertise_url is not None:
+        log.info("owner routing: other instances reach this one at %s", settings.own_advertise_url())
     if settings.workers > 1:
         from gateway import workers  # imported late: only --workers needs multiprocessing
 

@@ -225,3 +225,20 @@ def test_workers_are_bounded() -> None:
         Settings(workers=0)
     with pytest.raises(ConfigError, match="workers"):
         Settings(workers=MAX_WORKERS + 1)
+
+
+def test_advertise_url_auto_is_this_hosts_address_and_refuses_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from gateway.config import Settings
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"x" * 32)
+    settings = Settings(advertise_url="auto", state_secret_file=str(secret), port=8000)
+    monkeypatch.setattr(socket, "gethostbyname", lambda name: "10.1.2.3")
+    assert settings.own_advertise_url() == "http://10.1.2.3:8000"
+    monkeypatch.setattr(socket, "gethostbyname", lambda name: "127.0.1.1")
+    with pytest.raises(ConfigError, match="cannot reach; give a URL"):
+        settings.own_advertise_url()
