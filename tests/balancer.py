@@ -1,5 +1,6 @@
-"""A round-robin HTTP balancer for tests: each request goes to the next backend in turn, as a
-plain Kubernetes Service or a reverse proxy without affinity would send it.
+"""A round-robin HTTP balancer for tests (each request goes to the next backend in turn, as a
+plain Kubernetes Service or a reverse proxy without affinity would send it), and ``cluster``:
+gateway instances with owner routing, on port-0 loopback sockets, behind one.
 
 Responses (SSE included) stream back as they come; a client disconnect closes the upstream
 request. Every request is recorded (backend index, method, status) so a test can assert
@@ -8,12 +9,22 @@ that requests really went round and that none was answered 404.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import httpx
 
+from gateway.http.app import create_app
+from gateway.http.endpoint import MAX_BODY_BYTES
+from gateway.http.forward import OwnerRouting
+from gateway.router import Router, ServerConfig
+from gateway.stdio.spec import ChildSpec
+from tests.gateway_server import loopback_socket, serving
+
+SECRET = b"the replicas' shared secret, 32+"
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "host", "content-length", "date", "server"})
 
 
@@ -89,3 +100,27 @@ class RoundRobin:
         finally:
             with anyio.CancelScope(shield=True):
                 await upstream.aclose()
+
+
+@dataclass
+class Cluster:
+    url: str  # the balancer's MCP endpoint
+    balancer: RoundRobin
+    instances: list[str]  # each instance's base URL (its advertise URL)
+    routings: list[OwnerRouting]
+    apps: list[Any]
+
+
+@asynccontextmanager
+async def cluster(spec: ChildSpec, size: int = 3) -> AsyncIterator[Cluster]:
+    """``size`` instances on port-0 loopback sockets, and a round-robin balancer in front."""
+    sockets = [loopback_socket() for _ in range(size)]
+    bases = [f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]
+    routings = [OwnerRouting(base, SECRET, max_body_bytes=MAX_BODY_BYTES) for base in bases]
+    apps = [create_app(Router(ServerConfig("test", spec)), owner_routing=routing) for routing in routings]
+    async with AsyncExitStack() as stack:
+        for sock, app in zip(sockets, apps, strict=True):
+            await stack.enter_async_context(serving(app, sock))
+        balancer = RoundRobin(bases)
+        front = await stack.enter_async_context(serving(balancer))
+        yield Cluster(f"{front}/mcp", balancer, bases, routings, apps)

@@ -9,9 +9,7 @@ reach an instance that does not hold the session or the parked call: the owner r
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
@@ -25,40 +23,14 @@ from gateway.http.endpoint import MAX_BODY_BYTES
 from gateway.http.forward import OwnerRouting
 from gateway.protocol import owner as owners
 from gateway.router import Router, ServerConfig
-from gateway.stdio.spec import ChildSpec
-from tests.balancer import RoundRobin
+from tests.balancer import SECRET, cluster
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, legacy_initialize, loopback_socket, serving
 
 pytestmark = pytest.mark.anyio
 
-SECRET = b"the replicas' shared secret, 32+"
 WAIT = 60.0
 CALLS = 50
-
-
-@dataclass
-class Cluster:
-    url: str  # the balancer's MCP endpoint
-    balancer: RoundRobin
-    instances: list[str]  # each instance's base URL (its advertise URL)
-    routings: list[OwnerRouting]
-    apps: list[Any]
-
-
-@asynccontextmanager
-async def cluster(spec: ChildSpec, size: int = 3) -> AsyncIterator[Cluster]:
-    """``size`` instances on port-0 loopback sockets, and a round-robin balancer in front."""
-    sockets = [loopback_socket() for _ in range(size)]
-    bases = [f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]
-    routings = [OwnerRouting(base, SECRET, max_body_bytes=MAX_BODY_BYTES) for base in bases]
-    apps = [create_app(Router(ServerConfig("test", spec)), owner_routing=routing) for routing in routings]
-    async with AsyncExitStack() as stack:
-        for sock, app in zip(sockets, apps, strict=True):
-            await stack.enter_async_context(serving(app, sock))
-        balancer = RoundRobin(bases)
-        front = await stack.enter_async_context(serving(balancer))
-        yield Cluster(f"{front}/mcp", balancer, bases, routings, apps)
 
 
 async def open_session(http: httpx.AsyncClient, url: str) -> dict[str, str]:
