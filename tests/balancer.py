@@ -109,18 +109,31 @@ class Cluster:
     instances: list[str]  # each instance's base URL (its advertise URL)
     routings: list[OwnerRouting]
     apps: list[Any]
+    seen: list[dict[str, str]] = field(default_factory=list)  # every request's headers, as the instances got them
 
 
 @asynccontextmanager
-async def cluster(spec: ChildSpec, size: int = 3) -> AsyncIterator[Cluster]:
+async def cluster(spec: ChildSpec, size: int = 3, **app_options: Any) -> AsyncIterator[Cluster]:
     """``size`` instances on port-0 loopback sockets, and a round-robin balancer in front."""
     sockets = [loopback_socket() for _ in range(size)]
     bases = [f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]
     routings = [OwnerRouting(base, SECRET, max_body_bytes=MAX_BODY_BYTES) for base in bases]
-    apps = [create_app(Router(ServerConfig("test", spec)), owner_routing=routing) for routing in routings]
+    apps = [
+        create_app(Router(ServerConfig("test", spec)), owner_routing=routing, **app_options) for routing in routings
+    ]
     async with AsyncExitStack() as stack:
+        seen: list[dict[str, str]] = []
         for sock, app in zip(sockets, apps, strict=True):
-            await stack.enter_async_context(serving(app, sock))
+            await stack.enter_async_context(serving(_recording(app, seen), sock))
         balancer = RoundRobin(bases)
         front = await stack.enter_async_context(serving(balancer))
-        yield Cluster(f"{front}/mcp", balancer, bases, routings, apps)
+        yield Cluster(f"{front}/mcp", balancer, bases, routings, apps, seen)
+
+
+def _recording(app: Any, seen: list[dict[str, str]]) -> Any:
+    async def recorded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            seen.append({k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]})
+        await app(scope, receive, send)
+
+    return recorded

@@ -216,7 +216,7 @@ def create_app(
         # JSON-RPC 405 (Starlette's own would be text/plain).
         inner: ASGIApp = request_response(endpoint.__call__)  # type: ignore[arg-type]
         if routing is not None:
-            inner = RouteToOwner(inner, routing=routing)
+            inner = RouteToOwner(inner, routing=routing, env_headers=router.server.env_from_headers)
         inner = DrainGuard(inner, drain=drain)
         return Observed(inner, server=router.server.name, metrics=gateway_metrics)
 

@@ -19,8 +19,9 @@ A legacy session and an MRTR call parked on a legacy child live in one process. 
   path, principal, target owner, body digest and a timestamp within ``FORWARD_MAX_SKEW``).
   Then the principal the forward names is the request's principal, and the edge checks
   the entry instance already made (Origin, authentication, per-principal limits) are not
-  repeated (``unless_forwarded``). A bad signature → 403. The client's credentials
-  (``Authorization``, cookies) are never forwarded.
+  repeated (``UnlessForwarded``). A bad signature → 403. The client's credentials
+  (``Authorization``, cookies) are never forwarded, unless the server maps that header to
+  its children's environment (``envFromHeaders``).
 
 Nothing here runs without ``--advertise-url``: the single-instance path is unchanged.
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Final
 
@@ -124,10 +125,12 @@ class OwnerRouting:
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
+    """The last value of header ``name`` (as ``wire.header_map``, which the endpoint reads)."""
+    found = None
     for key, value in scope["headers"]:
         if key == name:
-            return str(value.decode("latin-1"))
-    return None
+            found = value
+    return None if found is None else str(found.decode("latin-1"))
 
 
 def _target(scope: Scope) -> str:
@@ -230,9 +233,12 @@ Answer = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class RouteToOwner:
-    def __init__(self, app: ASGIApp, *, routing: OwnerRouting) -> None:
+    def __init__(self, app: ASGIApp, *, routing: OwnerRouting, env_headers: Iterable[str] = ()) -> None:
         self.app = app
         self.routing = routing
+        # Headers the server maps to its children's environment travel even when they would
+        # not (Authorization): the owner's children need them as much as ours would.
+        self.not_forwarded = NOT_FORWARDED - {header.lower() for header in env_headers}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         session_id = _header(scope, SESSION_HEADER)
@@ -304,7 +310,7 @@ class RouteToOwner:
         path = _target(scope)
         principal = scope.get("gateway.principal")
         principal = principal if isinstance(principal, str) else None
-        headers = [(k, v) for k, v in scope["headers"] if k.decode("latin-1") not in NOT_FORWARDED]
+        headers = [(k, v) for k, v in scope["headers"] if k.decode("latin-1") not in self.not_forwarded]
         signature = owners.sign_forward(
             self.routing.forward_key,
             now=int(time.time()),

@@ -19,6 +19,7 @@ from mcp import Client
 from mcp import types as sdk
 
 from gateway.http.app import create_app
+from gateway.http.auth import TokenStore
 from gateway.http.endpoint import MAX_BODY_BYTES
 from gateway.http.forward import OwnerRouting
 from gateway.protocol import owner as owners
@@ -254,3 +255,27 @@ def loopback_socket_at(port: int) -> Any:
     sock.bind(("127.0.0.1", port))
     sock.listen(128)
     return sock
+
+
+async def test_a_forwarded_request_carries_the_entry_instances_principal_and_never_the_token() -> None:
+    tokens = TokenStore(["alice:token-of-alice-0123456789", "bob:token-of-bob-0123456789"])
+    alice, bob = (
+        {"authorization": "Bearer token-of-alice-0123456789"},
+        {"authorization": "Bearer token-of-bob-0123456789"},
+    )
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    with anyio.fail_after(WAIT):
+        async with cluster(server_spec("--era", "legacy"), tokens=tokens) as c, httpx.AsyncClient() as http:
+            owner, entry = c.instances[0] + "/mcp", c.instances[1] + "/mcp"
+            init = await http.post(owner, headers={**BASE_HEADERS, **alice}, json=legacy_initialize())
+            session = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
+            assert (await http.post(entry, headers={**session, **alice}, json=ping)).status_code == 200
+            # Bob holding Alice's session id: forwarded as bob, so the owner does not know it.
+            assert (await http.post(entry, headers={**session, **bob}, json=ping)).status_code == 404
+            # No token: refused where it came in, never forwarded.
+            assert (await http.post(entry, headers=session, json=ping)).status_code == 401
+    forwarded = [headers for headers in c.seen if owners.FORWARD_HEADER in headers]
+    assert len(forwarded) == 2
+    assert all("authorization" not in headers for headers in forwarded)
+    principals = [owners.decode_principal(headers[owners.PRINCIPAL_HEADER]) for headers in forwarded]
+    assert principals == ["alice", "bob"]
