@@ -279,3 +279,29 @@ async def test_a_forwarded_request_carries_the_entry_instances_principal_and_nev
     assert all("authorization" not in headers for headers in forwarded)
     principals = [owners.decode_principal(headers[owners.PRINCIPAL_HEADER]) for headers in forwarded]
     assert principals == ["alice", "bob"]
+
+
+@pytest.mark.parametrize("era", ["dual", "legacy"])
+async def test_concurrent_legacy_and_modern_clients_each_get_their_own_answers_through_round_robin(era: str) -> None:
+    clients, calls = 4, 5
+    results: dict[str, list[str]] = {}
+
+    async def client_run(name: str, mode: str, url: str) -> None:
+        async with Client(url, mode=mode) as client:
+            for n in range(calls):
+                echoed = await client.call_tool("echo", {"message": f"{name}-{n}"})
+                [content] = echoed.content
+                assert isinstance(content, sdk.TextContent)
+                results.setdefault(name, []).append(content.text)
+
+    with anyio.fail_after(WAIT):
+        async with cluster(server_spec("--era", era)) as c, anyio.create_task_group() as tg:
+            for index in range(clients):
+                tg.start_soon(client_run, f"legacy{index}", "legacy", c.url)
+                tg.start_soon(client_run, f"modern{index}", "2026-07-28", c.url)
+    assert results == {
+        f"{kind}{index}": [f"{kind}{index}-{n}" for n in range(calls)]
+        for kind in ("legacy", "modern")
+        for index in range(clients)
+    }
+    assert 404 not in c.balancer.statuses()

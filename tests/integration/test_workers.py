@@ -29,7 +29,7 @@ from mcp import types as sdk
 
 from tests.balancer import RoundRobin
 from tests.conftest import TEST_SERVER
-from tests.gateway_server import BASE_HEADERS, legacy_initialize, serving
+from tests.gateway_server import BASE_HEADERS, MODERN_META, legacy_initialize, modern_headers, parse_sse, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -38,6 +38,7 @@ CALLS = 50
 WORKERS = 3
 WORKER_LINE = re.compile(r"worker (\d+) of \d+: pid (\d+)")
 ADDRESS_LINE = re.compile(r"worker (\d+) of \d+: serving, other workers reach it at (http://\S+)")
+SAMPLING = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}}
 RUNNING_LINE = re.compile(r"running on (http://\S+)")
 
 
@@ -155,6 +156,24 @@ async def test_killing_a_worker_loses_only_its_sessions_and_calls_on_the_others_
             first, second, third = (url.rstrip("/") + "/mcp" for url in gw.worker_urls())
             doomed = await open_session(http, first)  # held by worker 1
             survivor = await open_session(http, second)  # held by worker 2
+            # An MRTR call parked on worker 1: its token names worker 1.
+            ask = {
+                "jsonrpc": "2.0",
+                "id": 9,
+                "method": "tools/call",
+                "params": {
+                    "name": "ask_client",
+                    "arguments": {"requests": [SAMPLING]},
+                    "_meta": {**MODERN_META, "io.modelcontextprotocol/clientCapabilities": {"sampling": {}}},
+                },
+            }
+            parked = await http.post(first, headers=modern_headers("tools/call", "ask_client"), json=ask)
+            parked_messages = (
+                parse_sse(parked.text)
+                if parked.headers["content-type"].startswith("text/event-stream")
+                else [parked.json()]
+            )
+            state = parked_messages[-1]["result"]["requestState"]
             slow = {
                 "jsonrpc": "2.0",
                 "id": 5,
@@ -165,8 +184,14 @@ async def test_killing_a_worker_loses_only_its_sessions_and_calls_on_the_others_
                     "_meta": {"progressToken": "p"},
                 },
             }
-            # Worker 2's call, entering through worker 3, is running when worker 1 dies.
-            async with http.stream("POST", third, headers=survivor, json=slow) as running:
+            # Worker 2's call, entering through worker 3, is running when worker 1 dies; so is
+            # worker 1's session's GET stream, entering through worker 2.
+            listening = {**doomed, "accept": "text/event-stream"}
+            async with (
+                http.stream("GET", second, headers=listening) as doomed_stream,
+                http.stream("POST", third, headers=survivor, json=slow) as running,
+            ):
+                assert doomed_stream.status_code == 200
                 lines = running.aiter_lines()
                 async for line in lines:
                     if line.startswith("data:"):
@@ -179,6 +204,17 @@ async def test_killing_a_worker_loses_only_its_sessions_and_calls_on_the_others_
                 again = await open_session(http, third)  # re-initialize: works
                 assert (await http.post(second, headers=again, json=ping)).status_code == 200
                 rest = [line async for line in lines if line.startswith("data:")]
+                async for _ in doomed_stream.aiter_bytes():
+                    pass  # the owner's stream ends with the owner
+                retry = {
+                    **ask,
+                    "id": 10,
+                    "params": {**ask["params"], "inputResponses": {"k1": {}}, "requestState": state},
+                }
+                lost_call = await http.post(third, headers=modern_headers("tools/call", "ask_client"), json=retry)
+                assert lost_call.status_code == 400
+                assert lost_call.json()["error"]["data"] == {"requestState": "lost"}
+                assert lost_call.json()["id"] == 10
             assert len(rest) == 1
             assert '"slept"' in rest[0]
             assert (
