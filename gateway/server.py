@@ -139,7 +139,6 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         print(f"mcp-stdio-gateway: {exc.message}", file=sys.stderr)
         return 2
     listener = logs.configure(settings.log_level, settings.log_format)
-    become_subreaper()
     if settings.is_demo:
         log.info("no command given: serving the built-in demo server (tools: echo, countdown, fail, crash)")
     for server in settings.servers:
@@ -162,6 +161,9 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         finally:
             sock.close()
             listener.stop()
+    # Not in a --workers supervisor: it waits for its workers only, so each worker adopts its
+    # own orphans, and a dead worker's go to init (or the container's tini).
+    become_subreaper()
     try:
         serve(settings, app if app is not None else build_app(settings), [sock])
     finally:

@@ -222,3 +222,28 @@ async def test_killing_a_worker_loses_only_its_sessions_and_calls_on_the_others_
             ).status_code == 200
     assert gw.process.returncode == 0
     assert any("exited on its own" in line for line in gw.lines)
+
+
+async def test_sigterm_lets_a_call_in_flight_on_a_worker_finish_then_every_worker_exits() -> None:
+    slow = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"ms": 1500, "progress": True}, "_meta": {"progressToken": "p"}},
+    }
+    with anyio.fail_after(WAIT):
+        async with gateway_with_workers("--era", "legacy") as gw, httpx.AsyncClient(timeout=WAIT) as http:
+            url = gw.worker_urls()[0].rstrip("/") + "/mcp"
+            session = await open_session(http, url)
+            async with http.stream("POST", url, headers=session, json=slow) as running:
+                lines = running.aiter_lines()
+                async for line in lines:
+                    if line.startswith("data:"):
+                        break  # the call is running at the child
+                gw.process.send_signal(signal.SIGTERM)
+                rest = [line async for line in lines if line.startswith("data:")]
+            await gw.process.wait()
+    assert len(rest) == 1
+    assert '"slept"' in rest[0]
+    assert gw.process.returncode == 0
+    assert sum("drained: every request finished" in line for line in gw.lines) == WORKERS
