@@ -10,6 +10,7 @@ reach an instance that does not hold the session or the parked call: the owner r
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,12 +19,14 @@ import pytest
 from mcp import Client
 from mcp import types as sdk
 
+from gateway.config import Settings
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
 from gateway.http.endpoint import MAX_BODY_BYTES
 from gateway.http.forward import OwnerRouting
 from gateway.protocol import owner as owners
 from gateway.router import Router, ServerConfig
+from gateway.server import build_app
 from tests.balancer import SECRET, cluster
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, legacy_initialize, loopback_socket, serving
@@ -305,3 +308,22 @@ async def test_concurrent_legacy_and_modern_clients_each_get_their_own_answers_t
         for index in range(clients)
     }
     assert 404 not in c.balancer.statuses()
+
+
+async def test_advertise_url_from_the_settings_turns_owner_routing_on(tmp_path: Path) -> None:
+    secret = tmp_path / "state-secret"
+    secret.write_bytes(b"s" * 32)
+    spec = server_spec("--era", "legacy")
+    settings = Settings(
+        servers=(ServerConfig("test", spec),),
+        advertise_url="http://127.0.0.1:9/",
+        state_secret_file=str(secret),
+    )
+    with anyio.fail_after(WAIT):
+        async with serving(build_app(settings)) as base, httpx.AsyncClient() as http:
+            status = (await http.get(f"{base}/status")).json()
+            init = await http.post(f"{base}/mcp", headers=BASE_HEADERS, json=legacy_initialize())
+    assert status["instance"]["advertise_url"] == "http://127.0.0.1:9"
+    owner = owners.session_owner(init.headers["mcp-session-id"], owners.derive_key(b"s" * 32, "session id"))
+    assert owner.url == "http://127.0.0.1:9"
+    assert owner.boot == status["instance"]["boot"]
