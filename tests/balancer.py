@@ -25,6 +25,7 @@ from gateway.stdio.spec import ChildSpec
 from tests.gateway_server import loopback_socket, serving
 
 SECRET = b"the replicas' shared secret, 32+"
+LOOP_STALL_MARGIN = 30.0
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "host", "content-length", "date", "server"})
 
 
@@ -117,7 +118,11 @@ async def cluster(spec: ChildSpec, size: int = 3, **app_options: Any) -> AsyncIt
     """``size`` instances on port-0 loopback sockets, and a round-robin balancer in front."""
     sockets = [loopback_socket() for _ in range(size)]
     bases = [f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]
-    routings = [OwnerRouting(base, SECRET, max_body_bytes=MAX_BODY_BYTES) for base in bases]
+    # All instances share this test's event loop, which a busy machine may stall for seconds:
+    # a connect that long is not an owner gone (those refuse at once, on loopback).
+    routings = [
+        OwnerRouting(base, SECRET, max_body_bytes=MAX_BODY_BYTES, connect_timeout=LOOP_STALL_MARGIN) for base in bases
+    ]
     apps = [
         create_app(Router(ServerConfig("test", spec)), owner_routing=routing, **app_options) for routing in routings
     ]

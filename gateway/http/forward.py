@@ -41,7 +41,8 @@ import orjson
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.http.wire import error_response
+from gateway.errors import GatewayUnavailableError
+from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners
 from gateway.protocol import requeststate
 from gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, error_object
@@ -49,9 +50,12 @@ from gateway.protocol.owner import Owner, OwnerError
 
 log = logging.getLogger("gateway.forward")
 
-FORWARD_CONNECT_TIMEOUT: Final = 1.0
-"""Seconds to reach an owner: instances share a network (ms apart), so an owner that does not
-answer by then is gone, and its client learns so at once (404, then re-initialize)."""
+FORWARD_CONNECT_TIMEOUT: Final = 2.0
+"""Seconds to connect to an owner. A stopped owner refuses at once; an owner whose address
+went dark (a deleted pod) never answers, and instances share a network (ms apart), so one
+that has not accepted by then is taken as gone: its client gets 404 and re-initializes."""
+FORWARD_POOL_RETRY_AFTER: Final = 1
+"""Retry-After of the 503 when every forwarding connection (``FORWARD_MAX_CONNECTIONS``) is busy."""
 FORWARD_WRITE_TIMEOUT: Final = 30.0
 """Seconds to send one chunk of a forwarded request to a live owner."""
 FORWARD_MAX_CONNECTIONS: Final = 1024
@@ -87,7 +91,16 @@ TOKEN_MARK: Final = requeststate.PREFIX.encode("ascii")
 class OwnerRouting:
     """This instance as an owner: its identity, the keys, and the client that forwards."""
 
-    def __init__(self, advertise_url: str, secret: bytes, *, max_body_bytes: int, label: str | None = None) -> None:
+    def __init__(
+        self,
+        advertise_url: str,
+        secret: bytes,
+        *,
+        max_body_bytes: int,
+        label: str | None = None,
+        connect_timeout: float = FORWARD_CONNECT_TIMEOUT,
+    ) -> None:
+        self.connect_timeout = connect_timeout
         self.me = Owner(advertise_url.rstrip("/"), secrets.token_urlsafe(BOOT_ID_BYTES))
         self.label = label  # e.g. "worker 2 of 3", for /status
         self.max_body_bytes = max_body_bytes
@@ -106,7 +119,7 @@ class OwnerRouting:
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
             self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(None, connect=FORWARD_CONNECT_TIMEOUT, write=FORWARD_WRITE_TIMEOUT),
+                timeout=httpx.Timeout(None, connect=self.connect_timeout, write=FORWARD_WRITE_TIMEOUT),
                 limits=httpx.Limits(max_connections=FORWARD_MAX_CONNECTIONS, max_keepalive_connections=64),
                 trust_env=False,  # a proxy from the environment must not sit between replicas
             )
@@ -330,7 +343,14 @@ class RouteToOwner:
         request = client.build_request(scope["method"], owner.url + path, headers=headers, content=body)
         try:
             upstream = await client.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        except httpx.PoolTimeout:  # ours, not the owner's: the client may retry
+            log.warning("every forwarding connection is busy (%d)", FORWARD_MAX_CONNECTIONS)
+            busy = GatewayUnavailableError(
+                "this gateway instance is busy forwarding; retry", retry_after=FORWARD_POOL_RETRY_AFTER
+            )
+            await gateway_error_response(busy)(scope, receive, send)
+            return
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             log.warning("owner %s cannot be reached (%s)", owner.url, type(exc).__name__)
             await gone(scope, receive, send)
             return
