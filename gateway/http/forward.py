@@ -42,6 +42,7 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
+from gateway.http.limits import HeaderLimits
 from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners
 from gateway.protocol import requeststate
@@ -231,14 +232,17 @@ class UnlessForwarded:
             await self.guarded(scope, receive, send)
 
 
-def accepting_forwards(middleware: Sequence[Middleware], routing: OwnerRouting) -> list[Middleware]:
-    """The app's middleware (outermost first) with forwards let in after the first layer
-    (the header limits), and every later layer skipped for them."""
-    first, *rest = middleware
+def accepting_forwards(
+    middleware: Sequence[Middleware], routing: OwnerRouting, *, after: object = HeaderLimits
+) -> list[Middleware]:
+    """The app's middleware (outermost first) with forwards let in right after ``after`` (the
+    header limits: they bound what anyone sends), and every later layer skipped for them."""
+    layers = list(middleware)
+    keep = next((i + 1 for i, layer in enumerate(layers) if layer.cls is after), 0)
     return [
-        first,
+        *layers[:keep],
         Middleware(AcceptForwards, routing=routing),
-        *(Middleware(UnlessForwarded, middleware=layer) for layer in rest),
+        *(Middleware(UnlessForwarded, middleware=layer) for layer in layers[keep:]),
     ]
 
 
