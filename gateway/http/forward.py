@@ -41,7 +41,7 @@ import orjson
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import GatewayUnavailableError
+from gateway.errors import CODE_UNAVAILABLE, GatewayUnavailableError
 from gateway.http.limits import HeaderLimits
 from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners
@@ -56,7 +56,8 @@ FORWARD_CONNECT_TIMEOUT: Final = 2.0
 went dark (a deleted pod) never answers, and instances share a network (ms apart), so one
 that has not accepted by then is taken as gone: its client gets 404 and re-initializes."""
 FORWARD_POOL_RETRY_AFTER: Final = 1
-"""Retry-After of the 503 when every forwarding connection (``FORWARD_MAX_CONNECTIONS``) is busy."""
+"""Retry-After of the 503 when every forwarding connection (``FORWARD_MAX_CONNECTIONS``) is
+busy, and of the 502 when an owner that was reached failed before answering."""
 FORWARD_WRITE_TIMEOUT: Final = 30.0
 """Seconds to send one chunk of a forwarded request to a live owner."""
 FORWARD_MAX_CONNECTIONS: Final = 1024
@@ -358,9 +359,10 @@ class RouteToOwner:
             log.warning("owner %s cannot be reached (%s)", owner.url, type(exc).__name__)
             await gone(scope, receive, send)
             return
-        except httpx.HTTPError as exc:
+        except httpx.HTTPError as exc:  # it was reached, so the session may well live on: no 404
             log.warning("forward to %s failed: %s", owner.url, exc)
-            await gone(scope, receive, send)
+            failed = error_object(CODE_UNAVAILABLE, f"the gateway instance at {owner.url} failed to answer; retry")
+            await error_response(502, failed, retry_after=FORWARD_POOL_RETRY_AFTER)(scope, receive, send)
             return
         try:
             await _stream_back(upstream, receive, send)
