@@ -14,12 +14,14 @@ the supervisor, which sends each worker one SIGTERM per signal it gets: the firs
 every worker (``--drain-timeout``), a second stops them at once. A worker that dies on its
 own is started again after ``WORKER_RESTART_DELAY`` (its sessions are lost: 404, and the
 clients re-initialize). The supervisor exits 0 once every worker has exited after a signal.
-Each worker's ``/status`` and ``/metrics`` say which worker answered (``instance``).
+Each worker's ``/status`` and ``/metrics`` say which worker answered (``instance``), and
+each line it logs names it (``worker N`` in text, a ``worker`` field in JSON).
 """
 
 from __future__ import annotations
 
 import logging
+import logging.handlers
 import multiprocessing
 import os
 import secrets
@@ -105,6 +107,7 @@ def worker_main(settings: Settings, sock: socket.socket, secret: bytes, index: i
     from gateway.stdio.process import become_subreaper
 
     listener = logs.configure(settings.log_level, settings.log_format)
+    _tag_logs(listener, index + 1, settings.log_format)
     become_subreaper()
     own = server.listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{own.getsockname()[1]}"
@@ -115,6 +118,25 @@ def worker_main(settings: Settings, sock: socket.socket, secret: bytes, index: i
     finally:
         own.close()
         listener.stop()
+
+
+class _WorkerTag(logging.Filter):
+    def __init__(self, number: int) -> None:
+        super().__init__()
+        self.number = number
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.number  # a field of its own in JSON logs
+        return True
+
+
+def _tag_logs(listener: logging.handlers.QueueListener, number: int, fmt: str) -> None:
+    """Every line this worker logs says which worker it is."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_WorkerTag(number))
+    if fmt == "text":
+        for handler in listener.handlers:
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s worker %(worker)s %(name)s: %(message)s"))
 
 
 def _die_with_parent() -> None:
