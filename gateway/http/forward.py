@@ -79,6 +79,7 @@ HOP_BY_HOP: Final = frozenset(
 NOT_FORWARDED: Final = HOP_BY_HOP | {
     "host",
     "content-length",
+    "expect",  # the body is read already: no 100 Continue between instances
     "authorization",  # the client's credentials stay at the edge that checked them
     "cookie",
     owners.FORWARD_HEADER,
