@@ -13,7 +13,8 @@ A legacy session and an MRTR call parked on a legacy child live in one process. 
   or the endpoint's own refusal (token). An owner that cannot be reached within
   ``FORWARD_CONNECT_TIMEOUT``, or that restarted at the same address (another boot id) →
   404 for a session (the spec's signal to re-initialize), a 400 ``requestState: lost``
-  error for a parked call. A request that was itself forwarded is never forwarded again.
+  error for a parked call; an unreachable owner is remembered for ``GONE_MEMORY_SECONDS``,
+  so only the first request waits. A request that was itself forwarded is never forwarded again.
 - ``AcceptForwards`` (outermost but for the header limits) lets a forward in only when its
   ``x-mcp-gateway-forward`` signature verifies (HMAC from the shared secret over method,
   path, principal, target owner, body digest and a timestamp within ``FORWARD_MAX_SKEW``).
@@ -62,6 +63,12 @@ FORWARD_WRITE_TIMEOUT: Final = 30.0
 """Seconds to send one chunk of a forwarded request to a live owner."""
 FORWARD_MAX_CONNECTIONS: Final = 1024
 """Open connections to other instances at most (each forwarded GET stream holds one)."""
+GONE_MEMORY_SECONDS: Final = 30.0
+"""An owner found unreachable is answered for at once (404 / lost) this long, so only the
+first request for a dark address waits ``FORWARD_CONNECT_TIMEOUT``; short, so a network blip
+does not lose a live owner's sessions for long."""
+GONE_MEMORY_MAX: Final = 1024
+"""Unreachable owners remembered at most (the oldest is forgotten first)."""
 BOOT_ID_BYTES: Final = 6
 """Random bytes of an instance's boot id (a restarted instance is a new owner)."""
 HOP_BY_HOP: Final = frozenset(
@@ -111,6 +118,23 @@ class OwnerRouting:
         self.session_key = owners.derive_key(secret, "session id")
         self.forward_key = owners.derive_key(secret, "forward")
         self._client: httpx.AsyncClient | None = None
+        self._gone: dict[str, float] = {}  # owner key → when it was found unreachable (monotonic)
+
+    def is_gone(self, owner: Owner, now: float) -> bool:
+        """``owner`` was found unreachable less than ``GONE_MEMORY_SECONDS`` ago."""
+        since = self._gone.get(owner.key)
+        if since is None:
+            return False
+        if now - since < GONE_MEMORY_SECONDS:
+            return True
+        del self._gone[owner.key]
+        return False
+
+    def note_gone(self, owner: Owner, now: float) -> None:
+        self._gone.pop(owner.key, None)
+        while len(self._gone) >= GONE_MEMORY_MAX:
+            del self._gone[next(iter(self._gone))]
+        self._gone[owner.key] = now
 
     def mint_session_id(self) -> str:
         return owners.mint_session_id(self.me, self.session_key, secrets.token_bytes(owners.SESSION_RANDOM_BYTES))
@@ -326,6 +350,9 @@ class RouteToOwner:
         self, owner: Owner, body: bytes, scope: Scope, receive: Receive, send: Send, gone: Answer
     ) -> None:
         scope.setdefault("gateway.log", {})["forwarded_to"] = owner.url
+        if self.routing.is_gone(owner, time.monotonic()):
+            await gone(scope, receive, send)
+            return
         path = _target(scope)
         principal = scope.get("gateway.principal")
         principal = principal if isinstance(principal, str) else None
@@ -358,6 +385,7 @@ class RouteToOwner:
             return
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             log.warning("owner %s cannot be reached (%s)", owner.url, type(exc).__name__)
+            self.routing.note_gone(owner, time.monotonic())
             await gone(scope, receive, send)
             return
         except httpx.HTTPError as exc:  # it was reached, so the session may well live on: no 404

@@ -162,3 +162,18 @@ def test_forwards_are_let_in_after_the_header_limits_and_skip_every_later_layer(
         UnlessForwarded,
     ]
     assert [layer.kwargs["middleware"].cls for layer in routed[3:]] == [OriginGuard, PrincipalLimits]
+
+
+def test_an_unreachable_owner_is_remembered_briefly_and_boundedly() -> None:
+    from gateway.http import forward
+
+    routing = forward.OwnerRouting("http://10.0.0.7:8000", SECRET, max_body_bytes=1024)
+    assert not routing.is_gone(OTHER, 100.0)
+    routing.note_gone(OTHER, 100.0)
+    assert routing.is_gone(OTHER, 100.0 + forward.GONE_MEMORY_SECONDS - 1)
+    assert not routing.is_gone(Owner(OTHER.url, "another-boot"), 101.0)  # a restarted owner is another
+    assert not routing.is_gone(OTHER, 100.0 + forward.GONE_MEMORY_SECONDS)  # forgotten: tried again
+    for n in range(forward.GONE_MEMORY_MAX + 5):
+        routing.note_gone(Owner(f"http://10.1.0.{n}:8000", "b"), 200.0)
+    assert len(routing._gone) == forward.GONE_MEMORY_MAX
+    assert not routing.is_gone(Owner("http://10.1.0.0:8000", "b"), 201.0)  # the oldest went first
