@@ -13,7 +13,8 @@ Signals: the workers are in their own process group, so a terminal's Ctrl-C reac
 the supervisor, which sends each worker one SIGTERM per signal it gets: the first drains
 every worker (``--drain-timeout``), a second stops them at once. A worker that dies on its
 own is started again after ``WORKER_RESTART_DELAY`` (its sessions are lost: 404, and the
-clients re-initialize). The supervisor exits 0 once every worker has exited after a signal.
+clients re-initialize); after ``WORKER_CRASH_LOOP`` failed starts in a row the supervisor
+stops the rest and exits 1. It exits 0 once every worker has exited after a signal.
 Each worker's ``/status`` and ``/metrics`` say which worker answered (``instance``), and
 each line it logs names it (``worker N`` in text, a ``worker`` field in JSON).
 """
@@ -27,6 +28,7 @@ import os
 import secrets
 import signal
 import socket
+import time
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
@@ -38,6 +40,10 @@ log = logging.getLogger("gateway.workers")
 
 WORKER_RESTART_DELAY: Final = 1.0
 """Seconds before a worker that died on its own is started again (no tight crash loop)."""
+WORKER_QUICK_EXIT: Final = 10.0
+"""A worker that exits on its own within this many seconds of its start failed to start."""
+WORKER_CRASH_LOOP: Final = 5
+"""Failed starts in a row after which the supervisor gives up: stops the rest and exits 1."""
 SECRET_BYTES: Final = 32
 PDEATHSIG: Final = 1  # prctl PR_SET_PDEATHSIG
 
@@ -48,7 +54,9 @@ def supervise(settings: Settings, sock: socket.socket) -> int:
     context = multiprocessing.get_context("spawn")
     count = settings.workers
     workers: dict[int, BaseProcess] = {}
+    started: dict[int, float] = {}
     signals = 0
+    failed_starts = 0
 
     def start(index: int) -> None:
         process = context.Process(
@@ -56,15 +64,19 @@ def supervise(settings: Settings, sock: socket.socket) -> int:
         )
         process.start()
         workers[index] = process
+        started[index] = time.monotonic()
         log.info("worker %d of %d: pid %s", index + 1, count, process.pid)
+
+    def stop_all() -> None:
+        for process in workers.values():
+            if process.pid is not None and process.exitcode is None:
+                os.kill(process.pid, signal.SIGTERM)
 
     def on_signal(sig: int, frame: FrameType | None) -> None:
         nonlocal signals
         signals += 1
         log.info("received %s: %s %d worker(s)", signal.Signals(sig).name, _verb(signals), len(workers))
-        for process in workers.values():
-            if process.pid is not None and process.exitcode is None:
-                os.kill(process.pid, signal.SIGTERM)
+        stop_all()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -79,6 +91,14 @@ def supervise(settings: Settings, sock: socket.socket) -> int:
                 if signals:
                     log.info("worker %d exited (%s)", index + 1, process.exitcode)
                     continue
+                failed_starts = failed_starts + 1 if time.monotonic() - started[index] < WORKER_QUICK_EXIT else 0
+                if failed_starts >= WORKER_CRASH_LOOP:
+                    log.error(
+                        "workers failed to start %d times in a row; stopping (see the errors above)", failed_starts
+                    )
+                    signals += 1
+                    stop_all()
+                    continue
                 log.warning(
                     "worker %d exited on its own (%s); starting it again in %g s",
                     index + 1,
@@ -91,7 +111,7 @@ def supervise(settings: Settings, sock: socket.socket) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return 0
+    return 1 if failed_starts >= WORKER_CRASH_LOOP else 0
 
 
 def _verb(signals: int) -> str:
