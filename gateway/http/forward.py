@@ -13,8 +13,11 @@ A legacy session and an MRTR call parked on a legacy child live in one process. 
   or the endpoint's own refusal (token). An owner that cannot be reached within
   ``FORWARD_CONNECT_TIMEOUT``, or that restarted at the same address (another boot id) →
   404 for a session (the spec's signal to re-initialize), a 400 ``requestState: lost``
-  error for a parked call; an unreachable owner is remembered for ``GONE_MEMORY_SECONDS``,
-  so only the first request waits. A request that was itself forwarded is never forwarded again.
+  error for a parked call. A connection that fails after it was made (a dying owner, a
+  stale keep-alive) is settled by ``/healthz`` on a new connection: no answer → gone as
+  above; an answer → 502, and the client retries. An unreachable owner is remembered for
+  ``GONE_MEMORY_SECONDS``, so only the first request waits. A request that was itself
+  forwarded is never forwarded again.
 - ``AcceptForwards`` (outermost but for the header limits) lets a forward in only when its
   ``x-mcp-gateway-forward`` signature verifies (HMAC from the shared secret over method,
   path, principal, target owner, body digest and a timestamp within ``FORWARD_MAX_SKEW``).
@@ -96,6 +99,7 @@ NOT_FORWARDED: Final = HOP_BY_HOP | {
 NOT_RETURNED: Final = HOP_BY_HOP | {"date", "server"}  # the entry instance's server writes its own
 SESSION_HEADER: Final = b"mcp-session-id"
 TOKEN_MARK: Final = requeststate.PREFIX.encode("ascii")
+HEALTH_PATH: Final = "/healthz"
 
 
 class OwnerRouting:
@@ -346,6 +350,26 @@ class RouteToOwner:
         except (requeststate.StateError, OwnerError):
             return None, None
 
+    async def _is_alive(self, owner: Owner) -> bool:
+        """Whether ``owner``'s address answers ``/healthz`` on a new connection (signed as a
+        forward, so no edge check of the owner's stands in the way)."""
+        signature = owners.sign_forward(
+            self.routing.forward_key,
+            now=int(time.time()),
+            method="GET",
+            path=HEALTH_PATH,
+            principal=None,
+            owner=owner,
+            digest=owners.body_digest(b""),
+        )
+        headers = {owners.FORWARD_HEADER: signature, owners.TARGET_HEADER: owner.key}
+        try:
+            async with httpx.AsyncClient(timeout=self.routing.connect_timeout, trust_env=False) as probe:
+                reply = await probe.get(owner.url + HEALTH_PATH, headers=headers)
+        except httpx.HTTPError:
+            return False
+        return reply.status_code == 200
+
     async def _forward(
         self, owner: Owner, body: bytes, scope: Scope, receive: Receive, send: Send, gone: Answer
     ) -> None:
@@ -388,8 +412,13 @@ class RouteToOwner:
             self.routing.note_gone(owner, time.monotonic())
             await gone(scope, receive, send)
             return
-        except httpx.HTTPError as exc:  # it was reached, so the session may well live on: no 404
+        except httpx.HTTPError as exc:  # reached, then the connection failed: gone, or a hiccup?
             log.warning("forward to %s failed: %s", owner.url, exc)
+            if not await self._is_alive(owner):
+                self.routing.note_gone(owner, time.monotonic())
+                await gone(scope, receive, send)
+                return
+            # It lives, so the session may too: the client retries rather than starting over.
             failed = error_object(CODE_UNAVAILABLE, f"the gateway instance at {owner.url} failed to answer; retry")
             await error_response(502, failed, retry_after=FORWARD_POOL_RETRY_AFTER)(scope, receive, send)
             return

@@ -79,23 +79,25 @@ async def gateway_with_workers(*child_flags: str) -> AsyncIterator[Gateway]:
                 if gateway.url and len(gateway.addresses) == WORKERS and len(gateway.pids) == WORKERS:
                     gateway.ready.set()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(read_log)
-        try:
-            await gateway.ready.wait()
-            yield gateway
-        finally:
-            with anyio.CancelScope(shield=True):
-                if process.returncode is None:
-                    process.send_signal(signal.SIGTERM)
-                with anyio.move_on_after(30):
-                    await process.wait()
-                if process.returncode is None:  # pragma: no cover - a hung drain: do not leak it
-                    process.kill()
-                    await process.wait()
-            tg.cancel_scope.cancel()
-    with anyio.CancelScope(shield=True):
-        await process.aclose()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_log)
+            try:
+                await gateway.ready.wait()
+                yield gateway
+            finally:
+                with anyio.CancelScope(shield=True):
+                    if process.returncode is None:
+                        process.send_signal(signal.SIGTERM)
+                    with anyio.move_on_after(30):
+                        await process.wait()
+                    if process.returncode is None:  # pragma: no cover - a hung drain: do not leak it
+                        process.kill()
+                        await process.wait()
+                tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await process.aclose()
 
 
 async def open_session(http: httpx.AsyncClient, url: str) -> dict[str, str]:
