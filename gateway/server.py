@@ -31,7 +31,7 @@ from gateway.errors import ConfigError
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore, trusted_networks
 from gateway.http.drain import Drain
-from gateway.http.forward import OwnerRouting
+from gateway.owner import OwnerRouting
 from gateway.router import Router
 from gateway.stdio.process import become_subreaper
 

@@ -123,7 +123,7 @@ def worker_main(settings: Settings, sock: socket.socket, secret: bytes, index: i
     os.setpgid(0, 0)  # terminal signals go to the supervisor, which passes on exactly one SIGTERM
     _die_with_parent()
     from gateway import logs, server
-    from gateway.http.forward import OwnerRouting
+    from gateway.owner import OwnerRouting
     from gateway.stdio.process import become_subreaper
 
     listener = logs.configure(settings.log_level, settings.log_format)

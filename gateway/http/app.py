@@ -33,11 +33,12 @@ from gateway.http.auth import AuthGuard, TokenStore
 from gateway.http.cors import Cors
 from gateway.http.drain import Drain, DrainGuard
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS, McpEndpoint
-from gateway.http.forward import OwnerRouting, RouteToOwner, accepting_forwards
+from gateway.http.forward import RouteToOwner, accepting_forwards
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
 from gateway.http.observe import Observed
 from gateway.http.origin import OriginGuard
 from gateway.metrics import GatewayMetrics
+from gateway.owner import OwnerRouting
 from gateway.protocol.jsonrpc import error_object
 from gateway.recent import RecentErrors
 from gateway.relay import Relay

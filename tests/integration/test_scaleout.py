@@ -23,7 +23,7 @@ from gateway.config import Settings
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
 from gateway.http.endpoint import MAX_BODY_BYTES
-from gateway.http.forward import OwnerRouting
+from gateway.owner import OwnerRouting
 from gateway.protocol import owner as owners
 from gateway.router import Router, ServerConfig
 from gateway.server import build_app
