@@ -151,6 +151,22 @@ def cpu_of(pid: int) -> float:
         return 0.0
 
 
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (e.g. a ``--workers`` supervisor's workers)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as listed:
+                found += [int(k) for k in listed.read().split()]
+        except OSError:
+            continue
+    return found
+
+
 def descendants(pid: int) -> list[int]:
     found: list[int] = []
     todo = [pid]

@@ -202,6 +202,19 @@ def pool_table(results: Results) -> str:
     return table(["pool size", "req/s", "ideal req/s", "of ideal", "p50 ms", "p99 ms", "errors", "× pool 1"], rows)
 
 
+def workers_table(results: Results) -> str:
+    """``--workers`` rows, and what a call costs in CPU: the projection to more cores."""
+    rows = []
+    for (n, era), row in sorted(results.workers.items(), key=lambda item: (item[0][1], item[0][0])):
+        base = results.workers.get((1, era))
+        scale = ratio(row.rps, base.rps if base else None)
+        rows.append([f"--workers {n}", era, *_row_cells(row), "–" if scale is None else f"{scale:.2f}×"])
+    if not rows:
+        return "(not run)"
+    header = ["gateway", "era", "req/s", "p50 ms", "p99 ms", "errors", "gateway cores", "CPU µs/call", "× 1 worker"]
+    return table(header, rows)
+
+
 def stream_table(results: Results) -> str:
     plan = results.plan
     rows = []
@@ -334,6 +347,13 @@ def page(results: Results, command: str) -> str:
         f"Each call waits {plan.slow_work_ms:g} ms in the child, which answers one call at a time; "
         f"the gateway runs with `--pool-min N --pool-max N --max-in-flight 1` and "
         f"{plan.pool_concurrency} clients (modern).\n\n" + pool_table(results),
+        f"## Workers: `--workers 1` vs `--workers 2` at C = {max(plan.concurrencies)}\n\n"
+        "The echo server behind one gateway process, or two workers sharing its socket (each with "
+        "its own child); the same load as above. `gateway cores` counts the supervisor and its "
+        "workers, not the children. The load generator, the children and the workers share this "
+        "machine's cores, so two workers can only win what one worker leaves idle; on a machine "
+        "with spare cores a worker adds about 1,000,000 / (CPU µs per call) requests/s, until "
+        "the children or the network are the limit.\n\n" + workers_table(results),
         "## Streaming: progress notifications through one SSE stream\n\n"
         "Flat out: the child writes notifications as fast as it can (the gateway queues up to "
         "16,384 per request; past that, progress for one token is coalesced, counted in *received*). "

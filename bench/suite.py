@@ -140,6 +140,8 @@ class Results:
     plan: Plan
     targets: list[Target] = field(default_factory=list)
     pool: dict[int, Row] = field(default_factory=dict)
+    workers: dict[tuple[int, str], Row] = field(default_factory=dict)
+    """``--workers N`` at the plan's highest concurrency, by (N, era)."""
     stream: dict[str, dict[str, scenarios.StreamResult]] = field(default_factory=dict)
     large: dict[int, tuple[float, float]] = field(default_factory=dict)
     memory: scenarios.MemoryResult | None = None
@@ -162,6 +164,7 @@ class Suite:
         started = time.perf_counter()
         self.load_matrix()
         self.pool_scaling()
+        self.workers_scaling()
         self.streaming_and_large()
         self.memory()
         self.cold_start()
@@ -290,6 +293,47 @@ class Suite:
                         f"  pool {size}: {result.rps:7.0f} req/s  p50 {result.p50_ms:6.1f} ms  errors {result.errors}"
                     )
         self.results.pool = {size: Row.median(rows) for size, rows in runs.items()}
+
+    # -- workers ----------------------------------------------------------------------------
+
+    WORKER_COUNTS = (1, 2)
+
+    def workers_scaling(self) -> None:
+        """``--workers 1`` vs ``--workers 2`` on the echo server at the highest concurrency;
+        CPU is the supervisor's and its workers' (children not included), as in the load rows."""
+        plan = self.plan
+        concurrency = max(plan.concurrencies)
+        gateways = {
+            n: procs.gateway(f"gateway-workers{n}", self.log_dir, "--workers", str(n)) for n in self.WORKER_COUNTS
+        }
+        self.say(f"workers: --workers {' vs '.join(map(str, self.WORKER_COUNTS))} at C={concurrency}")
+        runs: dict[tuple[int, str], list[Row]] = {}
+        with self._services(list(gateways.values())):
+            for gw in gateways.values():  # every worker's child started before timing
+                for era in ("modern", "legacy"):
+                    run(http_load(gw.port, era=era, concurrency=concurrency, calls=2, max_seconds=10))
+            for _ in range(plan.reps):
+                for n, gw in gateways.items():
+                    for era in ("modern", "legacy"):
+                        pids = [gw.pid, *procs.children(gw.pid)]
+                        before = sum(procs.cpu_of(pid) for pid in pids)
+                        result = run(
+                            http_load(
+                                gw.port,
+                                era=era,
+                                concurrency=concurrency,
+                                calls=plan.calls[concurrency],
+                                max_seconds=plan.max_seconds,
+                            )
+                        )
+                        if result.elapsed:
+                            result.cpu = (sum(procs.cpu_of(pid) for pid in pids) - before) / result.elapsed
+                        runs.setdefault((n, era), []).append(Row.of(result))
+                        self.say(
+                            f"  --workers {n} {era:6} C={concurrency}: {result.rps:7.0f} req/s  "
+                            f"p50 {result.p50_ms:6.1f} ms  errors {result.errors}"
+                        )
+        self.results.workers = {key: Row.median(rows) for key, rows in runs.items()}
 
     # -- streaming and large replies --------------------------------------------------------
 

@@ -85,6 +85,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="HMAC key for MRTR requestState tokens (at least 16 bytes); give replicas the same file "
         "(default: a random per-process key)",
     )
+    scale = parser.add_argument_group("scale-out (any replica, any request)")
+    scale.add_argument(
+        "--advertise-url",
+        default=None,
+        metavar="URL",
+        help="this instance's base URL as the other replicas reach it (in Kubernetes, the pod IP; "
+        "'auto': http://ADDRESS:PORT from this host's name, as in Docker): "
+        "legacy sessions and parked MRTR calls name it, and a replica that gets a request for them "
+        "forwards it here (needs --state-secret-file, shared by all replicas)",
+    )
+    scale.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="serve from N processes sharing the listening socket, each with its own children; "
+        "sessions and parked calls are routed to the worker that holds them (default: %(default)s)",
+    )
     parser.add_argument(
         "--probe-timeout",
         type=float,
@@ -428,6 +446,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
         tls_cert_file=args.tls_cert_file,
         tls_key_file=args.tls_key_file,
         tls_client_ca_file=args.tls_client_ca_file,
+        advertise_url=args.advertise_url,
+        workers=args.workers,
     )
 
 

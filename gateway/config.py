@@ -7,6 +7,7 @@ the servers it fronts: one from the command line, or many from ``--config`` (see
 
 from __future__ import annotations
 
+import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,11 @@ DEFAULT_PORT: Final = 8000
 DRAIN_TIMEOUT: Final = 20.0
 """Seconds in-flight requests get to finish after SIGTERM before they are cancelled."""
 LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
+ADVERTISE_AUTO: Final = "auto"
+"""``--advertise-url auto``: http://ADDRESS:PORT, ADDRESS being what this host's name resolves
+to (a container's or pod's own IP in Docker and Kubernetes)."""
+MAX_WORKERS: Final = 64
+"""``--workers`` at most: one per core is the point, and each worker runs its own children."""
 
 
 def demo_command() -> tuple[str, ...]:
@@ -63,6 +69,8 @@ class Settings:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_client_ca_file: str | None = None
+    advertise_url: str | None = None
+    workers: int = 1
 
     def __post_init__(self) -> None:
         if not self.servers:
@@ -94,6 +102,45 @@ class Settings:
             raise ConfigError("tls_cert_file", "--tls-cert-file and --tls-key-file go together")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ConfigError("tls_client_ca_file", "mutual TLS needs --tls-cert-file and --tls-key-file")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ConfigError("workers", f"must be between 1 and {MAX_WORKERS}")
+        if self.advertise_url is not None:
+            self._check_advertise_url(self.advertise_url)
+
+    def _check_advertise_url(self, url: str) -> None:
+        scheme, sep, rest = url.partition("://")
+        if url == ADVERTISE_AUTO:
+            pass
+        elif not sep or scheme not in ("http", "https") or not rest.strip("/") or "/" in rest.rstrip("/"):
+            raise ConfigError("advertise_url", f"{url!r} is not a base URL like http://10.0.0.7:8000")
+        if self.workers > 1:
+            raise ConfigError(
+                "advertise_url",
+                "give --advertise-url (one instance per address) or --workers (each worker "
+                "advertises its own loopback port), not both",
+            )
+        if self.state_secret_file is None:
+            raise ConfigError(
+                "advertise_url",
+                "needs --state-secret-file: the instances verify each other's session ids, "
+                "tokens and forwarded requests with that shared secret",
+            )
+
+    def own_advertise_url(self) -> str | None:
+        """``advertise_url``, with ``auto`` resolved; ``ConfigError`` when no reachable address is found."""
+        if self.advertise_url != ADVERTISE_AUTO:
+            return self.advertise_url
+        try:
+            address = socket.gethostbyname(socket.gethostname())
+        except OSError as exc:
+            raise ConfigError("advertise_url", f"auto: cannot resolve this host's name ({exc}); give a URL") from exc
+        if address.startswith("127.") or self.port == 0:
+            raise ConfigError(
+                "advertise_url",
+                f"auto: this host's name resolves to {address} (port {self.port}), which other "
+                "instances cannot reach; give a URL",
+            )
+        return f"http://{address}:{self.port}"
 
     def state_secret(self) -> bytes | None:
         """The MRTR ``requestState`` key from ``state_secret_file``; None: use a random one."""

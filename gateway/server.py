@@ -33,6 +33,7 @@ from gateway.http.app import create_app
 from gateway.http.auth import TokenStore, trusted_networks
 from gateway.http.connection import GuardedHttpTools
 from gateway.http.drain import Drain
+from gateway.owner import OwnerRouting
 from gateway.router import Router
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.process import become_subreaper, sweep_descendants
@@ -75,15 +76,20 @@ def endpoint_urls(settings: Settings, port: int) -> list[str]:
     return [f"{base}/mcp", *urls] if len(settings.servers) == 1 else urls
 
 
-def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
+def build_app(settings: Settings, drain: Drain | None = None, owner_routing: OwnerRouting | None = None) -> Starlette:
     """The app for ``settings``; raises ``ConfigError`` for bad tokens, proxy addresses, OAuth
     settings or TLS files. ``app.state.tls`` and ``app.state.tls_peers`` are what ``run`` serves
-    TLS with."""
+    TLS with. With ``--advertise-url`` (or ``owner_routing``, for a worker) it routes to owners."""
     trusted_networks(settings.trusted_proxies)  # validated now, not when the first request builds the stack
     tls, peers = None, None
     if settings.tls_cert_file and settings.tls_key_file:
         tls = TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
         peers = PeerSubjects() if settings.tls_client_ca_file else None
+    advertise_url = settings.own_advertise_url()
+    if owner_routing is None and advertise_url is not None:
+        secret = settings.state_secret()
+        assert secret is not None  # Settings requires --state-secret-file with --advertise-url
+        owner_routing = OwnerRouting(advertise_url, secret, max_body_bytes=settings.max_body_bytes)
     children = ChildBudget(settings.max_children)  # one cap over every server's pools
     routers = [Router(server, gateway_version=__version__, children=children) for server in settings.servers]
     app = create_app(
@@ -105,6 +111,7 @@ def build_app(settings: Settings, drain: Drain | None = None) -> Starlette:
         drain=drain,
         state_secret=settings.state_secret(),
         tls_peers=peers,
+        owner_routing=owner_routing,
     )
     app.state.tls = tls
     app.state.tls_peers = peers
@@ -146,7 +153,6 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         print(f"mcp-stdio-gateway: {exc.message}", file=sys.stderr)
         return 2
     listener = logs.configure(settings.log_level, settings.log_format)
-    become_subreaper()
     if settings.is_demo:
         log.info("no command given: serving the built-in demo server (tools: echo, countdown, fail, crash)")
     for server in settings.servers:
@@ -170,7 +176,29 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         log.info("MCP endpoint: %s", url)
     if settings.is_demo:
         log.info("try: mcp-stdio-gateway call %s echo --arg message=hello", urls[0])
-    app = app if app is not None else build_app(settings)
+    if settings.advertise_url is not None:
+        log.info("owner routing: other instances reach this one at %s", settings.own_advertise_url())
+    if settings.workers > 1:
+        from gateway import workers  # imported late: only --workers needs multiprocessing
+
+        try:
+            return workers.supervise(settings, sock)
+        finally:
+            sock.close()
+            listener.stop()
+    # Not in a --workers supervisor: it waits for its workers only, so each worker adopts its
+    # own orphans, and a dead worker's go to init (or the container's tini).
+    become_subreaper()
+    try:
+        serve(settings, app if app is not None else build_app(settings), [sock])
+    finally:
+        sock.close()
+        listener.stop()
+    return 0
+
+
+def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> None:
+    """uvicorn on ``sockets`` (bound already) until a signal has drained it."""
     drain: Drain = app.state.drain
     # TLS (and, under mutual TLS, a protocol that records client certificates) when configured.
     options = uvicorn_options(getattr(app.state, "tls", None), getattr(app.state, "tls_peers", None))
@@ -190,11 +218,8 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         **options,
     )
     try:
-        DrainingServer(config, drain, settings.drain_timeout).run(sockets=[sock])
+        DrainingServer(config, drain, settings.drain_timeout).run(sockets=sockets)
     finally:
-        sock.close()
         # Every child has stopped; what they started outside their process group (setsid)
         # was re-parented to us (the subreaper) and must not outlive the gateway.
         sweep_descendants()
-        listener.stop()
-    return 0

@@ -8,7 +8,8 @@ also holds the child's questions sent to this client (``track_ask``: a gateway i
 never reused in the session) until the client POSTs the response (``answer_ask``), which
 then goes to the child under the child's own id.
 Session ids are 192 random bits in URL-safe base64: globally unique, unguessable, and
-visible ASCII as the transport requires (L-TR §Session Management).
+visible ASCII as the transport requires (L-TR §Session Management); with owner routing
+they also name the instance that holds them (``mint_id``, ``gateway.protocol.owner``).
 Idle sessions expire (``SESSION_IDLE_TIMEOUT``); an expired or deleted id gets 404.
 
 Sessions are bounded, and one principal can never push out another's: a principal holding
@@ -163,8 +164,10 @@ class SessionStore:
         max_sessions: int = MAX_SESSIONS,
         on_end: Callable[[str], None] | None = None,
         max_per_principal: int = MAX_SESSIONS_PER_PRINCIPAL,
+        mint_id: Callable[[], str] | None = None,
     ) -> None:
         self._sessions: dict[str, LegacySession] = {}
+        self._mint_id = mint_id or _random_id
         self._on_end = on_end
         self._idle_timeout = idle_timeout
         self._max_sessions = max_sessions
@@ -194,7 +197,7 @@ class SessionStore:
                 retry_after=FULL_RETRY_AFTER,
                 max_sessions=self._max_sessions,
             )
-        session = LegacySession(secrets.token_urlsafe(24), version, capabilities, client_info, now, principal)
+        session = LegacySession(self._mint_id(), version, capabilities, client_info, now, principal)
         self._sessions[session.id] = session
         self._by_principal[principal] += 1
         return session
@@ -249,3 +252,7 @@ class SessionStore:
     def end_all(self) -> None:
         for session_id in list(self._sessions):
             self.end(session_id)
+
+
+def _random_id() -> str:
+    return secrets.token_urlsafe(24)

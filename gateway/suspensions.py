@@ -15,8 +15,9 @@ client can only be asked by ending its response with ``input_required``. So the 
 
 The secret comes from ``--state-secret-file`` so that replicas can verify each other's
 tokens; without one a random per-process secret is used, and a warning says so the first
-time a token is minted. (The parked call itself lives in this process only: a retry must
-reach the replica that issued the token, which session affinity or a single replica gives.)
+time a token is minted. The parked call itself lives in this process only; with owner
+routing (``--advertise-url``) the token names this instance, and a retry that reaches
+another replica is forwarded here (``gateway.http.forward``).
 """
 
 from __future__ import annotations
@@ -78,8 +79,11 @@ class Suspension:
 
 
 class Suspensions:
-    def __init__(self, server: str, secret: bytes | None = None, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, server: str, secret: bytes | None = None, *, clock: Callable[[], float] = time.time, owner: str = ""
+    ) -> None:
         self.server = server
+        self.owner = owner  # named in each token, so any replica can route the retry here
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs the keepers
         self._secret = secret if secret is not None else secrets.token_bytes(SECRET_BYTES)
         self._shared_secret = secret is not None
@@ -114,6 +118,7 @@ class Suspensions:
             method=request.method,
             digest=requeststate.params_digest(request.params),
             expires_at=expires_at,
+            owner=self.owner,
         )
         suspension = Suspension(state_id, call, asks, expires_at)
         self._held[state_id] = suspension

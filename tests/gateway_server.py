@@ -30,19 +30,27 @@ MODERN_META = {
 BASE_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
 
-@asynccontextmanager
-async def serving(app: Any, *, http: type[asyncio.Protocol] = GuardedHttpTools, **config: Any) -> AsyncIterator[str]:
-    """Serve any ASGI app on a pre-bound 127.0.0.1 socket; yield its base URL (always http://,
-    also when ``config`` holds uvicorn's TLS options).
-
-    ``http``: the protocol class, the gateway's own by default (``GuardedHttpTools.configured``
-    gives it other limits)."""
+def loopback_socket() -> socket.socket:
+    """A listening TCP socket on a free 127.0.0.1 port."""
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only when the listening
     # socket says TCP, and without it every response waits ~40 ms on Nagle + delayed ACK.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
+    return sock
+
+
+@asynccontextmanager
+async def serving(
+    app: Any, sock: socket.socket | None = None, *, http: type[asyncio.Protocol] = GuardedHttpTools, **config: Any
+) -> AsyncIterator[str]:
+    """Serve any ASGI app on a pre-bound 127.0.0.1 socket (``sock``, or a new one); yield its base
+    URL (always http://, also when ``config`` holds uvicorn's TLS options).
+
+    ``http``: the protocol class, the gateway's own by default (``GuardedHttpTools.configured``
+    gives it other limits)."""
+    sock = sock or loopback_socket()
     port = sock.getsockname()[1]
     uv = uvicorn.Server(
         uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5, http=http, **config)

@@ -24,7 +24,15 @@ def test_the_smoke_run_starts_every_server_and_writes_the_page(tmp_path: Path) -
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = page.read_text()
-    for heading in ("## Targets", "## Load", "## Pool scaling", "## Streaming", "## Large replies", "## Memory"):
+    for heading in (
+        "## Targets",
+        "## Load",
+        "## Pool scaling",
+        "## Workers",
+        "## Streaming",
+        "## Large replies",
+        "## Memory",
+    ):
         assert heading in text
     assert "| gateway | modern |" in text
     assert "| gateway | legacy |" in text

@@ -10,7 +10,9 @@ the pieces fit together:
   in the network's subnet, and the proxy's nginx.conf sets that same header;
 - files the compose file mounts or builds from exist;
 - the stop grace outlasts the drain plus the children's stop, and the health check allows an
-  ``npx`` cold start.
+  ``npx`` cold start;
+- several gateway replicas advertise their addresses and share the state secret (a compose
+  secret), so any replica answers any request.
 
 Exit 0 when all hold, 1 otherwise, printing each problem.
 """
@@ -101,6 +103,7 @@ def compose_problems(
             if not re.search(rf"proxy_set_header\s+{re.escape(header)}\s", conf, re.IGNORECASE):
                 yield f"{proxy_name}: {source} does not set {header}, the header the gateway trusts"
     yield from missing_files(compose, base)
+    yield from replica_problems(compose, gateway_name, gateway, env)
 
     drain = float(env.get("MCP_GATEWAY_DRAIN_TIMEOUT", GATEWAY_DEFAULT_DRAIN))
     grace = seconds(gateway.get("stop_grace_period", "10s"))
@@ -109,6 +112,30 @@ def compose_problems(
     start = seconds((gateway.get("healthcheck") or {}).get("start_period", "0s"))
     if start < NPX_COLD_START_BUDGET:
         yield f"{gateway_name}: healthcheck start_period {start:g}s < an npx cold start's {NPX_COLD_START_BUDGET}s"
+
+
+def replica_problems(compose: dict[str, Any], name: str, gateway: dict[str, Any], env: dict[str, str]) -> Iterator[str]:
+    """Several gateway replicas behind the proxy must route sessions to each other: each
+    advertises its address and they share the state secret, mounted from a compose secret."""
+    replicas = int((gateway.get("deploy") or {}).get("replicas", 1))
+    if replicas < 2:
+        return
+    if not env.get("MCP_GATEWAY_ADVERTISE_URL"):
+        yield f"{name}: {replicas} replicas without MCP_GATEWAY_ADVERTISE_URL: legacy sessions would 404 elsewhere"
+    if gateway.get("container_name"):
+        yield f"{name}: container_name cannot be set on a service with {replicas} replicas"
+    secret_file = env.get("MCP_GATEWAY_STATE_SECRET_FILE")
+    if not secret_file:
+        yield f"{name}: {replicas} replicas without MCP_GATEWAY_STATE_SECRET_FILE (the replicas must share it)"
+        return
+    targets = {
+        (item.get("target") or f"/run/secrets/{item.get('source')}")
+        if isinstance(item, dict)
+        else f"/run/secrets/{item}"
+        for item in gateway.get("secrets", [])
+    }
+    if secret_file not in targets:
+        yield f"{name}: MCP_GATEWAY_STATE_SECRET_FILE={secret_file} is not one of its compose secrets {sorted(targets)}"
 
 
 def missing_files(compose: dict[str, Any], base: Path) -> Iterator[str]:

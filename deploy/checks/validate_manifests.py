@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -220,6 +221,8 @@ def gateway_problems(
         if env.get(variable) and env[variable] not in files:
             yield f"{variable}={env[variable]} is not a mounted ConfigMap or Secret key"
 
+    yield from scale_out_problems(container.get("env", []), env)
+
     loopback = env.get("MCP_GATEWAY_HOST", "127.0.0.1").startswith("127.")
     tls = bool(env.get("MCP_GATEWAY_TLS_CERT_FILE"))
     mutual_tls = bool(env.get("MCP_GATEWAY_TLS_CLIENT_CA_FILE"))
@@ -258,6 +261,23 @@ def gateway_problems(
     if grace < sleep + drain + CHILD_STOP_SECONDS:
         needed = f"preStop {sleep} + drain {drain:g} + children's stop {CHILD_STOP_SECONDS}"
         yield f"terminationGracePeriodSeconds {grace} < {needed}"
+
+
+def scale_out_problems(entries: list[Resource], env: dict[str, Any]) -> Iterator[str]:
+    """An advertised URL needs the shared secret, and may use only variables defined before it
+    (Kubernetes expands ``$(VAR)`` from earlier entries; anything else stays literal)."""
+    advertised = env.get("MCP_GATEWAY_ADVERTISE_URL")
+    if not advertised:
+        return
+    if not env.get("MCP_GATEWAY_STATE_SECRET_FILE"):
+        yield "MCP_GATEWAY_ADVERTISE_URL without MCP_GATEWAY_STATE_SECRET_FILE (the gateway refuses to start)"
+    names = [e["name"] for e in entries]
+    before = set(names[: names.index("MCP_GATEWAY_ADVERTISE_URL")])
+    for variable in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", advertised):
+        if variable not in before:
+            yield f"MCP_GATEWAY_ADVERTISE_URL uses $({variable}), which no earlier env entry defines"
+    if int(env.get("MCP_GATEWAY_WORKERS") or 1) > 1:
+        yield "MCP_GATEWAY_ADVERTISE_URL with MCP_GATEWAY_WORKERS > 1 (the gateway refuses to start)"
 
 
 def mounted_files(container: Resource, volumes: dict[str, Resource], keys: dict[tuple[str, str], set[str]]) -> set[str]:

@@ -20,7 +20,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -35,6 +35,7 @@ from gateway.http.auth import AuthGuard, TokenStore
 from gateway.http.cors import Cors
 from gateway.http.drain import Drain, DrainGuard
 from gateway.http.endpoint import BODY_TIMEOUT, MAX_BODY_BYTES, MAX_STREAM_SECONDS, McpEndpoint
+from gateway.http.forward import RouteToOwner, accepting_forwards
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
 from gateway.http.observe import Observed
 from gateway.http.origin import OriginGuard
@@ -42,6 +43,7 @@ from gateway.http.resource import METADATA_PATH, ResourceMetadata
 from gateway.metrics import GatewayMetrics
 from gateway.oauth.gate import OAuthGate
 from gateway.oauth.validation import OAuthPolicy
+from gateway.owner import OwnerRouting
 from gateway.protocol.jsonrpc import error_object
 from gateway.recent import RecentErrors
 from gateway.relay import Relay
@@ -110,19 +112,30 @@ def create_app(
     state_secret: bytes | None = None,
     tls_peers: PeerSubjects | None = None,
     oauth: OAuthGate | None = None,
+    owner_routing: OwnerRouting | None = None,
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``.
 
     ``state_secret`` signs MRTR ``requestState`` tokens (shared by replicas); None: a random one.
     ``tls_peers``: client-certificate subjects (mutual TLS) that become principals. ``oauth``:
     the token gate; by default built from each server's ``oauth`` policy (raises ``ConfigError``
-    when an audience cannot be known)."""
+    when an audience cannot be known).
+    ``owner_routing``: sessions and parked calls name this instance, and requests for another
+    instance's are forwarded to it (``gateway.http.forward``); its secret signs the tokens."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
     endpoints: list[tuple[Router, McpEndpoint, SessionStore]] = []
+    routing = owner_routing
+    if routing is not None:
+        state_secret = routing.state_secret
     for router in routers:
-        sessions = SessionStore(on_end=router.end_session, max_per_principal=router.server.max_sessions_per_principal)
+        sessions = SessionStore(
+            on_end=router.end_session,
+            max_per_principal=router.server.max_sessions_per_principal,
+            mint_id=routing.mint_session_id if routing else None,
+        )
+        suspensions = Suspensions(router.server.name, state_secret, owner=routing.me.key if routing else "")
         endpoint = McpEndpoint(
-            Relay(router, gateway_version=__version__, suspensions=Suspensions(router.server.name, state_secret)),
+            Relay(router, gateway_version=__version__, suspensions=suspensions),
             sessions,
             max_body_bytes=max_body_bytes,
             max_stream_seconds=max_stream_seconds,
@@ -140,6 +153,8 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             stack.enter_context(recent_errors.attached())
+            if routing is not None:
+                await stack.enter_async_context(routing)  # closes the forwarding client last
             # Routers first: their task groups must close after (outside) the one below.
             for router, _, _ in endpoints:
                 await stack.enter_async_context(router)
@@ -161,6 +176,13 @@ def create_app(
     drain = drain or Drain()
     stores = {router.server.name: sessions for router, _, sessions in endpoints}
     gateway_metrics = GatewayMetrics(routers, stores.__getitem__) if metrics else None
+    if gateway_metrics is not None and routing is not None:  # which replica or worker a scrape reached
+        Gauge(
+            "mcp_gateway_instance",
+            "This instance (1): its advertise URL, boot id and, under --workers, which worker",
+            ["advertise_url", "boot", "worker"],
+            registry=gateway_metrics.registry,
+        ).labels(routing.me.url, routing.me.boot, routing.label or "").set(1)
 
     async def end_sessions_when_cancelled() -> None:
         await drain.cancel.wait()
@@ -194,6 +216,7 @@ def create_app(
             servers.append(server)
         return {
             "version": __version__,
+            **({"instance": routing.describe()} if routing is not None else {}),
             "sessions": sum(len(sessions) for _, _, sessions in endpoints),
             **children_status(),
             "servers": servers,
@@ -225,7 +248,10 @@ def create_app(
     def mcp_app(router: Router, endpoint: McpEndpoint) -> ASGIApp:
         # Every HTTP method reaches the endpoint, which answers those MCP does not use with a
         # JSON-RPC 405 (Starlette's own would be text/plain).
-        return DrainGuard(request_response(endpoint.__call__), drain=drain)  # type: ignore[arg-type]
+        inner: ASGIApp = request_response(endpoint.__call__)  # type: ignore[arg-type]
+        if routing is not None:
+            inner = RouteToOwner(inner, routing=routing, env_headers=router.server.env_from_headers)
+        return DrainGuard(inner, drain=drain)
 
     routes = [Route(f"/servers/{r.server.name}/mcp", mcp_app(r, e), methods=None) for r, e, _ in endpoints]
     mcp_paths = {f"/servers/{r.server.name}/mcp": r.server.name for r in routers}
@@ -280,6 +306,8 @@ def create_app(
     middleware.append(
         Middleware(PrincipalLimits, max_requests=max_requests_per_principal, max_streams=max_streams_per_principal)
     )
+    if routing is not None:
+        middleware = accepting_forwards(middleware, routing)
     app = Starlette(
         routes=routes,
         middleware=middleware,

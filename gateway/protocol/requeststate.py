@@ -7,7 +7,8 @@ A client controls what it sends back, so the token is integrity-protected:
     mcpgw1.<base64url(JSON claims)>.<base64url(HMAC-SHA256(secret, "mcpgw1." + claims part))>
 
 The claims bind a random state id (which suspended call), the principal, the server, an
-expiry (wall-clock seconds, so replicas sharing the secret agree), the method and a
+expiry (wall-clock seconds, so replicas sharing the secret agree), the owning instance
+when replicas route to each other (``gateway.protocol.owner``), the method and a
 SHA-256 digest of the original params without ``_meta``, ``inputResponses`` and
 ``requestState`` (the parts of a retry that legitimately differ). ``decode_state`` checks
 shape, signature and expiry, in that order; ``binding_problem`` checks the claims against
@@ -53,9 +54,10 @@ class StateClaims:
     method: str
     digest: str
     expires_at: float  # seconds since the epoch
+    owner: str = ""  # the instance holding the call (``gateway.protocol.owner.Owner.key``); "": no owner routing
 
     def to_json(self) -> JsonObject:
-        return {
+        claims: JsonObject = {
             "sid": self.state_id,
             "sub": self.principal,
             "srv": self.server,
@@ -63,6 +65,9 @@ class StateClaims:
             "d": self.digest,
             "exp": self.expires_at,
         }
+        if self.owner:
+            claims["own"] = self.owner
+        return claims
 
 
 def is_gateway_state(value: object) -> bool:
@@ -144,6 +149,7 @@ def _claims(part: str) -> StateClaims:
             method=_str(raw["m"]),
             digest=_str(raw["d"]),
             expires_at=float(raw["exp"]),
+            owner=_str(raw.get("own", "")),
         )
     except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
         raise StateError("malformed", "requestState carries unreadable claims") from None

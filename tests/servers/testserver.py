@@ -66,6 +66,8 @@ def _pid(ctx: ToolContext, args: JsonObject) -> JsonObject:
 
 def _sleep(ctx: ToolContext, args: JsonObject) -> JsonObject:
     started = time.monotonic()
+    if args.get("progress"):  # tells a test the sleep has begun
+        ctx.progress(0, 1, "sleeping")
     ctx.cancelled.wait(int_arg(args, "ms", minimum=0) / 1000)
     # The pid tells a test which child of a pool served the call, and the monotonic clock
     # (system-wide on Linux) when: so tests can check overlap without timing assumptions.

@@ -215,3 +215,44 @@ def test_the_batch_size_comes_from_the_flag_the_environment_or_the_file(tmp_path
     with pytest.raises(ConfigError) as info:
         parse_settings(["--max-batch-size", "0"], environ={})
     assert info.value.key == "--max-batch-size"
+
+
+def test_advertise_url_needs_the_shared_secret_and_excludes_workers(tmp_path: Path) -> None:
+    from gateway.config import Settings
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"x" * 32)
+    with pytest.raises(ConfigError, match="needs --state-secret-file"):
+        Settings(advertise_url="http://10.0.0.7:8000")
+    with pytest.raises(ConfigError, match="not both"):
+        Settings(advertise_url="http://10.0.0.7:8000", workers=2, state_secret_file=str(secret))
+    for bad in ("10.0.0.7:8000", "ftp://x", "http://", "http://x/mcp"):
+        with pytest.raises(ConfigError, match="not a base URL"):
+            Settings(advertise_url=bad, state_secret_file=str(secret))
+    assert Settings(advertise_url="http://10.0.0.7:8000/", state_secret_file=str(secret)).workers == 1
+
+
+def test_workers_are_bounded() -> None:
+    from gateway.config import MAX_WORKERS, Settings
+
+    with pytest.raises(ConfigError, match="workers"):
+        Settings(workers=0)
+    with pytest.raises(ConfigError, match="workers"):
+        Settings(workers=MAX_WORKERS + 1)
+
+
+def test_advertise_url_auto_is_this_hosts_address_and_refuses_loopback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from gateway.config import Settings
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"x" * 32)
+    settings = Settings(advertise_url="auto", state_secret_file=str(secret), port=8000)
+    monkeypatch.setattr(socket, "gethostbyname", lambda name: "10.1.2.3")
+    assert settings.own_advertise_url() == "http://10.1.2.3:8000"
+    monkeypatch.setattr(socket, "gethostbyname", lambda name: "127.0.1.1")
+    with pytest.raises(ConfigError, match="cannot reach; give a URL"):
+        settings.own_advertise_url()

@@ -72,6 +72,24 @@ app.kubernetes.io/component: mcp-gateway
 {{- if and .Values.tls.enabled .Values.tls.clientCA.secretName }}true{{ end }}
 {{- end }}
 
+{{/*
+True (non-empty) when pods advertise their pod IP and route to each other (scaleOut): a
+Deployment reached through a Service, with the shared state secret, one worker per pod.
+Not with the gateway's own TLS: pods forward to each other over plain HTTP, which a TLS port
+does not speak (terminate TLS at the ingress to scale out, or run one replica).
+*/}}
+{{- define "mcp-stdio-gateway.scaleOut" -}}
+{{- if and .Values.scaleOut.enabled .Values.deployment.enabled .Values.service.enabled (ne .Values.gateway.host "127.0.0.1") (not .Values.tls.enabled) }}
+{{- if not (include "mcp-stdio-gateway.hasStateSecret" .) }}
+{{- fail "scaleOut needs the shared state secret: set existingSecret.stateSecretKey (or scaleOut.enabled=false)" }}
+{{- end }}
+{{- if gt (int .Values.gateway.workers) 1 }}
+{{- fail "gateway.workers > 1 advertises loopback addresses: set scaleOut.enabled=false, or run more replicas with one worker each" }}
+{{- end }}
+{{- true }}
+{{- end }}
+{{- end }}
+
 {{- define "mcp-stdio-gateway.terminationGracePeriodSeconds" -}}
 {{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
 {{- add (int .Values.preStopSleepSeconds) (int (ceil .Values.gateway.drainTimeout)) 10 }}
@@ -247,6 +265,18 @@ env:
   - name: MCP_GATEWAY_OAUTH_PRINCIPAL_CLAIM
     value: {{ .principalClaim | quote }}
   {{- end }}
+  {{- if gt (int $g.workers) 1 }}
+  - name: MCP_GATEWAY_WORKERS
+    value: {{ $g.workers | quote }}
+  {{- end }}
+  {{- if include "mcp-stdio-gateway.scaleOut" . }}
+  # Any replica, any request: the other pods reach this one at its pod IP.
+  - name: POD_IP
+    valueFrom:
+      fieldRef:
+        fieldPath: status.podIP
+  - name: MCP_GATEWAY_ADVERTISE_URL
+    value: {{ printf (ternary "http://[$(POD_IP)]:%d" "http://$(POD_IP):%d" .Values.scaleOut.ipv6) (int $g.port) | quote }}
   {{- end }}
   {{- with $g.env }}
   {{- toYaml . | nindent 2 }}

@@ -1,0 +1,381 @@
+"""Owner routing: any replica answers any request (DESIGN "Scale-out: any replica, any request").
+
+A legacy session and an MRTR call parked on a legacy child live in one process. With
+``--advertise-url`` (and the replicas' shared ``--state-secret-file``), session ids and
+``requestState`` tokens name the instance that holds them (``gateway.protocol.owner``), and:
+
+- ``RouteToOwner`` (around each MCP endpoint, after authentication) looks at the
+  ``Mcp-Session-Id`` header, or at a POST's ``requestState`` when the body carries one of
+  ours. Owned here → the endpoint, as always. Owned elsewhere → the request is forwarded to
+  the owner over HTTP: the body as read, the response streamed back as it comes (SSE
+  included), and a client disconnect closes the forward, so the owner sees the disconnect
+  and cancels at the child as it would for a direct client. A forged owner → 404 (session)
+  or the endpoint's own refusal (token). An owner that cannot be reached within
+  ``FORWARD_CONNECT_TIMEOUT``, or that restarted at the same address (another boot id) →
+  404 for a session (the spec's signal to re-initialize), a 400 ``requestState: lost``
+  error for a parked call. A connection that fails after it was made (a dying owner, a
+  stale keep-alive) is settled by ``/healthz`` on a new connection: no answer → gone as
+  above; an answer → 502, and the client retries. An unreachable owner is remembered for
+  ``GONE_MEMORY_SECONDS``, so only the first request waits. A request that was itself
+  forwarded is never forwarded again.
+- ``AcceptForwards`` (outermost but for the header limits) lets a forward in only when its
+  ``x-mcp-gateway-forward`` signature verifies (HMAC from the shared secret over method,
+  path, principal, target owner, body digest and a timestamp within ``FORWARD_MAX_SKEW``).
+  Then the principal the forward names is the request's principal, and the edge checks
+  the entry instance already made (Origin, authentication, per-principal limits) are not
+  repeated (``UnlessForwarded``). A bad signature → 403. The client's credentials
+  (``Authorization``, cookies) are never forwarded, unless the server maps that header to
+  its children's environment (``envFromHeaders``).
+
+Nothing here runs without ``--advertise-url``: the single-instance path is unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Final
+
+import anyio
+import httpx
+import orjson
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.errors import CODE_UNAVAILABLE, GatewayUnavailableError
+from gateway.http.limits import HeaderLimits
+from gateway.http.wire import error_response, gateway_error_response
+from gateway.owner import FORWARD_MAX_CONNECTIONS, OwnerRouting
+from gateway.protocol import owner as owners
+from gateway.protocol import requeststate
+from gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, error_object
+from gateway.protocol.owner import Owner, OwnerError
+
+log = logging.getLogger("gateway.forward")
+
+FORWARD_POOL_RETRY_AFTER: Final = 1
+"""Retry-After of the 503 when every forwarding connection (``FORWARD_MAX_CONNECTIONS``) is
+busy, and of the 502 when an owner that was reached failed before answering."""
+HOP_BY_HOP: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+NOT_FORWARDED: Final = HOP_BY_HOP | {
+    "host",
+    "content-length",
+    "expect",  # the body is read already: no 100 Continue between instances
+    "authorization",  # the client's credentials stay at the edge that checked them
+    "cookie",
+    owners.FORWARD_HEADER,
+    owners.PRINCIPAL_HEADER,
+    owners.TARGET_HEADER,
+}
+NOT_RETURNED: Final = HOP_BY_HOP | {"date", "server"}  # the entry instance's server writes its own
+SESSION_HEADER: Final = b"mcp-session-id"
+TOKEN_MARK: Final = requeststate.PREFIX.encode("ascii")
+HEALTH_PATH: Final = "/healthz"
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The last value of header ``name`` (as ``wire.header_map``, which the endpoint reads)."""
+    found = None
+    for key, value in scope["headers"]:
+        if key == name:
+            found = value
+    return None if found is None else str(found.decode("latin-1"))
+
+
+def _target(scope: Scope) -> str:
+    query = scope.get("query_string", b"")
+    return str(scope["path"]) + ("?" + query.decode("latin-1") if query else "")
+
+
+async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:
+    """The request body, read up to ``limit`` + 1 bytes; and whether it stayed within the limit."""
+    body = bytearray()
+    more = True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+        if len(body) > limit:
+            return bytes(body), False
+    return bytes(body), True
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` that hands the inner app ``body`` first, then the client's own messages."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+class AcceptForwards:
+    def __init__(self, app: ASGIApp, *, routing: OwnerRouting) -> None:
+        self.app = app
+        self.routing = routing
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        value = _header(scope, owners.FORWARD_HEADER.encode()) if scope["type"] == "http" else None
+        if value is None:
+            await self.app(scope, receive, send)
+            return
+        body, _ = await _read_body(receive, self.routing.max_body_bytes)
+        try:
+            target = Owner.from_key(_header(scope, owners.TARGET_HEADER.encode()) or "")
+            raw = _header(scope, owners.PRINCIPAL_HEADER.encode())
+            principal = owners.decode_principal(raw) if raw is not None else None
+            owners.check_forward(
+                value,
+                self.routing.forward_key,
+                now=time.time(),
+                method=scope["method"],
+                path=_target(scope),
+                principal=principal,
+                owner=target,
+                digest=owners.body_digest(body),
+            )
+            if not target.same_address(self.routing.me):
+                raise OwnerError("forged", f"the forwarded request was meant for {target.url}")
+        except OwnerError as exc:
+            log.warning("refused a forwarded request: %s", exc.message)
+            await error_response(403, error_object(INVALID_REQUEST, exc.message))(scope, receive, send)
+            return
+        scope["gateway.forwarded"] = True
+        scope["gateway.principal"] = principal
+        await self.app(scope, _replay(body, receive), send)
+
+
+class UnlessForwarded:
+    """``middleware`` for a client's request; skipped for a verified forward (the entry
+    instance applied it already)."""
+
+    def __init__(self, app: ASGIApp, *, middleware: Middleware) -> None:
+        self.app = app
+        self.guarded = middleware.cls(app, *middleware.args, **middleware.kwargs)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("gateway.forwarded"):
+            await self.app(scope, receive, send)
+        else:
+            await self.guarded(scope, receive, send)
+
+
+def accepting_forwards(
+    middleware: Sequence[Middleware], routing: OwnerRouting, *, after: object = HeaderLimits
+) -> list[Middleware]:
+    """The app's middleware (outermost first) with forwards let in right after ``after`` (the
+    header limits: they bound what anyone sends), and every later layer skipped for them."""
+    layers = list(middleware)
+    keep = next((i + 1 for i, layer in enumerate(layers) if layer.cls is after), 0)
+    return [
+        *layers[:keep],
+        Middleware(AcceptForwards, routing=routing),
+        *(Middleware(UnlessForwarded, middleware=layer) for layer in layers[keep:]),
+    ]
+
+
+Answer = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class RouteToOwner:
+    def __init__(self, app: ASGIApp, *, routing: OwnerRouting, env_headers: Iterable[str] = ()) -> None:
+        self.app = app
+        self.routing = routing
+        # Headers the server maps to its children's environment travel even when they would
+        # not (Authorization): the owner's children need them as much as ours would.
+        self.not_forwarded = NOT_FORWARDED - {header.lower() for header in env_headers}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        session_id = _header(scope, SESSION_HEADER)
+        if session_id is not None:
+            await self._session(session_id, scope, receive, send)
+        elif scope["method"] == "POST":
+            await self._maybe_parked(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _session(self, session_id: str, scope: Scope, receive: Receive, send: Send) -> None:
+        if not owners.is_owned_session_id(session_id):
+            await self.app(scope, receive, send)  # not minted with owner routing: the endpoint's 404
+            return
+        try:
+            owner = owners.session_owner(session_id, self.routing.session_key)
+        except OwnerError as exc:
+            log.warning("refused a session id: %s", exc.message)
+            await _session_gone(f"unknown session ({exc.message}): initialize a new one")(scope, receive, send)
+            return
+        if owner == self.routing.me:
+            await self.app(scope, receive, send)
+            return
+        gone = _session_gone(
+            f"unknown or ended session: the gateway instance that held it ({owner.url}) is gone; initialize a new one"
+        )
+        if scope.get("gateway.forwarded") or owner.same_address(self.routing.me):
+            await gone(scope, receive, send)  # restarted here, or a loop: never forward twice
+            return
+        body, within = await _read_body(receive, self.routing.max_body_bytes)
+        if not within:
+            await self.app(scope, _replay(body, receive), send)  # the endpoint's 413
+            return
+        await self._forward(owner, body, scope, receive, send, gone)
+
+    async def _maybe_parked(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body, within = await _read_body(receive, self.routing.max_body_bytes)
+        owner, request_id = self._parked_owner(body) if within and TOKEN_MARK in body else (None, None)
+        if owner is None or owner == self.routing.me:
+            await self.app(scope, _replay(body, receive), send)
+            return
+        lost = _parked_lost(owner, request_id)
+        if scope.get("gateway.forwarded") or owner.same_address(self.routing.me):
+            await lost(scope, receive, send)
+            return
+        await self._forward(owner, body, scope, receive, send, lost)
+
+    def _parked_owner(self, body: bytes) -> tuple[Owner | None, Any]:
+        """The owner a modern retry's verified ``requestState`` names (None: not ours, or no
+        owner, or invalid — the endpoint answers those)."""
+        try:
+            message = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None, None
+        params = message.get("params") if isinstance(message, dict) else None
+        token = params.get("requestState") if isinstance(params, dict) else None
+        if not isinstance(token, str) or not requeststate.is_gateway_state(token):
+            return None, None
+        try:
+            claims = requeststate.decode_state(token, self.routing.state_secret, now=time.time())
+            return (Owner.from_key(claims.owner) if claims.owner else None), message.get("id")
+        except (requeststate.StateError, OwnerError):
+            return None, None
+
+    async def _is_alive(self, owner: Owner) -> bool:
+        """Whether ``owner``'s address answers ``/healthz`` on a new connection (signed as a
+        forward, so no edge check of the owner's stands in the way)."""
+        signature = owners.sign_forward(
+            self.routing.forward_key,
+            now=int(time.time()),
+            method="GET",
+            path=HEALTH_PATH,
+            principal=None,
+            owner=owner,
+            digest=owners.body_digest(b""),
+        )
+        headers = {owners.FORWARD_HEADER: signature, owners.TARGET_HEADER: owner.key}
+        try:
+            async with httpx.AsyncClient(timeout=self.routing.connect_timeout, trust_env=False) as probe:
+                reply = await probe.get(owner.url + HEALTH_PATH, headers=headers)
+        except httpx.HTTPError:
+            return False
+        return reply.status_code == 200
+
+    async def _forward(
+        self, owner: Owner, body: bytes, scope: Scope, receive: Receive, send: Send, gone: Answer
+    ) -> None:
+        scope.setdefault("gateway.log", {})["forwarded_to"] = owner.url
+        if self.routing.is_gone(owner, time.monotonic()):
+            await gone(scope, receive, send)
+            return
+        path = _target(scope)
+        principal = scope.get("gateway.principal")
+        principal = principal if isinstance(principal, str) else None
+        headers = [(k, v) for k, v in scope["headers"] if k.decode("latin-1") not in self.not_forwarded]
+        signature = owners.sign_forward(
+            self.routing.forward_key,
+            now=int(time.time()),
+            method=scope["method"],
+            path=path,
+            principal=principal,
+            owner=owner,
+            digest=owners.body_digest(body),
+        )
+        headers += [
+            (owners.FORWARD_HEADER.encode(), signature.encode()),
+            (owners.TARGET_HEADER.encode(), owner.key.encode()),
+        ]
+        if principal is not None:
+            headers.append((owners.PRINCIPAL_HEADER.encode(), owners.encode_principal(principal).encode()))
+        client = self.routing.client
+        request = client.build_request(scope["method"], owner.url + path, headers=headers, content=body)
+        try:
+            upstream = await client.send(request, stream=True)
+        except httpx.PoolTimeout:  # ours, not the owner's: the client may retry
+            log.warning("every forwarding connection is busy (%d)", FORWARD_MAX_CONNECTIONS)
+            busy = GatewayUnavailableError(
+                "this gateway instance is busy forwarding; retry", retry_after=FORWARD_POOL_RETRY_AFTER
+            )
+            await gateway_error_response(busy)(scope, receive, send)
+            return
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            log.warning("owner %s cannot be reached (%s)", owner.url, type(exc).__name__)
+            self.routing.note_gone(owner, time.monotonic())
+            await gone(scope, receive, send)
+            return
+        except httpx.HTTPError as exc:  # reached, then the connection failed: gone, or a hiccup?
+            log.warning("forward to %s failed: %s", owner.url, exc)
+            if not await self._is_alive(owner):
+                self.routing.note_gone(owner, time.monotonic())
+                await gone(scope, receive, send)
+                return
+            # It lives, so the session may too: the client retries rather than starting over.
+            failed = error_object(CODE_UNAVAILABLE, f"the gateway instance at {owner.url} failed to answer; retry")
+            await error_response(502, failed, retry_after=FORWARD_POOL_RETRY_AFTER)(scope, receive, send)
+            return
+        try:
+            await _stream_back(upstream, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await upstream.aclose()
+
+
+async def _stream_back(upstream: httpx.Response, receive: Receive, send: Send) -> None:
+    """The owner's response to the client as it comes; a client disconnect ends the forward."""
+    headers = [(k, v) for k, v in upstream.headers.raw if k.decode("latin-1").lower() not in NOT_RETURNED]
+    await send({"type": "http.response.start", "status": upstream.status_code, "headers": headers})
+    async with anyio.create_task_group() as tg:
+
+        async def watch_client() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()  # closing the forward is the owner's disconnect: it cancels
+
+        tg.start_soon(watch_client)
+        try:
+            async for chunk in upstream.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx.HTTPError as exc:  # the owner died mid-response: the stream ends here
+            log.warning("forwarded response ended early: %s", exc)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        tg.cancel_scope.cancel()
+
+
+def _session_gone(message: str) -> Answer:
+    # L-TR §Session Management: 404 tells the client to initialize a new session.
+    return error_response(404, error_object(INVALID_REQUEST, message))
+
+
+def _parked_lost(owner: Owner, request_id: Any) -> Answer:
+    message = (
+        f"requestState names a call held by the gateway instance at {owner.url}, which is gone (stopped or "
+        "restarted): the call is lost; send the request again without requestState"
+    )
+    valid_id = request_id if type(request_id) in (int, str) else None
+    return error_response(400, error_object(INVALID_PARAMS, message, {"requestState": "lost"}), valid_id)

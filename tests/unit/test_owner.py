@@ -1,0 +1,180 @@
+"""Owner identities in session ids and forwards (``gateway.protocol.owner``): pure, no sockets."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.protocol import owner as owners
+from gateway.protocol.owner import Owner, OwnerError
+from gateway.protocol.requeststate import StateClaims, decode_state, encode_state
+
+SECRET = b"a shared secret of at least 16 bytes"
+ME = Owner("http://10.0.0.7:8000", "b00tA")
+OTHER = Owner("http://10.0.0.8:8000", "b00tB")
+KEY = owners.derive_key(SECRET, "session id")
+FORWARD_KEY = owners.derive_key(SECRET, "forward")
+RANDOM = bytes(range(16))
+NOW = 1_800_000_000
+
+
+def test_a_session_id_names_its_owner_and_is_visible_ascii() -> None:
+    session_id = owners.mint_session_id(ME, KEY, RANDOM)
+    assert owners.is_owned_session_id(session_id)
+    assert all(0x21 <= ord(ch) <= 0x7E for ch in session_id)
+    assert owners.session_owner(session_id, KEY) == ME
+
+
+def test_distinct_random_parts_make_distinct_ids() -> None:
+    assert owners.mint_session_id(ME, KEY, RANDOM) != owners.mint_session_id(ME, KEY, bytes(16))
+
+
+def test_an_id_whose_owner_was_swapped_is_refused_as_forged() -> None:
+    prefix, _, boot, rand, mac = owners.mint_session_id(ME, KEY, RANDOM).split(".")
+    swapped = ".".join([prefix, owners._b64(OTHER.url.encode()), boot, rand, mac])
+    with pytest.raises(OwnerError) as caught:
+        owners.session_owner(swapped, KEY)
+    assert caught.value.kind == "forged"
+
+
+def test_an_id_minted_with_another_secret_is_refused() -> None:
+    foreign = owners.mint_session_id(ME, owners.derive_key(b"another secret, 16+ bytes", "session id"), RANDOM)
+    with pytest.raises(OwnerError) as caught:
+        owners.session_owner(foreign, KEY)
+    assert caught.value.kind == "forged"
+
+
+@pytest.mark.parametrize(
+    "session_id",
+    ["plain-random-id", "o1.", "o1.a.b", "o1.a.b.c.d.e", "o1.aHR0cA.boot.rand.!!", "o1." + "a" * 2000],
+)
+def test_malformed_owned_ids_are_refused_without_raising_anything_else(session_id: str) -> None:
+    with pytest.raises(OwnerError) as caught:
+        owners.session_owner(session_id, KEY)
+    assert caught.value.kind in ("malformed", "forged")
+
+
+def test_the_session_key_and_the_forward_key_differ() -> None:
+    assert KEY != FORWARD_KEY
+
+
+def test_an_owner_key_round_trips_and_names_the_boot() -> None:
+    assert Owner.from_key(ME.key) == ME
+    assert ME.same_address(Owner(ME.url, "other-boot"))
+    assert Owner(ME.url, "other-boot") != ME
+    with pytest.raises(OwnerError):
+        Owner.from_key("no-boot-here")
+
+
+def sign(**changes: object) -> str:
+    fields: dict[str, object] = {
+        "now": NOW,
+        "method": "POST",
+        "path": "/mcp",
+        "principal": "alice",
+        "owner": ME,
+        "digest": owners.body_digest(b"{}"),
+    }
+    fields.update(changes)
+    return owners.sign_forward(FORWARD_KEY, **fields)  # type: ignore[arg-type]
+
+
+def check(value: str, **changes: object) -> None:
+    fields: dict[str, object] = {
+        "now": NOW + 1,
+        "method": "POST",
+        "path": "/mcp",
+        "principal": "alice",
+        "owner": ME,
+        "digest": owners.body_digest(b"{}"),
+    }
+    fields.update(changes)
+    owners.check_forward(value, FORWARD_KEY, **fields)  # type: ignore[arg-type]
+
+
+def test_a_forward_verifies_for_exactly_the_request_it_signs() -> None:
+    check(sign())
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"method": "DELETE"},
+        {"path": "/servers/other/mcp"},
+        {"principal": "mallory"},
+        {"principal": None},
+        {"owner": OTHER},
+        {"owner": Owner(ME.url, "restarted")},
+        {"digest": owners.body_digest(b'{"altered": true}')},
+    ],
+)
+def test_a_forward_altered_in_any_signed_field_is_refused(changes: dict[str, object]) -> None:
+    with pytest.raises(OwnerError) as caught:
+        check(sign(), **changes)
+    assert caught.value.kind == "forged"
+
+
+def test_a_forward_outside_the_allowed_skew_is_refused_as_stale() -> None:
+    with pytest.raises(OwnerError) as caught:
+        check(sign(), now=NOW + owners.FORWARD_MAX_SKEW + 1)
+    assert caught.value.kind == "stale"
+    with pytest.raises(OwnerError):
+        check(sign(), now=NOW - owners.FORWARD_MAX_SKEW - 1)
+
+
+@pytest.mark.parametrize("value", ["", "v2;1;AAAA", "v1;x;AAAA", "v1;1;!!", "v1;1234567890123;AAAA"])
+def test_a_malformed_forward_header_is_refused(value: str) -> None:
+    with pytest.raises(OwnerError) as caught:
+        check(value)
+    assert caught.value.kind == "malformed"
+
+
+def test_a_principal_travels_as_base64url_of_utf8() -> None:
+    assert owners.decode_principal(owners.encode_principal("Zoë <z@example.org>")) == "Zoë <z@example.org>"
+    with pytest.raises(OwnerError):
+        owners.decode_principal("not base64!")
+
+
+def test_a_request_state_carries_its_owner_and_a_token_without_one_still_reads() -> None:
+    claims = StateClaims("sid", "alice", "files", "tools/call", "d" * 64, NOW + 60, owner=ME.key)
+    assert decode_state(encode_state(claims, SECRET), SECRET, now=NOW).owner == ME.key
+    unowned = StateClaims("sid", "alice", "files", "tools/call", "d" * 64, NOW + 60)
+    token = encode_state(unowned, SECRET)
+    assert "own" not in unowned.to_json()
+    assert decode_state(token, SECRET, now=NOW).owner == ""
+
+
+def test_forwards_are_let_in_after_the_header_limits_and_skip_every_later_layer() -> None:
+    from starlette.middleware import Middleware
+
+    from gateway.http.forward import AcceptForwards, UnlessForwarded, accepting_forwards
+    from gateway.http.limits import HeaderLimits, PrincipalLimits
+    from gateway.http.origin import OriginGuard
+    from gateway.owner import OwnerRouting
+
+    routing = OwnerRouting("http://10.0.0.7:8000", SECRET, max_body_bytes=1024)
+    outer = Middleware(OriginGuard)  # e.g. a layer someone puts before the header limits
+    layers = [outer, Middleware(HeaderLimits), Middleware(OriginGuard), Middleware(PrincipalLimits)]
+    routed = accepting_forwards(layers, routing)
+    assert [layer.cls for layer in routed] == [
+        OriginGuard,
+        HeaderLimits,
+        AcceptForwards,
+        UnlessForwarded,
+        UnlessForwarded,
+    ]
+    assert [layer.kwargs["middleware"].cls for layer in routed[3:]] == [OriginGuard, PrincipalLimits]
+
+
+def test_an_unreachable_owner_is_remembered_briefly_and_boundedly() -> None:
+    from gateway import owner as forward
+
+    routing = forward.OwnerRouting("http://10.0.0.7:8000", SECRET, max_body_bytes=1024)
+    assert not routing.is_gone(OTHER, 100.0)
+    routing.note_gone(OTHER, 100.0)
+    assert routing.is_gone(OTHER, 100.0 + forward.GONE_MEMORY_SECONDS - 1)
+    assert not routing.is_gone(Owner(OTHER.url, "another-boot"), 101.0)  # a restarted owner is another
+    assert not routing.is_gone(OTHER, 100.0 + forward.GONE_MEMORY_SECONDS)  # forgotten: tried again
+    for n in range(forward.GONE_MEMORY_MAX + 5):
+        routing.note_gone(Owner(f"http://10.1.0.{n}:8000", "b"), 200.0)
+    assert len(routing._gone) == forward.GONE_MEMORY_MAX
+    assert not routing.is_gone(Owner("http://10.1.0.0:8000", "b"), 201.0)  # the oldest went first
