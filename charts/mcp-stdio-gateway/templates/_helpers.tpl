@@ -265,6 +265,7 @@ env:
   - name: MCP_GATEWAY_OAUTH_PRINCIPAL_CLAIM
     value: {{ .principalClaim | quote }}
   {{- end }}
+  {{- end }}
   {{- if gt (int $g.workers) 1 }}
   - name: MCP_GATEWAY_WORKERS
     value: {{ $g.workers | quote }}
