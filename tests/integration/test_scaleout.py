@@ -211,8 +211,7 @@ async def test_a_cancel_posted_to_another_instance_reaches_the_owners_child() ->
                 cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
                 assert (await http.post(urls[2], headers=session, json=cancel)).status_code == 202
                 rest = [line async for line in events if line.startswith("data:")]
-            assert len(rest) == 1
-            assert '"error"' in rest[0]
+            assert rest == []  # a request its client cancelled gets no answer: the stream just ends
             ids = await http.post(urls[2], headers=session, json=call(8, "cancelled_ids", {}))
             assert ids.status_code == 200
             assert ids.json()["result"]["structuredContent"]["ids"], ids.json()
