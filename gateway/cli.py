@@ -19,6 +19,7 @@ from gateway.configfile import load_servers, parse_root
 from gateway.errors import ConfigError
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
+from gateway.protocol.attribution import AskPolicy
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
 from gateway.router import Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
@@ -26,6 +27,8 @@ from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, 
 
 CLIENT_CAPABILITIES = ("sampling", "elicitation", "roots")
 """What ``--client-capability`` may declare to legacy children (the ones they can ask for)."""
+NO_CAPABILITY = "none"
+"""``--client-capability none``: declare nothing (compliant children then never ask)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,10 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--client-capability",
         action="append",
         default=[],
-        choices=CLIENT_CAPABILITIES,
+        choices=(*CLIENT_CAPABILITIES, NO_CAPABILITY),
         metavar="NAME",
-        help="declare this client capability to legacy children at initialize, so they may ask for it "
-        "(repeatable; without it none is declared, and compliant children never ask)",
+        help="declare only these client capabilities (sampling, elicitation, roots) to legacy children at "
+        "initialize (repeatable; 'none' declares nothing, so compliant children never ask; default: all three, "
+        "and a client that lacks one gets the child's question refused)",
     )
     parser.add_argument(
         "--root",
@@ -200,6 +204,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.liveness_interval,
         metavar="SECONDS",
         help="ping an idle child this often, recycle it if it fails; 0 = off (default: %(default)s)",
+    )
+    pool.add_argument(
+        "--child-asks",
+        choices=[p.value for p in AskPolicy],
+        default=defaults.child_asks.value,
+        help="whether the server asks its client (sampling, elicitation, roots) during tools/call, prompts/get "
+        "and resources/read, so each such request needs a child to itself for its questions to reach the "
+        "right client: auto = once it has asked, and from the start for a legacy child told it may ask for "
+        "sampling or elicitation; always; never = share children, a question then reaches a client only "
+        "when one request is in flight (default: %(default)s)",
     )
     pool.add_argument(
         "--isolation",
@@ -348,8 +362,12 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
 def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerConfig:
     is_demo = command == demo_command()
     for name in args.client_capability:  # argparse checks choices on the command line, not in env values
-        if name not in CLIENT_CAPABILITIES:
-            raise ConfigError("--client-capability", f"{name!r} is not one of {', '.join(CLIENT_CAPABILITIES)}")
+        if name not in (*CLIENT_CAPABILITIES, NO_CAPABILITY):
+            raise ConfigError(
+                "--client-capability", f"{name!r} is not one of {', '.join((*CLIENT_CAPABILITIES, NO_CAPABILITY))}"
+            )
+    if NO_CAPABILITY in args.client_capability and len(set(args.client_capability)) > 1:
+        raise ConfigError("--client-capability", "'none' cannot be combined with a capability")
     spec = ChildSpec(
         command=command[0],
         args=command[1:],
@@ -358,7 +376,9 @@ def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerC
         handshake_timeout=args.startup_timeout,
         request_timeout=args.request_timeout or None,
         input_timeout=args.input_timeout,
-        client_capabilities={name: {} for name in args.client_capability},
+        client_capabilities=(
+            {name: {} for name in args.client_capability if name != NO_CAPABILITY} if args.client_capability else None
+        ),
         roots=tuple(parse_root(root, "--root") for root in args.root) or None,
         name="demo" if is_demo else "",
     )
@@ -410,6 +430,7 @@ def pool_settings(args: argparse.Namespace) -> PoolSettings:
             max_age=args.max_age,
             stall_timeout=args.stall_timeout,
             liveness_interval=args.liveness_interval,
+            child_asks=AskPolicy(args.child_asks),
         )
     except ValueError as exc:
         raise ConfigError("pool", str(exc)) from exc

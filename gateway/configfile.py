@@ -14,10 +14,12 @@
 Keys per server: ``command`` (required), ``args``, ``env`` (a value of ``null`` removes the
 variable), ``cwd``, ``inheritEnv``, and the gateway's own: ``pool`` (``min``, ``max``,
 ``maxInFlight``, ``queueTimeout``, ``idleTimeout``, ``maxRequests``, ``maxAge``,
-``stallTimeout``, ``livenessInterval``), ``isolation``, ``envFromHeaders``,
+``stallTimeout``, ``livenessInterval``), ``isolation``, ``childAsks`` (``auto``, ``always``,
+``never``: whether requests that may ask get a child each), ``envFromHeaders``,
 ``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``,
-``clientCapabilities`` (what a legacy child is told the client can do: ``sampling``,
-``elicitation``, ``roots``), ``roots`` (paths or ``file://`` URIs, or ``{"uri", "name"}``
+``clientCapabilities`` (what a legacy child is told the client can do: an object with
+``sampling``, ``elicitation``, ``roots``; ``{}`` or ``"none"`` for nothing; by default all
+three), ``roots`` (paths or ``file://`` URIs, or ``{"uri", "name"}``
 objects: the gateway's answer to the child's ``roots/list`` when no client can give one)
 and ``inputTimeout``. Keys not given take the command line's values. Unknown keys are
 refused, so a typo never silently does nothing; ``disabled: true`` skips a server.
@@ -35,6 +37,7 @@ from typing import Any, Final
 import orjson
 
 from gateway.errors import ConfigError
+from gateway.protocol.attribution import AskPolicy
 from gateway.router import Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
 
@@ -70,6 +73,7 @@ FLAG_KEYS: Final = {
     "--stall-timeout": "pool.stallTimeout",
     "--liveness-interval": "pool.livenessInterval",
     "--isolation": "isolation",
+    "--child-asks": "childAsks",
     "--env-from-header": "envFromHeaders",
     "--request-timeout": "requestTimeout",
     "--probe-timeout": "probeTimeout",
@@ -82,7 +86,7 @@ FLAG_KEYS: Final = {
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
 _KNOWN: Final = {
     "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
-    "clientCapabilities", "roots", "disabled", "type", *_SPEC_NUMBERS,
+    "clientCapabilities", "roots", "disabled", "type", "childAsks", *_SPEC_NUMBERS,
 }  # fmt: skip
 
 
@@ -138,7 +142,8 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
     if "inheritEnv" in body:
         spec = replace(spec, inherit_env=_bool(body["inheritEnv"], f"{where}.inheritEnv"))
     if "clientCapabilities" in body:
-        capabilities = _object(body["clientCapabilities"], f"{where}.clientCapabilities")
+        given = body["clientCapabilities"]
+        capabilities = {} if given == "none" else _object(given, f"{where}.clientCapabilities")
         for key, value in capabilities.items():
             _object(value, f"{where}.clientCapabilities.{key}")
         spec = replace(spec, client_capabilities=capabilities)
@@ -161,6 +166,12 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
             config = replace(config, isolation=Isolation(body["isolation"]))
         except ValueError:
             raise ConfigError(f"{where}.isolation", "must be shared, principal or session") from None
+    if "childAsks" in body:
+        try:
+            asks = AskPolicy(body["childAsks"])
+        except ValueError:
+            raise ConfigError(f"{where}.childAsks", "must be auto, always or never") from None
+        config = replace(config, pool=replace(config.pool, child_asks=asks))
     if "envFromHeaders" in body:
         mapping = _object(body["envFromHeaders"], f"{where}.envFromHeaders")
         for header, variable in mapping.items():

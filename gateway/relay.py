@@ -137,7 +137,8 @@ class Relay:
             pool = await self.router.pool_for(client.principal, client.session_id, headers or {})
             # The stack owns the lease and the child exchange, so that a parked MRTR call keeps both.
             async with AsyncExitStack() as stack:
-                child = await stack.enter_async_context(pool.lease(client.affinity()))  # 503 propagates
+                # A request that may ask waits for a child where its questions can only be its own.
+                child = await stack.enter_async_context(pool.lease(client.affinity(), request.method))  # 503 propagates
                 client.bind(child, pool)
                 async for message in self._exchange_on(child, request, client, headers, stack):
                     yield message
@@ -319,7 +320,8 @@ class Relay:
         else:
             gateway_id: str = session.track_ask(ask)
             return Request(gateway_id, ask.method, ask.params).to_dict()
-        ask.answer(inputs.local_answer(ask.request, call.child.spec.roots, reason))
+        # A clear error, not a made-up answer: this client is there, it just cannot be asked.
+        ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason, decline=False), reason)
         return None
 
     def _ask_modern_client(
@@ -341,7 +343,7 @@ class Relay:
             else:
                 missing.append(ask)
                 continue
-            ask.answer(inputs.local_answer(ask.request, roots, reason))
+            ask.answer_locally(inputs.local_answer(ask.request, roots, reason), reason)
         if missing:
             # The caller returns after this final message: the call is cancelled at the child,
             # and its end answers every question still open.
@@ -351,7 +353,8 @@ class Relay:
             return None
         if not self.suspensions.can_park:
             for ask in forward.values():
-                ask.answer(inputs.local_answer(ask.request, roots, "the gateway holds too many calls for input now"))
+                reason = "the gateway holds too many calls for input now"
+                ask.answer_locally(inputs.local_answer(ask.request, roots, reason), reason)
             return None
         return self._park(call, forward, request, client)
 
@@ -380,7 +383,8 @@ class Relay:
                 yield self._park(call, unanswered, request, client)
                 return
             for ask in unanswered.values():
-                ask.answer(inputs.local_answer(ask.request, call.child.spec.roots, "the retry left it unanswered"))
+                reason = "the retry left it unanswered"
+                ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason), reason)
             async for message in self._drive(call, request, client, resumed=True):
                 yield message
 

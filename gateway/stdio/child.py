@@ -20,13 +20,17 @@ Guarantees:
   with ``ChildProtocolError``; an over-long line ends the request it answers (if its id
   can be read) and is never buffered whole (``framing``);
 - a request from the child that only a client can answer (sampling, elicitation, roots) is
-  **attributed** to the one exchange in flight when it is read, if exactly one is and it
-  was opened with ``asks=True``: it arrives in that exchange's stream as a ``ChildAsk``,
-  whose answer (or, after ``spec.input_timeout``, an error) goes back to the child under
-  the child's own id. Every other child request goes to ``on_request`` (which may send it
-  to the one client the child serves, or return None), else to the gateway's local answers
-  (``gateway.protocol.inputs.local_answer``), and notifications
-  that belong to no request go to ``on_notification`` as they are read;
+  **attributed** by the rules of ``gateway.protocol.attribution``: to the one exchange in
+  flight that may ask (opened with ``asks=True`` for a method that may ask) as it is read;
+  with several, it is held until one of them is left (the others ended), and only when
+  none is left is it answered by the gateway. An attributed question arrives in that
+  exchange's stream as a ``ChildAsk``, whose answer (or, after ``spec.input_timeout``, an
+  error) goes back to the child under the child's own id. While a question is open or
+  held, ``open_questions`` says so (the pool then gives the child no other exchange that
+  may ask), and ``on_change`` is called when that ends. Every other child request goes to
+  ``on_request`` (which may send it to the one client the child serves, or return None),
+  else to the gateway's local answers (``gateway.protocol.inputs.local_answer``), and
+  notifications that belong to no request go to ``on_notification`` as they are read;
 - a request to a child that could not start or has died fails at once, never hangs.
 """
 
@@ -49,7 +53,8 @@ from gateway.errors import (
     ChildProtocolError,
     ChildTimeoutError,
 )
-from gateway.protocol import inputs, jsonrpc, loglevels
+from gateway.protocol import attribution, inputs, jsonrpc, loglevels
+from gateway.protocol.attribution import Ambiguous, Attributed
 from gateway.protocol.correlation import ChildRequest, Correlator, Late, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import LineFramer, OversizedLine, sniff_id
 from gateway.protocol.handshake import ChildInfo
@@ -71,6 +76,7 @@ NOISE_LINES: Final = 5
 RequestHandler = Callable[[Request], Awaitable[Reply | None]]
 """Answers a child request no exchange carries; None: the gateway's local answer."""
 NotificationHandler = Callable[[Notification], None]
+ChangeHandler = Callable[[], None]
 CANCELLED = "notifications/cancelled"
 TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
 
@@ -134,6 +140,11 @@ class Exchange:
         self._asks.append(ask)
         return True
 
+    @property
+    def may_ask(self) -> bool:
+        """Whether a question from the child may be this exchange's (attribution rule 1)."""
+        return self.accepts_asks and not self.is_done and attribution.may_ask(self.method)
+
     def _finish(self, reply: Reply | None = None, error: ChildError | None = None) -> None:
         if self.is_done:
             return
@@ -141,6 +152,7 @@ class Exchange:
         self._send.close()
         for ask in self._asks:  # nobody will read them now
             ask.answer_error(CODE_NO_CLIENT_INPUT, f"the request ({self.method}) ended before the client answered")
+        self.child._exchange_ended()
 
     def ready(self) -> list[ExchangeItem]:
         """What is queued already, without waiting (so simultaneous asks make one round)."""
@@ -181,6 +193,7 @@ class StdioChild:
         tg: TaskGroup,
         on_request: RequestHandler | None = None,
         on_notification: NotificationHandler | None = None,
+        on_change: ChangeHandler | None = None,
     ) -> None:
         self.spec = spec
         self.info: ChildInfo | None = None
@@ -195,6 +208,12 @@ class StdioChild:
         self.last_output = anyio.current_time()  # when stdout last said anything (stall detection)
         self.tools_generation = 0  # bumped by notifications/tools/list_changed (tool caches key on it)
         self.awaiting_input = 0  # child requests waiting for a client's answer (not a stall)
+        self.has_asked = False  # a question came while a request that may ask was in flight
+        self.questions_to_clients = 0  # attributed questions (metrics)
+        self.questions_answered_by_gateway = 0  # every question the gateway answered itself (metrics)
+        self._attributed_open = 0  # attributed questions not answered yet
+        self._held: list[_Held] = []  # ambiguous questions, until one candidate is left
+        self._on_change = on_change
         self._proc = proc
         self._tg = tg
         self._on_request = on_request  # None: the gateway's local answers (roots from the spec)
@@ -231,7 +250,14 @@ class StdioChild:
             "timeouts": self.timeouts,
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
+            "questions_to_clients": self.questions_to_clients,
+            "questions_answered_by_gateway": self.questions_answered_by_gateway,
         }
+
+    @property
+    def open_questions(self) -> int:
+        """Questions asked and not answered yet, plus those held back as ambiguous."""
+        return self._attributed_open + len(self._held)
 
     def is_alive(self) -> bool:
         return self._death is None
@@ -469,26 +495,79 @@ class StdioChild:
 
     def _on_child_request(self, request: Request) -> None:
         """Attribute as the line is read (so requests read together find the same owner), answer later."""
-        in_flight = len(self._correlator)
         if request.method in inputs.INPUT_METHODS:
-            pending = self._correlator.sole()
-            if pending is not None and pending.owner._offer_ask(ask := ChildAsk(request)):
-                self.awaiting_input += 1  # from now: the child's silence is no stall
-                self._tg.start_soon(self._await_ask, ask)
+            candidates = [ex for ex in self._correlator.owners() if ex.may_ask]
+            decision = attribution.attribute(candidates)
+            if isinstance(decision, Attributed):
+                self.has_asked = True
+                if self._give(decision.owner, request):
+                    return
+            elif isinstance(decision, Ambiguous):
+                self.has_asked = True
+                held = _Held(request, decision.candidates)
+                self._held.append(held)
+                log.info(
+                    "child %s asked %s with %d requests in flight that may ask; held until only one of them is left",
+                    self.spec.label,
+                    request.method,
+                    len(candidates),
+                )
+                self._tg.start_soon(self._hold, held)
                 return
-            log.info(
-                "child %s asked %s with %d request(s) in flight; the gateway answers it",
-                self.spec.label,
-                request.method,
-                in_flight,
-            )
+        in_flight = len(self._correlator)
         if not in_flight:
             reason = "no client request is in flight on the child"
-        elif in_flight > 1:
-            reason = f"{in_flight} requests are in flight on the child, so it is not known whose question this is"
         else:
-            reason = "the request in flight cannot carry it to its client"
+            reason = f"none of the {in_flight} request(s) in flight on the child can carry it to its client"
         self._tg.start_soon(self._answer, request, reason)
+
+    def _give(self, owner: Exchange, request: Request) -> bool:
+        """Hand an attributed question to its exchange; False if it cannot take it any more."""
+        ask = ChildAsk(request)
+        if not owner._offer_ask(ask):
+            return False
+        self.awaiting_input += 1  # from now: the child's silence is no stall
+        self._attributed_open += 1
+        self.questions_to_clients += 1
+        self._tg.start_soon(self._await_ask, ask)
+        return True
+
+    def _exchange_ended(self) -> None:
+        """An exchange ended: a held question may now have one candidate left (or none)."""
+        if not self._held:
+            return
+        in_flight = {ex for ex in self._correlator.owners() if ex.may_ask}
+        held, self._held = self._held, []
+        for question, outcome in zip(held, attribution.resolve([h.candidates for h in held], in_flight), strict=True):
+            if isinstance(outcome, Ambiguous):
+                question.candidates = outcome.candidates
+                self._held.append(question)
+                continue
+            question.settled.set()
+            if isinstance(outcome, Attributed) and self._give(outcome.owner, question.request):
+                continue
+            reason = "every request that was in flight when it asked has ended"
+            self._tg.start_soon(self._answer, question.request, reason)
+        if not self._held:
+            self._changed()
+
+    async def _hold(self, held: _Held) -> None:
+        """Bound an ambiguous question's wait by the input timeout; then the gateway answers it."""
+        with anyio.move_on_after(self.spec.input_timeout):
+            await held.settled.wait()
+        if held.settled.is_set():
+            return
+        self._held.remove(held)
+        self._changed()
+        reason = (
+            f"{len(held.candidates)} requests that may ask were in flight on the child, so it is not known "
+            f"whose question this is, and none was left alone within {self.spec.input_timeout:g} s"
+        )
+        await self._answer(held.request, reason)
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
 
     async def _await_ask(self, ask: ChildAsk) -> None:
         try:
@@ -501,9 +580,17 @@ class StdioChild:
             )
         finally:
             self.awaiting_input -= 1
+            self._attributed_open -= 1
+            self._changed()
         assert ask.reply is not None
+        if ask.local_reason is not None:
+            self._answered_locally(ask.method, ask.local_reason)
         with suppress(ChildError):
             await self._write(ask.reply.to_dict())
+
+    def _answered_locally(self, method: str, reason: str) -> None:
+        self.questions_answered_by_gateway += 1
+        log.info("child %s asked %s; the gateway answered it: %s", self.spec.label, method, reason)
 
     async def _answer(self, request: Request, reason: str) -> None:
         asking = request.method in inputs.INPUT_METHODS and self._on_request is not None
@@ -513,6 +600,8 @@ class StdioChild:
             reply = None if self._on_request is None else await self._on_request(request)
             if reply is None:
                 reply = inputs.local_answer(request, self.spec.roots, reason)
+                if request.method in inputs.INPUT_METHODS:
+                    self._answered_locally(request.method, reason)
         except Exception:  # a handler bug must still answer the child
             log.exception("handler for child request %s failed", request.method)
             reply = ErrorReply(request.id, jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "gateway error"))
@@ -557,6 +646,15 @@ class StdioChild:
             await self._exited.wait()
 
 
+class _Held:
+    """An ambiguous question: the child's request, and the exchanges it may belong to."""
+
+    def __init__(self, request: Request, candidates: frozenset[Exchange]) -> None:
+        self.request = request
+        self.candidates = candidates
+        self.settled = anyio.Event()
+
+
 @asynccontextmanager
 async def open_child(
     spec: ChildSpec,
@@ -564,6 +662,7 @@ async def open_child(
     gateway_version: str = "0",
     on_request: RequestHandler | None = None,
     on_notification: NotificationHandler | None = None,
+    on_change: ChangeHandler | None = None,
 ) -> AsyncIterator[StdioChild]:
     """Spawn, handshake, yield a ready child; stop it on exit. Raises ``ChildStartError``."""
     from gateway.stdio.handshake import run_handshake  # local: handshake imports this module
@@ -573,7 +672,7 @@ async def open_child(
     # ExceptionGroup, and callers should catch ChildStartError (or their own errors) plainly.
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:
-        child = StdioChild(spec, proc, tg, on_request, on_notification)
+        child = StdioChild(spec, proc, tg, on_request, on_notification, on_change)
         tg.start_soon(child.pump_stdout)
         tg.start_soon(child.pump_stderr)
         tg.start_soon(child.watch_exit)
