@@ -21,7 +21,7 @@ from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.protocol.attribution import AskPolicy
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
-from gateway.router import Isolation, ServerConfig
+from gateway.router import DualEra, Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, REQUEST_TIMEOUT, ChildSpec
 
@@ -216,6 +216,15 @@ def build_parser() -> argparse.ArgumentParser:
         "when one request is in flight (default: %(default)s)",
     )
     pool.add_argument(
+        "--dual-era",
+        choices=[d.value for d in DualEra],
+        default=DualEra.PER_CLIENT.value,
+        help="for a server that speaks both eras: per-client = legacy clients get children opened with "
+        "initialize (so tools that ask the legacy way work for them), modern clients children opened with "
+        "server/discover; modern = every child opened with server/discover; legacy = every child opened with "
+        "initialize, modern clients bridged (their questions become MRTR rounds) (default: %(default)s)",
+    )
+    pool.add_argument(
         "--isolation",
         choices=[i.value for i in Isolation],
         default=Isolation.SHARED.value,
@@ -388,6 +397,7 @@ def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerC
         pool=pool_settings(args),
         isolation=Isolation(args.isolation),
         env_from_headers=env_mappings(args.env_from_header),
+        dual_era=DualEra(args.dual_era),
     )
 
 

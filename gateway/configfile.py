@@ -15,7 +15,8 @@ Keys per server: ``command`` (required), ``args``, ``env`` (a value of ``null`` 
 variable), ``cwd``, ``inheritEnv``, and the gateway's own: ``pool`` (``min``, ``max``,
 ``maxInFlight``, ``queueTimeout``, ``idleTimeout``, ``maxRequests``, ``maxAge``,
 ``stallTimeout``, ``livenessInterval``), ``isolation``, ``childAsks`` (``auto``, ``always``,
-``never``: whether requests that may ask get a child each), ``envFromHeaders``,
+``never``: whether requests that may ask get a child each), ``dualEra`` (``per-client``,
+``modern``, ``legacy``: which era a child that speaks both is opened in), ``envFromHeaders``,
 ``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``,
 ``clientCapabilities`` (what a legacy child is told the client can do: an object with
 ``sampling``, ``elicitation``, ``roots``; ``{}`` or ``"none"`` for nothing; by default all
@@ -38,7 +39,7 @@ import orjson
 
 from gateway.errors import ConfigError
 from gateway.protocol.attribution import AskPolicy
-from gateway.router import Isolation, ServerConfig
+from gateway.router import DualEra, Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
 
 NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -74,6 +75,7 @@ FLAG_KEYS: Final = {
     "--liveness-interval": "pool.livenessInterval",
     "--isolation": "isolation",
     "--child-asks": "childAsks",
+    "--dual-era": "dualEra",
     "--env-from-header": "envFromHeaders",
     "--request-timeout": "requestTimeout",
     "--probe-timeout": "probeTimeout",
@@ -86,7 +88,7 @@ FLAG_KEYS: Final = {
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
 _KNOWN: Final = {
     "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
-    "clientCapabilities", "roots", "disabled", "type", "childAsks", *_SPEC_NUMBERS,
+    "clientCapabilities", "roots", "disabled", "type", "childAsks", "dualEra", *_SPEC_NUMBERS,
 }  # fmt: skip
 
 
@@ -166,6 +168,11 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
             config = replace(config, isolation=Isolation(body["isolation"]))
         except ValueError:
             raise ConfigError(f"{where}.isolation", "must be shared, principal or session") from None
+    if "dualEra" in body:
+        try:
+            config = replace(config, dual_era=DualEra(body["dualEra"]))
+        except ValueError:
+            raise ConfigError(f"{where}.dualEra", "must be per-client, modern or legacy") from None
     if "childAsks" in body:
         try:
             asks = AskPolicy(body["childAsks"])

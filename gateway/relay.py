@@ -134,7 +134,13 @@ class Relay:
                 yield message
             return
         try:
-            pool = await self.router.pool_for(client.principal, client.session_id, headers or {})
+            pool = await self.router.pool_for(
+                client.principal,
+                client.session_id,
+                headers or {},
+                era=client.era,
+                capabilities=client.capabilities if client.session is not None else None,
+            )
             # The stack owns the lease and the child exchange, so that a parked MRTR call keeps both.
             async with AsyncExitStack() as stack:
                 # A request that may ask waits for a child where its questions can only be its own.

@@ -247,7 +247,9 @@ class McpEndpoint:
             principal,
         )
         try:
-            pool = await self.relay.router.pool_for(principal, session.id, headers)
+            pool = await self.relay.router.pool_for(
+                principal, session.id, headers, era=Era.LEGACY, capabilities=session.capabilities
+            )
             async with pool.lease() as child:
                 session.child, session.pool = child, pool
                 assert child.info is not None

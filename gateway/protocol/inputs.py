@@ -104,6 +104,19 @@ def local_answer(
     return ErrorReply(request.id, error_object(METHOD_NOT_FOUND, f"the gateway does not handle {request.method!r}"))
 
 
+def told_to_child(configured: Mapping[str, Any], client: Mapping[str, Any]) -> JsonObject:
+    """What a child that serves one client is told at ``initialize``: the capabilities the
+    server is configured to declare that this client declared too, as the client spelled them
+    (``roots.listChanged`` aside: the gateway forwards no roots notifications)."""
+    told: JsonObject = {}
+    for name in configured:
+        given = client.get(name)
+        if not isinstance(given, dict):
+            continue
+        told[name] = {k: v for k, v in given.items() if not (name == "roots" and k == "listChanged")}
+    return told
+
+
 def input_request(method: str, params: JsonObject | None) -> JsonObject:
     """One ``inputRequests`` entry: bare ``{method, params}``, legacy-only fields removed."""
     kept = {k: v for k, v in (params or {}).items() if k not in LEGACY_ONLY_PARAMS}

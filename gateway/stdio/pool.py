@@ -248,6 +248,13 @@ class Pool:
     def is_ready(self) -> bool:
         return not self.failing and bool(self.children())
 
+    async def wait_started(self) -> None:
+        """Until a child has started (or starting failed), at most ``STARTUP_WAIT``: what the
+        handshake learnt of the server (its era) is then known."""
+        with anyio.move_on_after(STARTUP_WAIT):
+            while not self.children() and self.last_error is None and self.members:
+                await self._changed.wait()
+
     def is_idle(self) -> bool:
         return not self.members and self._waiting == 0
 

@@ -38,6 +38,12 @@ BRIDGED_CAPABILITIES: Final[Mapping[str, Mapping[str, object]]] = {"sampling": {
 """What a legacy child is told by default: every client capability the gateway can bridge to
 a client (sampling, form elicitation, roots). A client that lacks one gets the child's question
 refused with a clear error (legacy) or -32021 (modern)."""
+PROBE_FIRST: Final = "probe"
+"""Handshake: ``server/discover`` first; ``initialize`` only when the child is not modern."""
+INITIALIZE_FIRST: Final = "initialize"
+"""Handshake: ``initialize`` first; ``server/discover`` only when the child refuses it. For
+children that serve legacy clients of a server that speaks both eras: a dual child then
+serves the legacy way, so its tools that ask (sampling, elicitation) keep a back-channel."""
 STDERR_TAIL_LINES: Final = 20
 STDERR_LINE_CHARS: Final = 500
 
@@ -61,6 +67,7 @@ class ChildSpec:
     roots: tuple[Mapping[str, object], ...] | None = None  # answers the child's roots/list when no client can
     input_timeout: float = INPUT_TIMEOUT
     name: str = ""
+    handshake: str = PROBE_FIRST  # or INITIALIZE_FIRST
 
     @property
     def argv(self) -> list[str]:

@@ -11,7 +11,7 @@ from gateway.cli import env_name, parse_settings
 from gateway.config import demo_command
 from gateway.errors import ConfigError
 from gateway.protocol.attribution import AskPolicy
-from gateway.router import Isolation
+from gateway.router import DualEra, Isolation
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -238,3 +238,16 @@ def test_bad_settings_exit_2_with_a_message_before_anything_starts(
 
     assert main(argv) == 2
     assert capsys.readouterr().err.startswith("mcp-stdio-gateway: ")
+
+
+def test_the_era_of_children_for_a_dual_server_comes_from_a_flag_or_the_file(tmp_path: Path) -> None:
+    [default] = parse_settings(["--", "srv"], environ={}).servers
+    assert default.dual_era is DualEra.PER_CLIENT
+    [modern] = parse_settings(["--dual-era", "modern", "--", "srv"], environ={}).servers
+    assert modern.dual_era is DualEra.MODERN
+    config = write(tmp_path, {"mcpServers": {"x": {"command": "a", "dualEra": "legacy"}}})
+    [configured] = parse_settings(["--config", config], environ={}).servers
+    assert configured.dual_era is DualEra.LEGACY
+    bad = write(tmp_path, {"mcpServers": {"x": {"command": "a", "dualEra": "both"}}})
+    with pytest.raises(ConfigError, match="dualEra"):
+        parse_settings(["--config", bad], environ={})
