@@ -23,6 +23,7 @@ from mcp import Client, types
 from mcp.types import TextContent
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from gateway.router import Isolation
 from gateway.stdio.spec import ChildSpec
 from tests.gateway_server import MODERN, MODERN_META, modern_call, modern_headers, parse_sse, running_gateway
 from tests.schemas import validate
@@ -264,3 +265,23 @@ async def test_eight_concurrent_clients_of_both_eras_each_get_their_own_question
         line for line in metrics.splitlines() if line.startswith("mcp_gateway_child_questions_to_clients_total{")
     ]
     assert float(to_clients.split()[-1]) >= 2 * CLIENTS
+
+
+async def test_under_session_isolation_each_child_is_told_its_own_clients_capabilities() -> None:
+    """server-everything registers an asking tool only for what its client declared."""
+    with anyio.fail_after(TEST_DEADLINE):
+        async with (
+            running_gateway(everything_spec(), isolation=Isolation.SESSION) as url,
+            Client(url, mode="legacy", sampling_callback=_never_called) as sampler,
+            Client(url, mode="legacy", elicitation_callback=_never_called) as elicitor,
+        ):
+            sampler_tools = {tool.name for tool in (await sampler.list_tools()).tools}
+            elicitor_tools = {tool.name for tool in (await elicitor.list_tools()).tools}
+    assert "trigger-sampling-request" in sampler_tools
+    assert "trigger-elicitation-request" not in sampler_tools
+    assert "trigger-elicitation-request" in elicitor_tools
+    assert "trigger-sampling-request" not in elicitor_tools
+
+
+async def _never_called(context: object, params: object) -> types.ErrorData:
+    raise AssertionError("not asked in this test")
