@@ -96,7 +96,7 @@ class ClientContext:
 
     def bind(self, child: StdioChild, pool: Pool | None = None) -> None:
         self.log["child_pid"] = child.pid
-        if self.session is not None:
+        if self.session is not None and self.affinity() is None:  # a call lent to another child keeps the home
             self.session.child = child
             if pool is not None:
                 self.session.pool = pool

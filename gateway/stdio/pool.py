@@ -300,9 +300,15 @@ class Pool:
         if prefer is not None:
             # A legacy session waits for its own child rather than move: what it set up there
             # (subscriptions, log level) lives only in that process. A dead child frees it.
+            # Except when only a question holds it (attribution): a person may take minutes to
+            # answer, so a call that may ask runs on another child then, for this call only.
             for member in self.members:
                 if member.child is prefer and member.is_live:
-                    return member if member.has_room(method) else None
+                    if member.has_room(method):
+                        return member
+                    if not member.has_room(None):
+                        return None
+                    break
         free = [m for m in self.members if m.has_room(method)]
         return min(free, key=lambda m: m.leases, default=None)
 

@@ -162,3 +162,28 @@ async def test_with_child_asks_never_a_question_from_two_calls_in_flight_waits_u
     assert question["method"] == "elicitation/create"
     assert answers(alice_final) == [{"result": elicited("Alice")}]
     assert by_gateway == 0
+
+
+async def test_a_legacy_session_whose_child_is_asking_for_another_runs_its_call_on_a_second_child() -> None:
+    pool = PoolSettings(min_size=1, max_size=2)
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(legacy_child(), pool=pool) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            alice = await open_session(http, url, {"elicitation": {}})
+            bob = await open_session(http, url, {"elicitation": {}})  # both sessions live on the first child
+            async with http.stream("POST", url, headers=alice, json=legacy_ask(1, [ELICITATION])) as pending:
+                stream = sse(pending)
+                question = await anext(stream)
+                async with http.stream("POST", url, headers=bob, json=legacy_ask(1, [ELICITATION])) as bobs:
+                    bob_stream = sse(bobs)
+                    bob_question = await anext(bob_stream)  # asked at once, on the second child
+                    answer = {"jsonrpc": "2.0", "id": bob_question["id"], "result": elicited("Bob")}
+                    await http.post(url, headers=bob, json=answer)
+                    bob_final = await anext(bob_stream)
+                answer = {"jsonrpc": "2.0", "id": question["id"], "result": elicited("Alice")}
+                await http.post(url, headers=alice, json=answer)
+                alice_final = await anext(stream)
+    assert answers(bob_final) == [{"result": elicited("Bob")}]
+    assert answers(alice_final) == [{"result": elicited("Alice")}]
