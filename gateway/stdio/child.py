@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Final
 
@@ -46,21 +46,20 @@ import anyio
 from anyio.abc import Process, TaskGroup
 
 from gateway.errors import (
-    CODE_INPUT_TIMEOUT,
     CODE_NO_CLIENT_INPUT,
     ChildError,
     ChildExitedError,
     ChildProtocolError,
     ChildTimeoutError,
 )
-from gateway.protocol import attribution, inputs, jsonrpc, loglevels
-from gateway.protocol.attribution import Ambiguous, Attributed
+from gateway.protocol import attribution, jsonrpc, loglevels
 from gateway.protocol.correlation import ChildRequest, Correlator, Late, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import LineFramer, OversizedLine, sniff_id
 from gateway.protocol.handshake import ChildInfo
-from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Request
+from gateway.protocol.jsonrpc import JsonObject, Notification, Reply
 from gateway.stdio import process
 from gateway.stdio.ask import ChildAsk
+from gateway.stdio.questions import Questions, RequestHandler
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.child")
@@ -73,8 +72,6 @@ STDERR_DRAIN_GRACE: Final = 1.0
 """Seconds to let stderr finish after the child exits, so the error quotes its last words."""
 NOISE_LINES: Final = 5
 
-RequestHandler = Callable[[Request], Awaitable[Reply | None]]
-"""Answers a child request no exchange carries; None: the gateway's local answer."""
 NotificationHandler = Callable[[Notification], None]
 ChangeHandler = Callable[[], None]
 CANCELLED = "notifications/cancelled"
@@ -152,7 +149,7 @@ class Exchange:
         self._send.close()
         for ask in self._asks:  # nobody will read them now
             ask.answer_error(CODE_NO_CLIENT_INPUT, f"the request ({self.method}) ended before the client answered")
-        self.child._exchange_ended()
+        self.child.questions.exchange_ended()
 
     def ready(self) -> list[ExchangeItem]:
         """What is queued already, without waiting (so simultaneous asks make one round)."""
@@ -207,18 +204,11 @@ class StdioChild:
         self.stdout_noise: deque[str] = deque(maxlen=NOISE_LINES)
         self.last_output = anyio.current_time()  # when stdout last said anything (stall detection)
         self.tools_generation = 0  # bumped by notifications/tools/list_changed (tool caches key on it)
-        self.awaiting_input = 0  # child requests waiting for a client's answer (not a stall)
-        self.has_asked = False  # a question came while a request that may ask was in flight
-        self.questions_to_clients = 0  # attributed questions (metrics)
-        self.questions_answered_by_gateway = 0  # every question the gateway answered itself (metrics)
-        self._attributed_open = 0  # attributed questions not answered yet
-        self._held: list[_Held] = []  # ambiguous questions, until one candidate is left
-        self._on_change = on_change
         self._proc = proc
         self._tg = tg
-        self._on_request = on_request  # None: the gateway's local answers (roots from the spec)
         self._on_notification = on_notification
         self._correlator: Correlator[Exchange] = Correlator()
+        self.questions = Questions(spec, tg, self._correlator.owners, self._write, on_request, on_change)
         self._stderr = process.StderrTail(spec.stderr_tail_lines, spec.stderr_line_chars)
         self._stderr_done = anyio.Event()
         self._stdout_done = anyio.Event()
@@ -250,14 +240,22 @@ class StdioChild:
             "timeouts": self.timeouts,
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
-            "questions_to_clients": self.questions_to_clients,
-            "questions_answered_by_gateway": self.questions_answered_by_gateway,
+            "questions_to_clients": self.questions.to_clients,
+            "questions_answered_by_gateway": self.questions.answered_by_gateway,
         }
 
     @property
+    def awaiting_input(self) -> int:
+        """Child requests waiting for a client's answer (the child's silence is then no stall)."""
+        return self.questions.awaiting_input
+
+    @property
+    def has_asked(self) -> bool:
+        return self.questions.has_asked
+
+    @property
     def open_questions(self) -> int:
-        """Questions asked and not answered yet, plus those held back as ambiguous."""
-        return self._attributed_open + len(self._held)
+        return self.questions.open
 
     def is_alive(self) -> bool:
         return self._death is None
@@ -433,7 +431,7 @@ class StdioChild:
         elif isinstance(routed, ProgressFor):
             routed.pending.owner._deliver(routed.notification)
         elif isinstance(routed, ChildRequest):
-            self._on_child_request(routed.request)
+            self.questions.on_request(routed.request)
         elif isinstance(routed, Unsolicited):
             if routed.notification.method == loglevels.LOG_MESSAGE:
                 self._on_log(routed.notification)
@@ -493,124 +491,6 @@ class StdioChild:
             ),
         )
 
-    def _on_child_request(self, request: Request) -> None:
-        """Attribute as the line is read (so requests read together find the same owner), answer later."""
-        if request.method in inputs.INPUT_METHODS:
-            candidates = [ex for ex in self._correlator.owners() if ex.may_ask]
-            decision = attribution.attribute(candidates)
-            if isinstance(decision, Attributed):
-                self.has_asked = True
-                if self._give(decision.owner, request):
-                    return
-            elif isinstance(decision, Ambiguous):
-                self.has_asked = True
-                held = _Held(request, decision.candidates)
-                self._held.append(held)
-                log.info(
-                    "child %s asked %s with %d requests in flight that may ask; held until only one of them is left",
-                    self.spec.label,
-                    request.method,
-                    len(candidates),
-                )
-                self._tg.start_soon(self._hold, held)
-                return
-        in_flight = len(self._correlator)
-        if not in_flight:
-            reason = "no client request is in flight on the child"
-        else:
-            reason = f"none of the {in_flight} request(s) in flight on the child can carry it to its client"
-        self._tg.start_soon(self._answer, request, reason)
-
-    def _give(self, owner: Exchange, request: Request) -> bool:
-        """Hand an attributed question to its exchange; False if it cannot take it any more."""
-        ask = ChildAsk(request)
-        if not owner._offer_ask(ask):
-            return False
-        self.awaiting_input += 1  # from now: the child's silence is no stall
-        self._attributed_open += 1
-        self.questions_to_clients += 1
-        self._tg.start_soon(self._await_ask, ask)
-        return True
-
-    def _exchange_ended(self) -> None:
-        """An exchange ended: a held question may now have one candidate left (or none)."""
-        if not self._held:
-            return
-        in_flight = {ex for ex in self._correlator.owners() if ex.may_ask}
-        held, self._held = self._held, []
-        for question, outcome in zip(held, attribution.resolve([h.candidates for h in held], in_flight), strict=True):
-            if isinstance(outcome, Ambiguous):
-                question.candidates = outcome.candidates
-                self._held.append(question)
-                continue
-            question.settled.set()
-            if isinstance(outcome, Attributed) and self._give(outcome.owner, question.request):
-                continue
-            reason = "every request that was in flight when it asked has ended"
-            self._tg.start_soon(self._answer, question.request, reason)
-        if not self._held:
-            self._changed()
-
-    async def _hold(self, held: _Held) -> None:
-        """Bound an ambiguous question's wait by the input timeout; then the gateway answers it."""
-        with anyio.move_on_after(self.spec.input_timeout):
-            await held.settled.wait()
-        if held.settled.is_set():
-            return
-        self._held.remove(held)
-        self._changed()
-        reason = (
-            f"{len(held.candidates)} requests that may ask were in flight on the child, so it is not known "
-            f"whose question this is, and none was left alone within {self.spec.input_timeout:g} s"
-        )
-        await self._answer(held.request, reason)
-
-    def _changed(self) -> None:
-        if self._on_change is not None:
-            self._on_change()
-
-    async def _await_ask(self, ask: ChildAsk) -> None:
-        try:
-            with anyio.move_on_after(self.spec.input_timeout):
-                await ask.wait()
-            ask.answer_error(  # a no-op when it was answered
-                CODE_INPUT_TIMEOUT,
-                f"the client did not answer {ask.method} within {self.spec.input_timeout:g} s",
-                timeout_seconds=self.spec.input_timeout,
-            )
-        finally:
-            self.awaiting_input -= 1
-            self._attributed_open -= 1
-            self._changed()
-        assert ask.reply is not None
-        if ask.local_reason is not None:
-            self._answered_locally(ask.method, ask.local_reason)
-        with suppress(ChildError):
-            await self._write(ask.reply.to_dict())
-
-    def _answered_locally(self, method: str, reason: str) -> None:
-        self.questions_answered_by_gateway += 1
-        log.info("child %s asked %s; the gateway answered it: %s", self.spec.label, method, reason)
-
-    async def _answer(self, request: Request, reason: str) -> None:
-        asking = request.method in inputs.INPUT_METHODS and self._on_request is not None
-        if asking:
-            self.awaiting_input += 1  # it may wait for a client: the child's silence is no stall
-        try:
-            reply = None if self._on_request is None else await self._on_request(request)
-            if reply is None:
-                reply = inputs.local_answer(request, self.spec.roots, reason)
-                if request.method in inputs.INPUT_METHODS:
-                    self._answered_locally(request.method, reason)
-        except Exception:  # a handler bug must still answer the child
-            log.exception("handler for child request %s failed", request.method)
-            reply = ErrorReply(request.id, jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "gateway error"))
-        finally:
-            if asking:
-                self.awaiting_input -= 1
-        with suppress(ChildError):
-            await self._write(reply.to_dict())
-
     async def _on_stdout_closed(self) -> None:
         if self._proc.returncode is None:
             with anyio.move_on_after(self.spec.stdin_close_grace):
@@ -644,15 +524,6 @@ class StdioChild:
         await process.stop(self._proc, self.spec)
         with anyio.CancelScope(shield=True):
             await self._exited.wait()
-
-
-class _Held:
-    """An ambiguous question: the child's request, and the exchanges it may belong to."""
-
-    def __init__(self, request: Request, candidates: frozenset[Exchange]) -> None:
-        self.request = request
-        self.candidates = candidates
-        self.settled = anyio.Event()
 
 
 @asynccontextmanager

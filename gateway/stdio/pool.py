@@ -46,7 +46,8 @@ from gateway.protocol.attribution import AskPolicy, ChildLoad
 from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import Notification, Reply, Request, Result
 from gateway.protocol.versions import Era
-from gateway.stdio.child import RequestHandler, StdioChild, open_child
+from gateway.stdio.child import StdioChild, open_child
+from gateway.stdio.questions import RequestHandler
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.pool")
