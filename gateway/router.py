@@ -102,6 +102,9 @@ class PoolKey:
 
 
 SHARED_KEY: Final = PoolKey("shared")
+SHARED_LEGACY_KEY: Final = PoolKey("shared", era="legacy")
+"""The legacy clients' share of a dual server's children: kept warm like the shared pool once
+a legacy client has come (it is not known to be needed before)."""
 
 
 def credential_env(mapping: Mapping[str, str], headers: Mapping[str, str]) -> dict[str, str]:
@@ -235,7 +238,7 @@ class Router:
     async def _open(self, key: PoolKey, spec: ChildSpec) -> Pool:
         assert self._tg is not None
         settings = self.server.pool
-        if key != SHARED_KEY:
+        if key not in (SHARED_KEY, SHARED_LEGACY_KEY):
             # Dedicated pools start empty and grow on demand: a principal or session that
             # never comes back must not keep a child alive.
             settings = replace(settings, min_size=0)
@@ -281,7 +284,10 @@ class Router:
         while True:
             await anyio.sleep(MAINTENANCE_TICK)
             for key, pool in list(self.pools.items()):
-                if key != SHARED_KEY and pool.is_idle():
+                idle = key not in (SHARED_KEY, SHARED_LEGACY_KEY) and pool.is_idle()
+                # Legacy clients' children of a server found to speak one era are no longer used.
+                stale = key == SHARED_LEGACY_KEY and self.single_era and pool.is_unused()
+                if idle or stale:
                     del self.pools[key]  # first, so no new request is handed a closing pool
                     self._entered.pop(key, None)
                     self._stops.pop(key).set()

@@ -259,6 +259,10 @@ class Pool:
     def is_idle(self) -> bool:
         return not self.members and self._waiting == 0
 
+    def is_unused(self) -> bool:
+        """No request holds or waits for a child of this pool (it may still have children)."""
+        return self._waiting == 0 and all(member.leases == 0 for member in self.members)
+
     def status(self) -> dict[str, Any]:
         now = anyio.current_time()
         return {

@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from mcp import Client, types
 from mcp.shared.exceptions import MCPError
@@ -25,8 +26,9 @@ from mcp.types import TextContent
 
 from gateway.router import DualEra
 from gateway.stdio.spec import ChildSpec
-from tests.conftest import TESTS
-from tests.gateway_server import MODERN, running_gateway
+from tests.conftest import TESTS, server_spec
+from tests.gateway_server import MODERN, modern_call, modern_headers, running_gateway
+from tests.integration.test_client_requests import open_session
 
 pytestmark = pytest.mark.anyio
 
@@ -81,3 +83,25 @@ async def test_legacy_and_modern_clients_of_a_dual_server_get_children_opened_in
                 with pytest.raises(MCPError, match="no back-channel"):
                     await client.call_tool("ask_sampling", {"prompt": "hi"})
     assert legacy == ["sampled: from the client's model", "hello Ada"]
+
+
+async def pid_of(http: httpx.AsyncClient, url: str, headers: dict[str, str]) -> int:
+    call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "pid", "arguments": {}}}
+    pid: int = (await http.post(url, headers=headers, json=call)).json()["result"]["structuredContent"]["pid"]
+    return pid
+
+
+async def test_once_a_server_turns_out_to_speak_only_the_modern_era_legacy_clients_share_its_children() -> None:
+    """Only the first legacy client's ``initialize`` meets a child opened with ``initialize``
+    first (which the modern-only server refuses, so it is probed instead); from then on every
+    legacy call runs on the modern clients' children: the split costs nothing lasting."""
+    with anyio.fail_after(WAIT):
+        async with running_gateway(server_spec("--era", "modern")) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            reply = await http.post(url, headers=modern_headers("tools/call", "pid"), json=modern_call(1, "pid"))
+            modern_pid = reply.json()["result"]["structuredContent"]["pid"]
+            first = await open_session(http, url, {})
+            first_pid = await pid_of(http, url, first)
+            second = await open_session(http, url, {})
+            second_pid = await pid_of(http, url, second)
+            first_again = await pid_of(http, url, first)
+    assert first_pid == second_pid == first_again == modern_pid
