@@ -95,9 +95,9 @@ async def test_with_two_requests_in_flight_on_the_child_a_message_is_not_attribu
             httpx.AsyncClient(timeout=20) as http,
             http.stream("POST", url, headers=modern_headers("tools/call", "sleep"), json=sleeper) as slow,
         ):
-            async for line in slow.aiter_lines():  # its progress: the call is in flight at the child
-                if line.startswith("data:"):
-                    break
+            lines = slow.aiter_lines()  # kept: a dropped iterator would close the stream (a cancel)
+            while not (await anext(lines)).startswith("data:"):  # its progress: in flight at the child
+                pass
             reply = await http.post(
                 url,
                 headers=modern_headers("tools/call", "notify"),
