@@ -21,15 +21,18 @@ from gateway.helptext import NOT_SETTINGS
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.oauth.validation import DEFAULT_PRINCIPAL_CLAIM, OAuthPolicy
+from gateway.protocol.attribution import AskPolicy
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
-from gateway.router import Isolation, ServerConfig
+from gateway.router import DualEra, Isolation, ServerConfig
 from gateway.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, REQUEST_TIMEOUT, ChildSpec
 
 CLIENT_CAPABILITIES = ("sampling", "elicitation", "roots")
 """What ``--client-capability`` may declare to legacy children (the ones they can ask for)."""
+NO_CAPABILITY = "none"
+"""``--client-capability none``: declare nothing (compliant children then never ask)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,10 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--client-capability",
         action="append",
         default=[],
-        choices=CLIENT_CAPABILITIES,
+        choices=(*CLIENT_CAPABILITIES, NO_CAPABILITY),
         metavar="NAME",
-        help="declare this client capability to legacy children at initialize, so they may ask for it "
-        "(repeatable; without it none is declared, and compliant children never ask)",
+        help="declare only these client capabilities (sampling, elicitation, roots) to legacy children at "
+        "initialize (repeatable; 'none' declares nothing, so compliant children never ask; default: all three, "
+        "and a client that lacks one gets the child's question refused)",
     )
     parser.add_argument(
         "--root",
@@ -232,6 +236,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="children at most over all servers and isolation keys; at the cap an idle child of another "
         "pool is stopped to make room, else 503 + Retry-After; 0 = sized to the machine: 16 per CPU or "
         "one per 64 MiB of memory, the smaller, at least 8 (default: %(default)s)",
+    )
+    pool.add_argument(
+        "--child-asks",
+        choices=[p.value for p in AskPolicy],
+        default=defaults.child_asks.value,
+        help="whether the server asks its client (sampling, elicitation, roots) during tools/call, prompts/get "
+        "and resources/read, so each such request needs a child to itself for its questions to reach the "
+        "right client: auto = once it has asked, and from the start for a legacy child told it may ask for "
+        "sampling or elicitation; always; never = share children, a question then reaches a client only "
+        "when one request is in flight (default: %(default)s)",
+    )
+    pool.add_argument(
+        "--dual-era",
+        choices=[d.value for d in DualEra],
+        default=DualEra.PER_CLIENT.value,
+        help="for a server that speaks both eras: per-client = legacy clients get children opened with "
+        "initialize (so tools that ask the legacy way work for them), modern clients children opened with "
+        "server/discover; modern = every child opened with server/discover; legacy = every child opened with "
+        "initialize, modern clients bridged (their questions become MRTR rounds) (default: %(default)s)",
     )
     pool.add_argument(
         "--isolation",
@@ -454,8 +477,12 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
 def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerConfig:
     is_demo = command == demo_command()
     for name in args.client_capability:  # argparse checks choices on the command line, not in env values
-        if name not in CLIENT_CAPABILITIES:
-            raise ConfigError("--client-capability", f"{name!r} is not one of {', '.join(CLIENT_CAPABILITIES)}")
+        if name not in (*CLIENT_CAPABILITIES, NO_CAPABILITY):
+            raise ConfigError(
+                "--client-capability", f"{name!r} is not one of {', '.join((*CLIENT_CAPABILITIES, NO_CAPABILITY))}"
+            )
+    if NO_CAPABILITY in args.client_capability and len(set(args.client_capability)) > 1:
+        raise ConfigError("--client-capability", "'none' cannot be combined with a capability")
     if args.max_batch_size < 1:
         raise ConfigError("--max-batch-size", "must be at least 1")
     spec = ChildSpec(
@@ -466,7 +493,9 @@ def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerC
         handshake_timeout=args.startup_timeout,
         request_timeout=args.request_timeout or None,
         input_timeout=args.input_timeout,
-        client_capabilities={name: {} for name in args.client_capability},
+        client_capabilities=(
+            {name: {} for name in args.client_capability if name != NO_CAPABILITY} if args.client_capability else None
+        ),
         roots=tuple(parse_root(root, "--root") for root in args.root) or None,
         name="demo" if is_demo else "",
     )
@@ -478,6 +507,7 @@ def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerC
         env_from_headers=env_mappings(args.env_from_header),
         max_sessions_per_principal=args.max_sessions_per_principal,
         max_batch_size=args.max_batch_size,
+        dual_era=DualEra(args.dual_era),
         oauth=oauth_policy(args),
     )
 
@@ -536,6 +566,7 @@ def pool_settings(args: argparse.Namespace) -> PoolSettings:
             max_age=args.max_age,
             stall_timeout=args.stall_timeout,
             liveness_interval=args.liveness_interval,
+            child_asks=AskPolicy(args.child_asks),
         )
     except ValueError as exc:
         raise ConfigError("pool", str(exc)) from exc

@@ -14,14 +14,17 @@
 Keys per server: ``command`` (required), ``args``, ``env`` (a value of ``null`` removes the
 variable), ``cwd``, ``inheritEnv``, and the gateway's own: ``pool`` (``min``, ``max``,
 ``maxInFlight``, ``queueTimeout``, ``idleTimeout``, ``maxRequests``, ``maxAge``,
-``stallTimeout``, ``livenessInterval``), ``isolation``, ``envFromHeaders``,
+``stallTimeout``, ``livenessInterval``), ``isolation``, ``childAsks`` (``auto``, ``always``,
+``never``: whether requests that may ask get a child each), ``dualEra`` (``per-client``,
+``modern``, ``legacy``: which era a child that speaks both is opened in), ``envFromHeaders``,
 ``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``, ``maxBatchSize``,
 ``maxSessionsPerPrincipal`` (legacy sessions one principal may hold on this server),
 ``oauth`` (``issuer``, ``jwksUrl``, ``audience``, ``scopes``, ``principalClaim``: how its
 access tokens are checked, over the ``--oauth-*`` flags), ``clientCapabilities`` (what a
-legacy child is told the client can do: ``sampling``, ``elicitation``, ``roots``),
-``roots`` (paths or ``file://`` URIs, or ``{"uri", "name"}`` objects: the gateway's answer
-to the child's ``roots/list`` when no client can give one)
+legacy child is told the client can do: an object with ``sampling``, ``elicitation``,
+``roots``; ``{}`` or ``"none"`` for nothing; by default all three), ``roots`` (paths or
+``file://`` URIs, or ``{"uri", "name"}`` objects: the gateway's answer to the child's
+``roots/list`` when no client can give one)
 and ``inputTimeout``. Keys not given take the command line's values. Unknown keys are
 refused, so a typo never silently does nothing; ``disabled: true`` skips a server.
 Every problem is a ``ConfigError`` naming the key path, e.g. ``mcpServers.files.pool.max``.
@@ -39,7 +42,8 @@ import orjson
 
 from gateway.errors import ConfigError
 from gateway.oauth.validation import OAuthPolicy
-from gateway.router import Isolation, ServerConfig
+from gateway.protocol.attribution import AskPolicy
+from gateway.router import DualEra, Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
 
 NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -74,6 +78,8 @@ FLAG_KEYS: Final = {
     "--stall-timeout": "pool.stallTimeout",
     "--liveness-interval": "pool.livenessInterval",
     "--isolation": "isolation",
+    "--child-asks": "childAsks",
+    "--dual-era": "dualEra",
     "--env-from-header": "envFromHeaders",
     "--request-timeout": "requestTimeout",
     "--probe-timeout": "probeTimeout",
@@ -94,7 +100,7 @@ FLAG_KEYS: Final = {
 _KNOWN: Final = {
     "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
     "clientCapabilities", "roots", "disabled", "type", "maxSessionsPerPrincipal", "maxBatchSize", "oauth",
-    *_SPEC_NUMBERS,
+    "childAsks", "dualEra", *_SPEC_NUMBERS,
 }  # fmt: skip
 
 
@@ -150,7 +156,8 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
     if "inheritEnv" in body:
         spec = replace(spec, inherit_env=_bool(body["inheritEnv"], f"{where}.inheritEnv"))
     if "clientCapabilities" in body:
-        capabilities = _object(body["clientCapabilities"], f"{where}.clientCapabilities")
+        given = body["clientCapabilities"]
+        capabilities = {} if given == "none" else _object(given, f"{where}.clientCapabilities")
         for key, value in capabilities.items():
             _object(value, f"{where}.clientCapabilities.{key}")
         spec = replace(spec, client_capabilities=capabilities)
@@ -183,6 +190,17 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
         if size < 1:
             raise ConfigError(f"{where}.maxBatchSize", "must be at least 1")
         config = replace(config, max_batch_size=size)
+    if "dualEra" in body:
+        try:
+            config = replace(config, dual_era=DualEra(body["dualEra"]))
+        except ValueError:
+            raise ConfigError(f"{where}.dualEra", "must be per-client, modern or legacy") from None
+    if "childAsks" in body:
+        try:
+            asks = AskPolicy(body["childAsks"])
+        except ValueError:
+            raise ConfigError(f"{where}.childAsks", "must be auto, always or never") from None
+        config = replace(config, pool=replace(config.pool, child_asks=asks))
     if "envFromHeaders" in body:
         mapping = _object(body["envFromHeaders"], f"{where}.envFromHeaders")
         for header, variable in mapping.items():

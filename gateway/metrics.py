@@ -17,6 +17,7 @@ Each app has its own registry (several gateways can live in one process, as in t
 | ``mcp_gateway_child_start_seconds`` (summary of recent cold starts) | server, pool |
 | ``mcp_gateway_cancellations_sent_total``, ``mcp_gateway_timeouts_total``, | server, pool |
 | ``mcp_gateway_non_json_lines_total``, ``mcp_gateway_child_bytes_{in,out}_total`` | server, pool |
+| ``mcp_gateway_child_questions_to_clients_total``, ``…_answered_by_gateway_total`` | server, pool |
 | ``mcp_gateway_sessions``, ``mcp_gateway_session_streams`` | server |
 
 Every label value comes from a fixed set or from the configuration (server names), never
@@ -67,6 +68,14 @@ _CHILD_COUNTERS: Final = {
     "oversized_lines": ("mcp_gateway_oversized_lines", "stdout lines over the line limit"),
     "bytes_in": ("mcp_gateway_child_bytes_in", "bytes read from children's stdout"),
     "bytes_out": ("mcp_gateway_child_bytes_out", "bytes written to children's stdin"),
+    "questions_to_clients": (
+        "mcp_gateway_child_questions_to_clients",
+        "children's questions (sampling, elicitation, roots) attributed to a client request",
+    ),
+    "questions_answered_by_gateway": (
+        "mcp_gateway_child_questions_answered_by_gateway",
+        "children's questions the gateway answered in a client's place (unattributable, undeclared, unanswered)",
+    ),
 }
 
 

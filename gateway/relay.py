@@ -97,7 +97,7 @@ class ClientContext:
 
     def bind(self, child: StdioChild, pool: Pool | None = None) -> None:
         self.log["child_pid"] = child.pid
-        if self.session is not None:
+        if self.session is not None and self.affinity() is None:  # a call lent to another child keeps the home
             self.session.child = child
             if pool is not None:
                 self.session.pool = pool
@@ -137,11 +137,18 @@ class Relay:
                 yield message
             return
         try:
-            pool = await self.router.pool_for(client.principal, client.session_id, headers or {})
+            pool = await self.router.pool_for(
+                client.principal,
+                client.session_id,
+                headers or {},
+                era=client.era,
+                capabilities=client.capabilities if client.session is not None else None,
+            )
             # The stack owns the lease and the child exchange, so that a parked MRTR call keeps both.
             async with AsyncExitStack() as stack:
+                # A request that may ask waits for a child where its questions can only be its own.
                 child = await stack.enter_async_context(
-                    pool.lease(client.affinity(), client.principal or ANONYMOUS)  # 503 / 429 propagate
+                    pool.lease(client.affinity(), client.principal or ANONYMOUS, request.method)  # 503 / 429 propagate
                 )
                 client.bind(child, pool)
                 async for message in self._exchange_on(child, request, client, headers, stack):
@@ -334,7 +341,8 @@ class Relay:
         else:
             gateway_id: str = session.track_ask(ask)
             return Request(gateway_id, ask.method, ask.params).to_dict()
-        ask.answer(inputs.local_answer(ask.request, call.child.spec.roots, reason))
+        # A clear error, not a made-up answer: this client is there, it just cannot be asked.
+        ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason, decline=False), reason)
         return None
 
     def _ask_modern_client(
@@ -356,7 +364,7 @@ class Relay:
             else:
                 missing.append(ask)
                 continue
-            ask.answer(inputs.local_answer(ask.request, roots, reason))
+            ask.answer_locally(inputs.local_answer(ask.request, roots, reason), reason)
         if missing:
             # The caller returns after this final message: the call is cancelled at the child,
             # and its end answers every question still open.
@@ -366,7 +374,8 @@ class Relay:
             return None
         if not self.suspensions.can_park:
             for ask in forward.values():
-                ask.answer(inputs.local_answer(ask.request, roots, "the gateway holds too many calls for input now"))
+                reason = "the gateway holds too many calls for input now"
+                ask.answer_locally(inputs.local_answer(ask.request, roots, reason), reason)
             return None
         return self._park(call, forward, request, client)
 
@@ -395,7 +404,8 @@ class Relay:
                 yield self._park(call, unanswered, request, client)
                 return
             for ask in unanswered.values():
-                ask.answer(inputs.local_answer(ask.request, call.child.spec.roots, "the retry left it unanswered"))
+                reason = "the retry left it unanswered"
+                ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason), reason)
             async for message in self._drive(call, request, client, resumed=True):
                 yield message
 

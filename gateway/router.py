@@ -13,6 +13,24 @@ With ``env_from_headers`` (request header → child environment variable, e.g. `
 never serves two different credentials; the values reach only that child's environment and
 are never logged (logs name the fingerprint's first 12 hex digits).
 
+**Era per client** (``dual_era``): a child that speaks both eras is handshaken once, and
+serves every request in the era it was opened in. So that tools written the legacy way
+(asking with ``sampling/createMessage``, ``elicitation/create`` mid-call) keep working for
+legacy clients, ``per-client`` (the default) gives legacy clients children of their own,
+opened with ``initialize`` (``INITIALIZE_FIRST``), and modern clients children opened with
+``server/discover``: the pool key then carries ``era=legacy``. A server found to speak one era
+only (its probed child is legacy, or its ``initialize``-first child refused ``initialize``) needs
+no split, and from then on legacy clients share the usual pools (a legacy session moves with
+them only off modern children, whose session state the gateway keeps: a probed legacy child
+teaches nothing once legacy clients have legacy children of their own).
+``modern`` keeps one pool for both (a dual child then speaks 2026-07-28 to every client, and
+legacy clients are bridged). ``legacy`` opens every child
+with ``initialize``: modern clients are then bridged (their questions become MRTR rounds), for
+servers whose tools ask the legacy way and must ask modern clients too.
+
+With ``isolation: session`` the session's child is told, at ``initialize``, the capabilities of
+that session's client (within what the server is configured to declare), not all of them.
+
 Pools other than the shared one are made on demand and dropped once they have been empty
 (no child, no waiter) for a maintenance tick; their children stop after the pool's idle
 timeout like any other. A session pool is stopped when its session ends.
@@ -35,12 +53,14 @@ import anyio
 from anyio.abc import TaskGroup
 
 from gateway.oauth.validation import OAuthPolicy
+from gateway.protocol import inputs
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
+from gateway.protocol.versions import Era
 from gateway.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.pool import MAINTENANCE_TICK, Pool, PoolSettings
-from gateway.stdio.spec import ChildSpec
+from gateway.stdio.spec import INITIALIZE_FIRST, PROBE_FIRST, ChildSpec
 
 log = logging.getLogger("gateway.router")
 
@@ -52,6 +72,12 @@ class Isolation(StrEnum):
     SHARED = "shared"
     PRINCIPAL = "principal"
     SESSION = "session"
+
+
+class DualEra(StrEnum):
+    PER_CLIENT = "per-client"
+    MODERN = "modern"
+    LEGACY = "legacy"
 
 
 @dataclass(frozen=True)
@@ -66,12 +92,14 @@ class ServerConfig:
     max_sessions_per_principal: int = MAX_SESSIONS_PER_PRINCIPAL  # legacy sessions one principal may hold
     max_batch_size: int = MAX_BATCH_MESSAGES  # messages in one 2025-03-26 batch
     oauth: OAuthPolicy | None = None  # access tokens checked against an issuer (gateway.oauth)
+    dual_era: DualEra = DualEra.PER_CLIENT
 
 
 @dataclass(frozen=True)
 class PoolKey:
     scope: str  # "shared", "principal:NAME" or "session:ID"
     fingerprint: str = ""
+    era: str = ""  # "legacy": children opened with initialize, for legacy clients of a dual server
 
     def label(self, server: str) -> str:
         parts = [server]
@@ -80,10 +108,15 @@ class PoolKey:
             parts.append(f"{kind}={value[:8] + '…' if kind == 'session' else value}")
         if self.fingerprint:
             parts.append(f"credentials={self.fingerprint[:12]}")
+        if self.era:
+            parts.append(f"era={self.era}")
         return " ".join(parts)
 
 
 SHARED_KEY: Final = PoolKey("shared")
+SHARED_LEGACY_KEY: Final = PoolKey("shared", era="legacy")
+"""The legacy clients' share of a dual server's children: kept warm like the shared pool once
+a legacy client has come (it is not known to be needed before)."""
 
 
 def credential_env(mapping: Mapping[str, str], headers: Mapping[str, str]) -> dict[str, str]:
@@ -110,6 +143,8 @@ class Router:
         children: ChildBudget | None = None,
     ) -> None:
         """``children``: the gateway's global child cap, shared by every router (None: no cap)."""
+        if server.dual_era is DualEra.LEGACY:
+            server = replace(server, spec=replace(server.spec, handshake=INITIALIZE_FIRST))
         self.server = server
         self.pools: dict[PoolKey, Pool] = {}
         self.children = children
@@ -120,7 +155,8 @@ class Router:
         self._request_handlers: list[Any] = []
         self._tg: TaskGroup | None = None
         self._stops: dict[PoolKey, anyio.Event] = {}
-        self._opening: dict[PoolKey, anyio.Event] = {}  # pools listed but not entered yet
+        self._entered: dict[PoolKey, anyio.Event] = {}  # set once the pool runs (requests may lease)
+        self.single_era = server.dual_era is not DualEra.PER_CLIENT  # no legacy partition needed
 
     def add_listener(self, listener: Any) -> None:
         self._listeners.append(listener)
@@ -154,7 +190,9 @@ class Router:
         self._tg.cancel_scope.cancel()  # the maintenance loop; children stop shielded (process.stop)
         await self._tg.__aexit__(None, None, None)
 
-    def key_for(self, principal: str | None, session_id: str | None, headers: Mapping[str, str]) -> PoolKey:
+    def key_for(
+        self, principal: str | None, session_id: str | None, headers: Mapping[str, str], era: Era = Era.MODERN
+    ) -> PoolKey:
         isolation = self.server.isolation
         if isolation is Isolation.SESSION and session_id is not None:
             scope = f"session:{session_id}"
@@ -163,26 +201,66 @@ class Router:
         else:
             scope = "shared"
         env = credential_env(self.server.env_from_headers, headers)
-        return PoolKey(scope, fingerprint(env))
+        if era is Era.LEGACY:
+            self._learn_eras()
+        legacy = era is Era.LEGACY and not self.single_era
+        return PoolKey(scope, fingerprint(env), "legacy" if legacy else "")
 
-    async def pool_for(self, principal: str | None, session_id: str | None, headers: Mapping[str, str]) -> Pool:
-        key = self.key_for(principal, session_id, headers)
+    def _learn_eras(self) -> None:
+        """A probed child that is legacy, or an ``initialize``-first child that is modern, shows
+        that the server speaks one era only: legacy clients need no children of their own."""
+        if self.single_era:
+            return
+        # Legacy sessions already on legacy children of their own keep them (their state is there).
+        split_already = any(key.era for key in self.pools)
+        for pool in self.pools.values():
+            for child in pool.children():
+                if child.info is None:
+                    continue
+                probed_legacy = (
+                    child.spec.handshake == PROBE_FIRST and child.info.era is Era.LEGACY and not split_already
+                )
+                refused_initialize = child.spec.handshake == INITIALIZE_FIRST and child.info.era is Era.MODERN
+                if probed_legacy or refused_initialize:
+                    self.single_era = True
+                    log.info("%s speaks one era only: legacy clients share its children", self.server.name)
+                    return
+
+    async def pool_for(
+        self,
+        principal: str | None,
+        session_id: str | None,
+        headers: Mapping[str, str],
+        *,
+        era: Era = Era.MODERN,
+        capabilities: Mapping[str, object] | None = None,
+    ) -> Pool:
+        """The pool for a client of ``era``; ``capabilities`` (a legacy session's) are what a
+        child of that session's own pool (``isolation: session``) is told it may ask for."""
+        if era is Era.LEGACY and not self.single_era:
+            # Whether this server speaks one era only is known once its first child is up.
+            main = self.pools.get(self.key_for(principal, session_id, headers))
+            if main is not None:
+                await main.wait_started()
+        key = self.key_for(principal, session_id, headers, era)
         pool = self.pools.get(key)
         if pool is not None:
-            opening = self._opening.get(key)
-            if opening is not None:  # a concurrent first request is still starting it
-                await opening.wait()
+            await self._entered[key].wait()  # another request may be opening it right now
             return pool
         env = credential_env(self.server.env_from_headers, headers)
         spec = self.server.spec
         if env:
             spec = replace(spec, env={**spec.env, **env})
+        if key.era:
+            spec = replace(spec, handshake=INITIALIZE_FIRST)
+        if key.scope.startswith("session:") and capabilities is not None:
+            spec = replace(spec, client_capabilities=inputs.told_to_child(spec.declared_capabilities, capabilities))
         return await self._open(key, spec)
 
     async def _open(self, key: PoolKey, spec: ChildSpec) -> Pool:
         assert self._tg is not None
         settings = self.server.pool
-        if key != SHARED_KEY:
+        if key not in (SHARED_KEY, SHARED_LEGACY_KEY):
             # Dedicated pools start empty and grow on demand: a principal or session that
             # never comes back must not keep a child alive.
             settings = replace(settings, min_size=0)
@@ -206,7 +284,7 @@ class Router:
             pool.session_id = key.scope.removeprefix("session:")
         self.pools[key] = pool
         stop = self._stops[key] = anyio.Event()
-        entered = self._opening[key] = anyio.Event()
+        entered = self._entered[key] = anyio.Event()
 
         async def run() -> None:
             try:
@@ -218,25 +296,29 @@ class Router:
                 if self.pools.get(key) is pool:
                     del self.pools[key]
                     self._stops.pop(key, None)
+                    self._entered.pop(key, None)
 
         self._tg.start_soon(run)
         await entered.wait()
-        if self._opening.get(key) is entered:
-            del self._opening[key]
         log.info("pool opened: %s", pool.label)
         return pool
 
     def end_session(self, session_id: str) -> None:
         for key in [k for k in self.pools if k.scope == f"session:{session_id}"]:
             del self.pools[key]
+            self._entered.pop(key, None)
             self._stops.pop(key).set()
 
     async def _drop_empty_pools(self) -> None:
         while True:
             await anyio.sleep(MAINTENANCE_TICK)
             for key, pool in list(self.pools.items()):
-                if key != SHARED_KEY and pool.is_idle():
+                idle = key not in (SHARED_KEY, SHARED_LEGACY_KEY) and pool.is_idle()
+                # Legacy clients' children of a server found to speak one era are no longer used.
+                stale = key == SHARED_LEGACY_KEY and self.single_era and pool.is_unused()
+                if idle or stale:
                     del self.pools[key]  # first, so no new request is handed a closing pool
+                    self._entered.pop(key, None)
                     self._stops.pop(key).set()
 
     # -- health -------------------------------------------------------------------------

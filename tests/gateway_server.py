@@ -17,7 +17,7 @@ import uvicorn
 
 from gateway.http.app import create_app
 from gateway.http.connection import GuardedHttpTools
-from gateway.router import Isolation, Router, ServerConfig
+from gateway.router import DualEra, Isolation, Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 
@@ -87,12 +87,14 @@ async def running_gateway(
     env_from_headers: dict[str, str] | None = None,
     pool_size: int | None = None,
     http: type[asyncio.Protocol] = GuardedHttpTools,
+    dual_era: DualEra = DualEra.PER_CLIENT,
     **app_options: Any,
 ) -> AsyncIterator[str]:
-    """Serve ``spec`` behind the gateway; yield the MCP endpoint URL."""
+    """Serve ``spec`` behind the gateway; yield the MCP endpoint URL. ``dual_era=MODERN`` keeps
+    legacy and modern clients of the (dual by default) test server on the same children."""
     if pool_size is not None:
         pool = PoolSettings(min_size=pool_size, max_size=pool_size)
-    server = ServerConfig("test", spec, pool or PoolSettings(), isolation, env_from_headers or {})
+    server = ServerConfig("test", spec, pool or PoolSettings(), isolation, env_from_headers or {}, dual_era=dual_era)
     app = create_app(Router(server), **app_options)
     async with serving(app, http=http) as base:
         yield f"{base}/mcp"

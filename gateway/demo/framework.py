@@ -38,7 +38,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Final, Literal, NoReturn, Protocol
 
@@ -379,11 +379,17 @@ class StdioServer:
         return _result_of(waiter.message)
 
     def send_requests(
-        self, requests: list[tuple[str, JsonObject | None]], timeout: float = SEND_REQUEST_TIMEOUT
+        self,
+        requests: list[tuple[str, JsonObject | None]],
+        timeout: float = SEND_REQUEST_TIMEOUT,
+        lead: Sequence[JsonObject] = (),
     ) -> list[JsonObject | Exception]:
-        """Several server→client requests written as one chunk; wait for every answer."""
+        """Several server→client requests written as one chunk; wait for every answer.
+        ``lead``: messages written first in the same chunk (a reply the requests follow at once)."""
         waiters: list[tuple[str, _Waiter]] = []
-        lines = []
+        lines = [
+            json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n" for message in lead
+        ]
         with self._lock:
             if self._eof:
                 raise ConnectionError("stdin is closed: the client can no longer reply")

@@ -313,7 +313,9 @@ class McpEndpoint:
         except GatewayError as exc:
             return wire.gateway_error_response(exc, message.id)
         try:
-            pool = await self.relay.router.pool_for(principal, session.id, headers)
+            pool = await self.relay.router.pool_for(
+                principal, session.id, headers, era=Era.LEGACY, capabilities=session.capabilities
+            )
             async with pool.lease(principal=principal or ANONYMOUS) as child:
                 session.child, session.pool = child, pool
                 assert child.info is not None

@@ -139,6 +139,10 @@ class Correlator(Generic[OwnerT]):
             found = pending
         return found
 
+    def owners(self) -> list[OwnerT]:
+        """The owners of every request in flight, in the order they were sent."""
+        return [pending.owner for pending in self._pending.values()]
+
     def is_pending(self, child_id: Any) -> bool:
         return type(child_id) is int and child_id in self._pending
 

@@ -9,10 +9,11 @@ relay routes); this module holds the rules they share (§7.6 C):
   (``sampling.tools`` for tool-enabled sampling, ``sampling.context`` for
   ``includeContext``, ``elicitation.url`` for URL mode; an empty ``elicitation`` means form).
 - ``local_answer``: what the gateway answers itself when no client can (the request is
-  unattributable, ambiguous, or the client did not declare the capability): ``ping`` →
-  ``{}``; ``roots/list`` → the server's configured roots, else an error; ``elicitation/create``
-  → ``{"action": "decline"}`` (a user who is not there declines); ``sampling/createMessage``
-  → an error, since no answer can be made up. Errors carry gateway-local codes, so a child
+  unattributable, or the client did not declare the capability): ``ping`` → ``{}``;
+  ``roots/list`` → the server's configured roots, else an error; ``elicitation/create`` →
+  ``{"action": "decline"}`` when nobody is there (a user who is not there declines), an
+  error when the client is there but lacks the capability; ``sampling/createMessage`` →
+  an error, since no answer can be made up. Errors carry gateway-local codes, so a child
   can tell them from a client's.
 - ``input_required_result`` and ``missing_capability_error``: the two modern answers.
 
@@ -78,13 +79,17 @@ def is_declared(capabilities: Mapping[str, Any], method: str, params: JsonObject
     return all(key in declared for key in sub)
 
 
-def local_answer(request: Request, roots: Sequence[Mapping[str, Any]] | None, reason: str) -> Reply:
-    """The gateway's own answer to a child request no client will see; ``reason`` says why."""
+def local_answer(
+    request: Request, roots: Sequence[Mapping[str, Any]] | None, reason: str, *, decline: bool = True
+) -> Reply:
+    """The gateway's own answer to a child request no client will see; ``reason`` says why.
+    ``decline=False``: an elicitation gets an error too (its client is there but was not
+    asked, so a made-up "decline" would misreport the user's choice)."""
     if request.method == "ping":
         return Result(request.id, {})
     if request.method == ROOTS and roots is not None:
         return Result(request.id, {"roots": [dict(root) for root in roots]})
-    if request.method == ELICITATION:
+    if request.method == ELICITATION and decline:
         return Result(request.id, {"action": "decline"})
     if request.method in INPUT_METHODS:
         hint = " (configure roots for this server to answer it)" if request.method == ROOTS else ""
@@ -97,6 +102,19 @@ def local_answer(request: Request, roots: Sequence[Mapping[str, Any]] | None, re
             ),
         )
     return ErrorReply(request.id, error_object(METHOD_NOT_FOUND, f"the gateway does not handle {request.method!r}"))
+
+
+def told_to_child(configured: Mapping[str, Any], client: Mapping[str, Any]) -> JsonObject:
+    """What a child that serves one client is told at ``initialize``: the capabilities the
+    server is configured to declare that this client declared too, as the client spelled them
+    (``roots.listChanged`` aside: the gateway forwards no roots notifications)."""
+    told: JsonObject = {}
+    for name in configured:
+        given = client.get(name)
+        if not isinstance(given, dict):
+            continue
+        told[name] = {k: v for k, v in given.items() if not (name == "roots" and k == "listChanged")}
+    return told
 
 
 def input_request(method: str, params: JsonObject | None) -> JsonObject:

@@ -20,12 +20,14 @@ class ChildAsk:
 
     Whoever reads the exchange answers it, once: the first ``answer`` wins, and the child
     gets that reply under its own id. An ask nobody answers is answered for them: with an
-    error when its exchange ends, or when ``spec.input_timeout`` passes.
+    error when its exchange ends, or when ``spec.input_timeout`` passes. ``answer_locally``
+    marks an answer the gateway made in the client's place (counted and logged by the child).
     """
 
     def __init__(self, request: Request) -> None:
         self.request = request
         self.reply: Reply | None = None
+        self.local_reason: str | None = None  # why the gateway answered it, when it did
         self._answered = anyio.Event()
 
     def __repr__(self) -> str:
@@ -52,6 +54,13 @@ class ChildAsk:
         else:
             self.reply = ErrorReply(self.request.id, reply.error)
         self._answered.set()
+        return True
+
+    def answer_locally(self, reply: Reply, reason: str) -> bool:
+        """Answer in the client's place (``inputs.local_answer``); ``reason`` says why."""
+        if not self.answer(reply):
+            return False
+        self.local_reason = reason
         return True
 
     def answer_result(self, result: JsonObject) -> bool:

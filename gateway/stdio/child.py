@@ -20,13 +20,17 @@ Guarantees:
   with ``ChildProtocolError``; an over-long line ends the request it answers (if its id
   can be read) and is never buffered whole (``framing``);
 - a request from the child that only a client can answer (sampling, elicitation, roots) is
-  **attributed** to the one exchange in flight when it is read, if exactly one is and it
-  was opened with ``asks=True``: it arrives in that exchange's stream as a ``ChildAsk``,
-  whose answer (or, after ``spec.input_timeout``, an error) goes back to the child under
-  the child's own id. Every other child request goes to ``on_request`` (which may send it
-  to the one client the child serves, or return None), else to the gateway's local answers
-  (``gateway.protocol.inputs.local_answer``), and notifications
-  that belong to no request go to ``on_notification`` as they are read;
+  **attributed** by the rules of ``gateway.protocol.attribution``: to the one exchange in
+  flight that may ask (opened with ``asks=True`` for a method that may ask) as it is read;
+  with several, it is held until one of them is left (the others ended), and only when
+  none is left is it answered by the gateway. An attributed question arrives in that
+  exchange's stream as a ``ChildAsk``, whose answer (or, after ``spec.input_timeout``, an
+  error) goes back to the child under the child's own id. While a question is open or
+  held, ``open_questions`` says so (the pool then gives the child no other exchange that
+  may ask), and ``on_change`` is called when that ends. Every other child request goes to
+  ``on_request`` (which may send it to the one client the child serves, or return None),
+  else to the gateway's local answers (``gateway.protocol.inputs.local_answer``), and
+  notifications that belong to no request go to ``on_notification`` as they are read;
 - a request to a child that could not start or has died fails at once, never hangs.
 """
 
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
 from typing import Any, Final
 
@@ -43,21 +47,21 @@ import orjson
 from anyio.abc import Process, TaskGroup
 
 from gateway.errors import (
-    CODE_INPUT_TIMEOUT,
     CODE_NO_CLIENT_INPUT,
     ChildError,
     ChildExitedError,
     ChildProtocolError,
     ChildTimeoutError,
 )
-from gateway.protocol import inputs, jsonrpc, loglevels
+from gateway.protocol import attribution, jsonrpc, loglevels
 from gateway.protocol.correlation import ChildRequest, Correlator, Late, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import LineFramer, OversizedLine, sniff_id
 from gateway.protocol.handshake import ChildInfo
-from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Request
+from gateway.protocol.jsonrpc import JsonObject, Notification, Reply
 from gateway.stdio import process
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.inbox import Inbox, progress_key
+from gateway.stdio.questions import Questions, RequestHandler
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.child")
@@ -67,9 +71,8 @@ STDERR_DRAIN_GRACE: Final = 1.0
 """Seconds to let stderr finish after the child exits, so the error quotes its last words."""
 NOISE_LINES: Final = 5
 
-RequestHandler = Callable[[Request], Awaitable[Reply | None]]
-"""Answers a child request no exchange carries; None: the gateway's local answer."""
 NotificationHandler = Callable[[Notification], None]
+ChangeHandler = Callable[[], None]
 CANCELLED = "notifications/cancelled"
 TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
 
@@ -129,6 +132,11 @@ class Exchange:
         self._asks.append(ask)
         return True
 
+    @property
+    def may_ask(self) -> bool:
+        """Whether a question from the child may be this exchange's (attribution rule 1)."""
+        return self.accepts_asks and not self.is_done and attribution.may_ask(self.method)
+
     def _finish(self, reply: Reply | None = None, error: ChildError | None = None) -> None:
         if self.is_done:
             return
@@ -136,6 +144,7 @@ class Exchange:
         self._inbox.close()
         for ask in self._asks:  # nobody will read them now
             ask.answer_error(CODE_NO_CLIENT_INPUT, f"the request ({self.method}) ended before the client answered")
+        self.child.questions.exchange_ended()
 
     def ready(self) -> list[ExchangeItem]:
         """What is queued already, without waiting (so simultaneous asks make one round)."""
@@ -176,6 +185,7 @@ class StdioChild:
         tg: TaskGroup,
         on_request: RequestHandler | None = None,
         on_notification: NotificationHandler | None = None,
+        on_change: ChangeHandler | None = None,
     ) -> None:
         self.spec = spec
         self.info: ChildInfo | None = None
@@ -189,12 +199,11 @@ class StdioChild:
         self.stdout_noise: deque[str] = deque(maxlen=NOISE_LINES)
         self.last_output = anyio.current_time()  # when stdout last said anything (stall detection)
         self.tools_generation = 0  # bumped by notifications/tools/list_changed (tool caches key on it)
-        self.awaiting_input = 0  # child requests waiting for a client's answer (not a stall)
         self._proc = proc
         self._tg = tg
-        self._on_request = on_request  # None: the gateway's local answers (roots from the spec)
         self._on_notification = on_notification
         self._correlator: Correlator[Exchange] = Correlator()
+        self.questions = Questions(spec, tg, self._correlator.owners, self._write, on_request, on_change)
         self._stderr = process.StderrTail(spec.stderr_tail_lines, spec.stderr_line_chars)
         self._stderr_done = anyio.Event()
         self._stdout_done = anyio.Event()
@@ -230,7 +239,22 @@ class StdioChild:
             "timeouts": self.timeouts,
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
+            "questions_to_clients": self.questions.to_clients,
+            "questions_answered_by_gateway": self.questions.answered_by_gateway,
         }
+
+    @property
+    def awaiting_input(self) -> int:
+        """Child requests waiting for a client's answer (the child's silence is then no stall)."""
+        return self.questions.awaiting_input
+
+    @property
+    def has_asked(self) -> bool:
+        return self.questions.has_asked
+
+    @property
+    def open_questions(self) -> int:
+        return self.questions.open
 
     def is_alive(self) -> bool:
         return self._death is None
@@ -412,7 +436,7 @@ class StdioChild:
         elif isinstance(routed, ProgressFor):
             routed.pending.owner._deliver(routed.notification)
         elif isinstance(routed, ChildRequest):
-            self._on_child_request(routed.request)
+            self.questions.on_request(routed.request)
         elif isinstance(routed, Unsolicited):
             if routed.notification.method == loglevels.LOG_MESSAGE:
                 self._on_log(routed.notification)
@@ -472,61 +496,6 @@ class StdioChild:
             ),
         )
 
-    def _on_child_request(self, request: Request) -> None:
-        """Attribute as the line is read (so requests read together find the same owner), answer later."""
-        in_flight = len(self._correlator)
-        if request.method in inputs.INPUT_METHODS:
-            pending = self._correlator.sole()
-            if pending is not None and pending.owner._offer_ask(ask := ChildAsk(request)):
-                self.awaiting_input += 1  # from now: the child's silence is no stall
-                self._tg.start_soon(self._await_ask, ask)
-                return
-            log.info(
-                "child %s asked %s with %d request(s) in flight; the gateway answers it",
-                self.spec.label,
-                request.method,
-                in_flight,
-            )
-        if not in_flight:
-            reason = "no client request is in flight on the child"
-        elif in_flight > 1:
-            reason = f"{in_flight} requests are in flight on the child, so it is not known whose question this is"
-        else:
-            reason = "the request in flight cannot carry it to its client"
-        self._tg.start_soon(self._answer, request, reason)
-
-    async def _await_ask(self, ask: ChildAsk) -> None:
-        try:
-            with anyio.move_on_after(self.spec.input_timeout):
-                await ask.wait()
-            ask.answer_error(  # a no-op when it was answered
-                CODE_INPUT_TIMEOUT,
-                f"the client did not answer {ask.method} within {self.spec.input_timeout:g} s",
-                timeout_seconds=self.spec.input_timeout,
-            )
-        finally:
-            self.awaiting_input -= 1
-        assert ask.reply is not None
-        with suppress(ChildError):
-            await self._write(ask.reply.to_dict())
-
-    async def _answer(self, request: Request, reason: str) -> None:
-        asking = request.method in inputs.INPUT_METHODS and self._on_request is not None
-        if asking:
-            self.awaiting_input += 1  # it may wait for a client: the child's silence is no stall
-        try:
-            reply = None if self._on_request is None else await self._on_request(request)
-            if reply is None:
-                reply = inputs.local_answer(request, self.spec.roots, reason)
-        except Exception:  # a handler bug must still answer the child
-            log.exception("handler for child request %s failed", request.method)
-            reply = ErrorReply(request.id, jsonrpc.error_object(jsonrpc.INTERNAL_ERROR, "gateway error"))
-        finally:
-            if asking:
-                self.awaiting_input -= 1
-        with suppress(ChildError):
-            await self._write(reply.to_dict())
-
     async def _on_stdout_closed(self) -> None:
         if self._proc.returncode is None:
             with anyio.move_on_after(self.spec.stdin_close_grace):
@@ -569,6 +538,7 @@ async def open_child(
     gateway_version: str = "0",
     on_request: RequestHandler | None = None,
     on_notification: NotificationHandler | None = None,
+    on_change: ChangeHandler | None = None,
 ) -> AsyncIterator[StdioChild]:
     """Spawn, handshake, yield a ready child; stop it on exit. Raises ``ChildStartError``."""
     from gateway.stdio.handshake import run_handshake  # local: handshake imports this module
@@ -578,7 +548,7 @@ async def open_child(
     # ExceptionGroup, and callers should catch ChildStartError (or their own errors) plainly.
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:
-        child = StdioChild(spec, proc, tg, on_request, on_notification)
+        child = StdioChild(spec, proc, tg, on_request, on_notification, on_change)
         tg.start_soon(child.pump_stdout)
         tg.start_soon(child.pump_stderr)
         tg.start_soon(child.watch_exit)

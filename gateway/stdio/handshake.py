@@ -16,9 +16,10 @@ import anyio
 from gateway.errors import ChildExitedError, ChildStartError, ChildTimeoutError
 from gateway.protocol import handshake
 from gateway.protocol.handshake import ChildInfo, HandshakeError
-from gateway.protocol.jsonrpc import Reply
+from gateway.protocol.jsonrpc import ErrorReply, Reply
 from gateway.stdio import hints
 from gateway.stdio.child import StdioChild
+from gateway.stdio.spec import INITIALIZE_FIRST
 
 log = logging.getLogger("gateway.child")
 
@@ -66,21 +67,16 @@ async def run_handshake(child: StdioChild, gateway_version: str) -> ChildInfo:
 async def _handshake(child: StdioChild, gateway_version: str, waiting: _Waiting) -> ChildInfo:
     spec = child.spec
     try:
+        if spec.handshake == INITIALIZE_FIRST:
+            waiting.now_waiting_for(handshake.INITIALIZE, spec.handshake_timeout)
+            return await _initialize_first(child, gateway_version)
         probe = await _probe(child, gateway_version)
         info = handshake.classify_probe(probe)
         if info is not None:
             return info
         log.debug("child %s did not answer server/discover as a modern server; initializing", spec.label)
         waiting.now_waiting_for(handshake.INITIALIZE, spec.handshake_timeout)
-        async with child.exchange(
-            handshake.INITIALIZE,
-            handshake.initialize_params(gateway_version, spec.declared_capabilities),
-            timeout=spec.handshake_timeout,
-            cancellable=False,
-        ) as ex:
-            async for _ in ex:
-                pass
-            info = handshake.accept_initialize(ex.reply())
+        info = handshake.accept_initialize(await _initialize(child, gateway_version))
         await child.notify(handshake.INITIALIZED)
         return info
     except ChildExitedError as exc:
@@ -109,6 +105,33 @@ async def _handshake(child: StdioChild, gateway_version: str, waiting: _Waiting)
         ) from exc
     except HandshakeError as exc:
         raise ChildStartError(f"cannot start {spec.command}: {exc}", command=spec.command) from exc
+
+
+async def _initialize(child: StdioChild, gateway_version: str) -> Reply:
+    spec = child.spec
+    async with child.exchange(
+        handshake.INITIALIZE,
+        handshake.initialize_params(gateway_version, spec.declared_capabilities),
+        timeout=spec.handshake_timeout,
+        cancellable=False,
+    ) as ex:
+        async for _ in ex:
+            pass
+        return ex.reply()
+
+
+async def _initialize_first(child: StdioChild, gateway_version: str) -> ChildInfo:
+    """``initialize``; a child that refuses it (a modern-only server) is probed instead."""
+    reply = await _initialize(child, gateway_version)
+    if isinstance(reply, ErrorReply):
+        log.debug("child %s refused initialize (%s); probing server/discover", child.spec.label, reply.message)
+        info = handshake.classify_probe(await _probe(child, gateway_version))
+        if info is None:
+            raise HandshakeError(f"it refused initialize ({reply.message}) and did not answer server/discover")
+        return info
+    info = handshake.accept_initialize(reply)
+    await child.notify(handshake.INITIALIZED)
+    return info
 
 
 async def _probe(child: StdioChild, gateway_version: str) -> Reply | None:

@@ -7,6 +7,12 @@ Rules (decided synchronously, so no await can interleave a check and its update)
   if none is free and the pool is below ``max_size``, one more child is started; otherwise
   the request waits at most ``queue_timeout`` and then fails with 503 + ``Retry-After``.
   While no child is ready yet (cold start), it waits up to ``STARTUP_WAIT`` instead.
+- **Questions** (``gateway.protocol.attribution``): a request that may ask (``tools/call``,
+  ``prompts/get``, ``resources/read``) is not given a child on which a question is open, nor,
+  when the server asks (``child_asks``: ``auto`` learns it from the first question and assumes
+  it for legacy children told they may ask for sampling or elicitation), a child that already
+  runs such a request. So each question has exactly one request it can belong to; the pool
+  grows (within ``max_size``) for the others, or they queue as above.
 - **Size**: ``min_size`` children are started with the pool (pre-warmed, so ``npx`` cold
   start is paid before traffic) and kept; children above the minimum stop after
   ``idle_timeout`` without a lease. A child is recycled after ``max_requests`` leases or
@@ -46,12 +52,15 @@ import anyio
 from anyio.abc import TaskGroup
 
 from gateway.errors import ChildError, GatewayError, GatewayUnavailableError
+from gateway.protocol import attribution
+from gateway.protocol.attribution import AskPolicy, ChildLoad
 from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import Notification, Reply, Request, Result
 from gateway.protocol.versions import Era
 from gateway.stdio.budget import ChildBudget
-from gateway.stdio.child import RequestHandler, StdioChild, open_child
+from gateway.stdio.child import StdioChild, open_child
 from gateway.stdio.crashes import CRASH_WINDOW, CrashLedger
+from gateway.stdio.questions import RequestHandler
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.pool")
@@ -86,6 +95,7 @@ class PoolSettings:
     stall_timeout: float = 0.0
     liveness_interval: float = 60.0
     liveness_timeout: float = 10.0  # seconds a liveness check may take before the child is recycled
+    child_asks: AskPolicy = AskPolicy.AUTO  # whether requests that may ask get a child to themselves
 
     def __post_init__(self) -> None:
         if self.min_size < 0 or self.max_size < 1 or self.min_size > self.max_size:
@@ -108,6 +118,7 @@ class Member:
         self.pool = pool
         self.child: StdioChild | None = None
         self.leases = 0
+        self.asking_leases = 0  # leases for requests that may ask (attribution rule 1)
         self.served = 0
         self.started_at = anyio.current_time()
         self.last_used = self.started_at
@@ -127,9 +138,13 @@ class Member:
     def is_live(self) -> bool:
         return self.child is not None and self.child.is_alive() and not self.retiring
 
-    def has_room(self) -> bool:
+    def has_room(self, method: str | None = None) -> bool:
         limit = self.pool.settings.max_in_flight
-        return self.is_live and not self.exclusive and (limit == 0 or self.leases < limit)
+        if not self.is_live or self.exclusive or (limit != 0 and self.leases >= limit):
+            return False
+        assert self.child is not None
+        load = ChildLoad(self.asking_leases, self.child.open_questions)
+        return attribution.admits(load, method, exclusive=self.pool.is_exclusive(self.child))
 
     def retire(self, why: str) -> None:
         if not self.retiring:
@@ -178,6 +193,7 @@ class Pool:
         self.budget = budget
         self.crashes = crashes
         self.suspects: dict[str, float] = {}  # principal → when a crash was last charged to it
+        self.learned_asks = False  # a child of this pool asked during a request (attribution rule 3)
         self._tg: TaskGroup | None = None
         self._closing = False
         self._changed = anyio.Event()
@@ -255,14 +271,38 @@ class Pool:
 
     # -- state --------------------------------------------------------------------------
 
+    def is_exclusive(self, child: StdioChild) -> bool:
+        """Whether a request that may ask needs ``child`` to itself (attribution rule 3)."""
+        if child.has_asked and not self.learned_asks:
+            self.learned_asks = True
+            log.info("%s: the server asks its client during requests; such requests now get a child each", self.label)
+        legacy = child.info is not None and child.info.era is Era.LEGACY
+        return attribution.is_exclusive(
+            self.settings.child_asks,
+            learned=self.learned_asks,
+            legacy=legacy,
+            declared=child.spec.declared_capabilities,
+        )
+
     def children(self) -> list[StdioChild]:
         return [m.child for m in self.members if m.is_live and m.child is not None]
 
     def is_ready(self) -> bool:
         return not self.failing and bool(self.children())
 
+    async def wait_started(self) -> None:
+        """Until a child has started (or starting failed), at most ``STARTUP_WAIT``: what the
+        handshake learnt of the server (its era) is then known."""
+        with anyio.move_on_after(STARTUP_WAIT):
+            while not self.children() and self.last_error is None and self.members:
+                await self._changed.wait()
+
     def is_idle(self) -> bool:
         return not self.members and self._waiting == 0
+
+    def is_unused(self) -> bool:
+        """No request holds or waits for a child of this pool (it may still have children)."""
+        return self._waiting == 0 and all(member.leases == 0 for member in self.members)
 
     def status(self) -> dict[str, Any]:
         now = anyio.current_time()
@@ -291,18 +331,25 @@ class Pool:
     # -- leasing ------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def lease(self, prefer: StdioChild | None = None, principal: str = "anonymous") -> AsyncIterator[StdioChild]:
-        """A child for one request of ``principal`` (who is charged if the child dies meanwhile)."""
+    async def lease(
+        self, prefer: StdioChild | None = None, principal: str = "anonymous", method: str | None = None
+    ) -> AsyncIterator[StdioChild]:
+        """A child for one request of ``principal`` (who is charged if the child dies meanwhile);
+        ``method`` (a request that may ask) may make it wait for a child on which its questions
+        can only be its own."""
         if self.crashes is not None:
             self.crashes.check(principal, anyio.current_time(), self.label)  # 429 before any work
         alone = principal in self.suspects
-        member = await self._acquire(prefer, alone)
+        member = await self._acquire(prefer, method, alone)
         assert member.child is not None
+        asking = attribution.may_ask(method)
+        member.asking_leases += asking
         member.principals[principal] += 1
         member.exclusive = alone
         try:
             yield member.child
         finally:
+            member.asking_leases -= asking
             if not member.child.is_alive():
                 member.note_death()
             elif alone:
@@ -314,23 +361,31 @@ class Pool:
                 del member.principals[principal]
             self._release(member)
 
-    def _pick(self, prefer: StdioChild | None, alone: bool = False) -> Member | None:
+    def _pick(self, prefer: StdioChild | None, method: str | None, alone: bool = False) -> Member | None:
         """``alone``: only a child with no lease will do (a crash suspect's request)."""
         if prefer is not None:
             # A legacy session waits for its own child rather than move: what it set up there
             # (subscriptions, log level) lives only in that process. A dead child frees it.
+            # Except when only a question holds it (attribution): a person may take minutes to
+            # answer, so a call that may ask runs on another child then, for this call only.
             for member in self.members:
                 if member.child is prefer and member.is_live:
-                    return member if member.has_room() and not (alone and member.leases) else None
-        free = [m for m in self.members if m.has_room() and not (alone and m.leases)]
+                    if alone and member.leases:
+                        return None
+                    if member.has_room(method):
+                        return member
+                    if not member.has_room(None):
+                        return None
+                    break
+        free = [m for m in self.members if m.has_room(method) and not (alone and m.leases)]
         return min(free, key=lambda m: m.leases, default=None)
 
-    async def _acquire(self, prefer: StdioChild | None, alone: bool = False) -> Member:
+    async def _acquire(self, prefer: StdioChild | None, method: str | None, alone: bool = False) -> Member:
         started = anyio.current_time()
         self._waiting += 1
         try:
             while True:
-                member = self._pick(prefer, alone)
+                member = self._pick(prefer, method, alone)
                 if member is not None:
                     member.leases += 1
                     member.served += 1
@@ -411,6 +466,7 @@ class Pool:
                 gateway_version=self._gateway_version,
                 on_request=self._child_request,
                 on_notification=self._dispatch,
+                on_change=self._notify,
             ) as child:
                 member.child = child
                 self._record_start(anyio.current_time() - member.started_at)

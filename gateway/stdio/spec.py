@@ -34,6 +34,16 @@ HANDSHAKE_TIMEOUT: Final = 60.0
 INPUT_TIMEOUT: Final = 300.0
 """Seconds a child's question to the client (sampling, elicitation, roots) may wait for the
 answer, or for a modern client's MRTR retry. Generous: a person may be answering."""
+BRIDGED_CAPABILITIES: Final[Mapping[str, Mapping[str, object]]] = {"sampling": {}, "elicitation": {}, "roots": {}}
+"""What a legacy child is told by default: every client capability the gateway can bridge to
+a client (sampling, form elicitation, roots). A client that lacks one gets the child's question
+refused with a clear error (legacy) or -32021 (modern)."""
+PROBE_FIRST: Final = "probe"
+"""Handshake: ``server/discover`` first; ``initialize`` only when the child is not modern."""
+INITIALIZE_FIRST: Final = "initialize"
+"""Handshake: ``initialize`` first; ``server/discover`` only when the child refuses it. For
+children that serve legacy clients of a server that speaks both eras: a dual child then
+serves the legacy way, so its tools that ask (sampling, elicitation) keep a back-channel."""
 STDERR_TAIL_LINES: Final = 20
 STDERR_LINE_CHARS: Final = 500
 
@@ -53,10 +63,11 @@ class ChildSpec:
     probe_timeout: float = PROBE_TIMEOUT
     handshake_timeout: float = HANDSHAKE_TIMEOUT
     request_timeout: float | None = None
-    client_capabilities: Mapping[str, object] = field(default_factory=dict)
+    client_capabilities: Mapping[str, object] | None = None  # None: BRIDGED_CAPABILITIES; {}: none
     roots: tuple[Mapping[str, object], ...] | None = None  # answers the child's roots/list when no client can
     input_timeout: float = INPUT_TIMEOUT
     name: str = ""
+    handshake: str = PROBE_FIRST  # or INITIALIZE_FIRST
 
     @property
     def argv(self) -> list[str]:
@@ -64,9 +75,13 @@ class ChildSpec:
 
     @property
     def declared_capabilities(self) -> dict[str, object]:
-        """What a legacy child is told at ``initialize``: the configured client capabilities,
-        plus ``roots`` when roots are configured (the gateway can then always answer)."""
-        capabilities = dict(self.client_capabilities)
+        """What a legacy child is told at ``initialize``: the configured client capabilities
+        (by default ``BRIDGED_CAPABILITIES``), plus ``roots`` when roots are configured (the
+        gateway can then always answer)."""
+        configured = BRIDGED_CAPABILITIES if self.client_capabilities is None else self.client_capabilities
+        capabilities = {
+            name: dict(value) if isinstance(value, Mapping) else value for name, value in configured.items()
+        }
         if self.roots is not None:
             capabilities.setdefault("roots", {})
         return capabilities

@@ -9,6 +9,8 @@ import anyio
 import httpx
 import pytest
 
+from gateway.protocol.attribution import AskPolicy
+from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, modern_call, modern_headers, parse_sse, running_gateway
 
@@ -84,17 +86,18 @@ async def test_with_two_requests_in_flight_on_the_child_a_message_is_not_attribu
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="gateway.child")
+    # Calls share the child only when told to (--child-asks never): a sleeping call stays in flight.
+    pool = PoolSettings(child_asks=AskPolicy.NEVER)
+    sleeper = modern_call(1, "sleep", {"ms": 60_000, "progress": True}, progressToken="s")
     with anyio.fail_after(30):
-        async with running_gateway(server_spec(*LEGACY)) as url, httpx.AsyncClient(timeout=20) as http:
-            # An MRTR round parks the first call: its child request stays in flight.
-            parked = await http.post(
-                url,
-                headers=modern_headers("tools/call", "ask_client"),
-                json=modern_call(
-                    1, "ask_client", {"requests": [ELICITATION]}, **{CAPABILITIES_KEY: {"elicitation": {}}}
-                ),
-            )
-            assert parked.json()["result"]["resultType"] == "input_required"
+        async with (
+            running_gateway(server_spec(*LEGACY), pool=pool) as url,
+            httpx.AsyncClient(timeout=20) as http,
+            http.stream("POST", url, headers=modern_headers("tools/call", "sleep"), json=sleeper) as slow,
+        ):
+            lines = slow.aiter_lines()  # kept: a dropped iterator would close the stream (a cancel)
+            while not (await anext(lines)).startswith("data:"):  # its progress: in flight at the child
+                pass
             reply = await http.post(
                 url,
                 headers=modern_headers("tools/call", "notify"),

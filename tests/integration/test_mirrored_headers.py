@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from gateway.protocol.headers import encode_header_value
+from gateway.router import DualEra
 from tests.conftest import server_spec
 from tests.gateway_server import (
     BASE_HEADERS,
@@ -98,7 +99,8 @@ async def test_the_whole_paginated_tool_list_is_walked_for_the_schemas() -> None
 
 async def test_list_changed_refreshes_the_schemas_and_reaches_legacy_get_streams() -> None:
     with anyio.fail_after(20):
-        async with running_gateway(server_spec()) as url, httpx.AsyncClient() as http:
+        # One child for both eras (dual_era=modern), so the modern client's add_tool is the session's too.
+        async with running_gateway(server_spec(), dual_era=DualEra.MODERN) as url, httpx.AsyncClient() as http:
             init = await http.post(
                 url,
                 headers=BASE_HEADERS,

@@ -23,6 +23,7 @@ from mcp import Client, types
 from mcp.types import TextContent
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from gateway.router import Isolation
 from gateway.stdio.spec import ChildSpec
 from tests.gateway_server import MODERN, MODERN_META, modern_call, modern_headers, parse_sse, running_gateway
 from tests.schemas import validate
@@ -151,8 +152,8 @@ ASKING_TOOLS = {"trigger-sampling-request", "trigger-elicitation-request", "get-
 
 def asking_spec() -> ChildSpec:
     """server-everything registers its asking tools only for a client that declares the
-    capabilities at initialize, which the gateway does only when configured to."""
-    return replace(everything_spec(), client_capabilities={"sampling": {}, "elicitation": {}, "roots": {}})
+    capabilities at initialize, which the gateway does by default."""
+    return everything_spec()
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto", MODERN])
@@ -204,7 +205,83 @@ async def test_the_sdk_clients_callbacks_answer_the_everything_servers_sampling_
 
 
 async def test_without_declared_capabilities_the_everything_server_offers_no_asking_tools() -> None:
+    spec = replace(everything_spec(), client_capabilities={})  # --client-capability none
     with anyio.fail_after(TEST_DEADLINE):
-        async with running_gateway(everything_spec()) as url, Client(url, mode="legacy") as client:
+        async with running_gateway(spec) as url, Client(url, mode="legacy") as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
-    assert not ASKING_TOOLS & names  # the gateway declares nothing by default, so it is never asked
+    assert not ASKING_TOOLS & names  # told nothing, the child never asks
+
+
+CLIENTS = 8
+
+
+async def test_eight_concurrent_clients_of_both_eras_each_get_their_own_questions_and_answers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The default gateway: half the clients modern (MRTR), half legacy (requests on SSE), all
+    at once, each asked by the child for sampling and elicitation and answering as itself.
+    Every answer must come back to the client that gave it, and the gateway answers nothing."""
+    asked: dict[int, list[str]] = {i: [] for i in range(CLIENTS)}
+    outcomes: dict[int, tuple[str, str]] = {}
+
+    async def run_client(url: str, index: int) -> None:
+        async def on_sampling(context: object, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+            asked[index].append("sampling")
+            reply = types.TextContent(type="text", text=f"sampled by client {index}")
+            return types.CreateMessageResult(role="assistant", content=reply, model="test-model")
+
+        async def on_elicitation(context: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+            asked[index].append("elicitation")
+            return types.ElicitResult(action="accept", content={"name": f"Client {index}", "check": True})
+
+        mode = MODERN if index % 2 else "legacy"
+        async with Client(url, mode=mode, sampling_callback=on_sampling, elicitation_callback=on_elicitation) as client:
+            sampled = await client.call_tool("trigger-sampling-request", {"prompt": f"hi {index}", "maxTokens": 20})
+            elicited = await client.call_tool("trigger-elicitation-request", {})
+        texts = ["\n".join(c.text for c in r.content if isinstance(c, TextContent)) for r in (sampled, elicited)]
+        assert not sampled.is_error, texts
+        assert not elicited.is_error, texts
+        outcomes[index] = (texts[0], texts[1])
+
+    caplog.set_level("INFO", logger="gateway.child")
+    with anyio.fail_after(TEST_DEADLINE * 2):
+        async with running_gateway(everything_spec()) as url, httpx.AsyncClient() as http:
+            async with anyio.create_task_group() as tg:
+                for index in range(CLIENTS):
+                    tg.start_soon(run_client, url, index)
+            metrics = (await http.get(url.removesuffix("/mcp") + "/metrics")).text
+    for index in range(CLIENTS):
+        sampled_text, elicited_text = outcomes[index]
+        assert f"sampled by client {index}" in sampled_text
+        assert f"- Name: Client {index}\n" in elicited_text + "\n"
+        assert sorted(asked[index]) == ["elicitation", "sampling"]
+    answered_by_gateway = [
+        r.getMessage()
+        for r in caplog.records
+        if "the gateway answered it" in r.getMessage() and "roots/list" not in r.getMessage()
+    ]
+    assert answered_by_gateway == []  # (server-everything's own roots/list at start-up has no asker)
+    [to_clients] = [
+        line for line in metrics.splitlines() if line.startswith("mcp_gateway_child_questions_to_clients_total{")
+    ]
+    assert float(to_clients.split()[-1]) >= 2 * CLIENTS
+
+
+async def test_under_session_isolation_each_child_is_told_its_own_clients_capabilities() -> None:
+    """server-everything registers an asking tool only for what its client declared."""
+    with anyio.fail_after(TEST_DEADLINE):
+        async with (
+            running_gateway(everything_spec(), isolation=Isolation.SESSION) as url,
+            Client(url, mode="legacy", sampling_callback=_never_called) as sampler,
+            Client(url, mode="legacy", elicitation_callback=_never_called) as elicitor,
+        ):
+            sampler_tools = {tool.name for tool in (await sampler.list_tools()).tools}
+            elicitor_tools = {tool.name for tool in (await elicitor.list_tools()).tools}
+    assert "trigger-sampling-request" in sampler_tools
+    assert "trigger-elicitation-request" not in sampler_tools
+    assert "trigger-elicitation-request" in elicitor_tools
+    assert "trigger-sampling-request" not in elicitor_tools
+
+
+async def _never_called(context: object, params: object) -> types.ErrorData:
+    raise AssertionError("not asked in this test")

@@ -13,7 +13,7 @@ import anyio
 import httpx
 import pytest
 
-from gateway.router import Isolation
+from gateway.router import DualEra, Isolation
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import TEST_SERVER, server_processes, server_spec
@@ -262,7 +262,10 @@ async def test_a_child_that_fails_its_liveness_check_is_recycled() -> None:
 async def test_a_legacy_session_stays_on_the_child_that_first_served_it() -> None:
     settings = PoolSettings(min_size=2, max_size=2)
     with anyio.fail_after(30):
-        async with running_gateway(server_spec(), pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
+        async with (
+            running_gateway(server_spec(), pool=settings, dual_era=DualEra.MODERN) as url,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
             while [c["state"] for c in pool_children(await status(http, url))] != ["ready"] * 2:
                 pass
             init = await http.post(
@@ -313,7 +316,10 @@ async def test_a_failing_pool_without_a_minimum_recovers_once_the_command_works(
 async def test_a_saturated_pool_answers_legacy_requests_and_batches_with_503_and_keeps_serving() -> None:
     settings = PoolSettings(min_size=1, max_size=1, max_in_flight=1, queue_timeout=0.3)
     with anyio.fail_after(30):
-        async with running_gateway(server_spec(), pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
+        async with (
+            running_gateway(server_spec(), pool=settings, dual_era=DualEra.MODERN) as url,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
             init = await http.post(
                 url,
                 headers=BASE_HEADERS,

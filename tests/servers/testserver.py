@@ -303,23 +303,27 @@ def add_test_tools(server: StdioServer) -> None:
     asked_changed = threading.Condition()
 
     def ask_later(ctx: ToolContext, args: JsonObject) -> JsonObject:
-        """Reply at once; then, with no request of the client in flight, ask it ``method``."""
+        """Reply, and ask the client ``method`` right after the reply, in the same write: the
+        client reads the question with no request of its own in flight (legacy era)."""
         method = str_arg(args, "method")
         params = args.get("params") if isinstance(args.get("params"), dict) else None
+        reply = {"jsonrpc": "2.0", "id": ctx.request_id, "result": text_result("will ask")}
 
         def ask() -> None:
-            try:
-                answer: JsonObject = {"result": server.send_request(method, params)}
-            except RpcError as exc:
-                answer = {"error": exc.to_json()}
-            except (TimeoutError, ConnectionError) as exc:
-                answer = {"error": {"code": 0, "message": f"{type(exc).__name__}: {exc}"}}
+            [outcome] = server.send_requests([(method, params)], lead=[reply])
+            if isinstance(outcome, RpcError):
+                answer: JsonObject = {"error": outcome.to_json()}
+            elif isinstance(outcome, Exception):
+                answer = {"error": {"code": 0, "message": f"{type(outcome).__name__}: {outcome}"}}
+            else:
+                answer = {"result": outcome}
             with asked_changed:
                 asked_later.append(answer)
                 asked_changed.notify_all()
 
-        ctx.after_reply(ask)
-        return text_result("will ask")
+        ctx.suppress_reply()
+        threading.Thread(target=ask, name="ask_later", daemon=True).start()
+        return {}
 
     def answers_later(ctx: ToolContext, args: JsonObject) -> JsonObject:
         """The answers ask_later got, once there are at least ``count`` (or after ``timeout_ms``)."""
@@ -346,8 +350,8 @@ def add_test_tools(server: StdioServer) -> None:
         ),
         (
             "sleep",
-            "Wait ms milliseconds, then reply 'slept'. Cancellable.",
-            object_schema({"ms": _int("ms")}, ["ms"]),
+            "Wait ms milliseconds, then reply 'slept'. Cancellable. With progress, say so first.",
+            object_schema({"ms": _int("ms"), "progress": {"type": "boolean", "description": "progress first"}}, ["ms"]),
             _sleep,
         ),
         (

@@ -10,7 +10,8 @@ import pytest
 from gateway.cli import env_name, parse_settings
 from gateway.config import demo_command
 from gateway.errors import ConfigError
-from gateway.router import Isolation
+from gateway.protocol.attribution import AskPolicy
+from gateway.router import DualEra, Isolation
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -150,7 +151,17 @@ def test_client_capabilities_roots_and_the_input_timeout_come_from_flags_and_the
     assert server.spec.declared_capabilities == {"sampling": {}, "roots": {}}  # roots configured: declared
     assert server.spec.input_timeout == 45.0
     [bare] = parse_settings(["--", "srv"], environ={}).servers
-    assert (bare.spec.declared_capabilities, bare.spec.roots) == ({}, None)  # nothing declared by default
+    # By default a legacy child is told everything the gateway can bridge to a client.
+    assert (bare.spec.declared_capabilities, bare.spec.roots) == (
+        {"sampling": {}, "elicitation": {}, "roots": {}},
+        None,
+    )
+    [none] = parse_settings(["--client-capability", "none", "--", "srv"], environ={}).servers
+    assert none.spec.declared_capabilities == {}
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        parse_settings(["--client-capability", "none", "--client-capability", "roots", "--", "srv"], environ={})
+    with pytest.raises(ConfigError, match="is not one of"):
+        parse_settings(["--", "srv"], environ={"MCP_GATEWAY_CLIENT_CAPABILITY": "telepathy"})
     environ = {"MCP_GATEWAY_CLIENT_CAPABILITY": "sampling,elicitation", "MCP_GATEWAY_ROOT": "file:///a,/b"}
     [from_env] = parse_settings(["--", "srv"], environ=environ).servers
     assert dict(from_env.spec.client_capabilities) == {"sampling": {}, "elicitation": {}}
@@ -172,6 +183,32 @@ def test_client_capabilities_roots_and_the_input_timeout_come_from_flags_and_the
     assert dict(configured.spec.client_capabilities) == {"elicitation": {"form": {}}}
     assert configured.spec.roots == ({"uri": "file:///data"}, {"uri": "file:///work", "name": "work"})
     assert configured.spec.input_timeout == 5.0
+    narrowed = write(
+        tmp_path,
+        {
+            "mcpServers": {
+                "a": {"command": "a", "clientCapabilities": "none"},
+                "b": {"command": "b", "clientCapabilities": {}},
+            }
+        },
+    )
+    assert [s.spec.declared_capabilities for s in parse_settings(["--config", narrowed], environ={}).servers] == [
+        {},
+        {},
+    ]
+
+
+def test_whether_requests_that_may_ask_get_a_child_each_comes_from_a_flag_or_the_file(tmp_path: Path) -> None:
+    [default] = parse_settings(["--", "srv"], environ={}).servers
+    assert default.pool.child_asks is AskPolicy.AUTO
+    [never] = parse_settings(["--child-asks", "never", "--", "srv"], environ={}).servers
+    assert never.pool.child_asks is AskPolicy.NEVER
+    config = write(tmp_path, {"mcpServers": {"x": {"command": "a", "childAsks": "always"}}})
+    [configured] = parse_settings(["--config", config], environ={}).servers
+    assert configured.pool.child_asks is AskPolicy.ALWAYS
+    bad = write(tmp_path, {"mcpServers": {"x": {"command": "a", "childAsks": "sometimes"}}})
+    with pytest.raises(ConfigError, match="childAsks"):
+        parse_settings(["--config", bad], environ={})
 
 
 def test_the_state_secret_file_is_read_once_and_must_be_long_enough(tmp_path: Path) -> None:
@@ -256,3 +293,16 @@ def test_advertise_url_auto_is_this_hosts_address_and_refuses_loopback(
     monkeypatch.setattr(socket, "gethostbyname", lambda name: "127.0.1.1")
     with pytest.raises(ConfigError, match="cannot reach; give a URL"):
         settings.own_advertise_url()
+
+
+def test_the_era_of_children_for_a_dual_server_comes_from_a_flag_or_the_file(tmp_path: Path) -> None:
+    [default] = parse_settings(["--", "srv"], environ={}).servers
+    assert default.dual_era is DualEra.PER_CLIENT
+    [modern] = parse_settings(["--dual-era", "modern", "--", "srv"], environ={}).servers
+    assert modern.dual_era is DualEra.MODERN
+    config = write(tmp_path, {"mcpServers": {"x": {"command": "a", "dualEra": "legacy"}}})
+    [configured] = parse_settings(["--config", config], environ={}).servers
+    assert configured.dual_era is DualEra.LEGACY
+    bad = write(tmp_path, {"mcpServers": {"x": {"command": "a", "dualEra": "both"}}})
+    with pytest.raises(ConfigError, match="dualEra"):
+        parse_settings(["--config", bad], environ={})

@@ -79,3 +79,20 @@ def test_the_modern_answers_have_their_schema_shapes() -> None:
     assert error["code"] == MISSING_CLIENT_CAPABILITY
     assert error["data"] == {"requiredCapabilities": required}
     assert "sampling.tools" in error["message"]
+
+
+def test_a_child_serving_one_client_is_told_what_that_client_declared_within_what_is_configured() -> None:
+    configured = {"sampling": {}, "elicitation": {}, "roots": {}}
+    client = {"sampling": {"tools": {}}, "roots": {"listChanged": True}, "experimental": {"x": {}}}
+    assert inputs.told_to_child(configured, client) == {"sampling": {"tools": {}}, "roots": {}}
+    assert inputs.told_to_child({"sampling": {}}, {"elicitation": {}}) == {}
+    assert inputs.told_to_child(configured, {"elicitation": True}) == {}  # not an object: not declared
+
+
+def test_an_elicitation_from_a_client_that_cannot_be_asked_is_refused_not_declined() -> None:
+    request = Request(3, inputs.ELICITATION, {"message": "name?"})
+    assert inputs.local_answer(request, None, "nobody is there") == Result(3, {"action": "decline"})
+    refused = inputs.local_answer(request, None, "the client did not declare it", decline=False)
+    assert isinstance(refused, ErrorReply)
+    assert refused.code == CODE_NO_CLIENT_INPUT
+    assert "the client did not declare it" in refused.message
