@@ -313,10 +313,10 @@ class Router:
         while True:
             await anyio.sleep(MAINTENANCE_TICK)
             for key, pool in list(self.pools.items()):
-                idle = key not in (SHARED_KEY, SHARED_LEGACY_KEY) and pool.is_idle()
-                # Legacy clients' children of a server found to speak one era are no longer used.
-                stale = key == SHARED_LEGACY_KEY and self.single_era and pool.is_unused()
-                if idle or stale:
+                # The legacy clients' pool of a server later found to speak one era stays: the
+                # sessions it served hold its children (and it) for their subscriptions and asks.
+                # New legacy sessions share the main pool; this one idles down to its minimum.
+                if key not in (SHARED_KEY, SHARED_LEGACY_KEY) and pool.is_idle():
                     del self.pools[key]  # first, so no new request is handed a closing pool
                     self._entered.pop(key, None)
                     self._stops.pop(key).set()

@@ -19,6 +19,7 @@ import pytest
 
 from gateway.errors import ClientThrottledError, GatewayUnavailableError
 from gateway.http.app import create_app
+from gateway.protocol.attribution import AskPolicy
 from gateway.router import Isolation, Router, ServerConfig
 from gateway.sessions import SessionStore
 from gateway.stdio.budget import ChildBudget
@@ -134,7 +135,9 @@ async def test_a_full_session_store_refuses_with_503_and_ends_nobodys_session() 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 async def test_a_principal_that_keeps_crashing_the_shared_child_is_throttled_while_others_are_served(era: str) -> None:
-    server = ServerConfig("test", server_spec("--era", era), PoolSettings(min_size=1, max_size=1))
+    # One shared child (the test server never asks here; attribution has its own tests).
+    never_asks = PoolSettings(min_size=1, max_size=1, child_asks=AskPolicy.NEVER)
+    server = ServerConfig("test", server_spec("--era", era), never_asks)
     crash = {"code": 3, "stderr": "crashing on purpose"}
     with anyio.fail_after(60):
         async with serving(gateway_app(server)) as base, httpx.AsyncClient(timeout=30) as http:

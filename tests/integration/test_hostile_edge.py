@@ -19,9 +19,11 @@ import pytest
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
 from gateway.logs import JsonFormatter, TextFormatter
+from gateway.protocol.attribution import AskPolicy
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES, MAX_JSON_DEPTH
 from gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 from gateway.router import Router, ServerConfig
+from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import (
     BASE_HEADERS,
@@ -221,7 +223,10 @@ async def test_legacy_calls_whose_clients_hung_up_still_count_until_they_end() -
     # does its slot, or a client could pile up calls by hanging up.
     with anyio.fail_after(WAIT):
         async with (
-            running_gateway(server_spec(), max_requests_per_principal=2) as url,
+            # Both calls share the session's child (the test server never asks here).
+            running_gateway(
+                server_spec(), pool=PoolSettings(child_asks=AskPolicy.NEVER), max_requests_per_principal=2
+            ) as url,
             httpx.AsyncClient(timeout=WAIT) as http,
         ):
             session = await open_session(http, url)
@@ -464,7 +469,7 @@ async def test_gateway_errors_and_cancellations_are_not_counted_as_plain_200s() 
     assert (died_line.status, died_line.outcome) == (200, "error")  # type: ignore[attr-defined]
     assert "outcome=error code=-31001" in died_line.getMessage()
     assert (left.status, left.code) == (499, None)  # type: ignore[attr-defined]
-    assert (legacy_line.status, legacy_line.code) == (200, None)  # no answer, so no error code  # type: ignore[attr-defined]
+    assert (legacy_line.status, legacy_line.code) == (200, None)  # type: ignore[attr-defined]  # no answer, no code
     labels = {"server": "test", "method": "tools/call"}
     assert metric(page, "mcp_gateway_requests_total", **labels, era="modern", status="200", outcome="error") == 1
     assert metric(page, "mcp_gateway_requests_total", **labels, era="modern", status="499", outcome="cancelled") == 1

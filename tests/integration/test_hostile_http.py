@@ -31,7 +31,8 @@ from gateway.http import replies
 from gateway.http.app import create_app
 from gateway.http.connection import MAX_HEAD_BYTES, GuardedHttpTools
 from gateway.http.drain import Drain
-from gateway.router import Router, ServerConfig
+from gateway.protocol.attribution import AskPolicy
+from gateway.router import DualEra, Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import (
@@ -139,7 +140,10 @@ class WatchedDrain(Drain):
 @asynccontextmanager
 async def gateway_app(**app_options: Any) -> AsyncIterator[tuple[str, WatchedDrain]]:
     """A gateway serving the test child with short header and write timeouts, and its drain."""
-    server = ServerConfig("test", server_spec(), PoolSettings())
+    # Calls of both eras share the one child (the test server never asks here, and every child is
+    # opened in the modern era), so a modern client can ask it what a legacy call was told.
+    never_asks = PoolSettings(child_asks=AskPolicy.NEVER)
+    server = ServerConfig("test", server_spec(), never_asks, dual_era=DualEra.MODERN)
     drain = WatchedDrain()
     app = create_app(Router(server), drain=drain, **app_options)
     async with serving(app, http=SHORT) as base:

@@ -20,6 +20,7 @@ import anyio
 import httpx
 import pytest
 
+from gateway.router import DualEra
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, legacy_initialize, parse_sse, running_gateway
 
@@ -81,6 +82,8 @@ async def wait_cancelled(http: httpx.AsyncClient, url: str, headers: dict[str, s
             return
 
 
+# Every child is opened in the modern era (``DualEra.MODERN``), so the legacy sessions of these
+# tests share one modern child, as they would behind any modern-only server once it is known.
 @pytest.mark.parametrize("child_era", ["modern", "dual"])
 async def test_each_legacy_session_gets_the_updates_it_subscribed_to_until_it_unsubscribes(
     child_era: str, tmp_path: Path
@@ -88,7 +91,10 @@ async def test_each_legacy_session_gets_the_updates_it_subscribed_to_until_it_un
     record = tmp_path / "stdin.jsonl"
     spec = server_spec("--era", child_era, "--subscribe", "--record", str(record))
     with anyio.fail_after(30):
-        async with running_gateway(spec, pool_size=1) as url, httpx.AsyncClient(timeout=20) as http:
+        async with (
+            running_gateway(spec, pool_size=1, dual_era=DualEra.MODERN) as url,
+            httpx.AsyncClient(timeout=20) as http,
+        ):
             alice, bob, carol = [await open_session(http, url) for _ in range(3)]
 
             async def subscribe(headers: dict[str, str], *uris: str) -> None:
@@ -148,7 +154,10 @@ async def test_each_legacy_session_gets_the_updates_it_subscribed_to_until_it_un
 
 async def test_a_modern_child_without_resource_subscriptions_refuses_the_subscribe() -> None:
     with anyio.fail_after(20):
-        async with running_gateway(server_spec("--era", "modern")) as url, httpx.AsyncClient(timeout=20) as http:
+        async with (
+            running_gateway(server_spec("--era", "modern"), dual_era=DualEra.MODERN) as url,
+            httpx.AsyncClient(timeout=20) as http,
+        ):
             init = await http.post(url, headers=BASE_HEADERS, json=legacy_initialize())
             headers = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
             refused = await request(http, url, headers, "resources/subscribe", uri="file:///docs")
@@ -161,7 +170,10 @@ async def test_a_sessions_listen_is_opened_again_when_the_child_crashes_or_ends_
     record = tmp_path / "stdin.jsonl"
     spec = server_spec("--era", "modern", "--subscribe", "--record", str(record))
     with anyio.fail_after(30):
-        async with running_gateway(spec, pool_size=1) as url, httpx.AsyncClient(timeout=20) as http:
+        async with (
+            running_gateway(spec, pool_size=1, dual_era=DualEra.MODERN) as url,
+            httpx.AsyncClient(timeout=20) as http,
+        ):
             session = await open_session(http, url)
             assert (await request(http, url, session, "resources/subscribe", uri="file:///docs"))["result"] == {}
             async with http.stream("GET", url, headers={**session, "accept": "text/event-stream"}) as get:
