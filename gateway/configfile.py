@@ -180,16 +180,12 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
             config = replace(config, isolation=Isolation(body["isolation"]))
         except ValueError:
             raise ConfigError(f"{where}.isolation", "must be shared, principal or session") from None
-    if "maxSessionsPerPrincipal" in body:
-        limit = _number(body["maxSessionsPerPrincipal"], f"{where}.maxSessionsPerPrincipal", int)
-        if limit < 1:
-            raise ConfigError(f"{where}.maxSessionsPerPrincipal", "must be at least 1")
-        config = replace(config, max_sessions_per_principal=limit)
-    if "maxBatchSize" in body:
-        size = _number(body["maxBatchSize"], f"{where}.maxBatchSize", int)
-        if size < 1:
-            raise ConfigError(f"{where}.maxBatchSize", "must be at least 1")
-        config = replace(config, max_batch_size=size)
+    for key, attribute in _COUNTS.items():
+        if key in body:
+            count = _number(body[key], f"{where}.{key}", int)
+            if count < 1:
+                raise ConfigError(f"{where}.{key}", "must be at least 1")
+            config = replace(config, **{attribute: count})
     if "dualEra" in body:
         try:
             config = replace(config, dual_era=DualEra(body["dualEra"]))
@@ -211,6 +207,9 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
         config = replace(config, oauth=_oauth(body["oauth"], base.oauth, f"{where}.oauth"))
     return config
 
+
+_COUNTS: Final = {"maxSessionsPerPrincipal": "max_sessions_per_principal", "maxBatchSize": "max_batch_size"}
+"""Per-server limits that are whole numbers of at least 1, and the ``ServerConfig`` field each sets."""
 
 _OAUTH_KEYS: Final = {
     "issuer": "issuer",
