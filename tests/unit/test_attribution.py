@@ -117,26 +117,31 @@ def test_under_auto_a_quiet_tool_shares_a_legacy_child_and_always_and_never_igno
 
 def test_a_tool_that_asked_is_never_quiet_again() -> None:
     tools = ToolLearning()
-    assert not tools.is_quiet("tools/call a") and not tools.is_quiet(None)
+    assert not tools.is_quiet("tools/call a")
+    assert not tools.is_quiet(None)
     assert tools.note_quiet("tools/call a")
     assert not tools.note_quiet("tools/call a")  # already known
     assert tools.is_quiet("tools/call a")
     assert tools.note_asked({"tools/call a", "tools/call b"}) == ["tools/call a"]
     assert not tools.is_quiet("tools/call a")
-    assert not tools.note_quiet("tools/call a") and not tools.note_quiet("tools/call b")
+    assert not tools.note_quiet("tools/call a")
+    assert not tools.note_quiet("tools/call b")
     assert tools.asking == {"tools/call a", "tools/call b"}
 
 
 def test_past_the_limit_no_tool_is_learned_quiet_and_a_quiet_one_that_asks_still_turns_asking() -> None:
     assert MAX_LEARNED_TOOLS == 1024
     tools = ToolLearning(limit=2)
-    assert tools.note_quiet("a") and tools.note_quiet("b")
+    assert tools.note_quiet("a")
+    assert tools.note_quiet("b")
     assert not tools.note_quiet("c")  # full: an unknown tool stays may-ask
     tools.note_asked(["c"])  # no room to record it; it is not quiet either way
     assert not tools.is_quiet("c")
     tools.note_asked(["a"])  # swapped, not dropped: it can never be learned quiet again
-    assert tools.asking == {"a"} and tools.quiet == {"b"}
-    assert not tools.note_quiet("a") and not tools.note_quiet("c")
+    assert tools.asking == {"a"}
+    assert tools.quiet == {"b"}
+    assert not tools.note_quiet("a")
+    assert not tools.note_quiet("c")
 
 
 @given(
