@@ -58,6 +58,7 @@ from gateway.protocol.correlation import ChildRequest, Correlator, Late, Progres
 from gateway.protocol.framing import LineFramer, OversizedLine, sniff_id
 from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import JsonObject, Notification, Reply, Result
+from gateway.protocol.versions import Era
 from gateway.stdio import process
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.inbox import Inbox, progress_key
@@ -147,7 +148,7 @@ class Exchange:
         self._inbox.close()
         for ask in self._asks:  # nobody will read them now
             ask.answer_error(CODE_NO_CLIENT_INPUT, f"the request ({self.method}) ended before the client answered")
-        if self.tool is not None and not self.questioned and isinstance(reply, Result) and self.accepts_asks:
+        if self.tool is not None and not self.questioned and isinstance(reply, Result) and self.child.is_legacy:
             self.child.questions.note_quiet(self.tool)  # it could have asked, and did not (rule 5)
         self.child.questions.exchange_ended()
 
@@ -260,6 +261,12 @@ class StdioChild:
     @property
     def open_questions(self) -> int:
         return self.questions.open
+
+    @property
+    def is_legacy(self) -> bool:
+        """Spoken to in the legacy era: its questions are requests on stdio (a modern child's
+        MRTR ``input_required`` needs no attribution, so it teaches rule 5 nothing)."""
+        return self.info is not None and self.info.era is Era.LEGACY
 
     def is_alive(self) -> bool:
         return self._death is None
