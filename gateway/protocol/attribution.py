@@ -12,7 +12,8 @@ Rules:
 2. **Who may join a child** (``admits``). A request that may ask is not given a child
    - on which a question is open (asked and not yet answered: a client is answering, or an
      MRTR call is parked), or held back as ambiguous;
-   - that already runs a request that may ask, when the server asks (``is_exclusive``).
+   - that already runs a request that may ask and is not known quiet, when the server asks
+     (``is_exclusive``; requests of quiet tools, rule 5, share).
    The pool then starts another child within its maximum, else the request queues
    (503 after the queue timeout).
 3. **When the server asks** (``is_exclusive``), by its ``AskPolicy``:
@@ -132,7 +133,7 @@ class ToolLearning:
 class ChildLoad:
     """What the pool needs to know of one child to decide whether a request may join it."""
 
-    asking_requests: int = 0  # requests that may ask, in flight on the child
+    asking_requests: int = 0  # requests that may ask and needed the child alone (not quiet), in flight
     open_questions: int = 0  # questions asked and not answered yet, or held back as ambiguous
 
 
