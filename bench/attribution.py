@@ -5,8 +5,9 @@ child that may ask a child of its own. This measures what that costs on the stdl
 server (``bench/servers/echo.py``, which never asks), at concurrency C with legacy clients:
 req/s, p50, and the children the gateway ran, for
 
-- the default (``--child-asks auto``: the child is told it may ask, so calls get a child each),
-  with ``--pool-max 1`` (calls queue) and ``--pool-max C`` (the pool grows);
+- the default (``--child-asks auto``: the child is told it may ask, so a tool's calls get a
+  child each until one of them ended asking nothing; ``echo`` then shares, attribution rule 5),
+  with ``--pool-max 1`` and ``--pool-max C``;
 - ``--child-asks never`` (calls share one child: the behaviour before, for servers that never ask).
 
 It prints one Markdown table; numbers from a shared machine are noisy, compare within a run.

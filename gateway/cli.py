@@ -244,8 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="whether the server asks its client (sampling, elicitation, roots) during tools/call, prompts/get "
         "and resources/read, so each such request needs a child to itself for its questions to reach the "
         "right client: auto = once it has asked, and from the start for a legacy child told it may ask for "
-        "sampling or elicitation; always; never = share children, a question then reaches a client only "
-        "when one request is in flight (default: %(default)s)",
+        "sampling or elicitation, learned per tool: a tool whose call once ended asking nothing shares "
+        "children from then on, one that asked never does; always; never = share children, a question "
+        "then reaches a client only when one request is in flight (default: %(default)s)",
     )
     pool.add_argument(
         "--dual-era",

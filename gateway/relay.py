@@ -46,7 +46,7 @@ from typing import Any, Final
 import anyio
 
 from gateway.errors import CODE_INPUT_TIMEOUT, CODE_NO_CLIENT_INPUT, GATEWAY_NAME, ChildError, ChildProtocolError
-from gateway.protocol import bridge, inputs, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
+from gateway.protocol import attribution, bridge, inputs, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
 from gateway.protocol.handshake import META_LOG_LEVEL, ChildInfo
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Request, Result
 from gateway.protocol.outcome import Rejection
@@ -148,7 +148,12 @@ class Relay:
             async with AsyncExitStack() as stack:
                 # A request that may ask waits for a child where its questions can only be its own.
                 child = await stack.enter_async_context(
-                    pool.lease(client.affinity(), client.principal or ANONYMOUS, request.method)  # 503 / 429 propagate
+                    pool.lease(  # 503 / 429 propagate
+                        client.affinity(),
+                        client.principal or ANONYMOUS,
+                        request.method,
+                        attribution.tool_key(request.method, request.params),
+                    )
                 )
                 client.bind(child, pool)
                 async for message in self._exchange_on(child, request, client, headers, stack):

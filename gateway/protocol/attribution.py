@@ -12,7 +12,8 @@ Rules:
 2. **Who may join a child** (``admits``). A request that may ask is not given a child
    - on which a question is open (asked and not yet answered: a client is answering, or an
      MRTR call is parked), or held back as ambiguous;
-   - that already runs a request that may ask, when the server asks (``is_exclusive``).
+   - that already runs a request that may ask and is not known quiet, when the server asks
+     (``is_exclusive``; requests of quiet tools, rule 5, share).
    The pool then starts another child within its maximum, else the request queues
    (503 after the queue timeout).
 3. **When the server asks** (``is_exclusive``), by its ``AskPolicy``:
@@ -20,7 +21,17 @@ Rules:
    they can be); ``auto`` (the default) - once a question came during a request (learned),
    and from the start for a legacy child the gateway told it may ask for sampling or
    elicitation (a compliant child asks only for what was declared, so a child told nothing
-   never asks mid-call).
+   never asks mid-call) - except, on a legacy child, for a tool learned to be quiet (rule 5).
+5. **Per tool** (``tool_key``, ``ToolLearning``): under ``auto`` the pool learns which tools
+   (``tools/call`` by name, ``prompts/get`` by name, ``resources/read`` as one) ask. A tool
+   not known to be quiet is treated as may-ask (rule 3). When an exchange of a tool ends with
+   a result (the child accepted the name, and lived to answer) and no question came while it
+   was a candidate (rule 4), the tool is *quiet*: its later requests share children freely.
+   A question marks its owner *asking* (an ambiguous one: when resolved, its owner; all its
+   candidates when nobody is left or it times out); an asking tool is never quiet again. At
+   most ``MAX_LEARNED_TOOLS`` names are recorded; past it, unknown tools stay may-ask. A quiet
+   tool that asks after all stays exact: its question is a candidate's like any other (held
+   while ambiguous, rule 4).
 4. **Attribution** (``attribute``): a question goes to the one request that may ask in
    flight as it is read. With none in flight it is *unattributable*: only then the gateway
    answers it (or a session's GET stream takes it). With several (before the server was
@@ -47,6 +58,9 @@ ASKING_METHODS: Final = MRTR_METHODS
 """Requests during which a child may ask its client something (rule 1)."""
 ASKING_CAPABILITIES: Final = frozenset({"sampling", "elicitation"})
 """Declared to a legacy child, these let it ask mid-call: ``auto`` treats it as asking."""
+MAX_LEARNED_TOOLS: Final = 1024
+"""Tool names a pool records as quiet or asking (rule 5): names come from clients, so the set is
+bounded; past it unknown tools are treated as may-ask (exact, only slower)."""
 
 
 class AskPolicy(StrEnum):
@@ -59,20 +73,67 @@ def may_ask(method: str | None) -> bool:
     return method in ASKING_METHODS
 
 
-def is_exclusive(policy: AskPolicy, *, learned: bool, legacy: bool, declared: Mapping[str, object]) -> bool:
-    """Whether a request that may ask needs a child to itself (rule 3)."""
+def tool_key(method: str | None, params: Mapping[str, object] | None) -> str | None:
+    """What rule 5 learns about: the request kind and its tool (or prompt) name; None when
+    ``method`` never asks. ``resources/read`` is one key: URIs are many and often generated."""
+    if not may_ask(method):
+        return None
+    assert method is not None
+    if method == "resources/read":
+        return method
+    name = None if params is None else params.get("name")
+    return f"{method} {name}" if isinstance(name, str) else method
+
+
+def is_exclusive(
+    policy: AskPolicy, *, learned: bool, legacy: bool, declared: Mapping[str, object], quiet: bool = False
+) -> bool:
+    """Whether a request that may ask needs a child to itself (rules 3 and 5): ``quiet``, its
+    tool is known to ask nothing."""
     if policy is AskPolicy.ALWAYS:
         return True
     if policy is AskPolicy.NEVER:
         return False
+    if legacy and quiet:
+        return False
     return learned or (legacy and not ASKING_CAPABILITIES.isdisjoint(declared))
+
+
+class ToolLearning:
+    """Which tools of one server are known to ask, or known to be quiet (rule 5)."""
+
+    def __init__(self, limit: int = MAX_LEARNED_TOOLS) -> None:
+        self.limit = limit
+        self.quiet: set[str] = set()
+        self.asking: set[str] = set()
+
+    def is_quiet(self, key: str | None) -> bool:
+        return key is not None and key in self.quiet
+
+    def note_quiet(self, key: str) -> bool:
+        """An exchange of ``key`` ended with a result, no question having been its: True if
+        ``key`` is newly quiet (never an asking tool, nor past the limit)."""
+        if key in self.quiet or key in self.asking or len(self.quiet) + len(self.asking) >= self.limit:
+            return False
+        self.quiet.add(key)
+        return True
+
+    def note_asked(self, keys: Collection[str]) -> list[str]:
+        """A question was (or may have been) asked by exchanges of ``keys``: those are asking from
+        now on. Returns the keys that were quiet (their requests shared children)."""
+        was_quiet = [key for key in keys if key in self.quiet]
+        for key in keys:
+            self.quiet.discard(key)  # frees room for the swap below: the total never grows past it
+            if key not in self.asking and len(self.quiet) + len(self.asking) < self.limit:
+                self.asking.add(key)
+        return was_quiet
 
 
 @dataclass(frozen=True, slots=True)
 class ChildLoad:
     """What the pool needs to know of one child to decide whether a request may join it."""
 
-    asking_requests: int = 0  # requests that may ask, in flight on the child
+    asking_requests: int = 0  # requests that may ask and needed the child alone (not quiet), in flight
     open_questions: int = 0  # questions asked and not answered yet, or held back as ambiguous
 
 

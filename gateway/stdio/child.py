@@ -57,7 +57,8 @@ from gateway.protocol import attribution, jsonrpc, loglevels
 from gateway.protocol.correlation import ChildRequest, Correlator, Late, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import LineFramer, OversizedLine, sniff_id
 from gateway.protocol.handshake import ChildInfo
-from gateway.protocol.jsonrpc import JsonObject, Notification, Reply
+from gateway.protocol.jsonrpc import JsonObject, Notification, Reply, Result
+from gateway.protocol.versions import Era
 from gateway.stdio import process
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.inbox import Inbox, progress_key
@@ -91,9 +92,12 @@ class Exchange:
         cancellable: bool,
         accepts_asks: bool = False,
         log_level: str | None = None,
+        tool: str | None = None,
     ) -> None:
         self.child = child
         self.method = method
+        self.tool = tool  # what attribution rule 5 learns about (None: not learned)
+        self.questioned = False  # a question came while this exchange was one of its candidates
         self.cancellable = cancellable
         self.accepts_asks = accepts_asks
         self.log_level = log_level  # the client's minimum for notifications/message; None: it wants none
@@ -144,6 +148,8 @@ class Exchange:
         self._inbox.close()
         for ask in self._asks:  # nobody will read them now
             ask.answer_error(CODE_NO_CLIENT_INPUT, f"the request ({self.method}) ended before the client answered")
+        if self.tool is not None and not self.questioned and isinstance(reply, Result) and self.child.is_legacy:
+            self.child.questions.note_quiet(self.tool)  # it could have asked, and did not (rule 5)
         self.child.questions.exchange_ended()
 
     def ready(self) -> list[ExchangeItem]:
@@ -256,6 +262,12 @@ class StdioChild:
     def open_questions(self) -> int:
         return self.questions.open
 
+    @property
+    def is_legacy(self) -> bool:
+        """Spoken to in the legacy era: its questions are requests on stdio (a modern child's
+        MRTR ``input_required`` needs no attribution, so it teaches rule 5 nothing)."""
+        return self.info is not None and self.info.era is Era.LEGACY
+
     def is_alive(self) -> bool:
         return self._death is None
 
@@ -287,7 +299,8 @@ class StdioChild:
         if self._death is not None:
             raise self._death
         timeout = timeout if timeout is not None else self.spec.request_timeout
-        ex = Exchange(self, method, timeout, cancellable, asks, log_level)
+        tool = attribution.tool_key(method, params) if asks else None
+        ex = Exchange(self, method, timeout, cancellable, asks, log_level, tool)
         request, pending = self._correlator.outgoing(method, params, ex)
         ex.child_id = pending.child_id
         if ex._timeout is not None:

@@ -12,7 +12,9 @@ Rules (decided synchronously, so no await can interleave a check and its update)
   when the server asks (``child_asks``: ``auto`` learns it from the first question and assumes
   it for legacy children told they may ask for sampling or elicitation), a child that already
   runs such a request. So each question has exactly one request it can belong to; the pool
-  grows (within ``max_size``) for the others, or they queue as above.
+  grows (within ``max_size``) for the others, or they queue as above. Under ``auto`` the pool
+  learns per tool (``tools``, rule 5): on a legacy child, a tool that once ran, answered and
+  asked nothing shares children freely from then on, until it asks.
 - **Size**: ``min_size`` children are started with the pool (pre-warmed, so ``npx`` cold
   start is paid before traffic) and kept; children above the minimum stop after
   ``idle_timeout`` without a lease. A child is recycled after ``max_requests`` leases or
@@ -118,7 +120,7 @@ class Member:
         self.pool = pool
         self.child: StdioChild | None = None
         self.leases = 0
-        self.asking_leases = 0  # leases for requests that may ask (attribution rule 1)
+        self.asking_leases = 0  # leases for requests that may ask and need the child alone (rules 1, 3)
         self.served = 0
         self.started_at = anyio.current_time()
         self.last_used = self.started_at
@@ -138,13 +140,13 @@ class Member:
     def is_live(self) -> bool:
         return self.child is not None and self.child.is_alive() and not self.retiring
 
-    def has_room(self, method: str | None = None) -> bool:
+    def has_room(self, method: str | None = None, tool: str | None = None) -> bool:
         limit = self.pool.settings.max_in_flight
         if not self.is_live or self.exclusive or (limit != 0 and self.leases >= limit):
             return False
         assert self.child is not None
         load = ChildLoad(self.asking_leases, self.child.open_questions)
-        return attribution.admits(load, method, exclusive=self.pool.is_exclusive(self.child))
+        return attribution.admits(load, method, exclusive=self.pool.is_exclusive(self.child, tool))
 
     def retire(self, why: str) -> None:
         if not self.retiring:
@@ -194,6 +196,7 @@ class Pool:
         self.crashes = crashes
         self.suspects: dict[str, float] = {}  # principal → when a crash was last charged to it
         self.learned_asks = False  # a child of this pool asked during a request (attribution rule 3)
+        self.tools = attribution.ToolLearning()  # which tools ask, which are quiet (rule 5)
         self._tg: TaskGroup | None = None
         self._closing = False
         self._changed = anyio.Event()
@@ -271,8 +274,9 @@ class Pool:
 
     # -- state --------------------------------------------------------------------------
 
-    def is_exclusive(self, child: StdioChild) -> bool:
-        """Whether a request that may ask needs ``child`` to itself (attribution rule 3)."""
+    def is_exclusive(self, child: StdioChild, tool: str | None = None) -> bool:
+        """Whether a request that may ask (for ``tool``, ``attribution.tool_key``) needs ``child``
+        to itself (attribution rules 3 and 5)."""
         if child.has_asked and not self.learned_asks:
             self.learned_asks = True
             log.info("%s: the server asks its client during requests; such requests now get a child each", self.label)
@@ -282,6 +286,7 @@ class Pool:
             learned=self.learned_asks,
             legacy=legacy,
             declared=child.spec.declared_capabilities,
+            quiet=self.tools.is_quiet(tool),
         )
 
     def children(self) -> list[StdioChild]:
@@ -332,17 +337,21 @@ class Pool:
 
     @asynccontextmanager
     async def lease(
-        self, prefer: StdioChild | None = None, principal: str = "anonymous", method: str | None = None
+        self,
+        prefer: StdioChild | None = None,
+        principal: str = "anonymous",
+        method: str | None = None,
+        tool: str | None = None,
     ) -> AsyncIterator[StdioChild]:
         """A child for one request of ``principal`` (who is charged if the child dies meanwhile);
         ``method`` (a request that may ask) may make it wait for a child on which its questions
-        can only be its own."""
+        can only be its own, unless its ``tool`` (``attribution.tool_key``) is known quiet."""
         if self.crashes is not None:
             self.crashes.check(principal, anyio.current_time(), self.label)  # 429 before any work
         alone = principal in self.suspects
-        member = await self._acquire(prefer, method, alone)
+        member = await self._acquire(prefer, method, alone, tool)
         assert member.child is not None
-        asking = attribution.may_ask(method)
+        asking = attribution.may_ask(method) and self.is_exclusive(member.child, tool)
         member.asking_leases += asking
         member.principals[principal] += 1
         member.exclusive = alone
@@ -361,7 +370,9 @@ class Pool:
                 del member.principals[principal]
             self._release(member)
 
-    def _pick(self, prefer: StdioChild | None, method: str | None, alone: bool = False) -> Member | None:
+    def _pick(
+        self, prefer: StdioChild | None, method: str | None, alone: bool = False, tool: str | None = None
+    ) -> Member | None:
         """``alone``: only a child with no lease will do (a crash suspect's request)."""
         if prefer is not None:
             # A legacy session waits for its own child rather than move: what it set up there
@@ -372,20 +383,22 @@ class Pool:
                 if member.child is prefer and member.is_live:
                     if alone and member.leases:
                         return None
-                    if member.has_room(method):
+                    if member.has_room(method, tool):
                         return member
                     if not member.has_room(None):
                         return None
                     break
-        free = [m for m in self.members if m.has_room(method) and not (alone and m.leases)]
+        free = [m for m in self.members if m.has_room(method, tool) and not (alone and m.leases)]
         return min(free, key=lambda m: m.leases, default=None)
 
-    async def _acquire(self, prefer: StdioChild | None, method: str | None, alone: bool = False) -> Member:
+    async def _acquire(
+        self, prefer: StdioChild | None, method: str | None, alone: bool = False, tool: str | None = None
+    ) -> Member:
         started = anyio.current_time()
         self._waiting += 1
         try:
             while True:
-                member = self._pick(prefer, method, alone)
+                member = self._pick(prefer, method, alone, tool)
                 if member is not None:
                     member.leases += 1
                     member.served += 1
@@ -469,6 +482,7 @@ class Pool:
                 on_change=self._notify,
             ) as child:
                 member.child = child
+                child.questions.tools = self.tools
                 self._record_start(anyio.current_time() - member.started_at)
                 member.started_at = anyio.current_time()
                 if self.failing:

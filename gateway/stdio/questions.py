@@ -12,12 +12,15 @@ gateway answers instead (the rules are ``gateway.protocol.attribution``; this is
 
 ``open`` (questions asked and not yet answered, or held) is what the pool reads to keep other
 requests that may ask off the child; ``on_change`` is called when it may have dropped.
+``tools`` (the pool's ``ToolLearning``, attribution rule 5) learns which tools ask: a question
+marks its candidates questioned, and its owner asking; an exchange ending with a result and
+never questioned marks its tool quiet (``note_quiet``, called by the exchange).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
@@ -70,6 +73,7 @@ class Questions:
         self._handler = handler
         self._on_change = on_change
         self._open = 0  # attributed questions not answered yet
+        self.tools: attribution.ToolLearning | None = None  # set by the pool (rule 5)
         self._held: list[_Held] = []  # ambiguous questions, until one candidate is left
 
     @property
@@ -81,9 +85,12 @@ class Questions:
         """Attribute as the line is read (so requests read together find the same owner), answer later."""
         if request.method in inputs.INPUT_METHODS:
             candidates = [ex for ex in self._owners() if ex.may_ask]
+            for ex in candidates:
+                ex.questioned = True
             decision = attribution.attribute(candidates)
             if isinstance(decision, Attributed):
                 self.has_asked = True
+                self._asked([decision.owner])
                 if self._give(decision.owner, request):
                     return
             elif isinstance(decision, Ambiguous):
@@ -128,6 +135,7 @@ class Questions:
                 self._held.append(question)
                 continue
             question.settled.set()
+            self._asked([outcome.owner] if isinstance(outcome, Attributed) else question.candidates)
             if isinstance(outcome, Attributed) and self._give(outcome.owner, question.request):
                 continue
             reason = "every request that was in flight when it asked has ended"
@@ -142,12 +150,30 @@ class Questions:
         if held.settled.is_set():
             return
         self._held.remove(held)
+        self._asked(held.candidates)
         self._changed()
         reason = (
             f"{len(held.candidates)} requests that may ask were in flight on the child, so it is not known "
             f"whose question this is, and none was left alone within {self.spec.input_timeout:g} s"
         )
         await self._answer(held.request, reason)
+
+    def note_quiet(self, tool: str) -> None:
+        """An exchange of ``tool`` ended with a result, and no question was a candidate's of it."""
+        if self.tools is not None and self.tools.note_quiet(tool):
+            log.info("child %s: %s asked nothing; it now shares children", self.spec.label, tool)
+
+    def _asked(self, owners: Collection[Exchange]) -> None:
+        """A question was (or may have been) asked by ``owners``: their tools ask (rule 5)."""
+        tools = {ex.tool for ex in owners if ex.tool is not None}
+        if self.tools is None or not tools:
+            return
+        for tool in self.tools.note_asked(tools):
+            log.info(
+                "child %s: %s, learned to be quiet, asked after all; it gets a child to itself again",
+                self.spec.label,
+                tool,
+            )
 
     def _changed(self) -> None:
         if self._on_change is not None:

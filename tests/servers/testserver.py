@@ -162,7 +162,8 @@ def _ask_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
     """Send each of ``requests`` ({method, params}) to the client, one after another, from
     ``parallel`` threads, or ``together`` in one write, and return every answer:
     ``{"result": ...}`` or ``{"error": ...}``.
-    With ``progress``, a progress notification goes out before asking and one after."""
+    With ``progress``, a progress notification goes out before asking and one after; with
+    ``wait_ms``, the tool waits that long (or until cancelled) after the first one, before asking."""
     requests = args.get("requests")
     if not isinstance(requests, list) or not all(isinstance(r, dict) for r in requests):
         raise ToolInputError("requests must be a list of {method, params} objects")
@@ -184,6 +185,8 @@ def _ask_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
 
     if args.get("progress"):
         ctx.progress(1, 2, "asking")
+    if args.get("wait_ms"):  # in flight, no question yet (a test holds the call on the child)
+        ctx.cancelled.wait(int_arg(args, "wait_ms", minimum=0) / 1000)
     if args.get("together"):  # one write: the gateway reads them as one round
         pairs = [(str(r["method"]), r["params"] if isinstance(r.get("params"), dict) else None) for r in requests]
         for index, outcome in enumerate(ctx.send_requests(pairs, timeout)):
@@ -416,6 +419,7 @@ def add_test_tools(server: StdioServer) -> None:
                     "together": {"type": "boolean", "description": "send all in one write"},
                     "progress": {"type": "boolean", "description": "progress before and after asking"},
                     "timeout_ms": _int("how long to wait for each answer"),
+                    "wait_ms": _int("ms to wait (cancellable) after the first progress, before asking"),
                 },
                 ["requests"],
             ),

@@ -6,16 +6,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.protocol.attribution import (
+    MAX_LEARNED_TOOLS,
     Ambiguous,
     AskPolicy,
     Attributed,
     ChildLoad,
+    ToolLearning,
     Unattributable,
     admits,
     attribute,
     is_exclusive,
     may_ask,
     resolve,
+    tool_key,
 )
 
 ASKING = ["tools/call", "prompts/get", "resources/read"]
@@ -91,3 +94,69 @@ def test_a_held_question_goes_only_to_a_candidate_that_is_still_in_flight(
             assert len(remaining) > 1
         else:
             assert remaining == set()
+
+
+def test_a_tool_is_known_by_its_request_kind_and_name_and_reads_are_one() -> None:
+    assert tool_key("tools/call", {"name": "search"}) == "tools/call search"
+    assert tool_key("prompts/get", {"name": "search"}) == "prompts/get search"
+    assert tool_key("resources/read", {"uri": "file:///a"}) == tool_key("resources/read", {"uri": "file:///b"})
+    assert tool_key("tools/call", {"name": 7}) == tool_key("tools/call", None) == "tools/call"
+    assert all(tool_key(method, {"name": "x"}) is None for method in NOT_ASKING)
+
+
+def test_under_auto_a_quiet_tool_shares_a_legacy_child_and_always_and_never_ignore_what_was_learned() -> None:
+    told = {"sampling": {}}
+    auto = AskPolicy.AUTO
+    assert not is_exclusive(auto, learned=False, legacy=True, declared=told, quiet=True)
+    assert not is_exclusive(auto, learned=True, legacy=True, declared=told, quiet=True)
+    assert is_exclusive(auto, learned=False, legacy=True, declared=told, quiet=False)
+    assert is_exclusive(auto, learned=True, legacy=False, declared={}, quiet=True)  # modern: as before
+    assert is_exclusive(AskPolicy.ALWAYS, learned=False, legacy=True, declared=told, quiet=True)
+    assert not is_exclusive(AskPolicy.NEVER, learned=True, legacy=True, declared=told, quiet=False)
+
+
+def test_a_tool_that_asked_is_never_quiet_again() -> None:
+    tools = ToolLearning()
+    assert not tools.is_quiet("tools/call a")
+    assert not tools.is_quiet(None)
+    assert tools.note_quiet("tools/call a")
+    assert not tools.note_quiet("tools/call a")  # already known
+    assert tools.is_quiet("tools/call a")
+    assert tools.note_asked({"tools/call a", "tools/call b"}) == ["tools/call a"]
+    assert not tools.is_quiet("tools/call a")
+    assert not tools.note_quiet("tools/call a")
+    assert not tools.note_quiet("tools/call b")
+    assert tools.asking == {"tools/call a", "tools/call b"}
+
+
+def test_past_the_limit_no_tool_is_learned_quiet_and_a_quiet_one_that_asks_still_turns_asking() -> None:
+    assert MAX_LEARNED_TOOLS == 1024
+    tools = ToolLearning(limit=2)
+    assert tools.note_quiet("a")
+    assert tools.note_quiet("b")
+    assert not tools.note_quiet("c")  # full: an unknown tool stays may-ask
+    tools.note_asked(["c"])  # no room to record it; it is not quiet either way
+    assert not tools.is_quiet("c")
+    tools.note_asked(["a"])  # swapped, not dropped: it can never be learned quiet again
+    assert tools.asking == {"a"}
+    assert tools.quiet == {"b"}
+    assert not tools.note_quiet("a")
+    assert not tools.note_quiet("c")
+
+
+@given(
+    events=st.lists(st.tuples(st.booleans(), st.sampled_from("abcdefgh")), max_size=40),
+    limit=st.integers(0, 5),
+)
+def test_learning_is_bounded_and_a_tool_seen_asking_is_never_quiet(events: list[tuple[bool, str]], limit: int) -> None:
+    tools = ToolLearning(limit=limit)
+    asked: set[str] = set()
+    for asking, key in events:
+        if asking:
+            tools.note_asked([key])
+            asked.add(key)
+        else:
+            tools.note_quiet(key)
+        assert len(tools.quiet) + len(tools.asking) <= limit
+        assert not tools.quiet & asked
+        assert not tools.quiet & tools.asking
