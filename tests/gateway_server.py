@@ -128,11 +128,43 @@ def parse_sse(text: str) -> list[dict[str, Any]]:
     return messages
 
 
-def legacy_initialize(version: str = "2025-11-25", name: str = "t") -> dict[str, Any]:
-    """A legacy client's ``initialize`` request (no client capabilities)."""
+def legacy_initialize(
+    version: str = "2025-11-25", name: str = "t", capabilities: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A legacy client's ``initialize`` request (no client capabilities unless given)."""
     return {
         "jsonrpc": "2.0",
         "id": 0,
         "method": "initialize",
-        "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": name, "version": "1"}},
+        "params": {
+            "protocolVersion": version,
+            "capabilities": capabilities or {},
+            "clientInfo": {"name": name, "version": "1"},
+        },
     }
+
+
+async def open_legacy_session(
+    http: Any,
+    url: str,
+    *,
+    version: str = "2025-11-25",
+    headers: dict[str, str] | None = None,
+    capabilities: dict[str, Any] | None = None,
+) -> dict[str, str]:
+    """``initialize`` then ``notifications/initialized`` (``http``: an ``httpx.AsyncClient``);
+    the headers that carry the new session, its version and the given ``headers`` after that."""
+    extra = headers or {}
+    init = await http.post(
+        url, headers={**BASE_HEADERS, **extra}, json=legacy_initialize(version, capabilities=capabilities)
+    )
+    assert init.status_code == 200, init.text
+    session = {
+        **BASE_HEADERS,
+        **extra,
+        "mcp-session-id": init.headers["mcp-session-id"],
+        "mcp-protocol-version": version,
+    }
+    done = await http.post(url, headers=session, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert done.status_code == 202, done.text
+    return session

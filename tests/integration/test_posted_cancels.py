@@ -32,6 +32,7 @@ from tests.gateway_server import (
     legacy_initialize,
     modern_call,
     modern_headers,
+    open_legacy_session,
     parse_sse,
     running_gateway,
 )
@@ -127,14 +128,7 @@ def child_id_of(path: Path, arguments: dict[str, Any]) -> Any:
 
 
 async def open_session(http: httpx.AsyncClient, url: str, user: str | None = None) -> dict[str, str]:
-    init = await http.post(url, headers=as_user(BASE_HEADERS, user), json=legacy_initialize(LEGACY_VERSION))
-    assert init.status_code == 200, init.text
-    headers = as_user(
-        {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": LEGACY_VERSION}, user
-    )
-    note = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
-    assert note.status_code == 202
-    return headers
+    return await open_legacy_session(http, url, version=LEGACY_VERSION, headers=as_user({}, user))
 
 
 def legacy_call(request_id: Any, tool: str, arguments: dict[str, Any], token: Any = None) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from gateway.router import Router, ServerConfig
 from gateway.server import build_app
 from tests.balancer import SECRET, cluster
 from tests.conftest import server_spec
-from tests.gateway_server import BASE_HEADERS, legacy_initialize, loopback_socket, serving
+from tests.gateway_server import BASE_HEADERS, legacy_initialize, loopback_socket, open_legacy_session, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -38,12 +38,7 @@ CALLS = 50
 
 
 async def open_session(http: httpx.AsyncClient, url: str) -> dict[str, str]:
-    init = await http.post(url, headers=BASE_HEADERS, json=legacy_initialize())
-    assert init.status_code == 200, init.text
-    session = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
-    done = await http.post(url, headers=session, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
-    assert done.status_code == 202, done.text
-    return session
+    return await open_legacy_session(http, url)
 
 
 def call(request_id: int, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:

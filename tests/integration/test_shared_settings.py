@@ -21,7 +21,14 @@ import httpx
 import pytest
 
 from tests.conftest import server_spec
-from tests.gateway_server import BASE_HEADERS, MODERN_META, modern_call, modern_headers, parse_sse, running_gateway
+from tests.gateway_server import (
+    MODERN_META,
+    modern_call,
+    modern_headers,
+    open_legacy_session,
+    parse_sse,
+    running_gateway,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -34,19 +41,7 @@ def recorded(path: Path) -> list[dict[str, Any]]:
 
 
 async def open_session(http: httpx.AsyncClient, url: str, capabilities: dict[str, Any] | None = None) -> dict[str, str]:
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": capabilities or {}, "clientInfo": {"name": "t"}},
-    }
-    reply = await http.post(url, headers=BASE_HEADERS, json=init)
-    assert reply.status_code == 200, reply.text
-    headers = {**BASE_HEADERS, "mcp-session-id": reply.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
-    assert (
-        await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
-    ).status_code == 202
-    return headers
+    return await open_legacy_session(http, url, capabilities=capabilities)
 
 
 def legacy_call(request_id: Any, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:

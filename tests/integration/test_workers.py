@@ -29,7 +29,13 @@ from mcp import types as sdk
 
 from tests.balancer import RoundRobin
 from tests.conftest import TEST_SERVER
-from tests.gateway_server import BASE_HEADERS, MODERN_META, legacy_initialize, modern_headers, parse_sse, serving
+from tests.gateway_server import (
+    MODERN_META,
+    modern_headers,
+    open_legacy_session,
+    parse_sse,
+    serving,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -101,12 +107,7 @@ async def gateway_with_workers(*child_flags: str) -> AsyncIterator[Gateway]:
 
 
 async def open_session(http: httpx.AsyncClient, url: str) -> dict[str, str]:
-    init = await http.post(url, headers=BASE_HEADERS, json=legacy_initialize())
-    assert init.status_code == 200, init.text
-    session = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
-    done = await http.post(url, headers=session, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
-    assert done.status_code == 202, done.text
-    return session
+    return await open_legacy_session(http, url)
 
 
 async def test_three_workers_serve_a_legacy_sdk_session_and_an_mrtr_retry_round_robin_with_zero_404s() -> None:
