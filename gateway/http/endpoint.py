@@ -40,7 +40,7 @@ from gateway.errors import CODE_CANCELLED, CODE_INPUT_TIMEOUT, GatewayError
 from gateway.http import wire
 from gateway.http.connection import BODY_RECEIVED
 from gateway.http.inflight import InFlight
-from gateway.http.limits import ADMIT, Admit, Slots
+from gateway.http.limits import SLOTS, Slots
 from gateway.http.listen import Listen, Listens, ListenStream
 from gateway.http.observe import note_answer
 from gateway.http.session_listen import SessionListens, is_served_by_modern_child
@@ -169,8 +169,8 @@ class McpEndpoint:
             return wire.error_response(
                 413, error_object(-32600, f"request body over the {self.max_body_bytes}-byte limit")
             )
-        admit: Admit | None = request.scope.get(ADMIT)
-        refusal = admit() if admit is not None else None
+        slots = request.scope.get(SLOTS)  # absent for a forward from another instance
+        refusal = slots.admit() if isinstance(slots, Slots) else None
         if refusal is not None:
             return refusal
         return await self._post(request, headers, principal, body)
@@ -279,7 +279,7 @@ class McpEndpoint:
         if session is None or session.principal != principal:
             return rejection_response(ingress.unknown_session())
         if accepted.is_batch:
-            refusal = self._batch_slots(accepted.messages, scope.get("gateway.slots"))
+            refusal = self._batch_slots(accepted.messages, scope.get(SLOTS))
             if refusal is not None:
                 return refusal
             return await self._batch(session, accepted.messages, headers)
@@ -290,7 +290,7 @@ class McpEndpoint:
                 note_answer(scope, local)
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
-            detached = self._detached(session, message, headers, scope.get("gateway.slots"))
+            detached = self._detached(session, message, headers, scope.get(SLOTS))
             # A client that stops reading is cut off after the write timeout, and then the
             # gateway cancels the work (a plain disconnect does not, for a legacy client).
             return LazyStream(detached, request_id=message.id, on_stalled=detached.handle.scope.cancel)

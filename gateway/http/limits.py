@@ -6,7 +6,7 @@
 - ``PrincipalLimits``: at most ``max_requests`` requests at once per principal (an anonymous
   client counts as one principal) and ``max_streams`` open GET streams; past either, 429
   with ``Retry-After``. This keeps one tenant from taking every child of a shared pool.
-  A POST counts only once its body is read: the endpoint calls ``scope[ADMIT]()`` then, so
+  A POST counts only once its body is read: the endpoint calls ``scope[SLOTS].admit()`` then, so
   connections that send headers and then trickle a body (bounded by the endpoint's body
   timeout) hold no slot, and cannot get everyone else of their principal a 429.
   A request's ``Slots`` sit in the scope (``gateway.slots``): a 2025-03-26 batch takes one
@@ -36,10 +36,8 @@ MAX_MCP_HEADER_BYTES: Final = 8 * 1024
 """One Mcp-* value (Mcp-Name, Mcp-Param-*): a tool name or a routing value, never a payload."""
 MAX_REQUESTS_PER_PRINCIPAL: Final = 256
 MAX_STREAMS_PER_PRINCIPAL: Final = 32
-ADMIT: Final = "gateway.admit"
-"""Scope key of a POST's admission: call it once the body is read; a Response means refused."""
-
-Admit = Callable[[], Response | None]
+SLOTS: Final = "gateway.slots"
+"""Scope key of a request's ``Slots``; a POST's endpoint calls ``admit()`` once the body is read."""
 
 
 class HeaderLimits:
@@ -71,11 +69,20 @@ class HeaderLimits:
 class Slots:
     """The request slots one HTTP request holds for its principal (one once admitted)."""
 
-    def __init__(self, table: Counter[str], principal: str, limit: int) -> None:
+    def __init__(self, table: Counter[str], principal: str, limit: int, what: str) -> None:
         self.table = table
         self.principal = principal
         self.limit = limit
+        self.what = what  # "requests in flight" or "open streams", for the refusal
         self.held = 0  # one is taken at admission: for a POST, once its body is in
+
+    def admit(self) -> Response | None:
+        """Take this request's own slot (once); the 429 to answer when the principal has none left."""
+        if self.held or self.take(1):
+            return None
+        return error_response(
+            429, error_object(-32600, f"too many {self.what} for this client (at most {self.limit})"), retry_after=1
+        )
 
     def in_use(self) -> int:
         return self.table[self.principal]
@@ -132,21 +139,10 @@ class PrincipalLimits:
             if is_stream
             else (self.requests, self.max_requests, "requests in flight")
         )
-        slots = Slots(table, principal, limit)
-        scope["gateway.slots"] = slots
-
-        def admit() -> Response | None:
-            if slots.held or slots.take(1):
-                return None
-            return error_response(
-                429, error_object(-32600, f"too many {what} for this client (at most {limit})"), retry_after=1
-            )
-
+        slots = scope[SLOTS] = Slots(table, principal, limit, what)
         try:
-            if scope["method"] == "POST":
-                scope[ADMIT] = admit  # counted once its body is in (``McpEndpoint``)
-            else:
-                refusal = admit()
+            if scope["method"] != "POST":  # a POST counts once its body is in (``McpEndpoint``)
+                refusal = slots.admit()
                 if refusal is not None:
                     await refusal(scope, receive, send)
                     return

@@ -81,7 +81,7 @@ def test_metric_method_labels_come_from_a_fixed_set() -> None:
 
 def test_a_batch_takes_slots_up_to_the_limit_and_never_past_it() -> None:
     table: Counter[str] = Counter({"alice": 249})
-    slots = Slots(table, "alice", 256)
+    slots = Slots(table, "alice", 256, "requests in flight")
     assert slots.take(1)  # admitted: this request's own slot makes 250
     assert not slots.take(7)
     assert table["alice"] == 250
@@ -89,12 +89,12 @@ def test_a_batch_takes_slots_up_to_the_limit_and_never_past_it() -> None:
     assert slots.take(6)
     assert table["alice"] == 256
     assert slots.held == 7
-    assert Slots(table, "bob", 0).take(10_000)  # 0: no limit
+    assert Slots(table, "bob", 0, "requests in flight").take(10_000)  # 0: no limit
 
 
 def test_a_slot_handed_over_is_released_once_by_its_new_owner() -> None:
     table: Counter[str] = Counter()
-    slots = Slots(table, "alice", 256)
+    slots = Slots(table, "alice", 256, "requests in flight")
     assert slots.take(1)  # admitted
     release = slots.hand_over()
     assert slots.held == 0  # the middleware no longer releases it
