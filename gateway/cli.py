@@ -24,8 +24,8 @@ from gateway.oauth.validation import DEFAULT_PRINCIPAL_CLAIM, OAuthPolicy
 from gateway.protocol.attribution import AskPolicy
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
-from gateway.router import DualEra, Isolation, ServerConfig
-from gateway.sessions import MAX_SESSIONS_PER_PRINCIPAL
+from gateway.relay.router import DualEra, Isolation, ServerConfig
+from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, REQUEST_TIMEOUT, ChildSpec
 
@@ -605,9 +605,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run_subcommand(name: str, argv: Sequence[str]) -> int:
     # Imported late, like the server: each subcommand pulls in only what it needs.
     if name == "call":
-        from gateway.client import command
+        from gateway.tools.call import command
 
         return command.main(argv)
-    from gateway import inspect_cli
+    from gateway.tools import inspect as inspect_cli
 
     return inspect_cli.main(argv)

@@ -16,9 +16,9 @@ from typing import Final
 from gateway.errors import ConfigError
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
-from gateway.router import ServerConfig
+from gateway.relay.router import ServerConfig
+from gateway.relay.suspensions import MIN_SECRET_BYTES
 from gateway.stdio.spec import ChildSpec
-from gateway.suspensions import MIN_SECRET_BYTES
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8000
@@ -34,7 +34,7 @@ MAX_WORKERS: Final = 64
 
 def demo_command() -> tuple[str, ...]:
     """The built-in demo server, served when no command is given."""
-    return (sys.executable, "-m", "gateway.demo.server")
+    return (sys.executable, "-m", "gateway.tools.demo.server")
 
 
 def demo_server() -> ServerConfig:

@@ -43,7 +43,7 @@ import orjson
 from gateway.errors import ConfigError
 from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol.attribution import AskPolicy
-from gateway.router import DualEra, Isolation, ServerConfig
+from gateway.relay.router import DualEra, Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
 
 NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")

@@ -26,18 +26,19 @@ from typing import Final
 import uvicorn
 from starlette.applications import Starlette
 
-from gateway import __version__, logs
+from gateway import __version__
 from gateway.config import Settings
 from gateway.errors import ConfigError
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore, trusted_networks
 from gateway.http.connection import GuardedHttpTools
 from gateway.http.drain import Drain
-from gateway.owner import OwnerRouting
-from gateway.router import Router
+from gateway.http.tls import PeerSubjects, TlsFiles, uvicorn_options
+from gateway.ops import logs
+from gateway.relay.owner import OwnerRouting
+from gateway.relay.router import Router
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.process import become_subreaper, sweep_descendants
-from gateway.tls import PeerSubjects, TlsFiles, uvicorn_options
 
 log = logging.getLogger("gateway")
 
@@ -210,7 +211,7 @@ def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> N
         lifespan="on",
         # httptools, with the head size, head time and write time bounded on the socket.
         http=options.pop("http", GuardedHttpTools),
-        log_config=None,  # ours (gateway.logs), so JSON logging covers uvicorn too
+        log_config=None,  # ours (gateway.ops.logs), so JSON logging covers uvicorn too
         # The client address is the TCP peer: X-Forwarded-For is not trusted, or a client could
         # pose as a --trusted-proxy (identity headers are checked against this address).
         proxy_headers=False,

@@ -122,8 +122,9 @@ def worker_main(settings: Settings, sock: socket.socket, secret: bytes, index: i
     """One worker: the shared socket, its own loopback port (its advertise URL), its own pools."""
     os.setpgid(0, 0)  # terminal signals go to the supervisor, which passes on exactly one SIGTERM
     _die_with_parent()
-    from gateway import logs, server
-    from gateway.owner import OwnerRouting
+    from gateway import server
+    from gateway.ops import logs
+    from gateway.relay.owner import OwnerRouting
     from gateway.stdio.process import become_subreaper
 
     listener = logs.configure(settings.log_level, settings.log_format)

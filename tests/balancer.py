@@ -19,8 +19,8 @@ import httpx
 
 from gateway.http.app import create_app
 from gateway.http.endpoint import MAX_BODY_BYTES
-from gateway.owner import OwnerRouting
-from gateway.router import Router, ServerConfig
+from gateway.relay.owner import OwnerRouting
+from gateway.relay.router import Router, ServerConfig
 from gateway.stdio.spec import ChildSpec
 from tests.gateway_server import loopback_socket, serving
 

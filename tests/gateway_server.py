@@ -17,7 +17,7 @@ import uvicorn
 
 from gateway.http.app import create_app
 from gateway.http.connection import GuardedHttpTools
-from gateway.router import DualEra, Isolation, Router, ServerConfig
+from gateway.relay.router import DualEra, Isolation, Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 

@@ -40,24 +40,24 @@ from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRIN
 from gateway.http.observe import Observed
 from gateway.http.origin import OriginGuard
 from gateway.http.resource import METADATA_PATH, ResourceMetadata
-from gateway.metrics import GatewayMetrics
 from gateway.oauth.gate import OAuthGate
 from gateway.oauth.validation import OAuthPolicy
-from gateway.owner import OwnerRouting
+from gateway.ops.metrics import GatewayMetrics
+from gateway.ops.recent import RecentErrors
 from gateway.protocol.jsonrpc import error_object
-from gateway.recent import RecentErrors
-from gateway.relay import Relay
-from gateway.router import Router
-from gateway.sessions import SessionStore
-from gateway.suspensions import Suspensions
+from gateway.relay.exchange import Relay
+from gateway.relay.owner import OwnerRouting
+from gateway.relay.router import Router
+from gateway.relay.sessions import SessionStore
+from gateway.relay.suspensions import Suspensions
 
 MAX_LISTED_ENDPOINTS: Final = 20
 """Server names a 404 lists at most: a hint, not an inventory of a big config file."""
 SHOWN_PATH_CHARS: Final = 200
 """How much of an unknown path a 404 repeats back."""
 
-if TYPE_CHECKING:  # gateway.tls sees uvicorn; the app only passes the subjects on
-    from gateway.tls import PeerSubjects
+if TYPE_CHECKING:  # gateway.http.tls sees uvicorn; the app only passes the subjects on
+    from gateway.http.tls import PeerSubjects
 
 
 def served_endpoints(names: Sequence[str]) -> str:

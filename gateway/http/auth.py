@@ -17,7 +17,7 @@
   (``gateway.http.resource``); 503 when the issuer's keys cannot be fetched. The token's
   principal claim (``sub``) becomes the principal.
 - **A client certificate** (``--tls-client-ca-file``): its subject is the principal unless a
-  bearer token names one (``gateway.tls.PeerSubjects``).
+  bearer token names one (``gateway.http.tls.PeerSubjects``).
 - **A trusted identity header** (``--principal-header X-Forwarded-User``) set by an
   authenticating reverse proxy becomes the principal — only when configured, and only from
   ``--trusted-proxy`` addresses (by default loopback: a proxy in the same pod or host); from
@@ -50,8 +50,8 @@ from gateway.oauth.gate import OAuthGate, Unavailable
 from gateway.oauth.validation import Refused, challenge, invalid
 from gateway.protocol.jsonrpc import error_object
 
-if TYPE_CHECKING:  # gateway.tls sees uvicorn; the HTTP edge only asks it for subjects
-    from gateway.tls import PeerSubjects
+if TYPE_CHECKING:  # gateway.http.tls sees uvicorn; the HTTP edge only asks it for subjects
+    from gateway.http.tls import PeerSubjects
 
 log = logging.getLogger("gateway.auth")
 

@@ -63,10 +63,10 @@ from gateway.protocol.jsonrpc import (
 )
 from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
-from gateway.relay import ClientContext, Relay, response
-from gateway.router import ANONYMOUS
-from gateway.sessions import CancelHandle, LegacySession, SessionStore
-from gateway.shared_settings import SharedSettings
+from gateway.relay.exchange import ClientContext, Relay, response
+from gateway.relay.router import ANONYMOUS
+from gateway.relay.sessions import CancelHandle, LegacySession, SessionStore
+from gateway.relay.shared_settings import SharedSettings
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.pool import Pool
 

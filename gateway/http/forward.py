@@ -46,11 +46,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.errors import CODE_UNAVAILABLE, GatewayUnavailableError
 from gateway.http.limits import HeaderLimits
 from gateway.http.wire import error_response, gateway_error_response
-from gateway.owner import FORWARD_MAX_CONNECTIONS, OwnerRouting
 from gateway.protocol import owner as owners
 from gateway.protocol import requeststate
 from gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, error_object
 from gateway.protocol.owner import Owner, OwnerError
+from gateway.relay.owner import FORWARD_MAX_CONNECTIONS, OwnerRouting
 
 log = logging.getLogger("gateway.forward")
 

@@ -18,7 +18,7 @@ for SSE, when the stream ends. What a line says:
 - ``code``: the JSON-RPC error code of an ``error`` or ``cancelled`` answer, else ``-``.
 
 Client-chosen text (method, path, principal) is cut at ``MAX_LOGGED_CHARS``; control
-characters are escaped by the log formatters (``gateway.logs``). The line carries the
+characters are escaped by the log formatters (``gateway.ops.logs``). The line carries the
 principal, never a credential.
 """
 
@@ -33,8 +33,8 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import CODE_CANCELLED
-from gateway.metrics import GatewayMetrics
-from gateway.router import ANONYMOUS
+from gateway.ops.metrics import GatewayMetrics
+from gateway.relay.router import ANONYMOUS
 
 log = logging.getLogger("gateway.access")
 

@@ -34,8 +34,8 @@ from gateway.errors import ChildError, GatewayError
 from gateway.protocol import bridge, subscriptions
 from gateway.protocol.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonObject, Notification, Request, error_object
 from gateway.protocol.versions import Era
-from gateway.relay import response
-from gateway.sessions import LegacySession
+from gateway.relay.exchange import response
+from gateway.relay.sessions import LegacySession
 from gateway.stdio.child import StdioChild
 
 log = logging.getLogger("gateway.http")

@@ -21,8 +21,8 @@ import httpx
 import pytest
 from rich.console import Console
 
-from gateway.client.command import run_call
 from gateway.protocol.headers import encode_header_value
+from gateway.tools.call.command import run_call
 from tests.conftest import server_spec
 from tests.gateway_server import running_gateway
 

@@ -33,8 +33,8 @@ from gateway.errors import CODE_INPUT_TIMEOUT, CODE_NO_CLIENT_INPUT
 from gateway.http.auth import TokenStore
 from gateway.protocol.jsonrpc import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
 from gateway.protocol.requeststate import StateClaims, encode_state, params_digest
-from gateway.relay import MAX_INPUT_ROUNDS
-from gateway.router import Isolation
+from gateway.relay.exchange import MAX_INPUT_ROUNDS
+from gateway.relay.router import Isolation
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, MODERN, modern_call, modern_headers, parse_sse, running_gateway

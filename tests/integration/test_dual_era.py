@@ -1,4 +1,4 @@
-"""Era per client for a child that speaks both eras (``gateway.router``, ``dual_era``).
+"""Era per client for a child that speaks both eras (``gateway.relay.router``, ``dual_era``).
 
 The child is a real dual-era server built with the official MCP Python SDK
 (``tests/servers/sdk_dual.py``: ``MCPServer.run`` → ``serve_dual_era_loop``), whose tools ask
@@ -24,7 +24,7 @@ from mcp import Client, types
 from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
 
-from gateway.router import DualEra
+from gateway.relay.router import DualEra
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import TESTS, server_spec
 from tests.gateway_server import MODERN, modern_call, modern_headers, running_gateway

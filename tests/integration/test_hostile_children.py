@@ -20,8 +20,8 @@ import pytest
 from gateway.errors import ClientThrottledError, GatewayUnavailableError
 from gateway.http.app import create_app
 from gateway.protocol.attribution import AskPolicy
-from gateway.router import Isolation, Router, ServerConfig
-from gateway.sessions import SessionStore
+from gateway.relay.router import Isolation, Router, ServerConfig
+from gateway.relay.sessions import SessionStore
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.pool import PoolSettings

@@ -18,11 +18,11 @@ import pytest
 
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
-from gateway.logs import JsonFormatter, TextFormatter
+from gateway.ops.logs import JsonFormatter, TextFormatter
 from gateway.protocol.attribution import AskPolicy
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES, MAX_JSON_DEPTH
 from gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
-from gateway.router import Router, ServerConfig
+from gateway.relay.router import Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import (

@@ -32,7 +32,7 @@ from gateway.http.app import create_app
 from gateway.http.connection import MAX_HEAD_BYTES, GuardedHttpTools
 from gateway.http.drain import Drain
 from gateway.protocol.attribution import AskPolicy
-from gateway.router import DualEra, Router, ServerConfig
+from gateway.relay.router import DualEra, Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import (

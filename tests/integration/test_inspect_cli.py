@@ -13,7 +13,7 @@ import anyio
 import pytest
 from rich.console import Console
 
-from gateway.inspect_cli import STDOUT_HINT, run_inspect
+from gateway.tools.inspect import STDOUT_HINT, run_inspect
 from tests.conftest import TEST_SERVER
 
 pytestmark = pytest.mark.anyio
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.anyio
 # listed section proves inspect sent it.
 RICH_SERVER = """
 import sys
-from gateway.demo.framework import StdioServer
+from gateway.tools.demo.framework import StdioServer
 
 class Server(StdioServer):
     def _answer(self, era, method, params):

@@ -6,7 +6,7 @@ import anyio
 import httpx
 import pytest
 
-from gateway.sessions import SessionStore
+from gateway.relay.sessions import SessionStore
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, parse_sse, running_gateway
 

@@ -11,7 +11,7 @@ import anyio
 import httpx
 import pytest
 
-from gateway.router import Isolation
+from gateway.relay.router import Isolation
 from tests.conftest import TEST_SERVER, server_spec
 from tests.gateway_server import modern_call, modern_headers, running_gateway
 from tests.integration.test_inspect_cli import inspect
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.anyio
 
 INSTRUCTED_SERVER = """
 import sys
-from gateway.demo.framework import StdioServer
+from gateway.tools.demo.framework import StdioServer
 
 StdioServer("told", "1.0", instructions="First line.\\nSecond line.\\n\\n  Indented.").serve()
 """

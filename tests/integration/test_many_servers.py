@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from gateway.http.app import create_app
-from gateway.router import Router, ServerConfig
+from gateway.relay.router import Router, ServerConfig
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import server_spec
 from tests.gateway_server import modern_call, modern_headers, serving

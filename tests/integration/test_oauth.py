@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
 from gateway.oauth.validation import OAuthPolicy
-from gateway.router import Isolation, Router, ServerConfig
+from gateway.relay.router import Isolation, Router, ServerConfig
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, legacy_initialize, modern_call, modern_headers, serving
 from tests.oauth_issuer import Issuer, new_key, running_issuer

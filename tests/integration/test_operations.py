@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gateway.http.drain import Drain
-from gateway.logs import JsonFormatter
+from gateway.ops.logs import JsonFormatter
 from tests.conftest import server_spec
 from tests.gateway_server import modern_call, modern_headers, running_gateway
 

@@ -13,7 +13,7 @@ import anyio
 import httpx
 import pytest
 
-from gateway.router import DualEra, Isolation
+from gateway.relay.router import DualEra, Isolation
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import TEST_SERVER, server_processes, server_spec

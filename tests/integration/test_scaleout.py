@@ -23,9 +23,9 @@ from gateway.config import Settings
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
 from gateway.http.endpoint import MAX_BODY_BYTES
-from gateway.owner import OwnerRouting
 from gateway.protocol import owner as owners
-from gateway.router import Router, ServerConfig
+from gateway.relay.owner import OwnerRouting
+from gateway.relay.router import Router, ServerConfig
 from gateway.server import build_app
 from tests.balancer import SECRET, cluster
 from tests.conftest import server_spec

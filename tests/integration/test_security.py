@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from gateway.http.auth import TokenStore, parse_tokens
-from gateway.router import Isolation
+from gateway.relay.router import Isolation
 from tests.conftest import server_spec
 from tests.gateway_server import modern_call, modern_headers, running_gateway
 

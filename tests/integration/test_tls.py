@@ -29,9 +29,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.config import Settings
 from gateway.errors import ConfigError
-from gateway.router import Isolation, ServerConfig
+from gateway.http.tls import TlsFiles, uvicorn_options
+from gateway.relay.router import Isolation, ServerConfig
 from gateway.server import build_app
-from gateway.tls import TlsFiles, uvicorn_options
 from tests.conftest import server_spec
 from tests.gateway_server import modern_call, modern_headers, serving
 

@@ -23,7 +23,7 @@ import pytest
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
 from gateway.http.ui import render_page
-from gateway.router import Router, ServerConfig
+from gateway.relay.router import Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import serving

@@ -1,6 +1,6 @@
 """A configurable stdio MCP server for the gateway's tests: ``python tests/servers/testserver.py [flags]``.
 
-It is built on ``gateway.demo.framework`` and offers the demo tools (echo, countdown, fail,
+It is built on ``gateway.tools.demo.framework`` and offers the demo tools (echo, countdown, fail,
 crash) plus tools that make a child misbehave on demand. The flags shape the process itself:
 
 --era modern|legacy|dual   which protocol eras to speak (default dual)
@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Any
 
-from gateway.demo.framework import (
+from gateway.tools.demo.framework import (
     JsonObject,
     RpcError,
     StdioServer,
@@ -48,7 +48,7 @@ from gateway.demo.framework import (
     str_list_arg,
     text_result,
 )
-from gateway.demo.server import add_demo_tools
+from gateway.tools.demo.server import add_demo_tools
 
 ERAS = {"modern": ("modern",), "legacy": ("legacy",), "dual": ("modern", "legacy")}
 # Grandchildren are kept referenced so that Popen.__del__ never warns about a live process.

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from gateway.client.connection import refusal, suggested_url
 from gateway.http.app import MAX_LISTED_ENDPOINTS, served_endpoints
 from gateway.protocol.jsonrpc import ErrorReply, Result, error_object
+from gateway.tools.call.connection import refusal, suggested_url
 
 URL = "http://127.0.0.1:8000/"
 

@@ -7,8 +7,8 @@ import io
 import pytest
 from rich.console import Console
 
-from gateway.client.asks import field_label, field_value
-from gateway.client.render import print_result
+from gateway.tools.call.asks import field_label, field_value
+from gateway.tools.call.render import print_result
 
 
 def printed(result: dict[str, object]) -> str:

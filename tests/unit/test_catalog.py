@@ -10,7 +10,7 @@ import pytest
 from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import JsonObject, Result
 from gateway.protocol.versions import Era
-from gateway.stdio.catalog import PAGE_CAP, ToolCatalog
+from gateway.relay.catalog import PAGE_CAP, ToolCatalog
 
 pytestmark = pytest.mark.anyio
 

@@ -149,7 +149,9 @@ def spawn() -> Iterator[Callable[..., Child]]:
     children: list[Child] = []
 
     def start(*flags: str, demo: bool = False) -> Child:
-        argv = [sys.executable, "-m", "gateway.demo.server"] if demo else [sys.executable, str(TEST_SERVER), *flags]
+        argv = (
+            [sys.executable, "-m", "gateway.tools.demo.server"] if demo else [sys.executable, str(TEST_SERVER), *flags]
+        )
         children.append(child := Child(argv))
         return child
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from gateway.http.limits import Slots
 from gateway.http.observe import MAX_LOGGED_CHARS, cut
-from gateway.logs import JsonFormatter, TextFormatter, escape_controls
-from gateway.metrics import METHOD_LABELS, method_label
+from gateway.ops.logs import JsonFormatter, TextFormatter, escape_controls
+from gateway.ops.metrics import METHOD_LABELS, method_label
 
 FORGERY = "tools/list\n2026-12-01 00:00:00,000 INFO gateway.access: GET /admin 200\r\x1b[2K\u202e"
 

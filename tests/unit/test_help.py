@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from gateway import cli, helptext, inspect_cli
-from gateway.client import command
+from gateway import cli, helptext
+from gateway.tools import inspect as inspect_cli
+from gateway.tools.call import command
 
 HYPHEN_BREAK = re.compile(r"\w-$", re.M)
 

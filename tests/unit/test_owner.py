@@ -149,7 +149,7 @@ def test_forwards_are_let_in_after_the_header_limits_and_skip_every_later_layer(
     from gateway.http.forward import AcceptForwards, UnlessForwarded, accepting_forwards
     from gateway.http.limits import HeaderLimits, PrincipalLimits
     from gateway.http.origin import OriginGuard
-    from gateway.owner import OwnerRouting
+    from gateway.relay.owner import OwnerRouting
 
     routing = OwnerRouting("http://10.0.0.7:8000", SECRET, max_body_bytes=1024)
     outer = Middleware(OriginGuard)  # e.g. a layer someone puts before the header limits
@@ -166,7 +166,7 @@ def test_forwards_are_let_in_after_the_header_limits_and_skip_every_later_layer(
 
 
 def test_an_unreachable_owner_is_remembered_briefly_and_boundedly() -> None:
-    from gateway import owner as forward
+    from gateway.relay import owner as forward
 
     routing = forward.OwnerRouting("http://10.0.0.7:8000", SECRET, max_body_bytes=1024)
     assert not routing.is_gone(OTHER, 100.0)

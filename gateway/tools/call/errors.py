@@ -11,7 +11,7 @@
                            ``isError: true``: 1 (the message is the server's)
 
 Foreign exceptions (``httpx``, ``orjson``) are translated where they occur, in
-``gateway.client.connection``, so the command only ever catches ``ClientError``.
+``gateway.tools.call.connection``, so the command only ever catches ``ClientError``.
 """
 
 from __future__ import annotations

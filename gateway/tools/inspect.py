@@ -35,7 +35,6 @@ from rich.console import Console
 from rich.text import Text
 
 from gateway import __version__
-from gateway.client.tools import ArgumentInfo, Listing, argument_summary, first_line, walk_pages
 from gateway.errors import ChildError, GatewayError
 from gateway.helptext import HelpFormatter
 from gateway.protocol.handshake import modern_meta
@@ -44,6 +43,7 @@ from gateway.protocol.versions import Era
 from gateway.protocol.xmcpheader import InvalidToolAnnotation, tool_header_params
 from gateway.stdio.child import StdioChild, open_child
 from gateway.stdio.spec import PROBE_TIMEOUT, ChildSpec
+from gateway.tools.call.tools import ArgumentInfo, Listing, argument_summary, first_line, walk_pages
 
 LIST_TIMEOUT: Final = 30.0
 """Seconds each list request may take before the report says it timed out."""

@@ -56,13 +56,13 @@ from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol import inputs
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.protocol.versions import Era
-from gateway.sessions import MAX_SESSIONS_PER_PRINCIPAL
+from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.pool import MAINTENANCE_TICK, Pool, PoolSettings
 from gateway.stdio.spec import INITIALIZE_FIRST, PROBE_FIRST, ChildSpec
 
-log = logging.getLogger("gateway.router")
+log = logging.getLogger("gateway.relay.router")
 
 ANONYMOUS: Final = "anonymous"
 """The principal of requests that carry no identity (no token, no trusted identity header)."""

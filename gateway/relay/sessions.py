@@ -37,7 +37,7 @@ from gateway.protocol.jsonrpc import ErrorReply, JsonId, JsonObject, Result
 if TYPE_CHECKING:
     from gateway.stdio.ask import ChildAsk
 
-log = logging.getLogger("gateway.sessions")
+log = logging.getLogger("gateway.relay.sessions")
 
 SESSION_IDLE_TIMEOUT: Final = 3600.0
 """Seconds without a request after which a legacy session is forgotten."""

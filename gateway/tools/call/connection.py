@@ -48,13 +48,13 @@ import anyio
 import httpx
 
 from gateway import __version__
-from gateway.client.errors import ConnectionFailed
 from gateway.protocol import handshake, jsonrpc, versions
 from gateway.protocol import headers as h
 from gateway.protocol.handshake import ChildInfo, HandshakeError
 from gateway.protocol.ingress import NAME_PARAMS
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Request, Result
 from gateway.protocol.versions import Era
+from gateway.tools.call.errors import ConnectionFailed
 
 CONNECT_TIMEOUT: Final = 10.0
 """Seconds to open a TCP connection. Reads are not bounded here: a tool may run for minutes

@@ -38,8 +38,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from gateway.router import Router
-from gateway.sessions import SessionStore
+from gateway.relay.router import Router
+from gateway.relay.sessions import SessionStore
 from gateway.stdio.pool import Pool
 
 LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)

@@ -33,10 +33,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from gateway.client.tools import argument_summary, first_line
 from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification
 from gateway.protocol.xmcpheader import tool_header_params
+from gateway.tools.call.tools import argument_summary, first_line
 
 PROGRESS = "notifications/progress"
 LOG_MESSAGE = "notifications/message"

@@ -10,7 +10,7 @@ asked in the terminal, ``roots/list`` gets ``--root``, sampling is refused) and 
 print the result (``--raw``: the result as JSON). On a terminal a spinner runs while the
 first answer is awaited (a gateway answers only once its server has started).
 
-Exit codes (``gateway.client.errors``): 0 success; 1 a JSON-RPC error, an ``isError``
+Exit codes (``gateway.tools.call.errors``): 0 success; 1 a JSON-RPC error, an ``isError``
 result or an ``input_required`` this command cannot serve, with the server's message;
 2 usage, connection, handshake and ``--timeout`` failures. ``run_call`` is the async
 entry (tests await it next to a gateway in the same event loop); ``main`` runs it.
@@ -28,10 +28,6 @@ import httpx
 from rich.console import Console
 from rich.text import Text
 
-from gateway.client import render, tools
-from gateway.client.asks import Asker, AskRefused, ReadLine
-from gateway.client.connection import McpConnection, Mode, ServerRequestHandler, open_connection
-from gateway.client.errors import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, ClientError, ServerError, UsageError
 from gateway.configfile import parse_root
 from gateway.errors import ConfigError
 from gateway.helptext import HelpFormatter
@@ -39,6 +35,10 @@ from gateway.protocol.bridge import CHILD_META
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply, Request, Result, error_object
 from gateway.protocol.versions import Era
 from gateway.protocol.xmcpheader import filter_tools, tool_header_params
+from gateway.tools.call import render, tools
+from gateway.tools.call.asks import Asker, AskRefused, ReadLine
+from gateway.tools.call.connection import McpConnection, Mode, ServerRequestHandler, open_connection
+from gateway.tools.call.errors import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, ClientError, ServerError, UsageError
 
 PROGRESS_TOKEN: Final = "mcp-stdio-gateway-call"
 """One call per process, so one fixed token is unique among our active requests."""

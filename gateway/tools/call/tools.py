@@ -28,11 +28,11 @@ from typing import Any, Final
 
 import orjson
 
-from gateway.client.errors import UsageError
 from gateway.protocol import headers as h
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply
 from gateway.protocol.outcome import describe
 from gateway.protocol.xmcpheader import MAX_SAFE_INTEGER, HeaderParam, argument_at
+from gateway.tools.call.errors import UsageError
 
 MAX_PAGES: Final = 100
 """Pages of a paginated list walked at most: a server that paginates forever cannot hang us."""

@@ -1,4 +1,4 @@
-"""Helpers for writing tools on ``gateway.demo.framework``: results, schemas and arguments.
+"""Helpers for writing tools on ``gateway.tools.demo.framework``: results, schemas and arguments.
 
 Standard library only, like the framework. Argument readers raise ``ToolInputError``
 naming the argument; the framework reports it as an ``isError`` result.

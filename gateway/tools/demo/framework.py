@@ -43,12 +43,12 @@ from dataclasses import dataclass
 from typing import IO, Any, Final, Literal, NoReturn, Protocol
 
 # Re-exported (``X as X``): tool modules import these from the framework.
-from gateway.demo.tools import ToolInputError as ToolInputError
-from gateway.demo.tools import int_arg as int_arg
-from gateway.demo.tools import object_schema as object_schema
-from gateway.demo.tools import str_arg as str_arg
-from gateway.demo.tools import str_list_arg as str_list_arg
-from gateway.demo.tools import text_result as text_result
+from gateway.tools.demo.tools import ToolInputError as ToolInputError
+from gateway.tools.demo.tools import int_arg as int_arg
+from gateway.tools.demo.tools import object_schema as object_schema
+from gateway.tools.demo.tools import str_arg as str_arg
+from gateway.tools.demo.tools import str_list_arg as str_list_arg
+from gateway.tools.demo.tools import text_result as text_result
 
 JsonObject = dict[str, Any]
 RequestId = str | int

@@ -31,7 +31,7 @@ from uvicorn.protocols.utils import get_remote_addr
 from gateway.errors import ConfigError
 from gateway.http.connection import GuardedHttpTools
 
-log = logging.getLogger("gateway.tls")
+log = logging.getLogger("gateway.http.tls")
 
 Signature = tuple[tuple[int, int, int], ...]
 

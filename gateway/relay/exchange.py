@@ -21,7 +21,7 @@ this exchange (``gateway.stdio.child``) go to the client when it declared the ca
   under the child's own id (``LegacySession.answer_ask``);
 - a *modern* client gets an MRTR round: for ``tools/call``, ``prompts/get`` and
   ``resources/read``, the response ends with ``input_required`` and a signed
-  ``requestState`` while the child call stays parked (``gateway.suspensions``); the retry
+  ``requestState`` while the child call stays parked (``gateway.relay.suspensions``); the retry
   answers the child and the rest of the call is streamed on the retry, under its id. A
   sampling or elicitation request the client's ``clientCapabilities`` do not cover ends
   the call with -32021 (``requiredCapabilities``) and cancels it at the child.
@@ -51,13 +51,13 @@ from gateway.protocol.handshake import META_LOG_LEVEL, ChildInfo
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Request, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
-from gateway.router import ANONYMOUS, Router
-from gateway.shared_settings import SharedSettings
+from gateway.relay.catalog import ToolCatalog
+from gateway.relay.router import ANONYMOUS, Router
+from gateway.relay.shared_settings import SharedSettings
+from gateway.relay.suspensions import Call, Suspensions, input_responses
 from gateway.stdio.ask import ChildAsk
-from gateway.stdio.catalog import ToolCatalog
 from gateway.stdio.child import StdioChild
 from gateway.stdio.pool import Pool
-from gateway.suspensions import Call, Suspensions, input_responses
 
 
 class Rejected(Exception):

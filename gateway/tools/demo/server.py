@@ -1,6 +1,6 @@
 """The demo stdio MCP server: a dual-era server with tools that show a gateway off.
 
-Run it as ``python -m gateway.demo.server``. It speaks MCP (2026-07-28 and 2024-11-05 …
+Run it as ``python -m gateway.tools.demo.server``. It speaks MCP (2026-07-28 and 2024-11-05 …
 2025-11-25) on stdin/stdout and exits at stdin EOF. Its tools:
 
 * ``echo`` returns its ``message``.
@@ -10,7 +10,7 @@ Run it as ``python -m gateway.demo.server``. It speaks MCP (2026-07-28 and 2024-
 * ``crash`` writes to stderr and exits with code 3 without replying, as a crashing child would.
 
 ``add_demo_tools`` is shared with the test server, so both offer the same demo tools.
-Imports: standard library and ``gateway.demo.framework`` only.
+Imports: standard library and ``gateway.tools.demo.framework`` only.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from typing import Final
 
-from gateway.demo.framework import (
+from gateway.tools.demo.framework import (
     JsonObject,
     StdioServer,
     Tool,

@@ -1,0 +1,1 @@
+"""Operations: Prometheus metrics, log formatting, the ring of recent warnings."""

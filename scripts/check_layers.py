@@ -1,0 +1,196 @@
+"""The layer rule and the no-cycle rule for ``gateway/``, checked from the source.
+
+Run ``python3 scripts/check_layers.py``: it prints every crossing and every import cycle
+and exits 1 when there is one. ``tests/unit/test_layers.py`` runs the same check, so CI
+fails on a crossing.
+
+The layers, innermost first (``docs/architecture.md`` draws them):
+
+- ``protocol``: the sans-IO core. Imports the standard library, orjson and ``errors``.
+  (ruff's TID251 also bans anyio, Starlette and uvicorn there.)
+- ``stdio``: child processes. Imports ``protocol`` and ``errors``.
+- ``relay``: router, exchange, sessions, suspensions, listens, catalog, owner identity.
+  Imports ``stdio``, ``protocol``, ``errors`` and the pure ``oauth.validation``.
+- ``ops``: metrics, logs, recent warnings. Reads the relay layer at scrape time.
+- ``http``: the Starlette edge. Imports ``relay``, ``ops``, ``oauth``, ``protocol`` and
+  ``errors``, never ``stdio``.
+- the composition root (``cli``, ``config``, ``configfile``, ``server``, ``workers``,
+  ``helptext``, ``reference``, ``__main__``): imports anything; nothing below imports it.
+- ``tools``: the ``call`` client, ``inspect`` and the demo server, which share the package
+  but not the gateway's layers: ``protocol``, ``stdio``, ``errors``, ``helptext``.
+
+Every import counts, also one inside a function (a function-local import that hides a cycle
+is still a cycle); only imports under ``if TYPE_CHECKING:`` are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "gateway"
+
+COMPOSITION = frozenset({"cli", "config", "configfile", "server", "workers", "helptext", "reference", "__main__"})
+
+# layer -> the layers it may import (itself always allowed)
+ALLOWED: dict[str, frozenset[str]] = {
+    "errors": frozenset(),
+    "protocol": frozenset({"errors"}),
+    "stdio": frozenset({"protocol", "errors"}),
+    "oauth": frozenset({"errors"}),
+    "relay": frozenset({"stdio", "protocol", "errors", "oauth.validation"}),
+    "ops": frozenset({"relay", "stdio", "protocol", "errors"}),
+    "http": frozenset({"relay", "ops", "oauth", "protocol", "errors", "package"}),
+    "tools": frozenset({"protocol", "stdio", "errors", "helptext", "package"}),
+    "composition": frozenset(
+        {"errors", "protocol", "stdio", "oauth", "relay", "ops", "http", "tools", "package", "composition"}
+    ),
+    "package": frozenset(),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "package"  # gateway/__init__.py: the version
+    head = parts[1]
+    if head in COMPOSITION:
+        return "composition"
+    if head == "errors":
+        return "errors"
+    return head
+
+
+def allowed(source: str, target: str) -> bool:
+    src, dst = layer_of(source), layer_of(target)
+    if src == dst:
+        return True
+    rules = ALLOWED[src]
+    if dst in rules:
+        return True
+    # a rule may name one module of another layer ("oauth.validation", "helptext")
+    return any(target == f"gateway.{rule}" or target.startswith(f"gateway.{rule}.") for rule in rules)
+
+
+def _type_checking_blocks(tree: ast.Module) -> set[int]:
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                for inner in ast.walk(child):
+                    skipped.add(id(inner))
+    return skipped
+
+
+def imports_of(path: Path, modules: set[str]) -> Iterator[tuple[int, str]]:
+    """(line, imported gateway module) for every import in the file."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped = _type_checking_blocks(tree)
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("gateway"):
+                    yield node.lineno, _known(alias.name, modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            if not base.startswith("gateway"):
+                continue
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                yield node.lineno, candidate if candidate in modules else _known(base, modules)
+
+
+def _known(name: str, modules: set[str]) -> str:
+    while name not in modules and "." in name:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def graph() -> dict[str, list[tuple[int, str]]]:
+    files = {module_name(p): p for p in sorted(ROOT.rglob("*.py")) if "__pycache__" not in p.parts}
+    modules = set(files)
+    return {name: sorted(set(imports_of(path, modules))) for name, path in files.items()}
+
+
+def crossings(edges: dict[str, list[tuple[int, str]]]) -> list[str]:
+    found = []
+    for source, targets in edges.items():
+        for line, target in targets:
+            if target != source and not allowed(source, target):
+                found.append(f"{source}:{line} imports {target} ({layer_of(source)} may not import {layer_of(target)})")
+    return found
+
+
+def strip_line(crossing: str) -> str:
+    """ "a:12 imports b (why)" -> "a imports b": a crossing named without its line number."""
+    where, _, rest = crossing.partition(" imports ")
+    return f"{where.partition(':')[0]} imports {rest.partition(' ')[0]}"
+
+
+def cycles(edges: dict[str, list[tuple[int, str]]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(node: str) -> None:
+        nonlocal counter
+        index[node] = low[node] = counter
+        counter += 1
+        stack.append(node)
+        on_stack.add(node)
+        for _, target in edges.get(node, []):
+            # a package's __init__ importing its own modules is not a cycle worth naming
+            if target == node or target not in edges:
+                continue
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(10_000)
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def main() -> int:
+    edges = graph()
+    problems = crossings(edges) + [" -> ".join(cycle) + " (import cycle)" for cycle in cycles(edges)]
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
