@@ -27,7 +27,8 @@ POST rungs, in order (digest §2, §4.2, §7.1):
     do not know -32022); else 400/-32020.
  8. Modern: a POSTed response → 400/-32600.
  9. Modern: ``MCP-Protocol-Version``, ``Mcp-Method`` and ``Mcp-Name`` (sentinel-decoded)
-    present, with valid characters, and equal to the body, else 400/-32020.
+    present, with valid characters, and equal to the body, else 400/-32020
+    (``mirrored.py``).
 10. Modern: a modern version, else 400/-32022 with ``data.supported`` (the versions a
     request may name, ``versions.ADVERTISED_VERSIONS``, as ``server/discover`` lists
     them) and ``data.requested`` (the value sent, echoed as it was).
@@ -64,7 +65,6 @@ from gateway.protocol.jsonrpc import (
     InvalidMessage,
     JsonId,
     Message,
-    Notification,
     ParseError,
     Request,
     Result,
@@ -73,13 +73,19 @@ from gateway.protocol.jsonrpc import (
     parse_message,
 )
 
+# Rung 9 and the message helpers live in mirrored.py; re-exported for the ladder's callers.
+from gateway.protocol.mirrored import NAME_PARAMS as NAME_PARAMS
+from gateway.protocol.mirrored import PROTOCOL_VERSION_KEY as PROTOCOL_VERSION_KEY
+from gateway.protocol.mirrored import check_mirrored_headers as check_mirrored_headers
+from gateway.protocol.mirrored import message_id as message_id
+from gateway.protocol.mirrored import meta_of as meta_of
+
 # Accepted and Rejection are re-exported: callers import the ladder's values from here.
 from gateway.protocol.outcome import Accepted as Accepted
 from gateway.protocol.outcome import Rejection as Rejection
 from gateway.protocol.outcome import describe, reject
 from gateway.protocol.versions import Era
 
-PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
 CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
 
 # Requests removed in 2026-07-28 (digest §1, "Removed").
@@ -92,8 +98,6 @@ SERVER_TO_CLIENT_METHODS: Final = frozenset({"sampling/createMessage", "elicitat
 MODERN_CLIENT_NOTIFICATIONS: Final = frozenset({"notifications/cancelled"})
 # Methods under this prefix are notifications in every revision; sent with an id they are refused.
 NOTIFICATION_PREFIX: Final = "notifications/"
-# Methods whose ``Mcp-Name`` header mirrors a body parameter (digest §2.1).
-NAME_PARAMS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 
 MAX_JSON_DEPTH: Final = 128
 """Deepest nesting of arrays and objects in a POST body. orjson reads 1,024 levels but
@@ -251,19 +255,6 @@ def check_batch(
     return Accepted(Era.LEGACY, version, tuple(messages), session_id, is_batch=True)
 
 
-def message_id(message: Message) -> JsonId | None:
-    return None if isinstance(message, Notification) else message.id
-
-
-def meta_of(message: Message) -> Mapping[str, Any] | None:
-    """``params._meta`` when it is an object."""
-    if isinstance(message, (Request, Notification)) and message.params is not None:
-        meta = message.params.get("_meta")
-        if isinstance(meta, dict):
-            return meta
-    return None
-
-
 def is_modern(message: Message, headers: Mapping[str, str]) -> bool:
     """Digest §7.1.2: a modern version header, or any ``_meta`` protocol version, is modern."""
     if headers.get(h.MCP_PROTOCOL_VERSION) in versions.MODERN_VERSIONS:
@@ -350,93 +341,6 @@ def check_modern(message: Message, headers: Mapping[str, str]) -> Accepted | Rej
         if problem is not None:
             return problem
     return Accepted(Era.MODERN, version, (message,), None, is_batch=False)
-
-
-def check_mirrored_headers(message: Request | Notification, headers: Mapping[str, str]) -> Rejection | None:
-    """Rung 9 (digest §2.1, §2.4): mirrored headers present, well-formed and equal to the body.
-
-    For notifications a missing header is tolerated (their header rules are undefined).
-    """
-    return (
-        check_version_header(message, headers)
-        or check_method_header(message, headers)
-        or check_name_header(message, headers)
-    )
-
-
-def _mismatch(message: Request | Notification, text: str) -> Rejection:
-    return reject(400, HEADER_MISMATCH, text, id=message_id(message))
-
-
-def _bad_chars(message: Request | Notification, header: str) -> Rejection:
-    return _mismatch(message, f"{header} header holds characters not allowed in a header value")
-
-
-def check_version_header(message: Request | Notification, headers: Mapping[str, str]) -> Rejection | None:
-    header = headers.get(h.MCP_PROTOCOL_VERSION)
-    if header is not None and h.has_invalid_header_chars(header):
-        return _bad_chars(message, "MCP-Protocol-Version")
-    meta = meta_of(message) or {}
-    if PROTOCOL_VERSION_KEY not in meta:
-        # Modern by the header alone: the missing _meta key is reported by rung 11 as -32602,
-        # the code the spec gives for a missing required field.
-        return None
-    body = meta[PROTOCOL_VERSION_KEY]
-    if header is None:
-        if isinstance(message, Notification):
-            return None
-        return _mismatch(message, f"missing MCP-Protocol-Version header; params._meta names version {describe(body)}")
-    if header != body:
-        return _mismatch(
-            message,
-            f"MCP-Protocol-Version header {describe(header)} does not match "
-            f"params._meta protocol version {describe(body)}",
-        )
-    return None
-
-
-def check_method_header(message: Request | Notification, headers: Mapping[str, str]) -> Rejection | None:
-    header = headers.get(h.MCP_METHOD)
-    if header is None:
-        if isinstance(message, Notification):
-            return None
-        return _mismatch(message, f"missing Mcp-Method header; the body's method is {describe(message.method)}")
-    if h.has_invalid_header_chars(header):
-        return _bad_chars(message, "Mcp-Method")
-    if header != message.method:
-        return _mismatch(
-            message,
-            f"Mcp-Method header {describe(header)} does not match the body's method {describe(message.method)}",
-        )
-    return None
-
-
-def check_name_header(message: Request | Notification, headers: Mapping[str, str]) -> Rejection | None:
-    """``Mcp-Name`` for ``tools/call``, ``prompts/get``, ``resources/read``; ignored elsewhere.
-
-    When the body parameter is missing or not a string the request is malformed anyway;
-    the check is skipped and the child answers -32602, the code for bad params.
-    """
-    key = NAME_PARAMS.get(message.method)
-    if key is None or not isinstance(message, Request):
-        return None
-    expected = (message.params or {}).get(key)
-    if not isinstance(expected, str):
-        return None
-    raw = headers.get(h.MCP_NAME)
-    if raw is None:
-        return _mismatch(message, f"missing Mcp-Name header; params.{key} is {describe(expected)}")
-    if h.has_invalid_header_chars(raw):
-        return _bad_chars(message, "Mcp-Name")
-    try:
-        decoded = h.decode_header_value(raw)
-    except h.HeaderValueError as exc:
-        return _mismatch(message, f"Mcp-Name header: {exc}")
-    if decoded != expected:
-        return _mismatch(
-            message, f"Mcp-Name header {describe(decoded)} does not match params.{key} {describe(expected)}"
-        )
-    return None
 
 
 def check_version_supported(version: Any, mid: JsonId | None) -> Rejection | None:
