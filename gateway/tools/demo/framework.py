@@ -31,16 +31,48 @@ Imports: standard library only, so the servers start fast and run anywhere.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
-import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import IO, Any, Final, Literal, NoReturn, Protocol
+from collections.abc import Callable, Iterable, Sequence
+from typing import IO, Any
+
+from gateway.tools.demo.context import Tool as Tool
+from gateway.tools.demo.context import ToolContext as ToolContext
+from gateway.tools.demo.context import ToolHandler as ToolHandler
+from gateway.tools.demo.context import Waiter
+from gateway.tools.demo.rpc import (
+    EOF_GRACE_SECONDS,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    LATEST_LEGACY,
+    LEGACY_VERSIONS,
+    LISTEN_TYPES,
+    METHOD_NOT_FOUND,
+    MODERN_ONLY_METHODS,
+    MODERN_VERSIONS,
+    PARSE_ERROR,
+    PROTOCOL_VERSION_KEY,
+    RESOURCES_UPDATED,
+    SEND_REQUEST_TIMEOUT,
+    SERVER_INFO_KEY,
+    SUBSCRIPTION_ID_KEY,
+    Era,
+    LineSource,
+    RequestId,
+    check_modern_meta,
+    id_key,
+    is_request_id,
+    result_of,
+)
+from gateway.tools.demo.rpc import (
+    JsonObject as JsonObject,
+)
+from gateway.tools.demo.rpc import (
+    RpcError as RpcError,
+)
 
 # Re-exported (``X as X``): tool modules import these from the framework.
 from gateway.tools.demo.tools import ToolInputError as ToolInputError
@@ -49,185 +81,6 @@ from gateway.tools.demo.tools import object_schema as object_schema
 from gateway.tools.demo.tools import str_arg as str_arg
 from gateway.tools.demo.tools import str_list_arg as str_list_arg
 from gateway.tools.demo.tools import text_result as text_result
-
-JsonObject = dict[str, Any]
-RequestId = str | int
-Era = Literal["modern", "legacy"]
-ToolHandler = Callable[["ToolContext", JsonObject], JsonObject]
-
-MODERN_VERSIONS: Final = ("2026-07-28",)
-LEGACY_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-LATEST_LEGACY: Final = LEGACY_VERSIONS[-1]
-
-PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
-CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
-SERVER_INFO_KEY: Final = "io.modelcontextprotocol/serverInfo"
-
-PARSE_ERROR: Final = -32700
-INVALID_REQUEST: Final = -32600
-METHOD_NOT_FOUND: Final = -32601
-INVALID_PARAMS: Final = -32602
-INTERNAL_ERROR: Final = -32603
-UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
-
-# After stdin EOF, in-flight calls get this long to reply. That is enough for a piped one-shot
-# request to be answered, and short enough that a client closing stdin sees a prompt exit.
-EOF_GRACE_SECONDS: Final = 1.0
-# How long send_request waits for the client by default. Shorter than any sane test timeout.
-SEND_REQUEST_TIMEOUT: Final = 30.0
-# Methods that exist only in the modern era. Without modern _meta they are not legacy requests.
-_MODERN_ONLY_METHODS: Final = frozenset({"server/discover", "subscriptions/listen"})
-SUBSCRIPTION_ID_KEY: Final = "io.modelcontextprotocol/subscriptionId"
-RESOURCES_UPDATED: Final = "notifications/resources/updated"
-_LISTEN_TYPES: Final = {
-    "toolsListChanged": "notifications/tools/list_changed",
-    "promptsListChanged": "notifications/prompts/list_changed",
-    "resourcesListChanged": "notifications/resources/list_changed",
-}
-
-
-class LineSource(Protocol):
-    """Where requests are read from: stdin, or anything with its ``readline``."""
-
-    def readline(self) -> bytes: ...
-
-
-class RpcError(Exception):
-    """A JSON-RPC error reply. Raise it from a tool handler to answer with an error, not a result."""
-
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-    def to_json(self) -> JsonObject:
-        error: JsonObject = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
-
-
-@dataclass(frozen=True)
-class Tool:
-    """A registered tool. ``input_schema`` is a JSON Schema object with ``type: object`` at its root."""
-
-    name: str
-    description: str
-    input_schema: JsonObject
-    handler: ToolHandler
-
-    def describe(self) -> JsonObject:
-        return {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
-
-
-class ToolContext:
-    """What a tool handler can do to the client while one ``tools/call`` runs."""
-
-    def __init__(self, server: StdioServer, request_id: RequestId, era: Era, progress_token: Any) -> None:
-        self.request_id: RequestId = request_id
-        self.era: Era = era
-        self.cancelled = threading.Event()
-        self.meta: JsonObject = {}  # the request's _meta, as the server received it
-        self.params: JsonObject = {}  # the request's params (a modern MRTR retry's inputResponses, requestState)
-        self._server = server
-        self._progress_token = progress_token
-        # Orders cancellation against this request's own writes, so that nothing for the
-        # request follows a processed cancellation (digest §1.6).
-        self._lock = threading.Lock()
-        self._done = False
-        self._reply_suppressed = False
-        self._ignores_cancellation = False
-        self._after_reply: list[Callable[[], None]] = []
-
-    def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        """Send ``notifications/progress`` if the request gave a progressToken; else do nothing."""
-        if self._progress_token is None:
-            return
-        params: JsonObject = {"progressToken": self._progress_token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        with self._lock:
-            if not (self._done or self.cancelled.is_set()):
-                self._server.send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
-
-    def notify(self, method: str, params: JsonObject | None = None) -> None:
-        """Send an unsolicited notification. Not tied to this request, so sent even after a cancel."""
-        self._server.notify(method, params)
-
-    def after_reply(self, action: Callable[[], None]) -> None:
-        """Run ``action`` on a new thread once this call's reply is written (or dropped): the
-        client then has no request of this call in flight, as with a server asking unprompted."""
-        self._after_reply.append(action)
-
-    def send_request(
-        self, method: str, params: JsonObject | None = None, timeout: float = SEND_REQUEST_TIMEOUT
-    ) -> JsonObject:
-        """Ask the client something and return its result. Raises RpcError, TimeoutError, ConnectionError."""
-        return self._server.send_request(method, params, timeout)
-
-    def send_requests(
-        self, requests: list[tuple[str, JsonObject | None]], timeout: float = SEND_REQUEST_TIMEOUT
-    ) -> list[JsonObject | Exception]:
-        """Ask the client several things in one write (so they are read together); each answer is
-        a result or the exception ``send_request`` would have raised."""
-        return self._server.send_requests(requests, timeout)
-
-    def write_raw(self, message: Any) -> None:
-        """Write any JSON value as one line, as is. For tests of how malformed output is handled."""
-        self._server.send(message)
-
-    def write_line(self, text: str) -> None:
-        """Write a raw (possibly non-JSON) line to stdout under the write lock."""
-        self._server.write_line(text)
-
-    def suppress_reply(self) -> None:
-        """Send no reply for this request (the tool wrote its own, or none is wanted)."""
-        self._reply_suppressed = True
-
-    def ignore_cancellation(self) -> None:
-        """Reply even if cancelled: simulates a server that answers too late."""
-        self._ignores_cancellation = True
-
-    @contextlib.contextmanager
-    def holding_stdout(self) -> Iterator[None]:
-        """Hold the stdout lock, so no other thread is mid-line (e.g. around a signal to self)."""
-        with self._server.stdout_lock:
-            yield
-
-    def exit_process(self, code: int, stderr_text: str | None = None) -> NoReturn:
-        """Write ``stderr_text``, then exit at once with ``code``. Never cuts another thread's line."""
-        if stderr_text:
-            sys.stderr.write(stderr_text if stderr_text.endswith("\n") else stderr_text + "\n")
-        sys.stderr.flush()
-        with self._server.stdout_lock:
-            os._exit(code)
-
-    def _cancel(self) -> None:
-        with self._lock:
-            if not self._done:
-                self.cancelled.set()
-
-    def _finish(self, reply: JsonObject) -> None:
-        with self._lock:
-            self._done = True
-            dropped = self.cancelled.is_set() and not self._ignores_cancellation
-            if not (self._reply_suppressed or dropped):
-                self._server.send(reply)
-
-
-class _Waiter:
-    """One server→client request waiting for its response. A ``None`` message means stdin closed."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.message: JsonObject | None = None
-
-    def resolve(self, message: JsonObject | None) -> None:
-        self.message = message
-        self.event.set()
 
 
 class StdioServer:
@@ -269,7 +122,7 @@ class StdioServer:
         self._lock = threading.Lock()  # guards the tables below; never held during I/O
         self._idle = threading.Condition(self._lock)
         self._in_flight: dict[tuple[type, Any], ToolContext] = {}
-        self._waiting: dict[tuple[type, Any], _Waiter] = {}
+        self._waiting: dict[tuple[type, Any], Waiter] = {}
         self._cancelled_ids: list[Any] = []
         # Extra handling of client notifications by method (run on the reader thread, in order).
         self.notification_handlers: dict[str, Callable[[JsonObject], None]] = {}
@@ -315,7 +168,7 @@ class StdioServer:
             for listen_id, _, uris in listens
             if method == RESOURCES_UPDATED and any(uri == held or str(uri).startswith(held + "/") for held in uris)
         ]
-        if covering or (listens and method in _LISTEN_TYPES.values()):
+        if covering or (listens and method in LISTEN_TYPES.values()):
             for listen_id in covering or [listen_id for listen_id, methods, _ in listens if method in methods]:
                 body = dict(params or {})
                 body["_meta"] = {**body.get("_meta", {}), SUBSCRIPTION_ID_KEY: listen_id}
@@ -344,8 +197,8 @@ class StdioServer:
     def _listen(self, request_id: RequestId, params: JsonObject) -> None:
         requested = params.get("notifications")
         requested = requested if isinstance(requested, dict) else {}
-        granted: JsonObject = {key: True for key in _LISTEN_TYPES if requested.get(key) is True}
-        methods = frozenset(_LISTEN_TYPES[key] for key in granted)
+        granted: JsonObject = {key: True for key in LISTEN_TYPES if requested.get(key) is True}
+        methods = frozenset(LISTEN_TYPES[key] for key in granted)
         wanted = requested.get("resourceSubscriptions")
         resources = self.capabilities.get("resources")
         uris: tuple[str, ...] = ()
@@ -354,7 +207,7 @@ class StdioServer:
             uris = tuple(u for u in wanted if isinstance(u, str) and u and not u.startswith("bad:"))
             granted["resourceSubscriptions"] = list(uris)
         with self._lock:
-            self._listens[_id_key(request_id)] = (request_id, methods, uris)
+            self._listens[id_key(request_id)] = (request_id, methods, uris)
         ack = {"notifications": granted, "_meta": {SUBSCRIPTION_ID_KEY: request_id}}
         self.send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": ack})
 
@@ -362,21 +215,21 @@ class StdioServer:
         self, method: str, params: JsonObject | None = None, timeout: float = SEND_REQUEST_TIMEOUT
     ) -> JsonObject:
         """Send a server→client request and wait for its result (see ``ToolContext.send_request``)."""
-        waiter = _Waiter()
+        waiter = Waiter()
         with self._lock:
             if self._eof:
                 raise ConnectionError("stdin is closed: the client can no longer reply")
             request_id = f"s-{next(self._out_ids)}"
-            self._waiting[_id_key(request_id)] = waiter
+            self._waiting[id_key(request_id)] = waiter
         message: JsonObject = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params is not None:
             message["params"] = params
         self.send(message)
         if not waiter.event.wait(timeout):
             with self._lock:
-                self._waiting.pop(_id_key(request_id), None)
+                self._waiting.pop(id_key(request_id), None)
             raise TimeoutError(f"no reply to {method} ({request_id}) within {timeout} s")
-        return _result_of(waiter.message)
+        return result_of(waiter.message)
 
     def send_requests(
         self,
@@ -386,7 +239,7 @@ class StdioServer:
     ) -> list[JsonObject | Exception]:
         """Several server→client requests written as one chunk; wait for every answer.
         ``lead``: messages written first in the same chunk (a reply the requests follow at once)."""
-        waiters: list[tuple[str, _Waiter]] = []
+        waiters: list[tuple[str, Waiter]] = []
         lines = [
             json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n" for message in lead
         ]
@@ -395,8 +248,8 @@ class StdioServer:
                 raise ConnectionError("stdin is closed: the client can no longer reply")
             for method, params in requests:
                 request_id = f"s-{next(self._out_ids)}"
-                waiter = _Waiter()
-                self._waiting[_id_key(request_id)] = waiter
+                waiter = Waiter()
+                self._waiting[id_key(request_id)] = waiter
                 waiters.append((request_id, waiter))
                 message: JsonObject = {"jsonrpc": "2.0", "id": request_id, "method": method}
                 if params is not None:
@@ -408,11 +261,11 @@ class StdioServer:
         for (request_id, waiter), (method, _) in zip(waiters, requests, strict=True):
             if not waiter.event.wait(max(0.0, deadline - time.monotonic())):
                 with self._lock:
-                    self._waiting.pop(_id_key(request_id), None)
+                    self._waiting.pop(id_key(request_id), None)
                 answers.append(TimeoutError(f"no reply to {method} ({request_id}) within {timeout} s"))
                 continue
             try:
-                answers.append(_result_of(waiter.message))
+                answers.append(result_of(waiter.message))
             except (RpcError, ConnectionError) as exc:
                 answers.append(exc)
         return answers
@@ -473,7 +326,7 @@ class StdioServer:
             return
         method = message.get("method")
         has_id = "id" in message
-        reply_id = message["id"] if has_id and _is_request_id(message["id"]) else None
+        reply_id = message["id"] if has_id and is_request_id(message["id"]) else None
         if method is None and has_id and ("result" in message or "error" in message):
             self._on_response(message)
         elif not isinstance(method, str) or message.get("jsonrpc") != "2.0":
@@ -503,16 +356,16 @@ class StdioServer:
         request_id = params["requestId"]
         with self._lock:
             self._cancelled_ids.append(request_id)
-            if _is_request_id(request_id):
-                self._listens.pop(_id_key(request_id), None)  # a listen ends without a response
-            ctx = self._in_flight.get(_id_key(request_id)) if _is_request_id(request_id) else None
+            if is_request_id(request_id):
+                self._listens.pop(id_key(request_id), None)  # a listen ends without a response
+            ctx = self._in_flight.get(id_key(request_id)) if is_request_id(request_id) else None
         if ctx is not None:
             ctx._cancel()
 
     def _on_response(self, message: JsonObject) -> None:
         response_id = message["id"]
         with self._lock:
-            waiter = self._waiting.pop(_id_key(response_id), None) if _is_request_id(response_id) else None
+            waiter = self._waiting.pop(id_key(response_id), None) if is_request_id(response_id) else None
         if waiter is None:
             self.log(f"ignoring a response to unknown request id {response_id!r}")
         else:
@@ -550,10 +403,10 @@ class StdioServer:
             )
         meta = params.get("_meta")
         marked_modern = isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta
-        if "legacy" not in self.eras or ("modern" in self.eras and (marked_modern or method in _MODERN_ONLY_METHODS)):
-            _check_modern_meta(meta)
+        if "legacy" not in self.eras or ("modern" in self.eras and (marked_modern or method in MODERN_ONLY_METHODS)):
+            check_modern_meta(meta)
             return "modern"
-        if method in _MODERN_ONLY_METHODS:
+        if method in MODERN_ONLY_METHODS:
             raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
         if self._legacy_version is None and method != "ping":
             raise RpcError(INVALID_REQUEST, "not initialized: send initialize first")
@@ -644,9 +497,9 @@ class StdioServer:
         ctx.meta = dict(meta) if isinstance(meta, dict) else {}
         ctx.params = dict(params)
         with self._lock:
-            if _id_key(request_id) in self._in_flight:
+            if id_key(request_id) in self._in_flight:
                 raise RpcError(INVALID_REQUEST, f"request id {request_id!r} is already in flight")
-            self._in_flight[_id_key(request_id)] = ctx
+            self._in_flight[id_key(request_id)] = ctx
         thread = threading.Thread(
             target=self._run_tool, args=(tool, ctx, arguments), name=f"tool:{name}:{request_id}", daemon=True
         )
@@ -673,53 +526,8 @@ class StdioServer:
                 threading.Thread(target=action, name=f"after:{tool.name}", daemon=True).start()
         finally:
             with self._idle:
-                self._in_flight.pop(_id_key(ctx.request_id), None)
+                self._in_flight.pop(id_key(ctx.request_id), None)
                 self._idle.notify_all()
 
 
 # -- helpers for tools ------------------------------------------------------------------------
-
-
-# -- pure protocol helpers --------------------------------------------------------------------
-
-
-def _is_request_id(value: Any) -> bool:
-    """JSON-RPC ids are strings or integers (MCP forbids null). bool is not an integer here."""
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
-
-
-def _id_key(request_id: Any) -> tuple[type, Any]:
-    """A table key that keeps ``7`` and ``"7"`` apart (digest: never correlate by ``str(id)``)."""
-    return (type(request_id), request_id)
-
-
-def _check_modern_meta(meta: Any) -> None:
-    """Raise the RpcError for a modern request whose ``_meta`` is incomplete or names an unknown version."""
-    if not isinstance(meta, dict):
-        raise RpcError(INVALID_PARAMS, "missing params._meta (required on every 2026-07-28 request)")
-    version = meta.get(PROTOCOL_VERSION_KEY)
-    if not isinstance(version, str):
-        raise RpcError(INVALID_PARAMS, f"missing or non-string params._meta[{PROTOCOL_VERSION_KEY!r}]")
-    if not isinstance(meta.get(CLIENT_CAPABILITIES_KEY), dict):
-        raise RpcError(INVALID_PARAMS, f"missing or non-object params._meta[{CLIENT_CAPABILITIES_KEY!r}]")
-    if version not in MODERN_VERSIONS:
-        raise RpcError(
-            UNSUPPORTED_PROTOCOL_VERSION,
-            f"unsupported protocol version: {version}",
-            {"supported": list(MODERN_VERSIONS), "requested": version},
-        )
-
-
-def _result_of(message: JsonObject | None) -> JsonObject:
-    """The result of a client's response to a server→client request, or the error it carries."""
-    if message is None:
-        raise ConnectionError("stdin closed before the client replied")
-    if "error" in message:
-        error = message["error"]
-        if isinstance(error, dict) and isinstance(error.get("code"), int):
-            raise RpcError(error["code"], str(error.get("message", "")), error.get("data"))
-        raise RpcError(INTERNAL_ERROR, f"malformed error from the client: {error!r}")
-    result = message.get("result")
-    if not isinstance(result, dict):
-        raise RpcError(INTERNAL_ERROR, f"malformed result from the client: {result!r}")
-    return result
