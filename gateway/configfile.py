@@ -43,65 +43,34 @@ import orjson
 from gateway.errors import ConfigError
 from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol.attribution import AskPolicy
+from gateway.protocol.roots import parse_root
 from gateway.relay.router import DualEra, Isolation, ServerConfig
+from gateway.settings import PER_SERVER
+from gateway.settings.declaration import AT_LEAST_ONE
 from gateway.stdio.pool import PoolSettings
 
 NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 """Server names become URL path segments (/servers/NAME/mcp)."""
 
 _POOL_KEYS: Final = {
-    "min": ("min_size", int),
-    "max": ("max_size", int),
-    "maxInFlight": ("max_in_flight", int),
-    "queueTimeout": ("queue_timeout", float),
-    "idleTimeout": ("idle_timeout", float),
-    "maxRequests": ("max_requests", int),
-    "maxAge": ("max_age", float),
-    "stallTimeout": ("stall_timeout", float),
-    "livenessInterval": ("liveness_interval", float),
+    s.key.removeprefix("pool."): (s.target.removeprefix("pool."), s.kind)
+    for s in PER_SERVER
+    if s.key and s.target and s.key.startswith("pool.")
 }
+"""``pool`` keys: the ``PoolSettings`` field each sets, and its type (from ``gateway.settings``)."""
 _SPEC_NUMBERS: Final = {
-    "requestTimeout": "request_timeout",
-    "probeTimeout": "probe_timeout",
-    "startupTimeout": "handshake_timeout",
-    "maxLineBytes": "max_line_bytes",
-    "inputTimeout": "input_timeout",
+    s.key: s.target.removeprefix("spec.")
+    for s in PER_SERVER
+    if s.key and s.target and s.target.startswith("spec.") and s.kind in (int, float)
 }
-FLAG_KEYS: Final = {
-    "--pool-min": "pool.min",
-    "--pool-max": "pool.max",
-    "--max-in-flight": "pool.maxInFlight",
-    "--queue-timeout": "pool.queueTimeout",
-    "--idle-timeout": "pool.idleTimeout",
-    "--max-requests": "pool.maxRequests",
-    "--max-age": "pool.maxAge",
-    "--stall-timeout": "pool.stallTimeout",
-    "--liveness-interval": "pool.livenessInterval",
-    "--isolation": "isolation",
-    "--child-asks": "childAsks",
-    "--dual-era": "dualEra",
-    "--env-from-header": "envFromHeaders",
-    "--request-timeout": "requestTimeout",
-    "--probe-timeout": "probeTimeout",
-    "--startup-timeout": "startupTimeout",
-    "--max-line-bytes": "maxLineBytes",
-    "--input-timeout": "inputTimeout",
-    "--client-capability": "clientCapabilities",
-    "--root": "roots",
-    "--max-sessions-per-principal": "maxSessionsPerPrincipal",
-    "--max-batch-size": "maxBatchSize",
-    "--oauth-issuer": "oauth.issuer",
-    "--oauth-jwks-url": "oauth.jwksUrl",
-    "--oauth-audience": "oauth.audience",
-    "--oauth-scope": "oauth.scopes",
-    "--oauth-principal-claim": "oauth.principalClaim",
-}
+"""Keys that set a number of the server's ``ChildSpec``, and the field each sets."""
+_INTEGERS: Final = frozenset(s.key for s in PER_SERVER if s.kind is int)
+FLAG_KEYS: Final = {s.flag: s.key for s in PER_SERVER if s.key}
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
-_KNOWN: Final = {
-    "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
-    "clientCapabilities", "roots", "disabled", "type", "maxSessionsPerPrincipal", "maxBatchSize", "oauth",
-    "childAsks", "dualEra", *_SPEC_NUMBERS,
-}  # fmt: skip
+_KNOWN: Final = {"command", "args", "env", "cwd", "inheritEnv", "disabled", "type"} | {
+    str(s.key).split(".")[0] for s in PER_SERVER
+}
+"""Every key a server entry may have: the per-server settings' top-level keys and the child's own."""
 
 
 def load_servers(path: str | Path, base: ServerConfig) -> tuple[ServerConfig, ...]:
@@ -168,7 +137,7 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
         spec = replace(spec, roots=tuple(parse_root(root, f"{where}.roots[{i}]") for i, root in enumerate(roots)))
     for key, attribute in _SPEC_NUMBERS.items():
         if key in body:
-            value = _number(body[key], f"{where}.{key}", int if key == "maxLineBytes" else float)
+            value = _number(body[key], f"{where}.{key}", int if key in _INTEGERS else float)
             if key == "requestTimeout" and value == 0:
                 value = None  # 0 = no time bound, as on the command line
             spec = replace(spec, **{attribute: value})
@@ -208,7 +177,11 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
     return config
 
 
-_COUNTS: Final = {"maxSessionsPerPrincipal": "max_sessions_per_principal", "maxBatchSize": "max_batch_size"}
+_COUNTS: Final = {
+    s.key: s.target.removeprefix("server.")
+    for s in PER_SERVER
+    if s.key and s.target and s.target.startswith("server.") and s.check is AT_LEAST_ONE
+}
 """Per-server limits that are whole numbers of at least 1, and the ``ServerConfig`` field each sets."""
 
 _OAUTH_KEYS: Final = {
@@ -242,24 +215,6 @@ def _oauth(raw: Any, base: OAuthPolicy | None, where: str) -> OAuthPolicy:
             exc.key, exc.key.removeprefix("oauth_")
         )
         raise ConfigError(f"{where}.{key}", problem) from exc
-
-
-def parse_root(value: Any, where: str) -> dict[str, str]:
-    """A ``Root``: a path or ``file://`` URI, or ``{"uri": ..., "name": ...}``."""
-    name: Any = None
-    if isinstance(value, dict):
-        unknown = sorted(set(value) - {"uri", "name"})
-        if unknown:
-            raise ConfigError(f"{where}.{unknown[0]}", "unknown key (known: uri, name)")
-        value, name = value.get("uri"), value.get("name")
-        if name is not None and not isinstance(name, str):
-            raise ConfigError(f"{where}.name", "must be a string")
-    if not isinstance(value, str) or not value:
-        raise ConfigError(where, "must be a path, a file:// URI or a {uri, name} object")
-    uri = Path(value).as_uri() if value.startswith("/") else value
-    if not uri.startswith("file://"):
-        raise ConfigError(where, f"{value!r} is not an absolute path or a file:// URI (roots are file:// URIs)")
-    return {"uri": uri, "name": name} if name else {"uri": uri}
 
 
 def _pool(raw: Any, base: PoolSettings, where: str) -> PoolSettings:
