@@ -10,11 +10,12 @@ here are the ones between fields.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Final
 
 from gateway.errors import ConfigError
+from gateway.http.edge import EdgeSettings
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.relay.router import ServerConfig
@@ -140,6 +141,16 @@ class Settings:
         if len(secret) < MIN_SECRET_BYTES:
             raise ConfigError("state_secret_file", f"holds {len(secret)} bytes; use at least {MIN_SECRET_BYTES}")
         return secret
+
+    def edge(self) -> EdgeSettings:
+        """What ``create_app`` is configured with: the fields of the same names (the metadata's
+        authorization servers aside) and whether the bind address is loopback."""
+        names = {f.name for f in fields(EdgeSettings)} & {f.name for f in fields(self)}
+        return EdgeSettings(
+            **{name: getattr(self, name) for name in names},
+            loopback_only=self.loopback_only,
+            authorization_servers=self.oauth_authorization_servers,
+        )
 
     @property
     def is_demo(self) -> bool:
