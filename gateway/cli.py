@@ -20,20 +20,17 @@ from gateway.configfile import load_servers
 from gateway.errors import ConfigError
 from gateway.helptext import NOT_SETTINGS
 from gateway.oauth.validation import OAuthPolicy
-from gateway.protocol.attribution import AskPolicy
-from gateway.protocol.roots import parse_root
-from gateway.relay.router import DualEra, Isolation, ServerConfig
+from gateway.relay.router import ServerConfig
 from gateway.settings import (
     BY_FLAG,
-    CLIENT_CAPABILITIES,
     GATEWAY_WIDE,
-    NO_CAPABILITY,
     PER_SERVER,
     SETTINGS,
     Setting,
     demo_command,
     env_name,
 )
+from gateway.settings.declaration import either
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 
@@ -117,88 +114,48 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str] | None = None
 
 
 def server_config(args: argparse.Namespace, command: tuple[str, ...]) -> ServerConfig:
-    """The command line's server (also the base of every ``--config`` server)."""
+    """The command line's server (also the base of every ``--config`` server): each per-server
+    setting, checked and converted as declared, lands where its ``target`` says."""
+    parts: dict[str, dict[str, Any]] = {"spec": {}, "pool": {}, "server": {}, "oauth": {}}
     for setting in PER_SERVER:
-        problem = setting.problem(getattr(args, setting.name))
+        value = getattr(args, setting.name)
+        problem = setting.problem(value)
+        if problem is None and setting.choices and not setting.repeat and value not in setting.choices:
+            problem = f"must be {either(setting.choices)}"  # an environment value: argparse checks flags only
         if problem is not None:
             raise ConfigError(setting.flag, problem)
+        owner, _, name = str(setting.target).partition(".")
+        parts[owner][name] = setting.converted(value)
     is_demo = command == demo_command()
-    for name in args.client_capability:  # argparse checks choices on the command line, not in env values
-        if name not in (*CLIENT_CAPABILITIES, NO_CAPABILITY):
-            raise ConfigError(
-                "--client-capability", f"{name!r} is not one of {', '.join((*CLIENT_CAPABILITIES, NO_CAPABILITY))}"
-            )
-    if NO_CAPABILITY in args.client_capability and len(set(args.client_capability)) > 1:
-        raise ConfigError("--client-capability", "'none' cannot be combined with a capability")
-    spec = ChildSpec(
-        command=command[0],
-        args=command[1:],
-        max_line_bytes=args.max_line_bytes,
-        probe_timeout=args.probe_timeout,
-        handshake_timeout=args.startup_timeout,
-        request_timeout=args.request_timeout or None,
-        input_timeout=args.input_timeout,
-        client_capabilities=(
-            {name: {} for name in args.client_capability if name != NO_CAPABILITY} if args.client_capability else None
-        ),
-        roots=tuple(parse_root(root, "--root") for root in args.root) or None,
-        name="demo" if is_demo else "",
-    )
+    spec = ChildSpec(command[0], command[1:], name="demo" if is_demo else "", **parts["spec"])
     return ServerConfig(
         name="demo" if is_demo else "default",
         spec=spec,
-        pool=pool_settings(args),
-        isolation=Isolation(args.isolation),
-        env_from_headers=env_mappings(args.env_from_header),
-        max_sessions_per_principal=args.max_sessions_per_principal,
-        max_batch_size=args.max_batch_size,
-        dual_era=DualEra(args.dual_era),
-        oauth=oauth_policy(args),
+        pool=pool_settings(parts["pool"]),
+        oauth=oauth_policy(parts["oauth"]),
+        **parts["server"],
     )
 
 
-def oauth_policy(args: argparse.Namespace) -> OAuthPolicy | None:
-    if not args.oauth_issuer:
-        for flag in ("jwks_url", "audience", "scope"):
-            if getattr(args, f"oauth_{flag}"):
-                raise ConfigError(f"--oauth-{flag.replace('_', '-')}", "only means something with --oauth-issuer")
-        return None
-    return OAuthPolicy(
-        issuer=args.oauth_issuer,
-        jwks_url=args.oauth_jwks_url or None,
-        audience=args.oauth_audience or None,
-        scopes=tuple(args.oauth_scope),
-        principal_claim=args.oauth_principal_claim,
-    )
-
-
-def pool_settings(args: argparse.Namespace) -> PoolSettings:
-    maximum = args.pool_max if args.pool_max is not None else max(1, args.pool_min)
+def pool_settings(values: dict[str, Any]) -> PoolSettings:
+    if values["max_size"] is None:  # --pool-max defaults to --pool-min, at least 1
+        values["max_size"] = max(1, values["min_size"])
     try:
-        return PoolSettings(
-            min_size=args.pool_min,
-            max_size=maximum,
-            max_in_flight=args.max_in_flight,
-            queue_timeout=args.queue_timeout,
-            idle_timeout=args.idle_timeout,
-            max_requests=args.max_requests,
-            max_age=args.max_age,
-            stall_timeout=args.stall_timeout,
-            liveness_interval=args.liveness_interval,
-            child_asks=AskPolicy(args.child_asks),
-        )
+        return PoolSettings(**values)
     except ValueError as exc:
         raise ConfigError("pool", str(exc)) from exc
 
 
-def env_mappings(items: Sequence[str]) -> dict[str, str]:
-    mappings: dict[str, str] = {}
-    for item in items:
-        header, sep, env = item.partition("=")
-        if not sep or not header.strip() or not env.strip():
-            raise ConfigError("--env-from-header", f"{item!r} is not HEADER=ENV_VAR")
-        mappings[header.strip().lower()] = env.strip()
-    return mappings
+def oauth_policy(values: dict[str, Any]) -> OAuthPolicy | None:
+    if not values["issuer"]:
+        for name in ("jwks_url", "audience", "scopes"):
+            if values[name]:
+                flag = "--oauth-scope" if name == "scopes" else f"--oauth-{name.replace('_', '-')}"
+                raise ConfigError(flag, "only means something with --oauth-issuer")
+        return None
+    for name in ("jwks_url", "audience"):
+        values[name] = values[name] or None  # an empty environment value: not given
+    return OAuthPolicy(**values)
 
 
 SUBCOMMANDS = frozenset({"call", "inspect"})

@@ -42,11 +42,10 @@ import orjson
 
 from gateway.errors import ConfigError
 from gateway.oauth.validation import OAuthPolicy
-from gateway.protocol.attribution import AskPolicy
 from gateway.protocol.roots import parse_root
-from gateway.relay.router import DualEra, Isolation, ServerConfig
-from gateway.settings import PER_SERVER
-from gateway.settings.declaration import AT_LEAST_ONE
+from gateway.relay.router import ServerConfig
+from gateway.settings import PER_SERVER, Setting
+from gateway.settings.declaration import either
 from gateway.stdio.pool import PoolSettings
 
 NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -58,13 +57,9 @@ _POOL_KEYS: Final = {
     if s.key and s.target and s.key.startswith("pool.")
 }
 """``pool`` keys: the ``PoolSettings`` field each sets, and its type (from ``gateway.settings``)."""
-_SPEC_NUMBERS: Final = {
-    s.key: s.target.removeprefix("spec.")
-    for s in PER_SERVER
-    if s.key and s.target and s.target.startswith("spec.") and s.kind in (int, float)
-}
-"""Keys that set a number of the server's ``ChildSpec``, and the field each sets."""
-_INTEGERS: Final = frozenset(s.key for s in PER_SERVER if s.kind is int)
+_PLAIN: Final = tuple(s for s in PER_SERVER if s.key and "." not in s.key and not s.repeat)
+"""Per-server keys whose value has the command line's form (a number, or one of the choices):
+checked and converted as declared, with no code of their own here."""
 FLAG_KEYS: Final = {s.flag: s.key for s in PER_SERVER if s.key}
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
 _KNOWN: Final = {"command", "args", "env", "cwd", "inheritEnv", "disabled", "type"} | {
@@ -135,37 +130,12 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
         if not isinstance(roots, list):
             raise ConfigError(f"{where}.roots", "must be a list of paths, file:// URIs or {uri, name} objects")
         spec = replace(spec, roots=tuple(parse_root(root, f"{where}.roots[{i}]") for i, root in enumerate(roots)))
-    for key, attribute in _SPEC_NUMBERS.items():
-        if key in body:
-            value = _number(body[key], f"{where}.{key}", int if key in _INTEGERS else float)
-            if key == "requestTimeout" and value == 0:
-                value = None  # 0 = no time bound, as on the command line
-            spec = replace(spec, **{attribute: value})
     config = replace(base, name=name, spec=spec)
     if "pool" in body:
         config = replace(config, pool=_pool(body["pool"], base.pool, f"{where}.pool"))
-    if "isolation" in body:
-        try:
-            config = replace(config, isolation=Isolation(body["isolation"]))
-        except ValueError:
-            raise ConfigError(f"{where}.isolation", "must be shared, principal or session") from None
-    for key, attribute in _COUNTS.items():
-        if key in body:
-            count = _number(body[key], f"{where}.{key}", int)
-            if count < 1:
-                raise ConfigError(f"{where}.{key}", "must be at least 1")
-            config = replace(config, **{attribute: count})
-    if "dualEra" in body:
-        try:
-            config = replace(config, dual_era=DualEra(body["dualEra"]))
-        except ValueError:
-            raise ConfigError(f"{where}.dualEra", "must be per-client, modern or legacy") from None
-    if "childAsks" in body:
-        try:
-            asks = AskPolicy(body["childAsks"])
-        except ValueError:
-            raise ConfigError(f"{where}.childAsks", "must be auto, always or never") from None
-        config = replace(config, pool=replace(config.pool, child_asks=asks))
+    for setting in _PLAIN:  # after "pool": childAsks lands in the pool
+        if setting.key is not None and setting.key in body:
+            config = _plain(config, setting, body[setting.key], f"{where}.{setting.key}")
     if "envFromHeaders" in body:
         mapping = _object(body["envFromHeaders"], f"{where}.envFromHeaders")
         for header, variable in mapping.items():
@@ -177,12 +147,24 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
     return config
 
 
-_COUNTS: Final = {
-    s.key: s.target.removeprefix("server.")
-    for s in PER_SERVER
-    if s.key and s.target and s.target.startswith("server.") and s.check is AT_LEAST_ONE
-}
-"""Per-server limits that are whole numbers of at least 1, and the ``ServerConfig`` field each sets."""
+def _plain(config: ServerConfig, setting: Setting, value: Any, where: str) -> ServerConfig:
+    """``config`` with ``setting`` (of ``_PLAIN``) set from a server entry's ``value``."""
+    if setting.choices:
+        if value not in setting.choices:
+            raise ConfigError(where, f"must be {either(setting.choices)}")
+    else:
+        value = _number(value, where, setting.kind)
+        problem = setting.problem(value)
+        if problem is not None:
+            raise ConfigError(where, problem)
+    owner, _, name = str(setting.target).partition(".")
+    value = setting.converted(value)
+    if owner == "spec":
+        return replace(config, spec=replace(config.spec, **{name: value}))
+    if owner == "pool":
+        return replace(config, pool=replace(config.pool, **{name: value}))
+    return replace(config, **{name: value})
+
 
 _OAUTH_KEYS: Final = {
     "issuer": "issuer",

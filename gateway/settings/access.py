@@ -10,6 +10,7 @@ from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRIN
 from gateway.oauth.validation import DEFAULT_PRINCIPAL_CLAIM
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
+from gateway.settings import convert
 from gateway.settings.declaration import AT_LEAST_ONE, OAUTH_TLS, SECURITY, Setting
 
 SETTINGS: Final[tuple[Setting, ...]] = (
@@ -131,6 +132,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "--oauth-scope",
+        convert=convert.strings,
         key="oauth.scopes",
         target="oauth.scopes",
         repeat=True,

@@ -5,7 +5,7 @@ See ``gateway.settings`` for what a declaration drives. Imports nothing of the g
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -40,6 +40,11 @@ AT_LEAST_ONE: Final = rule(lambda v: v >= 1, "must be at least 1")
 NOT_NEGATIVE: Final = rule(lambda v: v >= 0, "must not be negative")
 
 
+def either(choices: Sequence[str]) -> str:
+    """``a, b or c``: how a check names the values allowed."""
+    return f"{', '.join(choices[:-1])} or {choices[-1]}" if len(choices) > 1 else choices[0]
+
+
 def env_name(flag: str) -> str:
     """``--pool-min`` ↔ ``MCP_GATEWAY_POOL_MIN``."""
     return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
@@ -64,6 +69,7 @@ class Setting:
     key: str | None = None  # per server: the --config key ("pool.min", "requestTimeout")
     target: str | None = None  # per server: where it lands ("pool.min_size", "spec.request_timeout")
     check: Check | None = None
+    convert: Callable[[Any], Any] | None = None  # per server: the parsed value → what the target holds
     dest: str | None = None  # the parsed name, when not the flag's
 
     @property
@@ -74,6 +80,10 @@ class Setting:
     @property
     def env(self) -> str:
         return env_name(self.flag)
+
+    def converted(self, value: Any) -> Any:
+        """What the ``target`` holds for the parsed ``value``."""
+        return self.convert(value) if self.convert is not None else value
 
     def problem(self, value: object) -> str | None:
         """What is wrong with ``value`` (None for an unset optional one, which is fine)."""

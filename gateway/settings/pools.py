@@ -8,6 +8,7 @@ from typing import Final
 
 from gateway.protocol.attribution import AskPolicy
 from gateway.relay.router import DualEra, Isolation
+from gateway.settings import convert
 from gateway.settings.declaration import POOL, Setting, rule
 from gateway.stdio.pool import PoolSettings
 
@@ -119,6 +120,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "--child-asks",
+        convert=AskPolicy,
         key="childAsks",
         target="pool.child_asks",
         default=_POOL.child_asks.value,
@@ -133,6 +135,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "--dual-era",
+        convert=DualEra,
         key="dualEra",
         target="server.dual_era",
         default=DualEra.PER_CLIENT.value,
@@ -145,6 +148,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "--isolation",
+        convert=Isolation,
         key="isolation",
         target="server.isolation",
         brief=True,
@@ -162,6 +166,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "--env-from-header",
+        convert=convert.env_mappings,
         key="envFromHeaders",
         target="server.env_from_headers",
         repeat=True,

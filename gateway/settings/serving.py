@@ -9,6 +9,7 @@ from typing import Final
 
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
+from gateway.settings import convert
 from gateway.settings.declaration import (
     CLIENT_CAPABILITIES,
     DEFAULT_HOST,
@@ -40,6 +41,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "--request-timeout",
+        convert=convert.no_bound_at_zero,
         key="requestTimeout",
         target="spec.request_timeout",
         brief=True,
@@ -61,6 +63,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "--client-capability",
+        convert=convert.client_capabilities,
         key="clientCapabilities",
         target="spec.client_capabilities",
         repeat=True,
@@ -72,6 +75,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "--root",
+        convert=convert.roots,
         key="roots",
         target="spec.roots",
         repeat=True,

@@ -115,3 +115,16 @@ def test_a_gateway_wide_check_names_the_field() -> None:
     with pytest.raises(ConfigError) as info:
         parse_settings(["--workers", "0"], environ={})
     assert (info.value.key, info.value.message) == ("workers", "workers: must be between 1 and 64")
+
+
+def test_a_choice_from_the_environment_is_checked_like_one_on_the_command_line() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings([], environ={"MCP_GATEWAY_ISOLATION": "everyone"})
+    assert info.value.message == "--isolation: must be shared, principal or session"
+
+
+def test_a_per_server_number_or_choice_needs_no_code_of_its_own_in_the_config_file() -> None:
+    plain = [s for s in PER_SERVER if s.key and "." not in s.key and not s.repeat]
+    assert {s.key for s in plain} >= {"requestTimeout", "maxBatchSize", "isolation", "childAsks"}
+    for setting in plain:
+        assert setting.choices or setting.kind in (int, float), setting.flag
