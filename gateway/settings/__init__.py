@@ -1,10 +1,13 @@
 """Every setting of the gateway, declared once: the single source of its flag, environment
-variable, config-file key, default, help text, ``--help`` section and check.
+variable, config-file key, default, help text, ``--help`` section, check and conversion.
 
 The command line (``gateway.cli.build_parser``), the ``MCP_GATEWAY_*`` environment variables
-(``gateway.cli.apply_environment``), the per-server keys of a ``--config`` file
-(``gateway.configfile``), the checks of ``gateway.config.Settings`` and the reference in
-docs/configuration.md (``gateway.reference``) are all read from ``SETTINGS``.
+(``gateway.cli.environment_defaults``), the command line's server (``gateway.cli.server_config``),
+the per-server keys of a ``--config`` file (``gateway.configfile``), the checks of
+``gateway.config.Settings`` and the reference in docs/configuration.md (``gateway.reference``)
+are all read from ``SETTINGS``. The tables (``serving``, ``pools``, ``running``, ``access``)
+hold the declarations in ``--help-all`` order; ``declaration`` defines ``Setting`` and the
+checks; ``convert`` turns a per-server value into what its target holds.
 
 A setting is one of three kinds:
 

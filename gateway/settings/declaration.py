@@ -1,6 +1,7 @@
 """``Setting``: how one setting is declared, and the checks and names the tables share.
 
-See ``gateway.settings`` for what a declaration drives. Imports nothing of the gateway.
+See ``gateway.settings`` for what a declaration drives. Imports only the environment prefix
+children are kept from inheriting (``gateway.stdio.spec``).
 """
 
 from __future__ import annotations
@@ -9,13 +10,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gateway.stdio.spec import GATEWAY_ENV_PREFIX
+
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8000
 DRAIN_TIMEOUT: Final = 20.0
 """Seconds in-flight requests get to finish after SIGTERM before they are cancelled."""
 MAX_WORKERS: Final = 64
 """``--workers`` at most: one per core is the point, and each worker runs its own children."""
-ENV_PREFIX: Final = "MCP_GATEWAY_"
+ENV_PREFIX: Final = GATEWAY_ENV_PREFIX  # one prefix: children never inherit these variables
 CLIENT_CAPABILITIES: Final = ("sampling", "elicitation", "roots")
 """What ``--client-capability`` may declare to legacy children (the ones they can ask for)."""
 NO_CAPABILITY: Final = "none"
