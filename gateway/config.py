@@ -3,38 +3,39 @@
 ``Settings`` holds what the whole gateway shares (binding, security, limits, logging) and
 the servers it fronts: one from the command line, or many from ``--config`` (see
 ``gateway.configfile``). Each server's child and pool settings live in its ``ServerConfig``.
+Every field's default and its own check are declared in ``gateway.settings``; the checks
+here are the ones between fields.
 """
 
 from __future__ import annotations
 
 import socket
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Final
 
 from gateway.errors import ConfigError
+from gateway.http.edge import EdgeSettings
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.relay.router import ServerConfig
 from gateway.relay.suspensions import MIN_SECRET_BYTES
+from gateway.settings import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    DRAIN_TIMEOUT,
+    GATEWAY_WIDE,
+    MAX_WORKERS,
+    demo_command,
+)
 from gateway.stdio.spec import ChildSpec
 
-DEFAULT_HOST: Final = "127.0.0.1"
-DEFAULT_PORT: Final = 8000
-DRAIN_TIMEOUT: Final = 20.0
-"""Seconds in-flight requests get to finish after SIGTERM before they are cancelled."""
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "DRAIN_TIMEOUT", "MAX_WORKERS", "Settings", "demo_command", "demo_server"]
+
 LOOPBACK: Final = frozenset({"127.0.0.1", "localhost", "::1"})
 ADVERTISE_AUTO: Final = "auto"
 """``--advertise-url auto``: http://ADDRESS:PORT, ADDRESS being what this host's name resolves
 to (a container's or pod's own IP in Docker and Kubernetes)."""
-MAX_WORKERS: Final = 64
-"""``--workers`` at most: one per core is the point, and each worker runs its own children."""
-
-
-def demo_command() -> tuple[str, ...]:
-    """The built-in demo server, served when no command is given."""
-    return (sys.executable, "-m", "gateway.tools.demo.server")
 
 
 def demo_server() -> ServerConfig:
@@ -78,32 +79,19 @@ class Settings:
         names = [s.name for s in self.servers]
         if len(set(names)) != len(names):
             raise ConfigError("servers", "server names must be unique")
-        if not 0 <= self.port <= 65535:
-            raise ConfigError("port", f"{self.port} is not a TCP port")
-        if self.max_body_bytes < 1:
-            raise ConfigError("max_body_bytes", "must be a positive number of bytes")
-        if self.max_stream_seconds <= 0:
-            raise ConfigError("max_stream_seconds", "must be a positive number of seconds")
-        for key in ("max_requests_per_principal", "max_streams_per_principal"):
-            if getattr(self, key) < 1:
-                raise ConfigError(key, "must be at least 1")
-        if self.max_children < 0:
-            raise ConfigError("max_children", "must be 0 (sized to the machine) or more")
+        for setting in GATEWAY_WIDE:  # each value's own check, as gateway.settings declares it
+            problem = setting.problem(getattr(self, str(setting.field)))
+            if problem is not None:
+                raise ConfigError(str(setting.field), problem)
         for server in self.servers:
             if server.max_sessions_per_principal < 1:
                 raise ConfigError(f"{server.name}: max_sessions_per_principal", "must be at least 1")
-        if self.drain_timeout < 0:
-            raise ConfigError("drain_timeout", "must not be negative")
-        if self.log_format not in ("text", "json"):
-            raise ConfigError("log_format", "must be text or json")
         if self.trusted_proxies and self.principal_header is None:
             raise ConfigError("trusted_proxy", "only means something with --principal-header")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ConfigError("tls_cert_file", "--tls-cert-file and --tls-key-file go together")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ConfigError("tls_client_ca_file", "mutual TLS needs --tls-cert-file and --tls-key-file")
-        if not 1 <= self.workers <= MAX_WORKERS:
-            raise ConfigError("workers", f"must be between 1 and {MAX_WORKERS}")
         if self.advertise_url is not None:
             self._check_advertise_url(self.advertise_url)
 
@@ -153,6 +141,16 @@ class Settings:
         if len(secret) < MIN_SECRET_BYTES:
             raise ConfigError("state_secret_file", f"holds {len(secret)} bytes; use at least {MIN_SECRET_BYTES}")
         return secret
+
+    def edge(self) -> EdgeSettings:
+        """What ``create_app`` is configured with: the fields of the same names (the metadata's
+        authorization servers aside) and whether the bind address is loopback."""
+        names = {f.name for f in fields(EdgeSettings)} & {f.name for f in fields(self)}
+        return EdgeSettings(
+            **{name: getattr(self, name) for name in names},
+            loopback_only=self.loopback_only,
+            authorization_servers=self.oauth_authorization_servers,
+        )
 
     @property
     def is_demo(self) -> bool:

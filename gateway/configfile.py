@@ -42,66 +42,30 @@ import orjson
 
 from gateway.errors import ConfigError
 from gateway.oauth.validation import OAuthPolicy
-from gateway.protocol.attribution import AskPolicy
-from gateway.relay.router import DualEra, Isolation, ServerConfig
+from gateway.protocol.roots import parse_root
+from gateway.relay.router import ServerConfig
+from gateway.settings import PER_SERVER, Setting
+from gateway.settings.declaration import either
 from gateway.stdio.pool import PoolSettings
 
 NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 """Server names become URL path segments (/servers/NAME/mcp)."""
 
 _POOL_KEYS: Final = {
-    "min": ("min_size", int),
-    "max": ("max_size", int),
-    "maxInFlight": ("max_in_flight", int),
-    "queueTimeout": ("queue_timeout", float),
-    "idleTimeout": ("idle_timeout", float),
-    "maxRequests": ("max_requests", int),
-    "maxAge": ("max_age", float),
-    "stallTimeout": ("stall_timeout", float),
-    "livenessInterval": ("liveness_interval", float),
+    s.key.removeprefix("pool."): (s.target.removeprefix("pool."), s.kind)
+    for s in PER_SERVER
+    if s.key and s.target and s.key.startswith("pool.")
 }
-_SPEC_NUMBERS: Final = {
-    "requestTimeout": "request_timeout",
-    "probeTimeout": "probe_timeout",
-    "startupTimeout": "handshake_timeout",
-    "maxLineBytes": "max_line_bytes",
-    "inputTimeout": "input_timeout",
-}
-FLAG_KEYS: Final = {
-    "--pool-min": "pool.min",
-    "--pool-max": "pool.max",
-    "--max-in-flight": "pool.maxInFlight",
-    "--queue-timeout": "pool.queueTimeout",
-    "--idle-timeout": "pool.idleTimeout",
-    "--max-requests": "pool.maxRequests",
-    "--max-age": "pool.maxAge",
-    "--stall-timeout": "pool.stallTimeout",
-    "--liveness-interval": "pool.livenessInterval",
-    "--isolation": "isolation",
-    "--child-asks": "childAsks",
-    "--dual-era": "dualEra",
-    "--env-from-header": "envFromHeaders",
-    "--request-timeout": "requestTimeout",
-    "--probe-timeout": "probeTimeout",
-    "--startup-timeout": "startupTimeout",
-    "--max-line-bytes": "maxLineBytes",
-    "--input-timeout": "inputTimeout",
-    "--client-capability": "clientCapabilities",
-    "--root": "roots",
-    "--max-sessions-per-principal": "maxSessionsPerPrincipal",
-    "--max-batch-size": "maxBatchSize",
-    "--oauth-issuer": "oauth.issuer",
-    "--oauth-jwks-url": "oauth.jwksUrl",
-    "--oauth-audience": "oauth.audience",
-    "--oauth-scope": "oauth.scopes",
-    "--oauth-principal-claim": "oauth.principalClaim",
-}
+"""``pool`` keys: the ``PoolSettings`` field each sets, and its type (from ``gateway.settings``)."""
+_PLAIN: Final = tuple(s for s in PER_SERVER if s.key and "." not in s.key and not s.repeat)
+"""Per-server keys whose value has the command line's form (a number, or one of the choices):
+checked and converted as declared, with no code of their own here."""
+FLAG_KEYS: Final = {s.flag: s.key for s in PER_SERVER if s.key}
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
-_KNOWN: Final = {
-    "command", "args", "env", "cwd", "inheritEnv", "pool", "isolation", "envFromHeaders",
-    "clientCapabilities", "roots", "disabled", "type", "maxSessionsPerPrincipal", "maxBatchSize", "oauth",
-    "childAsks", "dualEra", *_SPEC_NUMBERS,
-}  # fmt: skip
+_KNOWN: Final = {"command", "args", "env", "cwd", "inheritEnv", "disabled", "type"} | {
+    str(s.key).split(".")[0] for s in PER_SERVER
+}
+"""Every key a server entry may have: the per-server settings' top-level keys and the child's own."""
 
 
 def load_servers(path: str | Path, base: ServerConfig) -> tuple[ServerConfig, ...]:
@@ -166,37 +130,12 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
         if not isinstance(roots, list):
             raise ConfigError(f"{where}.roots", "must be a list of paths, file:// URIs or {uri, name} objects")
         spec = replace(spec, roots=tuple(parse_root(root, f"{where}.roots[{i}]") for i, root in enumerate(roots)))
-    for key, attribute in _SPEC_NUMBERS.items():
-        if key in body:
-            value = _number(body[key], f"{where}.{key}", int if key == "maxLineBytes" else float)
-            if key == "requestTimeout" and value == 0:
-                value = None  # 0 = no time bound, as on the command line
-            spec = replace(spec, **{attribute: value})
     config = replace(base, name=name, spec=spec)
     if "pool" in body:
         config = replace(config, pool=_pool(body["pool"], base.pool, f"{where}.pool"))
-    if "isolation" in body:
-        try:
-            config = replace(config, isolation=Isolation(body["isolation"]))
-        except ValueError:
-            raise ConfigError(f"{where}.isolation", "must be shared, principal or session") from None
-    for key, attribute in _COUNTS.items():
-        if key in body:
-            count = _number(body[key], f"{where}.{key}", int)
-            if count < 1:
-                raise ConfigError(f"{where}.{key}", "must be at least 1")
-            config = replace(config, **{attribute: count})
-    if "dualEra" in body:
-        try:
-            config = replace(config, dual_era=DualEra(body["dualEra"]))
-        except ValueError:
-            raise ConfigError(f"{where}.dualEra", "must be per-client, modern or legacy") from None
-    if "childAsks" in body:
-        try:
-            asks = AskPolicy(body["childAsks"])
-        except ValueError:
-            raise ConfigError(f"{where}.childAsks", "must be auto, always or never") from None
-        config = replace(config, pool=replace(config.pool, child_asks=asks))
+    for setting in _PLAIN:  # after "pool": childAsks lands in the pool
+        if setting.key is not None and setting.key in body:
+            config = _plain(config, setting, body[setting.key], f"{where}.{setting.key}")
     if "envFromHeaders" in body:
         mapping = _object(body["envFromHeaders"], f"{where}.envFromHeaders")
         for header, variable in mapping.items():
@@ -208,8 +147,24 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
     return config
 
 
-_COUNTS: Final = {"maxSessionsPerPrincipal": "max_sessions_per_principal", "maxBatchSize": "max_batch_size"}
-"""Per-server limits that are whole numbers of at least 1, and the ``ServerConfig`` field each sets."""
+def _plain(config: ServerConfig, setting: Setting, value: Any, where: str) -> ServerConfig:
+    """``config`` with ``setting`` (of ``_PLAIN``) set from a server entry's ``value``."""
+    if setting.choices:
+        if value not in setting.choices:
+            raise ConfigError(where, f"must be {either(setting.choices)}")
+    else:
+        value = _number(value, where, setting.kind)
+        problem = setting.problem(value)
+        if problem is not None:
+            raise ConfigError(where, problem)
+    owner, _, name = str(setting.target).partition(".")
+    value = setting.converted(value)
+    if owner == "spec":
+        return replace(config, spec=replace(config.spec, **{name: value}))
+    if owner == "pool":
+        return replace(config, pool=replace(config.pool, **{name: value}))
+    return replace(config, **{name: value})
+
 
 _OAUTH_KEYS: Final = {
     "issuer": "issuer",
@@ -242,24 +197,6 @@ def _oauth(raw: Any, base: OAuthPolicy | None, where: str) -> OAuthPolicy:
             exc.key, exc.key.removeprefix("oauth_")
         )
         raise ConfigError(f"{where}.{key}", problem) from exc
-
-
-def parse_root(value: Any, where: str) -> dict[str, str]:
-    """A ``Root``: a path or ``file://`` URI, or ``{"uri": ..., "name": ...}``."""
-    name: Any = None
-    if isinstance(value, dict):
-        unknown = sorted(set(value) - {"uri", "name"})
-        if unknown:
-            raise ConfigError(f"{where}.{unknown[0]}", "unknown key (known: uri, name)")
-        value, name = value.get("uri"), value.get("name")
-        if name is not None and not isinstance(name, str):
-            raise ConfigError(f"{where}.name", "must be a string")
-    if not isinstance(value, str) or not value:
-        raise ConfigError(where, "must be a path, a file:// URI or a {uri, name} object")
-    uri = Path(value).as_uri() if value.startswith("/") else value
-    if not uri.startswith("file://"):
-        raise ConfigError(where, f"{value!r} is not an absolute path or a file:// URI (roots are file:// URIs)")
-    return {"uri": uri, "name": name} if name else {"uri": uri}
 
 
 def _pool(raw: Any, base: PoolSettings, where: str) -> PoolSettings:

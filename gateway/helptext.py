@@ -14,7 +14,7 @@ import re
 import shutil
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
 MAX_WIDTH: Final = 100
@@ -37,11 +37,6 @@ MAIN_EPILOG: Final = (
     "Every option can also be set by the environment variable in brackets; repeatable options "
     "take comma-separated values there. The full reference is docs/configuration.md."
 )
-BRIEF_OPTIONS: Final = frozenset(
-    {"--help", "--help-all", "--version", "--host", "--port", "--config", "--command", "--pool-min", "--pool-max"}
-    | {"--isolation", "--auth-token-file", "--request-timeout", "--startup-timeout", "--log-level", "--log-format"}
-)
-"""The options the main ``--help`` shows in full; ``--help-all`` shows every one."""
 NOT_SETTINGS: Final = frozenset({"--help", "--help-all", "--version"})
 """Flags that print and exit: no environment variable, no reference row."""
 
@@ -131,10 +126,9 @@ class HelpAllAction(argparse.Action):
         parser.exit()
 
 
-def warn_misplaced_flags(parser: argparse.ArgumentParser, command: Sequence[str]) -> None:
-    """Warn about arguments after the server command that look like the gateway's own flags:
-    they go to the server (as they must), which is rarely what was meant."""
-    ours = {o for action in parser._actions for o in action.option_strings if o.startswith("--")}
+def warn_misplaced_flags(ours: Collection[str], command: Sequence[str]) -> None:
+    """Warn about arguments after the server command that are the gateway's own flags
+    (``ours``): they go to the server (as they must), which is rarely what was meant."""
     for arg in command[1:]:
         flag = arg.split("=", 1)[0]
         if flag in ours and flag not in NOT_SETTINGS:

@@ -1,20 +1,17 @@
-"""The configuration reference, generated from the argument parser so it cannot drift.
+"""The configuration reference, generated from the settings' declarations so it cannot drift.
 
 ``python -m gateway.reference`` prints docs/configuration.md; ``--check`` exits 1 when the
 file differs (a test runs the check, so CI fails on a stale reference). Each row: flag,
 environment variable, config-file key (for settings a server in ``--config`` may override),
-default, meaning — all read from the parser and from ``configfile.FLAG_KEYS``.
+default, meaning — all read from ``gateway.settings.SETTINGS``.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from gateway.cli import build_parser, env_name
-from gateway.configfile import FLAG_KEYS
-from gateway.helptext import NOT_SETTINGS
+from gateway.settings import SETTINGS, Setting
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 
@@ -28,38 +25,38 @@ command line's value is the default for every server.
 """
 
 
-def _default(action: argparse.Action) -> str:
-    if isinstance(action, argparse._StoreTrueAction):
+def _default(setting: Setting) -> str:
+    if setting.kind is bool:
         return "off"
-    if action.default in (None, [], ""):
+    if setting.repeat or setting.default in (None, ""):
         return "—"
-    return f"`{action.default}`"
+    return f"`{setting.default}`"
 
 
-def _help(action: argparse.Action) -> str:
-    text = (action.help or "").replace("%(default)s", str(action.default))
+def _help(setting: Setting) -> str:
+    text = setting.help.replace("%(default)s", str(setting.default))
     text = text.split(" (default:")[0]
-    if action.choices:
-        text += f" (one of: {', '.join(map(str, action.choices))})"
+    if setting.choices:
+        text += f" (one of: {', '.join(setting.choices)})"
     return text.replace("|", "\\\\|")
 
 
 def render() -> str:
-    parser = build_parser()
-    rows = ["| flag | environment variable | config-file key | default | meaning |", "|---|---|---|---|---|"]
-    for action in parser._actions:
-        longs = [o for o in action.option_strings if o.startswith("--")]
-        if not longs or longs[0] in NOT_SETTINGS:
-            continue
-        flag = longs[0]
-        metavar = f" {action.metavar}" if action.metavar and action.nargs != 0 else ""
-        key = f"`{FLAG_KEYS[flag]}`" if flag in FLAG_KEYS else "—"
-        cells = [f"`{flag}{metavar}`", f"`{env_name(flag)}`", key, _default(action), _help(action)]
-        rows.append("| " + " | ".join(cells) + " |")
-    rows.append(
+    """One table per ``--help`` section, in its order."""
+    header = ["| flag | environment variable | config-file key | default | meaning |", "|---|---|---|---|---|"]
+    tables: dict[str, list[str]] = {}
+    for setting in SETTINGS:
+        metavar = f" {setting.metavar}" if setting.metavar and setting.kind is not bool else ""
+        key = f"`{setting.key}`" if setting.key else "—"
+        cells = [f"`{setting.flag}{metavar}`", f"`{setting.env}`", key, _default(setting), _help(setting)]
+        tables.setdefault(setting.section, list(header)).append("| " + " | ".join(cells) + " |")
+    tables[""].append(
         "| `-- COMMAND ARGS…` | `MCP_GATEWAY_COMMAND` | `command`, `args` | the demo server | the stdio server to run |"
     )
-    return INTRO + "\n" + "\n".join(rows) + "\n"
+    parts = [
+        f"## {section[:1].upper() + section[1:] or 'Serving'}\n\n" + "\n".join(rows) for section, rows in tables.items()
+    ]
+    return INTRO + "\n" + "\n\n".join(parts) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

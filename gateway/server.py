@@ -95,20 +95,8 @@ def build_app(settings: Settings, drain: Drain | None = None, owner_routing: Own
     routers = [Router(server, gateway_version=__version__, children=children) for server in settings.servers]
     app = create_app(
         routers,
-        principal_header=settings.principal_header,
-        trusted_proxies=settings.trusted_proxies,
+        settings.edge(),
         tokens=TokenStore(settings.auth_tokens, settings.auth_token_file),
-        cors_origins=settings.cors_origins,
-        authorization_servers=settings.oauth_authorization_servers,
-        public_url=settings.public_url,
-        max_body_bytes=settings.max_body_bytes,
-        max_stream_seconds=settings.max_stream_seconds,
-        max_requests_per_principal=settings.max_requests_per_principal,
-        max_streams_per_principal=settings.max_streams_per_principal,
-        loopback_only=settings.loopback_only,
-        allowed_origins=settings.allowed_origins,
-        allowed_hosts=settings.allowed_hosts,
-        metrics=settings.metrics,
         drain=drain,
         state_secret=settings.state_secret(),
         tls_peers=peers,
@@ -183,7 +171,7 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         from gateway import workers  # imported late: only --workers needs multiprocessing
 
         try:
-            return workers.supervise(settings, sock)
+            return workers.supervise(settings, sock, worker_main)
         finally:
             sock.close()
             listener.stop()
@@ -224,3 +212,20 @@ def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> N
         # Every child has stopped; what they started outside their process group (setsid)
         # was re-parented to us (the subreaper) and must not outlive the gateway.
         sweep_descendants()
+
+
+def worker_main(settings: Settings, sock: socket.socket, secret: bytes, index: int, count: int) -> None:
+    """One ``--workers`` worker: the shared socket, its own loopback port (its advertise URL),
+    its own pools. Started by ``workers.supervise`` in a fresh interpreter."""
+    from gateway import workers
+
+    listener = workers.enter_worker(settings, index + 1)
+    own = listen_socket("127.0.0.1", 0)
+    url = f"http://127.0.0.1:{own.getsockname()[1]}"
+    routing = OwnerRouting(url, secret, max_body_bytes=settings.max_body_bytes, label=f"worker {index + 1} of {count}")
+    workers.log.info("worker %d of %d: serving, other workers reach it at %s", index + 1, count, url)
+    try:
+        serve(settings, build_app(settings, owner_routing=routing), [sock, own])
+    finally:
+        own.close()
+        listener.stop()

@@ -7,7 +7,9 @@ and each runs its own pools and children. A worker also listens on its own loopb
 its advertise address: a legacy session or parked MRTR call is owned by the worker that
 made it, and a request for it that another worker accepted is forwarded there
 (``gateway.http.forward``), as between replicas. The workers share the
-``--state-secret-file`` key, or a random one the supervisor makes for this run.
+``--state-secret-file`` key, or a random one the supervisor makes for this run. A worker's
+body is ``gateway.server.worker_main``, which the server passes to ``supervise``: this module
+does not import the server (no import cycle), and ``enter_worker`` is what every worker does first.
 
 Signals: the workers are in their own process group, so a terminal's Ctrl-C reaches only
 the supervisor, which sends each worker one SIGTERM per signal it gets: the first drains
@@ -29,12 +31,15 @@ import secrets
 import signal
 import socket
 import time
+from collections.abc import Callable
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import Final
 
 from gateway.config import Settings
+from gateway.ops import logs
+from gateway.stdio.process import become_subreaper
 
 log = logging.getLogger("gateway.workers")
 
@@ -48,8 +53,13 @@ SECRET_BYTES: Final = 32
 PDEATHSIG: Final = 1  # prctl PR_SET_PDEATHSIG
 
 
-def supervise(settings: Settings, sock: socket.socket) -> int:
-    """Run ``settings.workers`` workers on ``sock`` until a signal has stopped them all."""
+WorkerMain = Callable[[Settings, socket.socket, bytes, int, int], None]
+"""A worker's body: settings, the shared socket, the shared secret, its index, the count.
+A module-level function, so that ``multiprocessing`` spawn can name it."""
+
+
+def supervise(settings: Settings, sock: socket.socket, target: WorkerMain) -> int:
+    """Run ``settings.workers`` workers (``target``) on ``sock`` until a signal has stopped them all."""
     secret = settings.state_secret() or secrets.token_bytes(SECRET_BYTES)
     context = multiprocessing.get_context("spawn")
     count = settings.workers
@@ -60,7 +70,7 @@ def supervise(settings: Settings, sock: socket.socket) -> int:
 
     def start(index: int) -> None:
         process = context.Process(
-            target=worker_main, args=(settings, sock, secret, index, count), name=f"gateway-worker-{index + 1}"
+            target=target, args=(settings, sock, secret, index, count), name=f"gateway-worker-{index + 1}"
         )
         process.start()
         workers[index] = process
@@ -118,27 +128,17 @@ def _verb(signals: int) -> str:
     return "draining" if signals == 1 else "stopping"
 
 
-def worker_main(settings: Settings, sock: socket.socket, secret: bytes, index: int, count: int) -> None:
-    """One worker: the shared socket, its own loopback port (its advertise URL), its own pools."""
+def enter_worker(settings: Settings, number: int) -> logging.handlers.QueueListener:
+    """What a worker process does first: its own process group, death with the supervisor,
+    logs that name it, and the subreaper role for its children's orphans. Returns the log
+    listener to stop on exit. (The worker itself is ``gateway.server.worker_main``, passed to
+    ``supervise``: this module does not import the server.)"""
     os.setpgid(0, 0)  # terminal signals go to the supervisor, which passes on exactly one SIGTERM
     _die_with_parent()
-    from gateway import server
-    from gateway.ops import logs
-    from gateway.relay.owner import OwnerRouting
-    from gateway.stdio.process import become_subreaper
-
     listener = logs.configure(settings.log_level, settings.log_format)
-    _tag_logs(listener, index + 1, settings.log_format)
+    _tag_logs(listener, number, settings.log_format)
     become_subreaper()
-    own = server.listen_socket("127.0.0.1", 0)
-    url = f"http://127.0.0.1:{own.getsockname()[1]}"
-    routing = OwnerRouting(url, secret, max_body_bytes=settings.max_body_bytes, label=f"worker {index + 1} of {count}")
-    log.info("worker %d of %d: serving, other workers reach it at %s", index + 1, count, url)
-    try:
-        server.serve(settings, server.build_app(settings, owner_routing=routing), [sock, own])
-    finally:
-        own.close()
-        listener.stop()
+    return listener
 
 
 class _WorkerTag(logging.Filter):

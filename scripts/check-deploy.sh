@@ -95,18 +95,16 @@ install_nginx() {
     "$NGINX" -v 2>/dev/null || fail "the unpacked nginx does not run here (missing libraries?)"
 }
 
-# The MCP_GATEWAY_* variables the gateway defines, from its own CLI, so no deployment file sets
+# The MCP_GATEWAY_* variables the gateway defines, from its settings' declarations, so no deployment file sets
 # one that would be silently ignored.
 known_env() {
     local python=python3
     [[ -x .venv/bin/python ]] && python=.venv/bin/python
-    "$python" - <<'EOF' || fail "cannot import gateway.cli: install the project first (pip install -e .)"
-from gateway.cli import build_parser, env_name
+    "$python" - <<'EOF' || fail "cannot import gateway.settings: install the project first (pip install -e .)"
+from gateway.settings import SETTINGS
 
-for action in build_parser()._actions:
-    longs = [o for o in action.option_strings if o.startswith("--")]
-    if longs and longs[0] not in ("--help", "--help-all", "--version"):
-        print(env_name(longs[0]))
+for setting in SETTINGS:
+    print(setting.env)
 EOF
 }
 

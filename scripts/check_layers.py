@@ -14,7 +14,7 @@ The layers, innermost first (``docs/architecture.md`` draws them):
 - ``ops``: metrics, logs, recent warnings. Reads the relay layer at scrape time.
 - ``http``: the Starlette edge. Imports ``relay``, ``ops``, ``oauth``, ``protocol`` and
   ``errors``, never ``stdio``.
-- the composition root (``cli``, ``config``, ``configfile``, ``server``, ``workers``,
+- the composition root (``cli``, ``config``, ``configfile``, ``settings``, ``server``, ``workers``,
   ``helptext``, ``reference``, ``__main__``): imports anything; nothing below imports it.
 - ``tools``: the ``call`` client, ``inspect`` and the demo server, which share the package
   but not the gateway's layers: ``protocol``, ``stdio``, ``errors``, ``helptext``.
@@ -32,7 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "gateway"
 
-COMPOSITION = frozenset({"cli", "config", "configfile", "server", "workers", "helptext", "reference", "__main__"})
+COMPOSITION = frozenset(
+    {"cli", "config", "configfile", "settings", "server", "workers", "helptext", "reference", "__main__"}
+)
 
 # layer -> the layers it may import (itself always allowed)
 ALLOWED: dict[str, frozenset[str]] = {

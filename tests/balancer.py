@@ -17,12 +17,11 @@ from typing import Any
 import anyio
 import httpx
 
-from gateway.http.app import create_app
 from gateway.http.endpoint import MAX_BODY_BYTES
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router, ServerConfig
 from gateway.stdio.spec import ChildSpec
-from tests.gateway_server import loopback_socket, serving
+from tests.gateway_server import app_for, loopback_socket, serving
 
 SECRET = b"the replicas' shared secret, 32+"
 LOOP_STALL_MARGIN = 30.0
@@ -123,9 +122,7 @@ async def cluster(spec: ChildSpec, size: int = 3, **app_options: Any) -> AsyncIt
     routings = [
         OwnerRouting(base, SECRET, max_body_bytes=MAX_BODY_BYTES, connect_timeout=LOOP_STALL_MARGIN) for base in bases
     ]
-    apps = [
-        create_app(Router(ServerConfig("test", spec)), owner_routing=routing, **app_options) for routing in routings
-    ]
+    apps = [app_for(Router(ServerConfig("test", spec)), owner_routing=routing, **app_options) for routing in routings]
     async with AsyncExitStack() as stack:
         seen: list[dict[str, str]] = []
         for sock, app in zip(sockets, apps, strict=True):

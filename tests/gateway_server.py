@@ -10,13 +10,16 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import fields
 from typing import Any
 
 import anyio
 import uvicorn
+from starlette.applications import Starlette
 
 from gateway.http.app import create_app
 from gateway.http.connection import GuardedHttpTools
+from gateway.http.edge import EdgeSettings
 from gateway.relay.router import DualEra, Isolation, Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
@@ -28,6 +31,14 @@ MODERN_META = {
     "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "0"},
 }
 BASE_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+
+
+def app_for(routers: Router | list[Router], **options: Any) -> Starlette:
+    """``create_app`` with the edge settings and its other parts given as keywords alike, the
+    way tests name them: ``app_for(router, max_body_bytes=64, drain=drain)``."""
+    edge = {f.name for f in fields(EdgeSettings)}
+    settings = EdgeSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in options.items() if k in edge})
+    return create_app(routers, settings, **{k: v for k, v in options.items() if k not in edge})
 
 
 def loopback_socket() -> socket.socket:
@@ -95,7 +106,7 @@ async def running_gateway(
     if pool_size is not None:
         pool = PoolSettings(min_size=pool_size, max_size=pool_size)
     server = ServerConfig("test", spec, pool or PoolSettings(), isolation, env_from_headers or {}, dual_era=dual_era)
-    app = create_app(Router(server), **app_options)
+    app = app_for(Router(server), **app_options)
     async with serving(app, http=http) as base:
         yield f"{base}/mcp"
 

@@ -1,6 +1,6 @@
 """The ASGI application: routes, lifespan, middleware.
 
-``create_app(routers, ...)`` builds a Starlette app serving one MCP endpoint per server
+``create_app(routers, settings, ...)`` builds a Starlette app serving one MCP endpoint per server
 (``/servers/NAME/mcp``, and ``/mcp`` when there is one server),
 ``/healthz`` (the process and its event loop answer), ``/readyz`` (a child is ready and no
 pool is failing; 503 naming the servers that are not, without the reason: it is open to
@@ -15,7 +15,7 @@ the whole app (``Observed``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,9 +34,10 @@ from gateway.http import ui, wire
 from gateway.http.auth import AuthGuard, TokenStore
 from gateway.http.cors import Cors
 from gateway.http.drain import Drain, DrainGuard
-from gateway.http.endpoint import BODY_TIMEOUT, MAX_BODY_BYTES, MAX_STREAM_SECONDS, McpEndpoint
+from gateway.http.edge import EdgeSettings
+from gateway.http.endpoint import McpEndpoint
 from gateway.http.forward import RouteToOwner, accepting_forwards
-from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
+from gateway.http.limits import HeaderLimits, PrincipalLimits
 from gateway.http.observe import Observed
 from gateway.http.origin import OriginGuard
 from gateway.http.resource import METADATA_PATH, ResourceMetadata
@@ -55,6 +56,7 @@ MAX_LISTED_ENDPOINTS: Final = 20
 """Server names a 404 lists at most: a hint, not an inventory of a big config file."""
 SHOWN_PATH_CHARS: Final = 200
 """How much of an unknown path a 404 repeats back."""
+DEFAULT_EDGE: Final = EdgeSettings()
 
 if TYPE_CHECKING:  # gateway.http.tls sees uvicorn; the app only passes the subjects on
     from gateway.http.tls import PeerSubjects
@@ -92,22 +94,9 @@ def readiness_word(router: Router) -> str:
 
 def create_app(
     routers: Router | Sequence[Router],
+    settings: EdgeSettings = DEFAULT_EDGE,
     *,
-    max_body_bytes: int = MAX_BODY_BYTES,
-    max_stream_seconds: float = MAX_STREAM_SECONDS,
-    body_timeout: float = BODY_TIMEOUT,
-    loopback_only: bool = True,
-    allowed_origins: Iterable[str] = (),
-    allowed_hosts: Iterable[str] = (),
-    principal_header: str | None = None,
-    trusted_proxies: Iterable[str] = (),
     tokens: TokenStore | None = None,
-    cors_origins: Iterable[str] = (),
-    authorization_servers: Iterable[str] = (),
-    public_url: str | None = None,
-    max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL,
-    max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL,
-    metrics: bool = True,
     drain: Drain | None = None,
     state_secret: bytes | None = None,
     tls_peers: PeerSubjects | None = None,
@@ -116,6 +105,8 @@ def create_app(
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``.
 
+    ``settings``: the edge's limits, origins, identity and metadata settings. The keywords are
+    the parts made elsewhere: ``tokens`` (the bearer tokens); ``drain`` (SIGTERM's drain);
     ``state_secret`` signs MRTR ``requestState`` tokens (shared by replicas); None: a random one.
     ``tls_peers``: client-certificate subjects (mutual TLS) that become principals. ``oauth``:
     the token gate; by default built from each server's ``oauth`` policy (raises ``ConfigError``
@@ -137,9 +128,9 @@ def create_app(
         endpoint = McpEndpoint(
             Relay(router, gateway_version=__version__, suspensions=suspensions),
             sessions,
-            max_body_bytes=max_body_bytes,
-            max_stream_seconds=max_stream_seconds,
-            body_timeout=body_timeout,
+            max_body_bytes=settings.max_body_bytes,
+            max_stream_seconds=settings.max_stream_seconds,
+            body_timeout=settings.body_timeout,
             max_batch_size=router.server.max_batch_size,
         )
         router.add_listener(endpoint.on_child_notification)
@@ -175,7 +166,7 @@ def create_app(
 
     drain = drain or Drain()
     stores = {router.server.name: sessions for router, _, sessions in endpoints}
-    gateway_metrics = GatewayMetrics(routers, stores.__getitem__) if metrics else None
+    gateway_metrics = GatewayMetrics(routers, stores.__getitem__) if settings.metrics else None
     if gateway_metrics is not None and routing is not None:  # which replica or worker a scrape reached
         Gauge(
             "mcp_gateway_instance",
@@ -233,8 +224,10 @@ def create_app(
     protected: dict[str, OAuthPolicy | None] = {f"/servers/{r.server.name}/mcp": r.server.oauth for r in routers}
     if len(routers) == 1:
         protected["/mcp"] = routers[0].server.oauth
-    oauth = oauth if oauth is not None else OAuthGate(protected, public_url=public_url)
-    resources = ResourceMetadata(protected, public_url=public_url, authorization_servers=authorization_servers)
+    oauth = oauth if oauth is not None else OAuthGate(protected, public_url=settings.public_url)
+    resources = ResourceMetadata(
+        protected, public_url=settings.public_url, authorization_servers=settings.authorization_servers
+    )
 
     async def protected_resource(request: Request) -> Response:
         """RFC 9728 metadata, so MCP clients can discover where to log in."""
@@ -274,7 +267,7 @@ def create_app(
             return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
         routes.append(Route("/metrics", metrics_page, methods=["GET"]))
-    cors_origins = list(cors_origins)
+    cors_origins = list(settings.cors_origins)
     # Outermost first. Layers that have nothing to do are left out: each costs a call per request.
     tokens = tokens or TokenStore()
     # First, so that what every later layer refuses is logged and counted too.
@@ -286,25 +279,29 @@ def create_app(
     middleware.append(
         Middleware(
             OriginGuard,
-            loopback_only=loopback_only,
-            allowed_origins=[*allowed_origins, *cors_origins],
-            allowed_hosts=list(allowed_hosts),
+            loopback_only=settings.loopback_only,
+            allowed_origins=[*settings.allowed_origins, *cors_origins],
+            allowed_hosts=list(settings.allowed_hosts),
         )
     )
-    if tokens.enabled or principal_header or oauth.enabled or tls_peers is not None:
+    if tokens.enabled or settings.principal_header or oauth.enabled or tls_peers is not None:
         middleware.append(
             Middleware(
                 AuthGuard,
                 tokens=tokens,
-                principal_header=principal_header,
-                trusted_proxies=list(trusted_proxies),
+                principal_header=settings.principal_header,
+                trusted_proxies=list(settings.trusted_proxies),
                 metadata=resources,
                 oauth=oauth,
                 peers=tls_peers,
             )
         )
     middleware.append(
-        Middleware(PrincipalLimits, max_requests=max_requests_per_principal, max_streams=max_streams_per_principal)
+        Middleware(
+            PrincipalLimits,
+            max_requests=settings.max_requests_per_principal,
+            max_streams=settings.max_streams_per_principal,
+        )
     )
     if routing is not None:
         middleware = accepting_forwards(middleware, routing)

@@ -27,7 +27,7 @@ PROBE_TIMEOUT: Final = 30.0
 package before the server reads its first line, and a too-short probe would wrongly decide
 "legacy" for a modern server on a cold start."""
 REQUEST_TIMEOUT: Final = 3600.0
-"""The command line's default for a request's hard time bound (legacy clients never cancel by
+"""A request's hard time bound by default (legacy clients never cancel by
 disconnecting, so without one a hung child would hold a slot for ever)."""
 HANDSHAKE_TIMEOUT: Final = 60.0
 """Seconds to wait for a legacy child's ``initialize`` reply."""
@@ -62,7 +62,7 @@ class ChildSpec:
     sigterm_grace: float = SIGTERM_GRACE
     probe_timeout: float = PROBE_TIMEOUT
     handshake_timeout: float = HANDSHAKE_TIMEOUT
-    request_timeout: float | None = None
+    request_timeout: float | None = REQUEST_TIMEOUT  # None: no bound (the command line's 0)
     client_capabilities: Mapping[str, object] | None = None  # None: BRIDGED_CAPABILITIES; {}: none
     roots: tuple[Mapping[str, object], ...] | None = None  # answers the child's roots/list when no client can
     input_timeout: float = INPUT_TIMEOUT

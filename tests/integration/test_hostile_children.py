@@ -18,7 +18,6 @@ import httpx
 import pytest
 
 from gateway.errors import ClientThrottledError, GatewayUnavailableError
-from gateway.http.app import create_app
 from gateway.protocol.attribution import AskPolicy
 from gateway.relay.router import Isolation, Router, ServerConfig
 from gateway.relay.sessions import SessionStore
@@ -26,7 +25,7 @@ from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import TEST_SERVER, server_processes, server_spec
-from tests.gateway_server import BASE_HEADERS, legacy_initialize, modern_call, modern_headers, serving
+from tests.gateway_server import BASE_HEADERS, app_for, legacy_initialize, modern_call, modern_headers, serving
 from tests.integration.test_drain import kill_after_failure, read_log
 
 pytestmark = pytest.mark.anyio
@@ -35,7 +34,7 @@ IDENTITY = {"principal_header": "X-User", "trusted_proxies": ["127.0.0.0/8"]}
 
 
 def gateway_app(server: ServerConfig, children: ChildBudget | None = None) -> Any:
-    return create_app(Router(server, children=children), **IDENTITY)  # type: ignore[arg-type]
+    return app_for(Router(server, children=children), **IDENTITY)
 
 
 async def call(http: httpx.AsyncClient, url: str, user: str, tool: str, args: dict[str, Any]) -> httpx.Response:
@@ -378,7 +377,7 @@ async def test_the_child_cap_spans_servers_and_never_evicts_a_prewarmed_minimum(
     keyed = ServerConfig(
         "keyed", server_spec(), PoolSettings(min_size=0, max_size=1, queue_timeout=0.3), Isolation.PRINCIPAL
     )
-    app = create_app([Router(shared, children=children), Router(keyed, children=children)], **IDENTITY)  # type: ignore[arg-type]
+    app = app_for([Router(shared, children=children), Router(keyed, children=children)], **IDENTITY)
     with anyio.fail_after(40):
         async with serving(app) as base, httpx.AsyncClient(timeout=30) as http:
             warm = pid_of(await call(http, f"{base}/servers/warm/mcp", "p1", "pid", {}))

@@ -16,7 +16,6 @@ import httpx
 import orjson
 import pytest
 
-from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
 from gateway.ops.logs import JsonFormatter, TextFormatter
 from gateway.protocol.attribution import AskPolicy
@@ -28,6 +27,7 @@ from tests.conftest import server_spec
 from tests.gateway_server import (
     BASE_HEADERS,
     MODERN_META,
+    app_for,
     legacy_initialize,
     modern_call,
     modern_headers,
@@ -258,7 +258,7 @@ async def test_legacy_calls_whose_clients_hung_up_still_count_until_they_end() -
 async def test_a_batch_over_the_size_limit_is_refused_before_any_entry_runs() -> None:
     server = ServerConfig("test", server_spec(), max_batch_size=5)
     with anyio.fail_after(WAIT):
-        async with serving(create_app(Router(server))) as base, httpx.AsyncClient(timeout=WAIT) as http:
+        async with serving(app_for(Router(server))) as base, httpx.AsyncClient(timeout=WAIT) as http:
             url = f"{base}/mcp"
             session = await open_session(http, url, "2025-03-26")
             await http.post(url, headers=session, json=legacy_call(0, "pid"))

@@ -28,7 +28,6 @@ import pytest
 from anyio.abc import SocketStream
 
 from gateway.http import replies
-from gateway.http.app import create_app
 from gateway.http.connection import MAX_HEAD_BYTES, GuardedHttpTools
 from gateway.http.drain import Drain
 from gateway.protocol.attribution import AskPolicy
@@ -37,6 +36,7 @@ from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import (
     BASE_HEADERS,
+    app_for,
     legacy_initialize,
     modern_call,
     modern_headers,
@@ -145,7 +145,7 @@ async def gateway_app(**app_options: Any) -> AsyncIterator[tuple[str, WatchedDra
     never_asks = PoolSettings(child_asks=AskPolicy.NEVER)
     server = ServerConfig("test", server_spec(), never_asks, dual_era=DualEra.MODERN)
     drain = WatchedDrain()
-    app = create_app(Router(server), drain=drain, **app_options)
+    app = app_for(Router(server), drain=drain, **app_options)
     async with serving(app, http=SHORT) as base:
         yield f"{base}/mcp", drain
 
@@ -313,7 +313,7 @@ async def test_large_replies_waiting_for_clients_that_never_read_share_one_budge
     patient = GuardedHttpTools.configured(write_timeout=120.0)  # the budget, not the timeout, is tested
     with anyio.fail_after(60):
         drain = WatchedDrain()
-        app = create_app(Router(ServerConfig("test", server_spec(), PoolSettings())), drain=drain)
+        app = app_for(Router(ServerConfig("test", server_spec(), PoolSettings())), drain=drain)
         async with serving(app, http=patient) as base, httpx.AsyncClient(timeout=20) as http:
             url, port = f"{base}/mcp", port_of(base)
             request = post_bytes(

@@ -6,11 +6,10 @@ import anyio
 import httpx
 import pytest
 
-from gateway.http.app import create_app
 from gateway.relay.router import Router, ServerConfig
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import server_spec
-from tests.gateway_server import modern_call, modern_headers, serving
+from tests.gateway_server import app_for, modern_call, modern_headers, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -22,7 +21,7 @@ async def test_each_server_has_its_endpoint_and_a_broken_one_does_not_affect_the
         Router(ServerConfig("broken", ChildSpec("/nonexistent/server"))),
     ]
     with anyio.fail_after(20):
-        async with serving(create_app(routers)) as base, httpx.AsyncClient(timeout=10) as http:
+        async with serving(app_for(routers)) as base, httpx.AsyncClient(timeout=10) as http:
             for name in ("alpha", "beta"):
                 reply = await http.post(
                     f"{base}/servers/{name}/mcp",

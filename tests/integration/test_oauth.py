@@ -20,12 +20,11 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
 from gateway.oauth.validation import OAuthPolicy
 from gateway.relay.router import Isolation, Router, ServerConfig
 from tests.conftest import server_spec
-from tests.gateway_server import BASE_HEADERS, legacy_initialize, modern_call, modern_headers, serving
+from tests.gateway_server import BASE_HEADERS, app_for, legacy_initialize, modern_call, modern_headers, serving
 from tests.oauth_issuer import Issuer, new_key, running_issuer
 
 pytestmark = pytest.mark.anyio
@@ -48,7 +47,7 @@ async def oauth_gateway(
     """A single-server gateway whose endpoint takes tokens from ``issuer``; yields its base URL."""
     policy = OAuthPolicy(issuer=issuer.url, scopes=scopes)
     server = ServerConfig("test", server_spec(), isolation=isolation, oauth=policy)
-    async with serving(create_app(Router(server), public_url=PUBLIC, **options)) as base:
+    async with serving(app_for(Router(server), public_url=PUBLIC, **options)) as base:
         yield base
 
 
@@ -273,7 +272,7 @@ async def test_each_server_of_many_has_its_own_audience_and_metadata() -> None:
         async with running_issuer() as issuer:
             policy = OAuthPolicy(issuer=issuer.url)
             servers = [ServerConfig(name, server_spec(), oauth=policy) for name in ("files", "time")]
-            app = create_app([Router(s) for s in servers], public_url=PUBLIC)
+            app = app_for([Router(s) for s in servers], public_url=PUBLIC)
             async with serving(app) as base, httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http:
                 files = f"{PUBLIC}/servers/files/mcp"
                 headers = modern_headers("tools/call", "pid")

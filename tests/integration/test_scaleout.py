@@ -20,7 +20,6 @@ from mcp import Client
 from mcp import types as sdk
 
 from gateway.config import Settings
-from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
 from gateway.http.endpoint import MAX_BODY_BYTES
 from gateway.protocol import owner as owners
@@ -29,7 +28,7 @@ from gateway.relay.router import Router, ServerConfig
 from gateway.server import build_app
 from tests.balancer import SECRET, cluster
 from tests.conftest import server_spec
-from tests.gateway_server import BASE_HEADERS, legacy_initialize, loopback_socket, open_legacy_session, serving
+from tests.gateway_server import BASE_HEADERS, app_for, legacy_initialize, loopback_socket, open_legacy_session, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -223,10 +222,10 @@ async def test_an_owner_gone_or_restarted_at_the_same_address_means_404_and_a_ne
             routing_b = OwnerRouting("http://127.0.0.1:1", SECRET, max_body_bytes=MAX_BODY_BYTES)
             sock_b = loopback_socket()
             routing_b.me = owners.Owner(f"http://127.0.0.1:{sock_b.getsockname()[1]}", routing_b.me.boot)
-            app_b = create_app(Router(ServerConfig("test", spec)), owner_routing=routing_b)
+            app_b = app_for(Router(ServerConfig("test", spec)), owner_routing=routing_b)
             url_b = await outer.enter_async_context(serving(app_b, sock_b)) + "/mcp"
             first = OwnerRouting(base_a, SECRET, max_body_bytes=MAX_BODY_BYTES)
-            async with serving(create_app(Router(ServerConfig("test", spec)), owner_routing=first), sock_a):
+            async with serving(app_for(Router(ServerConfig("test", spec)), owner_routing=first), sock_a):
                 old = await open_session(http, base_a + "/mcp")
                 assert (await http.post(url_b, headers=old, json=ping)).status_code == 200
             # A is gone: its session is unknown everywhere, at once (connection refused).
@@ -237,7 +236,7 @@ async def test_an_owner_gone_or_restarted_at_the_same_address_means_404_and_a_ne
             again = loopback_socket_at(port)
             second = OwnerRouting(base_a, SECRET, max_body_bytes=MAX_BODY_BYTES)
             assert second.me.boot != first.me.boot
-            async with serving(create_app(Router(ServerConfig("test", spec)), owner_routing=second), again):
+            async with serving(app_for(Router(ServerConfig("test", spec)), owner_routing=second), again):
                 assert (await http.post(base_a + "/mcp", headers=old, json=ping)).status_code == 404
                 assert (await http.post(url_b, headers=old, json=ping)).status_code == 404
                 new = await open_session(http, url_b)  # re-initialize: works, and the new session roams

@@ -20,13 +20,12 @@ import anyio
 import httpx
 import pytest
 
-from gateway.http.app import create_app
 from gateway.http.auth import TokenStore
 from gateway.http.ui import render_page
 from gateway.relay.router import Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
-from tests.gateway_server import serving
+from tests.gateway_server import app_for, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -47,7 +46,7 @@ async def two_servers(**options: Any) -> AsyncIterator[str]:
     """A gateway serving ``alpha`` (modern, two children) and ``beta`` (legacy, with stderr)."""
     alpha = ServerConfig("alpha", server_spec(), PoolSettings(min_size=2, max_size=2))
     beta = ServerConfig("beta", server_spec("--era", "legacy", "--stderr-lines", "3"), PoolSettings())
-    async with serving(create_app([Router(alpha), Router(beta)], **options)) as base:
+    async with serving(app_for([Router(alpha), Router(beta)], **options)) as base:
         async with httpx.AsyncClient() as http:
             while True:  # both pools pre-warm; each /status is a real round trip
                 status = (await http.get(f"{base}/status", headers=_auth(options))).json()
@@ -137,7 +136,7 @@ def test_every_value_on_the_page_is_escaped() -> None:
 async def test_status_keeps_the_recent_errors_newest_first() -> None:
     failing = ServerConfig("broken", server_spec("--exit-at-start", "3"), PoolSettings(min_size=1, max_size=1))
     with anyio.fail_after(60):
-        async with serving(create_app([Router(failing)])) as base, httpx.AsyncClient() as http:
+        async with serving(app_for([Router(failing)])) as base, httpx.AsyncClient() as http:
             while True:  # the pool retries with backoff; each /status is a real round trip
                 status = (await http.get(f"{base}/status")).json()
                 if len(status["recent_errors"]) >= 2:

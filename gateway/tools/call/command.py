@@ -28,11 +28,11 @@ import httpx
 from rich.console import Console
 from rich.text import Text
 
-from gateway.configfile import parse_root
 from gateway.errors import ConfigError
 from gateway.helptext import HelpFormatter
 from gateway.protocol.bridge import CHILD_META
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply, Request, Result, error_object
+from gateway.protocol.roots import parse_root
 from gateway.protocol.versions import Era
 from gateway.protocol.xmcpheader import filter_tools, tool_header_params
 from gateway.tools.call import render, tools

@@ -1,0 +1,51 @@
+"""Settings that say what to serve and how the process runs: ``--config``, ``--command``,
+the log format, the drain on SIGTERM, ``/metrics``.
+
+Declared as ``gateway.settings.declaration.Setting``; ``gateway.settings`` gathers them."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gateway.settings.declaration import DRAIN_TIMEOUT, NOT_NEGATIVE, Setting, rule
+
+SETTINGS: Final[tuple[Setting, ...]] = (
+    Setting(
+        "--config",
+        brief=True,
+        metavar="FILE",
+        help="serve every server of a JSON file in the mcpServers shape, at /servers/NAME/mcp",
+    ),
+    Setting(
+        "--command",
+        brief=True,
+        metavar="COMMAND_LINE",
+        dest="env_command",
+        help="the stdio server as one string (for MCP_GATEWAY_COMMAND); split like a shell would, never run by one",
+    ),
+    Setting(
+        "--log-format",
+        field="log_format",
+        brief=True,
+        check=rule(lambda v: v in ("text", "json"), "must be text or json"),
+        default="text",
+        choices=("text", "json"),
+        help="one line per event as human text or JSON (default: %(default)s)",
+    ),
+    Setting(
+        "--drain-timeout",
+        field="drain_timeout",
+        check=NOT_NEGATIVE,
+        kind=float,
+        default=DRAIN_TIMEOUT,
+        metavar="SECONDS",
+        help="on SIGTERM, let in-flight requests finish this long (default: %(default)s)",
+    ),
+    Setting(
+        "--no-metrics",
+        field="metrics",
+        negate=True,
+        kind=bool,
+        help="do not serve /metrics",
+    ),
+)
