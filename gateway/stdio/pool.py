@@ -59,6 +59,7 @@ from gateway.protocol.attribution import AskPolicy, ChildLoad
 from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import Notification, Reply, Request, Result
 from gateway.protocol.versions import Era
+from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.child import StdioChild, open_child
 from gateway.stdio.crashes import CRASH_WINDOW, CrashLedger
@@ -169,7 +170,9 @@ class Pool:
         size: int | None = None,
         budget: ChildBudget | None = None,
         crashes: CrashLedger | None = None,
+        backend: ChildBackend = PROCESS_BACKEND,
     ) -> None:
+        """``backend``: how children are started (real processes unless a test passes a fake)."""
         if settings is None:
             settings = PoolSettings(min_size=size or 1, max_size=size or 1)
         self.spec = spec
@@ -188,6 +191,7 @@ class Pool:
         self._waiting = 0
         self._gateway_version = gateway_version
         self._on_request = on_request
+        self._backend = backend
         self._listeners: list[PoolListener] = []
         self._loss_listeners: list[LossListener] = []
         self._request_handlers: list[PoolRequestHandler] = []
@@ -480,6 +484,7 @@ class Pool:
                 on_request=self._child_request,
                 on_notification=self._dispatch,
                 on_change=self._notify,
+                backend=self._backend,
             ) as child:
                 member.child = child
                 child.questions.tools = self.tools
