@@ -1,0 +1,556 @@
+"""A scripted in-memory MCP server behind the ``ChildBackend`` seam: children without processes.
+
+``FakeBackend`` is a ``gateway.stdio.backend.ChildBackend``. Each ``open(spec)`` makes a
+``FakeChild``: a ``ChildProcess`` whose stdin, stdout and stderr are anyio memory streams, and
+behind them an MCP server speaking newline-delimited JSON-RPC, scripted by a ``Script``:
+
+- **era**: ``"legacy"`` (``initialize`` only; ``server/discover`` gets -32601), ``"modern"``
+  (``server/discover`` only; ``initialize`` gets -32601 naming 2026-07-28) or ``"dual"`` (both;
+  a request is served modern-style when its ``_meta`` names a protocol version);
+- **tools** (``DEFAULT_TOOLS``): ``echo``; ``whoami`` (the fake pid); ``progress`` (``count``
+  notifications tagged ``tag``, then ``hold`` if asked); ``hold`` (until the test releases or
+  the gateway cancels it); ``ask`` (``method``/``params`` to the client, its answer returned);
+  ``crash`` (``stderr`` lines, then exit with ``code``, the call unanswered);
+- **process**: ``exit_at_start`` (code, after ``stderr_at_start``), ``silent`` (reads, never
+  writes), ``ignore_stdin_close`` / ``ignore_terminate`` (for the stop ladder).
+
+What the test waits on is state the fake keeps, with an event per change (``until``, never a
+poll or a sleep): every message the child read (``received``), its ``calls`` (one ``Call``
+per ``tools/call``: ``arrived``; ``cancelled`` when ``notifications/cancelled`` names its
+child-side id; ``release()`` to answer a held call), whether it exited (``exited``).
+Cancelled calls are never answered, as a real server should do.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import anyio
+import orjson
+from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from gateway.stdio.spec import ChildSpec
+
+JsonObject = dict[str, Any]
+Era = Literal["legacy", "modern", "dual"]
+ToolHandler = Callable[["Call"], Awaitable[JsonObject]]
+
+MODERN: Final = "2026-07-28"
+LEGACY_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
+SERVER_INFO_KEY: Final = "io.modelcontextprotocol/serverInfo"
+FAKE_PID_BASE: Final = 10_000_000
+"""Fake pids start above Linux's highest pid (4,194,304): never a real process's."""
+WAIT: Final = 10.0
+"""Bound of every wait in the fake's helpers (a test that fails, fails in seconds)."""
+
+
+def text(value: str, **structured: Any) -> JsonObject:
+    result: JsonObject = {"content": [{"type": "text", "text": value}]}
+    if structured:
+        result["structuredContent"] = structured
+    return result
+
+
+class Changes:
+    """A state that changes, and a way to wait until a predicate over it holds (no polling:
+    the predicate is checked again at each change)."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def changed(self) -> None:
+        self._event.set()
+        self._event = anyio.Event()
+
+    async def until(self, predicate: Callable[[], bool], timeout: float = WAIT) -> None:
+        with anyio.fail_after(timeout):
+            while not predicate():
+                await self._event.wait()
+
+
+class Call:
+    """One ``tools/call`` at a fake child."""
+
+    def __init__(self, child: FakeChild, request_id: int | str, params: JsonObject, modern: bool) -> None:
+        self.child = child
+        self.id = request_id  # the child-side id (what the gateway minted)
+        self.name: str = params.get("name", "")
+        arguments = params.get("arguments")
+        self.arguments: JsonObject = arguments if isinstance(arguments, dict) else {}
+        meta = params.get("_meta")
+        self.meta: JsonObject = meta if isinstance(meta, dict) else {}
+        self.modern = modern
+        self.cancelled = anyio.Event()
+        self.answered = False  # a reply was written
+        self._release = anyio.Event()
+        self._result: JsonObject = text("released")
+
+    def __repr__(self) -> str:
+        return f"<Call {self.name} id={self.id!r} on {self.child.pid}>"
+
+    @property
+    def is_released(self) -> bool:
+        return self.answered or self._release.is_set()
+
+    def release(self, result: JsonObject | None = None) -> None:
+        """Let a held call answer (``result``, or "released")."""
+        if result is not None:
+            self._result = result
+        self._release.set()
+
+    async def held(self) -> JsonObject:
+        """Wait until released (the result) or cancelled (``anyio.get_cancelled_exc_class``
+        is not used: the caller gets ``Cancelled`` and writes nothing)."""
+        async with anyio.create_task_group() as tg:
+
+            async def on_cancel() -> None:
+                await self.cancelled.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(on_cancel)
+            await self._release.wait()
+            tg.cancel_scope.cancel()
+        if self.cancelled.is_set():
+            raise CallCancelled
+        return self._result
+
+    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        token = self.meta.get("progressToken")
+        if token is None or self.cancelled.is_set():
+            return
+        params: JsonObject = {"progressToken": token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message is not None:
+            params["message"] = message
+        await self.child.write({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+
+    async def ask(self, method: str, params: JsonObject | None = None) -> JsonObject:
+        """A request to the client while this call runs; its response (result or error)."""
+        return await self.child.ask(method, params)
+
+
+class CallCancelled(Exception):
+    """The gateway cancelled the call: nothing more is written for it."""
+
+
+async def _echo(call: Call) -> JsonObject:
+    return text(str(call.arguments.get("message", "")))
+
+
+async def _whoami(call: Call) -> JsonObject:
+    return text(str(call.child.pid), pid=call.child.pid)
+
+
+async def _progress(call: Call) -> JsonObject:
+    count = int(call.arguments.get("count", 3))
+    tag = str(call.arguments.get("tag", "step"))
+    for step in range(1, count + 1):
+        await call.progress(step, count, f"{tag} {step}")
+    if call.arguments.get("hold"):
+        return await call.held()
+    return text(tag)
+
+
+async def _hold(call: Call) -> JsonObject:
+    return await call.held()
+
+
+async def _ask(call: Call) -> JsonObject:
+    params = call.arguments.get("params")
+    answer = await call.ask(str(call.arguments["method"]), params if isinstance(params, dict) else None)
+    return text("asked", answer=answer)
+
+
+async def _crash(call: Call) -> JsonObject:
+    stderr = call.arguments.get("stderr", [])
+    await call.child.exit(int(call.arguments.get("code", 1)), stderr=[str(line) for line in stderr])
+    raise CallCancelled  # never reached in practice: the exit cancelled this task
+
+
+DEFAULT_TOOLS: Final[Mapping[str, ToolHandler]] = {
+    "echo": _echo,
+    "whoami": _whoami,
+    "progress": _progress,
+    "hold": _hold,
+    "ask": _ask,
+    "crash": _crash,
+}
+
+
+@dataclass
+class Script:
+    """How a fake child behaves."""
+
+    era: Era = "dual"
+    name: str = "fakeserver"
+    tools: Mapping[str, ToolHandler] = field(default_factory=lambda: dict(DEFAULT_TOOLS))
+    capabilities: JsonObject = field(default_factory=lambda: {"tools": {"listChanged": True}})
+    stderr_at_start: tuple[str, ...] = ()
+    exit_at_start: int | None = None
+    silent: bool = False
+    ignore_stdin_close: bool = False
+    ignore_terminate: bool = False
+
+
+class _ByteSend(ByteSendStream):
+    def __init__(self, stream: MemoryObjectSendStream[bytes]) -> None:
+        self._stream = stream
+
+    async def send(self, item: bytes) -> None:
+        await self._stream.send(item)
+
+    async def aclose(self) -> None:
+        self._stream.close()
+
+
+class _ByteReceive(ByteReceiveStream):
+    def __init__(self, stream: MemoryObjectReceiveStream[bytes]) -> None:
+        self._stream = stream
+        self._rest = b""
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if not self._rest:
+            self._rest = await self._stream.receive()  # EndOfStream once the writer closed
+        chunk, self._rest = self._rest[:max_bytes], self._rest[max_bytes:]
+        return chunk
+
+    async def aclose(self) -> None:
+        self._stream.close()
+
+
+def _pipe() -> tuple[MemoryObjectSendStream[bytes], MemoryObjectReceiveStream[bytes]]:
+    return anyio.create_memory_object_stream[bytes](math.inf)
+
+
+class FakeChild:
+    """A ``ChildProcess`` with a scripted MCP server behind its streams."""
+
+    def __init__(self, backend: FakeBackend, spec: ChildSpec, script: Script, index: int) -> None:
+        self.backend = backend
+        self.spec = spec
+        self.script = script
+        self.index = index
+        self._pid = FAKE_PID_BASE + index
+        self._stdin_send, self._stdin_recv = _pipe()
+        self._stdout_send, self._stdout_recv = _pipe()
+        self._stderr_send, self._stderr_recv = _pipe()
+        self._stdin, self._stdout, self._stderr = (
+            _ByteSend(self._stdin_send),
+            _ByteReceive(self._stdout_recv),
+            _ByteReceive(self._stderr_recv),
+        )
+        self._returncode: int | None = None
+        self.exited = anyio.Event()
+        self.received: list[JsonObject] = []  # every message read from stdin, in order
+        self.calls: list[Call] = []
+        self.era_of_handshake: str | None = None  # "initialize" or "server/discover", whichever succeeded
+        self._legacy_version: str | None = None
+        self._asks: dict[str, MemoryObjectSendStream[JsonObject]] = {}
+        self._ask_ids = 0
+        self._scope = anyio.CancelScope()
+
+    def __repr__(self) -> str:
+        return f"<FakeChild {self._pid} {self.script.era} returncode={self._returncode}>"
+
+    # -- ChildProcess ---------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def stdin(self) -> ByteSendStream:
+        return self._stdin
+
+    @property
+    def stdout(self) -> ByteReceiveStream:
+        return self._stdout
+
+    @property
+    def stderr(self) -> ByteReceiveStream:
+        return self._stderr
+
+    @property
+    def returncode(self) -> int | None:
+        return self._returncode
+
+    async def wait(self) -> int:
+        await self.exited.wait()
+        assert self._returncode is not None
+        return self._returncode
+
+    def terminate(self) -> None:
+        if not self.script.ignore_terminate:
+            self._end(-signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._end(-signal.SIGKILL)
+
+    async def stop(self) -> int | None:
+        with anyio.CancelScope(shield=True):
+            await self._stdin.aclose()
+            for grace, rung in ((self.spec.stdin_close_grace, self.terminate), (self.spec.sigterm_grace, self.kill)):
+                with anyio.move_on_after(grace):
+                    await self.exited.wait()
+                if not self.exited.is_set():
+                    rung()
+            await self.exited.wait()
+        return self._returncode
+
+    async def clear_group(self) -> None:
+        return None  # nothing outlives a fake
+
+    def close_streams(self) -> None:
+        """Close every end of the pipes (what a real process's exit and the OS would do)."""
+        for stream in (
+            self._stdin_send,
+            self._stdin_recv,
+            self._stdout_send,
+            self._stdout_recv,
+            self._stderr_send,
+            self._stderr_recv,
+            *self._asks.values(),
+        ):
+            stream.close()
+
+    # -- what tests wait on ---------------------------------------------------------------
+
+    @property
+    def is_running(self) -> bool:
+        return not self.exited.is_set()
+
+    def running_calls(self, name: str | None = None) -> list[Call]:
+        """Calls that arrived and are neither released (answered) nor cancelled."""
+        return [
+            c
+            for c in self.calls
+            if not c.is_released and not c.cancelled.is_set() and (name is None or c.name == name)
+        ]
+
+    def cancels(self) -> list[Any]:
+        """The ``requestId`` of every ``notifications/cancelled`` read, in order."""
+        return [
+            m.get("params", {}).get("requestId") for m in self.received if m.get("method") == "notifications/cancelled"
+        ]
+
+    # -- the server -----------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        with self._scope:
+            try:
+                async with anyio.create_task_group() as tg:
+                    await self._run(tg)
+            finally:
+                if self._returncode is None:
+                    self._end(0)
+                self._stdin_recv.close()
+
+    async def _run(self, tg: TaskGroup) -> None:
+        for line in self.script.stderr_at_start:
+            await self._stderr_send.send(line.encode() + b"\n")
+        if self.script.exit_at_start is not None:
+            self._end(self.script.exit_at_start)
+            return
+        buffer = b""
+        async for chunk in self._stdin_recv:
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    await self._on_line(line, tg)
+        # stdin closed: a well-behaved server exits (after nothing: its calls are abandoned)
+        if self.script.ignore_stdin_close:
+            await anyio.sleep_forever()
+        self._end(0)
+
+    async def _on_line(self, line: bytes, tg: TaskGroup) -> None:
+        message = orjson.loads(line)
+        self.received.append(message)
+        self.backend.changes.changed()
+        if self.script.silent:
+            return
+        method = message.get("method")
+        if method is None:  # a response to one of our questions
+            answer = self._asks.pop(str(message.get("id")), None)
+            if answer is not None:
+                with answer:
+                    answer.send_nowait(message)
+            return
+        params = message.get("params") or {}
+        if "id" not in message:
+            if method == "notifications/cancelled":
+                for call in self.calls:
+                    if call.id == params.get("requestId") and type(call.id) is type(params.get("requestId")):
+                        call.cancelled.set()
+                        self.backend.changes.changed()
+            return
+        await self._on_request(message["id"], method, params, tg)
+
+    def _is_modern(self, method: str, params: JsonObject) -> bool:
+        if self.script.era == "modern":
+            return True
+        if self.script.era == "legacy":
+            return False
+        meta = params.get("_meta")
+        return method == "server/discover" or (isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta)
+
+    async def _on_request(self, request_id: int | str, method: str, params: JsonObject, tg: TaskGroup) -> None:
+        modern = self._is_modern(method, params)
+        if method == "initialize":
+            if self.script.era == "modern":
+                await self._error(request_id, -32601, f"only {MODERN} is spoken", {"supported": [MODERN]})
+                return
+            requested = params.get("protocolVersion")
+            self._legacy_version = requested if requested in LEGACY_VERSIONS else LEGACY_VERSIONS[-1]
+            self.era_of_handshake = "initialize"
+            result: JsonObject = {
+                "protocolVersion": self._legacy_version,
+                "capabilities": self.script.capabilities,
+                "serverInfo": {"name": self.script.name, "version": "1"},
+            }
+            await self._result(request_id, result)
+        elif method == "server/discover":
+            if self.script.era == "legacy":
+                await self._error(request_id, -32601, "method not found: server/discover")
+                return
+            self.era_of_handshake = "server/discover"
+            await self._result(request_id, {"supportedVersions": [MODERN], "capabilities": self.script.capabilities}, True)
+        elif method == "ping":
+            await self._result(request_id, {}, modern)
+        elif not modern and self._legacy_version is None:
+            await self._error(request_id, -32600, "not initialized: send initialize first")
+        elif method == "tools/list":
+            tools = [{"name": name, "inputSchema": {"type": "object"}} for name in self.script.tools]
+            await self._result(request_id, {"tools": tools}, modern)
+        elif method == "tools/call":
+            call = Call(self, request_id, params, modern)
+            handler = self.script.tools.get(call.name)
+            if handler is None:
+                await self._error(request_id, -32602, f"unknown tool: {call.name}")
+                return
+            self.calls.append(call)
+            self.backend.changes.changed()
+            tg.start_soon(self._run_call, call, handler)
+        else:
+            await self._error(request_id, -32601, f"method not found: {method}")
+
+    async def _run_call(self, call: Call, handler: ToolHandler) -> None:
+        try:
+            result = await handler(call)
+        except CallCancelled:
+            return
+        if call.cancelled.is_set():
+            return
+        await self._result(call.id, result, call.modern)
+        call.answered = True
+        self.backend.changes.changed()
+
+    async def ask(self, method: str, params: JsonObject | None) -> JsonObject:
+        self._ask_ids += 1
+        ask_id = f"s-{self._ask_ids}"
+        send, receive = anyio.create_memory_object_stream[JsonObject](1)
+        self._asks[ask_id] = send
+        request: JsonObject = {"jsonrpc": "2.0", "id": ask_id, "method": method}
+        if params is not None:
+            request["params"] = params
+        await self.write(request)
+        with receive:
+            return await receive.receive()
+
+    async def _result(self, request_id: int | str, result: JsonObject, modern: bool = False) -> None:
+        if modern:
+            result = {**result, "resultType": "complete"}
+            result["_meta"] = {**result.get("_meta", {}), SERVER_INFO_KEY: {"name": self.script.name, "version": "1"}}
+        await self.write({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    async def _error(self, request_id: int | str, code: int, message: str, data: Any = None) -> None:
+        error: JsonObject = {"code": code, "message": message}
+        if data is not None:
+            error["data"] = data
+        await self.write({"jsonrpc": "2.0", "id": request_id, "error": error})
+
+    async def write(self, message: JsonObject) -> None:
+        if self.exited.is_set():
+            return
+        await self._stdout_send.send(orjson.dumps(message) + b"\n")
+
+    async def exit(self, code: int, *, stderr: list[str] | None = None) -> None:
+        """Write ``stderr`` lines, then end the process with ``code`` (a crash, from a tool or a test)."""
+        for line in stderr or ():
+            await self._stderr_send.send(line.encode() + b"\n")
+        self._end(code)
+
+    def _end(self, returncode: int) -> None:
+        if self._returncode is not None:
+            return
+        self._returncode = returncode
+        self._stdout_send.close()
+        self._stderr_send.close()
+        self._scope.cancel()  # the server's task closes stdin (the gateway's writes then break)
+        self.exited.set()
+        self.backend.changes.changed()
+
+
+class FakeBackend:
+    """A ``ChildBackend`` of scripted fake children, run in its own task group (enter it
+    before the gateway, leave it after)."""
+
+    def __init__(self, script: Script | Callable[[int], Script] | None = None) -> None:
+        self._script = script if script is not None else Script()
+        self.children: list[FakeChild] = []
+        self.changes = Changes()
+        self._tg: TaskGroup | None = None
+
+    async def open(self, spec: ChildSpec) -> FakeChild:
+        assert self._tg is not None, "enter the FakeBackend before the gateway opens children"
+        index = len(self.children)
+        script = self._script(index) if callable(self._script) else self._script
+        child = FakeChild(self, spec, script, index)
+        self.children.append(child)
+        self._tg.start_soon(child.serve)
+        self.changes.changed()
+        return child
+
+    async def until(self, predicate: Callable[[], bool], timeout: float = WAIT) -> None:
+        """Until ``predicate`` holds, checked at each change of any child (bounded)."""
+        await self.changes.until(predicate, timeout)
+
+    def running(self) -> list[FakeChild]:
+        return [child for child in self.children if child.is_running]
+
+    def calls(self, name: str | None = None) -> list[Call]:
+        return [call for child in self.children for call in child.calls if name is None or call.name == name]
+
+    def running_calls(self, name: str | None = None) -> list[Call]:
+        return [call for child in self.children for call in child.running_calls(name)]
+
+    async def wait_calls(self, count: int, name: str | None = None) -> list[Call]:
+        """Until ``count`` calls (of ``name``) are running at the children; those calls."""
+        await self.until(lambda: len(self.running_calls(name)) >= count)
+        return self.running_calls(name)
+
+    @asynccontextmanager
+    async def running_in(self) -> AsyncIterator[FakeBackend]:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                yield self
+            finally:
+                for child in self.children:
+                    child.kill()  # what the gateway left running (it stops its children itself)
+                    child.close_streams()
+                self._tg = None
+
+
+@asynccontextmanager
+async def fake_backend(script: Script | Callable[[int], Script] | None = None) -> AsyncIterator[FakeBackend]:
+    async with FakeBackend(script).running_in() as backend:
+        yield backend
