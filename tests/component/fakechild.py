@@ -310,7 +310,7 @@ class FakeChild:
 
     def close_streams(self) -> None:
         """Close every end of the pipes (what a real process's exit and the OS would do)."""
-        for stream in (
+        ends: list[MemoryObjectSendStream[Any] | MemoryObjectReceiveStream[Any]] = [
             self._stdin_send,
             self._stdin_recv,
             self._stdout_send,
@@ -318,8 +318,9 @@ class FakeChild:
             self._stderr_send,
             self._stderr_recv,
             *self._asks.values(),
-        ):
-            stream.close()
+        ]
+        for end in ends:
+            end.close()
 
     # -- what tests wait on ---------------------------------------------------------------
 
@@ -330,9 +331,7 @@ class FakeChild:
     def running_calls(self, name: str | None = None) -> list[Call]:
         """Calls that arrived and are neither released (answered) nor cancelled."""
         return [
-            c
-            for c in self.calls
-            if not c.is_released and not c.cancelled.is_set() and (name is None or c.name == name)
+            c for c in self.calls if not c.is_released and not c.cancelled.is_set() and (name is None or c.name == name)
         ]
 
     def cancels(self) -> list[Any]:
@@ -354,15 +353,15 @@ class FakeChild:
                 self._stdin_recv.close()
 
     async def _run(self, tg: TaskGroup) -> None:
-        for line in self.script.stderr_at_start:
-            await self._stderr_send.send(line.encode() + b"\n")
+        for said in self.script.stderr_at_start:
+            await self._stderr_send.send(said.encode() + b"\n")
         if self.script.exit_at_start is not None:
             self._end(self.script.exit_at_start)
             return
         buffer = b""
         async for chunk in self._stdin_recv:
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
+            lines = (buffer + chunk).split(b"\n")
+            buffer = lines.pop()
             for line in lines:
                 if line.strip():
                     await self._on_line(line, tg)
@@ -422,7 +421,9 @@ class FakeChild:
                 await self._error(request_id, -32601, "method not found: server/discover")
                 return
             self.era_of_handshake = "server/discover"
-            await self._result(request_id, {"supportedVersions": [MODERN], "capabilities": self.script.capabilities}, True)
+            await self._result(
+                request_id, {"supportedVersions": [MODERN], "capabilities": self.script.capabilities}, True
+            )
         elif method == "ping":
             await self._result(request_id, {}, modern)
         elif not modern and self._legacy_version is None:

@@ -31,11 +31,21 @@ from gateway.stdio.spec import ChildSpec
 from tests.component.fakechild import FakeBackend
 
 WAIT: Final = 10.0
-FAKE_SPEC: Final = ChildSpec("fake-server", stdin_close_grace=0.5, sigterm_grace=0.5, probe_timeout=2, handshake_timeout=2)
+FAKE_SPEC: Final = ChildSpec(
+    "fake-server", stdin_close_grace=0.5, sigterm_grace=0.5, probe_timeout=2, handshake_timeout=2
+)
 """Never run: the fake backend reads only its label and graces."""
 URL: Final = "http://127.0.0.1/mcp"
 
 Message = dict[str, Any]
+
+
+def legacy_call(request_id: Any, tool: str, args: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    """A legacy client's ``tools/call`` (``meta``: its ``_meta``, e.g. ``progressToken``)."""
+    params: dict[str, Any] = {"name": tool, "arguments": args or {}}
+    if meta:
+        params["_meta"] = meta
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
 
 
 @asynccontextmanager
@@ -45,7 +55,11 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
     app_send, from_app = anyio.create_memory_object_stream[Message](4)
     scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
     async with to_app, app_receive, app_send, from_app, anyio.create_task_group() as tg:
-        tg.start_soon(app, scope, app_receive.receive, app_send.send)
+
+        async def run_app() -> None:
+            await app(scope, app_receive.receive, app_send.send)  # type: ignore[arg-type]
+
+        tg.start_soon(run_app)
         await to_app.send({"type": "lifespan.startup"})
         with anyio.fail_after(WAIT):
             started = await from_app.receive()
@@ -126,6 +140,18 @@ class LiveResponse:
         body, self._buffer = self._buffer, b""
         return body
 
+    def sent_nothing(self) -> bool:
+        """Whether the app has sent nothing at all (not even the response's start) so far."""
+        if self.status:
+            return False
+        try:
+            message = self._sent.receive_nowait()
+        except anyio.WouldBlock:
+            return True
+        except anyio.EndOfStream:
+            return True
+        raise AssertionError(f"the app sent {message!r}")
+
     def disconnect(self) -> None:
         """The client goes away: the app's ``receive`` now answers ``http.disconnect``."""
         self._disconnect.set()
@@ -174,7 +200,7 @@ class Gateway:
 
         async def run() -> None:
             try:
-                await self.app(scope, receive, sent_in.send)
+                await self.app(scope, receive, sent_in.send)  # type: ignore[arg-type]
             finally:
                 sent_in.close()
                 done.set()

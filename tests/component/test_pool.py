@@ -17,7 +17,7 @@ import pytest
 from gateway.relay.router import DualEra
 from gateway.stdio.pool import PoolSettings
 from tests.component.fakechild import Call, Script, fake_backend, text
-from tests.component.harness import Gateway, in_process_gateway
+from tests.component.harness import Gateway, in_process_gateway, legacy_call
 from tests.gateway_server import modern_call, modern_headers, open_legacy_session
 
 pytestmark = pytest.mark.anyio
@@ -31,8 +31,8 @@ async def call(gw: Gateway, tool: str, args: dict[str, Any] | None = None, reque
     )
 
 
-def legacy_body(request_id: Any, tool: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": tool, "arguments": args or {}}}
+async def post(gw: Gateway, headers: dict[str, str], body: dict[str, Any]) -> None:
+    await gw.http.post(gw.url, headers=headers, json=body)
 
 
 def per_child(calls: list[Call]) -> Counter[int]:
@@ -42,18 +42,21 @@ def per_child(calls: list[Call]) -> Counter[int]:
 async def test_concurrent_calls_are_spread_over_the_least_loaded_children() -> None:
     answers: dict[str, httpx.Response] = {}
     with anyio.fail_after(BOUND):
-        async with fake_backend() as backend, in_process_gateway(backend, pool=PoolSettings(3, 3)) as gw:
-            async with anyio.create_task_group() as tg:
-                for n in range(9):
+        async with (
+            fake_backend() as backend,
+            in_process_gateway(backend, pool=PoolSettings(3, 3)) as gw,
+            anyio.create_task_group() as tg,
+        ):
+            for n in range(9):
 
-                    async def one(tag: str = f"c{n}") -> None:
-                        answers[tag] = await call(gw, "hold", {"tag": tag}, request_id=tag)
+                async def one(tag: str = f"c{n}") -> None:
+                    answers[tag] = await call(gw, "hold", {"tag": tag}, request_id=tag)
 
-                    tg.start_soon(one)
-                held = await backend.wait_calls(9, "hold")
-                assert sorted(per_child(held).values()) == [3, 3, 3]
-                for c in reversed(held):
-                    c.release(text(c.arguments["tag"]))
+                tg.start_soon(one)
+            held = await backend.wait_calls(9, "hold")
+            assert sorted(per_child(held).values()) == [3, 3, 3]
+            for c in reversed(held):
+                c.release(text(c.arguments["tag"]))
     assert len(backend.children) == 3
     for tag, reply in answers.items():  # each client got its own answer, under its own id
         assert reply.json()["id"] == tag
@@ -64,22 +67,25 @@ async def test_max_in_flight_one_serialises_within_a_child_and_parallelises_acro
     settings = PoolSettings(min_size=2, max_size=2, max_in_flight=1)
     done: list[httpx.Response] = []
     with anyio.fail_after(BOUND):
-        async with fake_backend() as backend, in_process_gateway(backend, pool=settings) as gw:
-            async with anyio.create_task_group() as tg:
-                for n in range(6):
+        async with (
+            fake_backend() as backend,
+            in_process_gateway(backend, pool=settings) as gw,
+            anyio.create_task_group() as tg,
+        ):
+            for n in range(6):
 
-                    async def one(tag: str = f"c{n}") -> None:
-                        done.append(await call(gw, "hold", {"tag": tag}, request_id=tag))
+                async def one(tag: str = f"c{n}") -> None:
+                    done.append(await call(gw, "hold", {"tag": tag}, request_id=tag))
 
-                    tg.start_soon(one)
-                for released in range(6):
-                    # Two at a time, one per child: parallel across children, serial within each.
-                    expected = min(2, 6 - released)
-                    await backend.until(lambda n=expected: len(backend.running_calls()) == n)  # type: ignore[misc]
-                    running = backend.running_calls()
-                    assert len(per_child(running)) == expected, running
-                    assert len(backend.calls()) == released + expected  # the others wait in the gateway's queue
-                    running[0].release()
+                tg.start_soon(one)
+            for released in range(6):
+                # Two at a time, one per child: parallel across children, serial within each.
+                expected = min(2, 6 - released)
+                await backend.until(lambda n=expected: len(backend.running_calls()) == n)  # type: ignore[misc]
+                running = backend.running_calls()
+                assert len(per_child(running)) == expected, running
+                assert len(backend.calls()) == released + expected  # the others wait in the gateway's queue
+                running[0].release()
     assert [r.status_code for r in done] == [200] * 6
     assert len(per_child(backend.calls())) == 2
 
@@ -91,7 +97,7 @@ async def test_a_child_is_started_on_demand_when_every_child_is_busy() -> None:
             assert backend.children == []  # no minimum: nothing is started before a request
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call, gw, "hold")
-                [first] = await backend.wait_calls(1)
+                await backend.wait_calls(1)
                 assert len(backend.children) == 1
                 tg.start_soon(call, gw, "hold")
                 await backend.wait_calls(2)
@@ -176,7 +182,7 @@ async def test_a_saturated_pool_answers_legacy_requests_and_batches_with_503_and
             in_process_gateway(backend, pool=settings, dual_era=DualEra.MODERN) as gw,
         ):
             session = await open_legacy_session(gw.http, gw.url, version="2025-03-26")
-            body = legacy_body(5, "echo", {"message": "x"})
+            body = legacy_call(5, "echo", {"message": "x"})
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call, gw, "hold")
                 [busy] = await backend.wait_calls(1)
@@ -200,13 +206,13 @@ async def test_a_legacy_session_stays_on_the_child_that_first_served_it() -> Non
         ):
             await backend.until(lambda: len(backend.children) == 2)
             session = await open_legacy_session(gw.http, gw.url)
-            who = await gw.http.post(gw.url, headers=session, json=legacy_body(1, "whoami"))
+            who = await gw.http.post(gw.url, headers=session, json=legacy_call(1, "whoami"))
             home = who.json()["result"]["structuredContent"]["pid"]
             async with anyio.create_task_group() as tg:
                 for n in range(3):
                     # Each call waits for the last to be running: least-loaded dispatch alone
                     # would put the second on the idle child.
-                    tg.start_soon(lambda n=n: gw.http.post(gw.url, headers=session, json=legacy_body(10 + n, "hold")))
+                    tg.start_soon(post, gw, session, legacy_call(10 + n, "hold"))
                     await backend.wait_calls(n + 1)
                 assert per_child(backend.running_calls()) == {home: 3}
                 for c in backend.running_calls():
