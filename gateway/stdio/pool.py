@@ -350,10 +350,7 @@ class Pool:
         """A child for one request of ``principal`` (who is charged if the child dies meanwhile);
         ``method`` (a request that may ask) may make it wait for a child on which its questions
         can only be its own, unless its ``tool`` (``attribution.tool_key``) is known quiet."""
-        if self.crashes is not None:
-            self.crashes.check(principal, anyio.current_time(), self.label)  # 429 before any work
-        alone = principal in self.suspects
-        member = await self._acquire(prefer, method, alone, tool)
+        member, alone = await self._acquire(prefer, method, principal, tool)
         assert member.child is not None
         asking = attribution.may_ask(method) and self.is_exclusive(member.child, tool)
         member.asking_leases += asking
@@ -396,18 +393,26 @@ class Pool:
         return min(free, key=lambda m: m.leases, default=None)
 
     async def _acquire(
-        self, prefer: StdioChild | None, method: str | None, alone: bool = False, tool: str | None = None
-    ) -> Member:
+        self, prefer: StdioChild | None, method: str | None, principal: str, tool: str | None = None
+    ) -> tuple[Member, bool]:
+        """A member with a lease taken, and whether the request runs on it alone. Whether the
+        principal is throttled (429, before any work) or a crash suspect (it runs alone) is
+        decided at each try, not once on arrival: a request that came while the child it
+        waits for was dying (its clients answered, the pool's bookkeeping not yet done) is
+        judged with that crash counted."""
         started = anyio.current_time()
         self._waiting += 1
         try:
             while True:
+                if self.crashes is not None:
+                    self.crashes.check(principal, anyio.current_time(), self.label)
+                alone = principal in self.suspects
                 member = self._pick(prefer, method, alone, tool)
                 if member is not None:
                     member.leases += 1
                     member.served += 1
                     member.last_used = anyio.current_time()
-                    return member
+                    return member, alone
                 starting = any(m.child is None for m in self.members)
                 now = anyio.current_time()
                 no_child = not self.children() and not starting
