@@ -3,7 +3,7 @@ restart, the queue bound. Every wait is on the fake's state changes, bounded by 
 
 Moved here from tests/integration/test_pool.py (they polled ``/status`` and timed real sleeps):
 max-in-flight serialisation, saturation 503 (modern, legacy and batch), a legacy session
-staying on its child."""
+staying on its child, idle stop."""
 
 from __future__ import annotations
 
@@ -217,3 +217,15 @@ async def test_a_legacy_session_stays_on_the_child_that_first_served_it() -> Non
                 assert per_child(backend.running_calls()) == {home: 3}
                 for c in backend.running_calls():
                     c.release()
+
+
+async def test_children_above_the_minimum_stop_when_idle() -> None:
+    settings = PoolSettings(min_size=0, max_size=2, idle_timeout=0.2)
+    with anyio.fail_after(BOUND):
+        async with fake_backend() as backend, in_process_gateway(backend, pool=settings) as gw:
+            assert (await call(gw, "echo", {"message": "x"})).status_code == 200
+            [first] = backend.children
+            await backend.until(lambda: not first.is_running)  # the maintenance tick retires it
+            assert first.returncode == 0  # stopped at stdin close, the ladder's first rung
+            assert (await call(gw, "echo", {"message": "again"})).status_code == 200
+            assert len(backend.children) == 2
