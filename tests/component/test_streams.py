@@ -9,7 +9,8 @@ what reaches the child when a client leaves or cancels.
 
 Moved here from tests/integration/test_cancellation.py, which watched a real child's thread
 count in ``/proc`` between ``tools/list`` round trips; the fake child says when a call
-arrives and when a cancel names it. The SSE-close case over a real socket stays there.
+arrives and when a cancel names it. The SSE-close case over a real socket stays there. The
+batch case comes from tests/integration/test_posted_cancels.py (it polled the child's stdin).
 """
 
 from __future__ import annotations
@@ -172,3 +173,28 @@ async def test_a_legacy_client_that_disconnects_mid_call_does_not_cancel_it_at_t
             await backend.until(lambda: call.answered)
             await flush(gw, backend, session)
     assert call.child.cancels() == []
+
+
+async def test_a_cancelled_request_of_a_2025_03_26_batch_is_left_out_of_the_answer() -> None:
+    """Moved from tests/integration/test_posted_cancels.py (it polled the child's stdin record)."""
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend(Script(era="legacy")) as backend,
+            in_process_gateway(backend, pool=PoolSettings(1, 1)) as gw,
+        ):
+            session = await open_legacy_session(gw.http, gw.url, version="2025-03-26")
+            batch = [legacy_call("b1", "hold"), legacy_call("b2", "echo", {"message": "kept"})]
+            answered: list[Any] = []
+            async with anyio.create_task_group() as tg:
+
+                async def post_batch() -> None:
+                    answered.append(await gw.http.post(gw.url, headers=session, json=batch))
+
+                tg.start_soon(post_batch)
+                [held] = await backend.wait_calls(1, "hold")
+                cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "b1"}}
+                assert (await gw.http.post(gw.url, headers=session, json=cancel)).status_code == 202
+    [reply] = answered
+    assert reply.status_code == 200
+    assert [(m["id"], m["result"]["content"][0]["text"]) for m in reply.json()] == [("b2", "kept")]
+    assert held.child.cancels() == [held.id]
