@@ -106,8 +106,8 @@ class Call:
         self._release.set()
 
     async def held(self) -> JsonObject:
-        """Wait until released (the result) or cancelled (``anyio.get_cancelled_exc_class``
-        is not used: the caller gets ``Cancelled`` and writes nothing)."""
+        """Wait until released (then the result to answer with); ``CallCancelled`` when the
+        gateway cancels the call first (then nothing is written for it)."""
         async with anyio.create_task_group() as tg:
 
             async def on_cancel() -> None:
