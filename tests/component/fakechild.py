@@ -19,13 +19,14 @@ poll or a sleep): every message the child read (``received``), its ``calls`` (on
 per ``tools/call``: ``arrived``; ``cancelled`` when ``notifications/cancelled`` names its
 child-side id; ``release()`` to answer a held call), whether it exited (``exited``).
 Cancelled calls are never answered, as a real server should do.
+
+The tools and ``Call`` live in ``fakecalls``, the in-memory pipes in ``memstreams``.
 """
 
 from __future__ import annotations
 
-import math
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -36,10 +37,12 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway.stdio.spec import ChildSpec
+from tests.component.fakecalls import DEFAULT_TOOLS, Call, CallCancelled, JsonObject, ToolHandler, text
+from tests.component.memstreams import WAIT, ByteReceive, ByteSend, Changes, pipe
 
-JsonObject = dict[str, Any]
+__all__ = ["DEFAULT_TOOLS", "WAIT", "Call", "CallCancelled", "Era", "FakeBackend", "FakeChild", "Script", "text"]
+
 Era = Literal["legacy", "modern", "dual"]
-ToolHandler = Callable[["Call"], Awaitable[JsonObject]]
 
 MODERN: Final = "2026-07-28"
 LEGACY_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -47,142 +50,6 @@ PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
 SERVER_INFO_KEY: Final = "io.modelcontextprotocol/serverInfo"
 FAKE_PID_BASE: Final = 10_000_000
 """Fake pids start above Linux's highest pid (4,194,304): never a real process's."""
-WAIT: Final = 10.0
-"""Bound of every wait in the fake's helpers (a test that fails, fails in seconds)."""
-
-
-def text(value: str, **structured: Any) -> JsonObject:
-    result: JsonObject = {"content": [{"type": "text", "text": value}]}
-    if structured:
-        result["structuredContent"] = structured
-    return result
-
-
-class Changes:
-    """A state that changes, and a way to wait until a predicate over it holds (no polling:
-    the predicate is checked again at each change)."""
-
-    def __init__(self) -> None:
-        self._event = anyio.Event()
-
-    def changed(self) -> None:
-        self._event.set()
-        self._event = anyio.Event()
-
-    async def until(self, predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-        with anyio.fail_after(timeout):
-            while not predicate():
-                await self._event.wait()
-
-
-class Call:
-    """One ``tools/call`` at a fake child."""
-
-    def __init__(self, child: FakeChild, request_id: int | str, params: JsonObject, modern: bool) -> None:
-        self.child = child
-        self.id = request_id  # the child-side id (what the gateway minted)
-        self.name: str = params.get("name", "")
-        arguments = params.get("arguments")
-        self.arguments: JsonObject = arguments if isinstance(arguments, dict) else {}
-        meta = params.get("_meta")
-        self.meta: JsonObject = meta if isinstance(meta, dict) else {}
-        self.modern = modern
-        self.cancelled = anyio.Event()
-        self.answered = False  # a reply was written
-        self._release = anyio.Event()
-        self._result: JsonObject = text("released")
-
-    def __repr__(self) -> str:
-        return f"<Call {self.name} id={self.id!r} on {self.child.pid}>"
-
-    @property
-    def is_released(self) -> bool:
-        return self.answered or self._release.is_set()
-
-    def release(self, result: JsonObject | None = None) -> None:
-        """Let a held call answer (``result``, or "released")."""
-        if result is not None:
-            self._result = result
-        self._release.set()
-
-    async def held(self) -> JsonObject:
-        """Wait until released (then the result to answer with); ``CallCancelled`` when the
-        gateway cancels the call first (then nothing is written for it)."""
-        async with anyio.create_task_group() as tg:
-
-            async def on_cancel() -> None:
-                await self.cancelled.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(on_cancel)
-            await self._release.wait()
-            tg.cancel_scope.cancel()
-        if self.cancelled.is_set():
-            raise CallCancelled
-        return self._result
-
-    async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        token = self.meta.get("progressToken")
-        if token is None or self.cancelled.is_set():
-            return
-        params: JsonObject = {"progressToken": token, "progress": progress}
-        if total is not None:
-            params["total"] = total
-        if message is not None:
-            params["message"] = message
-        await self.child.write({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
-
-    async def ask(self, method: str, params: JsonObject | None = None) -> JsonObject:
-        """A request to the client while this call runs; its response (result or error)."""
-        return await self.child.ask(method, params)
-
-
-class CallCancelled(Exception):
-    """The gateway cancelled the call: nothing more is written for it."""
-
-
-async def _echo(call: Call) -> JsonObject:
-    return text(str(call.arguments.get("message", "")))
-
-
-async def _whoami(call: Call) -> JsonObject:
-    return text(str(call.child.pid), pid=call.child.pid)
-
-
-async def _progress(call: Call) -> JsonObject:
-    count = int(call.arguments.get("count", 3))
-    tag = str(call.arguments.get("tag", "step"))
-    for step in range(1, count + 1):
-        await call.progress(step, count, f"{tag} {step}")
-    if call.arguments.get("hold"):
-        return await call.held()
-    return text(tag)
-
-
-async def _hold(call: Call) -> JsonObject:
-    return await call.held()
-
-
-async def _ask(call: Call) -> JsonObject:
-    params = call.arguments.get("params")
-    answer = await call.ask(str(call.arguments["method"]), params if isinstance(params, dict) else None)
-    return text("asked", answer=answer)
-
-
-async def _crash(call: Call) -> JsonObject:
-    stderr = call.arguments.get("stderr", [])
-    await call.child.exit(int(call.arguments.get("code", 1)), stderr=[str(line) for line in stderr])
-    raise CallCancelled  # never reached in practice: the exit cancelled this task
-
-
-DEFAULT_TOOLS: Final[Mapping[str, ToolHandler]] = {
-    "echo": _echo,
-    "whoami": _whoami,
-    "progress": _progress,
-    "hold": _hold,
-    "ask": _ask,
-    "crash": _crash,
-}
 
 
 @dataclass
@@ -200,36 +67,6 @@ class Script:
     ignore_terminate: bool = False
 
 
-class _ByteSend(ByteSendStream):
-    def __init__(self, stream: MemoryObjectSendStream[bytes]) -> None:
-        self._stream = stream
-
-    async def send(self, item: bytes) -> None:
-        await self._stream.send(item)
-
-    async def aclose(self) -> None:
-        self._stream.close()
-
-
-class _ByteReceive(ByteReceiveStream):
-    def __init__(self, stream: MemoryObjectReceiveStream[bytes]) -> None:
-        self._stream = stream
-        self._rest = b""
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        if not self._rest:
-            self._rest = await self._stream.receive()  # EndOfStream once the writer closed
-        chunk, self._rest = self._rest[:max_bytes], self._rest[max_bytes:]
-        return chunk
-
-    async def aclose(self) -> None:
-        self._stream.close()
-
-
-def _pipe() -> tuple[MemoryObjectSendStream[bytes], MemoryObjectReceiveStream[bytes]]:
-    return anyio.create_memory_object_stream[bytes](math.inf)
-
-
 class FakeChild:
     """A ``ChildProcess`` with a scripted MCP server behind its streams."""
 
@@ -239,13 +76,13 @@ class FakeChild:
         self.script = script
         self.index = index
         self._pid = FAKE_PID_BASE + index
-        self._stdin_send, self._stdin_recv = _pipe()
-        self._stdout_send, self._stdout_recv = _pipe()
-        self._stderr_send, self._stderr_recv = _pipe()
+        self._stdin_send, self._stdin_recv = pipe()
+        self._stdout_send, self._stdout_recv = pipe()
+        self._stderr_send, self._stderr_recv = pipe()
         self._stdin, self._stdout, self._stderr = (
-            _ByteSend(self._stdin_send),
-            _ByteReceive(self._stdout_recv),
-            _ByteReceive(self._stderr_recv),
+            ByteSend(self._stdin_send),
+            ByteReceive(self._stdout_recv),
+            ByteReceive(self._stderr_recv),
         )
         self._returncode: int | None = None
         self.exited = anyio.Event()
