@@ -37,6 +37,7 @@ from gateway.http.tls import PeerSubjects, TlsFiles, uvicorn_options
 from gateway.ops import logs
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
+from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.process import become_subreaper, sweep_descendants
 
@@ -77,10 +78,16 @@ def endpoint_urls(settings: Settings, port: int) -> list[str]:
     return [f"{base}/mcp", *urls] if len(settings.servers) == 1 else urls
 
 
-def build_app(settings: Settings, drain: Drain | None = None, owner_routing: OwnerRouting | None = None) -> Starlette:
+def build_app(
+    settings: Settings,
+    drain: Drain | None = None,
+    owner_routing: OwnerRouting | None = None,
+    backend: ChildBackend = PROCESS_BACKEND,
+) -> Starlette:
     """The app for ``settings``; raises ``ConfigError`` for bad tokens, proxy addresses, OAuth
     settings or TLS files. ``app.state.tls`` and ``app.state.tls_peers`` are what ``run`` serves
-    TLS with. With ``--advertise-url`` (or ``owner_routing``, for a worker) it routes to owners."""
+    TLS with. With ``--advertise-url`` (or ``owner_routing``, for a worker) it routes to owners.
+    ``backend`` starts every server's children (real processes; the component tests pass a fake)."""
     trusted_networks(settings.trusted_proxies)  # validated now, not when the first request builds the stack
     tls, peers = None, None
     if settings.tls_cert_file and settings.tls_key_file:
@@ -92,7 +99,9 @@ def build_app(settings: Settings, drain: Drain | None = None, owner_routing: Own
         assert secret is not None  # Settings requires --state-secret-file with --advertise-url
         owner_routing = OwnerRouting(advertise_url, secret, max_body_bytes=settings.max_body_bytes)
     children = ChildBudget(settings.max_children)  # one cap over every server's pools
-    routers = [Router(server, gateway_version=__version__, children=children) for server in settings.servers]
+    routers = [
+        Router(server, gateway_version=__version__, children=children, backend=backend) for server in settings.servers
+    ]
     app = create_app(
         routers,
         settings.edge(),

@@ -57,6 +57,7 @@ from gateway.protocol import inputs
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.protocol.versions import Era
 from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
+from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.pool import MAINTENANCE_TICK, Pool, PoolSettings
@@ -141,14 +142,17 @@ class Router:
         gateway_version: str = "0",
         on_notification: Any = None,
         children: ChildBudget | None = None,
+        backend: ChildBackend = PROCESS_BACKEND,
     ) -> None:
-        """``children``: the gateway's global child cap, shared by every router (None: no cap)."""
+        """``children``: the gateway's global child cap, shared by every router (None: no cap).
+        ``backend``: how every pool of this server starts its children (real processes by default)."""
         if server.dual_era is DualEra.LEGACY:
             server = replace(server, spec=replace(server.spec, handshake=INITIALIZE_FIRST))
         self.server = server
         self.pools: dict[PoolKey, Pool] = {}
         self.children = children
         self.crashes = CrashLedger()
+        self.backend = backend
         self._gateway_version = gateway_version
         self._listeners: list[Any] = [on_notification] if on_notification else []
         self._loss_listeners: list[Any] = []
@@ -273,6 +277,7 @@ class Router:
             label=key.label(self.server.name),
             budget=self.children,
             crashes=self.crashes,
+            backend=self.backend,
         )
         for listener in self._listeners:
             pool.add_listener(listener)

@@ -1,8 +1,9 @@
 """One stdio MCP child: the anyio pump around the sans-IO correlator.
 
-``open_child(spec)`` spawns the process, starts the stdout and stderr pumps, runs the era
+``open_child(spec)`` starts the child through its ``ChildBackend`` (a real process unless
+told otherwise, ``gateway.stdio.backend``), starts the stdout and stderr pumps, runs the era
 probe and handshake, and yields a ready ``StdioChild``; leaving the context stops the child
-with the spec's ladder (``process.stop``). Requests go through ``child.exchange(...)``:
+with the spec's ladder (``ChildProcess.stop``). Requests go through ``child.exchange(...)``:
 
     async with child.exchange("tools/call", params, timeout=30) as ex:
         async for note in ex:          # request-scoped notifications (progress), client token restored
@@ -44,7 +45,7 @@ from typing import Any, Final
 
 import anyio
 import orjson
-from anyio.abc import Process, TaskGroup
+from anyio.abc import TaskGroup
 
 from gateway.errors import (
     CODE_NO_CLIENT_INPUT,
@@ -61,6 +62,7 @@ from gateway.protocol.jsonrpc import JsonObject, Notification, Reply, Result
 from gateway.protocol.versions import Era
 from gateway.stdio import process
 from gateway.stdio.ask import ChildAsk
+from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend, ChildProcess
 from gateway.stdio.inbox import Inbox, progress_key
 from gateway.stdio.questions import Questions, RequestHandler
 from gateway.stdio.spec import ChildSpec
@@ -187,7 +189,7 @@ class StdioChild:
     def __init__(
         self,
         spec: ChildSpec,
-        proc: Process,
+        proc: ChildProcess,
         tg: TaskGroup,
         on_request: RequestHandler | None = None,
         on_notification: NotificationHandler | None = None,
@@ -399,7 +401,7 @@ class StdioChild:
             await self._stdout_done.wait()
         if not self._stdout_done.is_set():
             log.warning("child %s (pid %d) exited but its process group holds stdout open", self.spec.label, self.pid)
-            await process.clear_group(self._proc.pid, self.spec)
+            await self._proc.clear_group()
 
     async def pump_stderr(self) -> None:
         assert self._proc.stderr is not None
@@ -514,7 +516,7 @@ class StdioChild:
             with anyio.move_on_after(self.spec.stdin_close_grace):
                 await self._proc.wait()
         if self._proc.returncode is None:  # stdout closed but the process lives on: it is useless now
-            await process.stop(self._proc, self.spec)
+            await self._proc.stop()
         with anyio.move_on_after(STDERR_DRAIN_GRACE):
             await self._stderr_done.wait()
         self._death = self._exit_error()
@@ -539,7 +541,7 @@ class StdioChild:
     async def stop(self) -> None:
         """Stop the child (idempotent, shielded) and wait until the pumps have finished."""
         self._stopping = True
-        await process.stop(self._proc, self.spec)
+        await self._proc.stop()
         with anyio.CancelScope(shield=True):
             await self._exited.wait()
 
@@ -552,11 +554,13 @@ async def open_child(
     on_request: RequestHandler | None = None,
     on_notification: NotificationHandler | None = None,
     on_change: ChangeHandler | None = None,
+    backend: ChildBackend = PROCESS_BACKEND,
 ) -> AsyncIterator[StdioChild]:
-    """Spawn, handshake, yield a ready child; stop it on exit. Raises ``ChildStartError``."""
+    """Start (``backend``: a real process by default), handshake, yield a ready child; stop
+    it on exit. Raises ``ChildStartError``."""
     from gateway.stdio.handshake import run_handshake  # local: handshake imports this module
 
-    proc = await process.spawn(spec)
+    proc = await backend.open(spec)
     # Exceptions are carried out of the task group by hand: anyio would wrap them in an
     # ExceptionGroup, and callers should catch ChildStartError (or their own errors) plainly.
     failure: Exception | None = None

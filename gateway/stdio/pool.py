@@ -59,6 +59,7 @@ from gateway.protocol.attribution import AskPolicy, ChildLoad
 from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import Notification, Reply, Request, Result
 from gateway.protocol.versions import Era
+from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.child import StdioChild, open_child
 from gateway.stdio.crashes import CRASH_WINDOW, CrashLedger
@@ -169,7 +170,9 @@ class Pool:
         size: int | None = None,
         budget: ChildBudget | None = None,
         crashes: CrashLedger | None = None,
+        backend: ChildBackend = PROCESS_BACKEND,
     ) -> None:
+        """``backend``: how children are started (real processes unless a test passes a fake)."""
         if settings is None:
             settings = PoolSettings(min_size=size or 1, max_size=size or 1)
         self.spec = spec
@@ -188,6 +191,7 @@ class Pool:
         self._waiting = 0
         self._gateway_version = gateway_version
         self._on_request = on_request
+        self._backend = backend
         self._listeners: list[PoolListener] = []
         self._loss_listeners: list[LossListener] = []
         self._request_handlers: list[PoolRequestHandler] = []
@@ -346,10 +350,7 @@ class Pool:
         """A child for one request of ``principal`` (who is charged if the child dies meanwhile);
         ``method`` (a request that may ask) may make it wait for a child on which its questions
         can only be its own, unless its ``tool`` (``attribution.tool_key``) is known quiet."""
-        if self.crashes is not None:
-            self.crashes.check(principal, anyio.current_time(), self.label)  # 429 before any work
-        alone = principal in self.suspects
-        member = await self._acquire(prefer, method, alone, tool)
+        member, alone = await self._acquire(prefer, method, principal, tool)
         assert member.child is not None
         asking = attribution.may_ask(method) and self.is_exclusive(member.child, tool)
         member.asking_leases += asking
@@ -392,18 +393,26 @@ class Pool:
         return min(free, key=lambda m: m.leases, default=None)
 
     async def _acquire(
-        self, prefer: StdioChild | None, method: str | None, alone: bool = False, tool: str | None = None
-    ) -> Member:
+        self, prefer: StdioChild | None, method: str | None, principal: str, tool: str | None = None
+    ) -> tuple[Member, bool]:
+        """A member with a lease taken, and whether the request runs on it alone. Whether the
+        principal is throttled (429, before any work) or a crash suspect (it runs alone) is
+        decided at each try, not once on arrival: a request that came while the child it
+        waits for was dying (its clients answered, the pool's bookkeeping not yet done) is
+        judged with that crash counted."""
         started = anyio.current_time()
         self._waiting += 1
         try:
             while True:
+                if self.crashes is not None:
+                    self.crashes.check(principal, anyio.current_time(), self.label)
+                alone = principal in self.suspects
                 member = self._pick(prefer, method, alone, tool)
                 if member is not None:
                     member.leases += 1
                     member.served += 1
                     member.last_used = anyio.current_time()
-                    return member
+                    return member, alone
                 starting = any(m.child is None for m in self.members)
                 now = anyio.current_time()
                 no_child = not self.children() and not starting
@@ -480,6 +489,7 @@ class Pool:
                 on_request=self._child_request,
                 on_notification=self._dispatch,
                 on_change=self._notify,
+                backend=self._backend,
             ) as child:
                 member.child = child
                 child.questions.tools = self.tools

@@ -1,12 +1,12 @@
-"""Cancellation across the gateway: what reaches the child when a client leaves or cancels.
+"""Cancellation across the gateway, with a real child behind a real socket: a **modern**
+client that closes its SSE stream (the TCP connection, through uvicorn) cancels its request,
+and the child gets exactly one ``notifications/cancelled`` naming the child-side id (SHTTP
+§Cancellation; digest §7.4).
 
-- A **modern** client that goes away (its SSE stream or its pending JSON answer) cancels
-  its request: the child gets exactly one ``notifications/cancelled`` naming the child-side
-  id (SHTTP §Cancellation; digest §7.4).
-- A **legacy** client cancels by POSTing ``notifications/cancelled`` with its own id; its
-  pending POST then ends, with no reply in it (a cancelled request is not answered),
-  instead of hanging.
-- A **legacy** client that merely disconnects does not cancel (L-TR §Sending Messages).
+The rest of the cancellation paths (a modern client abandoning a pending JSON answer, a
+legacy client's POSTed cancellation, a legacy client's disconnect that does not cancel) are
+component tests (tests/component/test_streams.py), where the fake child says when a call
+arrives and when a cancel names it.
 
 How the tests know, without sleeping, what the child is doing: the test server runs every
 ``tools/call`` on a thread of its own, while ``tools/list`` is answered on its reader thread.
@@ -30,7 +30,6 @@ import pytest
 
 from tests.conftest import server_processes, server_spec
 from tests.gateway_server import (
-    BASE_HEADERS,
     MODERN_META,
     modern_call,
     modern_headers,
@@ -40,9 +39,6 @@ from tests.gateway_server import (
 
 pytestmark = pytest.mark.anyio
 
-LEGACY_VERSION = "2025-11-25"
-LONG_MS = 30_000
-"""Long enough that only a cancellation can end the work within a test's time bound."""
 WAIT_SECONDS = 10.0
 CHILD_ERAS = ["modern", "legacy"]
 
@@ -119,37 +115,6 @@ async def assert_the_gateway_still_serves(child: Child) -> None:
     assert echoed["result"]["content"] == [{"type": "text", "text": "still here"}]
 
 
-async def open_legacy_session(http: httpx.AsyncClient, url: str) -> dict[str, str]:
-    init = await http.post(
-        url,
-        headers=BASE_HEADERS,
-        json={
-            "jsonrpc": "2.0",
-            "id": "init",
-            "method": "initialize",
-            "params": {
-                "protocolVersion": LEGACY_VERSION,
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        },
-    )
-    assert init.status_code == 200, init.text
-    headers = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": LEGACY_VERSION}
-    note = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
-    assert note.status_code == 202
-    return headers
-
-
-def legacy_call(request_id: Any, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": "tools/call",
-        "params": {"name": tool, "arguments": arguments},
-    }
-
-
 # -- modern clients: leaving is cancelling ----------------------------------------------
 
 
@@ -177,101 +142,3 @@ async def test_a_modern_client_closing_its_sse_stream_cancels_the_call_at_the_ch
             assert_exactly_one_child_side_id(await child.wait_cancelled_ids())
             await assert_the_gateway_still_serves(child)
             assert_exactly_one_child_side_id(await child.cancelled_ids())
-
-
-@pytest.mark.parametrize("child_era", CHILD_ERAS)
-async def test_a_modern_client_abandoning_a_pending_json_answer_cancels_the_call_at_the_child_exactly_once(
-    child_era: str,
-) -> None:
-    with anyio.fail_after(20):
-        async with watched_child(child_era) as child, httpx.AsyncClient(timeout=WAIT_SECONDS) as leaver:
-            answered: list[httpx.Response] = []
-            async with anyio.create_task_group() as tg:
-
-                async def wait_for_answer() -> None:
-                    answered.append(
-                        await leaver.post(
-                            child.url,
-                            headers=modern_headers("tools/call", "sleep"),
-                            json=modern_call("slow", "sleep", {"ms": LONG_MS}),
-                        )
-                    )
-
-                tg.start_soon(wait_for_answer)
-                await child.wait_threads(extra=1)  # the child is sleeping on it: no byte has come back
-                tg.cancel_scope.cancel()  # the client gives up: its connection closes unanswered
-            assert answered == []
-
-            await child.wait_threads(extra=0)  # the sleep was cancelled: 30 s would outlast the bound
-            assert_exactly_one_child_side_id(await child.wait_cancelled_ids())
-            await assert_the_gateway_still_serves(child)
-            assert_exactly_one_child_side_id(await child.cancelled_ids())
-
-
-# -- legacy clients: a POSTed cancellation cancels, a disconnect does not -----------------
-
-
-@pytest.mark.parametrize("child_era", CHILD_ERAS)
-async def test_a_legacy_clients_posted_cancellation_reaches_the_child_and_ends_the_pending_post_unanswered(
-    child_era: str,
-) -> None:
-    with anyio.fail_after(20):
-        async with watched_child(child_era) as child, httpx.AsyncClient(timeout=WAIT_SECONDS) as legacy:
-            headers = await open_legacy_session(legacy, child.url)
-            answered: list[httpx.Response] = []
-            async with anyio.create_task_group() as tg:
-
-                async def wait_for_answer() -> None:
-                    answered.append(
-                        await legacy.post(child.url, headers=headers, json=legacy_call("nap", "sleep", {"ms": LONG_MS}))
-                    )
-
-                tg.start_soon(wait_for_answer)
-                await child.wait_threads(extra=1)
-                cancel = await legacy.post(
-                    child.url,
-                    headers=headers,
-                    json={"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "nap"}},
-                )
-                assert cancel.status_code == 202
-                # The pending POST must now be answered; the task group waits for it (bounded).
-
-            [reply] = answered
-            assert reply.status_code == 200
-            assert reply.headers["content-type"].startswith("text/event-stream")
-            assert parse_sse(reply.text) == []  # no -31005, no result: the receiver does not answer
-
-            await child.wait_threads(extra=0)
-            assert_exactly_one_child_side_id(await child.wait_cancelled_ids())
-            after = await legacy.post(
-                child.url, headers=headers, json=legacy_call("after", "echo", {"message": "still here"})
-            )
-            assert after.json()["result"]["content"] == [{"type": "text", "text": "still here"}]
-            assert_exactly_one_child_side_id(await child.cancelled_ids())
-
-
-@pytest.mark.parametrize("child_era", CHILD_ERAS)
-async def test_a_legacy_client_that_disconnects_mid_call_does_not_cancel_it_at_the_child(child_era: str) -> None:
-    nap = {"ms": 600}  # the window in which the poll must see the first sleep running
-    with anyio.fail_after(20):
-        async with watched_child(child_era) as child, httpx.AsyncClient(timeout=WAIT_SECONDS) as legacy:
-            headers = await open_legacy_session(legacy, child.url)
-            answered: list[httpx.Response] = []
-            async with anyio.create_task_group() as tg:
-
-                async def leave_early() -> None:
-                    answered.append(
-                        await legacy.post(child.url, headers=headers, json=legacy_call("first", "sleep", nap))
-                    )
-
-                tg.start_soon(leave_early)
-                await child.wait_threads(extra=1)  # the child is working on the first sleep
-                tg.cancel_scope.cancel()  # the client disconnects
-            assert answered == []
-
-            # A second sleep of the same length, started after the first one, finishes after it:
-            # by its answer the first was either finished or cancelled, never still pending.
-            second = await legacy.post(child.url, headers=headers, json=legacy_call("second", "sleep", nap))
-            assert second.json()["result"]["content"] == [{"type": "text", "text": "slept"}]
-            await child.wait_threads(extra=0)
-            assert await child.cancelled_ids() == []

@@ -18,7 +18,6 @@ import httpx
 import pytest
 
 from gateway.errors import ClientThrottledError, GatewayUnavailableError
-from gateway.protocol.attribution import AskPolicy
 from gateway.relay.router import Isolation, Router, ServerConfig
 from gateway.relay.sessions import SessionStore
 from gateway.stdio.budget import ChildBudget
@@ -130,69 +129,7 @@ async def test_a_full_session_store_refuses_with_503_and_ends_nobodys_session() 
 
 
 # -- row 5: a principal that keeps crashing the shared child --------------------------------
-
-
-@pytest.mark.parametrize("era", ["modern", "legacy"])
-async def test_a_principal_that_keeps_crashing_the_shared_child_is_throttled_while_others_are_served(era: str) -> None:
-    # One shared child (the test server never asks here; attribution has its own tests).
-    never_asks = PoolSettings(min_size=1, max_size=1, child_asks=AskPolicy.NEVER)
-    server = ServerConfig("test", server_spec("--era", era), never_asks)
-    crash = {"code": 3, "stderr": "crashing on purpose"}
-    with anyio.fail_after(60):
-        async with serving(gateway_app(server)) as base, httpx.AsyncClient(timeout=30) as http:
-            url = f"{base}/mcp"
-            # The first crash takes a long call of alice's with it: half a strike each, and
-            # both become suspects, whose requests then run alone on a child.
-            shared: list[httpx.Response] = []
-
-            async def alice_long_call() -> None:
-                shared.append(await call(http, url, "alice", "sleep", {"ms": 30_000}))
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(alice_long_call)
-                while (
-                    sum(c["in_flight"] for p in (await status(http, url))["pools"].values() for c in p["children"]) < 1
-                ):
-                    pass  # alice's call is on the child (each /status is a real round trip)
-                first = await call(http, url, "mallory", "exit", crash)
-            assert first.json()["error"]["code"] == -31001
-            assert shared[0].json()["error"]["code"] == -31001  # it died with the child
-            crashes = 1
-            alice: list[httpx.Response] = []
-            throttled = anyio.Event()
-
-            async def alice_calls() -> None:
-                after = 0
-                while after < 20:  # keep calling until 20 calls after mallory was throttled
-                    alice.append(await call(http, url, "alice", "echo", {"message": "still here"}))
-                    after += throttled.is_set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(alice_calls)
-                refusal: httpx.Response | None = None
-                for _ in range(15):  # bounded: the throttle must come within a few crashes
-                    reply = await call(http, url, "mallory", "exit", crash)
-                    if reply.status_code == 429:
-                        refusal = reply
-                        break
-                    assert reply.json()["error"]["code"] == -31001  # each killed the child
-                    crashes += 1
-                throttled.set()
-            assert refusal is not None
-            assert refusal.json()["error"]["code"] == -31008
-            assert "crashed" in refusal.json()["error"]["message"]
-            assert 1 <= int(refusal.headers["retry-after"]) <= 60
-            assert crashes == 4  # ½ shared, then a whole strike for each crash she caused alone
-            assert (await call(http, url, "mallory", "echo", {"message": "x"})).status_code == 429
-            # Alice was never refused, and no call of hers died with mallory's crashes.
-            assert [r.json().get("error") for r in alice] == [None] * len(alice)
-            assert len(alice) >= 20
-            server_status = await status(http, url)
-            assert server_status["throttled_for_crashes"] == 2
-            pool = next(iter(server_status["pools"].values()))
-            assert pool["failing"] is False  # crashes while serving are not a crash loop
-            assert pool["restarts"] >= crashes
-            assert pool["crash_suspects"] == 1  # mallory; alice was cleared by a clean call
+# The throttle through a whole gateway, while others are served: tests/component/test_crashes.py.
 
 
 def test_crash_strikes_are_shared_among_the_principals_in_flight_and_age_out() -> None:

@@ -1,0 +1,77 @@
+"""One child over the fake backend, below the pool: ``open_child(spec, backend=...)`` runs the
+handshake, the exchanges and the stop ladder over a ``ChildProcess`` that is no OS process."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+
+import anyio
+import pytest
+
+from gateway.errors import ChildExitedError, ChildStartError
+from gateway.protocol.jsonrpc import Result
+from gateway.protocol.versions import Era
+from gateway.stdio.child import open_child
+from tests.component.fakechild import Era as FakeEra
+from tests.component.fakechild import Script, fake_backend
+from tests.component.harness import FAKE_SPEC
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 10.0
+SHORT = dataclasses.replace(
+    FAKE_SPEC, probe_timeout=0.2, handshake_timeout=0.2, stdin_close_grace=0.2, sigterm_grace=0.2
+)
+
+
+@pytest.mark.parametrize(("era", "handshake"), [("modern", "server/discover"), ("legacy", "initialize")])
+async def test_the_era_probe_finds_the_childs_era(era: FakeEra, handshake: str) -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend(Script(era=era)) as backend, open_child(FAKE_SPEC, backend=backend) as child:
+            assert child.info is not None
+            assert child.info.era is (Era.MODERN if era == "modern" else Era.LEGACY)
+            assert child.pid == backend.children[0].pid
+    [fake] = backend.children
+    assert fake.era_of_handshake == handshake
+    assert fake.returncode == 0  # stopped at stdin close
+
+
+async def test_a_child_that_never_answers_fails_to_start_with_a_clear_error() -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend(Script(silent=True)) as backend:
+            with pytest.raises(ChildStartError) as failed:
+                async with open_child(SHORT, backend=backend):
+                    pass  # pragma: no cover - never ready
+    assert "no answer to initialize within 0.2 s" in failed.value.message
+    [fake] = backend.children
+    assert [m["method"] for m in fake.received] == ["server/discover", "initialize"]  # probe, then legacy
+
+
+async def test_a_child_that_dies_mid_call_fails_the_call_with_its_exit_code_and_stderr() -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend(Script(era="legacy")) as backend, open_child(FAKE_SPEC, backend=backend) as child:
+            params = {"name": "crash", "arguments": {"code": 7, "stderr": ["one", "two"]}}
+            with pytest.raises(ChildExitedError) as died:
+                await child.request("tools/call", params)
+            assert not child.is_alive()
+    assert died.value.data["exit_code"] == 7
+    assert died.value.data["stderr"] == ["one", "two"]
+    assert f"(pid {backend.children[0].pid}) exited with code 7; stderr: one | two" in died.value.message
+
+
+@pytest.mark.parametrize(
+    ("script", "returncode"),
+    [
+        (Script(ignore_stdin_close=True), -signal.SIGTERM),
+        (Script(ignore_stdin_close=True, ignore_terminate=True), -signal.SIGKILL),
+    ],
+)
+async def test_the_stop_ladder_terminates_then_kills_a_child_that_will_not_exit(
+    script: Script, returncode: int
+) -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend(script) as backend, open_child(SHORT, backend=backend) as child:
+            assert isinstance(await child.request("ping", None), Result)  # serving until stopped
+    [fake] = backend.children
+    assert fake.returncode == returncode

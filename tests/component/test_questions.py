@@ -1,0 +1,94 @@
+"""A legacy child's questions (sampling, elicitation, roots) reach the client whose call asked,
+over fake children: a legacy client gets the question on its call's SSE stream and POSTs the
+answer; a modern client gets an MRTR ``input_required`` round and retries with the answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.protocol.handshake import META_CLIENT_CAPABILITIES
+from gateway.stdio.pool import PoolSettings
+from tests.component.fakechild import Script, fake_backend
+from tests.component.harness import in_process_gateway, legacy_call
+from tests.gateway_server import modern_call, modern_headers, open_legacy_session
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 20.0
+ELICIT = {
+    "mode": "form",
+    "message": "Your name?",
+    "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+}
+SAMPLE = {"messages": [{"role": "user", "content": {"type": "text", "text": "say hi"}}], "maxTokens": 5}
+
+
+async def test_each_legacy_clients_question_comes_on_its_own_stream_and_its_answer_reaches_the_child() -> None:
+    """Three sessions ask at once (each its own child: questions carry no request id): each
+    sees only its own question, under a gateway id, and its POSTed answer reaches its call."""
+    finals: dict[int, dict[str, Any]] = {}
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend(Script(era="legacy")) as backend,
+            in_process_gateway(backend, pool=PoolSettings(1, 3)) as gw,
+        ):
+            sessions = [await open_legacy_session(gw.http, gw.url, capabilities={"elicitation": {}}) for _ in range(3)]
+
+            asked: list[int] = []
+            all_asked = anyio.Event()
+
+            async def client(n: int) -> None:
+                params = {**ELICIT, "message": f"Your name, {n}?"}
+                body = legacy_call(n, "ask", {"method": "elicitation/create", "params": params})
+                async with gw.open(body, sessions[n]) as response:
+                    question = await response.next_message()
+                    assert question is not None
+                    assert question["method"] == "elicitation/create"
+                    assert question["params"]["message"] == f"Your name, {n}?"
+                    asked.append(n)
+                    if len(asked) == 3:
+                        all_asked.set()
+                    await all_asked.wait()  # three questions open at once: three children
+                    answer = {"action": "accept", "content": {"name": f"client {n}"}}
+                    reply = {"jsonrpc": "2.0", "id": question["id"], "result": answer}
+                    assert (await gw.http.post(gw.url, headers=sessions[n], json=reply)).status_code == 202
+                    [final] = await response.messages()
+                    finals[n] = final
+
+            async with anyio.create_task_group() as tg:
+                for n in range(3):
+                    tg.start_soon(client, n)
+    for n in range(3):
+        assert finals[n]["id"] == n
+        answer = finals[n]["result"]["structuredContent"]["answer"]
+        assert answer["result"] == {"action": "accept", "content": {"name": f"client {n}"}}
+    assert len({c.child.pid for c in backend.calls("ask")}) == 3
+
+
+async def test_a_modern_client_answers_a_legacy_childs_question_in_an_mrtr_round() -> None:
+    call = modern_call(1, "ask", {"method": "sampling/createMessage", "params": SAMPLE})
+    call["params"]["_meta"][META_CLIENT_CAPABILITIES] = {"sampling": {}}
+    headers = modern_headers("tools/call", "ask")
+    with anyio.fail_after(BOUND):
+        async with fake_backend(Script(era="legacy")) as backend, in_process_gateway(backend) as gw:
+            first = (await gw.http.post(gw.url, headers=headers, json=call)).json()
+            assert first["id"] == 1
+            result = first["result"]
+            assert result["resultType"] == "input_required"
+            [(key, request)] = result["inputRequests"].items()
+            assert request == {"method": "sampling/createMessage", "params": SAMPLE}
+            [parked] = backend.running_calls("ask")  # the call waits at the child for its answer
+            sampled = {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"}
+            retry = {
+                **call,
+                "id": 2,
+                "params": {**call["params"], "inputResponses": {key: sampled}, "requestState": result["requestState"]},
+            }
+            second = (await gw.http.post(gw.url, headers=headers, json=retry)).json()
+    assert second["id"] == 2
+    assert second["result"]["resultType"] == "complete"
+    assert second["result"]["structuredContent"]["answer"]["result"] == sampled
+    assert backend.calls("ask") == [parked]  # the same call went on: the child was not asked twice
