@@ -44,7 +44,7 @@ from gateway.http.listen import ListenStream
 from gateway.http.observe import note_answer
 from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
 from gateway.http.wire import rejection_response
-from gateway.protocol import bridge, ingress, subscriptions, versions
+from gateway.protocol import ingress, subscriptions
 from gateway.protocol.headers import MCP_SESSION_ID
 from gateway.protocol.jsonrpc import (
     METHOD_NOT_FOUND,
@@ -207,16 +207,7 @@ class McpEndpoint:
             if isinstance(message, Notification) and message.method == CANCELLED and message.params:
                 self.in_flight.cancel(principal, message.params.get("requestId"))
             return wire.accepted()
-        meta = (message.params or {}).get("_meta")
-        capabilities = meta.get(ingress.CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
-        client = ClientContext(
-            Era.MODERN,
-            accepted.version,
-            capabilities if isinstance(capabilities, dict) else {},  # this request's, never an earlier one's
-            principal=principal,
-            log=log,
-            trace=bridge.trace_context(headers),
-        )
+        client = ClientContext.of_request(message, accepted.version, principal, headers, log)
         return LazyStream(
             self.relay.exchange(message, client, headers),
             request_id=message.id,
@@ -275,23 +266,9 @@ class McpEndpoint:
 
     async def _initialize(self, message: Request, headers: dict[str, str], principal: str | None) -> Response:
         """Open a legacy session, answered from the handshake of the child that will serve it."""
-        params = message.params or {}
-        requested = params.get("protocolVersion")
-        capabilities = params.get("capabilities")
-        client_info = params.get("clientInfo")
-        try:  # the session limits (429 / 503) are checked before any child is leased or started
-            session = self.sessions.create(
-                versions.negotiate_legacy(requested if isinstance(requested, str) else ""),
-                capabilities if isinstance(capabilities, dict) else {},
-                client_info if isinstance(client_info, dict) else None,
-                principal,
-            )
-        except GatewayError as exc:
-            return wire.gateway_error_response(exc, message.id)
         try:
-            result = bridge.initialize_result(session.version, await open_session(self.relay.router, session, headers))
+            session, result = await open_session(self.sessions, self.relay.router, message, principal, headers)
         except GatewayError as exc:
-            self.sessions.end(session.id)
             return wire.gateway_error_response(exc, message.id)
         log.info("legacy session %s… opened (protocol %s)", session.id[:8], session.version)
         return wire.json_response(response(message.id, result=result), headers={MCP_SESSION_ID: session.id})

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.protocol import bridge
-from gateway.protocol.jsonrpc import JsonObject
+from gateway.protocol.ingress import CLIENT_CAPABILITIES_KEY
+from gateway.protocol.jsonrpc import JsonObject, Request
 from gateway.protocol.versions import Era
 from gateway.relay.sessions import LegacySession
 from gateway.stdio.child import StdioChild
@@ -35,6 +36,27 @@ class ClientContext:
     log: dict[str, Any] = field(default_factory=dict)  # what the access log should say
     trace: JsonObject = field(default_factory=dict)  # W3C traceparent/tracestate from the HTTP request
     accepts_requests: bool = True  # False where the answer cannot carry requests (legacy batches)
+
+    @classmethod
+    def of_request(
+        cls,
+        request: Request,
+        version: str,
+        principal: str | None,
+        headers: Mapping[str, str],
+        log: dict[str, Any] | None = None,
+    ) -> ClientContext:
+        """A modern client's request: what it can do is what this request's ``_meta`` declares."""
+        meta = (request.params or {}).get("_meta")
+        capabilities = meta.get(CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
+        return cls(
+            Era.MODERN,
+            version,
+            capabilities if isinstance(capabilities, dict) else {},  # this request's, never an earlier one's
+            principal=principal,
+            log=log if log is not None else {},
+            trace=bridge.trace_context(headers),
+        )
 
     @classmethod
     def of_session(

@@ -1,8 +1,9 @@
 """The gateway's own part of a legacy session, outside the child exchanges.
 
-- ``open_session``: at ``initialize``, the new session is bound to the pool and the child
-  that will serve it (``LegacySession.pool``, ``.child``), and that child's handshake
-  answers the client (``bridge.initialize_result``, built by the caller).
+- ``open_session``: at ``initialize``, a session is created with the negotiated version, the
+  client's capabilities and ``clientInfo``, and bound to the pool and the child that will
+  serve it (``LegacySession.pool``, ``.child``); that child's handshake answers the client
+  (``bridge.initialize_result``).
 - ``local_answer``: the requests the gateway answers itself: ``ping``; ``logging/setLevel``
   is stored on the session (a legacy child is also told, by the relay; a modern child gets
   it as ``logLevel`` on each request); ``initialize`` again is refused; and
@@ -19,26 +20,42 @@ from collections.abc import Mapping
 
 from anyio.abc import TaskGroup
 
-from gateway.protocol import loglevels, subscriptions
-from gateway.protocol.handshake import ChildInfo
+from gateway.errors import GatewayError
+from gateway.protocol import bridge, loglevels, subscriptions, versions
 from gateway.protocol.jsonrpc import INVALID_PARAMS, JsonObject, Request, error_object
 from gateway.protocol.versions import Era
 from gateway.relay.exchange import response
 from gateway.relay.router import ANONYMOUS, Router
 from gateway.relay.session_listen import SessionListens, is_served_by_modern_child
-from gateway.relay.sessions import LegacySession
+from gateway.relay.sessions import LegacySession, SessionStore
 
 
-async def open_session(router: Router, session: LegacySession, headers: Mapping[str, str]) -> ChildInfo:
-    """Bind a new session to its pool and to a live child of it; the child's handshake.
-    ``GatewayError`` when no child can be had (the caller ends the session)."""
-    pool = await router.pool_for(
-        session.principal, session.id, headers, era=Era.LEGACY, capabilities=session.capabilities
+async def open_session(
+    sessions: SessionStore, router: Router, request: Request, principal: str | None, headers: Mapping[str, str]
+) -> tuple[LegacySession, JsonObject]:
+    """A new session for ``request`` (``initialize``) and the result that answers it.
+
+    ``GatewayError``: the session limits (429 / 503), checked before any child is leased or
+    started; or no child can be had, and the session is ended again."""
+    params = request.params or {}
+    requested = params.get("protocolVersion")
+    capabilities = params.get("capabilities")
+    client_info = params.get("clientInfo")
+    session = sessions.create(
+        versions.negotiate_legacy(requested if isinstance(requested, str) else ""),
+        capabilities if isinstance(capabilities, dict) else {},
+        client_info if isinstance(client_info, dict) else None,
+        principal,
     )
-    async with pool.lease(principal=session.principal or ANONYMOUS) as child:
-        session.child, session.pool = child, pool
-        assert child.info is not None
-        return child.info
+    try:
+        pool = await router.pool_for(principal, session.id, headers, era=Era.LEGACY, capabilities=session.capabilities)
+        async with pool.lease(principal=principal or ANONYMOUS) as child:
+            session.child, session.pool = child, pool
+            assert child.info is not None
+            return session, bridge.initialize_result(session.version, child.info)
+    except GatewayError:
+        sessions.end(session.id)
+        raise
 
 
 async def local_answer(
