@@ -59,7 +59,8 @@ class ListenStream:
                 tg.start_soon(watch_disconnect)
                 if drain is not None:
                     tg.start_soon(watch_drain)
-                tg.start_soon(listen.watch_child)  # its child's exit drops the listen
+                if listen.holds_subscriptions:
+                    tg.start_soon(listen.watch_child)  # they die with its child: that drops the listen
                 await self._relay(send)
                 tg.cancel_scope.cancel()
             if graceful:

@@ -81,6 +81,11 @@ class Listen:
         """End the stream without the graceful result (the client should reconnect)."""
         self._send.close()
 
+    @property
+    def holds_subscriptions(self) -> bool:
+        """Whether the child took any of its resource subscriptions (``Listens.subscribe``)."""
+        return self.child is not None and bool(self.uris)
+
     async def watch_child(self) -> None:
         """Drop the listen when the child holding its resource subscriptions exits: they die
         with it (even a planned retirement). Returns at once when it holds none."""
