@@ -11,8 +11,9 @@ A POST goes: bounded body read → ingress ladder (pure) → by era:
   cancellation); ``notifications/cancelled`` cancels the named request of that session;
   ``ping`` is answered by the gateway, and so are ``resources/subscribe`` / ``unsubscribe``
   when a modern child serves the session (``gateway.relay.legacy``); a POSTed response
-  answers the child's question it names (202). 2025-03-26 batches are answered with a JSON array. A request the client
-  cancelled gets no answer (its stream ends; in a batch it is left out of the array).
+  answers the child's question it names (202). 2025-03-26 batches are answered with a JSON
+  array. A request the client cancelled gets no answer (its stream ends; in a batch it is
+  left out of the array).
   Each request in a 2025-03-26 batch counts against the principal's in-flight limit (429
   for the whole batch, before any runs).
 
@@ -119,7 +120,7 @@ class McpEndpoint:
         self.listens = Listens()  # emulated subscriptions/listen streams (legacy children)
         self.in_flight = InFlight()  # modern requests being answered: a POSTed cancelled names one
         self.session_listens = SessionListens()  # legacy sessions' resource subscriptions on modern children
-        self.unsolicited = Unsolicited(sessions, self.listens, settings)  # router.add_*: see attach
+        self.unsolicited = Unsolicited(sessions, self.listens, settings)  # create_app attaches it to the router
 
     @staticmethod
     def principal(request: HttpRequest) -> str | None:
@@ -252,7 +253,7 @@ class McpEndpoint:
             return await self._batch(session, accepted.messages, headers)
         message = accepted.messages[0]
         if isinstance(message, Request):
-            local = await self._local_answer(session, message)
+            local = await local_answer(session, message, self.session_listens, self.task_group)
             if local is not None:
                 note_answer(scope, local)
                 return wire.json_response(local)
@@ -272,9 +273,6 @@ class McpEndpoint:
             return wire.gateway_error_response(exc, message.id)
         log.info("legacy session %s… opened (protocol %s)", session.id[:8], session.version)
         return wire.json_response(response(message.id, result=result), headers={MCP_SESSION_ID: session.id})
-
-    async def _local_answer(self, session: LegacySession, message: Request) -> JsonObject | None:
-        return await local_answer(session, message, self.session_listens, self.task_group)
 
     def _detached(
         self, session: LegacySession, message: Request, headers: dict[str, str], slots: object = None
@@ -328,7 +326,7 @@ class McpEndpoint:
         answers: list[JsonObject] = []
 
         async def answer(message: Request) -> None:
-            local = await self._local_answer(session, message)
+            local = await local_answer(session, message, self.session_listens, self.task_group)
             if local is not None:
                 answers.append(local)
                 return
