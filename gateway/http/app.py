@@ -133,9 +133,7 @@ def create_app(
             body_timeout=settings.body_timeout,
             max_batch_size=router.server.max_batch_size,
         )
-        router.add_listener(endpoint.on_child_notification)
-        router.add_loss_listener(endpoint.listens.on_pool_loss)
-        router.add_request_handler(endpoint.on_child_request)
+        endpoint.unsolicited.attach(router)  # what the children send unasked: GET streams, listens
         endpoints.append((router, endpoint, sessions))
 
     recent_errors = RecentErrors()

@@ -9,16 +9,16 @@ A POST goes: bounded body read → ingress ladder (pure) → by era:
 - **legacy** ``initialize`` → answered by the gateway from the child's handshake, with a new
   ``Mcp-Session-Id``; other legacy requests run detached (a disconnect is not a
   cancellation); ``notifications/cancelled`` cancels the named request of that session;
-  ``ping`` is answered here, and so are ``resources/subscribe`` / ``unsubscribe`` when a
-  modern child serves the session (``gateway.http.session_listen``: one child listen per
-  session); a POSTed response answers the child's question it names
-  (202). 2025-03-26 batches are answered with a JSON array. A request the client
-  cancelled gets no answer (its stream ends; in a batch it is left out of the array).
+  ``ping`` is answered by the gateway, and so are ``resources/subscribe`` / ``unsubscribe``
+  when a modern child serves the session (``gateway.relay.legacy``); a POSTed response
+  answers the child's question it names (202). 2025-03-26 batches are answered with a JSON
+  array. A request the client cancelled gets no answer (its stream ends; in a batch it is
+  left out of the array).
   Each request in a 2025-03-26 batch counts against the principal's in-flight limit (429
   for the whole batch, before any runs).
 
-A child's unattributable question reaches a legacy session's GET stream only when that
-session is the only one its pool serves (``on_child_request``).
+What the children send unasked reaches the GET streams and listens through
+``gateway.relay.unsolicited``.
 """
 
 from __future__ import annotations
@@ -36,52 +36,41 @@ from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 from starlette.types import Scope
 
-from gateway.errors import CODE_CANCELLED, CODE_INPUT_TIMEOUT, GatewayError
+from gateway.errors import CODE_CANCELLED, GatewayError
 from gateway.http import wire
 from gateway.http.connection import BODY_RECEIVED
 from gateway.http.inflight import InFlight
 from gateway.http.limits import SLOTS, Slots
-from gateway.http.listen import Listen, Listens, ListenStream
+from gateway.http.listen import ListenStream
 from gateway.http.observe import note_answer
-from gateway.http.session_listen import SessionListens, is_served_by_modern_child
 from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
 from gateway.http.wire import rejection_response
-from gateway.protocol import bridge, ingress, inputs, loglevels, subscriptions, versions
+from gateway.protocol import ingress, subscriptions
 from gateway.protocol.headers import MCP_SESSION_ID
 from gateway.protocol.jsonrpc import (
-    INVALID_PARAMS,
     METHOD_NOT_FOUND,
     MISSING_CLIENT_CAPABILITY,
-    ErrorReply,
     JsonObject,
     Message,
     Notification,
-    Reply,
     Request,
-    Result,
     error_object,
 )
 from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
-from gateway.relay.exchange import ClientContext, Relay, response
-from gateway.relay.router import ANONYMOUS
+from gateway.relay.client import ClientContext
+from gateway.relay.exchange import Relay, response
+from gateway.relay.legacy import local_answer, open_session
+from gateway.relay.listens import Listens, open_listen
+from gateway.relay.session_listen import SessionListens
 from gateway.relay.sessions import CancelHandle, LegacySession, SessionStore
 from gateway.relay.shared_settings import SharedSettings
-from gateway.stdio.ask import ChildAsk
-from gateway.stdio.pool import Pool
+from gateway.relay.unsolicited import Unsolicited
 
 log = logging.getLogger("gateway.http")
 
-LIST_CHANGED: Final = frozenset(
-    {
-        "notifications/tools/list_changed",
-        "notifications/prompts/list_changed",
-        "notifications/resources/list_changed",
-    }
-)
 MODERN_ERROR_STATUSES: Final = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY: 400}
 """HTTP statuses of a modern final error sent as JSON: the spec maps these two (digest §0.2)."""
-RESOURCE_UPDATED: Final = "notifications/resources/updated"
 CANCELLED: Final = "notifications/cancelled"
 MAX_STREAM_SECONDS: Final = 3600.0
 """A legacy GET stream ends after this long; clients reconnect (L-TR allows either side to close)."""
@@ -122,7 +111,7 @@ class McpEndpoint:
     ) -> None:
         self.relay = relay
         self.sessions = sessions
-        relay.settings = SharedSettings(sessions.on_child)  # per-client settings on shared children
+        relay.settings = settings = SharedSettings(sessions.on_child)  # per-client settings on shared children
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
         self.max_batch_size = max_batch_size
@@ -131,6 +120,7 @@ class McpEndpoint:
         self.listens = Listens()  # emulated subscriptions/listen streams (legacy children)
         self.in_flight = InFlight()  # modern requests being answered: a POSTed cancelled names one
         self.session_listens = SessionListens()  # legacy sessions' resource subscriptions on modern children
+        self.unsolicited = Unsolicited(sessions, self.listens, settings)  # create_app attaches it to the router
 
     @staticmethod
     def principal(request: HttpRequest) -> str | None:
@@ -218,16 +208,7 @@ class McpEndpoint:
             if isinstance(message, Notification) and message.method == CANCELLED and message.params:
                 self.in_flight.cancel(principal, message.params.get("requestId"))
             return wire.accepted()
-        meta = (message.params or {}).get("_meta")
-        capabilities = meta.get(ingress.CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
-        client = ClientContext(
-            Era.MODERN,
-            accepted.version,
-            capabilities if isinstance(capabilities, dict) else {},  # this request's, never an earlier one's
-            principal=principal,
-            log=log,
-            trace=bridge.trace_context(headers),
-        )
+        client = ClientContext.of_request(message, accepted.version, principal, headers, log)
         return LazyStream(
             self.relay.exchange(message, client, headers),
             request_id=message.id,
@@ -240,29 +221,16 @@ class McpEndpoint:
     async def _listen(
         self, accepted: Accepted, message: Request, headers: dict[str, str], principal: str | None, log: dict[str, Any]
     ) -> Response | LazyStream | ListenStream:
-        """``subscriptions/listen``: emulated for a legacy child (``gateway.http.listen``);
+        """``subscriptions/listen``: emulated for a legacy child (``gateway.relay.listens``);
         a modern child's own listen is forwarded like any request."""
         try:
-            pool = await self.relay.router.pool_for(principal, None, headers)
-            async with pool.lease(principal=principal or ANONYMOUS) as child:  # which era serves it, what it can do
-                info = child.info
+            listen = await open_listen(self.relay.router, message, principal, headers)
         except GatewayError as exc:
             return wire.gateway_error_response(exc, message.id)
-        assert info is not None
-        if info.era is Era.MODERN:  # forwarded; the relay rewrites subscriptionId both ways
+        if listen is None:  # a modern child: forwarded; the relay rewrites subscriptionId both ways
             return self._modern(accepted, headers, principal, log, graceful_end=subscriptions.graceful_end(message.id))
-        requested = (message.params or {}).get("notifications")
-        if not isinstance(requested, dict):
-            return wire.error_response(
-                400, error_object(INVALID_PARAMS, "subscriptions/listen needs params.notifications"), message.id
-            )
-        listen = Listen(
-            message.id,
-            pool,
-            subscriptions.honoured(requested, info.capabilities),
-            child,
-            subscriptions.requested_uris(requested, info.capabilities),
-        )
+        if isinstance(listen, Rejection):
+            return rejection_response(listen)
         return ListenStream(listen, self.listens)
 
     # -- legacy -------------------------------------------------------------------------
@@ -285,7 +253,7 @@ class McpEndpoint:
             return await self._batch(session, accepted.messages, headers)
         message = accepted.messages[0]
         if isinstance(message, Request):
-            local = await self._local_legacy_answer(session, message)
+            local = await local_answer(session, message, self.session_listens, self.task_group)
             if local is not None:
                 note_answer(scope, local)
                 return wire.json_response(local)
@@ -294,84 +262,17 @@ class McpEndpoint:
             # A client that stops reading is cut off after the write timeout, and then the
             # gateway cancels the work (a plain disconnect does not, for a legacy client).
             return LazyStream(detached, request_id=message.id, on_stalled=detached.handle.scope.cancel)
-        self._legacy_notification(session, message)
+        session.take(message)
         return wire.accepted()
 
     async def _initialize(self, message: Request, headers: dict[str, str], principal: str | None) -> Response:
         """Open a legacy session, answered from the handshake of the child that will serve it."""
-        params = message.params or {}
-        requested = params.get("protocolVersion")
-        capabilities = params.get("capabilities")
-        client_info = params.get("clientInfo")
-        try:  # the session limits (429 / 503) are checked before any child is leased or started
-            session = self.sessions.create(
-                versions.negotiate_legacy(requested if isinstance(requested, str) else ""),
-                capabilities if isinstance(capabilities, dict) else {},
-                client_info if isinstance(client_info, dict) else None,
-                principal,
-            )
-        except GatewayError as exc:
-            return wire.gateway_error_response(exc, message.id)
         try:
-            pool = await self.relay.router.pool_for(
-                principal, session.id, headers, era=Era.LEGACY, capabilities=session.capabilities
-            )
-            async with pool.lease(principal=principal or ANONYMOUS) as child:
-                session.child, session.pool = child, pool
-                assert child.info is not None
-                result = bridge.initialize_result(session.version, child.info)
+            session, result = await open_session(self.sessions, self.relay.router, message, principal, headers)
         except GatewayError as exc:
-            self.sessions.end(session.id)
             return wire.gateway_error_response(exc, message.id)
         log.info("legacy session %s… opened (protocol %s)", session.id[:8], session.version)
         return wire.json_response(response(message.id, result=result), headers={MCP_SESSION_ID: session.id})
-
-    async def _local_legacy_answer(self, session: LegacySession, message: Request) -> JsonObject | None:
-        if message.method in subscriptions.SUBSCRIBE_METHODS and is_served_by_modern_child(session):
-            assert self.task_group is not None
-            return await self.session_listens.handle(session, message, self.task_group)
-        if message.method == "ping":
-            return response(message.id, result={})
-        if message.method == loglevels.SET_LEVEL:
-            level = (message.params or {}).get("level")
-            if not loglevels.is_level(level):
-                return response(
-                    message.id, error=error_object(INVALID_PARAMS, f"unknown log level {level!r}", {"level": level})
-                )
-            # The session's minimum for notifications/message; a legacy child is also told
-            # (the relay forwards it; a modern child gets it as logLevel on each request).
-            session.log_level = level
-            return None
-        if message.method == "initialize":
-            return response(
-                message.id, error=error_object(-32600, "this session is already initialized; start a new one")
-            )
-        return None
-
-    @staticmethod
-    def _legacy_notification(session: LegacySession, message: Message) -> None:
-        if isinstance(message, Notification):
-            if message.method == "notifications/initialized":
-                session.initialized = True
-            elif message.method == CANCELLED and message.params:
-                session.cancel(message.params.get("requestId"))
-        elif isinstance(message, (Result, ErrorReply)):
-            session.answer_ask(message)  # the client's answer to a child's question: to the child
-
-    def _client(
-        self, session: LegacySession, headers: dict[str, str] | None = None, *, streamed: bool = True
-    ) -> ClientContext:
-        return ClientContext(
-            Era.LEGACY,
-            session.version,
-            session.capabilities,
-            session.client_info,
-            session.log_level,
-            session,
-            session.principal,
-            trace=bridge.trace_context(headers or {}),
-            accepts_requests=streamed,
-        )
 
     def _detached(
         self, session: LegacySession, message: Request, headers: dict[str, str], slots: object = None
@@ -382,7 +283,9 @@ class McpEndpoint:
         def cancelled() -> JsonObject:
             return response(message.id, error=error_object(CODE_CANCELLED, "the request was cancelled"))
 
-        detached = Detached(self.relay.exchange(message, self._client(session, headers), headers), cancelled)
+        detached = Detached(
+            self.relay.exchange(message, ClientContext.of_session(session, headers), headers), cancelled
+        )
         session.in_flight[message.id] = detached.handle
         release = slots.hand_over() if isinstance(slots, Slots) else None
         assert self.task_group is not None
@@ -423,12 +326,12 @@ class McpEndpoint:
         answers: list[JsonObject] = []
 
         async def answer(message: Request) -> None:
-            local = await self._local_legacy_answer(session, message)
+            local = await local_answer(session, message, self.session_listens, self.task_group)
             if local is not None:
                 answers.append(local)
                 return
             session.note_subscription(message.method, message.params)
-            client = self._client(session, headers, streamed=False)  # a JSON array cannot carry requests
+            client = ClientContext.of_session(session, headers, streamed=False)  # a JSON array cannot carry requests
             handle = CancelHandle()  # a later notifications/cancelled may name it, as for single requests
             session.in_flight.setdefault(message.id, handle)
             answered = False
@@ -454,7 +357,7 @@ class McpEndpoint:
                 if isinstance(message, Request):
                     tg.start_soon(answer, message)
                 else:
-                    self._legacy_notification(session, message)
+                    session.take(message)
         if not answers:
             return wire.accepted()
         return Response(orjson.dumps(answers), media_type="application/json")
@@ -482,59 +385,6 @@ class McpEndpoint:
         return EventSourceResponse(
             events(), ping=int(KEEPALIVE_SECONDS), headers={"cache-control": "no-cache", "x-accel-buffering": "no"}
         )
-
-    def on_child_notification(self, pool: Pool, notification: Notification) -> None:
-        """Unsolicited child notifications: ``list_changed`` goes to the GET streams of the legacy
-        sessions that pool serves (never across principals, sessions or credentials)."""
-        self.listens.offer(pool, notification)  # modern listeners take what they opted into
-        if notification.method in LIST_CHANGED:
-            self.sessions.broadcast(notification.to_dict(), lambda session: session.pool is pool)
-        elif notification.method == RESOURCE_UPDATED and notification.params:
-            # Only to the sessions of this pool that subscribed to the resource (or a parent of it).
-            uri = notification.params.get("uri")
-            if isinstance(uri, str):
-                self.sessions.broadcast(
-                    notification.to_dict(), lambda session: session.pool is pool and session.is_subscribed(uri)
-                )
-        else:
-            log.debug("unsolicited %s from the child not forwarded", notification.method)
-
-    async def on_child_request(self, pool: Pool, request: Request) -> Reply | None:
-        """A child's question that no client exchange carries (unattributable): sent on the GET
-        stream of the one legacy session the child serves, when there is exactly one (the pool
-        is that session's own, ``isolation: session``), its GET stream is open and it declared
-        the capability; the client's POSTed answer (or, after ``input_timeout``, -31007) is the
-        reply. A ``roots/list`` a roots refresh waits for goes to that refresh's client
-        (``SharedSettings.refresh_roots``). None otherwise: the gateway answers it locally."""
-        assert self.relay.settings is not None
-        refreshed = await self.relay.settings.on_child_request(pool, request)
-        if refreshed is not None:
-            return refreshed
-        if request.method not in inputs.INPUT_METHODS or pool.session_id is None:
-            return None
-        served = self.sessions.serving(pool)
-        if len(served) != 1 or served[0].id != pool.session_id:
-            return None
-        [session] = served
-        if not inputs.is_declared(session.capabilities, request.method, request.params):
-            return None
-        ask = ChildAsk(request)
-        gateway_id = session.track_ask(ask)
-        if not session.offer(Request(gateway_id, request.method, request.params).to_dict()):
-            session.asks.pop(gateway_id, None)  # no GET stream open (or it is full)
-            return None
-        timeout = pool.spec.input_timeout
-        try:
-            with anyio.move_on_after(timeout):
-                await ask.wait()
-        finally:  # a no-op when answered; else the timeout (or the child's end) answers it
-            ask.answer_error(
-                CODE_INPUT_TIMEOUT,
-                f"the client did not answer {ask.method} within {timeout:g} s",
-                timeout_seconds=timeout,
-            )
-        assert ask.reply is not None
-        return ask.reply
 
     def _delete(self, headers: dict[str, str], principal: str | None) -> Response:
         outcome = ingress.check_delete(headers, session_version=self.sessions.version_of)

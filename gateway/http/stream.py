@@ -46,8 +46,8 @@ from gateway.http.observe import note_answer, note_cancelled
 from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay.exchange import Rejected
+from gateway.relay.inbox import Inbox, progress_key
 from gateway.relay.sessions import CancelHandle
-from gateway.stdio.inbox import Inbox, progress_key
 
 log = logging.getLogger("gateway.http")
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import anyio
@@ -52,12 +51,12 @@ from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reque
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
 from gateway.relay.catalog import ToolCatalog
+from gateway.relay.client import ClientContext
 from gateway.relay.router import ANONYMOUS, Router
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.suspensions import Call, Suspensions, input_responses
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
-from gateway.stdio.pool import Pool
 
 
 class Rejected(Exception):
@@ -66,41 +65,6 @@ class Rejected(Exception):
     def __init__(self, rejection: Rejection) -> None:
         super().__init__(rejection.error)
         self.rejection = rejection
-
-
-@dataclass
-class ClientContext:
-    """Who is asking, in which era; for legacy clients, what their session negotiated.
-
-    ``session`` (legacy only) pins the session to the child that served it first, so state
-    the session set up there (``resources/subscribe``, ``logging/setLevel``) stays put.
-    """
-
-    era: Era
-    version: str
-    capabilities: JsonObject = field(default_factory=dict)
-    client_info: JsonObject | None = None
-    log_level: str | None = None
-    session: Any = None  # a gateway.sessions.LegacySession; typed loosely to keep imports inward
-    principal: str | None = None
-    log: dict[str, Any] = field(default_factory=dict)  # what the access log should say
-    trace: JsonObject = field(default_factory=dict)  # W3C traceparent/tracestate from the HTTP request
-    accepts_requests: bool = True  # False where the answer cannot carry requests (legacy batches)
-
-    @property
-    def session_id(self) -> str | None:
-        return getattr(self.session, "id", None)
-
-    def affinity(self) -> StdioChild | None:
-        child = getattr(self.session, "child", None)
-        return child if isinstance(child, StdioChild) and child.is_alive() else None
-
-    def bind(self, child: StdioChild, pool: Pool | None = None) -> None:
-        self.log["child_pid"] = child.pid
-        if self.session is not None and self.affinity() is None:  # a call lent to another child keeps the home
-            self.session.child = child
-            if pool is not None:
-                self.session.pool = pool
 
 
 def response(client_id: Any, *, result: JsonObject | None = None, error: JsonObject | None = None) -> JsonObject:
@@ -288,6 +252,7 @@ class Relay:
         unanswered: list[ChildAsk] = []
         try:
             for ask in asks.values():
+                assert session is not None  # only a session's client is asked (reachable, above)
                 gateway_id: str = session.track_ask(ask)
                 yield Request(gateway_id, ask.method, ask.params).to_dict()
             with anyio.move_on_after(timeout):

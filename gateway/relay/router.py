@@ -60,7 +60,7 @@ from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
-from gateway.stdio.pool import MAINTENANCE_TICK, Pool, PoolSettings
+from gateway.stdio.pool import MAINTENANCE_TICK, LossListener, Pool, PoolListener, PoolRequestHandler, PoolSettings
 from gateway.stdio.spec import INITIALIZE_FIRST, PROBE_FIRST, ChildSpec
 
 log = logging.getLogger("gateway.relay.router")
@@ -140,7 +140,7 @@ class Router:
         server: ServerConfig,
         *,
         gateway_version: str = "0",
-        on_notification: Any = None,
+        on_notification: PoolListener | None = None,
         children: ChildBudget | None = None,
         backend: ChildBackend = PROCESS_BACKEND,
     ) -> None:
@@ -154,26 +154,26 @@ class Router:
         self.crashes = CrashLedger()
         self.backend = backend
         self._gateway_version = gateway_version
-        self._listeners: list[Any] = [on_notification] if on_notification else []
-        self._loss_listeners: list[Any] = []
-        self._request_handlers: list[Any] = []
+        self._listeners: list[PoolListener] = [on_notification] if on_notification else []
+        self._loss_listeners: list[LossListener] = []
+        self._request_handlers: list[PoolRequestHandler] = []
         self._tg: TaskGroup | None = None
         self._stops: dict[PoolKey, anyio.Event] = {}
         self._entered: dict[PoolKey, anyio.Event] = {}  # set once the pool runs (requests may lease)
         self.single_era = server.dual_era is not DualEra.PER_CLIENT  # no legacy partition needed
 
-    def add_listener(self, listener: Any) -> None:
+    def add_listener(self, listener: PoolListener) -> None:
         self._listeners.append(listener)
         for pool in self.pools.values():
             pool.add_listener(listener)
 
-    def add_loss_listener(self, listener: Any) -> None:
+    def add_loss_listener(self, listener: LossListener) -> None:
         """``listener(pool)`` when a child of a pool crashes or the pool closes (``Pool.add_loss_listener``)."""
         self._loss_listeners.append(listener)
         for pool in self.pools.values():
             pool.add_loss_listener(listener)
 
-    def add_request_handler(self, handler: Any) -> None:
+    def add_request_handler(self, handler: PoolRequestHandler) -> None:
         """``handler(pool, request)`` for a child's unattributable requests (``Pool.add_request_handler``)."""
         self._request_handlers.append(handler)
         for pool in self.pools.values():

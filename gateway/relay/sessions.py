@@ -26,16 +26,16 @@ import secrets
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway.errors import ClientThrottledError, GatewayUnavailableError
-from gateway.protocol.jsonrpc import ErrorReply, JsonId, JsonObject, Result
-
-if TYPE_CHECKING:
-    from gateway.stdio.ask import ChildAsk
+from gateway.protocol.jsonrpc import ErrorReply, JsonId, JsonObject, Message, Notification, Result
+from gateway.stdio.ask import ChildAsk
+from gateway.stdio.child import StdioChild
+from gateway.stdio.pool import Pool
 
 log = logging.getLogger("gateway.relay.sessions")
 
@@ -80,8 +80,8 @@ class LegacySession:
     log_level: str | None = None
     in_flight: dict[JsonId, CancelHandle] = field(default_factory=dict)
     stream: MemoryObjectSendStream[JsonObject] | None = None  # the open GET stream, if any
-    child: Any = None  # the child this session's requests go to (legacy state stays put)
-    pool: Any = None  # the pool that serves it: its children's list_changed reach this session
+    child: StdioChild | None = None  # the child this session's requests go to (legacy state stays put)
+    pool: Pool | None = None  # the pool that serves it: its children's list_changed reach this session
     subscriptions: set[str] = field(default_factory=set)  # resource URIs it subscribed to
     asks: dict[str, ChildAsk] = field(default_factory=dict)  # gateway id → the child's question
     asks_sent: int = 0
@@ -103,6 +103,17 @@ class LegacySession:
             log.debug("legacy session %s… answered %r, which no child waits for", self.id[:8], reply.id)
             return False
         return True
+
+    def take(self, message: Message) -> None:
+        """A notification or response the client POSTed: ``notifications/initialized``, a
+        ``notifications/cancelled`` naming one of its requests, or its answer to a child's question."""
+        if isinstance(message, Notification):
+            if message.method == "notifications/initialized":
+                self.initialized = True
+            elif message.method == "notifications/cancelled" and message.params:
+                self.cancel(message.params.get("requestId"))
+        elif isinstance(message, (Result, ErrorReply)):
+            self.answer_ask(message)  # the client's answer to a child's question: to the child
 
     def open_stream(self) -> MemoryObjectReceiveStream[JsonObject]:
         """A new GET stream for this session; an older one is closed (one message, one stream)."""
@@ -136,11 +147,12 @@ class LegacySession:
         """``uri`` or a resource under one of the subscribed URIs (a sub-resource may update)."""
         return any(uri == held or uri.startswith(held.rstrip("/") + "/") for held in self.subscriptions)
 
-    def cancel(self, client_id: Any) -> bool:
+    def cancel(self, client_id: object) -> bool:
         """The client cancelled the request it knows as ``client_id`` (exact JSON type): it
         ends without an answer. An unknown or finished id is ignored (races are normal)."""
-        key = client_id if type(client_id) in (int, str) else None
-        handle = self.in_flight.get(key) if key is not None else None
+        if not isinstance(client_id, (int, str)) or isinstance(client_id, bool):
+            return False  # not a JSON-RPC id, so none of this session's
+        handle = self.in_flight.get(client_id)
         if handle is None:
             return False
         handle.cancel(reply=False)
@@ -237,11 +249,11 @@ class SessionStore:
     def open_streams(self) -> int:
         return sum(1 for session in self._sessions.values() if session.stream is not None)
 
-    def serving(self, pool: object) -> list[LegacySession]:
+    def serving(self, pool: Pool) -> list[LegacySession]:
         """The sessions that ``pool`` serves (their requests go to its children)."""
         return [session for session in self._sessions.values() if session.pool is pool]
 
-    def on_child(self, child: object) -> list[LegacySession]:
+    def on_child(self, child: StdioChild) -> list[LegacySession]:
         """The sessions whose requests go to ``child`` (the one they last used)."""
         return [session for session in self._sessions.values() if session.child is child]
 

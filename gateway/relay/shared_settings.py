@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any, Final
+from typing import Final
 from weakref import WeakKeyDictionary, WeakSet
 
 import anyio
@@ -47,8 +47,11 @@ from gateway.errors import CODE_INPUT_TIMEOUT, ChildError
 from gateway.protocol import inputs, loglevels
 from gateway.protocol.jsonrpc import JsonObject, Reply, Request, Result
 from gateway.protocol.versions import Era
+from gateway.relay.client import ClientContext
+from gateway.relay.sessions import LegacySession
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
+from gateway.stdio.pool import Pool
 
 log = logging.getLogger("gateway.settings")
 
@@ -56,7 +59,7 @@ ROOTS_LIST_CHANGED: Final = "notifications/roots/list_changed"
 SET_LEVEL_TIMEOUT: Final = 10.0
 """Seconds a child has to answer the gateway's ``logging/setLevel``; the request goes on either way."""
 
-RootsOwner = tuple[str, Any] | None
+RootsOwner = tuple[str, str | None] | None
 """Whose roots a child holds: ("session", id), ("principal", name), or None (the gateway's answer)."""
 UNKNOWN: Final = ("unknown", None)
 ROOTS_REFRESH_WAIT: Final = 2.0
@@ -68,16 +71,16 @@ waited for again: its servers do not re-fetch on ``roots/list_changed`` (a busy 
 slow answer must not switch the refresh off for good)."""
 
 
-def roots_owner(client: Any, method: str) -> RootsOwner:
-    """Who answers a ``roots/list`` the child asks during ``client``'s ``method`` request (a
-    ``relay.ClientContext``): the client when it declared roots and its request can carry the
-    question (a legacy session's stream, a modern MRTR method), else the gateway."""
-    if not inputs.is_declared(getattr(client, "capabilities", {}), inputs.ROOTS, None):
+def roots_owner(client: ClientContext, method: str) -> RootsOwner:
+    """Who answers a ``roots/list`` the child asks during ``client``'s ``method`` request: the
+    client when it declared roots and its request can carry the question (a legacy session's
+    stream, a modern MRTR method), else the gateway."""
+    if not inputs.is_declared(client.capabilities, inputs.ROOTS, None):
         return None
-    session_id = getattr(client, "session_id", None)
-    if getattr(client, "era", None) is Era.LEGACY:
+    session_id = client.session_id
+    if client.era is Era.LEGACY:
         return ("session", session_id) if session_id is not None and client.accepts_requests else None
-    return ("principal", getattr(client, "principal", None)) if method in inputs.MRTR_METHODS else None
+    return ("principal", client.principal) if method in inputs.MRTR_METHODS else None
 
 
 class _Refresh:
@@ -90,24 +93,24 @@ class _Refresh:
 
 
 class SharedSettings:
-    def __init__(self, sessions_on: Callable[[StdioChild], Iterable[Any]]) -> None:
+    def __init__(self, sessions_on: Callable[[StdioChild], Iterable[LegacySession]]) -> None:
         """``sessions_on(child)``: the live legacy sessions whose requests go to ``child``."""
         self._sessions_on = sessions_on
         self._levels: WeakKeyDictionary[StdioChild, str] = WeakKeyDictionary()
         self._roots: WeakKeyDictionary[StdioChild, RootsOwner] = WeakKeyDictionary()
-        self._asking_pools: WeakSet[Any] = WeakSet()  # their children ask for roots unprompted
+        self._asking_pools: WeakSet[Pool] = WeakSet()  # their children ask for roots unprompted
         self._asking_children: WeakSet[StdioChild] = WeakSet()  # asked for roots during a request
-        self._misses: WeakKeyDictionary[Any, int] = WeakKeyDictionary()  # pool → refreshes not asked for
-        self._refreshing: WeakKeyDictionary[Any, _Refresh] = WeakKeyDictionary()  # pool → refresh
-        self._pool_locks: WeakKeyDictionary[Any, anyio.Lock] = WeakKeyDictionary()
+        self._misses: WeakKeyDictionary[Pool, int] = WeakKeyDictionary()  # pool → refreshes not asked for
+        self._refreshing: WeakKeyDictionary[Pool, _Refresh] = WeakKeyDictionary()  # pool → refresh
+        self._pool_locks: WeakKeyDictionary[Pool, anyio.Lock] = WeakKeyDictionary()
 
-    def note_asks(self, child: StdioChild, asks: Iterable[Any], method: str, client: Any) -> None:
-        """The child asked these questions (``ChildAsk``) during ``client``'s ``method`` request."""
+    def note_asks(self, child: StdioChild, asks: Iterable[ChildAsk], method: str, client: ClientContext) -> None:
+        """The child asked these questions during ``client``'s ``method`` request."""
         if any(ask.method == inputs.ROOTS for ask in asks):
             self._roots[child] = roots_owner(client, method)
             self._asking_children.add(child)
 
-    async def on_child_request(self, pool: Any, request: Request) -> Reply | None:
+    async def on_child_request(self, pool: Pool, request: Request) -> Reply | None:
         """A child's question that no exchange carries: a refresh's ``roots/list`` is answered
         by the refresh's client; None for anything else (it is not ours)."""
         if request.method != inputs.ROOTS:
@@ -120,15 +123,16 @@ class SharedSettings:
         refresh.asked.set()
         return await ask.wait()  # the refresh answers it (the client's answer, or an error)
 
-    async def refresh_roots(self, child: StdioChild, client: Any, method: str) -> AsyncIterator[JsonObject]:
+    async def refresh_roots(self, child: StdioChild, client: ClientContext, method: str) -> AsyncIterator[JsonObject]:
         """Before a legacy session's call: have a child that caches roots fetch this client's
         now, on the call's stream (yields the question for the client; see the module doc)."""
         info = child.info
         if info is None or info.era is not Era.LEGACY or method not in inputs.MRTR_METHODS or not self._told(child):
             return
         wanted = roots_owner(client, method)
-        session, pool = getattr(client, "session", None), getattr(getattr(client, "session", None), "pool", None)
-        if self._roots.get(child, UNKNOWN) == wanted or wanted is None or session is None:
+        session = client.session
+        pool = session.pool if session is not None else None
+        if self._roots.get(child, UNKNOWN) == wanted or wanted is None or session is None or pool is None:
             return
         if pool not in self._asking_pools and child not in self._asking_children:
             return
@@ -162,7 +166,9 @@ class SharedSettings:
                         self._roots[child] = UNKNOWN
                 del self._refreshing[pool]
 
-    async def prepare(self, child: StdioChild, client: Any, method: str, log_level: str | None = None) -> None:
+    async def prepare(
+        self, child: StdioChild, client: ClientContext, method: str, log_level: str | None = None
+    ) -> None:
         """Before ``client``'s ``method`` request on ``child`` (which wants logs at ``log_level``):
         make the child's per-process settings fit."""
         info = child.info

@@ -38,7 +38,7 @@ from gateway.relay.exchange import response
 from gateway.relay.sessions import LegacySession
 from gateway.stdio.child import StdioChild
 
-log = logging.getLogger("gateway.http")
+log = logging.getLogger("gateway.relay.session_listen")
 
 ACK_TIMEOUT: Final = 30.0
 """Seconds a child has to acknowledge a session's listen; then the subscribe gets an error."""
@@ -52,8 +52,7 @@ REOPEN_DELAY_MAX: Final = 30.0
 
 
 def is_served_by_modern_child(session: LegacySession) -> bool:
-    child = session.child
-    info = child.info if isinstance(child, StdioChild) else None
+    info = session.child.info if session.child is not None else None
     return info is not None and info.era is Era.MODERN
 
 
@@ -150,12 +149,13 @@ class SessionListen:
         return None
 
     async def _child(self) -> StdioChild:
-        child = self.session.child
-        if isinstance(child, StdioChild) and child.is_alive():
+        child, pool = self.session.child, self.session.pool
+        if child is not None and child.is_alive():
             return child
-        async with self.session.pool.lease() as leased:  # only to pick (or start) a live child
+        assert pool is not None  # bound at initialize, with the child
+        async with pool.lease() as leased:  # only to pick (or start) a live child
             self.session.child = leased
-            return leased  # type: ignore[no-any-return]
+            return leased
 
     async def _run(self, opened: _Open, uris: list[str]) -> None:
         info = opened.child.info

@@ -1,0 +1,91 @@
+"""Who a relayed request is for: ``ClientContext``.
+
+The HTTP edge builds one per request and hands it to ``Relay.exchange``; the exchange, the
+per-client settings of shared children (``gateway.relay.shared_settings``) and the parked
+MRTR calls read it. A legacy client's context carries its ``LegacySession``, which pins the
+session to the child that served it first (``affinity``, ``bind``), so that state the
+session set up there (``resources/subscribe``, ``logging/setLevel``) stays put.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.protocol import bridge
+from gateway.protocol.ingress import CLIENT_CAPABILITIES_KEY
+from gateway.protocol.jsonrpc import JsonObject, Request
+from gateway.protocol.versions import Era
+from gateway.relay.sessions import LegacySession
+from gateway.stdio.child import StdioChild
+from gateway.stdio.pool import Pool
+
+
+@dataclass
+class ClientContext:
+    """Who is asking, in which era; for legacy clients, what their session negotiated."""
+
+    era: Era
+    version: str
+    capabilities: JsonObject = field(default_factory=dict)
+    client_info: JsonObject | None = None
+    log_level: str | None = None
+    session: LegacySession | None = None  # legacy only
+    principal: str | None = None
+    log: dict[str, Any] = field(default_factory=dict)  # what the access log should say
+    trace: JsonObject = field(default_factory=dict)  # W3C traceparent/tracestate from the HTTP request
+    accepts_requests: bool = True  # False where the answer cannot carry requests (legacy batches)
+
+    @classmethod
+    def of_request(
+        cls,
+        request: Request,
+        version: str,
+        principal: str | None,
+        headers: Mapping[str, str],
+        log: dict[str, Any] | None = None,
+    ) -> ClientContext:
+        """A modern client's request: what it can do is what this request's ``_meta`` declares."""
+        meta = (request.params or {}).get("_meta")
+        capabilities = meta.get(CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
+        return cls(
+            Era.MODERN,
+            version,
+            capabilities if isinstance(capabilities, dict) else {},  # this request's, never an earlier one's
+            principal=principal,
+            log=log if log is not None else {},
+            trace=bridge.trace_context(headers),
+        )
+
+    @classmethod
+    def of_session(
+        cls, session: LegacySession, headers: Mapping[str, str] | None = None, *, streamed: bool = True
+    ) -> ClientContext:
+        """A legacy session's request; ``streamed`` False where its answer cannot carry requests."""
+        return cls(
+            Era.LEGACY,
+            session.version,
+            session.capabilities,
+            session.client_info,
+            session.log_level,
+            session,
+            session.principal,
+            trace=bridge.trace_context(headers or {}),
+            accepts_requests=streamed,
+        )
+
+    @property
+    def session_id(self) -> str | None:
+        return self.session.id if self.session is not None else None
+
+    def affinity(self) -> StdioChild | None:
+        child = self.session.child if self.session is not None else None
+        return child if child is not None and child.is_alive() else None
+
+    def bind(self, child: StdioChild, pool: Pool | None = None) -> None:
+        self.log["child_pid"] = child.pid
+        if self.session is not None and self.affinity() is None:  # a call lent to another child keeps the home
+            self.session.child = child
+            if pool is not None:
+                self.session.pool = pool

@@ -1,0 +1,83 @@
+"""The gateway's own part of a legacy session, outside the child exchanges.
+
+- ``open_session``: at ``initialize``, a session is created with the negotiated version, the
+  client's capabilities and ``clientInfo``, and bound to the pool and the child that will
+  serve it (``LegacySession.pool``, ``.child``); that child's handshake answers the client
+  (``bridge.initialize_result``).
+- ``local_answer``: the requests the gateway answers itself: ``ping``; ``logging/setLevel``
+  is stored on the session (a legacy child is also told, by the relay; a modern child gets
+  it as ``logLevel`` on each request); ``initialize`` again is refused; and
+  ``resources/subscribe`` / ``unsubscribe`` when a modern child serves the session
+  (``gateway.relay.session_listen``: one child listen per session).
+
+What a session's client POSTs without an id (notifications, its answers to a child's
+questions) is taken by ``LegacySession.take``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from anyio.abc import TaskGroup
+
+from gateway.errors import GatewayError
+from gateway.protocol import bridge, loglevels, subscriptions, versions
+from gateway.protocol.jsonrpc import INVALID_PARAMS, JsonObject, Request, error_object
+from gateway.protocol.versions import Era
+from gateway.relay.exchange import response
+from gateway.relay.router import ANONYMOUS, Router
+from gateway.relay.session_listen import SessionListens, is_served_by_modern_child
+from gateway.relay.sessions import LegacySession, SessionStore
+
+
+async def open_session(
+    sessions: SessionStore, router: Router, request: Request, principal: str | None, headers: Mapping[str, str]
+) -> tuple[LegacySession, JsonObject]:
+    """A new session for ``request`` (``initialize``) and the result that answers it.
+
+    ``GatewayError``: the session limits (429 / 503), checked before any child is leased or
+    started; or no child can be had, and the session is ended again."""
+    params = request.params or {}
+    requested = params.get("protocolVersion")
+    capabilities = params.get("capabilities")
+    client_info = params.get("clientInfo")
+    session = sessions.create(
+        versions.negotiate_legacy(requested if isinstance(requested, str) else ""),
+        capabilities if isinstance(capabilities, dict) else {},
+        client_info if isinstance(client_info, dict) else None,
+        principal,
+    )
+    try:
+        pool = await router.pool_for(principal, session.id, headers, era=Era.LEGACY, capabilities=session.capabilities)
+        async with pool.lease(principal=principal or ANONYMOUS) as child:
+            session.child, session.pool = child, pool
+            assert child.info is not None
+            return session, bridge.initialize_result(session.version, child.info)
+    except GatewayError:
+        sessions.end(session.id)
+        raise
+
+
+async def local_answer(
+    session: LegacySession, message: Request, listens: SessionListens, task_group: TaskGroup | None
+) -> JsonObject | None:
+    """The gateway's answer to ``message``, or None when it goes to the child. ``task_group``
+    (the app's) runs the child listens of ``listens``."""
+    if message.method in subscriptions.SUBSCRIBE_METHODS and is_served_by_modern_child(session):
+        assert task_group is not None
+        return await listens.handle(session, message, task_group)
+    if message.method == "ping":
+        return response(message.id, result={})
+    if message.method == loglevels.SET_LEVEL:
+        level = (message.params or {}).get("level")
+        if not loglevels.is_level(level):
+            return response(
+                message.id, error=error_object(INVALID_PARAMS, f"unknown log level {level!r}", {"level": level})
+            )
+        # The session's minimum for notifications/message; a legacy child is also told
+        # (the relay forwards it; a modern child gets it as logLevel on each request).
+        session.log_level = level
+        return None
+    if message.method == "initialize":
+        return response(message.id, error=error_object(-32600, "this session is already initialized; start a new one"))
+    return None

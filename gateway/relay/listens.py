@@ -1,0 +1,194 @@
+"""Emulated ``subscriptions/listen`` for modern clients in front of a legacy child.
+
+A legacy child has no listen; it sends ``list_changed`` unsolicited to whoever holds its
+stdio. ``open_listen`` leases a child of the client's pool to learn which era serves it:
+a modern child's own listen is forwarded like any request, a legacy child's is emulated
+here. ``Listens`` keeps the open listens; ``Unsolicited.on_notification``
+(``gateway.relay.unsolicited``) offers every unsolicited notification of a pool to the
+listens of that pool, and each takes only the types it was granted, tagged with its own
+``subscriptionId`` (``gateway.protocol.subscriptions``).
+
+``resourceSubscriptions`` (when the child advertises ``resources.subscribe``): before the
+acknowledgement, ``resources/subscribe`` goes to the child that answered the listen for
+each URI that no other listener on that child holds (``SubscriptionCounts``); the
+acknowledgement lists the URIs the child accepted. When the stream ends, each URI is
+released, and ``resources/unsubscribe`` goes to the child when none holds it any more.
+
+A listen is dropped (its stream ends *without* the graceful result, so the client
+reconnects and lists again) when a child of the pool crashes or the pool closes
+(``Listens.on_pool_loss``), or when the child holding its resource subscriptions exits for
+any reason (``Listen.watch_child``): the restarted child's lists may differ, and it would
+not say so; its subscriptions are gone. The HTTP stream is ``gateway.http.listen``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from contextlib import suppress
+from dataclasses import dataclass, field
+from typing import Final
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from gateway.errors import ChildError
+from gateway.protocol import subscriptions
+from gateway.protocol.jsonrpc import INVALID_PARAMS, JsonId, JsonObject, Notification, Request, Result, error_object
+from gateway.protocol.outcome import Rejection
+from gateway.protocol.versions import Era
+from gateway.relay.router import ANONYMOUS, Router
+from gateway.stdio.child import StdioChild
+from gateway.stdio.pool import Pool
+
+log = logging.getLogger("gateway.relay.listens")
+
+LISTEN_BUFFER: Final = 64
+"""Notifications queued for a slow listener; past that, more are dropped (a ``list_changed``
+already queued makes the client list again anyway)."""
+
+
+@dataclass(eq=False)
+class Listen:
+    id: JsonId
+    pool: Pool
+    granted: JsonObject
+    child: StdioChild | None = None  # where resource subscriptions are made
+    wanted_uris: list[str] = field(default_factory=list)  # requested, to subscribe at the child
+    uris: list[str] = field(default_factory=list)  # subscribed: resources/updated for these comes
+    methods: frozenset[str] = field(init=False)
+    _send: MemoryObjectSendStream[JsonObject] = field(init=False)
+    receive: MemoryObjectReceiveStream[JsonObject] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.methods = subscriptions.wanted_methods(self.granted)
+        self._send, self.receive = anyio.create_memory_object_stream[JsonObject](LISTEN_BUFFER)
+
+    def offer(self, notification: Notification) -> None:
+        if notification.method == subscriptions.RESOURCES_UPDATED:
+            if not subscriptions.covers(self.uris, (notification.params or {}).get("uri")):
+                return
+        elif notification.method not in self.methods:
+            return
+        try:
+            self._send.send_nowait(subscriptions.tagged(notification.method, notification.params, self.id))
+        except anyio.WouldBlock:
+            log.debug("listen %r: slow reader, dropped %s", self.id, notification.method)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+
+    def drop(self) -> None:
+        """End the stream without the graceful result (the client should reconnect)."""
+        self._send.close()
+
+    @property
+    def holds_subscriptions(self) -> bool:
+        """Whether the child took any of its resource subscriptions (``Listens.subscribe``)."""
+        return self.child is not None and bool(self.uris)
+
+    async def watch_child(self) -> None:
+        """Drop the listen when the child holding its resource subscriptions exits: they die
+        with it (even a planned retirement). Returns at once when it holds none."""
+        if self.child is None or not self.uris:
+            return
+        await self.child.wait_exited()
+        self.drop()
+
+
+async def open_listen(
+    router: Router, request: Request, principal: str | None, headers: Mapping[str, str]
+) -> Listen | Rejection | None:
+    """The emulated listen for ``request`` when a legacy child serves the client; None when a
+    modern child does (forward it: the relay rewrites ``subscriptionId`` both ways); a
+    ``Rejection`` (400) without ``params.notifications``. ``GatewayError`` when no child can be had."""
+    pool = await router.pool_for(principal, None, headers)
+    async with pool.lease(principal=principal or ANONYMOUS) as child:  # which era serves it, what it can do
+        info = child.info
+    assert info is not None
+    if info.era is Era.MODERN:
+        return None
+    requested = (request.params or {}).get("notifications")
+    if not isinstance(requested, dict):
+        error = error_object(INVALID_PARAMS, "subscriptions/listen needs params.notifications")
+        return Rejection(400, error, request.id)
+    return Listen(
+        request.id,
+        pool,
+        subscriptions.honoured(requested, info.capabilities),
+        child,
+        subscriptions.requested_uris(requested, info.capabilities),
+    )
+
+
+class SubscriptionCounts:
+    """``resources/subscribe`` at a child once per URI, however many listeners hold it;
+    ``resources/unsubscribe`` when the last lets go. Serialised: the calls are quick."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[StdioChild, str], int] = {}
+        self._lock = anyio.Lock()
+
+    async def acquire(self, child: StdioChild, uri: str) -> bool:
+        """True if the child is subscribed to ``uri`` for this holder (it refused, or died: False)."""
+        async with self._lock:
+            key = (child, uri)
+            if self._counts.get(key, 0) > 0:
+                self._counts[key] += 1
+                return True
+            try:
+                reply = await child.request("resources/subscribe", {"uri": uri})
+            except ChildError:
+                return False
+            if not isinstance(reply, Result):
+                log.info("child %s refused resources/subscribe for %r: %s", child.spec.label, uri, reply.to_dict())
+                return False
+            self._counts[key] = 1
+            return True
+
+    async def release(self, child: StdioChild, uri: str) -> None:
+        async with self._lock:
+            key = (child, uri)
+            count = self._counts.get(key, 0) - 1
+            if count > 0:
+                self._counts[key] = count
+                return
+            self._counts.pop(key, None)
+            if child.is_alive():
+                with suppress(ChildError):
+                    await child.request("resources/unsubscribe", {"uri": uri})
+
+
+class Listens:
+    def __init__(self) -> None:
+        self.open: set[Listen] = set()
+        self.counts = SubscriptionCounts()
+
+    def offer(self, pool: Pool, notification: Notification) -> None:
+        for listen in list(self.open):
+            if listen.pool is pool:
+                listen.offer(notification)
+
+    def on_pool_loss(self, pool: Pool) -> None:
+        for listen in list(self.open):
+            if listen.pool is pool:
+                log.info("listen %r ended: a child of its pool exited; the client should reconnect", listen.id)
+                listen.drop()
+
+    async def subscribe(self, listen: Listen) -> None:
+        """Before the acknowledgement: subscribe at the child to each URI the listen wants; the
+        acknowledgement grants those the child took."""
+        if listen.child is None:
+            return
+        for uri in listen.wanted_uris:
+            if await self.counts.acquire(listen.child, uri):
+                listen.uris.append(uri)
+        if listen.uris:
+            listen.granted[subscriptions.RESOURCE_SUBSCRIPTIONS] = list(listen.uris)
+
+    async def release(self, listen: Listen) -> None:
+        """After the stream: let go of the listen's URIs (shielded: the stream may be cancelled)."""
+        if listen.child is None:
+            return
+        with anyio.CancelScope(shield=True):
+            for uri in listen.uris:
+                await self.counts.release(listen.child, uri)

@@ -1,0 +1,53 @@
+"""What a legacy session's client POSTs without an id reaches the session (LegacySession.take)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.protocol.jsonrpc import ErrorReply, Notification, Request, Result
+from gateway.relay.sessions import CancelHandle, LegacySession
+from gateway.stdio.ask import ChildAsk
+
+pytestmark = pytest.mark.anyio
+
+
+def session() -> LegacySession:
+    return LegacySession("s1", "2025-11-25", {}, None, last_seen=0.0)
+
+
+async def test_initialized_marks_the_session_initialized() -> None:
+    legacy = session()
+    legacy.take(Notification("notifications/initialized"))
+    assert legacy.initialized
+
+
+async def test_a_cancelled_names_its_request_by_the_exact_json_type_of_its_id() -> None:
+    legacy = session()
+    seven, text_seven = CancelHandle(), CancelHandle()
+    legacy.in_flight[7] = seven
+    legacy.in_flight["7"] = text_seven
+    legacy.take(Notification("notifications/cancelled", {"requestId": "7"}))
+    assert text_seven.scope.cancel_called
+    assert not text_seven.reply  # no answer follows the client's own cancel
+    assert not seven.scope.cancel_called
+
+
+async def test_a_cancelled_naming_true_or_nothing_cancels_nothing() -> None:
+    legacy = session()
+    one = legacy.in_flight[1] = CancelHandle()
+    legacy.take(Notification("notifications/cancelled", {"requestId": True}))  # True == 1, but not an id
+    legacy.take(Notification("notifications/cancelled", {}))
+    assert not one.scope.cancel_called
+
+
+async def test_the_clients_response_answers_the_childs_question_it_names() -> None:
+    legacy = session()
+    ask = ChildAsk(Request(3, "roots/list", None))
+    gateway_id = legacy.track_ask(ask)
+    legacy.take(Result(gateway_id, {"roots": []}))
+    assert ask.is_answered
+    assert gateway_id not in legacy.asks
+    other = ChildAsk(Request(4, "roots/list", None))
+    legacy.track_ask(other)
+    legacy.take(ErrorReply("g-99", {"code": -1, "message": "no such question"}))  # nobody waits for it
+    assert not other.is_answered
