@@ -30,9 +30,13 @@ class StreamResult:
     per_second: float
     p50_ms: float
     p99_ms: float
+    final: bool = True
+    """The call's result arrived after the notifications."""
 
 
-def _stream_result(sent: int, started_ns: int, notes: list[tuple[int, dict[str, Any]]]) -> StreamResult:
+def _stream_result(
+    sent: int, started_ns: int, notes: list[tuple[int, dict[str, Any]]], final: bool = True
+) -> StreamResult:
     latencies = sorted((at - int(n["params"]["message"])) / 1e6 for at, n in notes)
     span = (notes[-1][0] - started_ns) / 1e9 if notes else 0.0
     return StreamResult(
@@ -41,11 +45,13 @@ def _stream_result(sent: int, started_ns: int, notes: list[tuple[int, dict[str, 
         len(notes) / span if span else 0.0,
         latencies[len(latencies) // 2] if latencies else float("nan"),
         latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else float("nan"),
+        final,
     )
 
 
-async def gateway_stream(port: int, steps: int, interval_ms: float) -> StreamResult:
-    """One modern call whose answer is an SSE stream of ``steps`` progress notifications."""
+async def gateway_stream(port: int, steps: int, interval_ms: float, *, require_final: bool = True) -> StreamResult:
+    """One modern call whose answer is an SSE stream of ``steps`` progress notifications
+    (``require_final=False``: a missing result is reported as ``final=False``, not raised)."""
     conn = await Connection("127.0.0.1", port).open()
     body = call_body(1, "progress", {"steps": steps, "interval_ms": interval_ms}, modern=True, progressToken="p")
     started = time.monotonic_ns()
@@ -61,9 +67,10 @@ async def gateway_stream(port: int, steps: int, interval_ms: float) -> StreamRes
             elif "id" in message:
                 final = message
     conn.close()
-    if final is None or "result" not in final:
+    answered = final is not None and "result" in final
+    if not answered and require_final:
         raise HttpError(f"the progress call failed: HTTP {status}, {final!r}")
-    return _stream_result(steps, started, notes)
+    return _stream_result(steps, started, notes, answered)
 
 
 async def floor_stream(argv: list[str], steps: int, interval_ms: float) -> StreamResult:
