@@ -25,6 +25,8 @@ from bench.suite import run
 
 FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]*)(?::\d+)?\)$")
 SAMPLE_RATE = 200
+THREAD_ROOT = "Thread._bootstrap"
+"""The root frame of every thread but the main one (the event loop's)."""
 OWN = ("gateway.http", "gateway.relay", "gateway.stdio", "gateway.protocol", "gateway.ops", "gateway.oauth")
 """Packages whose functions the inclusive list shows (not the entry points: server, cli)."""
 SECONDS = 6.0
@@ -59,11 +61,16 @@ def summarize(raw: Path, top: int = 25) -> str:
     self_time: Counter[str] = Counter()
     packages: Counter[str] = Counter()
     total = 0
+    threads: Counter[str] = Counter()
     for line in raw.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
+        if stack.startswith(THREAD_ROOT):  # not the event loop: counted apart, by the thread's entry
+            entry = next((f for f in stack.split(";") if "threading.py" not in f), "?")
+            threads[frame_name(entry)[0]] += count
+            continue
         frames = [frame_name(f) for f in stack.split(";") if f and not f.startswith("process ")]
         frames = [f for f in frames if not f[0].startswith("<module>") and "thread (" not in f[0]]
         if not frames:
@@ -78,8 +85,13 @@ def summarize(raw: Path, top: int = 25) -> str:
     if not total:
         return "(no samples)"
     ours = Counter({name: n for name, n in inclusive.items() if owners[name].startswith(OWN) and n < total * 0.8})
-    lines = [
-        f"{total} samples",
+    apart = sum(threads.values())
+    lines = [f"{total} samples of the event loop's thread"]
+    if apart:
+        # a thread blocked in C (e.g. a logging QueueListener in SimpleQueue.get) may be sampled as busy
+        named = ", ".join(f"{name} {n}" for name, n in threads.most_common(3))
+        lines.append(f"(and {apart} of other threads, left out below: {named})")
+    lines += [
         "",
         "inclusive, the gateway's own functions (on the stack; the entry points left out):",
     ]

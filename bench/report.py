@@ -306,8 +306,11 @@ def gateway_revision() -> str:
     where = procs.GATEWAY_CHECKOUT or procs.REPO
     try:
         commit = subprocess.run(
-            ["git", "-C", str(where), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
+            ["git", "-C", str(where), "log", "-1", "--format=%h", "--", "gateway"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()  # the last commit that changed the gateway's code
         dirty = subprocess.run(
             ["git", "-C", str(where), "status", "--porcelain", "--", "gateway"], capture_output=True, text=True
         ).stdout.strip()
