@@ -53,6 +53,9 @@ class TargetPlan:
     """A load run stops sending after this (a peer that spawns a process per call is capped)."""
     c1_calls: int
     stream_steps: int
+    flood_steps: int
+    """Progress notifications of the run with log messages among them (progress may coalesce)."""
+    flood_log_every: int
     memory_requests: int
     memory_concurrency: int
     memory_streams: int
@@ -67,6 +70,8 @@ DEFAULT = TargetPlan(
     max_seconds=5.0,
     c1_calls=400,
     stream_steps=2000,
+    flood_steps=20_000,
+    flood_log_every=100,
     memory_requests=5000,
     memory_concurrency=8,
     memory_streams=1000,
@@ -79,6 +84,8 @@ QUICK = TargetPlan(
     max_seconds=3.0,
     c1_calls=200,
     stream_steps=2000,
+    flood_steps=20_000,
+    flood_log_every=100,
     memory_requests=1000,
     memory_concurrency=8,
     memory_streams=1000,
@@ -91,6 +98,8 @@ TINY = TargetPlan(
     max_seconds=2.0,
     c1_calls=20,
     stream_steps=50,
+    flood_steps=200,
+    flood_log_every=10,
     memory_requests=40,
     memory_concurrency=4,
     memory_streams=20,
@@ -150,6 +159,8 @@ class TargetResults:
     c1: dict[str, Row] = field(default_factory=dict)
     """``floor (pipe)`` and the gateway's ``modern`` and ``legacy`` rows at C = 1."""
     stream: StreamNumbers | None = None
+    flood: scenarios.StreamResult | None = None
+    """One run of ``flood_steps`` progress with a log message every ``flood_log_every``."""
     memory: MemoryNumbers | None = None
     profile: dict[str, str] = field(default_factory=dict)
     load_average: tuple[str, str] = ("?", "?")
@@ -329,12 +340,26 @@ class TargetRun:
                     f"  gateway {found.received}/{found.sent} at {found.per_second:,.0f}/s "
                     f"(result {'arrived' if found.final else 'MISSING'}); floor {floor_runs[-1].per_second:,.0f}/s"
                 )
+            self.say(
+                f"streaming: {plan.flood_steps} progress flat out, a log message after every {plan.flood_log_every}"
+            )
+            flood = run(
+                scenarios.gateway_stream(
+                    gateway.port, plan.flood_steps, 0, require_final=False, log_every=plan.flood_log_every
+                )
+            )
         self.results.stream = StreamNumbers(
             plan.stream_steps,
             min(r.received for r in gateway_runs),
             scenarios.median([r.per_second for r in gateway_runs]),
             all(r.final for r in gateway_runs),
             scenarios.median([r.per_second for r in floor_runs]),
+        )
+        self.results.flood = flood
+        answered = "arrived" if flood.final else "MISSING"
+        self.say(
+            f"  gateway: {flood.logs}/{plan.flood_steps // plan.flood_log_every} log messages, progress "
+            f"{flood.received}/{flood.sent} at {flood.per_second:,.0f}/s, result {answered}"
         )
 
     # -- memory -----------------------------------------------------------------------------------

@@ -140,16 +140,37 @@ def c1_verdicts(results: TargetResults) -> list[Verdict]:
 
 
 def stream_verdicts(results: TargetResults) -> list[Verdict]:
+    return [_stream_verdict(results), _flood_verdict(results)]
+
+
+def _stream_verdict(results: TargetResults) -> Verdict:
+    """Every one of the progress notifications the child writes flat out, and the result."""
     s = results.stream
     name = f"streaming: {results.plan.stream_steps:,} progress written flat out"
     goal = "all delivered + result"
     if s is None:
-        return [Verdict(name, "–", goal, None)]
-    result = "arrived" if s.final else "MISSING"
-    measured = f"{s.received:,}/{s.sent:,} at {fmt(s.per_second)}/s, result {result}"
+        return Verdict(name, "–", goal, None)
+    measured = f"{s.received:,}/{s.sent:,} at {fmt(s.per_second)}/s, result {'arrived' if s.final else 'MISSING'}"
     if s.floor_per_second:
         measured += f" (floor {fmt(s.floor_per_second)}/s)"
-    return [Verdict(name, measured, goal, s.received == s.sent and s.final)]
+    return Verdict(name, measured, goal, s.received == s.sent and s.final)
+
+
+def _flood_verdict(results: TargetResults) -> Verdict:
+    """Past what a reader keeps up with, progress may be coalesced; log messages and the result
+    must all arrive."""
+    plan = results.plan
+    logs = plan.flood_steps // plan.flood_log_every
+    name = f"streaming: {plan.flood_steps:,} progress + {logs:,} log messages flat out"
+    goal = "every log message + result"
+    f = results.flood
+    if f is None:
+        return Verdict(name, "–", goal, None)
+    measured = (
+        f"{f.logs:,}/{logs:,} log messages, result {'arrived' if f.final else 'MISSING'}; "
+        f"progress {f.received:,}/{f.sent:,} (may coalesce) at {fmt(f.per_second)}/s"
+    )
+    return Verdict(name, measured, goal, f.logs == logs and f.final)
 
 
 def memory_verdicts(results: TargetResults) -> list[Verdict]:

@@ -21,6 +21,7 @@ import pytest
 
 from bench import verdicts
 from bench.load import Row
+from bench.scenarios import StreamResult
 from bench.targets import (
     CEILING,
     FLOOR,
@@ -113,13 +114,16 @@ def test_the_tiny_run_of_the_other_groups_delivers_every_notification_and_stream
         "C = 1, modern: p50",
         "C = 1, legacy: p50",
         "streaming: 50 progress written flat out",
+        "streaming: 200 progress + 20 log messages flat out",
         "memory: gateway RSS steady",
         "memory: gateway RSS, 20 streams open",
     ]
     assert all(label in ("PASS", "MISS") for label in labels.values()), labels
     # Correctness, not speed: every notification, the result and every held stream arrived.
     assert labels["streaming: 50 progress written flat out"] == "PASS"
+    assert labels["streaming: 200 progress + 20 log messages flat out"] == "PASS"
     assert "50/50 at" in text
+    assert "20/20 log messages, result arrived" in text
     assert "20/20 completed" in text
 
 
@@ -208,9 +212,24 @@ def test_streaming_passes_only_when_every_notification_and_the_result_arrive(
 ) -> None:
     measured = TargetResults(DEFAULT_PLAN, ("stream",))
     measured.stream = StreamNumbers(2_000, received, 40_000.0, final, 80_000.0)
-    (found,) = verdicts.verdicts(measured)
+    found, flood = verdicts.verdicts(measured)
     assert found.passed is passed
     assert found.label == ("PASS" if passed else "MISS")
+    assert flood.passed is None  # the flood did not run
+
+
+@pytest.mark.parametrize(
+    ("progress", "logs", "final", "passed"),
+    [(20_000, 200, True, True), (9_000, 200, True, True), (20_000, 199, True, False), (20_000, 200, False, False)],
+)
+def test_a_flood_may_coalesce_progress_but_must_deliver_every_log_message_and_the_result(
+    progress: int, logs: int, final: bool, passed: bool
+) -> None:
+    measured = TargetResults(DEFAULT_PLAN, ("stream",))
+    measured.flood = StreamResult(20_000, progress, 60_000.0, 1.0, 2.0, final, logs)
+    _, found = verdicts.verdicts(measured)
+    assert found.target == "streaming: 20,000 progress + 200 log messages flat out"
+    assert found.passed is passed
 
 
 def test_memory_passes_under_80_mb_steady_and_200_mb_with_every_stream_completing() -> None:
@@ -235,5 +254,5 @@ def test_the_targets_table_counts_pass_and_miss_and_keeps_cells_in_their_columns
 
 def test_a_run_of_some_groups_only_has_only_their_rows() -> None:
     measured = TargetResults(TINY, ("stream", "memory"))
-    assert [v.target.split(":")[0] for v in verdicts.verdicts(measured)] == ["streaming", "memory", "memory"]
+    assert [v.target.split(":")[0] for v in verdicts.verdicts(measured)] == ["streaming"] * 2 + ["memory"] * 2
     assert all(v.passed is None for v in verdicts.verdicts(measured))  # nothing measured: n/a, not MISS
