@@ -252,6 +252,8 @@ class TargetRun:
 
     def _probe(self, server: Server, service: Service) -> None:
         headers = AUTH_HEADERS if server.name == GATEWAY_AUTH else None
+        if headers is not None and run(probe(service.port, "modern")) is None:
+            raise RuntimeError(f"{server.name} answered a call without its token: the auth rows would measure nothing")
         for era in server.eras:
             problem = run(probe(service.port, era, headers))
             if problem is not None:

@@ -271,6 +271,8 @@ def c1_table(results: TargetResults) -> str:
 def terminal(results: TargetResults) -> str:
     """What ``python -m bench`` prints: the targets table, then the load rows it came from."""
     parts = [f"## Targets (issue #14), plan {results.plan.name}\n\n" + targets_table(verdicts(results))]
+    if (warning := busy_warning(results)) is not None:
+        parts.append(warning)
     if results.servers:
         parts.append(f"## Load at C = {results.plan.concurrency}\n\n" + load_table(results))
     if results.c1:
@@ -299,6 +301,23 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     return f"{os.cpu_count()} cores ({model}), Linux {platform.release()}"
+
+
+def busy_warning(results: TargetResults) -> str | None:
+    """A line for a run on a machine that was not idle: its load average before the run (the
+    run itself keeps about two cores busy) at or above its cores."""
+    cores = os.cpu_count() or 1
+    try:
+        before = float(results.load_average[0])
+    except ValueError:
+        return None
+    if before < cores:
+        return None
+    return (
+        f"**Busy machine:** load average {before:g} on {cores} cores before this run, so "
+        "every server got a fraction of a core and the numbers read low and noisy; the targets "
+        "are for an idle machine. Rerun there before reading a verdict."
+    )
 
 
 def profile_section(results: TargetResults) -> str:
@@ -341,6 +360,7 @@ def page(results: TargetResults, command: str) -> str:
         "the end is kept in `bench/analysis.md`; the older, wider matrix (pool scaling, "
         "`--workers`, large replies, cold start) is `python -m bench --suite full`.",
         table(["", ""], facts),
+        *filter(None, [busy_warning(results)]),
         "Every server runs as its own process on 127.0.0.1 in front of the same stdlib echo "
         "server (`bench/servers/echo.py`); the load generator is one asyncio process on uvloop "
         "with raw HTTP/1.1 keep-alive connections (`bench/load.py`). Ratios are within this "

@@ -256,3 +256,13 @@ def test_a_run_of_some_groups_only_has_only_their_rows() -> None:
     measured = TargetResults(TINY, ("stream", "memory"))
     assert [v.target.split(":")[0] for v in verdicts.verdicts(measured)] == ["streaming"] * 2 + ["memory"] * 2
     assert all(v.passed is None for v in verdicts.verdicts(measured))  # nothing measured: n/a, not MISS
+
+
+def test_a_run_on_a_busy_machine_says_so() -> None:
+    measured = TargetResults(TINY, ())
+    measured.load_average = ("0.10", "2.50")  # the run's own load does not count
+    assert verdicts.busy_warning(measured) is None
+    measured.load_average = ("10000.00", "10000.00")  # more than any machine has cores
+    warning = verdicts.busy_warning(measured)
+    assert warning is not None
+    assert "load average 10000 on" in warning
