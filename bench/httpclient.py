@@ -194,13 +194,15 @@ INITIALIZE = orjson.dumps(
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
 
 
-async def open_session(conn: Connection, path: str) -> str:
-    """A legacy session on ``conn``: initialize, then notifications/initialized."""
-    answer = await conn.request(request_bytes(conn.host, conn.port, path, legacy_headers(None), INITIALIZE))
+async def open_session(conn: Connection, path: str, extra: dict[str, str] | None = None) -> str:
+    """A legacy session on ``conn``: initialize, then notifications/initialized (``extra``:
+    headers sent with both, e.g. ``authorization``)."""
+    headers = {**legacy_headers(None), **(extra or {})}
+    answer = await conn.request(request_bytes(conn.host, conn.port, path, headers, INITIALIZE))
     session_id = answer.headers.get("mcp-session-id")
     if answer.status != 200 or not session_id:
         raise HttpError(f"initialize answered {answer.status}: {answer.body[:200]!r}")
-    headers = legacy_headers(session_id)
+    headers = {**legacy_headers(session_id), **(extra or {})}
     done = await conn.request(request_bytes(conn.host, conn.port, path, headers, INITIALIZED))
     if done.status not in (200, 202):
         raise HttpError(f"notifications/initialized answered {done.status}: {done.body[:200]!r}")

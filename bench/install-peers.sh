@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
 # Install the peer gateways the benchmark compares against into bench/.peers/ (git-ignored):
 #   supergateway (npm)  -> bench/.peers/node_modules/.bin/supergateway
+#   mcp-proxy    (npm, punkpeye's) -> bench/.peers/node_modules/.bin/mcp-proxy
 #   mcp-proxy    (PyPI) -> bench/.peers/venv/bin/mcp-proxy  (its own venv: it needs mcp<2)
 #   py-spy       (PyPI) -> bench/.peers/venv/bin/py-spy     (for `python -m bench --profile`)
 # Versions are pinned so runs compare like with like; override with SUPERGATEWAY_VERSION /
-# MCP_PROXY_VERSION. Needs node/npm and python3 >= 3.10; a peer that cannot be installed is
+# MCP_PROXY_NPM_VERSION / MCP_PROXY_VERSION. Needs node/npm and python3 >= 3.10; a peer that cannot be installed is
 # skipped with a message (the benchmark then runs without it).
 set -uo pipefail
 cd "$(dirname "$0")"
 PEERS="$PWD/.peers"
 SUPERGATEWAY_VERSION="${SUPERGATEWAY_VERSION:-4.0.0}"
+MCP_PROXY_NPM_VERSION="${MCP_PROXY_NPM_VERSION:-6.7.19}"
 MCP_PROXY_VERSION="${MCP_PROXY_VERSION:-0.13.0}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$PEERS"
 status=0
 
 if command -v npm >/dev/null; then
-    echo "installing supergateway@$SUPERGATEWAY_VERSION into $PEERS"
-    if ! npm install --prefix "$PEERS" --no-audit --no-fund --loglevel=error "supergateway@$SUPERGATEWAY_VERSION"; then
-        echo "supergateway: install failed" >&2
-        status=1
-    fi
+    for package in "supergateway@$SUPERGATEWAY_VERSION" "mcp-proxy@$MCP_PROXY_NPM_VERSION"; do
+        echo "installing $package (npm) into $PEERS"
+        if ! npm install --prefix "$PEERS" --no-audit --no-fund --loglevel=error "$package"; then
+            echo "$package: install failed" >&2
+            status=1
+        fi
+    done
 else
-    echo "npm not found: skipping supergateway" >&2
+    echo "npm not found: skipping supergateway and mcp-proxy (npm)" >&2
 fi
 
 echo "installing mcp-proxy==$MCP_PROXY_VERSION and py-spy into $PEERS/venv"
@@ -34,5 +38,5 @@ else
     status=1
 fi
 
-ls "$PEERS/node_modules/.bin/supergateway" "$PEERS/venv/bin/mcp-proxy" 2>/dev/null
+ls "$PEERS/node_modules/.bin/supergateway" "$PEERS/node_modules/.bin/mcp-proxy" "$PEERS/venv/bin/mcp-proxy" 2>/dev/null
 exit $status

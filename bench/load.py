@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.floor import PipeClient
@@ -46,6 +47,8 @@ class LoadResult:
     first_error: str | None = None
     cpu: float | None = None
     """Cores the server process used during the run (CPU seconds / wall seconds)."""
+    cpu_seconds: float | None = None
+    """CPU seconds the server used between the first call and the last answer (``cpu_clock``)."""
 
     @property
     def rps(self) -> float:
@@ -77,22 +80,23 @@ def head_bytes(host: str, port: int, path: str, headers: dict[str, str]) -> byte
 
 
 class _Client:
-    def __init__(self, index: int, host: str, port: int, path: str, era: str) -> None:
+    def __init__(self, index: int, host: str, port: int, path: str, era: str, extra: dict[str, str]) -> None:
         self.index = index
         self.conn = Connection(host, port)
         self.path = path
         self.era = era
+        self.extra = extra
         self.session_id: str | None = None
         self.head = b""
 
     async def setup(self) -> None:
         await self.conn.open()
         if self.era == "legacy":
-            self.session_id = await open_session(self.conn, self.path)
+            self.session_id = await open_session(self.conn, self.path, self.extra)
             headers = legacy_headers(self.session_id)
         else:
             headers = modern_headers()
-        self.head = head_bytes(self.conn.host, self.conn.port, self.path, headers)
+        self.head = head_bytes(self.conn.host, self.conn.port, self.path, {**headers, **self.extra})
 
     async def run(self, calls: int, deadline: float, result: LoadResult) -> None:
         template = LEGACY_CALL if self.era == "legacy" else MODERN_CALL
@@ -117,10 +121,11 @@ class _Client:
 
     async def teardown(self) -> None:
         if self.session_id is not None:
+            extra = "".join(f"{name}: {value}\r\n" for name, value in self.extra.items())
             raw = (
                 f"DELETE {self.path} HTTP/1.1\r\nhost: {self.conn.host}:{self.conn.port}\r\n"
                 f"mcp-session-id: {self.session_id}\r\nmcp-protocol-version: 2025-11-25\r\n"
-                "content-length: 0\r\n\r\n"
+                f"{extra}content-length: 0\r\n\r\n"
             ).encode()
             with contextlib.suppress(HttpError, OSError, TimeoutError):
                 await asyncio.wait_for(self.conn.request(raw), 10)
@@ -136,18 +141,27 @@ async def http_load(
     max_seconds: float,
     path: str = "/mcp",
     host: str = "127.0.0.1",
+    headers: dict[str, str] | None = None,
+    cpu_clock: Callable[[], float] | None = None,
 ) -> LoadResult:
+    """``headers``: sent with every request (e.g. ``authorization``). ``cpu_clock``: read just
+    before the first call and after the last answer (session setup and teardown excluded),
+    the difference kept as ``cpu_seconds`` and, per wall second, as ``cpu``."""
     result = LoadResult(concurrency)
-    clients = [_Client(i, host, port, path, era) for i in range(concurrency)]
+    clients = [_Client(i, host, port, path, era, headers or {}) for i in range(concurrency)]
     setups = await asyncio.gather(*(c.setup() for c in clients), return_exceptions=True)
     ready = [c for c, s in zip(clients, setups, strict=True) if not isinstance(s, BaseException)]
     for outcome in setups:
         if isinstance(outcome, BaseException):
             result.error(f"setup: {type(outcome).__name__}: {outcome}")
     if ready:
+        cpu_before = cpu_clock() if cpu_clock is not None else 0.0
         started = time.perf_counter()
         await asyncio.gather(*(c.run(calls, started + max_seconds, result) for c in ready))
         result.elapsed = time.perf_counter() - started
+        if cpu_clock is not None:
+            result.cpu_seconds = cpu_clock() - cpu_before
+            result.cpu = result.cpu_seconds / result.elapsed if result.elapsed else None
     await asyncio.gather(*(c.teardown() for c in clients))
     return result
 

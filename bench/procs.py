@@ -9,7 +9,9 @@ the service fails to come up.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -56,7 +58,7 @@ class Service:
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / f"{self.name}.log"
+        return self.log_dir / (re.sub(r"[^A-Za-z0-9_.-]+", "-", self.name).strip("-") + ".log")
 
     @property
     def pid(self) -> int:
@@ -220,6 +222,11 @@ def mcp_proxy_bin() -> Path | None:
     return path if path.exists() else None
 
 
+def mcp_proxy_npm_bin() -> Path | None:
+    path = PEERS / "node_modules" / ".bin" / "mcp-proxy"
+    return path if path.exists() else None
+
+
 def supergateway(log_dir: Path) -> Service | None:
     """supergateway, stateful: legacy sessions get a child each; 2026-07-28 requests a child each."""
     binary = supergateway_bin()
@@ -243,23 +250,55 @@ def supergateway(log_dir: Path) -> Service | None:
     return Service("supergateway", argv, port, log_dir, health_path="/healthz")
 
 
+MCP_PROXY_PY = "mcp-proxy (PyPI)"
+MCP_PROXY_NPM = "mcp-proxy (npm)"
+
+
 def mcp_proxy(log_dir: Path) -> Service | None:
-    """mcp-proxy (stateful): one stdio child shared by every session."""
+    """sparfenyuk's mcp-proxy from PyPI (stateful): one stdio child shared by every session."""
     binary = mcp_proxy_bin()
     if binary is None:
         return None
     port = free_port()
     argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--", *echo_command()]
-    return Service("mcp-proxy", argv, port, log_dir, health_path="/status")
+    return Service(MCP_PROXY_PY, argv, port, log_dir, health_path="/status")
+
+
+def mcp_proxy_npm(log_dir: Path) -> Service | None:
+    """punkpeye's mcp-proxy from npm, with its default flags (stateful, both eras on /mcp)."""
+    binary = mcp_proxy_npm_bin()
+    if binary is None:
+        return None
+    port = free_port()
+    argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--", *echo_command()]
+    return Service(MCP_PROXY_NPM, argv, port, log_dir, health_path="/ping")
+
+
+PEER_SERVICES = {"supergateway": supergateway, MCP_PROXY_NPM: mcp_proxy_npm, MCP_PROXY_PY: mcp_proxy}
+"""Every peer by its table name; each factory returns None when the peer is not installed."""
+
+
+def _npm_version(package: str) -> str | None:
+    manifest = PEERS / "node_modules" / package / "package.json"
+    if not manifest.exists():
+        return None
+    return str(json.loads(manifest.read_text()).get("version", "?"))
 
 
 def peer_versions() -> dict[str, str]:
     versions: dict[str, str] = {}
-    package = PEERS / "node_modules" / "supergateway" / "package.json"
-    if package.exists():
-        import json
-
-        versions["supergateway"] = json.loads(package.read_text()).get("version", "?")
+    if (version := _npm_version("supergateway")) is not None:
+        versions["supergateway"] = version
+    if (version := _npm_version("mcp-proxy")) is not None:
+        versions[MCP_PROXY_NPM] = version
     for dist in (PEERS / "venv" / "lib").glob("python*/site-packages/mcp_proxy-*.dist-info"):
-        versions["mcp-proxy"] = dist.name.split("-")[1].removesuffix(".dist")
+        versions[MCP_PROXY_PY] = dist.name.split("-")[1].removesuffix(".dist")
     return versions
+
+
+def node_version() -> str:
+    try:
+        done = subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "not found"
+    return done.stdout.strip().removeprefix("v") or "?"

@@ -25,6 +25,10 @@ from bench.suite import run
 
 FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^():]*)(?::\d+)?\)$")
 SAMPLE_RATE = 200
+THREAD_ROOT = "Thread._bootstrap"
+"""The root frame of every thread but the main one (the event loop's)."""
+OWN = ("gateway.http", "gateway.relay", "gateway.stdio", "gateway.protocol", "gateway.ops", "gateway.oauth")
+"""Packages whose functions the inclusive list shows (not the entry points: server, cli)."""
 SECONDS = 6.0
 CONCURRENCY = 64
 
@@ -53,36 +57,54 @@ def frame_name(frame: str) -> tuple[str, str]:
 
 def summarize(raw: Path, top: int = 25) -> str:
     inclusive: Counter[str] = Counter()
+    owners: dict[str, str] = {}
     self_time: Counter[str] = Counter()
     packages: Counter[str] = Counter()
     total = 0
+    threads: Counter[str] = Counter()
     for line in raw.read_text().splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
+        if stack.startswith(THREAD_ROOT):  # not the event loop: counted apart, by the thread's entry
+            entry = next((f for f in stack.split(";") if "threading.py" not in f), "?")
+            threads[frame_name(entry)[0]] += count
+            continue
         frames = [frame_name(f) for f in stack.split(";") if f and not f.startswith("process ")]
         frames = [f for f in frames if not f[0].startswith("<module>") and "thread (" not in f[0]]
         if not frames:
             continue
         total += count
-        for name in {name for name, _ in frames}:
+        for name, package in set(frames):
             inclusive[name] += count
+            owners[name] = package
         leaf, package = frames[-1]
         self_time[leaf] += count
         packages[package] += count
     if not total:
         return "(no samples)"
-    lines = [f"{total} samples", "", "inclusive (on the stack):"]
-    lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in inclusive.most_common(top)]
+    ours = Counter({name: n for name, n in inclusive.items() if owners[name].startswith(OWN) and n < total * 0.8})
+    apart = sum(threads.values())
+    lines = [f"{total} samples of the event loop's thread"]
+    if apart:
+        # a thread blocked in C (e.g. a logging QueueListener in SimpleQueue.get) may be sampled as busy
+        named = ", ".join(f"{name} {n}" for name, n in threads.most_common(3))
+        lines.append(f"(and {apart} of other threads, left out below: {named})")
+    lines += [
+        "",
+        "inclusive, the gateway's own functions (on the stack; the entry points left out):",
+    ]
+    lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in ours.most_common(top)]
     lines += ["", "self (on top):"]
     lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in self_time.most_common(top)]
     lines += ["", "self time by package:"]
-    lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in packages.most_common(20)]
+    lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in packages.most_common(top)]
     return "\n".join(lines)
 
 
-def profile_gateway(log_dir: Path, say: Callable[[str], None] = print, *flags: str) -> dict[str, str]:
+def profile_gateway(log_dir: Path, say: Callable[[str], None] = print, *flags: str, top: int = 25) -> dict[str, str]:
+    """py-spy the gateway under C = 64 load in each era; the summary per era (``top`` frames each)."""
     spy = py_spy()
     if spy is None:
         say("profile: py-spy not found (bench/install-peers.sh installs it, or pip install py-spy); skipped")
@@ -105,9 +127,9 @@ def profile_gateway(log_dir: Path, say: Callable[[str], None] = print, *flags: s
             if not raw.exists():
                 say(f"profile: py-spy failed: {err.decode(errors='replace')[-300:]}")
                 continue
-            summaries[era] = summarize(raw)
-            say(f"\nprofile, {era}, C={CONCURRENCY}: {result.rps:.0f} req/s while sampled; stacks in {raw}")
-            say(summaries[era])
+            headline = f"{era}, C = {CONCURRENCY}: {result.rps:,.0f} req/s while sampled ({result.errors} errors)"
+            summaries[era] = headline + "\n" + summarize(raw, top)
+            say(f"\nprofile, {summaries[era]}\n(stacks in {raw})")
     return summaries
 
 

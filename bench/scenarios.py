@@ -22,6 +22,8 @@ from bench.procs import Service
 
 # -- streaming ----------------------------------------------------------------------------
 
+META_LOG_LEVEL = "io.modelcontextprotocol/logLevel"
+
 
 @dataclass(frozen=True)
 class StreamResult:
@@ -30,9 +32,15 @@ class StreamResult:
     per_second: float
     p50_ms: float
     p99_ms: float
+    final: bool = True
+    """The call's result arrived after the notifications."""
+    logs: int = 0
+    """``notifications/message`` received (the child writes one every ``log_every`` steps)."""
 
 
-def _stream_result(sent: int, started_ns: int, notes: list[tuple[int, dict[str, Any]]]) -> StreamResult:
+def _stream_result(
+    sent: int, started_ns: int, notes: list[tuple[int, dict[str, Any]]], final: bool = True, logs: int = 0
+) -> StreamResult:
     latencies = sorted((at - int(n["params"]["message"])) / 1e6 for at, n in notes)
     span = (notes[-1][0] - started_ns) / 1e9 if notes else 0.0
     return StreamResult(
@@ -41,29 +49,44 @@ def _stream_result(sent: int, started_ns: int, notes: list[tuple[int, dict[str, 
         len(notes) / span if span else 0.0,
         latencies[len(latencies) // 2] if latencies else float("nan"),
         latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))] if latencies else float("nan"),
+        final,
+        logs,
     )
 
 
-async def gateway_stream(port: int, steps: int, interval_ms: float) -> StreamResult:
-    """One modern call whose answer is an SSE stream of ``steps`` progress notifications."""
+async def gateway_stream(
+    port: int, steps: int, interval_ms: float, *, require_final: bool = True, log_every: int = 0
+) -> StreamResult:
+    """One modern call whose answer is an SSE stream of ``steps`` progress notifications
+    (``require_final=False``: a missing result is reported as ``final=False``, not raised;
+    ``log_every``: the child also writes a log message after every so many, and the call
+    asks for them)."""
     conn = await Connection("127.0.0.1", port).open()
-    body = call_body(1, "progress", {"steps": steps, "interval_ms": interval_ms}, modern=True, progressToken="p")
+    arguments: dict[str, object] = {"steps": steps, "interval_ms": interval_ms, "log_every": log_every}
+    meta: dict[str, object] = {"progressToken": "p"}
+    if log_every:
+        meta[META_LOG_LEVEL] = "info"
+    body = call_body(1, "progress", arguments, modern=True, **meta)
     started = time.monotonic_ns()
     await conn.send(request_bytes("127.0.0.1", port, "/mcp", modern_headers(name="progress"), body))
     status, headers = await conn.read_head()
     notes: list[tuple[int, dict[str, Any]]] = []
     final = None
+    logs = 0
     if status == 200:
         async for at, message in conn.events(headers):
             assert isinstance(message, dict)
             if message.get("method") == "notifications/progress":
                 notes.append((at, message))
+            elif message.get("method") == "notifications/message":
+                logs += 1
             elif "id" in message:
                 final = message
     conn.close()
-    if final is None or "result" not in final:
+    answered = final is not None and "result" in final
+    if not answered and require_final:
         raise HttpError(f"the progress call failed: HTTP {status}, {final!r}")
-    return _stream_result(steps, started, notes)
+    return _stream_result(steps, started, notes, answered, logs)
 
 
 async def floor_stream(argv: list[str], steps: int, interval_ms: float) -> StreamResult:

@@ -192,7 +192,7 @@ class Suite:
             services.append(procs.noop("uvicorn", self.log_dir))
         peers: list[Service] = []
         if plan.peers:
-            for make in (procs.supergateway, procs.mcp_proxy):
+            for make in procs.PEER_SERVICES.values():
                 peer = make(self.log_dir)
                 if peer is not None:
                     peers.append(peer)
@@ -446,17 +446,19 @@ def _median_stream(results: list[scenarios.StreamResult]) -> scenarios.StreamRes
     )
 
 
-async def probe(port: int, era: str) -> str | None:
-    """None when the server answers one echo call in ``era``; else what went wrong."""
+async def probe(port: int, era: str, extra: dict[str, str] | None = None) -> str | None:
+    """None when the server answers one echo call in ``era`` (``extra``: headers to send
+    with it, e.g. ``authorization``); else what went wrong."""
     conn = await Connection("127.0.0.1", port).open()
     try:
         if era == "legacy":
-            session_id = await open_session(conn, "/mcp")
+            session_id = await open_session(conn, "/mcp", extra)
             headers = legacy_headers(session_id)
             body = call_body(1, "echo", {"message": "hello"}, modern=False)
         else:
             headers = modern_headers()
             body = call_body(1, "echo", {"message": "hello"}, modern=True)
+        headers.update(extra or {})
         answer = await asyncio.wait_for(conn.request(request_bytes(conn.host, conn.port, "/mcp", headers, body)), 30)
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"[:200]

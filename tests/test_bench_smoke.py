@@ -1,6 +1,15 @@
-"""The benchmark still runs end to end: ``python -m bench --smoke`` starts every kind of server
-it measures (gateways, no-op calibration server, the floor's pipe), finishes in seconds and
-writes its page. It measures nothing worth reading; the real run is ``python -m bench``."""
+"""The benchmark still runs end to end, and its target table says what it measured.
+
+* ``python -m bench --smoke`` (the older, wider matrix at toy sizes) starts every kind of
+  server it measures (gateways, no-op calibration server, the floor's pipe) and writes its page.
+* ``python -m bench --tiny`` (issue #14's targets at toy sizes) runs every group — load with
+  and without bearer auth, C = 1 against the floor, streaming, memory — and writes the page
+  (in two runs, each well inside its time limit).
+* The verdicts (PASS/MISS against each target) and the tables are checked on hand-built
+  results, so their arithmetic is tested without running anything.
+
+None of these measure anything worth reading, and none asserts a speed.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +17,42 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from bench import verdicts
+from bench.load import Row
+from bench.scenarios import StreamResult
+from bench.targets import (
+    CEILING,
+    FLOOR,
+    GATEWAY,
+    GATEWAY_AUTH,
+    TINY,
+    MemoryNumbers,
+    Server,
+    StreamNumbers,
+    TargetResults,
+)
+from bench.targets import DEFAULT as DEFAULT_PLAN
+
 REPO = Path(__file__).resolve().parent.parent
 SMOKE_DEADLINE = 50.0
-"""Seconds the tiny run may take (it needs about 10); under pytest's 60 s backstop."""
+"""Seconds a tiny run may take (it needs about 10-20); under pytest's 60 s backstop."""
 
 
-def test_the_smoke_run_starts_every_server_and_writes_the_page(tmp_path: Path) -> None:
-    page = tmp_path / "benchmarks.md"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--output", str(page)],
+def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=SMOKE_DEADLINE,
     )
+
+
+def test_the_smoke_run_starts_every_server_and_writes_the_page(tmp_path: Path) -> None:
+    page = tmp_path / "benchmarks.md"
+    done = run_bench("--smoke", "--output", str(page))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = page.read_text()
     for heading in (
@@ -45,3 +76,193 @@ def test_the_smoke_run_starts_every_server_and_writes_the_page(tmp_path: Path) -
     assert gateway_rows
     assert all(cells[6].strip() == "0" for cells in gateway_rows), gateway_rows  # no errors
     assert "20/20 completed" in text  # every held SSE stream got its answer
+
+
+def target_labels(text: str) -> dict[str, str]:
+    """The targets table of a page: each row's target and its label."""
+    section = text.split("## Targets (issue #14)", 1)[1].split("\n## ", 1)[0]
+    cells = [line.split("|") for line in section.splitlines() if line.startswith("| ")]
+    return {row[1].strip(): row[4].strip() for row in cells[1:] if len(row) == 6}
+
+
+def test_the_tiny_load_run_measures_both_gateways_in_both_eras(tmp_path: Path) -> None:
+    page = tmp_path / "benchmarks.md"
+    done = run_bench("--tiny", "--only", "load", "--output", str(page))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "## Targets (issue #14), plan tiny" in done.stdout
+    text = page.read_text()
+    labels = target_labels(text)
+    assert len(labels) == 12, labels  # 2 gateways x 2 eras x (vs peers, vs ceiling, CPU per call)
+    # No peers in a tiny run: only the peer ratios are n/a; everything else was measured.
+    not_measured = [name for name, label in labels.items() if label == "n/a"]
+    assert not_measured == [name for name in labels if name.endswith("vs the best peer")], labels
+    assert all(label in ("PASS", "MISS") for name, label in labels.items() if name not in not_measured)
+    for name in ("gateway", "gateway (bearer auth)"):  # every call answered, with and without a token
+        for era in ("modern", "legacy"):
+            row = next(line for line in text.splitlines() if line.startswith(f"| {name} | {era} |"))
+            assert row.split("|")[6].strip() == "0", row  # errors
+    assert "### Before" in text
+
+
+def test_the_tiny_run_of_the_other_groups_delivers_every_notification_and_stream(tmp_path: Path) -> None:
+    page = tmp_path / "benchmarks.md"
+    done = run_bench("--tiny", "--only", "c1,stream,memory", "--output", str(page))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    text = page.read_text()
+    labels = target_labels(text)
+    assert list(labels) == [
+        "C = 1, modern: p50",
+        "C = 1, legacy: p50",
+        "streaming: 50 progress written flat out",
+        "streaming: 200 progress + 20 log messages flat out",
+        "memory: gateway RSS steady",
+        "memory: gateway RSS, 20 streams open",
+    ]
+    assert all(label in ("PASS", "MISS") for label in labels.values()), labels
+    # Correctness, not speed: every notification, the result and every held stream arrived.
+    assert labels["streaming: 50 progress written flat out"] == "PASS"
+    assert labels["streaming: 200 progress + 20 log messages flat out"] == "PASS"
+    assert "50/50 at" in text
+    assert "20/20 log messages, result arrived" in text
+    assert "20/20 completed" in text
+
+
+# -- the verdicts, on hand-built results ------------------------------------------------------
+
+
+def row(rps: float, *, p50_ms: float = 1.0, cpu_us: float | None = None, errors: int = 0) -> Row:
+    cores = cpu_us * rps / 1e6 if cpu_us is not None else None
+    return Row(rps, p50_ms, 2 * p50_ms, ok=int(rps), errors=errors, cpu=cores)
+
+
+def server(name: str, modern: float | None, legacy: float | None, cpu_us: float | None = None) -> Server:
+    found = Server(name, ("modern", "legacy") if legacy is not None or modern is None else ("modern",))
+    if modern is not None:
+        found.runs["modern"] = [row(modern, cpu_us=cpu_us)]
+    if legacy is not None:
+        found.runs["legacy"] = [row(legacy, cpu_us=cpu_us)]
+    return found
+
+
+def results(**servers: Server) -> TargetResults:
+    found = TargetResults(DEFAULT_PLAN, ("load",))
+    found.servers = {s.name: s for s in servers.values()}
+    return found
+
+
+def by_target(found: list[verdicts.Verdict]) -> dict[str, verdicts.Verdict]:
+    return {v.target: v for v in found}
+
+
+def test_the_gateway_passes_against_peers_only_at_three_times_the_best_one_per_era() -> None:
+    measured = results(
+        gateway=server(GATEWAY, 3_000, 2_999, cpu_us=150),
+        auth=server(GATEWAY_AUTH, 3_100, 4_000, cpu_us=151),
+        ceiling=server(CEILING, 10_000, None),
+        weak=server("weak peer", 500, 100),
+        strong=server("mcp-proxy (npm)", 1_000, 1_000),
+    )
+    found = by_target(verdicts.load_verdicts(measured))
+    modern = found["C = 64, modern, default flags: vs the best peer"]
+    assert modern.passed is True  # exactly 3x the strongest peer (1,000), not the weak one
+    assert "mcp-proxy (npm)" in modern.measured
+    assert found["C = 64, legacy, default flags: vs the best peer"].passed is False  # 2.999x
+    assert found["C = 64, legacy, bearer auth: vs the best peer"].passed is True
+    # 30 % of the raw ceiling (10,000): 3,000 passes, 2,999 does not
+    assert found["C = 64, modern, default flags: share of the raw ceiling"].passed is True
+    assert found["C = 64, legacy, default flags: share of the raw ceiling"].passed is False
+    # the CPU budget: 150 us passes, 151 does not
+    assert found["C = 64, modern, default flags: gateway CPU per call"].passed is True
+    assert found["C = 64, modern, default flags: gateway CPU per call"].measured == "150 µs"
+    assert found["C = 64, modern, bearer auth: gateway CPU per call"].passed is False
+
+
+def test_a_peer_that_is_not_installed_or_not_serving_an_era_is_no_best_peer() -> None:
+    missing = Server("supergateway", ("modern", "legacy"), problem="not installed (run bench/install-peers.sh)")
+    partial = server("mcp-proxy (PyPI)", None, 800)
+    partial.unsupported["modern"] = "HTTP 400"
+    measured = results(gateway=server(GATEWAY, 2_400, 2_400), missing=missing, partial=partial)
+    assert verdicts.best_peer(measured, "modern") is None
+    assert verdicts.best_peer(measured, "legacy") == ("mcp-proxy (PyPI)", 800)
+    found = by_target(verdicts.load_verdicts(measured))
+    assert found["C = 64, modern, default flags: vs the best peer"].passed is None
+    assert found["C = 64, modern, default flags: vs the best peer"].label == "n/a"
+    assert found["C = 64, legacy, default flags: vs the best peer"].passed is True
+    assert found["C = 64, modern, default flags: share of the raw ceiling"].passed is None  # no ceiling
+    table = verdicts.load_table(measured)
+    assert "| supergateway | – | not installed (run bench/install-peers.sh) |" in table
+    assert "| mcp-proxy (PyPI) | modern | not supported: HTTP 400 |" in table
+
+
+def test_c1_passes_within_three_tenths_of_a_millisecond_of_the_floor() -> None:
+    measured = TargetResults(DEFAULT_PLAN, ("c1",))
+    measured.c1 = {FLOOR: row(10_000, p50_ms=0.1), "modern": row(2_500, p50_ms=0.4), "legacy": row(2_000, p50_ms=0.41)}
+    found = by_target(verdicts.verdicts(measured))
+    assert found["C = 1, modern: p50"].passed is True
+    assert found["C = 1, legacy: p50"].passed is False
+    assert "+0.310 ms" in found["C = 1, legacy: p50"].measured
+
+
+@pytest.mark.parametrize(
+    ("received", "final", "passed"),
+    [(2_000, True, True), (1_999, True, False), (2_000, False, False)],
+)
+def test_streaming_passes_only_when_every_notification_and_the_result_arrive(
+    received: int, final: bool, passed: bool
+) -> None:
+    measured = TargetResults(DEFAULT_PLAN, ("stream",))
+    measured.stream = StreamNumbers(2_000, received, 40_000.0, final, 80_000.0)
+    found, flood = verdicts.verdicts(measured)
+    assert found.passed is passed
+    assert found.label == ("PASS" if passed else "MISS")
+    assert flood.passed is None  # the flood did not run
+
+
+@pytest.mark.parametrize(
+    ("progress", "logs", "final", "passed"),
+    [(20_000, 200, True, True), (9_000, 200, True, True), (20_000, 199, True, False), (20_000, 200, False, False)],
+)
+def test_a_flood_may_coalesce_progress_but_must_deliver_every_log_message_and_the_result(
+    progress: int, logs: int, final: bool, passed: bool
+) -> None:
+    measured = TargetResults(DEFAULT_PLAN, ("stream",))
+    measured.flood = StreamResult(20_000, progress, 60_000.0, 1.0, 2.0, final, logs)
+    _, found = verdicts.verdicts(measured)
+    assert found.target == "streaming: 20,000 progress + 200 log messages flat out"
+    assert found.passed is passed
+
+
+def test_memory_passes_under_80_mb_steady_and_200_mb_with_every_stream_completing() -> None:
+    measured = TargetResults(DEFAULT_PLAN, ("memory",))
+    measured.memory = MemoryNumbers(40.0, 80.0, 5_000, 0, 1_000, 1_000, 1_000, 200.0)
+    assert [v.passed for v in verdicts.verdicts(measured)] == [True, True]
+    measured.memory = MemoryNumbers(40.0, 79.0, 5_000, 1, 1_000, 1_000, 999, 120.0)
+    assert [v.passed for v in verdicts.verdicts(measured)] == [False, False]  # an error; a stream lost
+
+
+def test_the_targets_table_counts_pass_and_miss_and_keeps_cells_in_their_columns() -> None:
+    found = [
+        verdicts.Verdict("a", "x | y", "≥ 3×", True),
+        verdicts.Verdict("b", "–", "≤ 1", False),
+        verdicts.Verdict("c", "–", "≤ 1", None),
+    ]
+    text = verdicts.targets_table(found)
+    assert "| a | x / y | ≥ 3× | PASS |" in text
+    assert "| c | – | ≤ 1 | n/a |" in text
+    assert text.endswith("1 PASS, 1 MISS of 3 rows.")
+
+
+def test_a_run_of_some_groups_only_has_only_their_rows() -> None:
+    measured = TargetResults(TINY, ("stream", "memory"))
+    assert [v.target.split(":")[0] for v in verdicts.verdicts(measured)] == ["streaming"] * 2 + ["memory"] * 2
+    assert all(v.passed is None for v in verdicts.verdicts(measured))  # nothing measured: n/a, not MISS
+
+
+def test_a_run_on_a_busy_machine_says_so() -> None:
+    measured = TargetResults(TINY, ())
+    measured.load_average = ("0.10", "2.50")  # the run's own load does not count
+    assert verdicts.busy_warning(measured) is None
+    measured.load_average = ("10000.00", "10000.00")  # more than any machine has cores
+    warning = verdicts.busy_warning(measured)
+    assert warning is not None
+    assert "load average 10000 on" in warning

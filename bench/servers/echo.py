@@ -10,10 +10,11 @@ arrival order (the server is serial; ``--work-ms`` makes each call take that lon
 * Tools:
   - ``echo {message}`` → one text block with the message;
   - ``blob {bytes}`` → one text block of that many ``x`` (large-reply runs);
-  - ``progress {steps, interval_ms}`` → ``steps`` progress notifications (when the call has a
-    ``progressToken``), each with ``message`` set to ``time.monotonic_ns()`` at the moment
-    it is written (Linux's monotonic clock is shared by all processes, so a reader can
-    compute the child-to-client latency), then a result;
+  - ``progress {steps, interval_ms, log_every}`` → ``steps`` progress notifications (when the
+    call has a ``progressToken``), each with ``message`` set to ``time.monotonic_ns()`` at the
+    moment it is written (Linux's monotonic clock is shared by all processes, so a reader can
+    compute the child-to-client latency), and after every ``log_every``-th of them one
+    ``notifications/message`` (level info), then a result;
   - ``hold`` → one progress notification now, the result only when ``release`` is called
     (used to hold many SSE streams open at once); ``release`` → answers every held call,
     then itself with the count.
@@ -127,7 +128,8 @@ class EchoServer:
         elif name == "blob":
             text = "x" * int(arguments.get("bytes", 0))
         elif name == "progress":
-            self.progress(token, int(arguments.get("steps", 1)), float(arguments.get("interval_ms", 0)), out)
+            steps, interval_ms = int(arguments.get("steps", 1)), float(arguments.get("interval_ms", 0))
+            self.progress(token, steps, interval_ms, int(arguments.get("log_every", 0)), out)
             text = "done"
         elif name == "hold":
             if token is not None:
@@ -146,12 +148,14 @@ class EchoServer:
         out.append(self.result(request_id, text_result(text), modern))
 
     @staticmethod
-    def progress(token: Any, steps: int, interval_ms: float, out: list[bytes]) -> None:
+    def progress(token: Any, steps: int, interval_ms: float, log_every: int, out: list[bytes]) -> None:
         write_all(b"".join(out))  # what was answered before goes first
         out.clear()
         for step in range(1, steps + 1):
             if token is not None:
                 write_all(encode(progress_notification(token, step, steps, str(time.monotonic_ns()))))
+            if log_every and step % log_every == 0:
+                write_all(encode(log_notification(step)))
             if interval_ms:
                 time.sleep(interval_ms / 1000)
 
@@ -165,6 +169,11 @@ def progress_notification(
     if message is not None:
         params["message"] = message
     return {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+
+
+def log_notification(step: int) -> dict[str, Any]:
+    params = {"level": "info", "logger": "bench", "data": f"after progress {step}"}
+    return {"jsonrpc": "2.0", "method": "notifications/message", "params": params}
 
 
 def text_result(text: str) -> dict[str, Any]:

@@ -1,0 +1,388 @@
+"""``python -m bench`` (the default): issue #14's targets, measured in one run.
+
+Groups, each with its own server processes (``--only`` picks some):
+
+* ``load`` — C = 64 closed-loop ``tools/call`` on the echo server, both eras: the gateway
+  with its default flags, the gateway with a bearer token required, every installed peer
+  (``bench/install-peers.sh``) and the load generator's raw ceiling (``bench/noop.py``).
+  Repetitions interleave the servers (rep → server → era) so drift on a shared machine hits
+  them alike; rows are medians. The gateway's CPU is read from ``/proc`` just before the
+  first call and after the last answer, so ``CPU µs/call`` excludes session setup.
+* ``c1`` — C = 1 p50 of the gateway (both eras) against the stdio floor: the same loop
+  over one pipe to the echo server (``bench/floor.py``), no HTTP.
+* ``stream`` — one modern call whose child writes 2,000 progress notifications flat out.
+* ``memory`` — gateway RSS after a run of requests (both eras), then with 1,000 SSE
+  streams held open at once.
+* ``profile`` (only with ``--profile``) — py-spy on the gateway at C = 64, each era.
+
+The verdicts and the tables are ``bench.verdicts``; this module only measures.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import procs, scenarios
+from bench.load import Row, floor_load, http_load
+from bench.procs import Service
+from bench.suite import probe, run
+
+GATEWAY = "gateway"
+GATEWAY_AUTH = "gateway (bearer auth)"
+CEILING = "ceiling (raw)"
+FLOOR = "floor (pipe)"
+GATEWAYS = (GATEWAY, GATEWAY_AUTH)
+ERAS = ("modern", "legacy")
+TOKEN = "bench-token-0f3c9a7e5d1b2468"
+AUTH_HEADERS = {"authorization": f"Bearer {TOKEN}"}
+GROUPS = ("load", "c1", "stream", "memory")
+"""What ``--only`` can pick; ``profile`` runs when asked for (``--profile``)."""
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    name: str
+    reps: int
+    concurrency: int
+    calls: int
+    """Calls per client at ``concurrency``."""
+    max_seconds: float
+    """A load run stops sending after this (a peer that spawns a process per call is capped)."""
+    c1_calls: int
+    stream_steps: int
+    flood_steps: int
+    """Progress notifications of the run with log messages among them (progress may coalesce)."""
+    flood_log_every: int
+    memory_requests: int
+    memory_concurrency: int
+    memory_streams: int
+    peers: bool = True
+
+
+DEFAULT = TargetPlan(
+    "default",
+    reps=3,
+    concurrency=64,
+    calls=60,
+    max_seconds=5.0,
+    c1_calls=400,
+    stream_steps=2000,
+    flood_steps=20_000,
+    flood_log_every=100,
+    memory_requests=5000,
+    memory_concurrency=8,
+    memory_streams=1000,
+)
+QUICK = TargetPlan(
+    "quick",
+    reps=1,
+    concurrency=64,
+    calls=25,
+    max_seconds=3.0,
+    c1_calls=200,
+    stream_steps=2000,
+    flood_steps=20_000,
+    flood_log_every=100,
+    memory_requests=1000,
+    memory_concurrency=8,
+    memory_streams=1000,
+)
+TINY = TargetPlan(
+    "tiny",
+    reps=1,
+    concurrency=4,
+    calls=5,
+    max_seconds=2.0,
+    c1_calls=20,
+    stream_steps=50,
+    flood_steps=200,
+    flood_log_every=10,
+    memory_requests=40,
+    memory_concurrency=4,
+    memory_streams=20,
+    peers=False,
+)
+TARGET_PLANS = {plan.name: plan for plan in (DEFAULT, QUICK, TINY)}
+
+
+@dataclass
+class Server:
+    """One server of the load group and what was measured on it."""
+
+    name: str
+    eras: tuple[str, ...]
+    problem: str | None = None
+    """Why it was not measured at all (not installed, did not start)."""
+    unsupported: dict[str, str] = field(default_factory=dict)
+    runs: dict[str, list[Row]] = field(default_factory=dict)
+    rss_mb: float | None = None
+    children_rss_mb: float | None = None
+
+    def row(self, era: str) -> Row | None:
+        found = self.runs.get(era)
+        return Row.median(found) if found else None
+
+
+@dataclass(frozen=True)
+class StreamNumbers:
+    sent: int
+    received: int
+    """The fewest notifications any repetition delivered."""
+    per_second: float
+    """Median notifications/s at the client."""
+    final: bool
+    """Every repetition got the call's result."""
+    floor_per_second: float | None = None
+
+
+@dataclass(frozen=True)
+class MemoryNumbers:
+    idle_mb: float
+    steady_mb: float
+    requests: int
+    errors: int
+    streams: int
+    streams_open: int
+    streams_completed: int
+    open_mb: float
+    refusal: str | None = None
+
+
+@dataclass
+class TargetResults:
+    plan: TargetPlan
+    groups: tuple[str, ...]
+    servers: dict[str, Server] = field(default_factory=dict)
+    c1: dict[str, Row] = field(default_factory=dict)
+    """``floor (pipe)`` and the gateway's ``modern`` and ``legacy`` rows at C = 1."""
+    stream: StreamNumbers | None = None
+    flood: scenarios.StreamResult | None = None
+    """One run of ``flood_steps`` progress with a log message every ``flood_log_every``."""
+    memory: MemoryNumbers | None = None
+    profile: dict[str, str] = field(default_factory=dict)
+    load_average: tuple[str, str] = ("?", "?")
+    """``/proc/loadavg``'s 1-minute figure before and after the run."""
+    seconds: float = 0.0
+
+
+def load_average() -> str:
+    try:
+        with open("/proc/loadavg") as loadavg:
+            return loadavg.read().split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+class TargetRun:
+    def __init__(
+        self, plan: TargetPlan, log_dir: Path, groups: tuple[str, ...], say: Callable[[str], None] = print
+    ) -> None:
+        self.plan = plan
+        self.log_dir = log_dir
+        self.say = say
+        self.results = TargetResults(plan, groups)
+
+    def run_all(self, profile: bool = False) -> TargetResults:
+        started = time.perf_counter()
+        before = load_average()
+        steps = {"load": self.load, "c1": self.c1, "stream": self.stream, "memory": self.memory}
+        for group in self.results.groups:
+            steps[group]()
+        if profile:
+            from bench.profile import profile_gateway
+
+            self.results.profile = profile_gateway(self.log_dir, self.say, top=15)
+        self.results.load_average = (before, load_average())
+        self.results.seconds = time.perf_counter() - started
+        return self.results
+
+    # -- load at C = 64 -------------------------------------------------------------------
+
+    def _start(self, server: Server, service: Service) -> bool:
+        try:
+            service.start()
+            service.wait_ready()
+        except (OSError, RuntimeError) as exc:
+            service.stop()
+            server.problem = f"did not start: {str(exc).splitlines()[0][:120]}"
+            self.say(f"  {server.name}: {server.problem}")
+            return False
+        return True
+
+    def load(self) -> None:
+        plan = self.plan
+        log = self.log_dir
+        services: dict[str, Service] = {
+            GATEWAY: procs.gateway("gateway", log),
+            GATEWAY_AUTH: procs.gateway("gateway-auth", log, "--auth-token", f"bench:{TOKEN}"),
+            CEILING: procs.noop("raw", log),
+        }
+        servers = {
+            GATEWAY: Server(GATEWAY, ERAS),
+            GATEWAY_AUTH: Server(GATEWAY_AUTH, ERAS),
+            CEILING: Server(CEILING, ("modern",)),
+        }
+        if plan.peers:
+            for name, make in procs.PEER_SERVICES.items():
+                servers[name] = Server(name, ERAS)
+                peer = make(log)
+                if peer is None:
+                    servers[name].problem = "not installed (run bench/install-peers.sh)"
+                else:
+                    services[name] = peer
+        self.results.servers = servers
+        self.say(f"load: C = {plan.concurrency}, {plan.reps} repetition(s): {', '.join(servers)}")
+        live: dict[str, Service] = {}
+        try:
+            for name, service in services.items():
+                if self._start(servers[name], service):
+                    live[name] = service
+            for name, service in live.items():
+                self._probe(servers[name], service)
+            self._load_reps(servers, live)
+            for name, service in live.items():
+                servers[name].rss_mb = scenarios.mb(service.rss_bytes())
+                servers[name].children_rss_mb = scenarios.mb(service.children_rss_bytes())
+        finally:
+            for service in live.values():
+                service.stop()
+
+    def _probe(self, server: Server, service: Service) -> None:
+        headers = AUTH_HEADERS if server.name == GATEWAY_AUTH else None
+        if headers is not None and run(probe(service.port, "modern")) is None:
+            raise RuntimeError(f"{server.name} answered a call without its token: the auth rows would measure nothing")
+        for era in server.eras:
+            problem = run(probe(service.port, era, headers))
+            if problem is not None:
+                server.unsupported[era] = problem
+                self.say(f"  {server.name} {era}: not supported ({problem})")
+            else:  # warm: tool lists fetched, children started
+                run(http_load(service.port, era=era, concurrency=4, calls=10, max_seconds=5, headers=headers))
+
+    def _load_reps(self, servers: dict[str, Server], live: dict[str, Service]) -> None:
+        plan = self.plan
+        for rep in range(plan.reps):
+            for name, service in live.items():
+                server = servers[name]
+                headers = AUTH_HEADERS if name == GATEWAY_AUTH else None
+                for era in server.eras:
+                    if era in server.unsupported:
+                        continue
+                    result = run(
+                        http_load(
+                            service.port,
+                            era=era,
+                            concurrency=plan.concurrency,
+                            calls=plan.calls,
+                            max_seconds=plan.max_seconds,
+                            headers=headers,
+                            cpu_clock=service.cpu_seconds,
+                        )
+                    )
+                    server.runs.setdefault(era, []).append(Row.of(result))
+                    per_call = result.cpu_seconds / result.ok * 1e6 if result.cpu_seconds and result.ok else 0.0
+                    self.say(
+                        f"  {name:22} {era:6} {result.rps:8,.0f} req/s  p50 {result.p50_ms:7.2f} ms  "
+                        f"CPU {per_call:6,.0f} µs/call  errors {result.errors}"
+                        + ("  (capped)" if result.capped else "")
+                    )
+            self.say(f"load: repetition {rep + 1}/{plan.reps} done")
+
+    # -- C = 1 against the floor ----------------------------------------------------------------
+
+    def c1(self) -> None:
+        plan = self.plan
+        gateway = procs.gateway("gateway-c1", self.log_dir)
+        runs: dict[str, list[Row]] = {FLOOR: [], "modern": [], "legacy": []}
+        self.say(f"C = 1: {plan.c1_calls} calls, gateway vs the stdio floor, {plan.reps} repetition(s)")
+        with gateway.start():
+            gateway.wait_ready()
+            for era in ERAS:
+                run(http_load(gateway.port, era=era, concurrency=1, calls=20, max_seconds=5))
+            for _ in range(plan.reps):
+                floor = run(floor_load(procs.echo_command(), concurrency=1, calls=plan.c1_calls, max_seconds=10))
+                runs[FLOOR].append(Row.of(floor))
+                for era in ERAS:
+                    result = run(
+                        http_load(
+                            gateway.port,
+                            era=era,
+                            concurrency=1,
+                            calls=plan.c1_calls,
+                            max_seconds=10,
+                            cpu_clock=gateway.cpu_seconds,
+                        )
+                    )
+                    runs[era].append(Row.of(result))
+                self.say(
+                    f"  p50 floor {runs[FLOOR][-1].p50_ms:.3f} ms, gateway modern {runs['modern'][-1].p50_ms:.3f} ms, "
+                    f"legacy {runs['legacy'][-1].p50_ms:.3f} ms"
+                )
+        self.results.c1 = {name: Row.median(rows) for name, rows in runs.items()}
+
+    # -- streaming -------------------------------------------------------------------------------
+
+    def stream(self) -> None:
+        plan = self.plan
+        gateway = procs.gateway("gateway-stream", self.log_dir)
+        gateway_runs: list[scenarios.StreamResult] = []
+        floor_runs: list[scenarios.StreamResult] = []
+        self.say(f"streaming: {plan.stream_steps} progress notifications written flat out by the child")
+        with gateway.start():
+            gateway.wait_ready()
+            run(scenarios.gateway_stream(gateway.port, 10, 0))  # warm: the tool list is fetched once
+            for _ in range(plan.reps):
+                found = run(scenarios.gateway_stream(gateway.port, plan.stream_steps, 0, require_final=False))
+                gateway_runs.append(found)
+                floor_runs.append(run(scenarios.floor_stream(procs.echo_command(), plan.stream_steps, 0)))
+                self.say(
+                    f"  gateway {found.received}/{found.sent} at {found.per_second:,.0f}/s "
+                    f"(result {'arrived' if found.final else 'MISSING'}); floor {floor_runs[-1].per_second:,.0f}/s"
+                )
+            self.say(
+                f"streaming: {plan.flood_steps} progress flat out, a log message after every {plan.flood_log_every}"
+            )
+            flood = run(
+                scenarios.gateway_stream(
+                    gateway.port, plan.flood_steps, 0, require_final=False, log_every=plan.flood_log_every
+                )
+            )
+        self.results.stream = StreamNumbers(
+            plan.stream_steps,
+            min(r.received for r in gateway_runs),
+            scenarios.median([r.per_second for r in gateway_runs]),
+            all(r.final for r in gateway_runs),
+            scenarios.median([r.per_second for r in floor_runs]),
+        )
+        self.results.flood = flood
+        answered = "arrived" if flood.final else "MISSING"
+        self.say(
+            f"  gateway: {flood.logs}/{plan.flood_steps // plan.flood_log_every} log messages, progress "
+            f"{flood.received}/{flood.sent} at {flood.per_second:,.0f}/s, result {answered}"
+        )
+
+    # -- memory -----------------------------------------------------------------------------------
+
+    def memory(self) -> None:
+        plan = self.plan
+        # Streams are spread over principals (the gateway caps in-flight requests per principal).
+        principals = ("--principal-header", scenarios.PRINCIPAL_HEADER, "--trusted-proxy", "127.0.0.1")
+        gateway = procs.gateway("gateway-memory", self.log_dir, *principals)
+        self.say(f"memory: {plan.memory_requests} requests, then {plan.memory_streams} streams open at once")
+        with gateway.start():
+            gateway.wait_ready()
+            time.sleep(0.5)  # let start-up garbage settle before the idle reading
+            idle = scenarios.mb(gateway.rss_bytes())
+            ok, errors = run(scenarios.mixed_requests(gateway.port, plan.memory_requests, plan.memory_concurrency))
+            steady = scenarios.mb(gateway.rss_bytes())
+            opened, completed, open_mb, _, _, refusal = run(scenarios.hold_streams(gateway, plan.memory_streams))
+        self.results.memory = MemoryNumbers(
+            idle, steady, ok + errors, errors, plan.memory_streams, opened, completed, open_mb, refusal
+        )
+        self.say(
+            f"  RSS idle {idle:.1f} MB, after {ok + errors} requests {steady:.1f} MB, "
+            f"{opened} streams open {open_mb:.1f} MB, {completed}/{plan.memory_streams} completed"
+        )
