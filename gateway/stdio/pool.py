@@ -482,7 +482,7 @@ class Pool:
                 on_change=self._notify,
             ) as child:
                 member.child = child
-                child.questions.tools = self.tools
+                child.tools = self.tools
                 self._record_start(anyio.current_time() - member.started_at)
                 member.started_at = anyio.current_time()
                 if self.failing:

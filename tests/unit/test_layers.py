@@ -34,7 +34,6 @@ KNOWN_CROSSINGS: set[str] = {
     "gateway.tools.call.command imports gateway.configfile",
 }
 KNOWN_CYCLES: set[str] = {
-    "gateway.stdio.child -> gateway.stdio.handshake",
     "gateway.server -> gateway.workers",
 }
 

@@ -1,0 +1,86 @@
+"""A child's stdin: whole lines queued without waiting, written in order by one task.
+
+``put(line)`` is synchronous: the caller (a request, a cancel, an answer to the child's
+question) never awaits the pipe, and lines never interleave because one task, ``run``,
+writes them. Lines queued while a write is in progress go out together in the next write
+(one system call for many requests under load). Only a request that finds more than
+``WRITE_HIGH_WATER`` bytes still queued waits (``wait_for_room``) until the writer has caught
+up: a child that stops reading its stdin holds about twice that much of the gateway's memory
+at most (the batch being written, and the queue behind it), and its callers wait instead of
+piling up more.
+
+When a write fails (the child closed its stdin or is gone), ``run`` returns and ``broken``
+is set; later ``put`` calls raise ``BrokenPipe`` for the edge to translate.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import anyio
+from anyio.abc import ByteSendStream
+
+WRITE_HIGH_WATER: Final = 1024 * 1024
+"""Bytes queued for one child's stdin above which a new request waits for the writer: about
+ten thousand small requests, or one large one, while the child is slow to read; past it the
+callers wait instead of the gateway's memory growing."""
+
+
+class BrokenPipe(Exception):
+    """The child's stdin no longer takes lines."""
+
+
+class LineWriter:
+    def __init__(self, stream: ByteSendStream, high_water: int = WRITE_HIGH_WATER) -> None:
+        self.high_water = high_water
+        self.written = 0  # bytes handed to the pipe
+        self.broken: BaseException | None = None
+        self._stream = stream
+        self._lines: list[bytes] = []
+        self._queued = 0
+        self._wake = anyio.Event()
+        self._room = anyio.Event()
+
+    @property
+    def queued(self) -> int:
+        """Bytes put and not yet handed to the pipe."""
+        return self._queued
+
+    @property
+    def is_full(self) -> bool:
+        return self._queued > self.high_water
+
+    def put(self, line: bytes) -> None:
+        """Queue one whole line (with its newline); raises ``BrokenPipe`` once a write failed."""
+        if self.broken is not None:
+            raise BrokenPipe from self.broken
+        self._lines.append(line)
+        self._queued += len(line)
+        self._wake.set()
+
+    async def wait_for_room(self) -> None:
+        """Return once the queue is at or below the high-water mark (or the pipe broke)."""
+        while self._queued > self.high_water and self.broken is None:
+            if self._room.is_set():
+                self._room = anyio.Event()
+            await self._room.wait()
+
+    async def run(self) -> None:
+        """Write what is queued, in order, until a write fails; then return."""
+        while True:
+            if not self._lines:
+                self._wake = anyio.Event()
+                await self._wake.wait()
+                continue
+            data = self._lines[0] if len(self._lines) == 1 else b"".join(self._lines)
+            self._lines = []
+            self._queued = 0
+            try:
+                await self._stream.send(data)
+            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+                self.broken = exc
+                self._room.set()
+                return
+            self.written += len(data)
+            if self._queued <= self.high_water:
+                self._room.set()
