@@ -435,8 +435,7 @@ class ChildSession(Generic[OwnerT]):
             self._end(pending.owner, actions, error=error)
 
     def _cancel(self, child_id: int, reason: str, actions: list[Action[OwnerT]]) -> None:
-        if self.death is not None:
-            return
+        # Never after ``exited``: nothing is pending then, so nothing is abandoned or expires.
         self.cancels_sent += 1
         note = Notification(CANCELLED, {"requestId": child_id, "reason": reason})
         actions.append(Write(jsonrpc.encode(note) + b"\n"))
