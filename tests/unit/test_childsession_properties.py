@@ -49,13 +49,16 @@ class SessionMachine(RuleBasedStateMachine):
                 assert self.outcomes.get(action.owner, 0) == 0, f"second outcome for {action.owner}"
                 self.outcomes[action.owner] = 1
                 if isinstance(action, Answered):
-                    assert expected is not None and action.owner == expected
+                    assert expected is not None
+                    assert action.owner == expected
             elif isinstance(action, Deliver):
                 assert self.outcomes.get(action.owner, 0) == 0, "delivered after the outcome"
                 if action.notification.method == "notifications/progress":
-                    assert expected is not None and action.owner == expected
+                    assert expected is not None
+                    assert action.owner == expected
             elif isinstance(action, Ask):
-                assert self.outcomes.get(action.owner, 0) == 0 and self.asks_ok[action.owner]
+                assert self.outcomes.get(action.owner, 0) == 0
+                assert self.asks_ok[action.owner]
                 self.open_asks.append(action.ask_id)
             elif isinstance(action, Write):
                 assert orjson.loads(action.line)["method"] == "notifications/cancelled"
@@ -100,7 +103,7 @@ class SessionMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), error=st.booleans())
     def reply(self, data: st.DataObject, error: bool) -> None:
-        ids = list(self.owner_of) + [999]
+        ids = [*list(self.owner_of), 999]
         child_id = data.draw(st.sampled_from(ids))
         body = {"error": {"code": -1, "message": "no"}} if error else {"result": {}}
         self.apply(
