@@ -75,6 +75,7 @@ class LineWriter:
             data = self._lines[0] if len(self._lines) == 1 else b"".join(self._lines)
             self._lines = []
             self._queued = 0
+            self._room.set()  # the queue is empty again (this batch is the pipe's now)
             try:
                 await self._stream.send(data)
             except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
@@ -82,5 +83,3 @@ class LineWriter:
                 self._room.set()
                 return
             self.written += len(data)
-            if self._queued <= self.high_water:
-                self._room.set()
