@@ -28,7 +28,7 @@ Rules (digest §4.1, §7.3, §8):
    request in flight (listens aside) when its client asked for that level, else it is
    logged. ``notifications/tools/list_changed`` bumps ``tools_generation`` (the tool caches
    key on it). Every other notification is ``Broadcast`` to whoever listens to the child.
-5. **The child's questions** (sampling, elicitation, roots) are attributed by
+5. **The child's questions** (sampling, elicitation, roots; ``childquestions``) are attributed by
    ``gateway.protocol.attribution``: to the one request in flight that may ask (``Ask``);
    held while several may, until one is left (``Ask``), none is (``Unattributed``), or
    ``input_timeout`` passes (``Unattributed``). An ``Ask`` the edge cannot hand over comes
@@ -49,35 +49,32 @@ no clock.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Final, Generic, TypeVar
 
 import orjson
 
 from gateway.errors import ChildError, ChildExitedError, ChildProtocolError, ChildTimeoutError
-from gateway.protocol import attribution, childexit, inputs, jsonrpc, loglevels
-from gateway.protocol.attribution import Ambiguous, Attributed, ToolLearning
+from gateway.protocol import childexit, jsonrpc, loglevels
+from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.childactions import (
     Action,
     Answered,
-    Ask,
     Broadcast,
-    Changed,
     Deliver,
     Failed,
     Log,
     Sent,
-    Unattributed,
     Write,
 )
+from gateway.protocol.childquestions import QuestionDesk
 from gateway.protocol.childstate import Deadlines, Entry, Held
 from gateway.protocol.correlation import CANCELLED, ChildRequest, Correlator, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import OversizedLine, sniff_id
-from gateway.protocol.jsonrpc import JsonObject, Notification, Reply, Request, Result
+from gateway.protocol.jsonrpc import JsonObject, Notification, Reply, Result
 
 OwnerT = TypeVar("OwnerT")
 
@@ -106,9 +103,7 @@ class ChildSession(Generic[OwnerT]):
         self.max_line_bytes = max_line_bytes
         self.command = command
         self.legacy = False  # spoken to in the legacy era: its tools are learned (rule 6)
-        self.tools: ToolLearning | None = None
         self.death: ChildExitedError | None = None
-        self.has_asked = False  # a question came while a request that may ask was in flight
         self.tools_generation = 0
         self.non_json_lines = 0
         self.oversized_lines = 0
@@ -116,10 +111,8 @@ class ChildSession(Generic[OwnerT]):
         self.timeouts = 0
         self.noise: deque[str] = deque(maxlen=NOISE_LINES)
         self._correlator: Correlator[Entry[OwnerT]] = Correlator()
-        self._held: list[Held[OwnerT]] = []
-        self._asks: dict[int, Request] = {}  # handed to a client, not closed yet
-        self._ask_ids = itertools.count(1)
         self._deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT]] = Deadlines()
+        self._questions = QuestionDesk(label, input_timeout, self._correlator.owners, self._deadlines)
 
     @property
     def in_flight(self) -> int:
@@ -127,7 +120,21 @@ class ChildSession(Generic[OwnerT]):
 
     @property
     def open_questions(self) -> int:
-        return len(self._asks) + len(self._held)
+        return self._questions.open
+
+    @property
+    def has_asked(self) -> bool:
+        """A question came while a request that may ask was in flight."""
+        return self._questions.has_asked
+
+    @property
+    def tools(self) -> ToolLearning | None:
+        """The pool's learning of which tools ask (rule 6)."""
+        return self._questions.tools
+
+    @tools.setter
+    def tools(self, tools: ToolLearning | None) -> None:
+        self._questions.tools = tools
 
     # -- requests out ---------------------------------------------------------------------
 
@@ -180,7 +187,7 @@ class ChildSession(Generic[OwnerT]):
             if isinstance(item, Entry):
                 self._expire(item, actions)
             else:
-                self._expire_held(item, actions)
+                self._questions.expire(item, actions)
         return actions
 
     # -- lines in -------------------------------------------------------------------------
@@ -224,13 +231,11 @@ class ChildSession(Generic[OwnerT]):
 
     def ask_refused(self, ask_id: int) -> list[Action[OwnerT]]:
         """The owner could not take the ``Ask`` (its stream is full or gone): the edge answers."""
-        request = self._asks.pop(ask_id, None)
-        return [] if request is None else [self._unattributed(request)]
+        return self._questions.refused(ask_id)
 
     def ask_closed(self, ask_id: int) -> list[Action[OwnerT]]:
         """The ``Ask`` was answered (by its client, locally, or on timeout) and written back."""
-        self._asks.pop(ask_id, None)
-        return [Changed()]
+        return self._questions.closed(ask_id)
 
     # -- the end --------------------------------------------------------------------------
 
@@ -247,8 +252,7 @@ class ChildSession(Generic[OwnerT]):
         for pending in self._correlator.drain():
             pending.owner.settled = True
             actions.append(Failed(pending.owner.owner, self.death))
-        self._held.clear()
-        self._asks.clear()
+        self._questions.clear()
         self._deadlines.clear()
         if not stopping:
             actions.append(Log(logging.WARNING, "%s", (self.death.message,)))
@@ -274,7 +278,7 @@ class ChildSession(Generic[OwnerT]):
         elif isinstance(routed, ProgressFor):
             actions.append(Deliver(routed.pending.owner.owner, routed.notification))
         elif isinstance(routed, ChildRequest):
-            self._child_request(routed.request, now, actions)
+            self._questions.request(routed.request, now, actions)
         elif isinstance(routed, Unsolicited):
             self._unsolicited(routed.notification, actions)
         else:
@@ -308,52 +312,6 @@ class ChildSession(Generic[OwnerT]):
         args = (self.label, self.pid, where, params.get("data"))
         actions.append(Log(loglevels.python_level(level), "child %s (pid %d) log%s: %s", args))
 
-    def _child_request(self, request: Request, now: float, actions: list[Action[OwnerT]]) -> None:
-        """Attribute as the line is read (so requests read together find the same owner)."""
-        if request.method in inputs.INPUT_METHODS:
-            candidates = [entry for entry in self._correlator.owners() if entry.may_ask]
-            for entry in candidates:
-                entry.questioned = True
-            decision = attribution.attribute(candidates)
-            if isinstance(decision, Attributed):
-                self.has_asked = True
-                self._asked([decision.owner], actions)
-                self._give(decision.owner, request, actions)
-                return
-            if isinstance(decision, Ambiguous):
-                self.has_asked = True
-                held = Held(request, decision.candidates, now + self.input_timeout)
-                self._held.append(held)
-                self._deadlines.push(held.deadline, held)
-                template = (
-                    "child %s asked %s with %d requests in flight that may ask; held until only one of them is left"
-                )
-                actions.append(Log(logging.INFO, template, (self.label, request.method, len(candidates))))
-                return
-        actions.append(self._unattributed(request))
-
-    def _unattributed(self, request: Request) -> Unattributed:
-        in_flight = len(self._correlator)
-        if not in_flight:
-            reason = "no client request is in flight on the child"
-        else:
-            reason = f"none of the {in_flight} request(s) in flight on the child can carry it to its client"
-        return Unattributed(request, reason)
-
-    def _give(self, entry: Entry[OwnerT], request: Request, actions: list[Action[OwnerT]]) -> None:
-        ask_id = next(self._ask_ids)
-        self._asks[ask_id] = request
-        actions.append(Ask(entry.owner, ask_id, request))
-
-    def _asked(self, entries: Iterable[Entry[OwnerT]], actions: list[Action[OwnerT]]) -> None:
-        """A question was (or may have been) asked by ``entries``: their tools ask (rule 6)."""
-        keys = {key for entry in entries if (key := entry.tool_key()) is not None}
-        if self.tools is None or not keys:
-            return
-        for key in self.tools.note_asked(keys):
-            template = "child %s: %s, learned to be quiet, asked after all; it gets a child to itself again"
-            actions.append(Log(logging.INFO, template, (self.label, key)))
-
     def _end(
         self,
         entry: Entry[OwnerT],
@@ -368,42 +326,10 @@ class ChildSession(Generic[OwnerT]):
             self._deadlines.settled_early()  # its heap item stays until popped or compacted
         if reply is not None:
             actions.append(Answered(entry.owner, reply))
-            if self.legacy and isinstance(reply, Result) and not entry.questioned:
-                self._note_quiet(entry, actions)
         else:
             assert error is not None
             actions.append(Failed(entry.owner, error))
-        self._resolve(actions)
-
-    def _note_quiet(self, entry: Entry[OwnerT], actions: list[Action[OwnerT]]) -> None:
-        key = entry.tool_key()
-        if key is not None and self.tools is not None and self.tools.note_quiet(key):
-            actions.append(Log(logging.INFO, "child %s: %s asked nothing; it now shares children", (self.label, key)))
-
-    def _resolve(self, actions: list[Action[OwnerT]]) -> None:
-        """A request ended: a held question may now have one candidate left, or none."""
-        if not self._held:
-            return
-        in_flight = {entry for entry in self._correlator.owners() if entry.may_ask}
-        held, self._held = self._held, []
-        outcomes = attribution.resolve([question.candidates for question in held], in_flight)
-        for question, outcome in zip(held, outcomes, strict=True):
-            if isinstance(outcome, Ambiguous):
-                question.candidates = outcome.candidates
-                self._held.append(question)
-                continue
-            question.settled = True
-            self._deadlines.settled_early()
-            if isinstance(outcome, Attributed):
-                self._asked([outcome.owner], actions)
-                self._give(outcome.owner, question.request, actions)
-            else:
-                self._asked(question.candidates, actions)
-                actions.append(
-                    Unattributed(question.request, "every request that was in flight when it asked has ended")
-                )
-        if not self._held:
-            actions.append(Changed())
+        self._questions.ended(entry, actions, quiet=self.legacy and isinstance(reply, Result))
 
     def _expire(self, entry: Entry[OwnerT], actions: list[Action[OwnerT]]) -> None:
         self._correlator.abandon(entry.child_id)
@@ -417,17 +343,6 @@ class ChildSession(Generic[OwnerT]):
         self._end(entry, actions, error=error)
         if entry.cancellable:
             self._cancel(entry.child_id, "timed out in the gateway", actions)
-
-    def _expire_held(self, held: Held[OwnerT], actions: list[Action[OwnerT]]) -> None:
-        self._held.remove(held)
-        held.settled = True
-        self._asked(held.candidates, actions)
-        actions.append(Changed())
-        reason = (
-            f"{len(held.candidates)} requests that may ask were in flight on the child, so it is not known "
-            f"whose question this is, and none was left alone within {self.input_timeout:g} s"
-        )
-        actions.append(Unattributed(held.request, reason))
 
     def _fail_one(self, child_id: object, error: ChildError, actions: list[Action[OwnerT]]) -> None:
         pending = self._correlator.abandon(child_id) if type(child_id) is int else None
