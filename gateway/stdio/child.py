@@ -158,18 +158,6 @@ class StdioChild:
         return self._session.oversized_lines
 
     @property
-    def cancels_sent(self) -> int:
-        return self._session.cancels_sent
-
-    @property
-    def timeouts(self) -> int:
-        return self._session.timeouts
-
-    @property
-    def bytes_out(self) -> int:
-        return self._stdin.written
-
-    @property
     def tools_generation(self) -> int:
         """Bumped by ``notifications/tools/list_changed`` (tool caches key on it)."""
         return self._session.tools_generation
@@ -185,13 +173,14 @@ class StdioChild:
 
     def counters(self) -> dict[str, int]:
         """For metrics, folded into the pool's totals when the child exits."""
+        session = self._session
         return {
-            "non_json_lines": self.non_json_lines,
-            "oversized_lines": self.oversized_lines,
-            "cancels_sent": self.cancels_sent,
-            "timeouts": self.timeouts,
+            "non_json_lines": session.non_json_lines,
+            "oversized_lines": session.oversized_lines,
+            "cancels_sent": session.cancels_sent,
+            "timeouts": session.timeouts,
             "bytes_in": self.bytes_in,
-            "bytes_out": self.bytes_out,
+            "bytes_out": self._stdin.written,
             "questions_to_clients": self.questions.to_clients,
             "questions_answered_by_gateway": self.questions.answered_by_gateway,
         }
