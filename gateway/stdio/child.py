@@ -14,8 +14,9 @@ exchange a line belongs to, deadlines, cancel-on-abandon, the attribution of the
 questions and logs, tool learning, the exit error. This module only moves bytes and time:
 
 - ``pump_stdout``: stdout → ``LineFramer`` → ``ChildSession.receive_line`` → actions;
-- ``pump_stdin``: the ``LineWriter`` (``gateway.stdio.writer``) writes queued lines, whole and
-  in order; a child that stops reading its stdin is stopped, so its requests fail;
+- ``pump_stdin``: the ``LineWriter`` (``gateway.stdio.writer``) writes the lines queued behind
+  a write in progress, whole and in order; a child that stops reading its stdin is stopped,
+  so its requests fail;
 - ``pump_deadlines``: sleeps until ``next_deadline`` and feeds the clock to ``tick``;
 - ``pump_stderr`` and ``watch_exit``: the stderr tail, and a group that holds stdout open;
 - ``_apply``: carries out the actions (an exchange's notification or outcome, a line for
@@ -275,14 +276,12 @@ class StdioChild:
         self._write_line(jsonrpc.encode(Notification(method, params)) + b"\n")
 
     async def _send(self, line: bytes) -> None:
-        """Queue a request's line; wait only while the stdin queue is over its high-water mark."""
+        """Write a request's line now, or queue it behind a write in progress (``LineWriter``)."""
         try:
-            self._stdin.put(line)
+            await self._stdin.send(line)
         except BrokenPipe:
             await self._exited_or_timeout()
             raise self._stdin_error() from None
-        if self._stdin.is_full:
-            await self._stdin.wait_for_room()
 
     def _write_line(self, line: bytes) -> None:
         try:

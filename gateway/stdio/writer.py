@@ -1,16 +1,20 @@
-"""A child's stdin: whole lines queued without waiting, written in order by one task.
+"""A child's stdin: whole lines, in order, never interleaved, and batched under load.
 
-``put(line)`` is synchronous: the caller (a request, a cancel, an answer to the child's
-question) never awaits the pipe, and lines never interleave because one task, ``run``,
-writes them. Lines queued while a write is in progress go out together in the next write
-(one system call for many requests under load). Only a request that finds more than
-``WRITE_HIGH_WATER`` bytes still queued waits (``wait_for_room``) until the writer has caught
-up: a child that stops reading its stdin holds about twice that much of the gateway's memory
-at most (the batch being written, and the queue behind it), and its callers wait instead of
+``send(line)`` writes the line at once when the pipe is idle (nothing queued, no write in
+progress): the common case at low load costs what a plain write costs. Otherwise the line is
+queued, and one task, ``run``, writes everything queued in one go when the pipe is free (one
+system call for many requests under load). ``put(line)`` only queues, without waiting (a
+cancel, an answer to the child's question). Lines never interleave: one write at a time,
+each of whole lines, in the order they were sent or put.
+
+A caller of ``send`` waits for the pipe only when its line was written at once, or when more
+than ``WRITE_HIGH_WATER`` bytes are queued behind a write in progress (``wait_for_room``): a
+child that stops reading its stdin holds about twice that much of the gateway's memory at
+most (the batch being written, and the queue behind it), and its callers wait instead of
 piling up more.
 
-When a write fails (the child closed its stdin or is gone), ``run`` returns and ``broken``
-is set; later ``put`` calls raise ``BrokenPipe`` for the edge to translate.
+When a write fails (the child closed its stdin or is gone), ``broken`` is set, ``run``
+returns, and later ``send`` and ``put`` calls raise ``BrokenPipe`` for the edge to translate.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class LineWriter:
         self._stream = stream
         self._lines: list[bytes] = []
         self._queued = 0
+        self._busy = False  # a write is in progress (by ``send`` or ``run``)
         self._wake = anyio.Event()
         self._room = anyio.Event()
 
@@ -58,6 +63,24 @@ class LineWriter:
         self._queued += len(line)
         self._wake.set()
 
+    async def send(self, line: bytes) -> None:
+        """Write ``line`` now if the pipe is idle, else queue it (waiting while the queue is
+        over the high-water mark); raises ``BrokenPipe`` once a write failed."""
+        if self._busy or self._lines or self.broken is not None:
+            self.put(line)
+            if self._queued > self.high_water:
+                await self.wait_for_room()
+            return
+        self._busy = True
+        try:
+            await self._write(line)
+        finally:
+            self._busy = False
+            if self._lines:
+                self._wake.set()  # what was put meanwhile goes out next, in order
+        if self.broken is not None:
+            raise BrokenPipe from self.broken
+
     async def wait_for_room(self) -> None:
         """Return once the queue is at or below the high-water mark (or the pipe broke)."""
         while self._queued > self.high_water and self.broken is None:
@@ -67,8 +90,8 @@ class LineWriter:
 
     async def run(self) -> None:
         """Write what is queued, in order, until a write fails; then return."""
-        while True:
-            if not self._lines:
+        while self.broken is None:
+            if not self._lines or self._busy:
                 self._wake = anyio.Event()
                 await self._wake.wait()
                 continue
@@ -76,10 +99,18 @@ class LineWriter:
             self._lines = []
             self._queued = 0
             self._room.set()  # the queue is empty again (this batch is the pipe's now)
+            self._busy = True
             try:
-                await self._stream.send(data)
-            except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-                self.broken = exc
-                self._room.set()
-                return
-            self.written += len(data)
+                await self._write(data)
+            finally:
+                self._busy = False
+
+    async def _write(self, data: bytes) -> None:
+        try:
+            await self._stream.send(data)
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self.broken = exc
+            self._room.set()
+            self._wake.set()  # ``run`` sees it and returns
+            return
+        self.written += len(data)

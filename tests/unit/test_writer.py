@@ -1,4 +1,4 @@
-"""A child's stdin writer (``gateway.stdio.writer``): whole lines, in order, batched, bounded."""
+"""A child's stdin writer (``gateway.stdio.writer``): whole lines, in order, direct when idle, batched, bounded."""
 
 from __future__ import annotations
 
@@ -62,6 +62,24 @@ async def test_lines_go_out_whole_and_in_order_and_queued_ones_together() -> Non
     assert writer.written == len(b"one\ntwo\nthree\n")
 
 
+async def test_a_line_sent_to_an_idle_pipe_goes_out_at_once_and_later_ones_queue_behind_it() -> None:
+    pipe = Pipe(open_=False)
+    writer = LineWriter(pipe)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer.run)
+            tg.start_soon(writer.send, b"direct\n")  # the caller writes it, and waits in the pipe
+            await wait_for_writes(pipe, 1)
+            await writer.send(b"queued-1\n")  # returns at once: queued behind the write in progress
+            writer.put(b"queued-2\n")
+            assert pipe.writes == [b"direct\n"]
+            pipe.drain()
+            await wait_for_writes(pipe, 2)
+            pipe.drain()
+            tg.cancel_scope.cancel()
+    assert pipe.writes == [b"direct\n", b"queued-1\nqueued-2\n"]
+
+
 async def test_a_caller_waits_only_while_the_queue_is_over_the_high_water_mark() -> None:
     pipe = Pipe(open_=False)
     writer = LineWriter(pipe, high_water=10)
@@ -70,16 +88,15 @@ async def test_a_caller_waits_only_while_the_queue_is_over_the_high_water_mark()
             tg.start_soon(writer.run)
             writer.put(b"first\n")
             await wait_for_writes(pipe, 1)
-            writer.put(b"0123456789\n")  # 11 bytes queued behind the stuck write: over the mark
-            assert writer.is_full
             waited = anyio.Event()
 
             async def caller() -> None:
-                await writer.wait_for_room()
+                await writer.send(b"0123456789\n")  # 11 bytes queued behind the stuck write: over the mark
                 waited.set()
 
             tg.start_soon(caller)
             await anyio.wait_all_tasks_blocked()
+            assert writer.is_full
             assert not waited.is_set()
             pipe.drain()  # the first write ends; the writer takes the queue for the next one
             await waited.wait()
@@ -99,3 +116,16 @@ async def test_a_broken_pipe_ends_the_writer_and_later_lines_are_refused() -> No
     assert isinstance(writer.broken, anyio.BrokenResourceError)
     with pytest.raises(BrokenPipe):
         writer.put(b"more\n")
+    with pytest.raises(BrokenPipe):
+        await writer.send(b"more\n")
+
+
+async def test_a_direct_write_that_fails_breaks_the_writer() -> None:
+    pipe = Pipe()
+    pipe.broken = True
+    writer = LineWriter(pipe)
+    with anyio.fail_after(5):
+        with pytest.raises(BrokenPipe):
+            await writer.send(b"lost\n")
+        await writer.run()  # returns at once: the pipe is broken
+    assert writer.written == 0
