@@ -184,5 +184,5 @@ class SessionMachine(RuleBasedStateMachine):
         assert all(self.outcomes.get(owner) == 1 for owner in self.child_id_of)
 
 
-SessionMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+SessionMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
 TestChildSessionProperties = SessionMachine.TestCase
