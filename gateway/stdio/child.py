@@ -17,7 +17,8 @@ questions and logs, tool learning, the exit error. This module only moves bytes 
 - ``pump_stdin``: the ``LineWriter`` (``gateway.stdio.writer``) writes the lines queued behind
   a write in progress, whole and in order; a child that stops reading its stdin is stopped,
   so its requests fail;
-- ``pump_deadlines``: sleeps until ``next_deadline`` and feeds the clock to ``tick``;
+- ``pump_deadlines``: a ``DeadlineTimer`` (``gateway.stdio.timer``) sleeps until the machine's
+  ``next_deadline`` and feeds the clock to ``tick``;
 - ``pump_stderr`` and ``watch_exit``: the stderr tail, and a group that holds stdout open;
 - ``_apply``: carries out the actions (an exchange's notification or outcome, a line for
   stdin, a question for a client or for the gateway, a broadcast, a log line), and keeps the
@@ -63,6 +64,7 @@ from gateway.stdio.exchange import Exchange, ExchangeItem
 from gateway.stdio.handshake import run_handshake
 from gateway.stdio.questions import Questions, RequestHandler
 from gateway.stdio.spec import ChildSpec
+from gateway.stdio.timer import DeadlineTimer
 from gateway.stdio.writer import BrokenPipe, LineWriter
 
 __all__ = ["ChangeHandler", "Exchange", "ExchangeItem", "NotificationHandler", "StdioChild", "open_child"]
@@ -111,8 +113,7 @@ class StdioChild:
         self._stdout_done = anyio.Event()
         self._exited = anyio.Event()
         self._stopping = False
-        self._timer_at: float | None = None  # the deadline pump's wake-up time; None: none
-        self._timer_wake = anyio.Event()
+        self._timer = DeadlineTimer(self._session.next_deadline, self._tick)
 
     def start_soon(self, func: Callable[[], Coroutine[object, object, None]]) -> None:
         """Run ``func()`` in the child's task group: it ends with the child at the latest."""
@@ -249,8 +250,7 @@ class StdioChild:
             tool=tool,
         )  # raises the exit error of a dead child
         ex.child_id = sent.child_id
-        if sent.deadline is not None and (self._timer_at is None or sent.deadline < self._timer_at):
-            self._timer_wake.set()
+        self._timer.note(sent.deadline)
         try:
             await self._send(sent.line)
             yield ex
@@ -360,15 +360,10 @@ class StdioChild:
 
     async def pump_deadlines(self) -> None:
         """Sleep until the machine's next deadline (or an earlier one is set), then tick."""
-        while True:
-            self._timer_wake = anyio.Event()
-            self._timer_at = self._session.next_deadline()
-            if self._timer_at is None:
-                await self._timer_wake.wait()
-                continue
-            with anyio.move_on_after(self._timer_at - anyio.current_time()):
-                await self._timer_wake.wait()
-            self._apply(self._session.tick(anyio.current_time()))
+        await self._timer.run()
+
+    def _tick(self, now: float) -> None:
+        self._apply(self._session.tick(now))
 
     async def watch_exit(self) -> None:
         """When the process exits, make sure stdout ends too: a grandchild that inherited the
