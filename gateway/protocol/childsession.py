@@ -20,22 +20,24 @@ Rules (digest §4.1, §7.3, §8):
 3. **Abandon.** A caller that leaves before the outcome (its client went away) ends the
    request with ``ChildExitedError("request abandoned …")`` and, when cancellable, the child
    gets ``notifications/cancelled`` once. Abandoning an ended request does nothing.
-4. **What the child says, and to whom.** A reply goes to its request; progress (and a
-   listen's notifications) to its request with the client's token restored; a line that is
-   not JSON is noise (counted, kept, logged); JSON that is not JSON-RPC fails the request
-   whose id it carries (``ChildProtocolError``), else is noise; an over-long line fails the
-   request whose id can be sniffed from it. ``notifications/message`` goes to the one
-   request in flight (listens aside) when its client asked for that level, else it is
-   logged. ``notifications/tools/list_changed`` bumps ``tools_generation`` (the tool caches
-   key on it). Every other notification is ``Broadcast`` to whoever listens to the child.
-5. **The child's questions** (sampling, elicitation, roots; ``childquestions``) are attributed by
-   ``gateway.protocol.attribution``: to the one request in flight that may ask (``Ask``);
-   held while several may, until one is left (``Ask``), none is (``Unattributed``), or
-   ``input_timeout`` passes (``Unattributed``). An ``Ask`` the edge cannot hand over comes
-   back through ``ask_refused``; an answered one through ``ask_closed``. Every other child
-   request, and every question nobody can carry, is ``Unattributed``: the edge answers it.
-   ``open_questions`` counts asks not closed and questions held; ``Changed`` says it may
-   have dropped.
+4. **What the child says, and to whom.** Each line is decoded and parsed once; the typed
+   message is what is delivered (nothing downstream parses it again). A reply goes to its
+   request; progress (and a listen's notifications) to its request with the client's token
+   restored; a line that is not JSON is noise (counted, kept, logged); JSON that is not
+   JSON-RPC fails the request whose id it carries (``ChildProtocolError``), else is noise;
+   an over-long line fails the request whose id can be sniffed from it.
+   ``notifications/message`` goes to the one request in flight (listens aside) when its
+   client asked for that level, else it is logged. ``notifications/tools/list_changed``
+   bumps ``tools_generation`` (the tool caches key on it). Every other notification is
+   ``Broadcast`` to whoever listens to the child.
+5. **The child's questions** (sampling, elicitation, roots; ``childquestions``) are
+   attributed by ``gateway.protocol.attribution``: to the one request in flight that may
+   ask (``Ask``); held while several may, until one is left (``Ask``), none is
+   (``Unattributed``), or ``input_timeout`` passes (``Unattributed``). An ``Ask`` the edge
+   cannot hand over comes back through ``ask_refused``; an answered one through
+   ``ask_closed``. Every other child request, and every question nobody can carry, is
+   ``Unattributed``: the edge answers it. ``open_questions`` counts asks not closed and
+   questions held; ``Changed`` says it may have dropped.
 6. **Tool learning** (attribution rule 5, legacy children only): a request of a tool that
    ends with a result while no question was ever its candidate makes the tool quiet; a
    question marks its owner's tool (or all its candidates' when unresolved) asking.
