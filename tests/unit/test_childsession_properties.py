@@ -37,6 +37,8 @@ class SessionMachine(RuleBasedStateMachine):
         self.child_id_of: dict[int, int] = {}  # owner -> child id
         self.owner_of: dict[int, int] = {}  # child id -> owner
         self.asks_ok: dict[int, bool] = {}
+        self.method_of: dict[int, str] = {}
+        self.log_level_of: dict[int, str | None] = {}
         self.outcomes: dict[int, int] = {}
         self.open_asks: list[int] = []
         self.exited = False
@@ -100,6 +102,8 @@ class SessionMachine(RuleBasedStateMachine):
         self.child_id_of[owner] = sent.child_id
         self.owner_of[sent.child_id] = owner
         self.asks_ok[owner] = asks
+        self.method_of[owner] = method
+        self.log_level_of[owner] = log_level
 
     @rule(data=st.data(), error=st.booleans())
     def reply(self, data: st.DataObject, error: bool) -> None:
@@ -120,7 +124,19 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(level=st.sampled_from(["debug", "info", "error"]))
     def log(self, level: str) -> None:
         line = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": level, "data": "x"}}
-        self.apply(self.session.receive_line(orjson.dumps(line), self.now))
+        actions = self.session.receive_line(orjson.dumps(line), self.now)
+        self.apply(actions)
+        # A log goes to the one request in flight (listens aside), if its client wants that level.
+        candidates = [owner for owner in self.live() if self.method_of[owner] != "subscriptions/listen"]
+        ranks = {"debug": 0, "info": 1, "error": 3}
+        wanted = (
+            candidates
+            if len(candidates) == 1
+            and (minimum := self.log_level_of[candidates[0]]) is not None
+            and ranks[level] >= ranks[minimum]
+            else []
+        )
+        assert [action.owner for action in actions if isinstance(action, Deliver)] == wanted
 
     @rule(method=st.sampled_from(["sampling/createMessage", "elicitation/create", "roots/list", "ping"]))
     def question(self, method: str) -> None:
