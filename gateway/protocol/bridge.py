@@ -102,7 +102,7 @@ def modernize_error(error: JsonObject) -> JsonObject:
 def discover_result(child: ChildInfo) -> JsonObject:
     """``server/discover`` answered for a legacy child (modern clients may always call it)."""
     # ``logging`` stays: the child's log messages reach a request that sets logLevel when they
-    # can be attributed to it (``gateway.stdio.child``), so the gateway emits them.
+    # can be attributed to it (``gateway.protocol.childsession``), so the gateway emits them.
     capabilities = {k: v for k, v in child.capabilities.items() if k != "tasks"}
     out: JsonObject = {
         "resultType": "complete",

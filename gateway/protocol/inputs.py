@@ -2,8 +2,8 @@
 
 Legacy children ask the client things while serving a request (digest §4.1); modern
 clients cannot receive requests at all and take them as MRTR ``input_required`` rounds
-(§1.4). Who gets asked is decided by the edges (``gateway.stdio.child`` attributes, the
-relay routes); this module holds the rules they share (§7.6 C):
+(§1.4). Who gets asked is decided elsewhere (``gateway.protocol.childsession`` attributes,
+the relay routes); this module holds the rules they share (§7.6 C):
 
 - ``is_declared``: a client gets a request only when its declared capabilities cover it
   (``sampling.tools`` for tool-enabled sampling, ``sampling.context`` for

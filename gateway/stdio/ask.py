@@ -1,9 +1,10 @@
 """A question from a stdio child for the client of one request: sampling, elicitation, roots.
 
-``gateway.stdio.child`` makes a ``ChildAsk`` when the child sends such a request while
-exactly one request is in flight on it, and delivers it in that request's exchange. The
-reader of the exchange answers it once (the relay: from the client, or locally); the
-child task that waits for it writes the reply to the child under the child's own id.
+``gateway.stdio.questions`` makes a ``ChildAsk`` when the child's session machine attributes
+such a request to one request in flight (``gateway.protocol.childsession``), and delivers it
+in that request's exchange. The reader of the exchange answers it once (the relay: from the
+client, or locally); the task that waits for it writes the reply to the child under the
+child's own id.
 """
 
 from __future__ import annotations

@@ -1,188 +1,84 @@
-"""One stdio MCP child: the anyio pump around the sans-IO correlator.
+"""One stdio MCP child: the anyio pump around the sans-IO session machine.
 
 ``open_child(spec)`` starts the child through its ``ChildBackend`` (a real process unless
-told otherwise, ``gateway.stdio.backend``), starts the stdout and stderr pumps, runs the era
-probe and handshake, and yields a ready ``StdioChild``; leaving the context stops the child
-with the spec's ladder (``ChildProcess.stop``). Requests go through ``child.exchange(...)``:
+told otherwise, ``gateway.stdio.backend``), starts the pumps, runs the era probe and
+handshake (``gateway.stdio.handshake``), and yields a ready ``StdioChild``; leaving the
+context stops the child with the spec's ladder (``ChildProcess.stop``). Requests go through ``child.exchange(...)``:
 
     async with child.exchange("tools/call", params, timeout=30) as ex:
         async for note in ex:          # request-scoped notifications (progress), client token restored
             ...
         reply = ex.reply()             # Result | ErrorReply, or raises a ChildError
 
-Guarantees:
+Every decision is the machine's (``gateway.protocol.childsession``, rules at its top): which
+exchange a line belongs to, deadlines, cancel-on-abandon, the attribution of the child's
+questions and logs, tool learning, the exit error. This module only moves bytes and time:
 
-- every exchange ends exactly once: with the child's reply, with ``ChildTimeoutError``
-  (the child is sent ``notifications/cancelled`` with the child-side id), or with
-  ``ChildExitedError`` naming the exit code or signal and quoting the stderr tail;
-- leaving an exchange early (the HTTP client went away) sends ``notifications/cancelled``
-  once, and the late reply is dropped;
-- a line that is not JSON-RPC is logged and dropped; a malformed reply ends its request
-  with ``ChildProtocolError``; an over-long line ends the request it answers (if its id
-  can be read) and is never buffered whole (``framing``);
-- a request from the child that only a client can answer (sampling, elicitation, roots) is
-  **attributed** by the rules of ``gateway.protocol.attribution``: to the one exchange in
-  flight that may ask (opened with ``asks=True`` for a method that may ask) as it is read;
-  with several, it is held until one of them is left (the others ended), and only when
-  none is left is it answered by the gateway. An attributed question arrives in that
-  exchange's stream as a ``ChildAsk``, whose answer (or, after ``spec.input_timeout``, an
-  error) goes back to the child under the child's own id. While a question is open or
-  held, ``open_questions`` says so (the pool then gives the child no other exchange that
-  may ask), and ``on_change`` is called when that ends. Every other child request goes to
-  ``on_request`` (which may send it to the one client the child serves, or return None),
-  else to the gateway's local answers (``gateway.protocol.inputs.local_answer``), and
-  notifications that belong to no request go to ``on_notification`` as they are read;
-- a request to a child that could not start or has died fails at once, never hangs.
+- ``pump_stdout``: stdout → ``LineFramer`` → ``ChildSession.receive_line`` → actions;
+- ``pump_stdin``: the ``LineWriter`` (``gateway.stdio.writer``) writes the lines queued behind
+  a write in progress, whole and in order; a child that stops reading its stdin is stopped,
+  so its requests fail;
+- ``pump_deadlines``: a ``DeadlineTimer`` (``gateway.stdio.timer``) sleeps until the machine's
+  ``next_deadline`` and feeds the clock to ``tick``;
+- ``pump_stderr`` and ``watch_exit``: the stderr tail, and a group that holds stdout open;
+- ``_apply``: carries out the actions (an exchange's notification or outcome, a line for
+  stdin, a question for a client or for the gateway, a broadcast, a log line), and keeps the
+  byte counters; the other counters are the machine's.
+
+An ``Exchange`` is one request's side of it: a queue of notifications and ``ChildAsk`` items
+that never blocks the pump (``inbox``), then exactly one outcome. A request to a child that
+could not start or has died fails at once, never hangs.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any, Final
+from typing import Final
 
 import anyio
-import orjson
 from anyio.abc import TaskGroup
 
-from gateway.errors import (
-    CODE_NO_CLIENT_INPUT,
-    ChildError,
-    ChildExitedError,
-    ChildProtocolError,
-    ChildTimeoutError,
+from gateway.errors import ChildError, ChildExitedError
+from gateway.protocol import jsonrpc
+from gateway.protocol.attribution import ToolLearning
+from gateway.protocol.childactions import (
+    Action,
+    Answered,
+    Ask,
+    Broadcast,
+    Changed,
+    Deliver,
+    Failed,
+    Log,
+    Unattributed,
+    Write,
 )
-from gateway.protocol import attribution, jsonrpc, loglevels
-from gateway.protocol.correlation import ChildRequest, Correlator, Late, ProgressFor, ReplyFor, Unsolicited
-from gateway.protocol.framing import LineFramer, OversizedLine, sniff_id
+from gateway.protocol.childsession import ChildSession
+from gateway.protocol.framing import LineFramer, OversizedLine
 from gateway.protocol.handshake import ChildInfo
-from gateway.protocol.jsonrpc import JsonObject, Notification, Reply, Result
+from gateway.protocol.jsonrpc import JsonObject, Notification, Reply
 from gateway.protocol.versions import Era
 from gateway.stdio import process
-from gateway.stdio.ask import ChildAsk
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend, ChildProcess
-from gateway.stdio.inbox import Inbox, progress_key
+from gateway.stdio.exchange import Exchange, ExchangeItem
+from gateway.stdio.handshake import run_handshake
 from gateway.stdio.questions import Questions, RequestHandler
 from gateway.stdio.spec import ChildSpec
+from gateway.stdio.timer import DeadlineTimer
+from gateway.stdio.writer import BrokenPipe, LineWriter
+
+__all__ = ["ChangeHandler", "Exchange", "ExchangeItem", "NotificationHandler", "StdioChild", "open_child"]
 
 log = logging.getLogger("gateway.child")
 
 READ_CHUNK: Final = 256 * 1024
 STDERR_DRAIN_GRACE: Final = 1.0
 """Seconds to let stderr finish after the child exits, so the error quotes its last words."""
-NOISE_LINES: Final = 5
 
 NotificationHandler = Callable[[Notification], None]
 ChangeHandler = Callable[[], None]
-CANCELLED = "notifications/cancelled"
-TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
-
-
-ExchangeItem = Notification | ChildAsk
-
-
-class Exchange:
-    """One request in flight: notifications (and attributed asks) as they arrive, then exactly one outcome."""
-
-    def __init__(
-        self,
-        child: StdioChild,
-        method: str,
-        timeout: float | None,
-        cancellable: bool,
-        accepts_asks: bool = False,
-        log_level: str | None = None,
-        tool: str | None = None,
-    ) -> None:
-        self.child = child
-        self.method = method
-        self.tool = tool  # what attribution rule 5 learns about (None: not learned)
-        self.questioned = False  # a question came while this exchange was one of its candidates
-        self.cancellable = cancellable
-        self.accepts_asks = accepts_asks
-        self.log_level = log_level  # the client's minimum for notifications/message; None: it wants none
-        self.child_id = 0
-        self._timeout = timeout
-        self._deadline: float | None = None
-        # Never blocks the pump that serves every client of the child: past a bound, progress
-        # for a token is coalesced (latest value kept); nothing else is dropped (``inbox``).
-        self._inbox: Inbox[ExchangeItem] = Inbox()
-        self._reply: Reply | None = None
-        self._error: ChildError | None = None
-        self._asks: list[ChildAsk] = []
-
-    @property
-    def is_done(self) -> bool:
-        return self._reply is not None or self._error is not None
-
-    def reply(self) -> Reply:
-        if self._error is not None:
-            raise self._error
-        if self._reply is None:
-            raise RuntimeError("exchange has no reply yet")  # a bug in the caller
-        return self._reply
-
-    @property
-    def dropped_notifications(self) -> int:
-        return self._inbox.backlog.dropped
-
-    def _deliver(self, note: Notification) -> None:
-        self._inbox.put(note, progress_key(note.method, note.params))
-
-    def _offer_ask(self, ask: ChildAsk) -> bool:
-        """Queue an attributed ask for the reader; False if it cannot be (then the child answers)."""
-        if self.is_done or not self.accepts_asks or not self._inbox.put(ask):
-            return False
-        self._asks.append(ask)
-        return True
-
-    @property
-    def may_ask(self) -> bool:
-        """Whether a question from the child may be this exchange's (attribution rule 1)."""
-        return self.accepts_asks and not self.is_done and attribution.may_ask(self.method)
-
-    def _finish(self, reply: Reply | None = None, error: ChildError | None = None) -> None:
-        if self.is_done:
-            return
-        self._reply, self._error = reply, error
-        self._inbox.close()
-        for ask in self._asks:  # nobody will read them now
-            ask.answer_error(CODE_NO_CLIENT_INPUT, f"the request ({self.method}) ended before the client answered")
-        if self.tool is not None and not self.questioned and isinstance(reply, Result) and self.child.is_legacy:
-            self.child.questions.note_quiet(self.tool)  # it could have asked, and did not (rule 5)
-        self.child.questions.exchange_ended()
-
-    def ready(self) -> list[ExchangeItem]:
-        """What is queued already, without waiting (so simultaneous asks make one round)."""
-        items: list[ExchangeItem] = []
-        while True:
-            try:
-                items.append(self._inbox.get_nowait())
-            except (anyio.WouldBlock, anyio.EndOfStream):
-                return items
-
-    def __aiter__(self) -> Exchange:
-        return self
-
-    async def __anext__(self) -> ExchangeItem:
-        if self._deadline is None:  # the common case: no cancel scope to enter and leave
-            try:
-                return await self._inbox.get()
-            except anyio.EndOfStream:
-                raise StopAsyncIteration from None
-        with anyio.move_on_after(self._deadline - anyio.current_time()):
-            try:
-                return await self._inbox.get()
-            except anyio.EndOfStream:
-                raise StopAsyncIteration from None
-        await self.child._expire(self)
-        raise self.reply_error()
-
-    def reply_error(self) -> ChildError:
-        assert self._error is not None
-        return self._error
 
 
 class StdioChild:
@@ -196,36 +92,49 @@ class StdioChild:
         on_change: ChangeHandler | None = None,
     ) -> None:
         self.spec = spec
-        self.info: ChildInfo | None = None
-        # Counters for metrics, folded into the pool's totals when the child exits.
-        self.non_json_lines = 0
-        self.oversized_lines = 0
-        self.cancels_sent = 0
-        self.timeouts = 0
         self.bytes_in = 0
-        self.bytes_out = 0
-        self.stdout_noise: deque[str] = deque(maxlen=NOISE_LINES)
         self.last_output = anyio.current_time()  # when stdout last said anything (stall detection)
-        self.tools_generation = 0  # bumped by notifications/tools/list_changed (tool caches key on it)
+        self._info: ChildInfo | None = None
         self._proc = proc
         self._tg = tg
         self._on_notification = on_notification
-        self._correlator: Correlator[Exchange] = Correlator()
-        self.questions = Questions(spec, tg, self._correlator.owners, self._write, on_request, on_change)
+        self._on_change = on_change
+        self._session: ChildSession[Exchange] = ChildSession(
+            spec.label,
+            proc.pid,
+            input_timeout=spec.input_timeout,
+            request_timeout=spec.request_timeout,
+            max_line_bytes=spec.max_line_bytes,
+            command=spec.command,
+        )
+        assert proc.stdin is not None
+        self._stdin = LineWriter(proc.stdin)
+        self.questions = Questions(spec, tg, self._write_line, on_request, self._ask_closed)
         self._stderr = process.StderrTail(spec.stderr_tail_lines, spec.stderr_line_chars)
         self._stderr_done = anyio.Event()
         self._stdout_done = anyio.Event()
-        self._death: ChildError | None = None
         self._exited = anyio.Event()
         self._stopping = False
+        self._timer = DeadlineTimer(self._session.next_deadline, self._tick)
 
-    def start_soon(self, func: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
-        """Run ``func(*args)`` in the child's task group: it ends with the child at the latest."""
-        self._tg.start_soon(func, *args)
+    def start_soon(self, func: Callable[[], Coroutine[object, object, None]]) -> None:
+        """Run ``func()`` in the child's task group: it ends with the child at the latest."""
+        self._tg.start_soon(func)
 
     def __repr__(self) -> str:
-        state = "dead" if self._death else "alive"
+        state = "dead" if self.death else "alive"
         return f"<StdioChild {self.spec.label} pid={self.pid} {state} in_flight={self.in_flight}>"
+
+    # -- what the rest of the gateway reads -------------------------------------------------
+
+    @property
+    def info(self) -> ChildInfo | None:
+        return self._info
+
+    @info.setter
+    def info(self, info: ChildInfo | None) -> None:
+        self._info = info
+        self._session.legacy = self.is_legacy
 
     @property
     def pid(self) -> int:
@@ -233,20 +142,49 @@ class StdioChild:
 
     @property
     def in_flight(self) -> int:
-        return len(self._correlator)
+        return self._session.in_flight
 
     @property
     def stderr_tail(self) -> list[str]:
         return self._stderr.lines
 
+    @property
+    def stdout_noise(self) -> Sequence[str]:
+        """The last stdout lines that were not JSON-RPC (what ``inspect`` and hints quote)."""
+        return self._session.noise
+
+    @property
+    def non_json_lines(self) -> int:
+        return self._session.non_json_lines
+
+    @property
+    def oversized_lines(self) -> int:
+        return self._session.oversized_lines
+
+    @property
+    def tools_generation(self) -> int:
+        """Bumped by ``notifications/tools/list_changed`` (tool caches key on it)."""
+        return self._session.tools_generation
+
+    @property
+    def tools(self) -> ToolLearning | None:
+        """The pool's learning of which tools ask (attribution rule 5)."""
+        return self._session.tools
+
+    @tools.setter
+    def tools(self, tools: ToolLearning | None) -> None:
+        self._session.tools = tools
+
     def counters(self) -> dict[str, int]:
+        """For metrics, folded into the pool's totals when the child exits."""
+        session = self._session
         return {
-            "non_json_lines": self.non_json_lines,
-            "oversized_lines": self.oversized_lines,
-            "cancels_sent": self.cancels_sent,
-            "timeouts": self.timeouts,
+            "non_json_lines": session.non_json_lines,
+            "oversized_lines": session.oversized_lines,
+            "cancels_sent": session.cancels_sent,
+            "timeouts": session.timeouts,
             "bytes_in": self.bytes_in,
-            "bytes_out": self.bytes_out,
+            "bytes_out": self._stdin.written,
             "questions_to_clients": self.questions.to_clients,
             "questions_answered_by_gateway": self.questions.answered_by_gateway,
         }
@@ -258,29 +196,30 @@ class StdioChild:
 
     @property
     def has_asked(self) -> bool:
-        return self.questions.has_asked
+        return self._session.has_asked
 
     @property
     def open_questions(self) -> int:
-        return self.questions.open
+        """Questions handed to a client and not answered, plus those held as ambiguous."""
+        return self._session.open_questions
 
     @property
     def is_legacy(self) -> bool:
         """Spoken to in the legacy era: its questions are requests on stdio (a modern child's
         MRTR ``input_required`` needs no attribution, so it teaches rule 5 nothing)."""
-        return self.info is not None and self.info.era is Era.LEGACY
+        return self._info is not None and self._info.era is Era.LEGACY
 
     def is_alive(self) -> bool:
-        return self._death is None
+        return self._session.death is None
 
     @property
     def death(self) -> ChildError | None:
-        return self._death
+        return self._session.death
 
     async def wait_exited(self) -> ChildError:
         await self._exited.wait()
-        assert self._death is not None
-        return self._death
+        assert self._session.death is not None
+        return self._session.death
 
     # -- requests -------------------------------------------------------------------
 
@@ -294,103 +233,139 @@ class StdioChild:
         cancellable: bool = True,
         asks: bool = False,
         log_level: str | None = None,
+        tool: str | None = None,
     ) -> AsyncIterator[Exchange]:
         """``asks=True``: the caller reads ``ChildAsk`` items too, and answers them.
         ``log_level``: the child's ``notifications/message`` at or above it that can be
-        attributed to this exchange (``_on_log``) arrive in its stream."""
-        if self._death is not None:
-            raise self._death
-        timeout = timeout if timeout is not None else self.spec.request_timeout
-        tool = attribution.tool_key(method, params) if asks else None
-        ex = Exchange(self, method, timeout, cancellable, asks, log_level, tool)
-        request, pending = self._correlator.outgoing(method, params, ex)
-        ex.child_id = pending.child_id
-        if ex._timeout is not None:
-            ex._deadline = anyio.current_time() + ex._timeout
+        attributed to this exchange arrive in its stream. ``tool``: the caller's
+        ``attribution.tool_key`` for the request, if it has it (else computed when needed)."""
+        ex = Exchange(method)
+        sent = self._session.send(
+            method,
+            params,
+            ex,
+            now=anyio.current_time(),
+            timeout=timeout,
+            cancellable=cancellable,
+            asks=asks,
+            log_level=log_level,
+            tool=tool,
+        )  # raises the exit error of a dead child
+        ex.child_id = sent.child_id
+        self._timer.note(sent.deadline)
         try:
-            await self._write(request.to_dict())
+            await self._send(sent.line)
             yield ex
         finally:
-            ex._inbox.close_reader()
+            ex.leave()
+            # The caller left before the outcome (client gone, cancelled): the machine forgets
+            # the id, so the late reply is dropped, and tells the child to stop working on it.
             if not ex.is_done:
-                # The caller left before the outcome (client gone, cancelled): forget the id so the
-                # late reply is dropped, and tell the child to stop working on it.
-                self._correlator.abandon(ex.child_id)
-                ex._finish(error=ChildExitedError("request abandoned by the caller"))
-                if ex.cancellable and self._death is None:
-                    with anyio.CancelScope(shield=True):
-                        await self._send_cancel(ex.child_id, "the client cancelled the request")
+                self._apply(self._session.abandon(ex.child_id))
 
-    async def request(self, method: str, params: JsonObject | None, *, timeout: float | None = None) -> Reply:
+    async def request(
+        self, method: str, params: JsonObject | None, *, timeout: float | None = None, cancellable: bool = True
+    ) -> Reply:
         """Send a request and wait for its outcome, ignoring its notifications."""
-        async with self.exchange(method, params, timeout=timeout) as ex:
+        async with self.exchange(method, params, timeout=timeout, cancellable=cancellable) as ex:
             async for _ in ex:
                 pass
             return ex.reply()
 
     async def notify(self, method: str, params: JsonObject | None = None) -> None:
-        if self._death is not None:
-            raise self._death
-        await self._write(Notification(method, params).to_dict())
+        if self._session.death is not None:
+            raise self._session.death
+        self._write_line(jsonrpc.encode(Notification(method, params)) + b"\n")
 
-    async def _expire(self, ex: Exchange) -> None:
-        """The exchange's deadline passed: cancel at the child and fail the caller."""
-        self.timeouts += 1
-        self._correlator.abandon(ex.child_id)
-        ex._finish(
-            error=ChildTimeoutError(
-                f"{self.spec.label} did not answer {ex.method} within {ex._timeout:g} s; the request was cancelled",
-                timeout_seconds=ex._timeout,
-                method=ex.method,
-            )
-        )
-        if self._death is None and ex.cancellable:
-            await self._send_cancel(ex.child_id, "timed out in the gateway")
-
-    async def _send_cancel(self, child_id: int, reason: str) -> None:
-        self.cancels_sent += 1
-        with suppress(ChildError):
-            await self._write(Notification(CANCELLED, {"requestId": child_id, "reason": reason}).to_dict())
-
-    async def _write(self, payload: JsonObject) -> None:
-        line = jsonrpc.encode(payload) + b"\n"
-        stdin = self._proc.stdin
-        assert stdin is not None
+    async def _send(self, line: bytes) -> None:
+        """Write a request's line now, or queue it behind a write in progress (``LineWriter``)."""
         try:
-            # No lock: the stream writes the whole line synchronously before it awaits the
-            # drain, so lines never interleave, and concurrent drains are fine (Python ≥ 3.10).
-            await stdin.send(line)
-            self.bytes_out += len(line)
-        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            await self._stdin.send(line)
+        except BrokenPipe:
             await self._exited_or_timeout()
-            raise self._death or ChildExitedError(f"{self.spec.label} stopped reading its stdin") from exc
+            raise self._stdin_error() from None
+
+    def _write_line(self, line: bytes) -> None:
+        try:
+            self._stdin.put(line)
+        except BrokenPipe:
+            raise self._stdin_error() from None
+
+    def _stdin_error(self) -> ChildError:
+        return self._session.death or ChildExitedError(f"{self.spec.label} stopped reading its stdin")
+
+    def _ask_closed(self, ask_id: int) -> None:
+        self._apply(self._session.ask_closed(ask_id))
 
     async def _exited_or_timeout(self) -> None:
         with anyio.move_on_after(self.spec.stdin_close_grace + STDERR_DRAIN_GRACE):
             await self._exited.wait()
+
+    # -- the machine's actions ------------------------------------------------------------
+
+    def _apply(self, actions: list[Action[Exchange]]) -> None:
+        for action in actions:
+            if isinstance(action, Answered):
+                action.owner.finish(reply=action.reply)
+            elif isinstance(action, Deliver):
+                action.owner.deliver(action.notification)
+            elif isinstance(action, Failed):
+                action.owner.finish(error=action.error)
+            elif isinstance(action, Write):
+                with suppress(ChildError):  # a cancel for a child that is gone: nothing to stop
+                    self._write_line(action.line)
+            elif isinstance(action, Ask):
+                if not self.questions.ask(action.ask_id, action.request, action.owner.offer_ask):
+                    self._apply(self._session.ask_refused(action.ask_id))
+            elif isinstance(action, Unattributed):
+                self.questions.answer(action.request, action.reason)
+            elif isinstance(action, Broadcast):
+                if self._on_notification is not None:
+                    self._on_notification(action.notification)
+            elif isinstance(action, Log):
+                log.log(action.level, action.template, *action.args)
+            elif isinstance(action, Changed) and self._on_change is not None:
+                self._on_change()
 
     # -- pumps ----------------------------------------------------------------------
 
     async def pump_stdout(self) -> None:
         assert self._proc.stdout is not None
         framer = LineFramer(self.spec.max_line_bytes)
+        session = self._session
         try:
             while True:
                 try:
                     chunk = await self._proc.stdout.receive(READ_CHUNK)
                 except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     break
-                self.last_output = anyio.current_time()
+                now = self.last_output = anyio.current_time()
                 self.bytes_in += len(chunk)
                 for item in framer.feed(chunk):
                     if isinstance(item, OversizedLine):
-                        self._on_oversized(item)
+                        self._apply(session.receive_oversized(item))
                     else:
-                        self._on_line(item)
+                        self._apply(session.receive_line(item, now))
         finally:
             self._stdout_done.set()
             with anyio.CancelScope(shield=True):
                 await self._on_stdout_closed()
+
+    async def pump_stdin(self) -> None:
+        """Write queued lines until a write fails; a child that stops reading its stdin while it
+        lives on can answer nothing more, so it is stopped (its requests then fail)."""
+        await self._stdin.run()
+        await self._exited_or_timeout()
+        if not self._exited.is_set() and not self._stopping:
+            log.warning("child %s (pid %d) stopped reading its stdin; stopping it", self.spec.label, self.pid)
+            await self._proc.stop()
+
+    async def pump_deadlines(self) -> None:
+        """Sleep until the machine's next deadline (or an earlier one is set), then tick."""
+        await self._timer.run()
+
+    def _tick(self, now: float) -> None:
+        self._apply(self._session.tick(now))
 
     async def watch_exit(self) -> None:
         """When the process exits, make sure stdout ends too: a grandchild that inherited the
@@ -416,101 +391,6 @@ class StdioChild:
             self._stderr.close()
             self._stderr_done.set()
 
-    def _on_line(self, line: bytes) -> None:
-        try:
-            decoded = jsonrpc.decode(line)
-        except jsonrpc.ParseError:
-            text = line[:200].decode("utf-8", "replace")
-            self._count_noise(text)
-            log.warning(
-                "child %s (pid %d) wrote a non-JSON line on stdout, dropped: %r", self.spec.label, self.pid, text
-            )
-            return
-        # 2025-03-26 peers may batch on stdio; receivers must accept it.
-        for obj in decoded if isinstance(decoded, list) else (decoded,):
-            self._on_message(obj)
-
-    def _count_noise(self, text: str) -> None:
-        """A stdout line that is not JSON-RPC: counted and kept (what ``inspect`` reports)."""
-        self.non_json_lines += 1
-        self.stdout_noise.append(text)
-
-    def _on_message(self, obj: object) -> None:
-        try:
-            message = jsonrpc.parse_message(obj)
-        except jsonrpc.InvalidMessage as exc:
-            self._fail_one(exc.id, ChildProtocolError(f"{self.spec.label} sent an invalid reply: {exc.reason}"))
-            if exc.id is None or not self._correlator.is_pending(exc.id):
-                # JSON but not JSON-RPC (a JSON log line, say): as much noise as a text line.
-                self._count_noise(orjson.dumps(obj)[:200].decode("utf-8", "replace"))
-                log.warning("child %s sent an invalid message, dropped: %s", self.spec.label, exc.reason)
-            return
-        routed = self._correlator.incoming(message)
-        if isinstance(routed, ReplyFor):
-            routed.pending.owner._finish(reply=routed.reply)
-        elif isinstance(routed, ProgressFor):
-            routed.pending.owner._deliver(routed.notification)
-        elif isinstance(routed, ChildRequest):
-            self.questions.on_request(routed.request)
-        elif isinstance(routed, Unsolicited):
-            if routed.notification.method == loglevels.LOG_MESSAGE:
-                self._on_log(routed.notification)
-                return
-            if routed.notification.method == TOOLS_LIST_CHANGED:
-                self.tools_generation += 1
-            if self._on_notification is not None:
-                self._on_notification(routed.notification)
-        elif isinstance(routed, Late):
-            log.debug("child %s: dropped a late message %r", self.spec.label, routed.message)
-
-    def _on_log(self, note: Notification) -> None:
-        """``notifications/message`` carries no request id (digest §8.2): it goes to the one
-        exchange in flight, as for the child's questions, when that exchange's client asked
-        for logs at or below its level; otherwise the gateway logs it and drops it."""
-        params = note.params or {}
-        level = params.get("level")
-        pending = self._correlator.sole()
-        owner = pending.owner if pending is not None else None
-        if owner is not None and owner.log_level is not None and loglevels.at_least(level, owner.log_level):
-            owner._deliver(note)
-            return
-        logger = params.get("logger")
-        log.log(
-            loglevels.python_level(level),
-            "child %s (pid %d) log%s: %s",
-            self.spec.label,
-            self.pid,
-            f" [{logger}]" if isinstance(logger, str) else "",
-            params.get("data"),
-        )
-
-    def _fail_one(self, child_id: object, error: ChildError) -> None:
-        if type(child_id) is int and self._correlator.is_pending(child_id):
-            pending = self._correlator.abandon(child_id)
-            assert pending is not None
-            pending.owner._finish(error=error)
-
-    def _on_oversized(self, line: OversizedLine) -> None:
-        self.oversized_lines += 1
-        limit = self.spec.max_line_bytes
-        child_id = sniff_id(line)
-        log.warning(
-            "child %s wrote a %d-byte line, over the %d-byte limit; dropped (id %r)",
-            self.spec.label,
-            line.size,
-            limit,
-            child_id,
-        )
-        self._fail_one(
-            child_id,
-            ChildProtocolError(
-                f"{self.spec.label} replied with a {line.size}-byte message, over the gateway's line "
-                f"limit of {limit} bytes (raise --max-line-bytes)",
-                size=line.size,
-                limit=limit,
-            ),
-        )
-
     async def _on_stdout_closed(self) -> None:
         if self._proc.returncode is None:
             with anyio.move_on_after(self.spec.stdin_close_grace):
@@ -519,24 +399,8 @@ class StdioChild:
             await self._proc.stop()
         with anyio.move_on_after(STDERR_DRAIN_GRACE):
             await self._stderr_done.wait()
-        self._death = self._exit_error()
-        for pending in self._correlator.drain():
-            pending.owner._finish(error=self._death)
-        if not self._stopping:
-            log.warning("%s", self._death.message)
+        self._apply(self._session.exited(self._proc.returncode, stderr_tail=self.stderr_tail, stopping=self._stopping))
         self._exited.set()
-
-    def _exit_error(self) -> ChildExitedError:
-        how, code, signame = process.describe_exit(self._proc.returncode)
-        tail = self.stderr_tail
-        message = f"{self.spec.label} (pid {self.pid}) {how}"
-        if self._stopping:
-            message += " after the gateway stopped it"
-        if tail:
-            message += "; stderr: " + " | ".join(tail[-3:])
-        return ChildExitedError(
-            message, exit_code=code, signal=signame, pid=self.pid, stderr=tail or None, command=self.spec.command
-        )
 
     async def stop(self) -> None:
         """Stop the child (idempotent, shielded) and wait until the pumps have finished."""
@@ -558,8 +422,6 @@ async def open_child(
 ) -> AsyncIterator[StdioChild]:
     """Start (``backend``: a real process by default), handshake, yield a ready child; stop
     it on exit. Raises ``ChildStartError``."""
-    from gateway.stdio.handshake import run_handshake  # local: handshake imports this module
-
     proc = await backend.open(spec)
     # Exceptions are carried out of the task group by hand: anyio would wrap them in an
     # ExceptionGroup, and callers should catch ChildStartError (or their own errors) plainly.
@@ -567,6 +429,8 @@ async def open_child(
     async with anyio.create_task_group() as tg:
         child = StdioChild(spec, proc, tg, on_request, on_notification, on_change)
         tg.start_soon(child.pump_stdout)
+        tg.start_soon(child.pump_stdin)
+        tg.start_soon(child.pump_deadlines)
         tg.start_soon(child.pump_stderr)
         tg.start_soon(child.watch_exit)
         try:

@@ -9,17 +9,17 @@ passed (``still waiting for … to answer server/discover (10 s of 30)``).
 from __future__ import annotations
 
 import logging
-from typing import Final
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Final, Protocol
 
 import anyio
 
 from gateway.errors import ChildExitedError, ChildStartError, ChildTimeoutError
 from gateway.protocol import handshake
 from gateway.protocol.handshake import ChildInfo, HandshakeError
-from gateway.protocol.jsonrpc import ErrorReply, Reply
+from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply
 from gateway.stdio import hints
-from gateway.stdio.child import StdioChild
-from gateway.stdio.spec import INITIALIZE_FIRST
+from gateway.stdio.spec import INITIALIZE_FIRST, ChildSpec
 
 log = logging.getLogger("gateway.child")
 
@@ -28,10 +28,35 @@ WAITING_LOG_INTERVAL: Final = 5.0
 often enough that a slow ``npx`` download is visibly alive, rare enough to stay readable."""
 
 
+class StartingChild(Protocol):
+    """What the handshake needs of a child (``gateway.stdio.child.StdioChild`` is one): the
+    handshake does not import the child module, which runs it."""
+
+    @property
+    def spec(self) -> ChildSpec: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def stdout_noise(self) -> Sequence[str]: ...
+
+    @property
+    def stderr_tail(self) -> list[str]: ...
+
+    def start_soon(self, func: Callable[[], Coroutine[object, object, None]]) -> None: ...
+
+    async def request(
+        self, method: str, params: JsonObject | None, *, timeout: float | None = None, cancellable: bool = True
+    ) -> Reply: ...
+
+    async def notify(self, method: str, params: JsonObject | None = None) -> None: ...
+
+
 class _Waiting:
     """Logs, while the handshake lasts, which answer the child still owes."""
 
-    def __init__(self, child: StdioChild) -> None:
+    def __init__(self, child: StartingChild) -> None:
         self.child = child
         self.scope = anyio.CancelScope()
         self.method = handshake.DISCOVER
@@ -55,7 +80,7 @@ class _Waiting:
                 )
 
 
-async def run_handshake(child: StdioChild, gateway_version: str) -> ChildInfo:
+async def run_handshake(child: StartingChild, gateway_version: str) -> ChildInfo:
     waiting = _Waiting(child)
     child.start_soon(waiting.run)
     try:
@@ -64,7 +89,7 @@ async def run_handshake(child: StdioChild, gateway_version: str) -> ChildInfo:
         waiting.scope.cancel()
 
 
-async def _handshake(child: StdioChild, gateway_version: str, waiting: _Waiting) -> ChildInfo:
+async def _handshake(child: StartingChild, gateway_version: str, waiting: _Waiting) -> ChildInfo:
     spec = child.spec
     try:
         if spec.handshake == INITIALIZE_FIRST:
@@ -107,20 +132,17 @@ async def _handshake(child: StdioChild, gateway_version: str, waiting: _Waiting)
         raise ChildStartError(f"cannot start {spec.command}: {exc}", command=spec.command) from exc
 
 
-async def _initialize(child: StdioChild, gateway_version: str) -> Reply:
+async def _initialize(child: StartingChild, gateway_version: str) -> Reply:
     spec = child.spec
-    async with child.exchange(
+    return await child.request(
         handshake.INITIALIZE,
         handshake.initialize_params(gateway_version, spec.declared_capabilities),
         timeout=spec.handshake_timeout,
         cancellable=False,
-    ) as ex:
-        async for _ in ex:
-            pass
-        return ex.reply()
+    )
 
 
-async def _initialize_first(child: StdioChild, gateway_version: str) -> ChildInfo:
+async def _initialize_first(child: StartingChild, gateway_version: str) -> ChildInfo:
     """``initialize``; a child that refuses it (a modern-only server) is probed instead."""
     reply = await _initialize(child, gateway_version)
     if isinstance(reply, ErrorReply):
@@ -134,18 +156,15 @@ async def _initialize_first(child: StdioChild, gateway_version: str) -> ChildInf
     return info
 
 
-async def _probe(child: StdioChild, gateway_version: str) -> Reply | None:
+async def _probe(child: StartingChild, gateway_version: str) -> Reply | None:
     """``server/discover``; None when it times out. The late reply, if any, is dropped, and no
     cancellation is sent: before ``initialize`` a legacy server should get nothing but ping."""
     try:
-        async with child.exchange(
+        return await child.request(
             handshake.DISCOVER,
             handshake.probe_params(gateway_version),
             timeout=child.spec.probe_timeout,
             cancellable=False,
-        ) as ex:
-            async for _ in ex:
-                pass
-            return ex.reply()
+        )
     except ChildTimeoutError:
         return None

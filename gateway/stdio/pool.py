@@ -492,7 +492,7 @@ class Pool:
                 backend=self._backend,
             ) as child:
                 member.child = child
-                child.questions.tools = self.tools
+                child.tools = self.tools
                 self._record_start(anyio.current_time() - member.started_at)
                 member.started_at = anyio.current_time()
                 if self.failing:

@@ -86,19 +86,6 @@ class StderrTail:
         return list(self._lines)
 
 
-def describe_exit(returncode: int | None) -> tuple[str, int | None, str | None]:
-    """('exited with code 3' | 'was killed by SIGKILL', code, signal name)."""
-    if returncode is None:
-        return "closed its stdout", None, None
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"was killed by {name}", None, name
-    return f"exited with code {returncode}", returncode, None
-
-
 async def spawn(spec: ChildSpec) -> Process:
     """Start the process or raise ``ChildStartError('cannot start PROGRAM: REASON')``."""
     check_spec(spec)

@@ -17,7 +17,7 @@ from gateway.protocol.jsonrpc import ErrorReply, Notification, Request, Result
 from gateway.protocol.versions import Era
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild, open_child
-from gateway.stdio.spec import ChildSpec
+from gateway.stdio.spec import INITIALIZE_FIRST, ChildSpec
 from tests.conftest import call_params, server_spec
 
 pytestmark = pytest.mark.anyio
@@ -376,6 +376,29 @@ async def test_a_child_that_ignores_sigterm_is_killed() -> None:
     assert child.death is not None
     assert child.death.data.get("signal") == "SIGKILL"
     assert process_state(pid) is None
+
+
+DEAF_CHILD = """
+import json, os, sys, time
+request = json.loads(sys.stdin.buffer.readline())
+os.close(0)  # stops reading stdin for good, and lives on
+result = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "deaf", "version": "1"}}
+print(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}), flush=True)
+time.sleep(60)
+"""
+
+
+async def test_a_child_that_stops_reading_its_stdin_is_stopped_and_its_requests_fail() -> None:
+    spec = ChildSpec(sys.executable, ("-c", DEAF_CHILD), handshake=INITIALIZE_FIRST, stdin_close_grace=0.2)
+    with anyio.fail_after(15):
+        async with open_child(spec) as child:
+            with pytest.raises(ChildExitedError):
+                await child.request("tools/call", {"name": "echo", "arguments": {}})
+            await child.wait_exited()
+            with pytest.raises(ChildExitedError):  # and later ones fail at once
+                await child.request("ping", None)
+    assert child.death is not None
+    assert child.death.data.get("signal") == "SIGTERM"
 
 
 async def test_stop_is_idempotent_and_safe_on_a_dead_child() -> None:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.stdio.process import StderrTail, describe_exit
+from gateway.protocol.childexit import describe_exit
+from gateway.stdio.process import StderrTail
 
 
 def tail_of(*chunks: bytes, lines: int = 3, line_chars: int = 20) -> list[str]:

@@ -1,0 +1,97 @@
+"""What the child session machine (``gateway.protocol.childsession``) asks its edge to do.
+
+Each event the machine takes returns a list of these, to be carried out in order. The owner
+of a request is opaque (``Generic``): the stdio edge passes its exchange object.
+
+Imports: standard library, ``gateway.protocol`` and ``gateway.errors`` only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from gateway.errors import ChildError
+from gateway.protocol.jsonrpc import Notification, Reply, Request
+
+OwnerT = TypeVar("OwnerT")
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What ``send`` returns: the child id minted, the whole line for stdin, and the request's
+    deadline (None: none), so the edge can wake its timer when it is the earliest."""
+
+    child_id: int
+    line: bytes
+    deadline: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver(Generic[OwnerT]):
+    """A notification for a request's stream (progress, an attributed log, a listen's)."""
+
+    owner: OwnerT
+    notification: Notification
+
+
+@dataclass(frozen=True, slots=True)
+class Answered(Generic[OwnerT]):
+    owner: OwnerT
+    reply: Reply
+
+
+@dataclass(frozen=True, slots=True)
+class Failed(Generic[OwnerT]):
+    owner: OwnerT
+    error: ChildError
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """A line for the child's stdin (``notifications/cancelled``)."""
+
+    line: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Ask(Generic[OwnerT]):
+    """Hand the child's question to ``owner``'s client; report back with ``ask_closed``."""
+
+    owner: OwnerT
+    ask_id: int
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class Unattributed:
+    """A child request no request carries: the edge (a handler, else local answers) answers it."""
+
+    request: Request
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """A notification that belongs to no request."""
+
+    notification: Notification
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    """A line for the gateway's log, formatted lazily like ``logging``'s own arguments."""
+
+    level: int
+    template: str
+    args: tuple[object, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Changed:
+    """``open_questions`` may have dropped: the pool may now place a request that may ask."""
+
+
+Action = (
+    Deliver[OwnerT] | Answered[OwnerT] | Failed[OwnerT] | Write | Ask[OwnerT] | Unattributed | Broadcast | Log | Changed
+)

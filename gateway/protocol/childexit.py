@@ -1,0 +1,47 @@
+"""How a child ended, in words: the exit description and the error every pending request gets.
+
+``describe_exit`` reads a process's return code (negative: killed by that signal, the
+asyncio convention); ``exit_error`` builds the ``ChildExitedError`` that fails every request
+still in flight on the child, quoting the last lines of its stderr. Pure: the stdio edge
+passes in the return code, the stderr tail, and whether the gateway stopped the child itself.
+
+Imports: standard library and ``gateway.errors`` only.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from typing import Final
+
+from gateway.errors import ChildExitedError
+
+STDERR_QUOTED_LINES: Final = 3
+"""Lines of the stderr tail quoted in the message (all of them go in ``data.stderr``)."""
+
+
+def describe_exit(returncode: int | None) -> tuple[str, int | None, str | None]:
+    """('exited with code 3' | 'was killed by SIGKILL', code, signal name)."""
+    if returncode is None:
+        return "closed its stdout", None, None
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name}", None, name
+    return f"exited with code {returncode}", returncode, None
+
+
+def exit_error(
+    label: str, pid: int, returncode: int | None, *, stderr_tail: Sequence[str], stopping: bool, command: str
+) -> ChildExitedError:
+    """The error for the requests a child left in flight when it exited (or closed stdout)."""
+    how, code, signame = describe_exit(returncode)
+    tail = list(stderr_tail)
+    message = f"{label} (pid {pid}) {how}"
+    if stopping:
+        message += " after the gateway stopped it"
+    if tail:
+        message += "; stderr: " + " | ".join(tail[-STDERR_QUOTED_LINES:])
+    return ChildExitedError(message, exit_code=code, signal=signame, pid=pid, stderr=tail or None, command=command)

@@ -1,0 +1,154 @@
+"""Rules 5 and 6 of the child session (``gateway.protocol.childsession``): the child's questions
+and what they teach about its tools.
+
+``QuestionDesk`` attributes each question the child asks (sampling, elicitation, roots) by
+the rules of ``gateway.protocol.attribution``, as the line is read: to the one request in
+flight that may ask (``Ask``), held while several may, or left to the gateway
+(``Unattributed``). A held question is settled when a request ends (``ended``) or its
+deadline passes (``expire``). It also keeps the pool's ``ToolLearning`` up to date: a request
+that ends with a result and was never a question's candidate makes its tool quiet; a question
+makes its owner's tool (or every candidate's, when it stays unresolved) asking.
+
+Imports: standard library and ``gateway.protocol`` only; no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
+
+from gateway.protocol import attribution, inputs
+from gateway.protocol.attribution import Ambiguous, Attributed, ToolLearning
+from gateway.protocol.childactions import Action, Ask, Changed, Log, Unattributed
+from gateway.protocol.childstate import Deadlines, Entry, Held
+from gateway.protocol.jsonrpc import Request
+
+OwnerT = TypeVar("OwnerT")
+
+ALL_ENDED = "every request that was in flight when it asked has ended"
+
+
+class QuestionDesk(Generic[OwnerT]):
+    def __init__(
+        self,
+        label: str,
+        input_timeout: float,
+        in_flight: Callable[[], list[Entry[OwnerT]]],
+        deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT]],
+    ) -> None:
+        self.label = label
+        self.input_timeout = input_timeout
+        self.tools: ToolLearning | None = None
+        self.has_asked = False  # a question came while a request that may ask was in flight
+        self._in_flight = in_flight
+        self._deadlines = deadlines
+        self._held: list[Held[OwnerT]] = []
+        self._asks: dict[int, Request] = {}  # handed to a client, not closed yet
+        self._ask_ids = itertools.count(1)
+
+    @property
+    def open(self) -> int:
+        """Asks not closed yet, plus questions held back as ambiguous."""
+        return len(self._asks) + len(self._held)
+
+    def request(self, request: Request, now: float, actions: list[Action[OwnerT]]) -> None:
+        """A request from the child: attributed as it is read (so requests read together find
+        the same owner)."""
+        if request.method in inputs.INPUT_METHODS:
+            candidates = [entry for entry in self._in_flight() if entry.may_ask]
+            for entry in candidates:
+                entry.questioned = True
+            decision = attribution.attribute(candidates)
+            if isinstance(decision, Attributed):
+                self.has_asked = True
+                self._asked([decision.owner], actions)
+                self._give(decision.owner, request, actions)
+                return
+            if isinstance(decision, Ambiguous):
+                self.has_asked = True
+                held = Held(request, decision.candidates, now + self.input_timeout)
+                self._held.append(held)
+                self._deadlines.push(held.deadline, held)
+                template = "child %s asked %s with %d requests in flight that may ask; held until only one is left"
+                actions.append(Log(logging.INFO, template, (self.label, request.method, len(candidates))))
+                return
+        actions.append(self._unattributed(request))
+
+    def refused(self, ask_id: int) -> list[Action[OwnerT]]:
+        request = self._asks.pop(ask_id, None)
+        return [] if request is None else [self._unattributed(request)]
+
+    def closed(self, ask_id: int) -> list[Action[OwnerT]]:
+        self._asks.pop(ask_id, None)
+        return [Changed()]
+
+    def ended(self, entry: Entry[OwnerT], actions: list[Action[OwnerT]], *, quiet: bool) -> None:
+        """``entry`` had its outcome; ``quiet``: a result from a legacy child (rule 6)."""
+        if quiet and not entry.questioned:
+            key = entry.tool_key()
+            if key is not None and self.tools is not None and self.tools.note_quiet(key):
+                template = "child %s: %s asked nothing; it now shares children"
+                actions.append(Log(logging.INFO, template, (self.label, key)))
+        if self._held:
+            self._resolve(actions)
+
+    def expire(self, held: Held[OwnerT], actions: list[Action[OwnerT]]) -> None:
+        """A held question's input timeout passed: nobody is known to wait for it."""
+        self._held.remove(held)
+        held.settled = True
+        self._asked(held.candidates, actions)
+        actions.append(Changed())
+        reason = (
+            f"{len(held.candidates)} requests that may ask were in flight on the child, so it is not known "
+            f"whose question this is, and none was left alone within {self.input_timeout:g} s"
+        )
+        actions.append(Unattributed(held.request, reason))
+
+    def clear(self) -> None:
+        self._held.clear()
+        self._asks.clear()
+
+    def _resolve(self, actions: list[Action[OwnerT]]) -> None:
+        """A request ended: a held question may now have one candidate left (or none)."""
+        in_flight = {entry for entry in self._in_flight() if entry.may_ask}
+        held, self._held = self._held, []
+        outcomes = attribution.resolve([question.candidates for question in held], in_flight)
+        for question, outcome in zip(held, outcomes, strict=True):
+            if isinstance(outcome, Ambiguous):
+                question.candidates = outcome.candidates
+                self._held.append(question)
+                continue
+            question.settled = True
+            self._deadlines.settled_early()
+            if isinstance(outcome, Attributed):
+                self._asked([outcome.owner], actions)
+                self._give(outcome.owner, question.request, actions)
+            else:  # requests end one at a time, so one candidate is always left first
+                self._asked(question.candidates, actions)
+                actions.append(Unattributed(question.request, ALL_ENDED))
+        if not self._held:
+            actions.append(Changed())
+
+    def _unattributed(self, request: Request) -> Unattributed:
+        in_flight = len(self._in_flight())
+        if not in_flight:
+            reason = "no client request is in flight on the child"
+        else:
+            reason = f"none of the {in_flight} request(s) in flight on the child can carry it to its client"
+        return Unattributed(request, reason)
+
+    def _give(self, entry: Entry[OwnerT], request: Request, actions: list[Action[OwnerT]]) -> None:
+        ask_id = next(self._ask_ids)
+        self._asks[ask_id] = request
+        actions.append(Ask(entry.owner, ask_id, request))
+
+    def _asked(self, entries: Iterable[Entry[OwnerT]], actions: list[Action[OwnerT]]) -> None:
+        """A question was (or may have been) asked by ``entries``: their tools ask (rule 6)."""
+        keys = {key for entry in entries if (key := entry.tool_key()) is not None}
+        if self.tools is None or not keys:
+            return
+        for key in self.tools.note_asked(keys):
+            template = "child %s: %s, learned to be quiet, asked after all; it gets a child to itself again"
+            actions.append(Log(logging.INFO, template, (self.label, key)))

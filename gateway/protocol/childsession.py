@@ -1,0 +1,358 @@
+"""One stdio child's session as a state machine: events in, typed actions out, no I/O.
+
+The stdio edge (``gateway.stdio.child``) owns the process and pumps this machine: it calls
+``send`` for each request and writes the line it returns, feeds every framed stdout line to
+``receive_line`` (over-long ones to ``receive_oversized``), sleeps until ``next_deadline``
+and then calls ``tick(now)``, calls ``abandon`` when a caller leaves early, and ``exited``
+when stdout has closed and the process is gone. Each call returns the actions to carry out,
+in order. The owner of a request is opaque (``Generic``): the edge passes its exchange.
+
+Rules (digest §4.1, §7.3, §8):
+
+1. **Every request sent gets exactly one outcome**, ``Answered`` (the child's reply) or
+   ``Failed`` (a ``ChildError``), and nothing for it after that. Ids and progress tokens
+   are rewritten by ``gateway.protocol.correlation``; the table is a dict, O(1) per message.
+2. **Deadlines.** A request's timeout (its own, else ``request_timeout``; ``None`` or
+   ``inf``: none) is a deadline on the clock the edge passes in. ``tick(now)`` fails every
+   request past its deadline with ``ChildTimeoutError`` and, unless it was sent with
+   ``cancellable=False`` (the handshake), writes ``notifications/cancelled`` with the child
+   id. Its late reply is dropped (``Late``).
+3. **Abandon.** A caller that leaves before the outcome (its client went away) ends the
+   request with ``ChildExitedError("request abandoned …")`` and, when cancellable, the child
+   gets ``notifications/cancelled`` once. Abandoning an ended request does nothing.
+4. **What the child says, and to whom.** Each line is decoded and parsed once; the typed
+   message is what is delivered (nothing downstream parses it again). A reply goes to its
+   request; progress (and a listen's notifications) to its request with the client's token
+   restored; a line that is not JSON is noise (counted, kept, logged); JSON that is not
+   JSON-RPC fails the request whose id it carries (``ChildProtocolError``), else is noise;
+   an over-long line fails the request whose id can be sniffed from it.
+   ``notifications/message`` goes to the one request in flight (listens aside) when its
+   client asked for that level, else it is logged. ``notifications/tools/list_changed``
+   bumps ``tools_generation`` (the tool caches key on it). Every other notification is
+   ``Broadcast`` to whoever listens to the child.
+5. **The child's questions** (sampling, elicitation, roots; ``childquestions``) are
+   attributed by ``gateway.protocol.attribution``: to the one request in flight that may
+   ask (``Ask``); held while several may, until one is left (``Ask``), none is
+   (``Unattributed``), or ``input_timeout`` passes (``Unattributed``). An ``Ask`` the edge
+   cannot hand over comes back through ``ask_refused``; an answered one through
+   ``ask_closed``. Every other child request, and every question nobody can carry, is
+   ``Unattributed``: the edge answers it. ``open_questions`` counts asks not closed and
+   questions held; ``Changed`` says it may have dropped.
+6. **Tool learning** (attribution rule 5, legacy children only): a request of a tool that
+   ends with a result while no question was ever its candidate makes the tool quiet; a
+   question marks its owner's tool (or all its candidates' when unresolved) asking.
+7. **Exit.** ``exited`` builds the one ``ChildExitedError`` (exit code or signal, stderr
+   tail) and fails everything pending with it; held questions are dropped. After it, ``send``
+   raises that error and nothing is pending.
+
+Imports: standard library, orjson, ``gateway.protocol`` and ``gateway.errors`` only; no I/O,
+no clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Sequence
+from typing import Final, Generic, TypeVar
+
+import orjson
+
+from gateway.errors import ChildError, ChildExitedError, ChildProtocolError, ChildTimeoutError
+from gateway.protocol import childexit, jsonrpc, loglevels
+from gateway.protocol.attribution import ToolLearning
+from gateway.protocol.childactions import (
+    Action,
+    Answered,
+    Broadcast,
+    Deliver,
+    Failed,
+    Log,
+    Sent,
+    Write,
+)
+from gateway.protocol.childquestions import QuestionDesk
+from gateway.protocol.childstate import Deadlines, Entry, Held
+from gateway.protocol.correlation import CANCELLED, ChildRequest, Correlator, ProgressFor, ReplyFor, Unsolicited
+from gateway.protocol.framing import OversizedLine, sniff_id
+from gateway.protocol.jsonrpc import JsonObject, Notification, Reply, Result
+
+OwnerT = TypeVar("OwnerT")
+
+TOOLS_LIST_CHANGED: Final = "notifications/tools/list_changed"
+NOISE_LINES: Final = 5
+"""Non-JSON-RPC stdout lines kept (what ``inspect`` and start-up hints quote)."""
+NOISE_CHARS: Final = 200
+"""Characters kept of each such line."""
+
+
+class ChildSession(Generic[OwnerT]):
+    def __init__(
+        self,
+        label: str,
+        pid: int,
+        *,
+        input_timeout: float,
+        request_timeout: float | None = None,
+        max_line_bytes: int = 0,
+        command: str = "",
+    ) -> None:
+        self.label = label
+        self.pid = pid
+        self.input_timeout = input_timeout
+        self.request_timeout = request_timeout
+        self.max_line_bytes = max_line_bytes
+        self.command = command
+        self.legacy = False  # spoken to in the legacy era: its tools are learned (rule 6)
+        self.death: ChildExitedError | None = None
+        self.tools_generation = 0
+        self.non_json_lines = 0
+        self.oversized_lines = 0
+        self.cancels_sent = 0
+        self.timeouts = 0
+        self.noise: deque[str] = deque(maxlen=NOISE_LINES)
+        self._correlator: Correlator[Entry[OwnerT]] = Correlator()
+        self._deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT]] = Deadlines()
+        self._questions = QuestionDesk(label, input_timeout, self._correlator.owners, self._deadlines)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._correlator)
+
+    @property
+    def open_questions(self) -> int:
+        return self._questions.open
+
+    @property
+    def has_asked(self) -> bool:
+        """A question came while a request that may ask was in flight."""
+        return self._questions.has_asked
+
+    @property
+    def tools(self) -> ToolLearning | None:
+        """The pool's learning of which tools ask (rule 6)."""
+        return self._questions.tools
+
+    @tools.setter
+    def tools(self, tools: ToolLearning | None) -> None:
+        self._questions.tools = tools
+
+    # -- requests out ---------------------------------------------------------------------
+
+    def send(
+        self,
+        method: str,
+        params: JsonObject | None,
+        owner: OwnerT,
+        *,
+        now: float,
+        timeout: float | None = None,
+        cancellable: bool = True,
+        asks: bool = False,
+        log_level: str | None = None,
+        tool: str | None = None,
+    ) -> Sent:
+        """Record a request (rule 1) and return its line; raises the exit error after ``exited``."""
+        if self.death is not None:
+            raise self.death
+        timeout = timeout if timeout is not None else self.request_timeout
+        entry = Entry(owner, method, params, cancellable, asks, log_level, tool, timeout)
+        request, pending = self._correlator.outgoing(method, params, entry)
+        entry.child_id = pending.child_id
+        if timeout is not None and math.isfinite(timeout):
+            entry.deadline = now + timeout
+            self._deadlines.push(entry.deadline, entry)
+        return Sent(entry.child_id, jsonrpc.encode(request) + b"\n", entry.deadline)
+
+    def abandon(self, child_id: int) -> list[Action[OwnerT]]:
+        """The caller left (rule 3); nothing when the request has ended already."""
+        pending = self._correlator.abandon(child_id)
+        if pending is None:
+            return []
+        actions: list[Action[OwnerT]] = []
+        self._end(pending.owner, actions, error=ChildExitedError("request abandoned by the caller"))
+        if pending.owner.cancellable:
+            self._cancel(child_id, "the client cancelled the request", actions)
+        return actions
+
+    # -- the clock ------------------------------------------------------------------------
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` next has something to do; None: nothing is timed."""
+        return self._deadlines.next()
+
+    def tick(self, now: float) -> list[Action[OwnerT]]:
+        """Expire requests (rule 2) and held questions (rule 5) whose deadline is ``now`` or past."""
+        actions: list[Action[OwnerT]] = []
+        while (item := self._deadlines.pop_due(now)) is not None:
+            if isinstance(item, Entry):
+                self._expire(item, actions)
+            else:
+                self._questions.expire(item, actions)
+        return actions
+
+    # -- lines in -------------------------------------------------------------------------
+
+    def receive_line(self, line: bytes, now: float) -> list[Action[OwnerT]]:
+        """One framed stdout line: decoded and parsed once, then routed (rule 4)."""
+        try:
+            decoded = jsonrpc.decode(line)
+        except jsonrpc.ParseError:
+            text = line[:NOISE_CHARS].decode("utf-8", "replace")
+            template = "child %s (pid %d) wrote a non-JSON line on stdout, dropped: %r"
+            return [self._noise(text, template, (self.label, self.pid, text))]
+        actions: list[Action[OwnerT]] = []
+        # 2025-03-26 peers may batch on stdio; receivers must accept it.
+        for obj in decoded if isinstance(decoded, list) else (decoded,):
+            self._receive(obj, now, actions)
+        return actions
+
+    def receive_oversized(self, line: OversizedLine) -> list[Action[OwnerT]]:
+        """A line over ``max_line_bytes``: it fails the request whose id it carries, if any."""
+        self.oversized_lines += 1
+        child_id = sniff_id(line)
+        limit = self.max_line_bytes
+        actions: list[Action[OwnerT]] = [
+            Log(
+                logging.WARNING,
+                "child %s wrote a %d-byte line, over the %d-byte limit; dropped (id %r)",
+                (self.label, line.size, limit, child_id),
+            )
+        ]
+        error = ChildProtocolError(
+            f"{self.label} replied with a {line.size}-byte message, over the gateway's line "
+            f"limit of {limit} bytes (raise --max-line-bytes)",
+            size=line.size,
+            limit=limit,
+        )
+        self._fail_one(child_id, error, actions)
+        return actions
+
+    # -- questions handed out -------------------------------------------------------------
+
+    def ask_refused(self, ask_id: int) -> list[Action[OwnerT]]:
+        """The owner could not take the ``Ask`` (its stream is full or gone): the edge answers."""
+        return self._questions.refused(ask_id)
+
+    def ask_closed(self, ask_id: int) -> list[Action[OwnerT]]:
+        """The ``Ask`` was answered (by its client, locally, or on timeout) and written back."""
+        return self._questions.closed(ask_id)
+
+    # -- the end --------------------------------------------------------------------------
+
+    def exited(
+        self, returncode: int | None, *, stderr_tail: Sequence[str] = (), stopping: bool = False
+    ) -> list[Action[OwnerT]]:
+        """Stdout closed and the process is gone (rule 7)."""
+        if self.death is not None:
+            return []
+        self.death = childexit.exit_error(
+            self.label, self.pid, returncode, stderr_tail=stderr_tail, stopping=stopping, command=self.command
+        )
+        actions: list[Action[OwnerT]] = []
+        for pending in self._correlator.drain():
+            pending.owner.settled = True
+            actions.append(Failed(pending.owner.owner, self.death))
+        self._questions.clear()
+        self._deadlines.clear()
+        if not stopping:
+            actions.append(Log(logging.WARNING, "%s", (self.death.message,)))
+        return actions
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _receive(self, obj: object, now: float, actions: list[Action[OwnerT]]) -> None:
+        try:
+            message = jsonrpc.parse_message(obj)
+        except jsonrpc.InvalidMessage as exc:
+            if self._correlator.is_pending(exc.id):
+                error = ChildProtocolError(f"{self.label} sent an invalid reply: {exc.reason}")
+                self._fail_one(exc.id, error, actions)
+                return
+            # JSON but not JSON-RPC (a JSON log line, say): as much noise as a text line.
+            text = orjson.dumps(obj)[:NOISE_CHARS].decode("utf-8", "replace")
+            actions.append(self._noise(text, "child %s sent an invalid message, dropped: %s", (self.label, exc.reason)))
+            return
+        routed = self._correlator.incoming(message)
+        if isinstance(routed, ReplyFor):
+            self._end(routed.pending.owner, actions, reply=routed.reply)
+        elif isinstance(routed, ProgressFor):
+            actions.append(Deliver(routed.pending.owner.owner, routed.notification))
+        elif isinstance(routed, ChildRequest):
+            self._questions.request(routed.request, now, actions)
+        elif isinstance(routed, Unsolicited):
+            self._unsolicited(routed.notification, actions)
+        else:
+            actions.append(Log(logging.DEBUG, "child %s: dropped a late message %r", (self.label, routed.message)))
+
+    def _noise(self, text: str, template: str, args: tuple[object, ...]) -> Log:
+        self.non_json_lines += 1
+        self.noise.append(text)
+        return Log(logging.WARNING, template, args)
+
+    def _unsolicited(self, note: Notification, actions: list[Action[OwnerT]]) -> None:
+        if note.method == loglevels.LOG_MESSAGE:
+            self._log(note, actions)
+            return
+        if note.method == TOOLS_LIST_CHANGED:
+            self.tools_generation += 1
+        actions.append(Broadcast(note))
+
+    def _log(self, note: Notification, actions: list[Action[OwnerT]]) -> None:
+        """``notifications/message`` carries no request id (digest §8.2): like a question, it is
+        the one request's in flight, and goes to it at or above its client's level."""
+        params = note.params or {}
+        level = params.get("level")
+        pending = self._correlator.sole()
+        entry = pending.owner if pending is not None else None
+        if entry is not None and entry.log_level is not None and loglevels.at_least(level, entry.log_level):
+            actions.append(Deliver(entry.owner, note))
+            return
+        logger = params.get("logger")
+        where = f" [{logger}]" if isinstance(logger, str) else ""
+        args = (self.label, self.pid, where, params.get("data"))
+        actions.append(Log(loglevels.python_level(level), "child %s (pid %d) log%s: %s", args))
+
+    def _end(
+        self,
+        entry: Entry[OwnerT],
+        actions: list[Action[OwnerT]],
+        *,
+        reply: Reply | None = None,
+        error: ChildError | None = None,
+    ) -> None:
+        """The one outcome of a request already taken out of the correlator (rule 1)."""
+        entry.settled = True
+        if entry.deadline is not None:
+            self._deadlines.settled_early()  # its heap item stays until popped or compacted
+        if reply is not None:
+            actions.append(Answered(entry.owner, reply))
+        else:
+            assert error is not None
+            actions.append(Failed(entry.owner, error))
+        self._questions.ended(entry, actions, quiet=self.legacy and isinstance(reply, Result))
+
+    def _expire(self, entry: Entry[OwnerT], actions: list[Action[OwnerT]]) -> None:
+        self._correlator.abandon(entry.child_id)
+        self.timeouts += 1
+        entry.deadline = None  # popped already: not stale
+        error = ChildTimeoutError(
+            f"{self.label} did not answer {entry.method} within {entry.timeout:g} s; the request was cancelled",
+            timeout_seconds=entry.timeout,
+            method=entry.method,
+        )
+        self._end(entry, actions, error=error)
+        if entry.cancellable:
+            self._cancel(entry.child_id, "timed out in the gateway", actions)
+
+    def _fail_one(self, child_id: object, error: ChildError, actions: list[Action[OwnerT]]) -> None:
+        pending = self._correlator.abandon(child_id) if type(child_id) is int else None
+        if pending is not None:
+            self._end(pending.owner, actions, error=error)
+
+    def _cancel(self, child_id: int, reason: str, actions: list[Action[OwnerT]]) -> None:
+        # Never after ``exited``: nothing is pending then, so nothing is abandoned or expires.
+        self.cancels_sent += 1
+        note = Notification(CANCELLED, {"requestId": child_id, "reason": reason})
+        actions.append(Write(jsonrpc.encode(note) + b"\n"))

@@ -1,0 +1,115 @@
+"""The child session's records: a request in flight, a held question, and the deadline heap.
+
+``Deadlines`` is a min-heap of (deadline, item) with lazy deletion: an item that settles
+before its deadline (a request answered in time) stays in the heap, marked ``settled``, and
+is skipped when it comes up; once more than ``COMPACT_ABOVE`` stale items make up over half
+the heap, it is rebuilt, so its size stays proportional to the live items. Push and pop are
+O(log n); the machine's correlation table stays a dict (O(1) per message).
+
+Imports: standard library and ``gateway.protocol`` only.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import Final, Generic, Protocol, TypeVar
+
+from gateway.protocol import attribution
+from gateway.protocol.jsonrpc import JsonObject, Request
+
+OwnerT = TypeVar("OwnerT")
+
+COMPACT_ABOVE: Final = 64
+"""Stale deadlines (requests answered before their timeout) tolerated in the heap before it
+is rebuilt: past this and half the heap, one O(n) rebuild keeps it O(live requests)."""
+
+
+@dataclass(slots=True, eq=False)
+class Entry(Generic[OwnerT]):
+    """A request in flight (hashed by identity: it is a candidate in held questions)."""
+
+    owner: OwnerT
+    method: str
+    params: JsonObject | None
+    cancellable: bool
+    accepts_asks: bool
+    log_level: str | None  # the client's minimum for notifications/message; None: it wants none
+    tool: str | None  # the caller's tool key (``attribution.tool_key``); computed when absent
+    timeout: float | None
+    deadline: float | None = None
+    child_id: int = 0
+    questioned: bool = False  # a question came while this request was one of its candidates
+    settled: bool = False  # it has had its outcome
+
+    @property
+    def may_ask(self) -> bool:
+        return self.accepts_asks and not self.settled and attribution.may_ask(self.method)
+
+    def tool_key(self) -> str | None:
+        if not self.accepts_asks:
+            return None
+        return self.tool if self.tool is not None else attribution.tool_key(self.method, self.params)
+
+
+@dataclass(slots=True, eq=False)
+class Held(Generic[OwnerT]):
+    """An ambiguous question, until one candidate is left or its deadline passes."""
+
+    request: Request
+    candidates: frozenset[Entry[OwnerT]]
+    deadline: float
+    settled: bool = False
+
+
+class Settles(Protocol):
+    @property
+    def settled(self) -> bool: ...
+
+
+ItemT = TypeVar("ItemT", bound=Settles)
+
+
+class Deadlines(Generic[ItemT]):
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, ItemT]] = []
+        self._order = itertools.count()  # ties never compare the items
+        self._stale = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, deadline: float, item: ItemT) -> None:
+        heap = self._heap
+        if self._stale > COMPACT_ABOVE and self._stale * 2 > len(heap):
+            heap[:] = [slot for slot in heap if not slot[2].settled]
+            heapq.heapify(heap)
+            self._stale = 0
+        heapq.heappush(heap, (deadline, next(self._order), item))
+
+    def settled_early(self) -> None:
+        """An item settled before its deadline: it is stale in the heap from now on."""
+        self._stale += 1
+
+    def next(self) -> float | None:
+        heap = self._heap
+        while heap and heap[0][2].settled:
+            heapq.heappop(heap)
+            self._stale -= 1
+        return heap[0][0] if heap else None
+
+    def pop_due(self, now: float) -> ItemT | None:
+        """The earliest unsettled item whose deadline is ``now`` or past, taken out; else None.
+        One at a time: handling one may settle the next."""
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            item = heapq.heappop(heap)[2]
+            if not item.settled:
+                return item
+            self._stale -= 1
+        return None
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._stale = 0

@@ -1,0 +1,99 @@
+"""One request in flight on a stdio child, as its caller sees it.
+
+``StdioChild.exchange`` (``gateway.stdio.child``) makes one per request. The child's pump
+calls ``deliver``, ``offer_ask`` and ``finish`` as the session machine decides
+(``gateway.protocol.childsession``); the caller iterates the exchange (notifications, and
+``ChildAsk`` items when it was opened with ``asks=True``), then reads ``reply()``. The queue
+never blocks the pump that serves every client of the child (``inbox``). The exchange knows
+nothing of the child: the pump and the exchange meet only through these public methods.
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from gateway.errors import CODE_NO_CLIENT_INPUT, ChildError, ChildTimeoutError
+from gateway.protocol.jsonrpc import Notification, Reply
+from gateway.stdio.ask import ChildAsk
+from gateway.stdio.inbox import Inbox, progress_key
+
+ExchangeItem = Notification | ChildAsk
+
+
+class Exchange:
+    """One request in flight: notifications (and attributed asks) as they arrive, then exactly one outcome.
+
+    The pump calls ``deliver``, ``offer_ask`` and ``finish`` as the machine decides; the
+    reader iterates, then calls ``reply()``."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.child_id = 0
+        # Never blocks the pump that serves every client of the child: past a bound, progress
+        # for a token is coalesced (latest value kept); nothing else is dropped (``inbox``).
+        self._inbox: Inbox[ExchangeItem] = Inbox()
+        self._reply: Reply | None = None
+        self._error: ChildError | None = None
+        self._asks: list[ChildAsk] = []
+
+    def __repr__(self) -> str:
+        return f"<Exchange {self.method} child_id={self.child_id} done={self.is_done}>"
+
+    @property
+    def is_done(self) -> bool:
+        return self._reply is not None or self._error is not None
+
+    def reply(self) -> Reply:
+        if self._error is not None:
+            raise self._error
+        if self._reply is None:
+            raise RuntimeError("exchange has no reply yet")  # a bug in the caller
+        return self._reply
+
+    @property
+    def dropped_notifications(self) -> int:
+        return self._inbox.backlog.dropped
+
+    def deliver(self, note: Notification) -> None:
+        self._inbox.put(note, progress_key(note.method, note.params))
+
+    def offer_ask(self, ask: ChildAsk) -> bool:
+        """Queue an attributed ask for the reader; False if it cannot be (then the gateway answers)."""
+        if self.is_done or not self._inbox.put(ask):
+            return False
+        self._asks.append(ask)
+        return True
+
+    def finish(self, reply: Reply | None = None, error: ChildError | None = None) -> None:
+        if self.is_done:
+            return
+        self._reply, self._error = reply, error
+        self._inbox.close()
+        for ask in self._asks:  # nobody will read them now
+            ask.answer_error(CODE_NO_CLIENT_INPUT, f"the request ({self.method}) ended before the client answered")
+
+    def leave(self) -> None:
+        """The reader is gone: what arrives from now on is discarded."""
+        self._inbox.close_reader()
+
+    def ready(self) -> list[ExchangeItem]:
+        """What is queued already, without waiting (so simultaneous asks make one round)."""
+        items: list[ExchangeItem] = []
+        while True:
+            try:
+                items.append(self._inbox.get_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return items
+
+    def __aiter__(self) -> Exchange:
+        return self
+
+    async def __anext__(self) -> ExchangeItem:
+        # No deadline here: the child's deadline pump ends a request that times out, and the
+        # reader learns it here (every other outcome is read with ``reply()``).
+        try:
+            return await self._inbox.get()
+        except anyio.EndOfStream:
+            if isinstance(self._error, ChildTimeoutError):
+                raise self._error from None
+            raise StopAsyncIteration from None

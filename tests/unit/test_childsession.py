@@ -1,0 +1,474 @@
+"""The child session machine, rule by rule (``gateway.protocol.childsession``): events in, actions out."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.errors import ChildExitedError, ChildProtocolError, ChildTimeoutError
+from gateway.protocol.attribution import ToolLearning
+from gateway.protocol.childactions import (
+    Action,
+    Answered,
+    Ask,
+    Broadcast,
+    Changed,
+    Deliver,
+    Failed,
+    Log,
+    Unattributed,
+    Write,
+)
+from gateway.protocol.childexit import describe_exit
+from gateway.protocol.childsession import ChildSession
+from gateway.protocol.childstate import COMPACT_ABOVE
+from gateway.protocol.framing import OversizedLine
+from gateway.protocol.jsonrpc import Notification, Result
+
+SAMPLING = "sampling/createMessage"
+
+
+def make(**kwargs: Any) -> ChildSession[str]:
+    return ChildSession("srv", 42, input_timeout=5.0, max_line_bytes=100, command="srv-cmd", **kwargs)
+
+
+def line(obj: object) -> bytes:
+    return orjson.dumps(obj)
+
+
+def result(child_id: object, value: object = None) -> bytes:
+    return line({"jsonrpc": "2.0", "id": child_id, "result": value if value is not None else {}})
+
+
+def question(request_id: object = 90, method: str = SAMPLING) -> bytes:
+    return line({"jsonrpc": "2.0", "id": request_id, "method": method, "params": {}})
+
+
+def note(method: str, **params: object) -> bytes:
+    return line({"jsonrpc": "2.0", "method": method, "params": params})
+
+
+def call(name: str = "t") -> dict[str, object]:
+    return {"name": name, "arguments": {}}
+
+
+def of(kind: type, actions: list[Action[str]]) -> list[Any]:
+    return [action for action in actions if isinstance(action, kind)]
+
+
+def cancel_ids(actions: list[Action[str]]) -> list[object]:
+    return [orjson.loads(a.line)["params"]["requestId"] for a in of(Write, actions)]
+
+
+# -- rule 1: one outcome per request -----------------------------------------------------------
+
+
+def test_a_request_gets_a_minted_id_and_a_whole_line_and_its_reply_goes_to_its_owner() -> None:
+    session = make()
+    first = session.send("tools/list", None, "a", now=0)
+    second = session.send("tools/list", None, "b", now=0)
+    assert (first.child_id, second.child_id) == (1, 2)
+    assert first.line.endswith(b"\n")
+    assert orjson.loads(first.line)["id"] == 1
+    assert first.deadline is None
+    actions = session.receive_line(result(2, {"tools": []}), now=1)
+    assert actions == [Answered("b", Result(2, {"tools": []}))]
+    assert session.in_flight == 1
+
+
+def test_a_reply_for_an_id_no_longer_pending_is_late_and_dropped() -> None:
+    session = make()
+    sent = session.send("ping", None, "a", now=0)
+    session.receive_line(result(sent.child_id), now=0)
+    [late] = session.receive_line(result(sent.child_id), now=0)
+    assert isinstance(late, Log)
+    assert late.level == logging.DEBUG
+    assert "late message" in late.template
+
+
+def test_progress_goes_to_its_request_with_the_clients_token_restored() -> None:
+    session = make()
+    sent = session.send("tools/call", {**call(), "_meta": {"progressToken": "tok"}}, "a", now=0)
+    assert orjson.loads(sent.line)["params"]["_meta"]["progressToken"] == sent.child_id
+    [delivered] = session.receive_line(note("notifications/progress", progressToken=sent.child_id, progress=1), 0)
+    assert isinstance(delivered, Deliver)
+    assert delivered.owner == "a"
+    assert delivered.notification.params == {"progressToken": "tok", "progress": 1}
+
+
+def test_a_batch_on_stdio_is_taken_apart() -> None:
+    session = make()
+    session.send("ping", None, "a", now=0)
+    session.send("ping", None, "b", now=0)
+    batch = b"[" + result(1) + b"," + result(2) + b"]"
+    assert [a.owner for a in of(Answered, session.receive_line(batch, now=0))] == ["a", "b"]
+
+
+# -- rule 2: deadlines -------------------------------------------------------------------------
+
+
+def test_a_request_past_its_deadline_fails_and_the_child_is_told_to_cancel() -> None:
+    session = make()
+    sent = session.send("tools/call", call(), "a", now=10, timeout=2)
+    assert sent.deadline == 12
+    assert session.next_deadline() == 12
+    assert session.tick(11.9) == []
+    actions = session.tick(12)
+    [failed] = of(Failed, actions)
+    assert isinstance(failed.error, ChildTimeoutError)
+    assert "did not answer tools/call within 2 s" in failed.error.message
+    assert cancel_ids(actions) == [sent.child_id]
+    assert (session.timeouts, session.cancels_sent, session.in_flight) == (1, 1, 0)
+    assert session.next_deadline() is None
+    assert of(Log, session.receive_line(result(sent.child_id), now=13))  # late: dropped
+
+
+def test_a_request_that_may_not_be_cancelled_times_out_without_a_cancel() -> None:
+    session = make()
+    session.send("server/discover", None, "probe", now=0, timeout=1, cancellable=False)
+    actions = session.tick(5)
+    assert of(Failed, actions)
+    assert not of(Write, actions)
+
+
+def test_the_default_timeout_applies_and_an_infinite_one_sets_no_deadline() -> None:
+    session = make(request_timeout=30)
+    assert session.send("ping", None, "a", now=0).deadline == 30
+    assert session.send("subscriptions/listen", None, "b", now=0, timeout=math.inf).deadline is None
+    assert make().send("ping", None, "c", now=0).deadline is None
+
+
+def test_deadlines_fire_in_order_and_answered_ones_are_skipped() -> None:
+    session = make()
+    late = session.send("ping", None, "late", now=0, timeout=9)
+    early = session.send("ping", None, "early", now=0, timeout=3)
+    session.receive_line(result(early.child_id), now=1)
+    assert session.next_deadline() == 9  # the answered one is skipped
+    assert [a.owner for a in of(Failed, session.tick(100))] == ["late"]
+    assert late.child_id not in [a.owner for a in of(Failed, session.tick(200))]
+
+
+def test_the_deadline_heap_stays_proportional_to_the_live_requests() -> None:
+    session = make()
+    for n in range(20 * COMPACT_ABOVE):
+        sent = session.send("ping", None, f"r{n}", now=n, timeout=1000)
+        session.receive_line(result(sent.child_id), now=n)
+    assert len(session._deadlines) <= 2 * COMPACT_ABOVE + 2
+
+
+# -- rule 3: abandon ---------------------------------------------------------------------------
+
+
+def test_an_abandoned_request_ends_once_and_the_child_is_told_once() -> None:
+    session = make()
+    sent = session.send("tools/call", call(), "a", now=0, timeout=5)
+    actions = session.abandon(sent.child_id)
+    [failed] = of(Failed, actions)
+    assert isinstance(failed.error, ChildExitedError)
+    assert "abandoned" in failed.error.message
+    assert cancel_ids(actions) == [sent.child_id]
+    assert session.abandon(sent.child_id) == []
+    assert session.tick(10) == []  # its deadline is gone with it
+    assert of(Log, session.receive_line(result(sent.child_id), now=1))
+
+
+def test_abandoning_an_uncancellable_request_sends_nothing() -> None:
+    session = make()
+    sent = session.send("initialize", None, "a", now=0, cancellable=False)
+    assert not of(Write, session.abandon(sent.child_id))
+
+
+# -- rule 4: what the child says -----------------------------------------------------------------
+
+
+def test_a_non_json_line_is_noise_counted_and_kept() -> None:
+    session = make()
+    [warning] = session.receive_line(b"Server listening on stdio", now=0)
+    assert isinstance(warning, Log)
+    assert warning.level == logging.WARNING
+    assert "non-JSON" in warning.template
+    assert session.non_json_lines == 1
+    assert list(session.noise) == ["Server listening on stdio"]
+
+
+def test_json_that_is_not_json_rpc_fails_the_request_it_names_or_else_is_noise() -> None:
+    session = make()
+    sent = session.send("ping", None, "a", now=0)
+    [failed] = session.receive_line(line({"id": sent.child_id, "result": {}}), now=0)  # no "jsonrpc"
+    assert isinstance(failed, Failed)
+    assert isinstance(failed.error, ChildProtocolError)
+    assert session.non_json_lines == 0
+    [warning] = session.receive_line(line({"level": "info", "msg": "hello"}), now=0)
+    assert isinstance(warning, Log)
+    assert "invalid message" in warning.template
+    assert session.non_json_lines == 1
+    assert "hello" in session.noise[-1]
+
+
+def test_an_over_long_line_fails_the_request_whose_id_it_carries() -> None:
+    session = make()
+    sent = session.send("tools/call", call(), "a", now=0)
+    head = b'{"jsonrpc":"2.0","id":' + str(sent.child_id).encode() + b',"result":{"x":"'
+    actions = session.receive_oversized(OversizedLine(5000, head, b'xxx"}}'))
+    [failed] = of(Failed, actions)
+    assert isinstance(failed.error, ChildProtocolError)
+    assert failed.error.data == {"size": 5000, "limit": 100}
+    assert not of(Failed, session.receive_oversized(OversizedLine(5000, b"garbage", b"garbage")))
+    assert session.oversized_lines == 2
+
+
+def test_a_log_goes_to_the_one_request_in_flight_at_its_clients_level() -> None:
+    session = make()
+    session.send("subscriptions/listen", None, "listen", now=0)  # listens never log
+    session.send("tools/call", call(), "a", now=0, log_level="info")
+    [delivered] = session.receive_line(note("notifications/message", level="warning", data="x"), now=0)
+    assert isinstance(delivered, Deliver)
+    assert delivered.owner == "a"
+    [logged] = session.receive_line(note("notifications/message", level="debug", data="y", logger="db"), now=0)
+    assert isinstance(logged, Log)
+    assert logged.level == logging.DEBUG
+    assert logged.args[2] == " [db]"
+
+
+def test_a_log_with_several_requests_in_flight_or_none_is_the_gateways() -> None:
+    session = make()
+    assert of(Log, session.receive_line(note("notifications/message", level="error", data="z"), now=0))
+    session.send("tools/call", call(), "a", now=0, log_level="debug")
+    session.send("tools/call", call(), "b", now=0, log_level="debug")
+    [logged] = session.receive_line(note("notifications/message", level="error", data="z"), now=0)
+    assert isinstance(logged, Log)
+    assert logged.level == logging.ERROR
+    assert logged.args[2] == ""
+
+
+def test_a_request_whose_client_wants_no_logs_gets_none() -> None:
+    session = make()
+    session.send("tools/call", call(), "a", now=0)
+    assert of(Log, session.receive_line(note("notifications/message", level="emergency", data="z"), now=0))
+
+
+def test_notifications_of_no_request_are_broadcast_and_a_tools_change_is_counted() -> None:
+    session = make()
+    [changed] = session.receive_line(note("notifications/tools/list_changed"), now=0)
+    assert isinstance(changed, Broadcast)
+    assert session.tools_generation == 1
+    [other] = session.receive_line(note("notifications/resources/updated", uri="file:///x"), now=0)
+    assert isinstance(other, Broadcast)
+    assert session.tools_generation == 1
+
+
+# -- rule 5: the child's questions -----------------------------------------------------------------
+
+
+def test_a_question_with_one_request_that_may_ask_goes_to_it() -> None:
+    session = make()
+    session.send("tools/list", None, "lister", now=0, asks=True)  # a list never asks
+    session.send("tools/call", call(), "caller", now=0, asks=True)
+    [ask] = session.receive_line(question(), now=0)
+    assert isinstance(ask, Ask)
+    assert ask.owner == "caller"
+    assert ask.request.method == SAMPLING
+    assert session.has_asked
+    assert session.open_questions == 1
+    assert session.ask_closed(ask.ask_id) == [Changed()]
+    assert session.open_questions == 0
+
+
+def test_a_question_nobody_can_carry_is_the_gateways_to_answer() -> None:
+    session = make()
+    [none] = session.receive_line(question(), now=0)
+    assert isinstance(none, Unattributed)
+    assert none.reason == "no client request is in flight on the child"
+    session.send("tools/call", call(), "no-asks", now=0)  # not opened with asks=True
+    [other] = session.receive_line(question(), now=0)
+    assert isinstance(other, Unattributed)
+    assert "none of the 1 request(s)" in other.reason
+    assert not session.has_asked
+
+
+def test_a_child_request_that_is_no_question_is_answered_by_the_gateway() -> None:
+    session = make()
+    session.send("tools/call", call(), "a", now=0, asks=True)
+    [ping] = session.receive_line(question(method="ping"), now=0)
+    assert isinstance(ping, Unattributed)
+
+
+def test_an_ask_its_owner_cannot_take_is_answered_by_the_gateway() -> None:
+    session = make()
+    session.send("tools/call", call(), "a", now=0, asks=True)
+    [ask] = session.receive_line(question(), now=0)
+    [answer] = session.ask_refused(ask.ask_id)
+    assert isinstance(answer, Unattributed)
+    assert answer.request.method == SAMPLING
+    assert session.open_questions == 0
+    assert session.ask_refused(ask.ask_id) == []
+
+
+def test_an_ambiguous_question_is_held_until_one_candidate_is_left() -> None:
+    session = make()
+    first = session.send("tools/call", call("x"), "a", now=0, asks=True)
+    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    [held] = session.receive_line(question(), now=0)
+    assert isinstance(held, Log)
+    assert "held" in held.template
+    assert session.open_questions == 1
+    assert session.next_deadline() == 5.0
+    actions = session.receive_line(result(first.child_id), now=1)
+    assert [type(a) for a in actions] == [Answered, Ask, Changed]
+    assert of(Ask, actions)[0].owner == "b"
+    assert session.tick(10) == []  # settled: its deadline is skipped
+
+
+def test_a_held_question_goes_to_the_last_of_its_candidates_not_to_a_later_request() -> None:
+    session = make()
+    child_ids = [session.send("tools/call", call(n), n, now=0, asks=True).child_id for n in "abc"]
+    session.receive_line(question(), now=0)
+    session.abandon(child_ids[0])
+    assert session.open_questions == 1  # still two candidates
+    session.send("tools/call", call(), "late-comer", now=0, asks=True)  # not a candidate
+    actions = session.abandon(child_ids[1])
+    [ask] = of(Ask, actions)
+    assert ask.owner == "c"
+    assert of(Changed, actions)
+    assert session.open_questions == 1  # now an open ask
+
+
+def test_a_held_question_is_answered_by_the_gateway_after_the_input_timeout() -> None:
+    session = make()
+    session.send("tools/call", call("x"), "a", now=0, asks=True)
+    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    session.receive_line(question(), now=2)
+    actions = session.tick(7)
+    assert [type(a) for a in actions] == [Changed, Unattributed]
+    assert "none was left alone within 5 s" in of(Unattributed, actions)[0].reason
+    assert session.open_questions == 0
+    assert session.in_flight == 2
+
+
+# -- rule 6: tool learning ---------------------------------------------------------------------
+
+
+def learning_session() -> ChildSession[str]:
+    session = make()
+    session.legacy = True
+    session.tools = ToolLearning()
+    return session
+
+
+def test_a_tool_that_ends_with_a_result_and_no_question_is_learned_quiet() -> None:
+    session = learning_session()
+    sent = session.send("tools/call", call("quiet"), "a", now=0, asks=True)
+    actions = session.receive_line(result(sent.child_id), now=0)
+    assert of(Log, actions)
+    assert session.tools is not None
+    assert session.tools.is_quiet("tools/call quiet")
+
+
+def test_the_callers_tool_key_is_used_as_given() -> None:
+    session = learning_session()
+    sent = session.send("tools/call", call("x"), "a", now=0, asks=True, tool="tools/call given")
+    session.receive_line(result(sent.child_id), now=0)
+    assert session.tools is not None
+    assert session.tools.quiet == {"tools/call given"}
+
+
+def test_a_tool_that_asked_is_never_quiet_and_a_quiet_one_that_asks_is_unlearned() -> None:
+    session = learning_session()
+    assert session.tools is not None
+    session.tools.quiet.add("tools/call t")
+    sent = session.send("tools/call", call(), "a", now=0, asks=True)
+    [unlearned, ask] = session.receive_line(question(), now=0)
+    assert isinstance(unlearned, Log)
+    assert "asked after all" in unlearned.template
+    assert isinstance(ask, Ask)
+    session.receive_line(result(sent.child_id), now=0)
+    assert session.tools.asking == {"tools/call t"}
+    assert not session.tools.quiet
+
+
+def test_no_learning_for_a_modern_child_an_error_or_a_request_that_may_not_ask() -> None:
+    session = learning_session()
+    assert session.tools is not None
+    session.send("tools/call", call("err"), "a", now=0, asks=True)
+    session.receive_line(line({"jsonrpc": "2.0", "id": 1, "error": {"code": -1, "message": "no"}}), now=0)
+    session.send("tools/call", call("no-asks"), "b", now=0)
+    session.receive_line(result(2), now=0)
+    modern = make()
+    modern.tools = session.tools
+    modern.send("tools/call", call("modern"), "c", now=0, asks=True)
+    modern.receive_line(result(1), now=0)
+    assert session.tools.quiet == set()
+
+
+def test_unresolved_questions_mark_every_candidates_tool_asking() -> None:
+    session = learning_session()
+    session.send("tools/call", call("x"), "a", now=0, asks=True)
+    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    session.receive_line(question(), now=0)
+    session.tick(100)
+    assert session.tools is not None
+    assert session.tools.asking == {"tools/call x", "tools/call y"}
+
+
+# -- rule 7: exit ------------------------------------------------------------------------------
+
+
+def test_the_exit_fails_everything_pending_with_one_error_naming_the_exit() -> None:
+    session = make()
+    session.send("tools/call", call("x"), "a", now=0, asks=True, timeout=3)
+    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    session.receive_line(question(), now=0)  # held
+    actions = session.exited(-9, stderr_tail=["one", "two", "three", "four"])
+    failed = of(Failed, actions)
+    assert [a.owner for a in failed] == ["a", "b"]
+    assert failed[0].error is failed[1].error
+    error = failed[0].error
+    assert error.message == "srv (pid 42) was killed by SIGKILL; stderr: two | three | four"
+    assert error.data["signal"] == "SIGKILL"
+    assert error.data["stderr"] == ["one", "two", "three", "four"]
+    assert of(Log, actions)[0].level == logging.WARNING
+    assert (session.in_flight, session.open_questions, session.next_deadline()) == (0, 0, None)
+    with pytest.raises(ChildExitedError):
+        session.send("ping", None, "c", now=1)
+    assert session.exited(0) == []
+
+
+def test_a_child_the_gateway_stopped_exits_quietly() -> None:
+    session = make()
+    actions = session.exited(0, stopping=True)
+    assert actions == []
+    assert session.death is not None
+    assert session.death.message == "srv (pid 42) exited with code 0 after the gateway stopped it"
+
+
+def test_an_open_ask_is_forgotten_at_the_exit() -> None:
+    session = make()
+    session.send("tools/call", call(), "a", now=0, asks=True)
+    [ask] = session.receive_line(question(), now=0)
+    session.exited(None)
+    assert session.open_questions == 0
+    assert session.ask_closed(ask.ask_id) == [Changed()]
+
+
+@pytest.mark.parametrize(
+    ("returncode", "described"),
+    [
+        (None, ("closed its stdout", None, None)),
+        (3, ("exited with code 3", 3, None)),
+        (-15, ("was killed by SIGTERM", None, "SIGTERM")),
+        (-200, ("was killed by signal 200", None, "signal 200")),
+    ],
+)
+def test_an_exit_is_described_by_its_code_or_signal(returncode: int | None, described: tuple[object, ...]) -> None:
+    assert describe_exit(returncode) == described
+
+
+def test_notifications_carry_through_unchanged() -> None:
+    session = make()
+    session.send("tools/call", call(), "a", now=0)
+    [broadcast] = session.receive_line(note("notifications/prompts/list_changed"), now=0)
+    assert broadcast == Broadcast(Notification("notifications/prompts/list_changed", {}))
