@@ -70,7 +70,7 @@ class QuestionDesk(Generic[OwnerT]):
                 self.has_asked = True
                 held = Held(request, decision.candidates, now + self.input_timeout)
                 self._held.append(held)
-                self._deadlines.push(held.deadline, held)
+                held.due = self._deadlines.push(held.deadline, held)
                 template = "child %s asked %s with %d requests in flight that may ask; held until only one is left"
                 actions.append(Log(logging.INFO, template, (self.label, request.method, len(candidates))))
                 return
@@ -121,7 +121,8 @@ class QuestionDesk(Generic[OwnerT]):
                 self._held.append(question)
                 continue
             question.settled = True
-            self._deadlines.settled_early()
+            if question.due is not None:
+                self._deadlines.settled_early(question.due)
             if isinstance(outcome, Attributed):
                 self._asked([outcome.owner], actions)
                 self._give(outcome.owner, question.request, actions)

@@ -162,7 +162,7 @@ class ChildSession(Generic[OwnerT]):
         entry.child_id = pending.child_id
         if timeout is not None and math.isfinite(timeout):
             entry.deadline = now + timeout
-            self._deadlines.push(entry.deadline, entry)
+            entry.due = self._deadlines.push(entry.deadline, entry)
         return Sent(entry.child_id, jsonrpc.encode(request) + b"\n", entry.deadline)
 
     def abandon(self, child_id: int) -> list[Action[OwnerT]]:
@@ -324,8 +324,8 @@ class ChildSession(Generic[OwnerT]):
     ) -> None:
         """The one outcome of a request already taken out of the correlator (rule 1)."""
         entry.settled = True
-        if entry.deadline is not None:
-            self._deadlines.settled_early()  # its heap item stays until popped or compacted
+        if entry.due is not None:
+            self._deadlines.settled_early(entry.due)  # the heap entry stays, empty, until popped or compacted
         if reply is not None:
             actions.append(Answered(entry.owner, reply))
         else:

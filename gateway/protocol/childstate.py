@@ -39,6 +39,9 @@ class Entry(Generic[OwnerT]):
     tool: str | None  # the caller's tool key (``attribution.tool_key``); computed when absent
     timeout: float | None
     deadline: float | None = None
+    due: Due[Entry[OwnerT] | Held[OwnerT]] | None = (
+        None  # its place in the deadline heap, emptied when it settles early
+    )
     child_id: int = 0
     questioned: bool = False  # a question came while this request was one of its candidates
     settled: bool = False  # it has had its outcome
@@ -61,6 +64,7 @@ class Held(Generic[OwnerT]):
     candidates: frozenset[Entry[OwnerT]]
     deadline: float
     settled: bool = False
+    due: Due[Entry[OwnerT] | Held[OwnerT]] | None = None
 
 
 class Settles(Protocol):
@@ -71,30 +75,45 @@ class Settles(Protocol):
 ItemT = TypeVar("ItemT", bound=Settles)
 
 
+@dataclass(slots=True, eq=False)
+class Due(Generic[ItemT]):
+    """An item's place in the heap, emptied (``item = None``) when the item settles early, so
+    a stale heap entry keeps no request alive: not its params (a megabyte method name, say),
+    not its owner, not the answer the owner holds."""
+
+    item: ItemT | None
+
+
 class Deadlines(Generic[ItemT]):
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, ItemT]] = []
+        self._heap: list[tuple[float, int, Due[ItemT]]] = []
         self._order = itertools.count()  # ties never compare the items
         self._stale = 0
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push(self, deadline: float, item: ItemT) -> None:
+    def push(self, deadline: float, item: ItemT) -> Due[ItemT]:
+        """Add ``item``; the returned ``Due`` is what ``settled_early`` takes."""
         heap = self._heap
         if self._stale > COMPACT_ABOVE and self._stale * 2 > len(heap):
-            heap[:] = [slot for slot in heap if not slot[2].settled]
+            heap[:] = [slot for slot in heap if slot[2].item is not None]
             heapq.heapify(heap)
             self._stale = 0
-        heapq.heappush(heap, (deadline, next(self._order), item))
+        due = Due(item)
+        heapq.heappush(heap, (deadline, next(self._order), due))
+        return due
 
-    def settled_early(self) -> None:
-        """An item settled before its deadline: it is stale in the heap from now on."""
-        self._stale += 1
+    def settled_early(self, due: Due[ItemT]) -> None:
+        """An item settled before its deadline: its heap entry is stale from now on, and lets
+        go of the item at once."""
+        if due.item is not None:
+            due.item = None
+            self._stale += 1
 
     def next(self) -> float | None:
         heap = self._heap
-        while heap and heap[0][2].settled:
+        while heap and heap[0][2].item is None:
             heapq.heappop(heap)
             self._stale -= 1
         return heap[0][0] if heap else None
@@ -104,10 +123,11 @@ class Deadlines(Generic[ItemT]):
         One at a time: handling one may settle the next."""
         heap = self._heap
         while heap and heap[0][0] <= now:
-            item = heapq.heappop(heap)[2]
-            if not item.settled:
+            item = heapq.heappop(heap)[2].item
+            if item is not None and not item.settled:
                 return item
-            self._stale -= 1
+            if item is None:
+                self._stale -= 1
         return None
 
     def clear(self) -> None:

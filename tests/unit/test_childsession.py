@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
+import weakref
 from typing import Any
 
 import orjson
@@ -158,6 +160,25 @@ def test_the_deadline_heap_stays_proportional_to_the_live_requests() -> None:
         sent = session.send("ping", None, f"r{n}", now=n, timeout=1000)
         session.receive_line(result(sent.child_id), now=n)
     assert len(session._deadlines) <= 2 * COMPACT_ABOVE + 2
+
+
+def test_an_answered_request_is_not_kept_alive_by_its_stale_deadline() -> None:
+    """A stale heap entry lets go of its request at once: a megabyte of params, the owner and
+    what the owner holds are freed when the answer comes, not at the next compaction."""
+
+    class Owner:
+        pass
+
+    session: ChildSession[Owner] = ChildSession("srv", 42, input_timeout=5.0, max_line_bytes=100, command="srv-cmd")
+    owner = Owner()
+    gone = weakref.ref(owner)
+    sent = session.send("tools/call", call(), owner, now=0, timeout=1000)
+    actions = session.receive_line(result(sent.child_id), now=1)
+    del owner, actions
+    gc.collect()
+    assert gone() is None
+    assert len(session._deadlines) == 1  # the stale entry is still there, empty
+    assert session.next_deadline() is None
 
 
 # -- rule 3: abandon ---------------------------------------------------------------------------
