@@ -19,6 +19,9 @@ The layers, innermost first (``docs/architecture.md`` draws them):
 - ``tools``: the ``call`` client, ``inspect`` and the demo server, which share the package
   but not the gateway's layers: ``protocol``, ``stdio``, ``errors``, ``helptext``.
 
+``gateway/protocol/`` is also checked for purity: no I/O, concurrency or clock module
+(``IO_MODULES``), no ``async def`` and no ``await``.
+
 Every import counts, also one inside a function (a function-local import that hides a cycle
 is still a cycle); only imports under ``if TYPE_CHECKING:`` are left out.
 """
@@ -186,9 +189,58 @@ def cycles(edges: dict[str, list[tuple[int, str]]]) -> list[list[str]]:
     return found
 
 
+IO_MODULES: frozenset[str] = frozenset(
+    {
+        "anyio",
+        "asyncio",
+        "trio",
+        "sniffio",
+        "socket",
+        "ssl",
+        "select",
+        "selectors",
+        "subprocess",
+        "threading",
+        "multiprocessing",
+        "time",
+        "os",
+        "http",
+        "urllib",
+        "httpx",
+        "starlette",
+        "uvicorn",
+        "sse_starlette",
+    }
+)
+"""What ``gateway/protocol/`` may not import: I/O, concurrency and the clock (the clock is
+passed in as a number). ruff's TID251 bans anyio, Starlette and uvicorn there too."""
+
+
+def impurities(root: Path = ROOT) -> list[str]:
+    """``gateway/protocol/`` stays sans-IO: no I/O or clock module, no ``async def``, no ``await``."""
+    found = []
+    for path in sorted((root / "protocol").rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        where = module_name(path) if root == ROOT else path.stem
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            elif isinstance(node, (ast.AsyncFunctionDef, ast.Await, ast.AsyncFor, ast.AsyncWith)):
+                found.append(f"{where}:{node.lineno} is async (gateway.protocol is sans-IO)")
+                continue
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in IO_MODULES:
+                    found.append(f"{where}:{node.lineno} imports {name} (gateway.protocol is sans-IO)")
+    return found
+
+
 def main() -> int:
     edges = graph()
-    problems = crossings(edges) + [" -> ".join(cycle) + " (import cycle)" for cycle in cycles(edges)]
+    problems = crossings(edges) + [" -> ".join(cycle) + " (import cycle)" for cycle in cycles(edges)] + impurities()
     for problem in problems:
         print(problem)
     return 1 if problems else 0

@@ -67,3 +67,21 @@ def test_a_function_local_import_counts_and_a_type_checking_one_does_not(tmp_pat
         assert list(layers.imports_of(source, modules)) == [(5, "gateway.stdio.pool")]
     finally:
         layers.ROOT = original
+
+
+def test_the_protocol_package_is_sans_io() -> None:
+    assert layers.impurities() == []
+
+
+def test_the_purity_check_sees_io_a_clock_and_async(tmp_path: Path) -> None:
+    (tmp_path / "protocol").mkdir()
+    (tmp_path / "protocol" / "bad.py").write_text(
+        "import time\nfrom anyio import sleep\nimport os.path\nasync def f():\n    await g()\n"
+    )
+    assert layers.impurities(tmp_path) == [
+        "bad:1 imports time (gateway.protocol is sans-IO)",
+        "bad:2 imports anyio (gateway.protocol is sans-IO)",
+        "bad:3 imports os.path (gateway.protocol is sans-IO)",
+        "bad:4 is async (gateway.protocol is sans-IO)",
+        "bad:5 is async (gateway.protocol is sans-IO)",
+    ]
