@@ -24,14 +24,12 @@ session is the only one its pool serves (``on_child_request``).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Final
 
 import anyio
 import orjson
 from anyio.abc import TaskGroup
-from sse_starlette import EventSourceResponse
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 from starlette.types import Scope
@@ -44,7 +42,8 @@ from gateway.http.limits import SLOTS, Slots
 from gateway.http.listen import Listen, Listens, ListenStream
 from gateway.http.observe import note_answer
 from gateway.http.session_listen import SessionListens, is_served_by_modern_child
-from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
+from gateway.http.sse import EventStream
+from gateway.http.stream import LazyStream
 from gateway.http.wire import rejection_response
 from gateway.protocol import bridge, ingress, inputs, loglevels, subscriptions, versions
 from gateway.protocol.headers import MCP_SESSION_ID
@@ -63,6 +62,8 @@ from gateway.protocol.jsonrpc import (
 )
 from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
+from gateway.relay import events
+from gateway.relay.detached import Detached
 from gateway.relay.exchange import ClientContext, Relay, response
 from gateway.relay.router import ANONYMOUS
 from gateway.relay.sessions import CancelHandle, LegacySession, SessionStore
@@ -138,7 +139,7 @@ class McpEndpoint:
         principal = request.scope.get("gateway.principal")
         return principal if isinstance(principal, str) else None
 
-    async def __call__(self, request: HttpRequest) -> Response | LazyStream | ListenStream:
+    async def __call__(self, request: HttpRequest) -> Response | LazyStream | ListenStream | EventStream:
         headers = lower_headers(request)
         principal = self.principal(request)
         if request.method == "GET":
@@ -437,8 +438,8 @@ class McpEndpoint:
                     exchange = self.relay.exchange(message, client, headers)
                     async with aclosing(exchange):  # type: ignore[type-var]
                         async for event in exchange:
-                            if "id" in event and "method" not in event:  # the final answer
-                                answers.append(event)
+                            if type(event) is events.Final:
+                                answers.append(event.message)
                                 answered = True
             except GatewayError as exc:  # saturated: this request's answer says so; the others go on
                 answers.append(response(message.id, error=exc.error_object()))
@@ -461,7 +462,7 @@ class McpEndpoint:
 
     # -- GET / DELETE -------------------------------------------------------------------
 
-    def _get(self, headers: dict[str, str], principal: str | None) -> Response:
+    def _get(self, headers: dict[str, str], principal: str | None) -> Response | EventStream:
         """A legacy session's stream of unsolicited messages (``list_changed``)."""
         outcome = ingress.check_get(headers, session_version=self.sessions.version_of)
         if isinstance(outcome, Rejection):
@@ -470,18 +471,9 @@ class McpEndpoint:
         session = self.sessions.get(outcome.session_id)
         if session is None or session.principal != principal:
             return rejection_response(ingress.unknown_session())
-        messages = session.open_stream()
-
-        async def events() -> AsyncIterator[dict[str, str]]:
-            # Bounded: after max_stream_seconds the stream ends and the client reconnects (a
-            # stream that lives forever would pin memory and a connection per forgotten tab).
-            with messages, anyio.move_on_after(self.max_stream_seconds):
-                async for message in messages:
-                    yield {"data": orjson.dumps(message).decode()}
-
-        return EventSourceResponse(
-            events(), ping=int(KEEPALIVE_SECONDS), headers={"cache-control": "no-cache", "x-accel-buffering": "no"}
-        )
+        # Bounded: after max_stream_seconds the stream ends and the client reconnects (a
+        # stream that lives forever would pin memory and a connection per forgotten tab).
+        return EventStream(session.open_stream(), max_seconds=self.max_stream_seconds)
 
     def on_child_notification(self, pool: Pool, notification: Notification) -> None:
         """Unsolicited child notifications: ``list_changed`` goes to the GET streams of the legacy

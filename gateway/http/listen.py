@@ -12,9 +12,10 @@ each URI that no other listener on that child holds (``SubscriptionCounts``); th
 acknowledgement lists the URIs the child accepted. When the stream ends, each URI is
 released, and ``resources/unsubscribe`` goes to the child when none holds it any more.
 
-``ListenStream`` is the ASGI response: ``200 text/event-stream`` at once, the
-acknowledgement first, then the notifications, a ``: keep-alive`` comment every
-``KEEPALIVE_SECONDS`` while quiet. It ends when:
+``ListenStream`` is the ASGI response, written by ``gateway.http.sse``: ``200
+text/event-stream`` at once, the acknowledgement first, then the notifications (those queued
+together in one send), a ``: keep-alive`` comment every ``KEEPALIVE_SECONDS`` while quiet.
+It ends when:
 
 - the client closes the stream (nothing to tell the child: the listen is the gateway's);
 - the gateway drains (shutdown): the graceful result, response id = the listen id;
@@ -32,14 +33,12 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
-import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from sse_starlette.event import ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import ChildError
-from gateway.http.drain import Drain
-from gateway.http.stream import KEEPALIVE_SECONDS, SSE_HEADERS
+from gateway.http import sse
+from gateway.http.sse import KEEPALIVE_SECONDS, SSE_HEADERS, SseWriter, Watch
 from gateway.protocol import subscriptions
 from gateway.protocol.jsonrpc import JsonId, JsonObject, Notification, Result
 from gateway.stdio.child import StdioChild
@@ -147,10 +146,8 @@ class ListenStream:
         self.listens = listens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        drain: Drain | None = scope.get("gateway.drain")
         listen = self.listen
         self.listens.open.add(listen)
-        graceful = False
         try:
             if listen.child is not None and listen.wanted_uris:
                 for uri in listen.wanted_uris:
@@ -158,37 +155,29 @@ class ListenStream:
                         listen.uris.append(uri)
                 if listen.uris:
                     listen.granted[subscriptions.RESOURCE_SUBSCRIPTIONS] = list(listen.uris)
-            await send({"type": "http.response.start", "status": 200, "headers": list(SSE_HEADERS)})
-            await _event(send, subscriptions.acknowledged(listen.id, listen.granted))
-            async with anyio.create_task_group() as tg:
+            writer = SseWriter(send)
+            watch = Watch(scope, receive, end_on_drain=True)
+            await writer.start(list(SSE_HEADERS))
+            await writer.write([sse.frame(subscriptions.acknowledged(listen.id, listen.granted))])
 
-                async def watch_disconnect() -> None:
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
-                    tg.cancel_scope.cancel()
+            async def relay() -> None:
+                notes = listen.receive
+                ready = sse.ready_from(notes)
+                await sse.pump(writer, notes.receive, ready, sse.json_frame, keepalive=KEEPALIVE_SECONDS)
 
-                async def watch_drain() -> None:
-                    assert drain is not None
-                    await drain.ending.wait()
-                    nonlocal graceful
-                    graceful = True
-                    tg.cancel_scope.cancel()
+            async def watch_child() -> None:
+                # Its subscriptions die with it (even a planned retirement): end so the client reconnects.
+                assert listen.child is not None
+                await listen.child.wait_exited()
+                listen.drop()
 
-                async def watch_child(child: StdioChild) -> None:
-                    # Its subscriptions die with it (even a planned retirement): end so the client reconnects.
-                    await child.wait_exited()
-                    listen.drop()
-
-                tg.start_soon(watch_disconnect)
-                if drain is not None:
-                    tg.start_soon(watch_drain)
-                if listen.child is not None and listen.uris:
-                    tg.start_soon(watch_child, listen.child)
-                await self._relay(send)
-                tg.cancel_scope.cancel()
-            if graceful:
-                await _event(send, subscriptions.graceful_end(listen.id))
-            await send({"type": "http.response.body", "body": b""})
+            if listen.child is not None and listen.uris:
+                await watch.run(relay, watch_child)
+            else:
+                await watch.run(relay)
+            if watch.drained:
+                await writer.write([sse.frame(subscriptions.graceful_end(listen.id))])
+            await writer.end()
         except OSError:  # pragma: no cover - the client's socket went away mid-write
             pass
         finally:
@@ -199,20 +188,3 @@ class ListenStream:
                 with anyio.CancelScope(shield=True):
                     for uri in listen.uris:
                         await self.listens.counts.release(listen.child, uri)
-
-    async def _relay(self, send: Send) -> None:
-        while True:
-            with anyio.move_on_after(KEEPALIVE_SECONDS) as idle:
-                try:
-                    message = await self.listen.receive.receive()
-                except anyio.EndOfStream:
-                    return
-            if idle.cancelled_caught:
-                await send({"type": "http.response.body", "body": b": keep-alive\n\n", "more_body": True})
-                continue
-            await _event(send, message)
-
-
-async def _event(send: Send, message: JsonObject) -> None:
-    data = ServerSentEvent(data=orjson.dumps(message).decode()).encode()
-    await send({"type": "http.response.body", "body": data, "more_body": True})

@@ -30,7 +30,6 @@ KNOWN_CROSSINGS: set[str] = {
     "gateway.http.listen imports gateway.stdio.child",
     "gateway.http.listen imports gateway.stdio.pool",
     "gateway.http.session_listen imports gateway.stdio.child",
-    "gateway.http.stream imports gateway.stdio.inbox",
     "gateway.tools.call.command imports gateway.configfile",
 }
 KNOWN_CYCLES: set[str] = {
