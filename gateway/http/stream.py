@@ -57,10 +57,33 @@ def _is_final(event: events.Event) -> bool:
     return type(event) is events.Final
 
 
+class Unbatched:
+    """A relay exchange's events one at a time; the rest of a ``Batch`` is ``ready()``."""
+
+    __slots__ = ("_exchange", "_pending")
+
+    def __init__(self, exchange: AsyncIterator[events.Emitted]) -> None:
+        self._exchange = exchange
+        self._pending: list[events.Event] = []
+
+    async def __anext__(self) -> events.Event:
+        if self._pending:
+            return self._pending.pop(0)
+        emitted = await self._exchange.__anext__()
+        if isinstance(emitted, events.Batch):
+            self._pending.extend(emitted.notes[1:])
+            return emitted.notes[0]
+        return emitted
+
+    def ready(self) -> list[events.Event]:
+        pending, self._pending = self._pending, []
+        return pending
+
+
 class LazyStream:
     def __init__(
         self,
-        exchange: AsyncIterator[events.Event],
+        exchange: AsyncIterator[events.Emitted],
         *,
         request_id: Any = None,
         headers: list[tuple[bytes, bytes]] | None = None,
@@ -70,11 +93,10 @@ class LazyStream:
         principal: str | None = None,
         on_stalled: Callable[[], None] | None = None,
     ) -> None:
-        self._events = exchange
-        # Events the exchange produced already (a detached one queues them): written together.
-        self._ready: Callable[[], list[events.Event]] | None = (
-            exchange.ready if isinstance(exchange, Detached) else None
-        )
+        self._exchange = exchange
+        # One event at a time, with those produced already (a detached exchange's queue, the
+        # rest of a Batch) ready to be written together.
+        self._events: Detached | Unbatched = exchange if isinstance(exchange, Detached) else Unbatched(exchange)
         # Where a POSTed notifications/cancelled finds this request (modern requests only).
         self._in_flight = in_flight
         self._principal = principal
@@ -119,7 +141,7 @@ class LazyStream:
         drain = watch.drain
         shut_down = drain is not None and drain.cancel.is_set()
         with anyio.CancelScope(shield=True):
-            await self._events.aclose()  # type: ignore[attr-defined]
+            await self._exchange.aclose()  # type: ignore[attr-defined]
             if self._finished:  # the usual end
                 return
             if watch.drained and writer.started and self._graceful_end is not None:
@@ -181,7 +203,7 @@ class LazyStream:
 
     async def _stream(self, writer: SseWriter, first: events.Event) -> events.Event | None:
         """The events after ``first`` as they come, up to the ``Final`` (returned; None: none came)."""
-        return await sse.pump(writer, self._events.__anext__, self._ready, self._frame, _is_final, taken=[first])
+        return await sse.pump(writer, self._events.__anext__, self._events.ready, self._frame, _is_final, taken=[first])
 
     async def _json(self, scope: Scope, receive: Receive, send: Send, final: events.Final) -> None:
         note_answer(scope, final.message)

@@ -26,7 +26,7 @@ from gateway.stdio.inbox import Inbox, progress_key
 
 
 class Detached:
-    def __init__(self, exchange: AsyncIterator[events.Event], on_cancel: Callable[[], JsonObject]) -> None:
+    def __init__(self, exchange: AsyncIterator[events.Emitted], on_cancel: Callable[[], JsonObject]) -> None:
         self.handle = CancelHandle()
         self._exchange = exchange
         self._on_cancel = on_cancel
@@ -46,14 +46,12 @@ class Detached:
         try:
             with self.handle.scope:
                 async with aclosing(self._exchange):  # type: ignore[type-var]
-                    async for event in self._exchange:
-                        final_sent = isinstance(event, events.Final)
-                        key = (
-                            progress_key(PROGRESS, event.message.get("params"))
-                            if type(event) is events.Progress
-                            else None
-                        )
-                        self._inbox.put(event, key, always=final_sent)
+                    async for emitted in self._exchange:
+                        for event in emitted.notes if isinstance(emitted, events.Batch) else (emitted,):
+                            final_sent = type(event) is events.Final
+                            progress = type(event) is events.Progress
+                            key = progress_key(PROGRESS, event.message.get("params")) if progress else None
+                            self._inbox.put(event, key, always=final_sent)
         except (GatewayUnavailableError, Rejected) as exc:
             # Raised before the exchange produced anything (saturated pool, a refused
             # request): the reader re-raises it, so the client gets its status (503, 400).

@@ -1,7 +1,9 @@
 """What an exchange yields for its client: typed relay events.
 
 ``Relay.exchange`` yields these, in order: any number of ``Progress``, ``Notification`` and
-``Ask`` events, then (unless the client cancelled) exactly one ``Final``. Each carries the
+``Ask`` events, then (unless the client cancelled) exactly one ``Final``. Notifications the
+child sent together (read from its stdout at once) come as one ``Batch``, so the HTTP edge
+writes them in one send. Each carries the
 JSON-RPC message as the client gets it, in the client's era, ready to serialise; the HTTP
 edge dispatches on the type (JSON or SSE, which status) and never looks inside to decide.
 
@@ -11,7 +13,8 @@ edge dispatches on the type (JSON or SSE, which status) and never looks inside t
   listen's notifications);
 - ``Ask``: a request to a legacy client from the child (sampling, elicitation, roots), under
   a gateway id; the client POSTs its answer;
-- ``Final``: the response carrying the client's id.
+- ``Final``: the response carrying the client's id;
+- ``Batch``: several ``Progress`` / ``Notification`` in order, ready at the same time.
 """
 
 from __future__ import annotations
@@ -49,6 +52,16 @@ class Final:
 
 
 Event = Progress | Notification | Ask | Final
+"""An event that carries one message."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    notes: tuple[Progress | Notification, ...]
+
+
+Emitted = Event | Batch
+"""What an exchange yields."""
 
 
 def notification(message: JsonObject) -> Progress | Notification:

@@ -4,7 +4,8 @@
 (``gateway.relay.events``), each carrying a JSON-RPC message for the client in the client's
 era: request-scoped notifications (``Progress``, ``Notification``) and questions for a
 legacy client (``Ask``) as the child sends them, then exactly one ``Final``, the response
-carrying the client's id with its exact JSON type.
+carrying the client's id with its exact JSON type. Notifications read from the child at once
+come as one ``Batch`` (the HTTP edge writes them in one send).
 Closing the iterator early (the HTTP client went away) leaves the child exchange, which
 sends ``notifications/cancelled`` with the child-side id.
 
@@ -55,7 +56,7 @@ from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import events
 from gateway.relay.catalog import ToolCatalog
-from gateway.relay.events import Event
+from gateway.relay.events import Emitted
 from gateway.relay.router import ANONYMOUS, Router
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.suspensions import Call, Suspensions, input_responses
@@ -129,7 +130,7 @@ class Relay:
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[Emitted]:
         """Run ``request`` on a child of the pool the router picks; for modern clients the
         ``Mcp-Param-*`` headers are checked against the tool's schema first. A modern retry
         carrying the gateway's ``requestState`` resumes the call it names instead."""
@@ -171,7 +172,7 @@ class Relay:
         client: ClientContext,
         headers: Mapping[str, str] | None,
         stack: AsyncExitStack,
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[Emitted]:
         info = child.info
         assert info is not None
         if client.era is Era.MODERN and info.era is Era.LEGACY and request.method == "server/discover":
@@ -209,7 +210,7 @@ class Relay:
 
     async def _drive(
         self, call: Call, request: Request, client: ClientContext, *, resumed: bool, rounds: int = 0
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[Emitted]:
         """The child's notifications and questions, then its reply, for ``request``'s client.
 
         Returns early, with the final message yielded, when the call is parked (MRTR) or
@@ -218,16 +219,21 @@ class Relay:
         assert info is not None
         try:
             async for item in call.ex:
-                if isinstance(item, Notification):
-                    if (note := self._note_for_client(item, request, resumed)) is not None:
-                        yield events.notification(note)
+                # What else is read already comes along: notifications in one Batch (one send
+                # at the HTTP edge), asks read together as one round.
+                notes: list[events.Progress | events.Notification] = []
+                asks: list[ChildAsk] = []
+                for got in (item, *call.ex.ready()):
+                    if isinstance(got, ChildAsk):
+                        asks.append(got)
+                    elif (note := self._note_for_client(got, request, resumed)) is not None:
+                        notes.append(events.notification(note))
+                if len(notes) == 1:
+                    yield notes[0]
+                elif notes:
+                    yield events.Batch(tuple(notes))
+                if not asks:
                     continue
-                asks = [item]
-                for extra in call.ex.ready():  # asks read together make one round
-                    if isinstance(extra, ChildAsk):
-                        asks.append(extra)
-                    elif (note := self._note_for_client(extra, request, resumed)) is not None:
-                        yield events.notification(note)
                 if self.settings is not None:
                     self.settings.note_asks(call.child, asks, request.method, client)
                 if client.era is Era.LEGACY:
@@ -260,7 +266,7 @@ class Relay:
 
     async def _input_round(
         self, child: StdioChild, request: Request, client: ClientContext, result: JsonObject, rounds: int
-    ) -> AsyncIterator[Event]:
+    ) -> AsyncIterator[Emitted]:
         """Ask the legacy client what the modern child's ``input_required`` asks, then retry
         the child with the answers (a new child request); the retry's outcome, which may be
         another round, is streamed on as usual."""
@@ -397,7 +403,7 @@ class Relay:
         wanted = {key: inputs.input_request(ask.method, ask.params) for key, ask in asks.items()}
         return response(request.id, result=inputs.input_required_result(wanted, token))
 
-    async def _resume(self, request: Request, client: ClientContext, state: str) -> AsyncIterator[Event]:
+    async def _resume(self, request: Request, client: ClientContext, state: str) -> AsyncIterator[Emitted]:
         """A modern retry: answer the parked call's questions, then stream the rest of it."""
         taken = self.suspensions.take(state, request, client.principal)
         if isinstance(taken, Rejection):

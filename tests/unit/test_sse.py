@@ -3,6 +3,7 @@ driven with a fake ASGI send/receive: batching, keep-alive, disconnect, drain, J
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -17,6 +18,7 @@ from gateway.http.sse import DRAIN, EventStream, SseWriter, Watch, frame, json_f
 from gateway.http.stream import LazyStream
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
+from gateway.relay.detached import Detached
 
 pytestmark = pytest.mark.anyio
 
@@ -218,7 +220,7 @@ async def test_the_spent_drain_budget_ends_any_watched_response() -> None:
 class Exchange:
     """A relay exchange: yields ``queued`` events, then waits until closed (``closed``)."""
 
-    def __init__(self, *queued: events.Event) -> None:
+    def __init__(self, *queued: events.Emitted) -> None:
         self.queued = list(queued)
         self.closed = anyio.Event()
         self.more = anyio.Event()
@@ -226,13 +228,13 @@ class Exchange:
     def __aiter__(self) -> Exchange:
         return self
 
-    async def __anext__(self) -> events.Event:
+    async def __anext__(self) -> events.Emitted:
         while not self.queued:
             await self.more.wait()
             self.more = anyio.Event()
         return self.queued.pop(0)
 
-    def add(self, event: events.Event) -> None:
+    def add(self, event: events.Emitted) -> None:
         self.queued.append(event)
         self.more.set()
 
@@ -280,6 +282,30 @@ async def test_a_notification_first_opens_an_event_stream_and_the_final_ends_it(
     assert start["status"] == 200
     assert (b"content-type", b"text/event-stream") in start["headers"]
     assert client.bodies() == [frame(note(1)), frame(final()), b""]
+
+
+async def test_a_batch_of_notifications_goes_out_in_one_send() -> None:
+    client = Client()
+    batch = events.Batch((events.Progress(note(1)), events.Notification(note(2))))
+    exchange = Exchange(batch, events.Final(final()))
+    await answer(LazyStream(exchange, request_id=1), lean_scope(), client)
+    assert client.bodies() == [frame(note(1)) + frame(note(2)), frame(final()), b""]
+
+
+async def test_a_detached_exchange_s_queued_events_go_out_together() -> None:
+    client = Client()
+
+    async def exchange() -> AsyncIterator[events.Emitted]:
+        yield events.Batch((events.Progress(note(1)), events.Notification(note(2))))
+        yield events.Ask({"jsonrpc": "2.0", "id": "g-1", "method": "roots/list"})
+        yield events.Final(final())
+
+    detached = Detached(exchange(), lambda: final(-1))
+    async with anyio.create_task_group() as tg:
+        await detached.run()  # all of it is queued before the reader starts
+        tg.start_soon(answer, LazyStream(detached, request_id=1), lean_scope(), client)
+    ask = frame({"jsonrpc": "2.0", "id": "g-1", "method": "roots/list"})
+    assert client.bodies() == [frame(note(1)) + frame(note(2)) + ask + frame(final()), b""]
 
 
 async def test_a_hangup_while_waiting_closes_the_exchange_and_sends_nothing() -> None:
