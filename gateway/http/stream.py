@@ -138,12 +138,15 @@ class LazyStream:
         await watch.run(lambda: self._respond(scope, receive, send, writer))
         if self._on_stalled is not None and scope.get(WRITE_TIMED_OUT):
             self._on_stalled()
+        if self._finished:
+            # The usual end: nothing cancels this task here (the watch's scope is closed, the
+            # drain cancels only that), so closing the exchange (its lease) needs no shield.
+            await self._exchange.aclose()  # type: ignore[attr-defined]
+            return
         drain = watch.drain
         shut_down = drain is not None and drain.cancel.is_set()
         with anyio.CancelScope(shield=True):
             await self._exchange.aclose()  # type: ignore[attr-defined]
-            if self._finished:  # the usual end
-                return
             if watch.drained and writer.started and self._graceful_end is not None:
                 self._finished = True
                 await writer.write([sse.frame(self._graceful_end)])
