@@ -158,7 +158,7 @@ class ListenStream:
             writer = SseWriter(send)
             watch = Watch(scope, receive, end_on_drain=True)
             await writer.start(list(SSE_HEADERS))
-            await writer.write([sse.frame(subscriptions.acknowledged(listen.id, listen.granted))])
+            await writer.write_message(subscriptions.acknowledged(listen.id, listen.granted))
 
             async def relay() -> None:
                 notes = listen.receive
@@ -176,7 +176,7 @@ class ListenStream:
             else:
                 await watch.run(relay)
             if watch.drained:
-                await writer.write([sse.frame(subscriptions.graceful_end(listen.id))])
+                await writer.write_message(subscriptions.graceful_end(listen.id))
             await writer.end()
         except OSError:  # pragma: no cover - the client's socket went away mid-write
             pass

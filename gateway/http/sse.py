@@ -151,7 +151,8 @@ class SseWriter:
         return data if replies.reserve(data) else None
 
     async def write(self, frames: list[bytes]) -> None:
-        """``frames`` in as few sends as ``REPLY_CHUNK_BYTES`` allows (a large one in pieces)."""
+        """``frames`` (from ``frame``: a large one is reserved) in as few sends as
+        ``REPLY_CHUNK_BYTES`` allows, a large one in pieces."""
         if len(frames) == 1:  # the common case
             await replies.send_body(self._send, frames[0], more_body=True)
             return
@@ -177,6 +178,15 @@ class SseWriter:
             for data in frames[sent:]:
                 if len(data) > replies.REPLY_CHUNK_BYTES:
                     replies.BUDGET.give_back(len(data))
+
+    async def write_message(self, message: JsonObject) -> None:
+        """One event the gateway itself must send (an acknowledgement, a graceful or shutdown
+        end): under the budget like any other, but sent whole when the budget is spent."""
+        data = frame(message)
+        if replies.reserve(data):
+            await self.write([data])
+        else:
+            await self._body(data)
 
     async def keepalive(self) -> None:
         await self._body(KEEPALIVE)

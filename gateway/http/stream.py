@@ -149,7 +149,7 @@ class LazyStream:
             await self._exchange.aclose()  # type: ignore[attr-defined]
             if watch.drained and writer.started and self._graceful_end is not None:
                 self._finished = True
-                await writer.write([sse.frame(self._graceful_end)])
+                await writer.write_message(self._graceful_end)
                 await writer.end()
             elif shut_down:
                 await self._shutdown_answer(scope, receive, send, writer)
@@ -170,7 +170,7 @@ class LazyStream:
             await gateway_error_response(error, self._request_id)(scope, receive, send)
             return
         final = {"jsonrpc": "2.0", "id": self._request_id, "error": error.error_object()}
-        await writer.write([sse.frame(final)])
+        await writer.write_message(final)
         await writer.end()
 
     async def _respond(self, scope: Scope, receive: Receive, send: Send, writer: SseWriter) -> None:

@@ -136,6 +136,17 @@ async def test_large_frames_go_in_pieces_and_give_their_budget_back() -> None:
     assert len(client.bodies()) == 1 + 3 + 1  # the small ones are not joined across the large one
 
 
+async def test_the_gateway_s_own_large_event_is_sent_whole_when_the_budget_is_spent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(replies.BUDGET, "limit", 0)
+    client = Client()
+    ack = {"jsonrpc": "2.0", "method": "m", "params": {"uris": ["u" * 100] * 1000}}
+    await SseWriter(client.send).write_message(ack)
+    assert client.bodies() == [frame(ack)]
+    assert replies.BUDGET.used == 0
+
+
 # -- the watch ----------------------------------------------------------------------------------
 
 
