@@ -62,27 +62,31 @@ HANGUP: Final = "gateway.hangup"
 class Hangup:
     """A connection's loss, pushed to whoever watches it: each watched cancel scope is
     cancelled when the peer goes away (or the connection is reset for not reading), which is
-    when uvicorn would answer ``receive()`` with ``http.disconnect``."""
+    when uvicorn would answer ``receive()`` with ``http.disconnect``. A scope watched with
+    ``stall_only`` is cancelled only when the connection was reset for not reading
+    (``stalled``): a legacy request outlives its client, but not a client that stops reading."""
 
-    __slots__ = ("_scopes", "is_lost")
+    __slots__ = ("_scopes", "is_lost", "stalled")
 
     def __init__(self) -> None:
         self.is_lost = False
-        self._scopes: set[anyio.CancelScope] = set()
+        self.stalled = False
+        self._scopes: dict[anyio.CancelScope, bool] = {}
 
-    def watch(self, scope: anyio.CancelScope) -> None:
-        if self.is_lost:
+    def watch(self, scope: anyio.CancelScope, *, stall_only: bool = False) -> None:
+        if not self.is_lost:
+            self._scopes[scope] = stall_only
+        elif self.stalled or not stall_only:
             scope.cancel()
-        else:
-            self._scopes.add(scope)
 
     def unwatch(self, scope: anyio.CancelScope) -> None:
-        self._scopes.discard(scope)
+        self._scopes.pop(scope, None)
 
     def lost(self) -> None:
         self.is_lost = True
-        for scope in self._scopes:
-            scope.cancel()
+        for scope, stall_only in self._scopes.items():
+            if self.stalled or not stall_only:
+                scope.cancel()
         self._scopes.clear()
 
 
@@ -209,6 +213,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         )
         if self.cycle is not None:
             self.cycle.scope[WRITE_TIMED_OUT] = True  # type: ignore[typeddict-unknown-key]
+        self._hangup.stalled = True
         sock = self.transport.get_extra_info("socket")
         if sock is not None:
             # A reset, not a FIN queued behind megabytes the peer will never read: the kernel

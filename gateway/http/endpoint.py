@@ -7,8 +7,8 @@ A POST goes: bounded body read → ingress ladder (pure) → by era:
   naming exactly one request in flight of the same principal (``gateway.http.inflight``).
   Accepted notifications → 202.
 - **legacy** ``initialize`` → answered by the gateway from the child's handshake, with a new
-  ``Mcp-Session-Id``; other legacy requests run detached (a disconnect is not a
-  cancellation); ``notifications/cancelled`` cancels the named request of that session;
+  ``Mcp-Session-Id``; other legacy requests run to their end even when the client hangs up
+  (a disconnect is not a cancellation); ``notifications/cancelled`` cancels the named request of that session;
   ``ping`` is answered here, and so are ``resources/subscribe`` / ``unsubscribe`` when a
   modern child serves the session (``gateway.http.session_listen``: one child listen per
   session); a POSTed response answers the child's question it names
@@ -43,7 +43,7 @@ from gateway.http.listen import Listen, Listens, ListenStream
 from gateway.http.observe import note_answer
 from gateway.http.session_listen import SessionListens, is_served_by_modern_child
 from gateway.http.sse import EventStream
-from gateway.http.stream import LazyStream
+from gateway.http.stream import LazyStream, LegacyCall
 from gateway.http.wire import rejection_response
 from gateway.protocol import bridge, ingress, inputs, loglevels, subscriptions, versions
 from gateway.protocol.headers import MCP_SESSION_ID
@@ -63,7 +63,6 @@ from gateway.protocol.jsonrpc import (
 from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import events
-from gateway.relay.detached import Detached
 from gateway.relay.exchange import ClientContext, Relay, response
 from gateway.relay.router import ANONYMOUS
 from gateway.relay.sessions import CancelHandle, LegacySession, SessionStore
@@ -128,7 +127,7 @@ class McpEndpoint:
         self.body_timeout = body_timeout
         self.max_batch_size = max_batch_size
         self.max_stream_seconds = max_stream_seconds
-        self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
+        self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs session listens
         self.listens = Listens()  # emulated subscriptions/listen streams (legacy children)
         self.in_flight = InFlight()  # modern requests being answered: a POSTed cancelled names one
         self.session_listens = SessionListens()  # legacy sessions' resource subscriptions on modern children
@@ -291,10 +290,7 @@ class McpEndpoint:
                 note_answer(scope, local)
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
-            detached = self._detached(session, message, headers, scope.get(SLOTS))
-            # A client that stops reading is cut off after the write timeout, and then the
-            # gateway cancels the work (a plain disconnect does not, for a legacy client).
-            return LazyStream(detached, request_id=message.id, on_stalled=detached.handle.scope.cancel)
+            return self._legacy_stream(session, message, headers)
         self._legacy_notification(session, message)
         return wire.accepted()
 
@@ -374,33 +370,23 @@ class McpEndpoint:
             accepts_requests=streamed,
         )
 
-    def _detached(
-        self, session: LegacySession, message: Request, headers: dict[str, str], slots: object = None
-    ) -> Detached:
-        """The exchange runs in the app's task group; a client that hangs up does not end it,
-        so it keeps the request's per-principal slot until it does."""
+    def _legacy_stream(self, session: LegacySession, message: Request, headers: dict[str, str]) -> LazyStream:
+        """The exchange runs in the response's task; a client that hangs up does not end it
+        (a client that stops reading is cut off after the write timeout, and that does), nor
+        does it free the request's slot before the work ends. The session's ``CancelHandle``
+        ends it (``notifications/cancelled``, ``DELETE``, expiry)."""
+        handle = CancelHandle()
+        session.in_flight[message.id] = handle
 
         def cancelled() -> JsonObject:
             return response(message.id, error=error_object(CODE_CANCELLED, "the request was cancelled"))
 
-        detached = Detached(self.relay.exchange(message, self._client(session, headers), headers), cancelled)
-        session.in_flight[message.id] = detached.handle
-        release = slots.hand_over() if isinstance(slots, Slots) else None
-        assert self.task_group is not None
+        def forget() -> None:
+            if session.in_flight.get(message.id) is handle:
+                del session.in_flight[message.id]
 
-        async def run() -> None:
-            try:
-                await detached.run()
-            except Exception:  # pragma: no cover - a bug here must not take the app's task group down
-                log.exception("detached exchange for %s failed", message.method)
-            finally:
-                if session.in_flight.get(message.id) is detached.handle:
-                    del session.in_flight[message.id]
-                if release is not None:
-                    release()
-
-        self.task_group.start_soon(run)
-        return detached
+        exchange = self.relay.exchange(message, self._client(session, headers), headers)
+        return LazyStream(exchange, request_id=message.id, legacy=LegacyCall(handle, cancelled, forget))
 
     @staticmethod
     def _batch_slots(messages: tuple[Message, ...], slots: object) -> Response | None:

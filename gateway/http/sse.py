@@ -70,11 +70,15 @@ class Watch:
 
     ``end_on_drain``: the body is cancelled when the drain starts (``drain.ending``) and
     ``drained`` says so (a listen answers with its graceful result, a GET stream just ends).
-    ``cancel()`` ends it from outside (a POSTed ``notifications/cancelled``)."""
+    ``outlives_client``: a disconnect does not end the body (a legacy request: L-TR §Sending
+    Messages, a disconnect is not a cancellation), but a connection reset for not reading
+    does. ``cancel()`` ends it from outside (a POSTed ``notifications/cancelled``)."""
 
-    __slots__ = ("_end_on_drain", "_receive", "cancel_scope", "drain", "drained", "hangup")
+    __slots__ = ("_end_on_drain", "_outlives_client", "_receive", "cancel_scope", "drain", "drained", "hangup")
 
-    def __init__(self, scope: Scope, receive: Receive, *, end_on_drain: bool = False) -> None:
+    def __init__(
+        self, scope: Scope, receive: Receive, *, end_on_drain: bool = False, outlives_client: bool = False
+    ) -> None:
         self.cancel_scope = anyio.CancelScope()
         drain = scope.get(DRAIN)
         self.drain: Drain | None = drain if isinstance(drain, Drain) else None
@@ -83,6 +87,7 @@ class Watch:
         self.drained = False
         self._receive = receive
         self._end_on_drain = end_on_drain
+        self._outlives_client = outlives_client
 
     @property
     def left(self) -> bool:
@@ -99,11 +104,12 @@ class Watch:
             if drain is not None:
                 drain.scopes.add(scope)  # cancelled when the drain budget is spent
             if hangup is not None:
-                hangup.watch(scope)
+                hangup.watch(scope, stall_only=self._outlives_client)
+            watch_receive = hangup is None and not self._outlives_client
             try:
-                if hangup is None or also or (self._end_on_drain and drain is not None):
+                if watch_receive or also or (self._end_on_drain and drain is not None):
                     async with anyio.create_task_group() as tg:
-                        if hangup is None:
+                        if watch_receive:
                             tg.start_soon(self._watch_disconnect)
                         if self._end_on_drain and drain is not None:
                             tg.start_soon(self._watch_drain, drain)

@@ -14,12 +14,15 @@ A body over 64 KiB (a large JSON answer or SSE event) goes out in pieces, under 
 process's budget for large replies (``gateway.http.replies``); a client that stops reading is
 reset by the connection's write timeout (``gateway.http.connection``).
 
-A disconnect closes the iterator (``gateway.http.sse.Watch``: the connection cancels the
-response's scope, no task waits for it). For a modern client that iterator is the relay's
-exchange itself, so the child is sent ``notifications/cancelled``. A legacy client's
-disconnect is **not** a cancellation (L-TR §Sending Messages: "SHOULD NOT"), so the HTTP
-edge hands legacy exchanges to ``gateway.relay.detached.Detached``: the exchange runs in a
-background task and the response only reads from it.
+The exchange runs in the response's own task: no task group, no queue, no background task.
+A modern client's disconnect cancels it (``gateway.http.sse.Watch``: the connection cancels
+the response's scope, no task waits for it) and closes the iterator, so the child is sent
+``notifications/cancelled``. A legacy client's disconnect is **not** a cancellation (L-TR
+§Sending Messages: "SHOULD NOT"): its exchange (``LegacyCall``) goes on to its end, nothing
+more is sent, and the access log says the client left (499); only a connection reset for
+not reading (``gateway.http.connection``) cancels it. The session cancels it through its
+``CancelHandle``: without an answer after the client's own ``notifications/cancelled``, with
+``on_cancel()`` as the final answer after a ``DELETE`` or expiry.
 
 A request the client cancelled (a legacy ``notifications/cancelled``, or a modern one that
 ``cancel()`` names) gets no answer: its event stream ends without a final response, or,
@@ -31,15 +34,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import orjson
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
 from gateway.http import replies, sse
-from gateway.http.connection import WRITE_TIMED_OUT
 from gateway.http.drain import SHUTTING_DOWN
 from gateway.http.inflight import InFlight
 from gateway.http.observe import note_answer, note_cancelled
@@ -47,14 +50,24 @@ from gateway.http.sse import SSE_HEADERS, SseWriter, Watch
 from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
-from gateway.relay.detached import Detached
 from gateway.relay.exchange import Rejected
+from gateway.relay.sessions import CancelHandle
 
 log = logging.getLogger("gateway.http")
 
 
 def _is_final(event: events.Event) -> bool:
     return type(event) is events.Final
+
+
+def _unless_gone(watch: Watch, send: Send) -> Send:
+    """``send``, until the client has gone: then nothing (so the access log says 499)."""
+
+    async def sender(message: Message) -> None:
+        if not watch.left:
+            await send(message)
+
+    return sender
 
 
 class Unbatched:
@@ -80,6 +93,16 @@ class Unbatched:
         return pending
 
 
+@dataclass(frozen=True, slots=True)
+class LegacyCall:
+    """A legacy request's hooks: ``handle`` (the session cancels it), ``on_cancel`` (the final
+    answer when the gateway ended it), ``on_end`` (the session forgets it)."""
+
+    handle: CancelHandle
+    on_cancel: Callable[[], JsonObject]
+    on_end: Callable[[], None]
+
+
 class LazyStream:
     def __init__(
         self,
@@ -91,20 +114,17 @@ class LazyStream:
         graceful_end: JsonObject | None = None,
         in_flight: InFlight | None = None,
         principal: str | None = None,
-        on_stalled: Callable[[], None] | None = None,
+        legacy: LegacyCall | None = None,
     ) -> None:
         self._exchange = exchange
-        # One event at a time, with those produced already (a detached exchange's queue, the
-        # rest of a Batch) ready to be written together.
-        self._events: Detached | Unbatched = exchange if isinstance(exchange, Detached) else Unbatched(exchange)
+        # One event at a time; the rest of a Batch is ready to be written with the first.
+        self._events = Unbatched(exchange)
         # Where a POSTed notifications/cancelled finds this request (modern requests only).
         self._in_flight = in_flight
         self._principal = principal
         self._watch: Watch | None = None
         self._cancelled = False  # by the client's notifications/cancelled: no answer follows
-        # The connection was aborted for not reading (``WRITE_TIMED_OUT``): a legacy exchange,
-        # which a disconnect leaves running, is cancelled with this.
-        self._on_stalled = on_stalled
+        self._legacy = legacy
         # A forwarded subscriptions/listen: when the gateway drains, the stream ends with this
         # (the graceful result) at once, instead of waiting out the drain budget.
         self._graceful_end = graceful_end
@@ -131,13 +151,31 @@ class LazyStream:
             await self._call(scope, receive, send)
 
     async def _call(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = self._watch = Watch(scope, receive, end_on_drain=self._graceful_end is not None)
+        legacy = self._legacy
+        if legacy is None:
+            await self._answer(scope, receive, send)
+            return
+        try:
+            await self._answer(scope, receive, send)
+        finally:
+            legacy.on_end()
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        legacy = self._legacy
+        watch = self._watch = Watch(
+            scope, receive, end_on_drain=self._graceful_end is not None, outlives_client=legacy is not None
+        )
         if self._cancelled:
             watch.cancel()
-        writer = SseWriter(send)
-        await watch.run(lambda: self._respond(scope, receive, send, writer))
-        if self._on_stalled is not None and scope.get(WRITE_TIMED_OUT):
-            self._on_stalled()
+        if legacy is None:
+            writer = SseWriter(send)
+            await watch.run(lambda: self._respond(scope, receive, send, writer))
+        else:
+            send = _unless_gone(watch, send)
+            writer = SseWriter(send)
+            await watch.run(lambda: self._respond_legacy(scope, receive, send, writer, legacy))
+            if watch.left:
+                note_cancelled(scope)  # its work went on to the end; the client was not there for it
         if self._finished:
             # The usual end: nothing cancels this task here (the watch's scope is closed, the
             # drain cancels only that), so closing the exchange (its lease) needs no shield.
@@ -161,6 +199,26 @@ class LazyStream:
                 await writer.end()
             else:
                 note_cancelled(scope)  # the client left first (for a modern one, the child was told)
+
+    async def _respond_legacy(
+        self, scope: Scope, receive: Receive, send: Send, writer: SseWriter, legacy: LegacyCall
+    ) -> None:
+        handle = legacy.handle
+        with handle.scope:
+            await self._respond(scope, receive, send, writer)
+        if not handle.scope.cancelled_caught or self._finished:
+            return
+        if not handle.reply:  # the client's own notifications/cancelled: no answer
+            self._cancelled = True
+            return
+        self._finished = True  # ended by the gateway (DELETE, expiry): the client is told
+        final = legacy.on_cancel()
+        if writer.started:
+            note_answer(scope, final)
+            await writer.write_message(final)
+            await writer.end()
+        else:
+            await self._json(scope, receive, send, events.Final(final))
 
     async def _shutdown_answer(self, scope: Scope, receive: Receive, send: Send, writer: SseWriter) -> None:
         """The drain budget ran out: end this request with a clear error, not a dropped connection."""

@@ -3,7 +3,6 @@ driven with a fake ASGI send/receive: batching, keep-alive, disconnect, drain, J
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -15,10 +14,10 @@ from gateway.http import replies
 from gateway.http.connection import HANGUP, Hangup
 from gateway.http.drain import Drain
 from gateway.http.sse import DRAIN, EventStream, SseWriter, Watch, frame, json_frame, pump, ready_from
-from gateway.http.stream import LazyStream
+from gateway.http.stream import LazyStream, LegacyCall
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
-from gateway.relay.detached import Detached
+from gateway.relay.sessions import CancelHandle
 
 pytestmark = pytest.mark.anyio
 
@@ -303,22 +302,6 @@ async def test_a_batch_of_notifications_goes_out_in_one_send() -> None:
     assert client.bodies() == [frame(note(1)) + frame(note(2)), frame(final()), b""]
 
 
-async def test_a_detached_exchange_s_queued_events_go_out_together() -> None:
-    client = Client()
-
-    async def exchange() -> AsyncIterator[events.Emitted]:
-        yield events.Batch((events.Progress(note(1)), events.Notification(note(2))))
-        yield events.Ask({"jsonrpc": "2.0", "id": "g-1", "method": "roots/list"})
-        yield events.Final(final())
-
-    detached = Detached(exchange(), lambda: final(-1))
-    async with anyio.create_task_group() as tg:
-        await detached.run()  # all of it is queued before the reader starts
-        tg.start_soon(answer, LazyStream(detached, request_id=1), lean_scope(), client)
-    ask = frame({"jsonrpc": "2.0", "id": "g-1", "method": "roots/list"})
-    assert client.bodies() == [frame(note(1)) + frame(note(2)) + ask + frame(final()), b""]
-
-
 async def test_a_hangup_while_waiting_closes_the_exchange_and_sends_nothing() -> None:
     client = Client()
     scope = lean_scope()
@@ -343,6 +326,61 @@ async def test_a_cancel_before_any_answer_ends_an_empty_event_stream() -> None:
     assert [m["type"] for m in client.sent] == ["http.response.start", "http.response.body"]
     assert client.bodies() == [b""]
     assert exchange.closed.is_set()
+
+
+def legacy_call(ended: list[str]) -> LegacyCall:
+    return LegacyCall(CancelHandle(), lambda: final(-32800), lambda: ended.append("forgotten"))
+
+
+async def test_a_legacy_exchange_outlives_its_client_and_nothing_more_is_sent() -> None:
+    client = Client()
+    scope = lean_scope()
+    exchange = Exchange(events.Progress(note(1)))
+    ended: list[str] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer, LazyStream(exchange, request_id=1, legacy=legacy_call(ended)), scope, client)
+        await client.wait_for(2)
+        scope[HANGUP].lost()  # the client hangs up: not a cancellation
+        await anyio.wait_all_tasks_blocked()
+        assert not exchange.closed.is_set()
+        exchange.add(events.Final(final()))  # the work goes on to its end
+    assert exchange.closed.is_set()
+    assert client.bodies() == [frame(note(1))]  # nothing after the hang-up
+    assert scope["gateway.log"]["outcome"] == "cancelled"
+    assert ended == ["forgotten"]
+
+
+async def test_a_legacy_exchange_whose_client_stops_reading_is_cancelled() -> None:
+    client = Client()
+    scope = lean_scope()
+    exchange = Exchange()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer, LazyStream(exchange, request_id=1, legacy=legacy_call([])), scope, client)
+        await anyio.wait_all_tasks_blocked()
+        scope[HANGUP].stalled = True
+        scope[HANGUP].lost()
+    assert exchange.closed.is_set()
+    assert client.sent == []
+
+
+@pytest.mark.parametrize("reply", [True, False])
+async def test_a_legacy_exchange_the_session_cancels_is_answered_only_when_the_gateway_ended_it(
+    reply: bool,
+) -> None:
+    client = Client()
+    exchange = Exchange()
+    call = legacy_call([])
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer, LazyStream(exchange, request_id=1, legacy=call), lean_scope(), client)
+        await anyio.wait_all_tasks_blocked()
+        call.handle.cancel(reply=reply)  # reply: a DELETE; else the client's notifications/cancelled
+    assert exchange.closed.is_set()
+    if reply:
+        assert (b"content-type", b"application/json") in client.sent[0]["headers"]
+        assert orjson.loads(client.bodies()[0]) == final(-32800)
+    else:
+        assert (b"content-type", b"text/event-stream") in client.sent[0]["headers"]
+        assert client.bodies() == [b""]
 
 
 async def test_the_legacy_get_stream_has_its_headers_and_ends_on_drain() -> None:
