@@ -35,7 +35,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.http import replies
 from gateway.http.connection import HANGUP, Hangup
-from gateway.http.drain import Drain
+from gateway.http.drain import DRAIN, Drain
 from gateway.protocol.jsonrpc import JsonObject
 
 log = logging.getLogger("gateway.http")
@@ -58,7 +58,6 @@ LEGACY_GET_HEADERS: Final = [
     (b"x-accel-buffering", b"no"),
 ]
 """A legacy session's GET stream: the headers it has always had."""
-DRAIN: Final = "gateway.drain"
 
 
 def frame(message: JsonObject) -> bytes:

@@ -12,8 +12,8 @@ from starlette.types import Message, Scope
 
 from gateway.http import replies
 from gateway.http.connection import HANGUP, Hangup
-from gateway.http.drain import Drain
-from gateway.http.sse import DRAIN, EventStream, SseWriter, Watch, frame, json_frame, pump, ready_from
+from gateway.http.drain import DRAIN, Drain
+from gateway.http.sse import EventStream, SseWriter, Watch, frame, json_frame, pump, ready_from
 from gateway.http.stream import LazyStream, LegacyCall
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
