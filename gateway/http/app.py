@@ -7,8 +7,8 @@ pool is failing; 503 naming the servers that are not, without the reason: it is 
 anyone), ``/status`` (JSON for humans: pools, children, their pids, eras, load, stderr
 tails, sessions, listens, parked calls and the recent warnings and errors) and ``/ui`` (the
 same, as an HTML page for operators). The lifespan starts the router (the shared pool
-pre-warms its children before traffic), opens the task group that runs detached legacy
-exchanges and the keepers of parked MRTR calls, and on shutdown ends sessions and parked
+pre-warms its children before traffic), opens the task group that runs legacy sessions'
+listens and the keepers of parked MRTR calls, and on shutdown ends sessions and parked
 calls and stops every child in the spec's order. The access log and request metrics wrap
 the whole app (``Observed``).
 """

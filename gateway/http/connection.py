@@ -17,6 +17,10 @@ count is one addition per read while a head is open).
   modern request is cancelled at the child; ``WRITE_TIMED_OUT`` in the scope tells the
   stream to cancel a legacy one too).
 
+``Hangup`` (in the scope under ``HANGUP``) tells a response the moment its connection is
+lost: a stream registers its cancel scope there instead of running a task that waits for
+``http.disconnect`` (``gateway.http.sse``), so an answer that is ready at once costs no task.
+
 Refusals here happen before the ASGI app runs, so they are logged here (``gateway.http``).
 """
 
@@ -29,6 +33,7 @@ import socket
 import struct
 from typing import Any, ClassVar, Final
 
+import anyio
 import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
@@ -50,6 +55,39 @@ BODY_RECEIVED: Final = "gateway.body_received"
 then reads it without arming its body timeout."""
 WRITE_TIMED_OUT: Final = "gateway.write_timed_out"
 """Scope key set when the connection was aborted for not reading its response."""
+HANGUP: Final = "gateway.hangup"
+"""Scope key of the connection's ``Hangup``."""
+
+
+class Hangup:
+    """A connection's loss, pushed to whoever watches it: each watched cancel scope is
+    cancelled when the peer goes away (or the connection is reset for not reading), which is
+    when uvicorn would answer ``receive()`` with ``http.disconnect``. A scope watched with
+    ``stall_only`` is cancelled only when the connection was reset for not reading
+    (``stalled``): a legacy request outlives its client, but not a client that stops reading."""
+
+    __slots__ = ("_scopes", "is_lost", "stalled")
+
+    def __init__(self) -> None:
+        self.is_lost = False
+        self.stalled = False
+        self._scopes: dict[anyio.CancelScope, bool] = {}
+
+    def watch(self, scope: anyio.CancelScope, *, stall_only: bool = False) -> None:
+        if not self.is_lost:
+            self._scopes[scope] = stall_only
+        elif self.stalled or not stall_only:
+            scope.cancel()
+
+    def unwatch(self, scope: anyio.CancelScope) -> None:
+        self._scopes.pop(scope, None)
+
+    def lost(self) -> None:
+        self.is_lost = True
+        for scope, stall_only in self._scopes.items():
+            if self.stalled or not stall_only:
+                scope.cancel()
+        self._scopes.clear()
 
 
 def _refusal(status: int, message: str) -> bytes:
@@ -89,6 +127,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._heads_done = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
+        self._hangup = Hangup()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -100,6 +139,7 @@ class GuardedHttpTools(HttpToolsProtocol):
                 timer.cancel()
         self._head_timer = self._write_timer = None
         super().connection_lost(exc)
+        self._hangup.lost()
 
     def data_received(self, data: bytes) -> None:
         while self._in_head and len(data) > self.max_head_bytes - self._head_bytes:
@@ -123,6 +163,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope[HANGUP] = self._hangup  # type: ignore[typeddict-unknown-key]
         if self._head_timer is None:
             self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
 
@@ -172,6 +213,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         )
         if self.cycle is not None:
             self.cycle.scope[WRITE_TIMED_OUT] = True  # type: ignore[typeddict-unknown-key]
+        self._hangup.stalled = True
         sock = self.transport.get_extra_info("socket")
         if sock is not None:
             # A reset, not a FIN queued behind megabytes the peer will never read: the kernel

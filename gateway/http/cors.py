@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.http.wire import header_map
+from gateway.protocol.headers import MCP_SESSION_ID
 
 ALLOWED_HEADERS: Final = frozenset(
     {
@@ -28,13 +29,13 @@ ALLOWED_HEADERS: Final = frozenset(
         "mcp-method",
         "mcp-name",
         "mcp-protocol-version",
-        "mcp-session-id",
+        MCP_SESSION_ID,
         "traceparent",
         "tracestate",
         "baggage",
     }
 )
-EXPOSED_HEADERS: Final = "mcp-session-id, mcp-protocol-version, retry-after, www-authenticate"
+EXPOSED_HEADERS: Final = f"{MCP_SESSION_ID}, mcp-protocol-version, retry-after, www-authenticate"
 METHODS: Final = "POST, GET, DELETE, OPTIONS"
 MAX_AGE: Final = "600"
 

@@ -10,6 +10,8 @@ lifespan stop the children in the spec's order.
 
 from __future__ import annotations
 
+from typing import Final
+
 import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -17,6 +19,8 @@ from gateway.errors import GatewayUnavailableError
 from gateway.http.wire import gateway_error_response
 
 SHUTTING_DOWN = "the gateway is shutting down; retry on another replica or later"
+DRAIN: Final = "gateway.drain"
+"""Scope key of the ``Drain``, for the responses that end with it (``gateway.http.sse.Watch``)."""
 
 
 class Drain:
@@ -69,7 +73,7 @@ class DrainGuard:
             refusal = GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
             await gateway_error_response(refusal)(scope, receive, send)
             return
-        scope["gateway.drain"] = self.drain
+        scope[DRAIN] = self.drain
         self.drain.enter()
         try:
             await self.app(scope, receive, send)

@@ -7,8 +7,8 @@ A POST goes: bounded body read → ingress ladder (pure) → by era:
   naming exactly one request in flight of the same principal (``gateway.http.inflight``).
   Accepted notifications → 202.
 - **legacy** ``initialize`` → answered by the gateway from the child's handshake, with a new
-  ``Mcp-Session-Id``; other legacy requests run detached (a disconnect is not a
-  cancellation); ``notifications/cancelled`` cancels the named request of that session;
+  ``Mcp-Session-Id``; other legacy requests run to their end even when the client hangs up
+  (a disconnect is not a cancellation); ``notifications/cancelled`` cancels the named request of that session;
   ``ping`` is answered by the gateway, and so are ``resources/subscribe`` / ``unsubscribe``
   when a modern child serves the session (``gateway.relay.legacy``); a POSTed response
   answers the child's question it names (202). 2025-03-26 batches are answered with a JSON
@@ -24,14 +24,12 @@ What the children send unasked reaches the GET streams and listens through
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any, Final
 
 import anyio
 import orjson
 from anyio.abc import TaskGroup
-from sse_starlette import EventSourceResponse
 from starlette.requests import Request as HttpRequest
 from starlette.responses import Response
 from starlette.types import Scope
@@ -43,7 +41,8 @@ from gateway.http.inflight import InFlight
 from gateway.http.limits import SLOTS, Slots
 from gateway.http.listen import ListenStream
 from gateway.http.observe import note_answer
-from gateway.http.stream import KEEPALIVE_SECONDS, Detached, LazyStream
+from gateway.http.sse import EventStream
+from gateway.http.stream import LazyStream, LegacyCall
 from gateway.http.wire import rejection_response
 from gateway.protocol import ingress, subscriptions
 from gateway.protocol.headers import MCP_SESSION_ID
@@ -58,6 +57,7 @@ from gateway.protocol.jsonrpc import (
 )
 from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
+from gateway.relay import events
 from gateway.relay.client import ClientContext
 from gateway.relay.exchange import Relay, response
 from gateway.relay.legacy import local_answer, open_session
@@ -116,7 +116,7 @@ class McpEndpoint:
         self.body_timeout = body_timeout
         self.max_batch_size = max_batch_size
         self.max_stream_seconds = max_stream_seconds
-        self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs detached exchanges
+        self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs session listens
         self.listens = Listens()  # emulated subscriptions/listen streams (legacy children)
         self.in_flight = InFlight()  # modern requests being answered: a POSTed cancelled names one
         self.session_listens = SessionListens()  # legacy sessions' resource subscriptions on modern children
@@ -128,7 +128,7 @@ class McpEndpoint:
         principal = request.scope.get("gateway.principal")
         return principal if isinstance(principal, str) else None
 
-    async def __call__(self, request: HttpRequest) -> Response | LazyStream | ListenStream:
+    async def __call__(self, request: HttpRequest) -> Response | LazyStream | ListenStream | EventStream:
         headers = lower_headers(request)
         principal = self.principal(request)
         if request.method == "GET":
@@ -258,10 +258,7 @@ class McpEndpoint:
                 note_answer(scope, local)
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
-            detached = self._detached(session, message, headers, scope.get(SLOTS))
-            # A client that stops reading is cut off after the write timeout, and then the
-            # gateway cancels the work (a plain disconnect does not, for a legacy client).
-            return LazyStream(detached, request_id=message.id, on_stalled=detached.handle.scope.cancel)
+            return self._legacy_stream(session, message, headers)
         session.take(message)
         return wire.accepted()
 
@@ -274,35 +271,23 @@ class McpEndpoint:
         log.info("legacy session %s… opened (protocol %s)", session.id[:8], session.version)
         return wire.json_response(response(message.id, result=result), headers={MCP_SESSION_ID: session.id})
 
-    def _detached(
-        self, session: LegacySession, message: Request, headers: dict[str, str], slots: object = None
-    ) -> Detached:
-        """The exchange runs in the app's task group; a client that hangs up does not end it,
-        so it keeps the request's per-principal slot until it does."""
+    def _legacy_stream(self, session: LegacySession, message: Request, headers: dict[str, str]) -> LazyStream:
+        """The exchange runs in the response's task; a client that hangs up does not end it
+        (a client that stops reading is cut off after the write timeout, and that does), nor
+        does it free the request's slot before the work ends. The session's ``CancelHandle``
+        ends it (``notifications/cancelled``, ``DELETE``, expiry)."""
+        handle = CancelHandle()
+        session.in_flight[message.id] = handle
 
         def cancelled() -> JsonObject:
             return response(message.id, error=error_object(CODE_CANCELLED, "the request was cancelled"))
 
-        detached = Detached(
-            self.relay.exchange(message, ClientContext.of_session(session, headers), headers), cancelled
-        )
-        session.in_flight[message.id] = detached.handle
-        release = slots.hand_over() if isinstance(slots, Slots) else None
-        assert self.task_group is not None
+        def forget() -> None:
+            if session.in_flight.get(message.id) is handle:
+                del session.in_flight[message.id]
 
-        async def run() -> None:
-            try:
-                await detached.run()
-            except Exception:  # pragma: no cover - a bug here must not take the app's task group down
-                log.exception("detached exchange for %s failed", message.method)
-            finally:
-                if session.in_flight.get(message.id) is detached.handle:
-                    del session.in_flight[message.id]
-                if release is not None:
-                    release()
-
-        self.task_group.start_soon(run)
-        return detached
+        exchange = self.relay.exchange(message, ClientContext.of_session(session, headers), headers)
+        return LazyStream(exchange, request_id=message.id, legacy=LegacyCall(handle, cancelled, forget))
 
     @staticmethod
     def _batch_slots(messages: tuple[Message, ...], slots: object) -> Response | None:
@@ -340,8 +325,8 @@ class McpEndpoint:
                     exchange = self.relay.exchange(message, client, headers)
                     async with aclosing(exchange):  # type: ignore[type-var]
                         async for event in exchange:
-                            if "id" in event and "method" not in event:  # the final answer
-                                answers.append(event)
+                            if type(event) is events.Final:
+                                answers.append(event.message)
                                 answered = True
             except GatewayError as exc:  # saturated: this request's answer says so; the others go on
                 answers.append(response(message.id, error=exc.error_object()))
@@ -364,7 +349,7 @@ class McpEndpoint:
 
     # -- GET / DELETE -------------------------------------------------------------------
 
-    def _get(self, headers: dict[str, str], principal: str | None) -> Response:
+    def _get(self, headers: dict[str, str], principal: str | None) -> Response | EventStream:
         """A legacy session's stream of unsolicited messages (``list_changed``)."""
         outcome = ingress.check_get(headers, session_version=self.sessions.version_of)
         if isinstance(outcome, Rejection):
@@ -373,18 +358,9 @@ class McpEndpoint:
         session = self.sessions.get(outcome.session_id)
         if session is None or session.principal != principal:
             return rejection_response(ingress.unknown_session())
-        messages = session.open_stream()
-
-        async def events() -> AsyncIterator[dict[str, str]]:
-            # Bounded: after max_stream_seconds the stream ends and the client reconnects (a
-            # stream that lives forever would pin memory and a connection per forgotten tab).
-            with messages, anyio.move_on_after(self.max_stream_seconds):
-                async for message in messages:
-                    yield {"data": orjson.dumps(message).decode()}
-
-        return EventSourceResponse(
-            events(), ping=int(KEEPALIVE_SECONDS), headers={"cache-control": "no-cache", "x-accel-buffering": "no"}
-        )
+        # Bounded: after max_stream_seconds the stream ends and the client reconnects (a
+        # stream that lives forever would pin memory and a connection per forgotten tab).
+        return EventStream(session.open_stream(), max_seconds=self.max_stream_seconds)
 
     def _delete(self, headers: dict[str, str], principal: str | None) -> Response:
         outcome = ingress.check_delete(headers, session_version=self.sessions.version_of)

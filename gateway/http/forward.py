@@ -48,6 +48,7 @@ from gateway.http.limits import HeaderLimits
 from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners
 from gateway.protocol import requeststate
+from gateway.protocol.headers import MCP_SESSION_ID
 from gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, error_object
 from gateway.protocol.owner import Owner, OwnerError
 from gateway.relay.owner import FORWARD_MAX_CONNECTIONS, OwnerRouting
@@ -80,7 +81,7 @@ NOT_FORWARDED: Final = HOP_BY_HOP | {
     owners.TARGET_HEADER,
 }
 NOT_RETURNED: Final = HOP_BY_HOP | {"date", "server"}  # the entry instance's server writes its own
-SESSION_HEADER: Final = b"mcp-session-id"
+SESSION_HEADER: Final = MCP_SESSION_ID.encode("ascii")
 TOKEN_MARK: Final = requeststate.PREFIX.encode("ascii")
 HEALTH_PATH: Final = "/healthz"
 

@@ -11,8 +11,9 @@
   timeout) hold no slot, and cannot get everyone else of their principal a 429.
   A request's ``Slots`` sit in the scope (``gateway.slots``): a 2025-03-26 batch takes one
   more slot for each further request it carries (``Slots.take``), so a batch counts as the
-  calls it makes, not as one; a legacy exchange that outlives its HTTP request (a legacy
-  client's disconnect is not a cancellation) keeps its slot until it ends (``Slots.hand_over``).
+  calls it makes, not as one; a legacy exchange whose client hung up (a legacy client's
+  disconnect is not a cancellation) keeps its slot until it ends: it runs in the request's own
+  response. ``Slots.hand_over`` moves a slot to work that outlives its HTTP request.
   A session ``DELETE`` is never refused: it is how a client at its limit ends what it holds.
 """
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from gateway.protocol.jsonrpc import (
+    PROGRESS,
     ErrorReply,
     JsonId,
     JsonObject,
@@ -43,13 +44,11 @@ from gateway.protocol.jsonrpc import (
     Request,
     Result,
 )
+from gateway.protocol.subscriptions import LISTEN, SUBSCRIPTION_ID_KEY
 
 OwnerT = TypeVar("OwnerT")
 
-PROGRESS = "notifications/progress"
 CANCELLED = "notifications/cancelled"
-LISTEN = "subscriptions/listen"
-SUBSCRIPTION_ID_KEY = "io.modelcontextprotocol/subscriptionId"
 
 
 @dataclass(slots=True)

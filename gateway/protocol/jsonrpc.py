@@ -33,6 +33,9 @@ UNSUPPORTED_PROTOCOL_VERSION = -32022
 # Legacy "resource not found" (modern servers must not emit it).
 LEGACY_RESOURCE_NOT_FOUND = -32002
 
+PROGRESS = "notifications/progress"
+"""The one request-scoped notification every layer knows by name (it is coalesced, retagged, rendered)."""
+
 
 class ParseError(ValueError):
     """The bytes are not JSON."""

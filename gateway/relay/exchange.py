@@ -1,12 +1,15 @@
 """One exchange between an HTTP request and a child.
 
-``Relay.exchange(request, client)`` is an async iterator of JSON-RPC messages for the
-client, in the client's era: request-scoped notifications (progress) as the child sends
-them, then exactly one final response carrying the client's id with its exact JSON type.
+``Relay.exchange(request, client)`` is an async iterator of typed events
+(``gateway.relay.events``), each carrying a JSON-RPC message for the client in the client's
+era: request-scoped notifications (``Progress``, ``Notification``) and questions for a
+legacy client (``Ask``) as the child sends them, then exactly one ``Final``, the response
+carrying the client's id with its exact JSON type. Notifications read from the child at once
+come as one ``Batch`` (the HTTP edge writes them in one send).
 Closing the iterator early (the HTTP client went away) leaves the child exchange, which
 sends ``notifications/cancelled`` with the child-side id.
 
-Failures of the child (``ChildError``) become the final response as JSON-RPC errors.
+Failures of the child (``ChildError``) become the ``Final`` response as JSON-RPC errors.
 Two outcomes are raised before anything is yielded, so the HTTP edge can still answer
 with their status: ``GatewayUnavailableError`` (503) and ``Rejected`` (a 400 from the
 ``Mcp-Param-*`` check, which needs the child's tool schemas and so cannot run in the pure
@@ -47,11 +50,13 @@ import anyio
 from gateway.errors import CODE_INPUT_TIMEOUT, CODE_NO_CLIENT_INPUT, GATEWAY_NAME, ChildError, ChildProtocolError
 from gateway.protocol import attribution, bridge, inputs, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
 from gateway.protocol.handshake import META_LOG_LEVEL, ChildInfo
-from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Request, Result
+from gateway.protocol.jsonrpc import PROGRESS, ErrorReply, JsonObject, Notification, Request, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
+from gateway.relay import events
 from gateway.relay.catalog import ToolCatalog
 from gateway.relay.client import ClientContext
+from gateway.relay.events import Emitted
 from gateway.relay.router import ANONYMOUS, Router
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.suspensions import Call, Suspensions, input_responses
@@ -73,7 +78,6 @@ def response(client_id: Any, *, result: JsonObject | None = None, error: JsonObj
     return {"jsonrpc": "2.0", "id": client_id, "result": result}
 
 
-PROGRESS = "notifications/progress"
 INPUT_REQUIRED: Final = "input_required"
 MAX_INPUT_ROUNDS: Final = 10
 """``input_required`` rounds a modern child may ask of a legacy client in one request; past
@@ -90,7 +94,7 @@ class Relay:
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
-    ) -> AsyncIterator[JsonObject]:
+    ) -> AsyncIterator[Emitted]:
         """Run ``request`` on a child of the pool the router picks; for modern clients the
         ``Mcp-Param-*`` headers are checked against the tool's schema first. A modern retry
         carrying the gateway's ``requestState`` resumes the call it names instead."""
@@ -123,7 +127,7 @@ class Relay:
                 async for message in self._exchange_on(child, request, client, headers, stack):
                     yield message
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
-            yield response(request.id, error=exc.error_object())
+            yield events.Final(response(request.id, error=exc.error_object()))
 
     async def _exchange_on(
         self,
@@ -132,11 +136,11 @@ class Relay:
         client: ClientContext,
         headers: Mapping[str, str] | None,
         stack: AsyncExitStack,
-    ) -> AsyncIterator[JsonObject]:
+    ) -> AsyncIterator[Emitted]:
         info = child.info
         assert info is not None
         if client.era is Era.MODERN and info.era is Era.LEGACY and request.method == "server/discover":
-            yield response(request.id, result=bridge.discover_result(info))
+            yield events.Final(response(request.id, result=bridge.discover_result(info)))
             return
         shared = info.era is Era.MODERN or self.settings is not None
         if client.era is Era.LEGACY and request.method == loglevels.SET_LEVEL and shared:
@@ -144,13 +148,13 @@ class Relay:
             # with each request, a legacy one the most verbose of its sessions' (prepare).
             if self.settings is not None:
                 await self.settings.prepare(child, client, request.method)
-            yield response(request.id, result={})
+            yield events.Final(response(request.id, result={}))
             return
         if headers is not None and client.era is Era.MODERN and request.method == "tools/call":
             await self._check_param_headers(child, request, headers)  # a 400 propagates before any yield
         if self.settings is not None:  # last before the request: what the child asks now is this client's
             async for question in self.settings.refresh_roots(child, client, request.method):
-                yield question  # a caching child's roots/list, before a legacy session's call
+                yield events.Ask(question)  # a caching child's roots/list, before a legacy session's call
             await self.settings.prepare(child, client, request.method, _log_level(request, client))
         params = self._params_for_child(request.params, client, info)
         try:
@@ -163,14 +167,14 @@ class Relay:
                 )
             )
         except ChildError as exc:
-            yield response(request.id, error=exc.error_object())
+            yield events.Final(response(request.id, error=exc.error_object()))
             return
         async for message in self._drive(Call(child, ex, stack), request, client, resumed=False):
             yield message
 
     async def _drive(
         self, call: Call, request: Request, client: ClientContext, *, resumed: bool, rounds: int = 0
-    ) -> AsyncIterator[JsonObject]:
+    ) -> AsyncIterator[Emitted]:
         """The child's notifications and questions, then its reply, for ``request``'s client.
 
         Returns early, with the final message yielded, when the call is parked (MRTR) or
@@ -179,30 +183,35 @@ class Relay:
         assert info is not None
         try:
             async for item in call.ex:
-                if isinstance(item, Notification):
-                    if (note := self._note_for_client(item, request, resumed)) is not None:
-                        yield note
+                # What else is read already comes along: notifications in one Batch (one send
+                # at the HTTP edge), asks read together as one round.
+                notes: list[events.Progress | events.Notification] = []
+                asks: list[ChildAsk] = []
+                for got in (item, *call.ex.ready()):
+                    if isinstance(got, ChildAsk):
+                        asks.append(got)
+                    elif (note := self._note_for_client(got, request, resumed)) is not None:
+                        notes.append(events.notification(note))
+                if len(notes) == 1:
+                    yield notes[0]
+                elif notes:
+                    yield events.Batch(tuple(notes))
+                if not asks:
                     continue
-                asks = [item]
-                for extra in call.ex.ready():  # asks read together make one round
-                    if isinstance(extra, ChildAsk):
-                        asks.append(extra)
-                    elif (note := self._note_for_client(extra, request, resumed)) is not None:
-                        yield note
                 if self.settings is not None:
                     self.settings.note_asks(call.child, asks, request.method, client)
                 if client.era is Era.LEGACY:
                     for ask in asks:
                         if (outgoing := self._ask_legacy_client(ask, client, call)) is not None:
-                            yield outgoing
+                            yield events.Ask(outgoing)
                     continue
                 final = self._ask_modern_client(asks, request, client, call)
                 if final is not None:
-                    yield final
+                    yield events.Final(final)
                     return
             reply = call.ex.reply()
         except ChildError as exc:
-            yield response(request.id, error=exc.error_object())
+            yield events.Final(response(request.id, error=exc.error_object()))
             return
         if request.method == "tools/list" and isinstance(reply, Result):
             reply = Result(reply.id, self.catalog.visible_tools(call.child, reply.result))
@@ -215,13 +224,13 @@ class Relay:
             async for message in self._input_round(call.child, request, client, reply.result, rounds):
                 yield message
             return
-        yield self._reply_for_client(request, reply, client, info)
+        yield events.Final(self._reply_for_client(request, reply, client, info))
 
     # -- a modern child's input_required, for a legacy client ------------------------------
 
     async def _input_round(
         self, child: StdioChild, request: Request, client: ClientContext, result: JsonObject, rounds: int
-    ) -> AsyncIterator[JsonObject]:
+    ) -> AsyncIterator[Emitted]:
         """Ask the legacy client what the modern child's ``input_required`` asks, then retry
         the child with the answers (a new child request); the retry's outcome, which may be
         another round, is streamed on as usual."""
@@ -232,7 +241,9 @@ class Relay:
         if problem is None and rounds >= MAX_INPUT_ROUNDS:
             problem = f"the server still wants input after {MAX_INPUT_ROUNDS} rounds; the gateway gave up"
         if problem is not None:
-            yield response(request.id, error=ChildProtocolError(f"{request.method}: {problem}").error_object())
+            yield events.Final(
+                response(request.id, error=ChildProtocolError(f"{request.method}: {problem}").error_object())
+            )
             return
         assert isinstance(wanted, dict)
         answers: JsonObject = {}
@@ -245,7 +256,7 @@ class Relay:
             elif ask.method == inputs.ROOTS and child.spec.roots is not None:  # the configured roots answer it
                 answers[key] = {"roots": [dict(root) for root in child.spec.roots]}
             else:
-                yield response(request.id, error=_undeclared_input_error(ask, client))
+                yield events.Final(response(request.id, error=_undeclared_input_error(ask, client)))
                 return
         session = client.session
         timeout = child.spec.input_timeout
@@ -254,7 +265,7 @@ class Relay:
             for ask in asks.values():
                 assert session is not None  # only a session's client is asked (reachable, above)
                 gateway_id: str = session.track_ask(ask)
-                yield Request(gateway_id, ask.method, ask.params).to_dict()
+                yield events.Ask(Request(gateway_id, ask.method, ask.params).to_dict())
             with anyio.move_on_after(timeout):
                 for ask in asks.values():
                     await ask.wait()
@@ -264,20 +275,22 @@ class Relay:
                 ask.answer_error(CODE_INPUT_TIMEOUT, "no answer came")
         if unanswered:
             methods = ", ".join(sorted({ask.method for ask in unanswered}))
-            yield response(
-                request.id,
-                error=jsonrpc.error_object(
-                    CODE_INPUT_TIMEOUT,
-                    f"the client did not answer {methods} within {timeout:g} s, so the server cannot complete "
-                    "this request",
-                    {"source": GATEWAY_NAME, "method": unanswered[0].method, "timeout_seconds": timeout},
-                ),
+            yield events.Final(
+                response(
+                    request.id,
+                    error=jsonrpc.error_object(
+                        CODE_INPUT_TIMEOUT,
+                        f"the client did not answer {methods} within {timeout:g} s, so the server cannot complete "
+                        "this request",
+                        {"source": GATEWAY_NAME, "method": unanswered[0].method, "timeout_seconds": timeout},
+                    ),
+                )
             )
             return
         for key, ask in asks.items():
             reply = ask.reply
             if isinstance(reply, ErrorReply):
-                yield response(request.id, error=_client_refusal_error(ask, reply))
+                yield events.Final(response(request.id, error=_client_refusal_error(ask, reply)))
                 return
             assert isinstance(reply, Result)
             answers[key] = reply.result
@@ -293,7 +306,7 @@ class Relay:
                     child.exchange(request.method, params, asks=True, log_level=_log_level(request, client))
                 )
             except ChildError as exc:
-                yield response(request.id, error=exc.error_object())
+                yield events.Final(response(request.id, error=exc.error_object()))
                 return
             async for message in self._drive(Call(child, ex, stack), request, client, resumed=False, rounds=rounds + 1):
                 yield message
@@ -355,7 +368,7 @@ class Relay:
         wanted = {key: inputs.input_request(ask.method, ask.params) for key, ask in asks.items()}
         return response(request.id, result=inputs.input_required_result(wanted, token))
 
-    async def _resume(self, request: Request, client: ClientContext, state: str) -> AsyncIterator[JsonObject]:
+    async def _resume(self, request: Request, client: ClientContext, state: str) -> AsyncIterator[Emitted]:
         """A modern retry: answer the parked call's questions, then stream the rest of it."""
         taken = self.suspensions.take(state, request, client.principal)
         if isinstance(taken, Rejection):
@@ -371,7 +384,7 @@ class Relay:
                 elif not ask.is_answered:
                     unanswered[key] = ask
             if unanswered and self.suspensions.can_park:  # MRTR §Error Handling: ask again, no error
-                yield self._park(call, unanswered, request, client)
+                yield events.Final(self._park(call, unanswered, request, client))
                 return
             for ask in unanswered.values():
                 reason = "the retry left it unanswered"

@@ -17,10 +17,10 @@ import anyio
 from anyio.lowlevel import checkpoint_if_cancelled
 
 from gateway.protocol.backlog import Backlog
+from gateway.protocol.jsonrpc import PROGRESS
 
 T = TypeVar("T")
 
-PROGRESS = "notifications/progress"
 COALESCE_ABOVE: Final = 16_384
 """Messages queued for one request before progress for a token is coalesced (latest value
 kept). A child writing flat out fills one 256 KiB stdout read with ~2,500 progress lines

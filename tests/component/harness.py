@@ -24,6 +24,7 @@ import orjson
 from anyio.streams.memory import MemoryObjectReceiveStream
 from starlette.applications import Starlette
 
+from gateway.http.connection import HANGUP, Hangup
 from gateway.relay.router import DualEra, Isolation, Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
@@ -76,9 +77,12 @@ async def lifespan(app: Starlette) -> AsyncIterator[None]:
 class LiveResponse:
     """One request's response as the app sends it."""
 
-    def __init__(self, sent: MemoryObjectReceiveStream[Message], disconnect: anyio.Event, done: anyio.Event) -> None:
+    def __init__(
+        self, sent: MemoryObjectReceiveStream[Message], disconnect: anyio.Event, done: anyio.Event, hangup: Hangup
+    ) -> None:
         self._sent = sent
         self._disconnect = disconnect
+        self._hangup = hangup
         self.done = done  # the app's call returned
         self.status = 0
         self.headers: dict[str, str] = {}
@@ -153,8 +157,11 @@ class LiveResponse:
         raise AssertionError(f"the app sent {message!r}")
 
     def disconnect(self) -> None:
-        """The client goes away: the app's ``receive`` now answers ``http.disconnect``."""
+        """The client goes away, told to the app as the real server tells it: pushed through
+        the connection's ``Hangup`` (at once, synchronously), and ``receive`` now answers
+        ``http.disconnect``."""
         self._disconnect.set()
+        self._hangup.lost()
 
 
 @dataclass
@@ -172,6 +179,7 @@ class Gateway:
         raw = body if isinstance(body, bytes) else orjson.dumps(body)
         sent_in, sent_out = anyio.create_memory_object_stream[Message](1024)
         disconnect, done = anyio.Event(), anyio.Event()
+        hangup = Hangup()  # what GuardedHttpTools puts in every request's scope
         requested = False
 
         async def receive() -> Message:
@@ -196,6 +204,7 @@ class Gateway:
             "client": ("127.0.0.1", 50000),
             "server": ("127.0.0.1", 80),
             "state": {},
+            HANGUP: hangup,
         }
 
         async def run() -> None:
@@ -207,11 +216,11 @@ class Gateway:
 
         async with sent_in, sent_out, anyio.create_task_group() as tg:
             tg.start_soon(run)
-            response = LiveResponse(sent_out, disconnect, done)
+            response = LiveResponse(sent_out, disconnect, done, hangup)
             try:
                 yield response
             finally:
-                disconnect.set()
+                response.disconnect()
                 with anyio.CancelScope(shield=True), anyio.fail_after(WAIT):
                     await done.wait()
 

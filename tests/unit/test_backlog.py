@@ -6,7 +6,8 @@ import anyio
 import pytest
 
 from gateway.protocol.backlog import Backlog
-from gateway.stdio.inbox import PROGRESS, Inbox, progress_key
+from gateway.protocol.jsonrpc import PROGRESS
+from gateway.stdio.inbox import Inbox, progress_key
 
 
 def drain(backlog: Backlog[str]) -> list[str]:

@@ -11,7 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.protocol.correlation import (
-    PROGRESS,
     ChildRequest,
     Correlator,
     Late,
@@ -20,7 +19,7 @@ from gateway.protocol.correlation import (
     ReplyFor,
     Unsolicited,
 )
-from gateway.protocol.jsonrpc import ErrorReply, JsonId, Notification, Request, Result
+from gateway.protocol.jsonrpc import PROGRESS, ErrorReply, JsonId, Notification, Request, Result
 
 tokens = st.integers(min_value=-(2**63), max_value=2**64 - 1) | st.text(max_size=20)
 

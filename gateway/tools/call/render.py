@@ -34,11 +34,10 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TaskProgre
 from rich.text import Text
 
 from gateway.protocol.handshake import ChildInfo
-from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification
+from gateway.protocol.jsonrpc import PROGRESS, ErrorReply, JsonObject, Notification
 from gateway.protocol.xmcpheader import tool_header_params
 from gateway.tools.call.tools import argument_summary, first_line
 
-PROGRESS = "notifications/progress"
 LOG_MESSAGE = "notifications/message"
 
 

@@ -1,0 +1,302 @@
+"""Server-Sent Events: the one writer of every event stream the gateway sends.
+
+A request's answer streamed (``gateway.http.stream``), an emulated listen
+(``gateway.http.listen``) and a legacy session's GET stream (``EventStream`` below) all go
+out through this module:
+
+- ``Watch`` ends a response when its client leaves or the gateway drains. The connection
+  pushes its loss (``gateway.http.connection.Hangup``): the response's cancel scope is
+  registered there and no task waits on ``receive()``; only under a server without that hook
+  (a test's fake ASGI server, another server) is a task started to wait for
+  ``http.disconnect``. ``drain.scopes`` holds the scope so the drain can end it when its
+  budget is spent; a stream that ends at the drain's start (a listen, a GET stream) gets one
+  task waiting for that.
+- ``SseWriter`` writes the frames: ``data: <one JSON line>`` per event (orjson never writes
+  a newline, so that is the whole framing), a ``: keep-alive`` comment while quiet.
+- ``pump`` moves events from a source to the writer: it waits for one (a keep-alive comment
+  every ``KEEPALIVE_SECONDS`` of quiet), takes what else is ready already, and writes them
+  together: several events in one ``http.response.body`` send, up to ``REPLY_CHUNK_BYTES``
+  a send.
+
+A frame over ``REPLY_CHUNK_BYTES`` counts against the process's budget for large replies and
+goes out in pieces (``gateway.http.replies``); ``SseWriter.frame`` says when it does not fit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any, Final, TypeVar
+
+import anyio
+import orjson
+from anyio.streams.memory import MemoryObjectReceiveStream
+from starlette.types import Receive, Scope, Send
+
+from gateway.http import replies
+from gateway.http.connection import HANGUP, Hangup
+from gateway.http.drain import DRAIN, Drain
+from gateway.protocol.jsonrpc import JsonObject
+
+log = logging.getLogger("gateway.http")
+
+T = TypeVar("T")
+
+KEEPALIVE_SECONDS: Final = 15.0
+"""Idle time after which an event stream gets a comment line, so proxies keep it open."""
+KEEPALIVE: Final = b": keep-alive\n\n"
+SSE_HEADERS: Final = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+"""``no-cache`` and ``X-Accel-Buffering: no``: proxies must pass each event on as it comes."""
+LEGACY_GET_HEADERS: Final = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"connection", b"keep-alive"),
+    (b"x-accel-buffering", b"no"),
+]
+"""A legacy session's GET stream: the headers it has always had."""
+
+
+def frame(message: JsonObject) -> bytes:
+    return b"data: " + orjson.dumps(message) + b"\r\n\r\n"
+
+
+class Watch:
+    """Runs a response's body until it ends, the client leaves (``left``) or the drain ends it.
+
+    ``end_on_drain``: the body is cancelled when the drain starts (``drain.ending``) and
+    ``drained`` says so (a listen answers with its graceful result, a GET stream just ends).
+    ``outlives_client``: a disconnect does not end the body (a legacy request: L-TR §Sending
+    Messages, a disconnect is not a cancellation), but a connection reset for not reading
+    does. ``cancel()`` ends it from outside (a POSTed ``notifications/cancelled``)."""
+
+    __slots__ = ("_end_on_drain", "_outlives_client", "_receive", "cancel_scope", "drain", "drained", "hangup")
+
+    def __init__(
+        self, scope: Scope, receive: Receive, *, end_on_drain: bool = False, outlives_client: bool = False
+    ) -> None:
+        self.cancel_scope = anyio.CancelScope()
+        drain = scope.get(DRAIN)
+        self.drain: Drain | None = drain if isinstance(drain, Drain) else None
+        hangup = scope.get(HANGUP)
+        self.hangup: Hangup | None = hangup if isinstance(hangup, Hangup) else None
+        self.drained = False
+        self._receive = receive
+        self._end_on_drain = end_on_drain
+        self._outlives_client = outlives_client
+
+    @property
+    def left(self) -> bool:
+        """Whether the client's connection is gone (known only where the connection pushes it)."""
+        return self.hangup is not None and self.hangup.is_lost
+
+    def cancel(self) -> None:
+        self.cancel_scope.cancel()
+
+    async def run(self, body: Callable[[], Awaitable[None]], *also: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """``body()`` under the watch; ``also`` run beside it and end with it."""
+        drain, hangup, scope = self.drain, self.hangup, self.cancel_scope
+        with scope:
+            if drain is not None:
+                drain.scopes.add(scope)  # cancelled when the drain budget is spent
+            if hangup is not None:
+                hangup.watch(scope, stall_only=self._outlives_client)
+            watch_receive = hangup is None and not self._outlives_client
+            try:
+                if watch_receive or also or (self._end_on_drain and drain is not None):
+                    async with anyio.create_task_group() as tg:
+                        if watch_receive:
+                            tg.start_soon(self._watch_disconnect)
+                        if self._end_on_drain and drain is not None:
+                            tg.start_soon(self._watch_drain, drain)
+                        for task in also:
+                            tg.start_soon(task)
+                        await body()
+                        tg.cancel_scope.cancel()
+                else:  # the lean path: no task, the connection cancels the scope when it is lost
+                    await body()
+            finally:
+                if drain is not None:
+                    drain.scopes.discard(scope)
+                if hangup is not None:
+                    hangup.unwatch(scope)
+
+    async def _watch_disconnect(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self.cancel_scope.cancel()
+
+    async def _watch_drain(self, drain: Drain) -> None:
+        await drain.ending.wait()
+        self.drained = True
+        self.cancel_scope.cancel()
+
+
+class SseWriter:
+    """One event stream's body on the wire."""
+
+    __slots__ = ("_send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False  # the response's headers are out
+
+    async def start(self, headers: list[tuple[bytes, bytes]], status: int = 200) -> None:
+        self.started = True
+        await self._send({"type": "http.response.start", "status": status, "headers": headers})
+
+    @staticmethod
+    def frame(message: JsonObject) -> bytes | None:
+        """``message`` as one event, or None when it is large and the budget for large replies
+        is spent. A frame returned must be passed to ``write`` (which gives its budget back)."""
+        data = frame(message)
+        return data if replies.reserve(data) else None
+
+    async def write(self, frames: list[bytes]) -> None:
+        """``frames`` (from ``frame``: a large one is reserved) in as few sends as
+        ``REPLY_CHUNK_BYTES`` allows, a large one in pieces."""
+        if len(frames) == 1:  # the common case
+            await replies.send_body(self._send, frames[0], more_body=True)
+            return
+        pending: list[bytes] = []
+        size = 0
+        sent = 0
+        try:
+            for sent, data in enumerate(frames, 1):  # noqa: B007 - read in finally
+                if len(data) > replies.REPLY_CHUNK_BYTES:
+                    if pending:
+                        await self._body(b"".join(pending))
+                        pending, size = [], 0
+                    await replies.send_body(self._send, data, more_body=True)
+                    continue
+                pending.append(data)
+                size += len(data)
+                if size >= replies.REPLY_CHUNK_BYTES:
+                    await self._body(b"".join(pending))
+                    pending, size = [], 0
+            if pending:
+                await self._body(b"".join(pending))
+        finally:  # cancelled mid-batch: what was reserved and not handed to send_body goes back
+            for data in frames[sent:]:
+                if len(data) > replies.REPLY_CHUNK_BYTES:
+                    replies.BUDGET.give_back(len(data))
+
+    async def write_message(self, message: JsonObject) -> None:
+        """One event the gateway itself must send (an acknowledgement, a graceful or shutdown
+        end): under the budget like any other, but sent whole when the budget is spent."""
+        data = frame(message)
+        if replies.reserve(data):
+            await self.write([data])
+        else:
+            await self._body(data)
+
+    async def keepalive(self) -> None:
+        await self._body(KEEPALIVE)
+
+    async def end(self) -> None:
+        await self._send({"type": "http.response.body", "body": b""})
+
+    async def _body(self, data: bytes) -> None:
+        await self._send({"type": "http.response.body", "body": data, "more_body": True})
+
+
+async def pump(
+    writer: SseWriter,
+    next_event: Callable[[], Awaitable[T]],
+    ready: Callable[[], list[T]] | None,
+    encode: Callable[[T], bytes | None],
+    is_last: Callable[[T], bool] | None = None,
+    *,
+    taken: Sequence[T] = (),
+    keepalive: float = KEEPALIVE_SECONDS,
+) -> T | None:
+    """Write events from ``next_event()`` until it ends (``StopAsyncIteration`` or
+    ``anyio.EndOfStream``: returns None) or an event ``is_last`` was written (returns it).
+    ``taken``: events taken already, written first. ``ready()`` gives the events queued
+    already, written in the same send; ``encode`` gives an event's frame (None: skip it)."""
+    batch = list(taken)
+    while True:
+        if not batch:
+            with anyio.move_on_after(keepalive) as idle:
+                try:
+                    batch.append(await next_event())
+                except (StopAsyncIteration, anyio.EndOfStream):
+                    return None
+            if idle.cancelled_caught:
+                await writer.keepalive()
+                continue
+        if ready is not None and not (is_last is not None and is_last(batch[-1])):
+            batch.extend(ready())
+        frames: list[bytes] = []
+        last: T | None = None
+        for event in batch:
+            data = encode(event)
+            if data is not None:
+                frames.append(data)
+            if is_last is not None and is_last(event):
+                last = event
+                break
+        batch = []
+        if frames:
+            await writer.write(frames)
+        if last is not None:
+            return last
+
+
+def ready_from(stream: MemoryObjectReceiveStream[T]) -> Callable[[], list[T]]:
+    """What a memory stream holds already, without waiting."""
+
+    def ready() -> list[T]:
+        items: list[T] = []
+        while True:
+            try:
+                items.append(stream.receive_nowait())
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                return items
+
+    return ready
+
+
+def json_frame(message: JsonObject) -> bytes | None:
+    """A notification's frame; a large one over the budget is dropped (logged)."""
+    data = SseWriter.frame(message)
+    if data is None:
+        log.warning("a %d-byte %s not sent: reply budget spent", len(frame(message)), message.get("method"))
+    return data
+
+
+class EventStream:
+    """A legacy session's GET stream: ``200 text/event-stream``, the session's unsolicited
+    messages as they come, a keep-alive comment while quiet. It ends after ``max_seconds``
+    (the client reconnects), when the client leaves, when the session opens another stream or
+    ends, and when the gateway drains (the stream carries no request the drain could wait for)."""
+
+    def __init__(
+        self,
+        messages: MemoryObjectReceiveStream[JsonObject],
+        *,
+        max_seconds: float,
+        keepalive: float = KEEPALIVE_SECONDS,
+    ) -> None:
+        self._messages = messages
+        self._max_seconds = max_seconds
+        self._keepalive = keepalive
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watch = Watch(scope, receive, end_on_drain=True)
+        writer = SseWriter(send)
+        messages = self._messages
+
+        async def body() -> None:
+            await writer.start(list(LEGACY_GET_HEADERS))
+            with anyio.move_on_after(self._max_seconds):
+                await pump(writer, messages.receive, ready_from(messages), json_frame, keepalive=self._keepalive)
+
+        with messages:
+            await watch.run(body)
+        if writer.started and not watch.left:
+            with anyio.CancelScope(shield=True):
+                await writer.end()
