@@ -9,8 +9,10 @@ tails, sessions, listens, parked calls and the recent warnings and errors) and `
 same, as an HTML page for operators). The lifespan starts the router (the shared pool
 pre-warms its children before traffic), opens the task group that runs detached legacy
 exchanges and the keepers of parked MRTR calls, and on shutdown ends sessions and parked
-calls and stops every child in the spec's order. The access log and request metrics wrap
-the whole app (``Observed``).
+calls and stops every child in the spec's order. Every request passes one layer first,
+``gateway.http.edge.Edge``: the access log and request metrics, then the checks (headers,
+CORS, Origin/Host, authentication, per-principal limits); an MCP endpoint's requests then go
+straight to it, and Starlette routes the rest.
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ from starlette.types import ASGIApp
 
 from gateway import __version__
 from gateway.http import ui, wire
-from gateway.http.auth import AuthGuard, TokenStore
-from gateway.http.cors import Cors
+from gateway.http.auth import Authentication, TokenStore
+from gateway.http.cors import CorsPolicy
 from gateway.http.drain import Drain, DrainGuard
+from gateway.http.edge import Edge
 from gateway.http.endpoint import BODY_TIMEOUT, MAX_BODY_BYTES, MAX_STREAM_SECONDS, McpEndpoint
-from gateway.http.forward import RouteToOwner, accepting_forwards
-from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, HeaderLimits, PrincipalLimits
-from gateway.http.observe import Observed
-from gateway.http.origin import OriginGuard
+from gateway.http.forward import RouteToOwner
+from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL, PrincipalQuotas
+from gateway.http.origin import OriginPolicy
 from gateway.http.resource import METADATA_PATH, ResourceMetadata
 from gateway.oauth.gate import OAuthGate
 from gateway.oauth.validation import OAuthPolicy
@@ -253,11 +255,14 @@ def create_app(
             inner = RouteToOwner(inner, routing=routing, env_headers=router.server.env_from_headers)
         return DrainGuard(inner, drain=drain)
 
-    routes = [Route(f"/servers/{r.server.name}/mcp", mcp_app(r, e), methods=None) for r, e, _ in endpoints]
+    lane_apps = {f"/servers/{r.server.name}/mcp": mcp_app(r, e) for r, e, _ in endpoints}
     mcp_paths = {f"/servers/{r.server.name}/mcp": r.server.name for r in routers}
     if len(endpoints) == 1:
-        routes.append(Route("/mcp", mcp_app(*endpoints[0][:2]), methods=None))
+        lane_apps["/mcp"] = mcp_app(*endpoints[0][:2])
         mcp_paths["/mcp"] = routers[0].server.name
+    # Also routed by Starlette (the edge sends these paths straight to them; the routes answer
+    # what reaches the router anyway, such as a path with a root_path).
+    routes = [Route(path, lane, methods=None) for path, lane in lane_apps.items()]
     routes += [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -275,45 +280,36 @@ def create_app(
 
         routes.append(Route("/metrics", metrics_page, methods=["GET"]))
     cors_origins = list(cors_origins)
-    # Outermost first. Layers that have nothing to do are left out: each costs a call per request.
     tokens = tokens or TokenStore()
-    # First, so that what every later layer refuses is logged and counted too.
-    middleware = [Middleware(Observed, servers=mcp_paths, metrics=gateway_metrics)]
-    middleware.append(Middleware(HeaderLimits))  # bound the headers before anything reads them all
-    if cors_origins:
-        mapped = [header for router in routers for header in router.server.env_from_headers]
-        middleware.append(Middleware(Cors, origins=cors_origins, extra_headers=mapped))
-    middleware.append(
-        Middleware(
-            OriginGuard,
+    # One layer does every check, in order, and sends an MCP endpoint's requests straight to it
+    # (gateway.http.edge); Starlette routes the rest. Checks with nothing to do are left out.
+    handlers: dict[Any, Any] = {HTTPException: http_error_handler([r.server.name for r in routers])}
+    mapped = [header for router in routers for header in router.server.env_from_headers]
+    edge = Middleware(
+        Edge,
+        lanes={path: (name, lane_apps[path]) for path, name in mcp_paths.items()},
+        exception_handlers=(handlers, {}),
+        metrics=gateway_metrics,
+        cors=CorsPolicy(origins=cors_origins, extra_headers=mapped) if cors_origins else None,
+        origins=OriginPolicy(
             loopback_only=loopback_only,
             allowed_origins=[*allowed_origins, *cors_origins],
             allowed_hosts=list(allowed_hosts),
+        ),
+        auth=Authentication(
+            tokens=tokens,
+            principal_header=principal_header,
+            trusted_proxies=list(trusted_proxies),
+            metadata=resources,
+            oauth=oauth,
+            peers=tls_peers,
         )
+        if tokens.enabled or principal_header or oauth.enabled or tls_peers is not None
+        else None,
+        quotas=PrincipalQuotas(max_requests=max_requests_per_principal, max_streams=max_streams_per_principal),
+        routing=routing,
     )
-    if tokens.enabled or principal_header or oauth.enabled or tls_peers is not None:
-        middleware.append(
-            Middleware(
-                AuthGuard,
-                tokens=tokens,
-                principal_header=principal_header,
-                trusted_proxies=list(trusted_proxies),
-                metadata=resources,
-                oauth=oauth,
-                peers=tls_peers,
-            )
-        )
-    middleware.append(
-        Middleware(PrincipalLimits, max_requests=max_requests_per_principal, max_streams=max_streams_per_principal)
-    )
-    if routing is not None:
-        middleware = accepting_forwards(middleware, routing)
-    app = Starlette(
-        routes=routes,
-        middleware=middleware,
-        lifespan=lifespan,
-        exception_handlers={HTTPException: http_error_handler([r.server.name for r in routers])},
-    )
+    app = Starlette(routes=routes, middleware=[edge], lifespan=lifespan, exception_handlers=handlers)
     app.state.routers = routers
     app.state.drain = drain
     return app

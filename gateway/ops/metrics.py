@@ -99,11 +99,32 @@ class GatewayMetrics:
             "mcp_gateway_requests_in_flight", "Requests being answered", ["server"], registry=self.registry
         )
         self.registry.register(_PoolCollector(routers, sessions))
+        # ``labels()`` checks and joins its values on every call; the children it returns are
+        # kept here by label values instead. Every label comes from a bounded set (see the
+        # module docstring), so these hold no more than the registry does.
+        self._counted: dict[tuple[str, str, str, int, str], Counter] = {}
+        self._timed: dict[tuple[str, str, str], Histogram] = {}
+        self._in_flight: dict[str, Gauge] = {}
+
+    def in_flight_of(self, server: str) -> Gauge:
+        """The ``requests_in_flight`` gauge of ``server`` (a configured name)."""
+        gauge = self._in_flight.get(server)
+        if gauge is None:
+            gauge = self._in_flight[server] = self.in_flight.labels(server)
+        return gauge
 
     def observe(self, server: str, method: str, era: str, status: int, outcome: str, seconds: float) -> None:
-        method = method_label(method)
-        self.requests.labels(server, method, era, str(status), outcome).inc()
-        self.latency.labels(server, method, era).observe(seconds)
+        method = method if method in METHOD_LABELS else "other"
+        key = (server, method, era, status, outcome)
+        counter = self._counted.get(key)
+        if counter is None:
+            counter = self._counted[key] = self.requests.labels(server, method, era, str(status), outcome)
+        counter.inc()
+        timed = key[:3]
+        histogram = self._timed.get(timed)
+        if histogram is None:
+            histogram = self._timed[timed] = self.latency.labels(server, method, era)
+        histogram.observe(seconds)
 
 
 def method_label(method: str) -> str:

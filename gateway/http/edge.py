@@ -1,0 +1,159 @@
+"""The HTTP edge: every check a request meets before its route, in one pure-ASGI layer.
+
+``Edge`` sits inside Starlette's error middleware (an exception is still answered 500) and,
+for every HTTP request, in this order:
+
+1. **observes** it: the access line and the request metrics when the answer ends
+   (``gateway.http.observe``; every request, so refusals below are logged and counted too);
+2. bounds its **headers** → 431 (``gateway.http.limits.header_problem``);
+3. lets a signed **forward** from another instance in (``gateway.http.forward.AcceptForwards``,
+   only with owner routing), which then skips 4–7: the entry instance applied them;
+4. **CORS** (``gateway.http.cors``, when ``--cors-origin`` is given): a preflight is answered
+   here; an allowed origin's answer gets the CORS headers;
+5. **Origin / Host** → 403 (``gateway.http.origin``);
+6. **authentication** → 401 / 403 / 503, and the principal (``gateway.http.auth``, when
+   tokens, OAuth, a principal header or client certificates are configured);
+7. the principal's **slots** on MCP paths → 429 (``gateway.http.limits.PrincipalQuotas``);
+8. the **route**: an MCP endpoint's path goes straight to its endpoint app (``DrainGuard`` →
+   ``McpEndpoint``), with Starlette's exception handlers in the scope as its router would
+   put them; any other path goes to Starlette's router.
+
+One frame and one ``send`` wrapper instead of a layer each: the MCP hot path is the same
+checks with the same answers, without six coroutine frames, five ``send`` wrappers and
+Starlette's route matching on every call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.http.auth import Authentication
+from gateway.http.cors import CorsPolicy, add_cors_headers
+from gateway.http.forward import AcceptForwards
+from gateway.http.limits import PrincipalQuotas, Slots, header_problem, header_refusal
+from gateway.http.observe import MAX_PARSED_ERROR_BYTES, error_code_of, observe
+from gateway.http.origin import OriginPolicy
+from gateway.ops.metrics import GatewayMetrics
+from gateway.protocol.owner import FORWARD_HEADER
+from gateway.relay.owner import OwnerRouting
+
+EXCEPTION_HANDLERS = "starlette.exception_handlers"
+"""Scope key where Starlette's ``ExceptionMiddleware`` puts its handlers for the route."""
+_FORWARD_HEADER = FORWARD_HEADER.encode("latin-1")
+
+
+class Edge:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        lanes: Mapping[str, tuple[str, ASGIApp]],
+        exception_handlers: tuple[Mapping[Any, Any], Mapping[int, Any]],
+        origins: OriginPolicy,
+        quotas: PrincipalQuotas,
+        metrics: GatewayMetrics | None = None,
+        cors: CorsPolicy | None = None,
+        auth: Authentication | None = None,
+        routing: OwnerRouting | None = None,
+    ) -> None:
+        """``app``: Starlette's router (inside its exception middleware). ``lanes``: MCP
+        endpoint path → (server name, the endpoint's app)."""
+        self.app = app
+        self.lanes = dict(lanes)
+        self.exception_handlers = exception_handlers
+        self.origins = origins
+        self.quotas = quotas
+        self.metrics = metrics
+        self.cors = cors
+        self.auth = auth
+        self.forwards = AcceptForwards(self.route, routing=routing) if routing is not None else None
+
+    async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An MCP endpoint's app for its path, else Starlette's router."""
+        lane = self.lanes.get(scope["path"])
+        if lane is None:
+            await self.app(scope, receive, send)
+            return
+        scope[EXCEPTION_HANDLERS] = self.exception_handlers
+        await lane[1](scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()  # the event loop's clock (anyio.current_time), read directly
+        lane = self.lanes.get(scope["path"])
+        server = lane[0] if lane is not None else None
+        fields: dict[str, Any] = scope.setdefault("gateway.log", {})
+        status = 0
+        error_code: int | None = None
+        cors_origin: str | None = None  # set once CORS applies: the answer gets its headers
+
+        async def send_edge(message: Message) -> None:
+            nonlocal status, error_code
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                if cors_origin is not None:
+                    add_cors_headers(message, cors_origin)
+            elif status >= 400 and error_code is None and "outcome" not in fields:
+                # Refusals are written by wire.py as small JSON-RPC errors: read their code.
+                body = message.get("body", b"")
+                if 0 < len(body) <= MAX_PARSED_ERROR_BYTES:
+                    error_code = error_code_of(body)
+            await send(message)
+
+        in_flight = self.metrics.in_flight_of(server) if server is not None and self.metrics is not None else None
+        if in_flight is not None:
+            in_flight.inc()
+        slots: Slots | None = None
+        raised = False
+        try:
+            headers = scope["headers"]
+            problem = header_problem(headers)  # bound the headers before anything reads them all
+            if problem is not None:
+                await header_refusal(problem)(scope, receive, send_edge)
+                return
+            if self.forwards is not None and any(name == _FORWARD_HEADER for name, _ in headers):
+                await self.forwards(scope, receive, send_edge)
+                return
+            if self.cors is not None:
+                origin = self.cors.allowed_origin(headers)
+                if origin is not None:
+                    preflight = self.cors.preflight(scope, origin)
+                    if preflight is not None:
+                        await preflight(scope, receive, send_edge)
+                        return
+                    cors_origin = origin
+            refusal = self.origins.refusal(headers)
+            if refusal is not None:
+                await refusal(scope, receive, send_edge)
+                return
+            auth = self.auth
+            if auth is not None and auth.guards(scope) and not await auth.admit(scope, receive, send_edge):
+                return
+            if self.quotas.applies(scope):
+                slots = self.quotas.open(scope)
+                if scope["method"] != "POST":  # a POST counts once its body is in (``McpEndpoint``)
+                    refusal = slots.admit()
+                    if refusal is not None:
+                        await refusal(scope, receive, send_edge)
+                        return
+            if lane is not None:
+                scope[EXCEPTION_HANDLERS] = self.exception_handlers
+                await lane[1](scope, receive, send_edge)
+            else:
+                await self.app(scope, receive, send_edge)
+        except Exception:  # a bug: Starlette answers 500 outside this layer
+            raised = True
+            raise
+        finally:
+            if slots is not None:
+                slots.close()
+            if in_flight is not None:
+                in_flight.dec()
+            if server is not None or status >= 400 or (raised and status == 0):
+                observe(self.metrics, scope, fields, server, status, error_code, raised, time.monotonic() - started)
