@@ -25,7 +25,6 @@ import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route, request_response
@@ -281,12 +280,14 @@ def create_app(
         routes.append(Route("/metrics", metrics_page, methods=["GET"]))
     cors_origins = list(cors_origins)
     tokens = tokens or TokenStore()
-    # One layer does every check, in order, and sends an MCP endpoint's requests straight to it
-    # (gateway.http.edge); Starlette routes the rest. Checks with nothing to do are left out.
+    # One layer, outermost, does every check in order and sends an MCP endpoint's requests
+    # straight to it (gateway.http.edge); Starlette's own stack routes the rest. Checks with
+    # nothing to do are left out.
     handlers: dict[Any, Any] = {HTTPException: http_error_handler([r.server.name for r in routers])}
     mapped = [header for router in routers for header in router.server.env_from_headers]
-    edge = Middleware(
-        Edge,
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    app.middleware_stack = Edge(
+        app.build_middleware_stack(),
         lanes={path: (name, lane_apps[path]) for path, name in mcp_paths.items()},
         exception_handlers=(handlers, {}),
         metrics=gateway_metrics,
@@ -309,7 +310,6 @@ def create_app(
         quotas=PrincipalQuotas(max_requests=max_requests_per_principal, max_streams=max_streams_per_principal),
         routing=routing,
     )
-    app = Starlette(routes=routes, middleware=[edge], lifespan=lifespan, exception_handlers=handlers)
     app.state.routers = routers
     app.state.drain = drain
     return app

@@ -38,7 +38,7 @@ import ipaddress
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -188,16 +188,12 @@ class Authentication:
         """Every path but the open ones (and CORS preflights, which carry no credentials)."""
         return scope["method"] != "OPTIONS" and not is_open(scope["path"])
 
-    async def admit(self, scope: Scope, receive: Receive, send: Send) -> bool:
+    async def admit(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[bytes, bytes]) -> bool:
         """True: the request may go on, its principal in the scope; False: it was answered
-        (401, 403 or 503)."""
-        authorization = b""
-        identity = b""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value
-            elif self.principal_header is not None and name == self.principal_header:
-                identity = value
+        (401, 403 or 503). ``headers``: the request's by name (the last of a repeated one)."""
+        authorization = headers.get(b"authorization", b"")
+        named = self.principal_header
+        identity = headers.get(named, b"") if named is not None and named != b"authorization" else b""
         path = scope["path"]
         oauth = self.oauth if self.oauth is not None and self.oauth.protects(path) else None
         # A client certificate's subject (mutual TLS) is the principal unless a token names one.
@@ -270,5 +266,9 @@ class AuthGuard:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.auth.guards(scope) or await self.auth.admit(scope, receive, send):
+        if (
+            scope["type"] != "http"
+            or not self.auth.guards(scope)
+            or await self.auth.admit(scope, receive, send, dict(scope["headers"]))
+        ):
             await self.app(scope, receive, send)

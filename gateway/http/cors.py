@@ -10,7 +10,7 @@ standard request header, or starts with ``mcp-param-``. ``Mcp-Session-Id`` and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 from starlette.datastructures import MutableHeaders
@@ -59,12 +59,10 @@ class CorsPolicy:
     def _allowed(self, origin: str) -> bool:
         return self.any_origin or origin.rstrip("/").lower() in self.origins
 
-    def allowed_origin(self, headers: list[tuple[bytes, bytes]]) -> str | None:
-        """The request's ``Origin`` when it gets CORS headers, else None."""
-        origin = None
-        for name, value in headers:
-            if name == b"origin":
-                origin = value  # the last one, as everywhere (``wire.header_map``)
+    def allowed_origin(self, headers: Mapping[bytes, bytes]) -> str | None:
+        """The request's ``Origin`` when it gets CORS headers, else None. ``headers``: the
+        request's by name (the last of a repeated one, as ``wire.header_map``)."""
+        origin = headers.get(b"origin")
         if origin is None:
             return None
         text = origin.decode("latin-1")
@@ -106,7 +104,7 @@ class Cors:
         self.policy = CorsPolicy(origins=origins, extra_headers=extra_headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        origin = self.policy.allowed_origin(scope["headers"]) if scope["type"] == "http" else None
+        origin = self.policy.allowed_origin(dict(scope["headers"])) if scope["type"] == "http" else None
         if origin is None:
             await self.app(scope, receive, send)
             return

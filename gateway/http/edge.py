@@ -1,7 +1,7 @@
 """The HTTP edge: every check a request meets before its route, in one pure-ASGI layer.
 
-``Edge`` sits inside Starlette's error middleware (an exception is still answered 500) and,
-for every HTTP request, in this order:
+``Edge`` is the app's outermost layer (``create_app`` puts it around Starlette's own stack)
+and, for every HTTP request, in this order:
 
 1. **observes** it: the access line and the request metrics when the answer ends
    (``gateway.http.observe``; every request, so refusals below are logged and counted too);
@@ -15,12 +15,17 @@ for every HTTP request, in this order:
    tokens, OAuth, a principal header or client certificates are configured);
 7. the principal's **slots** on MCP paths → 429 (``gateway.http.limits.PrincipalQuotas``);
 8. the **route**: an MCP endpoint's path goes straight to its endpoint app (``DrainGuard`` →
-   ``McpEndpoint``), with Starlette's exception handlers in the scope as its router would
-   put them; any other path goes to Starlette's router.
+   ``McpEndpoint``), with Starlette's exception handlers in the scope as its
+   ``ExceptionMiddleware`` would put them; any other path goes to Starlette's own stack.
 
-One frame and one ``send`` wrapper instead of a layer each: the MCP hot path is the same
-checks with the same answers, without six coroutine frames, five ``send`` wrappers and
-Starlette's route matching on every call.
+An exception nothing answered is answered 500 ``Internal Server Error`` here when no
+response had started (what Starlette's ``ServerErrorMiddleware`` did as the outermost layer;
+it still does for the other paths, inside this one), and logged as a 500.
+
+One frame, one ``send`` wrapper and one look at the headers (``dict(headers)``: the last of a
+repeated header wins, as everywhere at the edge) instead of a layer each: the MCP hot path
+is the same checks with the same answers, without eight coroutine frames, five ``send``
+wrappers and Starlette's route matching on every call.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.http.auth import Authentication
@@ -60,8 +66,8 @@ class Edge:
         auth: Authentication | None = None,
         routing: OwnerRouting | None = None,
     ) -> None:
-        """``app``: Starlette's router (inside its exception middleware). ``lanes``: MCP
-        endpoint path → (server name, the endpoint's app)."""
+        """``app``: Starlette's own stack (its error and exception middleware, its router).
+        ``lanes``: MCP endpoint path → (server name, the endpoint's app)."""
         self.app = app
         self.lanes = dict(lanes)
         self.exception_handlers = exception_handlers
@@ -106,9 +112,9 @@ class Edge:
                     error_code = error_code_of(body)
             await send(message)
 
-        in_flight = self.metrics.in_flight_of(server) if server is not None and self.metrics is not None else None
-        if in_flight is not None:
-            in_flight.inc()
+        metrics = self.metrics
+        if metrics is not None and server is not None:  # in flight: MCP endpoints only
+            metrics.enter(server)
         slots: Slots | None = None
         raised = False
         try:
@@ -117,23 +123,24 @@ class Edge:
             if problem is not None:
                 await header_refusal(problem)(scope, receive, send_edge)
                 return
-            if self.forwards is not None and any(name == _FORWARD_HEADER for name, _ in headers):
+            named = dict(headers)
+            if self.forwards is not None and _FORWARD_HEADER in named:
                 await self.forwards(scope, receive, send_edge)
                 return
             if self.cors is not None:
-                origin = self.cors.allowed_origin(headers)
+                origin = self.cors.allowed_origin(named)
                 if origin is not None:
                     preflight = self.cors.preflight(scope, origin)
                     if preflight is not None:
                         await preflight(scope, receive, send_edge)
                         return
                     cors_origin = origin
-            refusal = self.origins.refusal(headers)
+            refusal = self.origins.refusal(named)
             if refusal is not None:
                 await refusal(scope, receive, send_edge)
                 return
             auth = self.auth
-            if auth is not None and auth.guards(scope) and not await auth.admit(scope, receive, send_edge):
+            if auth is not None and auth.guards(scope) and not await auth.admit(scope, receive, send_edge, named):
                 return
             if self.quotas.applies(scope):
                 slots = self.quotas.open(scope)
@@ -147,13 +154,15 @@ class Edge:
                 await lane[1](scope, receive, send_edge)
             else:
                 await self.app(scope, receive, send_edge)
-        except Exception:  # a bug: Starlette answers 500 outside this layer
+        except Exception:  # a bug
             raised = True
+            if status == 0:  # nothing sent yet: answer as Starlette's ServerErrorMiddleware did
+                await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
             raise
         finally:
             if slots is not None:
                 slots.close()
-            if in_flight is not None:
-                in_flight.dec()
+            if metrics is not None and server is not None:
+                metrics.leave(server)
             if server is not None or status >= 400 or (raised and status == 0):
-                observe(self.metrics, scope, fields, server, status, error_code, raised, time.monotonic() - started)
+                observe(metrics, scope, fields, server, status, error_code, raised, time.monotonic() - started)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from itertools import chain
 from typing import Final
 
 from starlette.responses import Response
@@ -48,11 +49,11 @@ def header_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
     """Why these request headers are refused (431), or None."""
     if len(headers) > MAX_HEADERS:
         return f"{len(headers)} headers; at most {MAX_HEADERS} are accepted"
-    total = 0
-    for name, value in headers:
-        total += len(name) + len(value)
-        if len(value) > MAX_MCP_HEADER_BYTES and name.startswith(b"mcp-"):
-            return f"header {name.decode('latin-1')} is {len(value)} bytes; at most {MAX_MCP_HEADER_BYTES}"
+    total = sum(map(len, chain.from_iterable(headers)))  # names and values, counted in C
+    if total > MAX_MCP_HEADER_BYTES:  # only then can one value be over its own limit
+        for name, value in headers:
+            if len(value) > MAX_MCP_HEADER_BYTES and name.startswith(b"mcp-"):
+                return f"header {name.decode('latin-1')} is {len(value)} bytes; at most {MAX_MCP_HEADER_BYTES}"
     if total > MAX_HEADER_BYTES:
         return f"headers total {total} bytes; at most {MAX_HEADER_BYTES}"
     return None
@@ -98,18 +99,23 @@ class Slots:
 
     def take(self, count: int) -> bool:
         """Hold ``count`` more slots, or none when that would pass the limit (0: no limit)."""
-        if self.limit and self.table[self.principal] + count > self.limit:
+        # dict.get, not Counter's item lookup: a principal with nothing held yet costs no
+        # Python-level __missing__ call on every request.
+        held = self.table.get(self.principal, 0) + count
+        if self.limit and held > self.limit:
             return False
-        self.table[self.principal] += count
+        self.table[self.principal] = held
         self.held += count
         return True
 
     def close(self) -> None:
         """The HTTP request ended: give back the slots it still holds."""
-        table, principal = self.table, self.principal
-        table[principal] -= self.held
-        if table[principal] <= 0:
-            del table[principal]
+        if self.held:  # none held: the table has nothing of this request's
+            left = self.table[self.principal] - self.held
+            if left > 0:
+                self.table[self.principal] = left
+            else:
+                self.table.pop(self.principal, None)
 
     def hand_over(self) -> Callable[[], None]:
         """Move one held slot to work that may outlive the HTTP request; call the returned

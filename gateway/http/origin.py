@@ -10,7 +10,7 @@ rebinding (attacker.example resolving to 127.0.0.1).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -56,15 +56,11 @@ class OriginPolicy:
         name = _host_only(host)
         return name in LOOPBACK_HOSTS or name in self.allowed_hosts
 
-    def refusal(self, headers: list[tuple[bytes, bytes]]) -> Response | None:
-        """The 403 for a request whose ``Origin`` or ``Host`` is not allowed, else None."""
-        # Every request passes here: pick the two headers out instead of decoding them all.
-        origin = host = None
-        for name, value in headers:
-            if name == b"origin":
-                origin = value
-            elif name == b"host":
-                host = value
+    def refusal(self, headers: Mapping[bytes, bytes]) -> Response | None:
+        """The 403 for a request whose ``Origin`` or ``Host`` is not allowed, else None.
+        ``headers``: the request's by name (the last of a repeated one)."""
+        origin = headers.get(b"origin")
+        host = headers.get(b"host")
         if origin is not None and not self._origin_ok(origin.decode("latin-1")):
             return error_response(403, error_object(-32600, f"origin {origin.decode('latin-1')!r} is not allowed"))
         if host is not None:
@@ -94,7 +90,7 @@ class OriginGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            refusal = self.policy.refusal(scope["headers"])
+            refusal = self.policy.refusal(dict(scope["headers"]))
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return

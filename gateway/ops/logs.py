@@ -132,7 +132,7 @@ class DeferredQueueHandler(logging.handlers.QueueHandler):
             type(record.msg) is str
             and record.exc_info is None
             and record.stack_info is None
-            and (not args or (type(args) is tuple and all(type(arg) in _FIXED_TYPES for arg in args)))
+            and (not args or (type(args) is tuple and all(map(_FIXED_TYPES.__contains__, map(type, args)))))
         ):
             return record
         return super().prepare(record)
@@ -198,12 +198,15 @@ class FlushingQueueListener(logging.handlers.QueueListener):
 
 def log_fast(logger: logging.Logger, level: int, msg: str, args: tuple[Any, ...], extra: dict[str, Any]) -> None:
     """``logger.log(level, msg, *args, extra=extra)`` for a line written on every request: the
-    caller's file, line and function are read from its frame, not searched for up the stack.
-    The caller checks ``logger.isEnabledFor(level)`` first."""
+    caller's file, line and function are read from its frame, not searched for up the stack,
+    and ``extra`` is added without ``makeRecord``'s check that no key is a record attribute
+    (the caller's keys are fixed and are not). The caller checks ``logger.isEnabledFor(level)``."""
     caller = sys._getframe(1)
     code = caller.f_code
-    where = (code.co_filename, caller.f_lineno)
-    record = logger.makeRecord(logger.name, level, *where, msg, args, None, code.co_name, extra)
+    record = logging.getLogRecordFactory()(
+        logger.name, level, code.co_filename, caller.f_lineno, msg, args, None, code.co_name
+    )
+    record.__dict__.update(extra)
     logger.handle(record)
 
 
