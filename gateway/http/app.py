@@ -248,11 +248,11 @@ def create_app(
     # JSON-RPC 405 (Starlette's own would be text/plain).
     def mcp_app(router: Router, endpoint: McpEndpoint) -> ASGIApp:
         # Every HTTP method reaches the endpoint, which answers those MCP does not use with a
-        # JSON-RPC 405 (Starlette's own would be text/plain).
+        # JSON-RPC 405 (Starlette's own would be text/plain). The drain check is the edge's.
         inner: ASGIApp = request_response(endpoint.__call__)  # type: ignore[arg-type]
         if routing is not None:
             inner = RouteToOwner(inner, routing=routing, env_headers=router.server.env_from_headers)
-        return DrainGuard(inner, drain=drain)
+        return inner
 
     lane_apps = {f"/servers/{r.server.name}/mcp": mcp_app(r, e) for r, e, _ in endpoints}
     mcp_paths = {f"/servers/{r.server.name}/mcp": r.server.name for r in routers}
@@ -261,7 +261,7 @@ def create_app(
         mcp_paths["/mcp"] = routers[0].server.name
     # Also routed by Starlette (the edge sends these paths straight to them; the routes answer
     # what reaches the router anyway, such as a path with a root_path).
-    routes = [Route(path, lane, methods=None) for path, lane in lane_apps.items()]
+    routes = [Route(path, DrainGuard(lane, drain=drain), methods=None) for path, lane in lane_apps.items()]
     routes += [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -308,6 +308,7 @@ def create_app(
         if tokens.enabled or principal_header or oauth.enabled or tls_peers is not None
         else None,
         quotas=PrincipalQuotas(max_requests=max_requests_per_principal, max_streams=max_streams_per_principal),
+        drain=drain,
         routing=routing,
     )
     app.state.routers = routers

@@ -11,6 +11,7 @@ lifespan stop the children in the spec's order.
 from __future__ import annotations
 
 import anyio
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
@@ -57,8 +58,14 @@ class Drain:
             self._idle.set()
 
 
+def draining_refusal() -> Response:
+    """The 503 (-31004, ``Retry-After``) for a new MCP request while draining."""
+    return gateway_error_response(GatewayUnavailableError(SHUTTING_DOWN, retry_after=5))
+
+
 class DrainGuard:
-    """Around each MCP endpoint: refuse while draining, count what is in flight."""
+    """Around each MCP endpoint: refuse while draining, count what is in flight.
+    (``gateway.http.edge`` does the same inline for the endpoints' paths.)"""
 
     def __init__(self, app: ASGIApp, *, drain: Drain) -> None:
         self.app = app
@@ -66,8 +73,7 @@ class DrainGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.drain.draining:
-            refusal = GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
-            await gateway_error_response(refusal)(scope, receive, send)
+            await draining_refusal()(scope, receive, send)
             return
         scope["gateway.drain"] = self.drain
         self.drain.enter()

@@ -14,9 +14,10 @@ and, for every HTTP request, in this order:
 6. **authentication** → 401 / 403 / 503, and the principal (``gateway.http.auth``, when
    tokens, OAuth, a principal header or client certificates are configured);
 7. the principal's **slots** on MCP paths → 429 (``gateway.http.limits.PrincipalQuotas``);
-8. the **route**: an MCP endpoint's path goes straight to its endpoint app (``DrainGuard`` →
-   ``McpEndpoint``), with Starlette's exception handlers in the scope as its
-   ``ExceptionMiddleware`` would put them; any other path goes to Starlette's own stack.
+8. the **route**: an MCP endpoint's path goes straight to its endpoint app, after the drain
+   check (``gateway.http.drain``: 503 while draining, else counted in flight), with
+   Starlette's exception handlers in the scope as its ``ExceptionMiddleware`` would put
+   them; any other path goes to Starlette's own stack.
 
 An exception nothing answered is answered 500 ``Internal Server Error`` here when no
 response had started (what Starlette's ``ServerErrorMiddleware`` did as the outermost layer;
@@ -39,6 +40,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.http.auth import Authentication
 from gateway.http.cors import CorsPolicy, add_cors_headers
+from gateway.http.drain import Drain, draining_refusal
 from gateway.http.forward import AcceptForwards
 from gateway.http.limits import PrincipalQuotas, Slots, header_problem, header_refusal
 from gateway.http.observe import MAX_PARSED_ERROR_BYTES, error_code_of, observe
@@ -61,31 +63,42 @@ class Edge:
         exception_handlers: tuple[Mapping[Any, Any], Mapping[int, Any]],
         origins: OriginPolicy,
         quotas: PrincipalQuotas,
+        drain: Drain,
         metrics: GatewayMetrics | None = None,
         cors: CorsPolicy | None = None,
         auth: Authentication | None = None,
         routing: OwnerRouting | None = None,
     ) -> None:
         """``app``: Starlette's own stack (its error and exception middleware, its router).
-        ``lanes``: MCP endpoint path → (server name, the endpoint's app)."""
+        ``lanes``: MCP endpoint path → (server name, the endpoint's app, which the drain
+        check here guards)."""
         self.app = app
         self.lanes = dict(lanes)
         self.exception_handlers = exception_handlers
         self.origins = origins
         self.quotas = quotas
+        self.drain = drain
         self.metrics = metrics
         self.cors = cors
         self.auth = auth
         self.forwards = AcceptForwards(self.route, routing=routing) if routing is not None else None
 
     async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """An MCP endpoint's app for its path, else Starlette's router."""
+        """An MCP endpoint's app for its path (after the drain check), else Starlette's stack."""
         lane = self.lanes.get(scope["path"])
         if lane is None:
             await self.app(scope, receive, send)
             return
+        if self.drain.draining:
+            await draining_refusal()(scope, receive, send)
+            return
+        scope["gateway.drain"] = self.drain
         scope[EXCEPTION_HANDLERS] = self.exception_handlers
-        await lane[1](scope, receive, send)
+        self.drain.enter()
+        try:
+            await lane[1](scope, receive, send)
+        finally:
+            self.drain.leave()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -149,11 +162,18 @@ class Edge:
                     if refusal is not None:
                         await refusal(scope, receive, send_edge)
                         return
-            if lane is not None:
-                scope[EXCEPTION_HANDLERS] = self.exception_handlers
-                await lane[1](scope, receive, send_edge)
-            else:
+            if lane is None:
                 await self.app(scope, receive, send_edge)
+            elif self.drain.draining:
+                await draining_refusal()(scope, receive, send_edge)
+            else:  # ``route``, inline: one coroutine frame less on every resumption of the call
+                drain = scope["gateway.drain"] = self.drain
+                scope[EXCEPTION_HANDLERS] = self.exception_handlers
+                drain.enter()
+                try:
+                    await lane[1](scope, receive, send_edge)
+                finally:
+                    drain.leave()
         except Exception:  # a bug
             raised = True
             if status == 0:  # nothing sent yet: answer as Starlette's ServerErrorMiddleware did
