@@ -71,13 +71,20 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": escape_controls(record.getMessage()),
         }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and value is not None:
-                value = redact(key, value)
-                out[key] = escape_controls(value) if isinstance(value, str) else value
+        attributes = vars(record)
+        for key, secret in _extras(tuple(attributes)):
+            value = attributes[key]
+            if value is not None:
+                out[key] = REDACTED if secret else escape_controls(value) if isinstance(value, str) else value
         if record.exc_info:
             out["exception"] = escape_controls(self.formatException(record.exc_info), keep_newlines=True)
         return orjson.dumps(out, default=str).decode()
+
+
+@lru_cache(maxsize=256)  # one entry per kind of record (its attributes): a handful of call sites
+def _extras(attributes: tuple[str, ...]) -> tuple[tuple[str, bool], ...]:
+    """A record's ``extra`` keys in order, each with whether its value is redacted."""
+    return tuple((key, is_secret(key)) for key in attributes if key not in _STANDARD)
 
 
 def _iso_time(created: float) -> str:
