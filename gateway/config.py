@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Final
 
 from gateway.errors import ConfigError
-from gateway.http.edge import EdgeSettings
+from gateway.http.edge_settings import EdgeSettings
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.relay.router import ServerConfig

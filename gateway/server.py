@@ -209,6 +209,9 @@ def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> N
         # httptools, with the head size, head time and write time bounded on the socket.
         http=options.pop("http", GuardedHttpTools),
         log_config=None,  # ours (gateway.ops.logs), so JSON logging covers uvicorn too
+        # gateway.access is the access log. uvicorn's own is off (not merely muted): otherwise it
+        # still formats each response's client address and quoted path before finding no handler.
+        access_log=False,
         # The client address is the TCP peer: X-Forwarded-For is not trusted, or a client could
         # pose as a --trusted-proxy (identity headers are checked against this address).
         proxy_headers=False,

@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 
 from gateway.http.app import create_app
 from gateway.http.connection import GuardedHttpTools
-from gateway.http.edge import EdgeSettings
+from gateway.http.edge_settings import EdgeSettings
 from gateway.relay.router import DualEra, Isolation, Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec

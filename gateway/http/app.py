@@ -9,8 +9,10 @@ tails, sessions, listens, parked calls and the recent warnings and errors) and `
 same, as an HTML page for operators). The lifespan starts the router (the shared pool
 pre-warms its children before traffic), opens the task group that runs legacy sessions'
 listens and the keepers of parked MRTR calls, and on shutdown ends sessions and parked
-calls and stops every child in the spec's order. The access log and request metrics wrap
-the whole app (``Observed``).
+calls and stops every child in the spec's order. Every request passes one layer first,
+``gateway.http.edge.Edge``: the access log and request metrics, then the checks (headers,
+CORS, Origin/Host, authentication, per-principal limits); an MCP endpoint's requests then go
+straight to it, and Starlette routes the rest.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import anyio
 from prometheus_client import CONTENT_TYPE_LATEST, Gauge, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route, request_response
@@ -31,15 +32,15 @@ from starlette.types import ASGIApp
 
 from gateway import __version__
 from gateway.http import ui, wire
-from gateway.http.auth import AuthGuard, TokenStore
-from gateway.http.cors import Cors
+from gateway.http.auth import Authentication, TokenStore
+from gateway.http.cors import CorsPolicy
 from gateway.http.drain import Drain, DrainGuard
-from gateway.http.edge import EdgeSettings
+from gateway.http.edge import Edge
+from gateway.http.edge_settings import EdgeSettings
 from gateway.http.endpoint import McpEndpoint
-from gateway.http.forward import RouteToOwner, accepting_forwards
-from gateway.http.limits import HeaderLimits, PrincipalLimits
-from gateway.http.observe import Observed
-from gateway.http.origin import OriginGuard
+from gateway.http.forward import RouteToOwner
+from gateway.http.limits import PrincipalQuotas
+from gateway.http.origin import OriginPolicy
 from gateway.http.resource import METADATA_PATH, ResourceMetadata
 from gateway.oauth.gate import OAuthGate
 from gateway.oauth.validation import OAuthPolicy
@@ -238,17 +239,20 @@ def create_app(
     # JSON-RPC 405 (Starlette's own would be text/plain).
     def mcp_app(router: Router, endpoint: McpEndpoint) -> ASGIApp:
         # Every HTTP method reaches the endpoint, which answers those MCP does not use with a
-        # JSON-RPC 405 (Starlette's own would be text/plain).
+        # JSON-RPC 405 (Starlette's own would be text/plain). The drain check is the edge's.
         inner: ASGIApp = request_response(endpoint.__call__)  # type: ignore[arg-type]
         if routing is not None:
             inner = RouteToOwner(inner, routing=routing, env_headers=router.server.env_from_headers)
-        return DrainGuard(inner, drain=drain)
+        return inner
 
-    routes = [Route(f"/servers/{r.server.name}/mcp", mcp_app(r, e), methods=None) for r, e, _ in endpoints]
+    lane_apps = {f"/servers/{r.server.name}/mcp": mcp_app(r, e) for r, e, _ in endpoints}
     mcp_paths = {f"/servers/{r.server.name}/mcp": r.server.name for r in routers}
     if len(endpoints) == 1:
-        routes.append(Route("/mcp", mcp_app(*endpoints[0][:2]), methods=None))
+        lane_apps["/mcp"] = mcp_app(*endpoints[0][:2])
         mcp_paths["/mcp"] = routers[0].server.name
+    # Also routed by Starlette (the edge sends these paths straight to them; the routes answer
+    # what reaches the router anyway, such as a path with a root_path).
+    routes = [Route(path, DrainGuard(lane, drain=drain), methods=None) for path, lane in lane_apps.items()]
     routes += [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -266,48 +270,39 @@ def create_app(
 
         routes.append(Route("/metrics", metrics_page, methods=["GET"]))
     cors_origins = list(settings.cors_origins)
-    # Outermost first. Layers that have nothing to do are left out: each costs a call per request.
     tokens = tokens or TokenStore()
-    # First, so that what every later layer refuses is logged and counted too.
-    middleware = [Middleware(Observed, servers=mcp_paths, metrics=gateway_metrics)]
-    middleware.append(Middleware(HeaderLimits))  # bound the headers before anything reads them all
-    if cors_origins:
-        mapped = [header for router in routers for header in router.server.env_from_headers]
-        middleware.append(Middleware(Cors, origins=cors_origins, extra_headers=mapped))
-    middleware.append(
-        Middleware(
-            OriginGuard,
+    # One layer, outermost, does every check in order and sends an MCP endpoint's requests
+    # straight to it (gateway.http.edge); Starlette's own stack routes the rest. Checks with
+    # nothing to do are left out.
+    handlers: dict[Any, Any] = {HTTPException: http_error_handler([r.server.name for r in routers])}
+    mapped = [header for router in routers for header in router.server.env_from_headers]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    app.middleware_stack = Edge(
+        app.build_middleware_stack(),
+        lanes={path: (name, lane_apps[path]) for path, name in mcp_paths.items()},
+        exception_handlers=(handlers, {}),
+        metrics=gateway_metrics,
+        cors=CorsPolicy(origins=cors_origins, extra_headers=mapped) if cors_origins else None,
+        origins=OriginPolicy(
             loopback_only=settings.loopback_only,
             allowed_origins=[*settings.allowed_origins, *cors_origins],
             allowed_hosts=list(settings.allowed_hosts),
+        ),
+        auth=Authentication(
+            tokens=tokens,
+            principal_header=settings.principal_header,
+            trusted_proxies=list(settings.trusted_proxies),
+            metadata=resources,
+            oauth=oauth,
+            peers=tls_peers,
         )
-    )
-    if tokens.enabled or settings.principal_header or oauth.enabled or tls_peers is not None:
-        middleware.append(
-            Middleware(
-                AuthGuard,
-                tokens=tokens,
-                principal_header=settings.principal_header,
-                trusted_proxies=list(settings.trusted_proxies),
-                metadata=resources,
-                oauth=oauth,
-                peers=tls_peers,
-            )
-        )
-    middleware.append(
-        Middleware(
-            PrincipalLimits,
-            max_requests=settings.max_requests_per_principal,
-            max_streams=settings.max_streams_per_principal,
-        )
-    )
-    if routing is not None:
-        middleware = accepting_forwards(middleware, routing)
-    app = Starlette(
-        routes=routes,
-        middleware=middleware,
-        lifespan=lifespan,
-        exception_handlers={HTTPException: http_error_handler([r.server.name for r in routers])},
+        if tokens.enabled or settings.principal_header or oauth.enabled or tls_peers is not None
+        else None,
+        quotas=PrincipalQuotas(
+            max_requests=settings.max_requests_per_principal, max_streams=settings.max_streams_per_principal
+        ),
+        drain=drain,
+        routing=routing,
     )
     app.state.routers = routers
     app.state.drain = drain

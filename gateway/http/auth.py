@@ -1,6 +1,7 @@
 """Who is asking: bearer tokens, or a trusted reverse proxy's identity header.
 
-``AuthGuard`` is a pure-ASGI middleware in front of the MCP endpoints and ``/status``
+``Authentication`` (run by ``gateway.http.edge``; ``AuthGuard`` is the same as an ASGI layer)
+guards the MCP endpoints and ``/status``
 (``/healthz``, ``/readyz`` and ``/metrics`` stay open for probes and scrapers):
 
 - **Bearer tokens** (``--auth-token-file``, one per line, ``NAME:TOKEN`` or just ``TOKEN``;
@@ -36,11 +37,11 @@ import hmac
 import ipaddress
 import logging
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import CODE_UNAVAILABLE, ConfigError
@@ -150,10 +151,11 @@ def trusted_networks(addresses: Iterable[str]) -> list[ipaddress.IPv4Network | i
     return out
 
 
-class AuthGuard:
+class Authentication:
+    """Who the request is: tokens, OAuth, a client certificate or a trusted proxy's header."""
+
     def __init__(
         self,
-        app: ASGIApp,
         *,
         tokens: TokenStore,
         principal_header: str | None = None,
@@ -162,7 +164,6 @@ class AuthGuard:
         oauth: OAuthGate | None = None,
         peers: PeerSubjects | None = None,
     ) -> None:
-        self.app = app
         self.tokens = tokens
         self.principal_header = principal_header.lower().encode("latin-1") if principal_header else None
         # Without --trusted-proxy only a proxy on this host (loopback, the sidecar case) is
@@ -182,17 +183,17 @@ class AuthGuard:
             return False
         return any(address in network for network in self.trusted)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] == "OPTIONS" or is_open(scope["path"]):
-            await self.app(scope, receive, send)
-            return
-        authorization = b""
-        identity = b""
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value
-            elif self.principal_header is not None and name == self.principal_header:
-                identity = value
+    @staticmethod
+    def guards(scope: Scope) -> bool:
+        """Every path but the open ones (and CORS preflights, which carry no credentials)."""
+        return scope["method"] != "OPTIONS" and not is_open(scope["path"])
+
+    async def admit(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[bytes, bytes]) -> bool:
+        """True: the request may go on, its principal in the scope; False: it was answered
+        (401, 403 or 503). ``headers``: the request's by name (the last of a repeated one)."""
+        authorization = headers.get(b"authorization", b"")
+        named = self.principal_header
+        identity = headers.get(named, b"") if named is not None and named != b"authorization" else b""
         path = scope["path"]
         oauth = self.oauth if self.oauth is not None and self.oauth.protects(path) else None
         # A client certificate's subject (mutual TLS) is the principal unless a token names one.
@@ -203,28 +204,28 @@ class AuthGuard:
             if scheme.lower() != b"bearer" or not presented:
                 why = "missing bearer token" if not authorization else "invalid bearer token"
                 await self._refuse(scope, receive, send, Refused(401, "", why) if authorization else None, why)
-                return
-            found = self.tokens.principal_for(presented, anyio.current_time()) if self.tokens.enabled else None
+                return False
+            found = self.tokens.principal_for(presented, time.monotonic()) if self.tokens.enabled else None
             if found is None and oauth is not None:
                 try:
                     verdict = await oauth.check(presented.decode("latin-1"), path)
                 except Unavailable as exc:
                     response = error_response(503, error_object(CODE_UNAVAILABLE, str(exc)), retry_after=RETRY_AFTER)
                     await response(scope, receive, send)
-                    return
+                    return False
                 if isinstance(verdict, Refused):
                     await self._refuse(scope, receive, send, verdict, verdict.description)
-                    return
+                    return False
                 found = verdict.principal
             if found is None:
                 why = "invalid bearer token"
                 await self._refuse(scope, receive, send, invalid(why), why)
-                return
+                return False
             principal = found
         if identity and self._from_trusted_proxy(scope):
             principal = identity.decode("latin-1").strip() or principal
         scope["gateway.principal"] = principal
-        await self.app(scope, receive, send)
+        return True
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, refused: Refused | None, why: str) -> None:
         """401 (or 403 for a missing scope) with the RFC 6750 / RFC 9728 challenge."""
@@ -238,3 +239,36 @@ class AuthGuard:
         message = f"forbidden: {why}" if status == 403 else f"unauthorized: {why}"
         response = error_response(status, error_object(-32600, message), headers={"www-authenticate": value})
         await response(scope, receive, send)
+
+
+class AuthGuard:
+    """``Authentication`` as an ASGI layer."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        tokens: TokenStore,
+        principal_header: str | None = None,
+        trusted_proxies: Iterable[str] = (),
+        metadata: ResourceMetadata | None = None,
+        oauth: OAuthGate | None = None,
+        peers: PeerSubjects | None = None,
+    ) -> None:
+        self.app = app
+        self.auth = Authentication(
+            tokens=tokens,
+            principal_header=principal_header,
+            trusted_proxies=trusted_proxies,
+            metadata=metadata,
+            oauth=oauth,
+            peers=peers,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or not self.auth.guards(scope)
+            or await self.auth.admit(scope, receive, send, dict(scope["headers"]))
+        ):
+            await self.app(scope, receive, send)

@@ -10,7 +10,7 @@ standard request header, or starts with ``mcp-param-``. ``Mcp-Session-Id`` and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 from starlette.datastructures import MutableHeaders
@@ -48,49 +48,75 @@ def allowed_request_headers(requested: str, extra: frozenset[str] = frozenset())
     return None
 
 
-class Cors:
-    def __init__(self, app: ASGIApp, *, origins: Iterable[str], extra_headers: Iterable[str] = ()) -> None:
-        self.app = app
+class CorsPolicy:
+    """The origins that get CORS headers, and the preflight answer."""
+
+    def __init__(self, *, origins: Iterable[str], extra_headers: Iterable[str] = ()) -> None:
         self.origins = {o.rstrip("/").lower() for o in origins}
+        self.any_origin = "*" in self.origins
         # Headers the servers map into children's environments (envFromHeaders) must be sendable too.
         self.extra_headers = frozenset(h.lower() for h in extra_headers)
 
     def _allowed(self, origin: str) -> bool:
-        return "*" in self.origins or origin.rstrip("/").lower() in self.origins
+        return self.any_origin or origin.rstrip("/").lower() in self.origins
+
+    def allowed_origin(self, headers: Mapping[bytes, bytes]) -> str | None:
+        """The request's ``Origin`` when it gets CORS headers, else None. ``headers``: the
+        request's by name (the last of a repeated one, as ``wire.header_map``)."""
+        origin = headers.get(b"origin")
+        if origin is None:
+            return None
+        text = origin.decode("latin-1")
+        return text if self._allowed(text) else None
+
+    def preflight(self, scope: Scope, origin: str) -> Response | None:
+        """The answer to a CORS preflight from an allowed ``origin``; None: not a preflight."""
+        if scope["method"] != "OPTIONS":
+            return None
+        headers = header_map(scope)
+        if "access-control-request-method" not in headers:
+            return None
+        reflected = allowed_request_headers(headers.get("access-control-request-headers", ""), self.extra_headers)
+        if reflected is None:
+            return Response(status_code=403)
+        return Response(
+            status_code=204,
+            headers={
+                "access-control-allow-origin": origin,
+                "access-control-allow-methods": METHODS,
+                "access-control-allow-headers": reflected,
+                "access-control-max-age": MAX_AGE,
+                "vary": "Origin",
+            },
+        )
+
+
+def add_cors_headers(message: Message, origin: str) -> None:
+    """Add the CORS response headers for ``origin`` to an ``http.response.start`` message."""
+    response_headers = MutableHeaders(scope=message)
+    response_headers["access-control-allow-origin"] = origin
+    response_headers["access-control-expose-headers"] = EXPOSED_HEADERS
+    response_headers.add_vary_header("Origin")
+
+
+class Cors:
+    def __init__(self, app: ASGIApp, *, origins: Iterable[str], extra_headers: Iterable[str] = ()) -> None:
+        self.app = app
+        self.policy = CorsPolicy(origins=origins, extra_headers=extra_headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.origins:
+        origin = self.policy.allowed_origin(dict(scope["headers"])) if scope["type"] == "http" else None
+        if origin is None:
             await self.app(scope, receive, send)
             return
-        headers = header_map(scope)
-        origin = headers.get("origin")
-        if origin is None or not self._allowed(origin):
-            await self.app(scope, receive, send)
-            return
-        if scope["method"] == "OPTIONS" and "access-control-request-method" in headers:
-            reflected = allowed_request_headers(headers.get("access-control-request-headers", ""), self.extra_headers)
-            if reflected is None:
-                await Response(status_code=403)(scope, receive, send)
-                return
-            response = Response(
-                status_code=204,
-                headers={
-                    "access-control-allow-origin": origin,
-                    "access-control-allow-methods": METHODS,
-                    "access-control-allow-headers": reflected,
-                    "access-control-max-age": MAX_AGE,
-                    "vary": "Origin",
-                },
-            )
-            await response(scope, receive, send)
+        answer = self.policy.preflight(scope, origin)
+        if answer is not None:
+            await answer(scope, receive, send)
             return
 
         async def send_with_cors(message: Message) -> None:
             if message["type"] == "http.response.start":
-                response_headers = MutableHeaders(scope=message)
-                response_headers["access-control-allow-origin"] = origin
-                response_headers["access-control-expose-headers"] = EXPOSED_HEADERS
-                response_headers.add_vary_header("Origin")
+                add_cors_headers(message, origin)
             await send(message)
 
         await self.app(scope, receive, send_with_cors)

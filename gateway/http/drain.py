@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Final
 
 import anyio
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
@@ -61,8 +62,14 @@ class Drain:
             self._idle.set()
 
 
+def draining_refusal() -> Response:
+    """The 503 (-31004, ``Retry-After``) for a new MCP request while draining."""
+    return gateway_error_response(GatewayUnavailableError(SHUTTING_DOWN, retry_after=5))
+
+
 class DrainGuard:
-    """Around each MCP endpoint: refuse while draining, count what is in flight."""
+    """Around each MCP endpoint: refuse while draining, count what is in flight.
+    (``gateway.http.edge`` does the same inline for the endpoints' paths.)"""
 
     def __init__(self, app: ASGIApp, *, drain: Drain) -> None:
         self.app = app
@@ -70,8 +77,7 @@ class DrainGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.drain.draining:
-            refusal = GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
-            await gateway_error_response(refusal)(scope, receive, send)
+            await draining_refusal()(scope, receive, send)
             return
         scope[DRAIN] = self.drain
         self.drain.enter()

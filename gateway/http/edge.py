@@ -1,32 +1,188 @@
-"""``EdgeSettings``: what the HTTP edge is configured with, as one typed value.
+"""The HTTP edge: every check a request meets before its route, in one pure-ASGI layer.
 
-``create_app`` takes it whole; ``gateway.config.Settings.edge()`` makes it from the gateway's
-settings, whose declarations (``gateway.settings``) hold every flag, variable and default.
-The defaults here are the same named limits those declarations use
-(``tests/unit/test_settings.py`` checks that they agree).
+``Edge`` is the app's outermost layer (``create_app`` puts it around Starlette's own stack)
+and, for every HTTP request, in this order:
+
+1. **observes** it: the access line and the request metrics when the answer ends
+   (``gateway.http.observe``; every request, so refusals below are logged and counted too);
+2. bounds its **headers** → 431 (``gateway.http.limits.header_problem``);
+3. lets a signed **forward** from another instance in (``gateway.http.forward.AcceptForwards``,
+   only with owner routing), which then skips 4–7: the entry instance applied them;
+4. **CORS** (``gateway.http.cors``, when ``--cors-origin`` is given): a preflight is answered
+   here; an allowed origin's answer gets the CORS headers;
+5. **Origin / Host** → 403 (``gateway.http.origin``);
+6. **authentication** → 401 / 403 / 503, and the principal (``gateway.http.auth``, when
+   tokens, OAuth, a principal header or client certificates are configured);
+7. the principal's **slots** on MCP paths → 429 (``gateway.http.limits.PrincipalQuotas``);
+8. the **route**: an MCP endpoint's path goes straight to its endpoint app, after the drain
+   check (``gateway.http.drain``: 503 while draining, else counted in flight), with
+   Starlette's exception handlers in the scope as its ``ExceptionMiddleware`` would put
+   them; any other path goes to Starlette's own stack.
+
+An exception nothing answered is answered 500 ``Internal Server Error`` here when no
+response had started (what Starlette's ``ServerErrorMiddleware`` did as the outermost layer;
+it still does for the other paths, inside this one), and logged as a 500.
+
+One frame, one ``send`` wrapper and one look at the headers (``dict(headers)``: the last of a
+repeated header wins, as everywhere at the edge) instead of a layer each: the MCP hot path
+is the same checks with the same answers, without eight coroutine frames, five ``send``
+wrappers and Starlette's route matching on every call.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping
+from typing import Any
 
-from gateway.http.endpoint import BODY_TIMEOUT, MAX_BODY_BYTES, MAX_STREAM_SECONDS
-from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.http.auth import Authentication
+from gateway.http.cors import CorsPolicy, add_cors_headers
+from gateway.http.drain import Drain, draining_refusal
+from gateway.http.forward import AcceptForwards
+from gateway.http.limits import PrincipalQuotas, Slots, header_problem, header_refusal
+from gateway.http.observe import MAX_PARSED_ERROR_BYTES, error_code_of, observe
+from gateway.http.origin import OriginPolicy
+from gateway.ops.metrics import GatewayMetrics
+from gateway.protocol.owner import FORWARD_HEADER
+from gateway.relay.owner import OwnerRouting
+
+EXCEPTION_HANDLERS = "starlette.exception_handlers"
+"""Scope key where Starlette's ``ExceptionMiddleware`` puts its handlers for the route."""
+_FORWARD_HEADER = FORWARD_HEADER.encode("latin-1")
 
 
-@dataclass(frozen=True)
-class EdgeSettings:
-    max_body_bytes: int = MAX_BODY_BYTES
-    max_stream_seconds: float = MAX_STREAM_SECONDS  # a legacy GET stream's lifetime
-    body_timeout: float = BODY_TIMEOUT  # not a setting: how long a POST body may take to arrive
-    loopback_only: bool = True  # bound to loopback: only loopback Host headers (DNS rebinding)
-    allowed_origins: tuple[str, ...] = ()
-    allowed_hosts: tuple[str, ...] = ()
-    principal_header: str | None = None  # trusted from trusted_proxies only
-    trusted_proxies: tuple[str, ...] = ()
-    cors_origins: tuple[str, ...] = ()
-    authorization_servers: tuple[str, ...] = ()  # named in the RFC 9728 metadata
-    public_url: str | None = None
-    max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL
-    max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL
-    metrics: bool = True  # serve /metrics
+class Edge:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        lanes: Mapping[str, tuple[str, ASGIApp]],
+        exception_handlers: tuple[Mapping[Any, Any], Mapping[int, Any]],
+        origins: OriginPolicy,
+        quotas: PrincipalQuotas,
+        drain: Drain,
+        metrics: GatewayMetrics | None = None,
+        cors: CorsPolicy | None = None,
+        auth: Authentication | None = None,
+        routing: OwnerRouting | None = None,
+    ) -> None:
+        """``app``: Starlette's own stack (its error and exception middleware, its router).
+        ``lanes``: MCP endpoint path → (server name, the endpoint's app, which the drain
+        check here guards)."""
+        self.app = app
+        self.lanes = dict(lanes)
+        self.exception_handlers = exception_handlers
+        self.origins = origins
+        self.quotas = quotas
+        self.drain = drain
+        self.metrics = metrics
+        self.cors = cors
+        self.auth = auth
+        self.forwards = AcceptForwards(self.route, routing=routing) if routing is not None else None
+
+    async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An MCP endpoint's app for its path (after the drain check), else Starlette's stack."""
+        lane = self.lanes.get(scope["path"])
+        if lane is None:
+            await self.app(scope, receive, send)
+            return
+        if self.drain.draining:
+            await draining_refusal()(scope, receive, send)
+            return
+        scope["gateway.drain"] = self.drain
+        scope[EXCEPTION_HANDLERS] = self.exception_handlers
+        self.drain.enter()
+        try:
+            await lane[1](scope, receive, send)
+        finally:
+            self.drain.leave()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.monotonic()  # the event loop's clock (anyio.current_time), read directly
+        lane = self.lanes.get(scope["path"])
+        server = lane[0] if lane is not None else None
+        fields: dict[str, Any] = scope.setdefault("gateway.log", {})
+        status = 0
+        error_code: int | None = None
+        cors_origin: str | None = None  # set once CORS applies: the answer gets its headers
+
+        async def send_edge(message: Message) -> None:
+            nonlocal status, error_code
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                if cors_origin is not None:
+                    add_cors_headers(message, cors_origin)
+            elif status >= 400 and error_code is None and "outcome" not in fields:
+                # Refusals are written by wire.py as small JSON-RPC errors: read their code.
+                body = message.get("body", b"")
+                if 0 < len(body) <= MAX_PARSED_ERROR_BYTES:
+                    error_code = error_code_of(body)
+            await send(message)
+
+        metrics = self.metrics
+        if metrics is not None and server is not None:  # in flight: MCP endpoints only
+            metrics.enter(server)
+        slots: Slots | None = None
+        raised = False
+        try:
+            headers = scope["headers"]
+            problem = header_problem(headers)  # bound the headers before anything reads them all
+            if problem is not None:
+                await header_refusal(problem)(scope, receive, send_edge)
+                return
+            named = dict(headers)
+            if self.forwards is not None and _FORWARD_HEADER in named:
+                await self.forwards(scope, receive, send_edge)
+                return
+            if self.cors is not None:
+                origin = self.cors.allowed_origin(named)
+                if origin is not None:
+                    preflight = self.cors.preflight(scope, origin)
+                    if preflight is not None:
+                        await preflight(scope, receive, send_edge)
+                        return
+                    cors_origin = origin
+            refusal = self.origins.refusal(named)
+            if refusal is not None:
+                await refusal(scope, receive, send_edge)
+                return
+            auth = self.auth
+            if auth is not None and auth.guards(scope) and not await auth.admit(scope, receive, send_edge, named):
+                return
+            if self.quotas.applies(scope):
+                slots = self.quotas.open(scope)
+                if scope["method"] != "POST":  # a POST counts once its body is in (``McpEndpoint``)
+                    refusal = slots.admit()
+                    if refusal is not None:
+                        await refusal(scope, receive, send_edge)
+                        return
+            if lane is None:
+                await self.app(scope, receive, send_edge)
+            elif self.drain.draining:
+                await draining_refusal()(scope, receive, send_edge)
+            else:  # ``route``, inline: one coroutine frame less on every resumption of the call
+                drain = scope["gateway.drain"] = self.drain
+                scope[EXCEPTION_HANDLERS] = self.exception_handlers
+                drain.enter()
+                try:
+                    await lane[1](scope, receive, send_edge)
+                finally:
+                    drain.leave()
+        except Exception:  # a bug
+            raised = True
+            if status == 0:  # nothing sent yet: answer as Starlette's ServerErrorMiddleware did
+                await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+            raise
+        finally:
+            if slots is not None:
+                slots.close()
+            if metrics is not None and server is not None:
+                metrics.leave(server)
+            if server is not None or status >= 400 or (raised and status == 0):
+                observe(metrics, scope, fields, server, status, error_code, raised, time.monotonic() - started)

@@ -15,12 +15,17 @@
   disconnect is not a cancellation) keeps its slot until it ends: it runs in the request's own
   response. ``Slots.hand_over`` moves a slot to work that outlives its HTTP request.
   A session ``DELETE`` is never refused: it is how a client at its limit ends what it holds.
+
+The checks themselves are ``header_problem`` and ``PrincipalQuotas`` (one set of tables for
+every endpoint); ``gateway.http.edge`` runs them, and the two classes here are the same
+checks as single ASGI layers.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from itertools import chain
 from typing import Final
 
 from starlette.responses import Response
@@ -41,30 +46,35 @@ SLOTS: Final = "gateway.slots"
 """Scope key of a request's ``Slots``; a POST's endpoint calls ``admit()`` once the body is read."""
 
 
+def header_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """Why these request headers are refused (431), or None."""
+    if len(headers) > MAX_HEADERS:
+        return f"{len(headers)} headers; at most {MAX_HEADERS} are accepted"
+    total = sum(map(len, chain.from_iterable(headers)))  # names and values, counted in C
+    if total > MAX_MCP_HEADER_BYTES:  # only then can one value be over its own limit
+        for name, value in headers:
+            if len(value) > MAX_MCP_HEADER_BYTES and name.startswith(b"mcp-"):
+                return f"header {name.decode('latin-1')} is {len(value)} bytes; at most {MAX_MCP_HEADER_BYTES}"
+    if total > MAX_HEADER_BYTES:
+        return f"headers total {total} bytes; at most {MAX_HEADER_BYTES}"
+    return None
+
+
+def header_refusal(problem: str) -> Response:
+    return error_response(431, error_object(-32600, problem))
+
+
 class HeaderLimits:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            problem = self._problem(scope["headers"])
+            problem = header_problem(scope["headers"])
             if problem is not None:
-                await error_response(431, error_object(-32600, problem))(scope, receive, send)
+                await header_refusal(problem)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-    @staticmethod
-    def _problem(headers: list[tuple[bytes, bytes]]) -> str | None:
-        if len(headers) > MAX_HEADERS:
-            return f"{len(headers)} headers; at most {MAX_HEADERS} are accepted"
-        total = 0
-        for name, value in headers:
-            total += len(name) + len(value)
-            if name.startswith(b"mcp-") and len(value) > MAX_MCP_HEADER_BYTES:
-                return f"header {name.decode('latin-1')} is {len(value)} bytes; at most {MAX_MCP_HEADER_BYTES}"
-        if total > MAX_HEADER_BYTES:
-            return f"headers total {total} bytes; at most {MAX_HEADER_BYTES}"
-        return None
 
 
 class Slots:
@@ -90,11 +100,23 @@ class Slots:
 
     def take(self, count: int) -> bool:
         """Hold ``count`` more slots, or none when that would pass the limit (0: no limit)."""
-        if self.limit and self.table[self.principal] + count > self.limit:
+        # dict.get, not Counter's item lookup: a principal with nothing held yet costs no
+        # Python-level __missing__ call on every request.
+        held = self.table.get(self.principal, 0) + count
+        if self.limit and held > self.limit:
             return False
-        self.table[self.principal] += count
+        self.table[self.principal] = held
         self.held += count
         return True
+
+    def close(self) -> None:
+        """The HTTP request ended: give back the slots it still holds."""
+        if self.held:  # none held: the table has nothing of this request's
+            left = self.table[self.principal] - self.held
+            if left > 0:
+                self.table[self.principal] = left
+            else:
+                self.table.pop(self.principal, None)
 
     def hand_over(self) -> Callable[[], None]:
         """Move one held slot to work that may outlive the HTTP request; call the returned
@@ -113,6 +135,36 @@ class Slots:
         return release
 
 
+class PrincipalQuotas:
+    """The request and stream tables of every principal, shared by all endpoints."""
+
+    def __init__(
+        self, *, max_requests: int = MAX_REQUESTS_PER_PRINCIPAL, max_streams: int = MAX_STREAMS_PER_PRINCIPAL
+    ) -> None:
+        self.max_requests = max_requests
+        self.max_streams = max_streams
+        self.requests: Counter[str] = Counter()
+        self.streams: Counter[str] = Counter()
+
+    @staticmethod
+    def applies(scope: Scope) -> bool:
+        """MCP endpoints only; a DELETE only ends a session (and cancels its calls): a client at
+        its limit can still free what it holds."""
+        path: str = scope["path"]
+        return path.endswith("/mcp") and scope["method"] != "DELETE"
+
+    def open(self, scope: Scope) -> Slots:
+        """This request's ``Slots`` (in the scope as ``SLOTS``), holding none yet; the caller
+        ``close()``s them when the request ends."""
+        principal = scope.get("gateway.principal") or "anonymous"
+        if scope["method"] == "GET":
+            slots = Slots(self.streams, principal, self.max_streams, "open streams")
+        else:
+            slots = Slots(self.requests, principal, self.max_requests, "requests in flight")
+        scope[SLOTS] = slots
+        return slots
+
+
 class PrincipalLimits:
     def __init__(
         self,
@@ -122,25 +174,13 @@ class PrincipalLimits:
         max_streams: int = MAX_STREAMS_PER_PRINCIPAL,
     ) -> None:
         self.app = app
-        self.max_requests = max_requests
-        self.max_streams = max_streams
-        self.requests: Counter[str] = Counter()
-        self.streams: Counter[str] = Counter()
+        self.quotas = PrincipalQuotas(max_requests=max_requests, max_streams=max_streams)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # DELETE only ends a session (and cancels its calls): a client at its limit can still
-        # free what it holds.
-        if scope["type"] != "http" or not scope["path"].endswith("/mcp") or scope["method"] == "DELETE":
+        if scope["type"] != "http" or not self.quotas.applies(scope):
             await self.app(scope, receive, send)
             return
-        principal = scope.get("gateway.principal") or "anonymous"
-        is_stream = scope["method"] == "GET"
-        table, limit, what = (
-            (self.streams, self.max_streams, "open streams")
-            if is_stream
-            else (self.requests, self.max_requests, "requests in flight")
-        )
-        slots = scope[SLOTS] = Slots(table, principal, limit, what)
+        slots = self.quotas.open(scope)
         try:
             if scope["method"] != "POST":  # a POST counts once its body is in (``McpEndpoint``)
                 refusal = slots.admit()
@@ -149,6 +189,4 @@ class PrincipalLimits:
                     return
             await self.app(scope, receive, send)
         finally:
-            table[principal] -= slots.held
-            if table[principal] <= 0:
-                del table[principal]
+            slots.close()

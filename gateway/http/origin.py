@@ -10,16 +10,19 @@ rebinding (attacker.example resolving to 127.0.0.1).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 from urllib.parse import urlsplit
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.http.wire import error_response
 from gateway.protocol.jsonrpc import error_object
 
 LOOPBACK_HOSTS: Final = frozenset({"localhost", "127.0.0.1", "[::1]", "::1"})
+MAX_REMEMBERED_HOSTS: Final = 64
+"""Distinct ``Host`` values whose verdict is kept (a client choosing them cannot grow it further)."""
 
 
 def _host_only(authority: str) -> str:
@@ -28,21 +31,18 @@ def _host_only(authority: str) -> str:
     return authority.rsplit(":", 1)[0].lower() if authority.count(":") == 1 else authority.lower()
 
 
-class OriginGuard:
+class OriginPolicy:
+    """Which ``Origin`` and ``Host`` values are allowed; ``refusal`` is the check."""
+
     def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        loopback_only: bool,
-        allowed_origins: Iterable[str] = (),
-        allowed_hosts: Iterable[str] = (),
+        self, *, loopback_only: bool, allowed_origins: Iterable[str] = (), allowed_hosts: Iterable[str] = ()
     ) -> None:
-        self.app = app
         self.loopback_only = loopback_only
         self.allowed_origins = {o.rstrip("/").lower() for o in allowed_origins}
         # Compared by host name: "--allowed-host gw.internal" and "gw.internal:8000" both allow the
         # name (a Host header carries the port when it is not the scheme's default).
         self.allowed_hosts = {_host_only(h) for h in allowed_hosts}
+        self._hosts_seen: dict[bytes, bool] = {}  # Host values already judged (a handful in practice)
 
     def _origin_ok(self, origin: str) -> bool:
         if origin.rstrip("/").lower() in self.allowed_origins or "*" in self.allowed_origins:
@@ -56,21 +56,42 @@ class OriginGuard:
         name = _host_only(host)
         return name in LOOPBACK_HOSTS or name in self.allowed_hosts
 
+    def refusal(self, headers: Mapping[bytes, bytes]) -> Response | None:
+        """The 403 for a request whose ``Origin`` or ``Host`` is not allowed, else None.
+        ``headers``: the request's by name (the last of a repeated one)."""
+        origin = headers.get(b"origin")
+        host = headers.get(b"host")
+        if origin is not None and not self._origin_ok(origin.decode("latin-1")):
+            return error_response(403, error_object(-32600, f"origin {origin.decode('latin-1')!r} is not allowed"))
+        if host is not None:
+            ok = self._hosts_seen.get(host)
+            if ok is None:
+                ok = self._host_ok(host.decode("latin-1"))
+                if len(self._hosts_seen) < MAX_REMEMBERED_HOSTS:
+                    self._hosts_seen[host] = ok
+            if not ok:
+                return error_response(403, error_object(-32600, f"host {host.decode('latin-1')!r} is not allowed"))
+        return None
+
+
+class OriginGuard:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        loopback_only: bool,
+        allowed_origins: Iterable[str] = (),
+        allowed_hosts: Iterable[str] = (),
+    ) -> None:
+        self.app = app
+        self.policy = OriginPolicy(
+            loopback_only=loopback_only, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts
+        )
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            # Every request passes here: pick the two headers out instead of decoding them all.
-            origin = host = None
-            for name, value in scope["headers"]:
-                if name == b"origin":
-                    origin = value.decode("latin-1")
-                elif name == b"host":
-                    host = value.decode("latin-1")
-            if origin is not None and not self._origin_ok(origin):
-                response = error_response(403, error_object(-32600, f"origin {origin!r} is not allowed"))
-                await response(scope, receive, send)
-                return
-            if host is not None and not self._host_ok(host):
-                response = error_response(403, error_object(-32600, f"host {host!r} is not allowed"))
-                await response(scope, receive, send)
+            refusal = self.policy.refusal(dict(scope["headers"]))
+            if refusal is not None:
+                await refusal(scope, receive, send)
                 return
         await self.app(scope, receive, send)

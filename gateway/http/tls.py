@@ -11,7 +11,7 @@ logged once and the last good pair stays in use until the files change again.
 With ``--tls-client-ca-file`` every client must present a certificate that CA signed
 (mutual TLS), and ``PeerSubjects`` remembers each connection's certificate subject (RFC 4514,
 e.g. ``CN=alice,O=Example``) by its peer address, the same (host, port) the ASGI scope
-carries as ``client``; ``AuthGuard`` makes it the principal. uvicorn puts no TLS details in
+carries as ``client``; ``Authentication`` (``gateway.http.auth``) makes it the principal. uvicorn puts no TLS details in
 the scope, so the HTTP protocol class is subclassed (``peer_protocol``) to see the transport
 when the connection is made and lost — only asyncio's public ``Protocol`` methods.
 """

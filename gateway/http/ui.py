@@ -6,7 +6,7 @@ flight, served, the last stderr lines), the queue, restarts, sessions, listens a
 calls; then the gateway's recent warnings and errors. Every value is HTML-escaped (server
 names, commands, stderr and error messages are not ours). The page refreshes itself with a
 ``<meta http-equiv="refresh">``: no script, no framework, no build step. It is protected
-like ``/status`` (``AuthGuard`` guards every path but the probes) and answered with a
+like ``/status`` (authentication guards every path but the probes) and answered with a
 ``Content-Security-Policy`` that allows nothing but its inline style.
 """
 

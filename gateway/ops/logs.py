@@ -9,6 +9,12 @@ Log lines quote what clients and children send (methods, tool names, paths, prin
 stderr), so both formatters escape control characters (``escape_controls``): a newline in a
 method name cannot forge a second line, and terminal escape sequences are not replayed.
 Tracebacks keep their line breaks (only their other control characters are escaped).
+
+Records go through a queue to a thread that formats and writes them (``configure``), and the
+event loop's share of a record is kept small: a record whose arguments cannot change (text
+and numbers, the access line's case) is queued as it is, without the copy and the early
+formatting ``QueueHandler`` does for safety (``DeferredQueueHandler``); the thread writes
+what it finds queued in one write, not one per line (``BatchedStreamHandler``).
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ import logging
 import logging.handlers
 import queue
 import sys
+import time
 from datetime import UTC, datetime
-from typing import Any, Final
+from functools import lru_cache
+from typing import IO, Any, Final
 
 import orjson
 
@@ -46,29 +54,61 @@ def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
     return text.translate(_ESCAPES_KEEP_NEWLINES if keep_newlines else _ESCAPES)
 
 
+@lru_cache(maxsize=1024)  # record keys come from the code (``extra``), a small fixed set
+def is_secret(key: str) -> bool:
+    return any(word in key.lower() for word in _SECRET_WORDS)
+
+
 def redact(key: str, value: Any) -> Any:
-    return REDACTED if any(word in key.lower() for word in _SECRET_WORDS) else value
+    return REDACTED if is_secret(key) else value
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "time": _iso_time(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": escape_controls(record.getMessage()),
         }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and value is not None:
-                value = redact(key, value)
-                out[key] = escape_controls(value) if isinstance(value, str) else value
+        attributes = vars(record)
+        for key, secret in _extras(tuple(attributes)):
+            value = attributes[key]
+            if value is not None:
+                out[key] = REDACTED if secret else escape_controls(value) if isinstance(value, str) else value
         if record.exc_info:
             out["exception"] = escape_controls(self.formatException(record.exc_info), keep_newlines=True)
         return orjson.dumps(out, default=str).decode()
 
 
+@lru_cache(maxsize=256)  # one entry per kind of record (its attributes): a handful of call sites
+def _extras(attributes: tuple[str, ...]) -> tuple[tuple[str, bool], ...]:
+    """A record's ``extra`` keys in order, each with whether its value is redacted."""
+    return tuple((key, is_secret(key)) for key in attributes if key not in _STANDARD)
+
+
+def _iso_time(created: float) -> str:
+    """``created`` as an ISO 8601 UTC time to the millisecond (what the JSON lines carry)."""
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
+
+
 class TextFormatter(logging.Formatter):
-    """``logging.Formatter`` with control characters escaped (a traceback keeps its lines)."""
+    """``logging.Formatter`` with control characters escaped (a traceback keeps its lines).
+
+    The local time of a second is formatted once for all the lines of that second (what
+    ``formatTime`` would give for each: the same converter, then the milliseconds)."""
+
+    _second: tuple[int, str] = (-1, "")  # one attribute: a pair is replaced at once, never torn
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None or self.datefmt is not None or not self.default_msec_format:
+            return super().formatTime(record, datefmt)
+        second, text = self._second
+        if second != int(record.created):
+            second = int(record.created)
+            text = time.strftime(self.default_time_format, self.converter(second))
+            self._second = (second, text)
+        return self.default_msec_format % (text, record.msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         return escape_controls(super().formatMessage(record))
@@ -80,19 +120,116 @@ class TextFormatter(logging.Formatter):
         return escape_controls(super().formatStack(stack_info), keep_newlines=True)
 
 
+_FIXED_TYPES: Final = frozenset({str, int, float, bool, type(None)})
+"""Argument types whose value cannot change between the call and the listener's formatting."""
+MAX_BATCH_LINES: Final = 256
+"""Lines the listener gathers into one write at most (a burst is written as it drains)."""
+
+
+class DeferredQueueHandler(logging.handlers.QueueHandler):
+    """``QueueHandler`` for a listener in the same process: a record whose message and
+    arguments are text and numbers is queued as it is, so the loop neither copies it nor
+    merges its message (the listener formats it, to the same text). Any other record (a
+    traceback, a stack, an argument that could change before the listener runs) is prepared
+    as ``QueueHandler`` does."""
+
+    def prepare(self, record: logging.LogRecord) -> Any:
+        args = record.args
+        if (
+            type(record.msg) is str
+            and record.exc_info is None
+            and record.stack_info is None
+            and (not args or (type(args) is tuple and all(map(_FIXED_TYPES.__contains__, map(type, args)))))
+        ):
+            return record
+        return super().prepare(record)
+
+
+class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler whose ``emit`` adds the line to a batch and ``flush`` writes the batch
+    in one write (the listener flushes when the queue runs empty, and every
+    ``MAX_BATCH_LINES``): one system call per burst instead of one per line."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__(stream)
+        self._batch: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._batch.append(self.format(record) + self.terminator)
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+            return
+        if len(self._batch) >= MAX_BATCH_LINES:
+            self.flush()
+
+    def flush(self) -> None:
+        self.acquire()
+        try:
+            if not self._batch:
+                return
+            text = "".join(self._batch)
+            self._batch.clear()
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass  # stderr is gone (a closed pipe): nowhere left to say so; keep serving
+        finally:
+            self.release()
+
+
+class FlushingQueueListener(logging.handlers.QueueListener):
+    """Flushes its handlers whenever the queue runs empty, and when it stops."""
+
+    def __init__(self, records: queue.SimpleQueue[logging.LogRecord], *handlers: logging.Handler) -> None:
+        super().__init__(records, *handlers, respect_handler_level=False)
+        self.records = records
+
+    def dequeue(self, block: bool) -> logging.LogRecord:
+        if block:
+            try:
+                return self.records.get_nowait()
+            except queue.Empty:
+                for handler in self.handlers:
+                    handler.flush()
+        return self.records.get(block)
+
+    def stop(self) -> None:
+        super().stop()
+        for handler in self.handlers:
+            handler.flush()
+
+
+def log_fast(logger: logging.Logger, level: int, msg: str, args: tuple[Any, ...], extra: dict[str, Any]) -> None:
+    """``logger.log(level, msg, *args, extra=extra)`` for a line written on every request: the
+    caller's file, line and function are read from its frame, not searched for up the stack,
+    and ``extra`` is added without ``makeRecord``'s check that no key is a record attribute
+    (the caller's keys are fixed and are not). The caller checks ``logger.isEnabledFor(level)``."""
+    caller = sys._getframe(1)
+    code = caller.f_code
+    record = logging.getLogRecordFactory()(
+        logger.name, level, code.co_filename, caller.f_lineno, msg, args, None, code.co_name
+    )
+    record.__dict__.update(extra)
+    logger.handle(record)
+
+
 def configure(level: str, fmt: str) -> logging.handlers.QueueListener:
     """Log through a queue: the event loop only enqueues records; a thread formats and writes
     them, so a slow stderr (a full pipe, a busy log shipper) never stalls requests. The
     caller stops the returned listener at exit (which flushes what is queued)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = BatchedStreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    listener = logging.handlers.QueueListener(records, handler, respect_handler_level=False)
+    listener = FlushingQueueListener(records, handler)
     root = logging.getLogger()
-    root.handlers[:] = [logging.handlers.QueueHandler(records)]
+    root.handlers[:] = [DeferredQueueHandler(records)]
     root.setLevel(level.upper())
     listener.start()
     # uvicorn's own access log would repeat gateway.access in another shape.

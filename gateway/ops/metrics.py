@@ -1,7 +1,7 @@
 """Prometheus metrics: request metrics observed as requests end, everything else read at scrape.
 
-Request counters and latency histograms are the only work on the request path (one label
-lookup and two increments). Pools, children and sessions are read when ``/metrics`` is
+Request counters and latency histograms are the only work on the request path (two dict
+lookups and a few additions, ``RequestMetrics``). Pools, children and sessions are read when ``/metrics`` is
 scraped, from the counters they keep anyway, so an idle gateway costs nothing.
 Each app has its own registry (several gateways can live in one process, as in tests).
 
@@ -30,18 +30,32 @@ any was; ``outcome`` is ``ok``, ``error`` (a JSON-RPC error answer, whatever its
 
 from __future__ import annotations
 
+import math
+import time
+from bisect import bisect_left
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator, Sequence
+from itertools import accumulate
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+import prometheus_client.metrics
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from gateway.relay.router import Router
 from gateway.relay.sessions import SessionStore
 from gateway.stdio.pool import Pool
 
+LATENCY_LABELS: Final = ("server", "method", "era")
 LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 METHOD_LABELS: Final = frozenset(
     {
@@ -82,28 +96,86 @@ _CHILD_COUNTERS: Final = {
 class GatewayMetrics:
     def __init__(self, routers: Sequence[Router], sessions: Callable[[str], SessionStore]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "mcp_gateway_requests",
-            "MCP requests answered, by JSON-RPC method, client era, HTTP status and outcome",
-            ["server", "method", "era", "status", "outcome"],
-            registry=self.registry,
-        )
-        self.latency = Histogram(
-            "mcp_gateway_request_seconds",
-            "Time from request to the end of the answer (the whole stream for SSE)",
-            ["server", "method", "era"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.in_flight = Gauge(
-            "mcp_gateway_requests_in_flight", "Requests being answered", ["server"], registry=self.registry
-        )
+        self.requests = RequestMetrics()
+        self.registry.register(self.requests)
         self.registry.register(_PoolCollector(routers, sessions))
 
+    def enter(self, server: str) -> None:
+        """A request to ``server`` (a configured name) began: one more in flight."""
+        in_flight = self.requests.in_flight
+        in_flight[server] = in_flight.get(server, 0) + 1
+
+    def leave(self, server: str) -> None:
+        self.requests.in_flight[server] -= 1
+
     def observe(self, server: str, method: str, era: str, status: int, outcome: str, seconds: float) -> None:
-        method = method_label(method)
-        self.requests.labels(server, method, era, str(status), outcome).inc()
-        self.latency.labels(server, method, era).observe(seconds)
+        self.requests.observe(server, method if method in METHOD_LABELS else "other", era, status, outcome, seconds)
+
+
+class _Latencies:
+    """One histogram child: the count per bucket (not cumulative), the sum, when it was made."""
+
+    __slots__ = ("counts", "created", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0.0] * len(_BOUNDS)
+        self.sum = 0.0
+        self.created = time.time()
+
+
+_BOUNDS: Final = (*LATENCY_BUCKETS, math.inf)
+_BOUND_LABELS: Final = tuple(floatToGoString(bound) for bound in _BOUNDS)  # type: ignore[no-untyped-call]
+
+
+class RequestMetrics(Collector):
+    """``mcp_gateway_requests_total``, ``mcp_gateway_request_seconds`` and
+    ``mcp_gateway_requests_in_flight``, kept as plain numbers by label values and turned into
+    metric families at scrape time: the same series a ``Counter``, a ``Histogram`` and a
+    ``Gauge`` would give (``_created`` included), without their lock and label checks on
+    every request. Every label comes from a bounded set (see the module docstring). Updated
+    and scraped on the event loop."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, str, int, str], list[float]] = {}  # labels → [count, created]
+        self.latencies: dict[tuple[str, str, str], _Latencies] = {}
+        self.in_flight: dict[str, int] = {}
+
+    def observe(self, server: str, method: str, era: str, status: int, outcome: str, seconds: float) -> None:
+        key = (server, method, era, status, outcome)
+        count = self.counts.get(key)
+        if count is None:
+            count = self.counts[key] = [0.0, time.time()]
+        count[0] += 1.0
+        latencies = self.latencies.get(key[:3])
+        if latencies is None:
+            latencies = self.latencies[key[:3]] = _Latencies()
+        latencies.counts[bisect_left(_BOUNDS, seconds)] += 1.0  # the first bucket whose bound is ≥ seconds
+        latencies.sum += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        created = getattr(prometheus_client.metrics, "_use_created", True)  # PROMETHEUS_DISABLE_CREATED_SERIES
+        requests = CounterMetricFamily(
+            "mcp_gateway_requests",
+            "MCP requests answered, by JSON-RPC method, client era, HTTP status and outcome",
+            labels=["server", "method", "era", "status", "outcome"],
+        )
+        for (server, method, era, status, outcome), (value, since) in list(self.counts.items()):
+            requests.add_metric([server, method, era, str(status), outcome], value, created=since if created else None)
+        latency = HistogramMetricFamily(
+            "mcp_gateway_request_seconds",
+            "Time from request to the end of the answer (the whole stream for SSE)",
+            labels=LATENCY_LABELS,
+        )
+        for labels, latencies in list(self.latencies.items()):
+            buckets = list(zip(_BOUND_LABELS, accumulate(latencies.counts), strict=True))
+            latency.add_metric(list(labels), buckets, latencies.sum)
+            if created:
+                series = dict(zip(LATENCY_LABELS, labels, strict=True))
+                latency.samples.append(Sample(latency.name + "_created", series, latencies.created))
+        in_flight = GaugeMetricFamily("mcp_gateway_requests_in_flight", "Requests being answered", labels=["server"])
+        for server, value in list(self.in_flight.items()):
+            in_flight.add_metric([server], value)
+        yield from (requests, latency, in_flight)
 
 
 def method_label(method: str) -> str:

@@ -11,7 +11,7 @@ from gateway.cli import build_parser, parse_settings
 from gateway.config import Settings
 from gateway.configfile import FLAG_KEYS
 from gateway.errors import ConfigError
-from gateway.http.edge import EdgeSettings
+from gateway.http.edge_settings import EdgeSettings
 from gateway.oauth.validation import OAuthPolicy
 from gateway.relay.router import ServerConfig
 from gateway.settings import BY_FLAG, GATEWAY_WIDE, PER_SERVER, SETTINGS, Setting

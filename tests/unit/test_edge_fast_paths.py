@@ -1,0 +1,168 @@
+"""The edge's cheaper ways to log and count give what the library's own ways give."""
+
+from __future__ import annotations
+
+import io
+import logging
+import logging.handlers
+import queue
+import re
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from gateway.ops.logs import (
+    BatchedStreamHandler,
+    DeferredQueueHandler,
+    FlushingQueueListener,
+    JsonFormatter,
+    TextFormatter,
+    log_fast,
+)
+from gateway.ops.metrics import LATENCY_BUCKETS, GatewayMetrics
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+OBSERVATIONS = [
+    ("test", "tools/call", "modern", 200, "ok", 0.0004),
+    ("test", "tools/call", "modern", 200, "ok", 0.001),  # on a bucket's bound: counted in that bucket
+    ("test", "tools/call", "modern", 200, "ok", 0.0031),
+    ("test", "tools/call", "legacy", 499, "cancelled", 301.0),  # past the last bound: +Inf only
+    ("test", "initialize", "legacy", 200, "ok", 0.02),
+    ("other", "POST", "-", 431, "error", 0.0001),
+    ("test", "tools/call", "modern", 200, "ok", 7.5),
+]
+
+
+def without_created(page: bytes) -> str:
+    """The exposition with the creation times (which differ by construction) blanked."""
+    return re.sub(r"(_created\{[^}]*\}) \S+", r"\1 T", page.decode())
+
+
+def test_request_metrics_expose_what_prometheus_client_objects_would() -> None:
+    ours = GatewayMetrics([], lambda name: None)  # type: ignore[arg-type, return-value]
+    registry = CollectorRegistry(auto_describe=True)
+    requests = Counter(
+        "mcp_gateway_requests",
+        "MCP requests answered, by JSON-RPC method, client era, HTTP status and outcome",
+        ["server", "method", "era", "status", "outcome"],
+        registry=registry,
+    )
+    latency = Histogram(
+        "mcp_gateway_request_seconds",
+        "Time from request to the end of the answer (the whole stream for SSE)",
+        ["server", "method", "era"],
+        buckets=LATENCY_BUCKETS,
+        registry=registry,
+    )
+    in_flight = Gauge("mcp_gateway_requests_in_flight", "Requests being answered", ["server"], registry=registry)
+    ours.enter("test")
+    in_flight.labels("test").inc()
+    ours.enter("other")
+    in_flight.labels("other").inc()
+    for server, method, era, status, outcome, seconds in OBSERVATIONS:
+        ours.observe(server, method, era, status, outcome, seconds)
+        requests.labels(server, method, era, str(status), outcome).inc()
+        latency.labels(server, method, era).observe(seconds)
+    ours.leave("test")
+    in_flight.labels("test").dec()
+    alone = CollectorRegistry(auto_describe=True)  # the request metrics only, not the pools'
+    alone.register(ours.requests)
+    page = without_created(generate_latest(alone))
+    assert page == without_created(generate_latest(registry))
+    assert page.count("_created{") == 8  # four counters and four histograms, as the library writes them
+
+
+def test_a_method_outside_the_fixed_set_is_counted_as_other() -> None:
+    ours = GatewayMetrics([], lambda name: None)  # type: ignore[arg-type, return-value]
+    ours.observe("test", "tools/call\n" + "x" * 1000, "modern", 200, "ok", 0.01)
+    page = generate_latest(ours.registry).decode()
+    assert 'method="other"' in page
+    assert "xxx" not in page
+
+
+def capture(handler: logging.Handler) -> logging.Logger:
+    logger = logging.getLogger("tests.fast")
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    return logger
+
+
+def test_a_fast_record_carries_what_logger_info_would_give() -> None:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = capture(Keep())
+    extra = {"event": "request", "status": 200, "principal": "alice"}
+    log_fast(logger, logging.INFO, "%s %d", ("POST", 200), extra)
+    logger.info("%s %d", "POST", 200, extra=extra)
+    fast, slow = records
+    for key in ("name", "levelno", "levelname", "msg", "args", "pathname", "filename", "module", "funcName"):
+        assert getattr(fast, key) == getattr(slow, key), key
+    assert fast.lineno == slow.lineno - 1  # the line of each call
+    assert fast.getMessage() == slow.getMessage() == "POST 200"
+    assert (fast.event, fast.status, fast.principal) == ("request", 200, "alice")  # type: ignore[attr-defined]
+    formatter = JsonFormatter()
+    assert formatter.format(fast).split(",", 1)[1] == formatter.format(slow).split(",", 1)[1]  # but the time
+
+
+def test_the_deferred_queue_handler_writes_the_same_lines_as_the_standard_one() -> None:
+    mutable = ["before"]
+    cases: list[tuple[str, tuple[object, ...]]] = [
+        ("plain %s %d %.1f %s", ("text", 7, 1.25, None)),
+        ("a list %s", (mutable,)),  # may change before the listener formats it: merged now
+        ("no args", ()),
+    ]
+    lines = {}
+    for handler_class in (logging.handlers.QueueHandler, DeferredQueueHandler):
+        records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        logger = capture(handler_class(records))
+        mutable[:] = ["before"]
+        for message, args in cases:
+            logger.info(message, *args)
+        try:
+            raise ValueError("boom\nline")
+        except ValueError:
+            logger.exception("failed %s", "here")
+        mutable[:] = ["after"]  # the listener runs later
+        formatter = TextFormatter(FORMAT)
+        out = []
+        while not records.empty():
+            record = records.get()
+            text = formatter.format(record)
+            out.append(text.split(" ", 2)[2])  # but the time
+        lines[handler_class] = out
+    assert lines[DeferredQueueHandler] == lines[logging.handlers.QueueHandler]
+    assert "a list ['before']" in lines[DeferredQueueHandler][1]
+
+
+def test_the_text_formatter_gives_the_standard_time_for_every_line() -> None:
+    ours, standard = TextFormatter(FORMAT), logging.Formatter(FORMAT)
+    for created in (1_700_000_000.0, 1_700_000_000.9994, 1_700_000_001.0005, 1_700_000_061.5, 0.25):
+        record = logging.LogRecord("gateway", logging.INFO, __file__, 1, "m", (), None)
+        record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+        assert ours.format(record) == standard.format(record)
+
+
+def test_the_listener_writes_a_burst_in_one_write_and_flushes_when_stopped() -> None:
+    class Stream(io.StringIO):
+        writes = 0
+
+        def write(self, text: str) -> int:
+            self.writes += 1
+            return super().write(text)
+
+    stream = Stream()
+    handler = BatchedStreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    logger = capture(DeferredQueueHandler(records))
+    for number in range(50):
+        logger.info("line %d", number)
+    listener = FlushingQueueListener(records, handler)
+    listener.start()  # the burst is queued already: the listener finds it all at once
+    listener.stop()
+    assert stream.getvalue() == "".join(f"line {number}\n" for number in range(50))
+    assert stream.writes == 1
