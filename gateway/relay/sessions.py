@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -194,7 +195,7 @@ class SessionStore:
     ) -> LegacySession:
         """A new session; raises ``ClientThrottledError`` (429) when ``principal`` holds its limit,
         ``GatewayUnavailableError`` (503) when the store is full. Nobody else's session is ended."""
-        now = anyio.current_time()
+        now = time.monotonic()
         self.expire(now)
         if self._by_principal[principal] >= self._max_per_principal:
             raise ClientThrottledError(
@@ -218,7 +219,7 @@ class SessionStore:
         session = self._sessions.get(session_id)
         if session is None:
             return None
-        now = anyio.current_time()
+        now = time.monotonic()
         if now - session.last_seen > self._idle_timeout and not session.in_flight:
             self.end(session_id)
             return None

@@ -33,6 +33,7 @@ could not start or has died fails at once, never hangs.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Final
@@ -93,7 +94,7 @@ class StdioChild:
     ) -> None:
         self.spec = spec
         self.bytes_in = 0
-        self.last_output = anyio.current_time()  # when stdout last said anything (stall detection)
+        self.last_output = time.monotonic()  # when stdout last said anything (stall detection)
         self._info: ChildInfo | None = None
         self._proc = proc
         self._tg = tg
@@ -244,7 +245,7 @@ class StdioChild:
             method,
             params,
             ex,
-            now=anyio.current_time(),
+            now=time.monotonic(),
             timeout=timeout,
             cancellable=cancellable,
             asks=asks,
@@ -339,7 +340,7 @@ class StdioChild:
                     chunk = await self._proc.stdout.receive(READ_CHUNK)
                 except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                     break
-                now = self.last_output = anyio.current_time()
+                now = self.last_output = time.monotonic()
                 self.bytes_in += len(chunk)
                 for item in framer.feed(chunk):
                     if isinstance(item, OversizedLine):

@@ -44,6 +44,7 @@ Rules (decided synchronously, so no await can interleave a check and its update)
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -123,7 +124,7 @@ class Member:
         self.leases = 0
         self.asking_leases = 0  # leases for requests that may ask and need the child alone (rules 1, 3)
         self.served = 0
-        self.started_at = anyio.current_time()
+        self.started_at = time.monotonic()
         self.last_used = self.started_at
         self.last_check = self.started_at
         self.retiring = False
@@ -314,7 +315,7 @@ class Pool:
         return self._waiting == 0 and all(member.leases == 0 for member in self.members)
 
     def status(self) -> dict[str, Any]:
-        now = anyio.current_time()
+        now = time.monotonic()
         return {
             "failing": self.failing,
             "crash_suspects": len(self.suspects),
@@ -400,21 +401,21 @@ class Pool:
         decided at each try, not once on arrival: a request that came while the child it
         waits for was dying (its clients answered, the pool's bookkeeping not yet done) is
         judged with that crash counted."""
-        started = anyio.current_time()
+        started = time.monotonic()
         self._waiting += 1
         try:
             while True:
                 if self.crashes is not None:
-                    self.crashes.check(principal, anyio.current_time(), self.label)
+                    self.crashes.check(principal, time.monotonic(), self.label)
                 alone = principal in self.suspects
                 member = self._pick(prefer, method, alone, tool)
                 if member is not None:
                     member.leases += 1
                     member.served += 1
-                    member.last_used = anyio.current_time()
+                    member.last_used = time.monotonic()
                     return member, alone
                 starting = any(m.child is None for m in self.members)
-                now = anyio.current_time()
+                now = time.monotonic()
                 no_child = not self.children() and not starting
                 if no_child and self.last_error is not None and now < self._next_start:
                     # Fail fast during the backoff: the command does not start (or keeps dying).
@@ -461,13 +462,14 @@ class Pool:
 
     def _release(self, member: Member) -> None:
         member.leases -= 1
-        member.last_used = anyio.current_time()
+        member.last_used = time.monotonic()
         s = self.settings
         if s.max_requests and member.served >= s.max_requests:
             member.retire(f"served {member.served} requests")
         if member.retiring and member.leases == 0:
             member.stop.set()
-        self._notify()
+        if self._waiting:  # only a waiting request looks again; a new Event per release costs
+            self._notify()
         if self.budget is not None and self.budget.waiting:
             self.budget.changed()  # an idle child may now be evicted for another pool
 
@@ -493,8 +495,8 @@ class Pool:
             ) as child:
                 member.child = child
                 child.tools = self.tools
-                self._record_start(anyio.current_time() - member.started_at)
-                member.started_at = anyio.current_time()
+                self._record_start(time.monotonic() - member.started_at)
+                member.started_at = time.monotonic()
                 if self.failing:
                     log.info("%s: child pid %d started; no longer failing", self.label, child.pid)
                 self.failing = False
@@ -545,7 +547,7 @@ class Pool:
         return total
 
     def _after_exit(self, member: Member, error: GatewayError | None) -> None:
-        now = anyio.current_time()
+        now = time.monotonic()
         uptime = now - member.started_at
         planned = member.retiring and member.child is not None
         if not planned and member.child is not None:
@@ -574,7 +576,7 @@ class Pool:
                     error.message if error else "?",
                 )
         delay = 0.0 if self._quick_failures == 0 else min(BACKOFF_FIRST * 2 ** (self._quick_failures - 1), BACKOFF_MAX)
-        self._next_start = anyio.current_time() + delay
+        self._next_start = time.monotonic() + delay
         if len(self.members) < self.settings.min_size or self._waiting:
             self.restarts += 1
             assert self._tg is not None
@@ -605,7 +607,7 @@ class Pool:
         """Idle stop, age recycling and liveness, once a tick (never on the request path)."""
         while True:
             await anyio.sleep(MAINTENANCE_TICK)
-            now = anyio.current_time()
+            now = time.monotonic()
             s = self.settings
             idle = [m for m in self.members if m.is_live and m.leases == 0 and now - m.last_used > s.idle_timeout]
             for member in idle[: max(0, len(self.members) - s.min_size)]:

@@ -9,6 +9,7 @@ the machine keeps them (``gateway.protocol.childstate.Deadlines``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import anyio
@@ -33,6 +34,6 @@ class DeadlineTimer:
             if self._at is None:
                 await self._wake.wait()
                 continue
-            with anyio.move_on_after(self._at - anyio.current_time()):
+            with anyio.move_on_after(self._at - time.monotonic()):
                 await self._wake.wait()
-            self._due(anyio.current_time())
+            self._due(time.monotonic())
