@@ -23,7 +23,7 @@ A legacy session and an MRTR call parked on a legacy child live in one process. 
   path, principal, target owner, body digest and a timestamp within ``FORWARD_MAX_SKEW``).
   Then the principal the forward names is the request's principal, and the edge checks
   the entry instance already made (Origin, authentication, per-principal limits) are not
-  repeated (``UnlessForwarded``). A bad signature → 403. The client's credentials
+  repeated (``gateway.http.edge`` skips them). A bad signature → 403. The client's credentials
   (``Authorization``, cookies) are never forwarded, unless the server maps that header to
   its children's environment (``envFromHeaders``).
 
@@ -34,17 +34,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
 import anyio
 import httpx
 import orjson
-from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import CODE_UNAVAILABLE, GatewayUnavailableError
-from gateway.http.limits import HeaderLimits
 from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners
 from gateway.protocol import requeststate
@@ -163,35 +161,6 @@ class AcceptForwards:
         scope["gateway.forwarded"] = True
         scope["gateway.principal"] = principal
         await self.app(scope, _replay(body, receive), send)
-
-
-class UnlessForwarded:
-    """``middleware`` for a client's request; skipped for a verified forward (the entry
-    instance applied it already)."""
-
-    def __init__(self, app: ASGIApp, *, middleware: Middleware) -> None:
-        self.app = app
-        self.guarded = middleware.cls(app, *middleware.args, **middleware.kwargs)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope.get("gateway.forwarded"):
-            await self.app(scope, receive, send)
-        else:
-            await self.guarded(scope, receive, send)
-
-
-def accepting_forwards(
-    middleware: Sequence[Middleware], routing: OwnerRouting, *, after: object = HeaderLimits
-) -> list[Middleware]:
-    """The app's middleware (outermost first) with forwards let in right after ``after`` (the
-    header limits: they bound what anyone sends), and every later layer skipped for them."""
-    layers = list(middleware)
-    keep = next((i + 1 for i, layer in enumerate(layers) if layer.cls is after), 0)
-    return [
-        *layers[:keep],
-        Middleware(AcceptForwards, routing=routing),
-        *(Middleware(UnlessForwarded, middleware=layer) for layer in layers[keep:]),
-    ]
 
 
 Answer = Callable[[Scope, Receive, Send], Awaitable[None]]

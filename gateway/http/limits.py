@@ -13,7 +13,7 @@
   more slot for each further request it carries (``Slots.take``), so a batch counts as the
   calls it makes, not as one; a legacy exchange whose client hung up (a legacy client's
   disconnect is not a cancellation) keeps its slot until it ends: it runs in the request's own
-  response. ``Slots.hand_over`` moves a slot to work that outlives its HTTP request.
+  response.
   A session ``DELETE`` is never refused: it is how a client at its limit ends what it holds.
 
 The checks themselves are ``header_problem`` and ``PrincipalQuotas`` (one set of tables for
@@ -24,7 +24,6 @@ checks as single ASGI layers.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from itertools import chain
 from typing import Final
 
@@ -117,22 +116,6 @@ class Slots:
                 self.table[self.principal] = left
             else:
                 self.table.pop(self.principal, None)
-
-    def hand_over(self) -> Callable[[], None]:
-        """Move one held slot to work that may outlive the HTTP request; call the returned
-        function (idempotent) when that work ends."""
-        self.held -= 1
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.table[self.principal] -= 1
-                if self.table[self.principal] <= 0:
-                    del self.table[self.principal]
-
-        return release
 
 
 class PrincipalQuotas:

@@ -43,23 +43,23 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack
-from typing import Any, Final
+from typing import Final
 
 import anyio
 
-from gateway.errors import CODE_INPUT_TIMEOUT, CODE_NO_CLIENT_INPUT, GATEWAY_NAME, ChildError, ChildProtocolError
+from gateway.errors import CODE_INPUT_TIMEOUT, GATEWAY_NAME, ChildError, ChildProtocolError
 from gateway.protocol import attribution, bridge, inputs, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
-from gateway.protocol.handshake import META_LOG_LEVEL, ChildInfo
-from gateway.protocol.jsonrpc import PROGRESS, ErrorReply, JsonObject, Notification, Request, Result
+from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Request, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
-from gateway.relay import events
+from gateway.relay import events, translate
 from gateway.relay.catalog import ToolCatalog
 from gateway.relay.client import ClientContext
 from gateway.relay.events import Emitted
 from gateway.relay.router import ANONYMOUS, Router
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.suspensions import Call, Suspensions, input_responses
+from gateway.relay.translate import response as response
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
 
@@ -70,12 +70,6 @@ class Rejected(Exception):
     def __init__(self, rejection: Rejection) -> None:
         super().__init__(rejection.error)
         self.rejection = rejection
-
-
-def response(client_id: Any, *, result: JsonObject | None = None, error: JsonObject | None = None) -> JsonObject:
-    if error is not None:
-        return {"jsonrpc": "2.0", "id": client_id, "error": error}
-    return {"jsonrpc": "2.0", "id": client_id, "result": result}
 
 
 INPUT_REQUIRED: Final = "input_required"
@@ -155,15 +149,15 @@ class Relay:
         if self.settings is not None:  # last before the request: what the child asks now is this client's
             async for question in self.settings.refresh_roots(child, client, request.method):
                 yield events.Ask(question)  # a caching child's roots/list, before a legacy session's call
-            await self.settings.prepare(child, client, request.method, _log_level(request, client))
-        params = self._params_for_child(request.params, client, info)
+            await self.settings.prepare(child, client, request.method, translate.log_level(request, client))
+        params = translate.params_for_child(request.params, client, info)
         try:
             # The server's request timeout applies; the child's questions come to us (asks=True).
             # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
             timeout = math.inf if request.method == subscriptions.LISTEN else None
             ex = await stack.enter_async_context(
                 child.exchange(
-                    request.method, params, timeout=timeout, asks=True, log_level=_log_level(request, client)
+                    request.method, params, timeout=timeout, asks=True, log_level=translate.log_level(request, client)
                 )
             )
         except ChildError as exc:
@@ -190,7 +184,7 @@ class Relay:
                 for got in (item, *call.ex.ready()):
                     if isinstance(got, ChildAsk):
                         asks.append(got)
-                    elif (note := self._note_for_client(got, request, resumed)) is not None:
+                    elif (note := translate.note_for_client(got, request, resumed)) is not None:
                         notes.append(events.notification(note))
                 if len(notes) == 1:
                     yield notes[0]
@@ -224,7 +218,7 @@ class Relay:
             async for message in self._input_round(call.child, request, client, reply.result, rounds):
                 yield message
             return
-        yield events.Final(self._reply_for_client(request, reply, client, info))
+        yield events.Final(translate.reply_for_client(request, reply, client, info))
 
     # -- a modern child's input_required, for a legacy client ------------------------------
 
@@ -237,7 +231,7 @@ class Relay:
         wanted = result.get("inputRequests")
         wanted = {} if wanted is None else wanted
         state = result.get("requestState")
-        problem = _input_required_problem(wanted, state)
+        problem = translate.input_required_problem(wanted, state)
         if problem is None and rounds >= MAX_INPUT_ROUNDS:
             problem = f"the server still wants input after {MAX_INPUT_ROUNDS} rounds; the gateway gave up"
         if problem is not None:
@@ -256,7 +250,7 @@ class Relay:
             elif ask.method == inputs.ROOTS and child.spec.roots is not None:  # the configured roots answer it
                 answers[key] = {"roots": [dict(root) for root in child.spec.roots]}
             else:
-                yield events.Final(response(request.id, error=_undeclared_input_error(ask, client)))
+                yield events.Final(response(request.id, error=translate.undeclared_input_error(ask, client)))
                 return
         session = client.session
         timeout = child.spec.input_timeout
@@ -290,20 +284,20 @@ class Relay:
         for key, ask in asks.items():
             reply = ask.reply
             if isinstance(reply, ErrorReply):
-                yield events.Final(response(request.id, error=_client_refusal_error(ask, reply)))
+                yield events.Final(response(request.id, error=translate.client_refusal_error(ask, reply)))
                 return
             assert isinstance(reply, Result)
             answers[key] = reply.result
         info = child.info
         assert info is not None
-        params = dict(self._params_for_child(request.params, client, info) or {})
+        params = dict(translate.params_for_child(request.params, client, info) or {})
         params["inputResponses"] = answers
         if state is not None:
             params["requestState"] = state  # the child's own, unchanged
         async with AsyncExitStack() as stack:
             try:
                 ex = await stack.enter_async_context(
-                    child.exchange(request.method, params, asks=True, log_level=_log_level(request, client))
+                    child.exchange(request.method, params, asks=True, log_level=translate.log_level(request, client))
                 )
             except ChildError as exc:
                 yield events.Final(response(request.id, error=exc.error_object()))
@@ -320,7 +314,7 @@ class Relay:
         if session is None or not client.accepts_requests:
             reason = "the client's request cannot carry a request back (a batch)"
         elif not inputs.is_declared(client.capabilities, ask.method, ask.params):
-            reason = f"the client did not declare the {_capability_name(ask)} capability"
+            reason = f"the client did not declare the {translate.capability_name(ask)} capability"
         else:
             gateway_id: str = session.track_ask(ask)
             return Request(gateway_id, ask.method, ask.params).to_dict()
@@ -392,23 +386,6 @@ class Relay:
             async for message in self._drive(call, request, client, resumed=True):
                 yield message
 
-    @staticmethod
-    def _note_for_client(note: Notification, request: Request, resumed: bool) -> JsonObject | None:
-        """A notification as the client gets it. After a retry, progress carries the retry's
-        token (or is dropped if the retry asked for none): the original request is over.
-        On a forwarded listen, the child's ``subscriptionId`` (its own id) becomes the client's."""
-        if request.method == subscriptions.LISTEN:
-            if note.method in (PROGRESS, loglevels.LOG_MESSAGE):  # never on a listen stream (§1.5)
-                return None
-            return subscriptions.retag(note.to_dict(), request.id)
-        if not resumed or note.method != PROGRESS or note.params is None:
-            return note.to_dict()
-        meta = (request.params or {}).get("_meta")
-        token = meta.get("progressToken") if isinstance(meta, dict) else None
-        if token is None:
-            return None
-        return Notification(note.method, {**note.params, "progressToken": token}).to_dict()
-
     # -- ordinary requests ----------------------------------------------------------------
 
     async def _check_param_headers(self, child: StdioChild, request: Request, headers: Mapping[str, str]) -> None:
@@ -429,93 +406,3 @@ class Relay:
         )
         if rejection is not None:
             raise Rejected(rejection)
-
-    @staticmethod
-    def _params_for_child(params: JsonObject | None, client: ClientContext, child: ChildInfo) -> JsonObject | None:
-        params = bridge.with_trace(params, client.trace)
-        if child.era is Era.LEGACY:
-            return bridge.strip_modern_meta(params) if client.era is Era.MODERN else params
-        if client.era is Era.LEGACY:
-            return bridge.add_modern_meta(
-                params,
-                version=child.version,
-                capabilities=client.capabilities,
-                client_info=client.client_info,
-                log_level=client.log_level,
-            )
-        return params
-
-    @staticmethod
-    def _reply_for_client(
-        request: Request, reply: Result | ErrorReply, client: ClientContext, child: ChildInfo
-    ) -> JsonObject:
-        if isinstance(reply, ErrorReply):
-            error = bridge.modernize_error(reply.error) if client.era is Era.MODERN else reply.error
-            return response(request.id, error=error)
-        result = reply.result
-        if request.method == subscriptions.LISTEN:
-            result = subscriptions.retag_result(result, request.id)
-        if client.era is Era.MODERN and child.era is Era.LEGACY:
-            result = bridge.modernize_result(request.method, result, child)
-        elif client.era is Era.MODERN and request.method == "server/discover":
-            result = bridge.advertised_discover(result)
-        elif client.era is Era.LEGACY and child.era is Era.MODERN:
-            result = bridge.legacy_result(result)
-        return response(request.id, result=result)
-
-
-def _log_level(request: Request, client: ClientContext) -> str | None:
-    """The level at or above which the child's attributable log messages reach this client:
-    a modern request's own ``logLevel``, a legacy session's ``logging/setLevel``; else none."""
-    if client.era is Era.LEGACY:
-        return client.log_level
-    meta = (request.params or {}).get("_meta")
-    level = meta.get(META_LOG_LEVEL) if isinstance(meta, dict) else None
-    return level if loglevels.is_level(level) else None
-
-
-def _input_required_problem(wanted: object, state: object) -> str | None:
-    """Why a modern child's ``input_required`` result cannot be acted on, or None."""
-    if not isinstance(wanted, dict):
-        return "input_required with inputRequests that is not an object"
-    if state is not None and not isinstance(state, str):
-        return "input_required with a requestState that is not a string"
-    if not wanted and state is None:
-        return "input_required with neither inputRequests nor requestState"
-    for key, entry in wanted.items():
-        method = entry.get("method") if isinstance(entry, dict) else None
-        if method not in inputs.INPUT_METHODS:
-            return f"inputRequests[{key!r}] is not a sampling, elicitation or roots request"
-        if entry.get("params") is not None and not isinstance(entry.get("params"), dict):
-            return f"inputRequests[{key!r}].params is not an object"
-    return None
-
-
-def _undeclared_input_error(ask: ChildAsk, client: ClientContext) -> JsonObject:
-    """The legacy client's answer when the modern child wants what the client cannot give."""
-    required = inputs.required_capability(ask.method, ask.params)
-    if not client.accepts_requests or client.session is None:
-        why = "this request cannot carry a request to the client (a batch)"
-    else:
-        why = f"this session did not declare the {_capability_name(ask)} capability at initialize"
-    return jsonrpc.error_object(
-        CODE_NO_CLIENT_INPUT,
-        f"the server needs {ask.method} from the client to complete this request, but {why}",
-        {"source": GATEWAY_NAME, "method": ask.method, "requiredCapabilities": required},
-    )
-
-
-def _client_refusal_error(ask: ChildAsk, reply: ErrorReply) -> JsonObject:
-    """The client answered the child's input request with an error: ``inputResponses`` carry
-    results only, so the request ends here, quoting the client's error."""
-    return jsonrpc.error_object(
-        CODE_NO_CLIENT_INPUT,
-        f"the client answered {ask.method} with an error, so the server cannot complete this request: "
-        f"{reply.error.get('message')}",
-        {"source": GATEWAY_NAME, "method": ask.method, "clientError": reply.error},
-    )
-
-
-def _capability_name(ask: ChildAsk) -> str:
-    [(name, sub)] = inputs.required_capability(ask.method, ask.params).items()
-    return ", ".join(f"{name}.{key}" for key in sub) or name

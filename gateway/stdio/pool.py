@@ -32,7 +32,8 @@ Rules (decided synchronously, so no await can interleave a check and its update)
   are what the backoff is for: it doubles with each consecutive one up to ``BACKOFF_MAX``,
   and ``CRASH_LOOP`` of them mark the pool **failing**: requests then fail at once with
   the last error (command, exit, stderr tail) and readiness reports it, until a later start
-  succeeds. A child that stops answering — requests pending but no output for
+  succeeds. These rules are decided by the pure ``gateway.protocol.supervision``; the pool
+  applies its verdicts. A child that stops answering — requests pending but no output for
   ``stall_timeout``, or an idle liveness check (``ping`` for legacy children,
   ``server/discover`` for modern ones) failing — is recycled. Every change is logged with
   the child's pid.
@@ -46,9 +47,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Final
 
 import anyio
@@ -56,27 +56,24 @@ from anyio.abc import TaskGroup
 
 from gateway.errors import ChildError, GatewayError, GatewayUnavailableError
 from gateway.protocol import attribution
-from gateway.protocol.attribution import AskPolicy, ChildLoad
 from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import Notification, Reply, Request, Result
+from gateway.protocol.supervision import ExitKind, Supervision
 from gateway.protocol.versions import Era
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.child import StdioChild, open_child
 from gateway.stdio.crashes import CRASH_WINDOW, CrashLedger
+from gateway.stdio.member import LossListener as LossListener
+from gateway.stdio.member import Member as Member
+from gateway.stdio.member import PoolListener as PoolListener
+from gateway.stdio.member import PoolRequestHandler as PoolRequestHandler
+from gateway.stdio.member import PoolSettings as PoolSettings
 from gateway.stdio.questions import RequestHandler
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.pool")
 
-BACKOFF_FIRST: Final = 0.5
-BACKOFF_MAX: Final = 30.0
-"""Restart delays double from BACKOFF_FIRST up to BACKOFF_MAX while children keep failing."""
-QUICK_EXIT: Final = 10.0
-"""A child that exits within this many seconds of its handshake, with no request in flight,
-never served: it counts as a start failure."""
-CRASH_LOOP: Final = 5
-"""Consecutive start failures that mark the pool failing."""
 STARTUP_WAIT: Final = 120.0
 """How long a request waits while the first child is still starting (npx cold starts)."""
 MAINTENANCE_TICK: Final = 1.0
@@ -85,78 +82,6 @@ START_SAMPLES: Final = 100
 """Cold-start durations kept per pool for metrics."""
 STATUS_STDERR_LINES: Final = 5
 """Last stderr lines of each child shown by /status and /ui (the full tail goes into errors)."""
-
-
-@dataclass(frozen=True)
-class PoolSettings:
-    min_size: int = 1
-    max_size: int = 1
-    max_in_flight: int = 0
-    queue_timeout: float = 30.0
-    idle_timeout: float = 300.0
-    max_requests: int = 0
-    max_age: float = 0.0
-    stall_timeout: float = 0.0
-    liveness_interval: float = 60.0
-    liveness_timeout: float = 10.0  # seconds a liveness check may take before the child is recycled
-    child_asks: AskPolicy = AskPolicy.AUTO  # whether requests that may ask get a child to themselves
-
-    def __post_init__(self) -> None:
-        if self.min_size < 0 or self.max_size < 1 or self.min_size > self.max_size:
-            raise ValueError(f"pool sizes need 0 <= min ({self.min_size}) <= max ({self.max_size}), max >= 1")
-        if self.max_in_flight < 0:
-            raise ValueError("max_in_flight must be 0 (unlimited) or more")
-
-
-PoolListener = Callable[["Pool", Notification], None]
-LossListener = Callable[["Pool"], None]
-"""Called when a started child of the pool exits unplanned (crash), or the pool closes."""
-PoolRequestHandler = Callable[["Pool", Request], Awaitable[Reply | None]]
-"""Offered a child's unattributable request (``Pool.add_request_handler``); None: not mine."""
-
-
-class Member:
-    """One child in the pool, from its start to its exit."""
-
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
-        self.child: StdioChild | None = None
-        self.leases = 0
-        self.asking_leases = 0  # leases for requests that may ask and need the child alone (rules 1, 3)
-        self.served = 0
-        self.started_at = time.monotonic()
-        self.last_used = self.started_at
-        self.last_check = self.started_at
-        self.retiring = False
-        self.exclusive = False  # a suspect's request runs on it alone
-        self.stop = anyio.Event()
-        self.principals: Counter[str] = Counter()  # leases held, by principal
-        self.crashed_with: frozenset[str] | None = None  # who held leases when its child died
-
-    def note_death(self) -> None:
-        """Remember who had requests in flight when the child died (the first to notice)."""
-        if self.crashed_with is None:
-            self.crashed_with = frozenset(p for p, n in self.principals.items() if n > 0)
-
-    @property
-    def is_live(self) -> bool:
-        return self.child is not None and self.child.is_alive() and not self.retiring
-
-    def has_room(self, method: str | None = None, tool: str | None = None) -> bool:
-        limit = self.pool.settings.max_in_flight
-        if not self.is_live or self.exclusive or (limit != 0 and self.leases >= limit):
-            return False
-        assert self.child is not None
-        load = ChildLoad(self.asking_leases, self.child.open_questions)
-        return attribution.admits(load, method, exclusive=self.pool.is_exclusive(self.child, tool))
-
-    def retire(self, why: str) -> None:
-        if not self.retiring:
-            self.retiring = True
-            pid = self.child.pid if self.child else None
-            log.info("%s: retiring child pid %s (%s)", self.pool.label, pid, why)
-        if self.leases == 0:
-            self.stop.set()
 
 
 class Pool:
@@ -180,14 +105,13 @@ class Pool:
         self.settings = settings
         self.label = label or spec.label
         self.members: list[Member] = []
-        self.failing = False
+        self.supervision = Supervision()  # the streak of start failures, failing (protocol/supervision)
         self.last_error: GatewayError | None = None
         self.spawns = 0
         self.restarts = 0
         self.exits: Counter[str] = Counter()  # "code 0", "SIGKILL", "start failure"
         self.start_seconds: list[float] = []  # recent cold starts (bounded)
         self.retired: Counter[str] = Counter()  # counters of children that are gone
-        self._quick_failures = 0
         self._next_start = 0.0
         self._waiting = 0
         self._gateway_version = gateway_version
@@ -205,6 +129,11 @@ class Pool:
         self._tg: TaskGroup | None = None
         self._closing = False
         self._changed = anyio.Event()
+
+    @property
+    def failing(self) -> bool:
+        """Start failures in a row reached ``CRASH_LOOP``: requests fail at once until a start succeeds."""
+        return self.supervision.failing
 
     def __repr__(self) -> str:
         return f"<Pool {self.label} live={len(self.children())} members={len(self.members)} failing={self.failing}>"
@@ -497,9 +426,8 @@ class Pool:
                 child.tools = self.tools
                 self._record_start(time.monotonic() - member.started_at)
                 member.started_at = time.monotonic()
-                if self.failing:
+                if self.supervision.started():
                     log.info("%s: child pid %d started; no longer failing", self.label, child.pid)
-                self.failing = False
                 self.last_error = None
                 self._notify()
                 async with anyio.create_task_group() as tg:
@@ -548,34 +476,32 @@ class Pool:
 
     def _after_exit(self, member: Member, error: GatewayError | None) -> None:
         now = time.monotonic()
-        uptime = now - member.started_at
-        planned = member.retiring and member.child is not None
-        if not planned and member.child is not None:
-            self._lost()
-        if not planned:
+        charged = member.crashed_with or frozenset()
+        verdict = self.supervision.exited(
+            planned=member.retiring,
+            started=member.child is not None,
+            uptime=now - member.started_at,
+            charged=bool(charged),
+        )
+        if verdict.kind is not ExitKind.PLANNED:
+            if member.child is not None:
+                self._lost()
             self.last_error = error
-            charged = member.crashed_with or frozenset()
-            if charged:  # it died serving: restart at once; the requests' principals pay
-                self._quick_failures = 0
-                if self.crashes is not None:
-                    self.crashes.record(charged, now)
-                for stale in [p for p, when in self.suspects.items() if when <= now - CRASH_WINDOW]:
-                    del self.suspects[stale]
-                self.suspects.update(dict.fromkeys(charged, now))
-                log.warning("%s: child died serving %s; restarting at once", self.label, ", ".join(sorted(charged)))
-            elif member.child is None or uptime < QUICK_EXIT:
-                self._quick_failures += 1
-            else:
-                self._quick_failures = 0
-            if self._quick_failures >= CRASH_LOOP and not self.failing:
-                self.failing = True
-                log.error(
-                    "%s: failing after %d quick failures; last: %s",
-                    self.label,
-                    self._quick_failures,
-                    error.message if error else "?",
-                )
-        delay = 0.0 if self._quick_failures == 0 else min(BACKOFF_FIRST * 2 ** (self._quick_failures - 1), BACKOFF_MAX)
+        if verdict.kind is ExitKind.DIED_SERVING:  # restart at once; the requests' principals pay
+            if self.crashes is not None:
+                self.crashes.record(charged, now)
+            for stale in [p for p, when in self.suspects.items() if when <= now - CRASH_WINDOW]:
+                del self.suspects[stale]
+            self.suspects.update(dict.fromkeys(charged, now))
+            log.warning("%s: child died serving %s; restarting at once", self.label, ", ".join(sorted(charged)))
+        if verdict.now_failing:
+            log.error(
+                "%s: failing after %d quick failures; last: %s",
+                self.label,
+                self.supervision.quick_failures,
+                error.message if error else "?",
+            )
+        delay = verdict.delay
         self._next_start = time.monotonic() + delay
         if len(self.members) < self.settings.min_size or self._waiting:
             self.restarts += 1

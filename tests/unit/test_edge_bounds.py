@@ -90,15 +90,3 @@ def test_a_batch_takes_slots_up_to_the_limit_and_never_past_it() -> None:
     assert table["alice"] == 256
     assert slots.held == 7
     assert Slots(table, "bob", 0, "requests in flight").take(10_000)  # 0: no limit
-
-
-def test_a_slot_handed_over_is_released_once_by_its_new_owner() -> None:
-    table: Counter[str] = Counter()
-    slots = Slots(table, "alice", 256, "requests in flight")
-    assert slots.take(1)  # admitted
-    release = slots.hand_over()
-    assert slots.held == 0  # the middleware no longer releases it
-    assert table["alice"] == 1
-    release()
-    release()
-    assert "alice" not in table

@@ -143,28 +143,6 @@ def test_a_request_state_carries_its_owner_and_a_token_without_one_still_reads()
     assert decode_state(token, SECRET, now=NOW).owner == ""
 
 
-def test_forwards_are_let_in_after_the_header_limits_and_skip_every_later_layer() -> None:
-    from starlette.middleware import Middleware
-
-    from gateway.http.forward import AcceptForwards, UnlessForwarded, accepting_forwards
-    from gateway.http.limits import HeaderLimits, PrincipalLimits
-    from gateway.http.origin import OriginGuard
-    from gateway.relay.owner import OwnerRouting
-
-    routing = OwnerRouting("http://10.0.0.7:8000", SECRET, max_body_bytes=1024)
-    outer = Middleware(OriginGuard)  # e.g. a layer someone puts before the header limits
-    layers = [outer, Middleware(HeaderLimits), Middleware(OriginGuard), Middleware(PrincipalLimits)]
-    routed = accepting_forwards(layers, routing)
-    assert [layer.cls for layer in routed] == [
-        OriginGuard,
-        HeaderLimits,
-        AcceptForwards,
-        UnlessForwarded,
-        UnlessForwarded,
-    ]
-    assert [layer.kwargs["middleware"].cls for layer in routed[3:]] == [OriginGuard, PrincipalLimits]
-
-
 def test_an_unreachable_owner_is_remembered_briefly_and_boundedly() -> None:
     from gateway.relay import owner as forward
 
