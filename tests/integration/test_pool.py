@@ -209,10 +209,10 @@ async def test_a_child_that_fails_its_liveness_check_is_recycled() -> None:
 async def test_a_failing_pool_without_a_minimum_recovers_once_the_command_works(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import gateway.stdio.pool as pool_module
+    import gateway.protocol.supervision as supervision
 
-    monkeypatch.setattr(pool_module, "BACKOFF_FIRST", 0.01)  # keep the five failures quick
-    monkeypatch.setattr(pool_module, "BACKOFF_MAX", 0.05)
+    monkeypatch.setattr(supervision, "BACKOFF_FIRST", 0.01)  # keep the five failures quick
+    monkeypatch.setattr(supervision, "BACKOFF_MAX", 0.05)
     ready = tmp_path / "ready"
     script = tmp_path / "server.sh"
     script.write_text(f'#!/bin/sh\n[ -e "{ready}" ] || {{ echo "not yet" >&2; exit 1; }}\nexec "$@"\n')
