@@ -293,7 +293,6 @@ def create_app(
     app.middleware_stack = Edge(
         app.build_middleware_stack(),
         lanes={path: (name, lane_apps[path]) for path, name in mcp_paths.items()},
-        exception_handlers=(handlers, {}),
         metrics=gateway_metrics,
         cors=CorsPolicy(origins=cors_origins, extra_headers=mapped) if cors_origins else None,
         origins=OriginPolicy(

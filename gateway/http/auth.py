@@ -1,7 +1,6 @@
 """Who is asking: bearer tokens, or a trusted reverse proxy's identity header.
 
-``Authentication`` (run by ``gateway.http.edge``; ``AuthGuard`` is the same as an ASGI layer)
-guards the MCP endpoints and ``/status``
+``Authentication`` (run by ``gateway.http.edge``) guards the MCP endpoints and ``/status``
 (``/healthz``, ``/readyz`` and ``/metrics`` stay open for probes and scrapers):
 
 - **Bearer tokens** (``--auth-token-file``, one per line, ``NAME:TOKEN`` or just ``TOKEN``;
@@ -42,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from gateway.errors import CODE_UNAVAILABLE, ConfigError
 from gateway.http.resource import METADATA_PATH, ResourceMetadata
@@ -239,36 +238,3 @@ class Authentication:
         message = f"forbidden: {why}" if status == 403 else f"unauthorized: {why}"
         response = error_response(status, error_object(-32600, message), headers={"www-authenticate": value})
         await response(scope, receive, send)
-
-
-class AuthGuard:
-    """``Authentication`` as an ASGI layer."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        tokens: TokenStore,
-        principal_header: str | None = None,
-        trusted_proxies: Iterable[str] = (),
-        metadata: ResourceMetadata | None = None,
-        oauth: OAuthGate | None = None,
-        peers: PeerSubjects | None = None,
-    ) -> None:
-        self.app = app
-        self.auth = Authentication(
-            tokens=tokens,
-            principal_header=principal_header,
-            trusted_proxies=trusted_proxies,
-            metadata=metadata,
-            oauth=oauth,
-            peers=peers,
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or not self.auth.guards(scope)
-            or await self.auth.admit(scope, receive, send, dict(scope["headers"]))
-        ):
-            await self.app(scope, receive, send)

@@ -15,7 +15,7 @@ from typing import Final
 
 from starlette.datastructures import MutableHeaders
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Scope
 
 from gateway.http.wire import header_map
 from gateway.protocol.headers import MCP_SESSION_ID
@@ -97,26 +97,3 @@ def add_cors_headers(message: Message, origin: str) -> None:
     response_headers["access-control-allow-origin"] = origin
     response_headers["access-control-expose-headers"] = EXPOSED_HEADERS
     response_headers.add_vary_header("Origin")
-
-
-class Cors:
-    def __init__(self, app: ASGIApp, *, origins: Iterable[str], extra_headers: Iterable[str] = ()) -> None:
-        self.app = app
-        self.policy = CorsPolicy(origins=origins, extra_headers=extra_headers)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        origin = self.policy.allowed_origin(dict(scope["headers"])) if scope["type"] == "http" else None
-        if origin is None:
-            await self.app(scope, receive, send)
-            return
-        answer = self.policy.preflight(scope, origin)
-        if answer is not None:
-            await answer(scope, receive, send)
-            return
-
-        async def send_with_cors(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                add_cors_headers(message, origin)
-            await send(message)
-
-        await self.app(scope, receive, send_with_cors)

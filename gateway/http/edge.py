@@ -15,9 +15,8 @@ and, for every HTTP request, in this order:
    tokens, OAuth, a principal header or client certificates are configured);
 7. the principal's **slots** on MCP paths → 429 (``gateway.http.limits.PrincipalQuotas``);
 8. the **route**: an MCP endpoint's path goes straight to its endpoint app, after the drain
-   check (``gateway.http.drain``: 503 while draining, else counted in flight), with
-   Starlette's exception handlers in the scope as its ``ExceptionMiddleware`` would put
-   them; any other path goes to Starlette's own stack.
+   check (``gateway.http.drain``: 503 while draining, else counted in flight); any other
+   path goes to Starlette's own stack.
 
 An exception nothing answered is answered 500 ``Internal Server Error`` here when no
 response had started (what Starlette's ``ServerErrorMiddleware`` did as the outermost layer;
@@ -49,8 +48,6 @@ from gateway.ops.metrics import GatewayMetrics
 from gateway.protocol.owner import FORWARD_HEADER
 from gateway.relay.owner import OwnerRouting
 
-EXCEPTION_HANDLERS = "starlette.exception_handlers"
-"""Scope key where Starlette's ``ExceptionMiddleware`` puts its handlers for the route."""
 _FORWARD_HEADER = FORWARD_HEADER.encode("latin-1")
 
 
@@ -60,7 +57,6 @@ class Edge:
         app: ASGIApp,
         *,
         lanes: Mapping[str, tuple[str, ASGIApp]],
-        exception_handlers: tuple[Mapping[Any, Any], Mapping[int, Any]],
         origins: OriginPolicy,
         quotas: PrincipalQuotas,
         drain: Drain,
@@ -74,7 +70,6 @@ class Edge:
         check here guards)."""
         self.app = app
         self.lanes = dict(lanes)
-        self.exception_handlers = exception_handlers
         self.origins = origins
         self.quotas = quotas
         self.drain = drain
@@ -93,7 +88,6 @@ class Edge:
             await draining_refusal()(scope, receive, send)
             return
         scope["gateway.drain"] = self.drain
-        scope[EXCEPTION_HANDLERS] = self.exception_handlers
         self.drain.enter()
         try:
             await lane[1](scope, receive, send)
@@ -168,7 +162,6 @@ class Edge:
                 await draining_refusal()(scope, receive, send_edge)
             else:  # ``route``, inline: one coroutine frame less on every resumption of the call
                 drain = scope["gateway.drain"] = self.drain
-                scope[EXCEPTION_HANDLERS] = self.exception_handlers
                 drain.enter()
                 try:
                     await lane[1](scope, receive, send_edge)

@@ -1,9 +1,9 @@
-"""Request limits, each named with its reason (pure ASGI).
+"""Request limits, each named with its reason; ``gateway.http.edge`` applies them.
 
-- ``HeaderLimits``: at most ``MAX_HEADERS`` headers, ``MAX_HEADER_BYTES`` in all, and
+- Headers (``header_problem``): at most ``MAX_HEADERS`` headers, ``MAX_HEADER_BYTES`` in all, and
   ``MAX_MCP_HEADER_BYTES`` for any one ``Mcp-*`` value — checked before anything decodes a
   Base64 sentinel, so a client cannot make the gateway decode megabytes (431 otherwise).
-- ``PrincipalLimits``: at most ``max_requests`` requests at once per principal (an anonymous
+- Per principal (``PrincipalQuotas``): at most ``max_requests`` requests at once per principal (an anonymous
   client counts as one principal) and ``max_streams`` open GET streams; past either, 429
   with ``Retry-After``. This keeps one tenant from taking every child of a shared pool.
   A POST counts only once its body is read: the endpoint calls ``scope[SLOTS].admit()`` then, so
@@ -17,8 +17,7 @@
   A session ``DELETE`` is never refused: it is how a client at its limit ends what it holds.
 
 The checks themselves are ``header_problem`` and ``PrincipalQuotas`` (one set of tables for
-every endpoint); ``gateway.http.edge`` runs them, and the two classes here are the same
-checks as single ASGI layers.
+every endpoint); ``gateway.http.edge`` runs them.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ from itertools import chain
 from typing import Final
 
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
 from gateway.http.wire import error_response
 from gateway.protocol.jsonrpc import error_object
@@ -61,19 +60,6 @@ def header_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
 
 def header_refusal(problem: str) -> Response:
     return error_response(431, error_object(-32600, problem))
-
-
-class HeaderLimits:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            problem = header_problem(scope["headers"])
-            if problem is not None:
-                await header_refusal(problem)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 class Slots:
@@ -146,30 +132,3 @@ class PrincipalQuotas:
             slots = Slots(self.requests, principal, self.max_requests, "requests in flight")
         scope[SLOTS] = slots
         return slots
-
-
-class PrincipalLimits:
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        max_requests: int = MAX_REQUESTS_PER_PRINCIPAL,
-        max_streams: int = MAX_STREAMS_PER_PRINCIPAL,
-    ) -> None:
-        self.app = app
-        self.quotas = PrincipalQuotas(max_requests=max_requests, max_streams=max_streams)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.quotas.applies(scope):
-            await self.app(scope, receive, send)
-            return
-        slots = self.quotas.open(scope)
-        try:
-            if scope["method"] != "POST":  # a POST counts once its body is in (``McpEndpoint``)
-                refusal = slots.admit()
-                if refusal is not None:
-                    await refusal(scope, receive, send)
-                    return
-            await self.app(scope, receive, send)
-        finally:
-            slots.close()

@@ -15,7 +15,6 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.http.wire import error_response
 from gateway.protocol.jsonrpc import error_object
@@ -72,26 +71,3 @@ class OriginPolicy:
             if not ok:
                 return error_response(403, error_object(-32600, f"host {host.decode('latin-1')!r} is not allowed"))
         return None
-
-
-class OriginGuard:
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        loopback_only: bool,
-        allowed_origins: Iterable[str] = (),
-        allowed_hosts: Iterable[str] = (),
-    ) -> None:
-        self.app = app
-        self.policy = OriginPolicy(
-            loopback_only=loopback_only, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts
-        )
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            refusal = self.policy.refusal(dict(scope["headers"]))
-            if refusal is not None:
-                await refusal(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
