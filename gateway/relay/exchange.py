@@ -106,6 +106,7 @@ class Relay:
                 era=client.era,
                 capabilities=client.capabilities if client.session is not None else None,
             )
+            tool = attribution.tool_key(request.method, request.params)  # the lease's and the child's
             # The stack owns the lease and the child exchange, so that a parked MRTR call keeps both.
             async with AsyncExitStack() as stack:
                 # A request that may ask waits for a child where its questions can only be its own.
@@ -114,11 +115,11 @@ class Relay:
                         client.affinity(),
                         client.principal or ANONYMOUS,
                         request.method,
-                        attribution.tool_key(request.method, request.params),
+                        tool,
                     )
                 )
                 client.bind(child, pool)
-                async for message in self._exchange_on(child, request, client, headers, stack):
+                async for message in self._exchange_on(child, request, client, headers, stack, tool):
                     yield message
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
             yield events.Final(response(request.id, error=exc.error_object()))
@@ -130,6 +131,7 @@ class Relay:
         client: ClientContext,
         headers: Mapping[str, str] | None,
         stack: AsyncExitStack,
+        tool: str | None,
     ) -> AsyncIterator[Emitted]:
         info = child.info
         assert info is not None
@@ -146,19 +148,18 @@ class Relay:
             return
         if headers is not None and client.era is Era.MODERN and request.method == "tools/call":
             await self._check_param_headers(child, request, headers)  # a 400 propagates before any yield
+        log_level = translate.log_level(request, client)
         if self.settings is not None:  # last before the request: what the child asks now is this client's
             async for question in self.settings.refresh_roots(child, client, request.method):
                 yield events.Ask(question)  # a caching child's roots/list, before a legacy session's call
-            await self.settings.prepare(child, client, request.method, translate.log_level(request, client))
+            await self.settings.prepare(child, client, request.method, log_level)
         params = translate.params_for_child(request.params, client, info)
         try:
             # The server's request timeout applies; the child's questions come to us (asks=True).
             # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
             timeout = math.inf if request.method == subscriptions.LISTEN else None
             ex = await stack.enter_async_context(
-                child.exchange(
-                    request.method, params, timeout=timeout, asks=True, log_level=translate.log_level(request, client)
-                )
+                child.exchange(request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=tool)
             )
         except ChildError as exc:
             yield events.Final(response(request.id, error=exc.error_object()))
