@@ -85,6 +85,8 @@ class Member:
         limit = self.pool.settings.max_in_flight
         if not self.is_live or self.exclusive or (limit != 0 and self.leases >= limit):
             return False
+        if not attribution.may_ask(method):  # rule 2 is about requests that may ask
+            return True
         assert self.child is not None
         load = ChildLoad(self.asking_leases, self.child.open_questions)
         return attribution.admits(load, method, exclusive=self.pool.is_exclusive(self.child, tool))
