@@ -249,7 +249,9 @@ class Router:
         key = self.key_for(principal, session_id, headers, era)
         pool = self.pools.get(key)
         if pool is not None:
-            await self._entered[key].wait()  # another request may be opening it right now
+            entered = self._entered[key]
+            if not entered.is_set():  # another request is opening it right now (a set Event still yields)
+                await entered.wait()
             return pool
         env = credential_env(self.server.env_from_headers, headers)
         spec = self.server.spec

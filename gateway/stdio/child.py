@@ -224,8 +224,7 @@ class StdioChild:
 
     # -- requests -------------------------------------------------------------------
 
-    @asynccontextmanager
-    async def exchange(
+    def exchange(
         self,
         method: str,
         params: JsonObject | None,
@@ -235,34 +234,43 @@ class StdioChild:
         asks: bool = False,
         log_level: str | None = None,
         tool: str | None = None,
-    ) -> AsyncIterator[Exchange]:
-        """``asks=True``: the caller reads ``ChildAsk`` items too, and answers them.
+    ) -> ChildCall:
+        """One request, as ``async with child.exchange(...) as ex``: sent on entry (raising the
+        exit error of a dead child); left early (client gone, cancelled), the machine forgets
+        the id, so the late reply is dropped, and the child is told to stop working on it.
+
+        ``asks=True``: the caller reads ``ChildAsk`` items too, and answers them.
         ``log_level``: the child's ``notifications/message`` at or above it that can be
         attributed to this exchange arrive in its stream. ``tool``: the caller's
         ``attribution.tool_key`` for the request, if it has it (else computed when needed)."""
-        ex = Exchange(method)
+        return ChildCall(self, method, params, timeout, cancellable, asks, log_level, tool)
+
+    async def _open(self, call: ChildCall) -> Exchange:
+        ex = call.ex = Exchange(call.method)
         sent = self._session.send(
-            method,
-            params,
+            call.method,
+            call.params,
             ex,
             now=time.monotonic(),
-            timeout=timeout,
-            cancellable=cancellable,
-            asks=asks,
-            log_level=log_level,
-            tool=tool,
+            timeout=call.timeout,
+            cancellable=call.cancellable,
+            asks=call.asks,
+            log_level=call.log_level,
+            tool=call.tool,
         )  # raises the exit error of a dead child
         ex.child_id = sent.child_id
         self._timer.note(sent.deadline)
         try:
             await self._send(sent.line)
-            yield ex
-        finally:
-            ex.leave()
-            # The caller left before the outcome (client gone, cancelled): the machine forgets
-            # the id, so the late reply is dropped, and tells the child to stop working on it.
-            if not ex.is_done:
-                self._apply(self._session.abandon(ex.child_id))
+        except BaseException:
+            self._close(ex)
+            raise
+        return ex
+
+    def _close(self, ex: Exchange) -> None:
+        ex.leave()
+        if not ex.is_done:
+            self._apply(self._session.abandon(ex.child_id))
 
     async def request(
         self, method: str, params: JsonObject | None, *, timeout: float | None = None, cancellable: bool = True
@@ -409,6 +417,41 @@ class StdioChild:
         await self._proc.stop()
         with anyio.CancelScope(shield=True):
             await self._exited.wait()
+
+
+class ChildCall:
+    """``StdioChild.exchange``: a plain async context manager (one is made per request; a
+    generator-based one costs about four times as much to enter and leave)."""
+
+    __slots__ = ("asks", "cancellable", "child", "ex", "log_level", "method", "params", "timeout", "tool")
+
+    def __init__(
+        self,
+        child: StdioChild,
+        method: str,
+        params: JsonObject | None,
+        timeout: float | None,
+        cancellable: bool,
+        asks: bool,
+        log_level: str | None,
+        tool: str | None,
+    ) -> None:
+        self.child = child
+        self.method = method
+        self.params = params
+        self.timeout = timeout
+        self.cancellable = cancellable
+        self.asks = asks
+        self.log_level = log_level
+        self.tool = tool
+        self.ex: Exchange | None = None
+
+    async def __aenter__(self) -> Exchange:
+        return await self.child._open(self)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self.ex is not None
+        self.child._close(self.ex)
 
 
 @asynccontextmanager

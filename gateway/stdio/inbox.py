@@ -6,10 +6,16 @@ past four times that, further messages (but a final answer) are refused and coun
 (``gateway.protocol.backlog`` has the rules). The reader awaits ``get``; ``close()`` from
 the producer ends the reader's iteration once the queue is empty; ``close_reader()`` says the
 reader left, so later items are discarded.
+
+One ``asyncio.Event``, cleared before each wait, wakes the reader: an inbox is made for every
+request, and ``anyio.Event`` costs a look-up of the running async library each time one is
+made (about 5 µs against 0.6 µs). The gateway runs on asyncio (uvicorn); the reader's wait is
+still cancelled by anyio's cancel scopes, which cancel the task.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Hashable
 from typing import Final, Generic, TypeVar
 
@@ -39,7 +45,7 @@ def progress_key(method: str, params: object) -> Hashable | None:
 class Inbox(Generic[T]):
     def __init__(self, coalesce_above: int = COALESCE_ABOVE) -> None:
         self.backlog: Backlog[T] = Backlog(coalesce_above)
-        self._ready = anyio.Event()
+        self._ready = asyncio.Event()
         self._closed = False  # the producer is done
         self._reader_gone = False
 
@@ -74,5 +80,5 @@ class Inbox(Generic[T]):
             try:
                 return self.get_nowait()
             except anyio.WouldBlock:
-                self._ready = anyio.Event()
+                self._ready.clear()
                 await self._ready.wait()
