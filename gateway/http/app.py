@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from gateway import __version__
 from gateway.http import ui, wire
@@ -70,19 +70,6 @@ def served_endpoints(names: Sequence[str]) -> str:
     shown = ",".join(names[:MAX_LISTED_ENDPOINTS])
     more = f" and {len(names) - MAX_LISTED_ENDPOINTS} more" if len(names) > MAX_LISTED_ENDPOINTS else ""
     return f"/servers/{{{shown}}}/mcp{more}"
-
-
-def endpoint_app(endpoint: McpEndpoint) -> ASGIApp:
-    """The endpoint as an ASGI app: Starlette's ``request_response`` without its exception
-    wrapper, which costs two frames and a ``send`` wrapper on every call. The endpoint raises
-    no ``HTTPException`` (it answers every refusal itself), and anything else it raises reaches
-    the edge, which answers 500 (``gateway.http.edge``) as before."""
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        response = await endpoint(Request(scope, receive, send))
-        await response(scope, receive, send)
-
-    return app
 
 
 def http_error_handler(names: Sequence[str]) -> Callable[[Request, Exception], Awaitable[Response]]:
@@ -253,7 +240,7 @@ def create_app(
     def mcp_app(router: Router, endpoint: McpEndpoint) -> ASGIApp:
         # Every HTTP method reaches the endpoint, which answers those MCP does not use with a
         # JSON-RPC 405 (Starlette's own would be text/plain). The drain check is the edge's.
-        inner: ASGIApp = endpoint_app(endpoint)
+        inner: ASGIApp = endpoint  # a pure ASGI app
         if routing is not None:
             inner = RouteToOwner(inner, routing=routing, env_headers=router.server.env_from_headers)
         return inner

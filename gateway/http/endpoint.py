@@ -30,9 +30,9 @@ from typing import Any, Final
 import anyio
 import orjson
 from anyio.abc import TaskGroup
-from starlette.requests import Request as HttpRequest
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
-from starlette.types import Scope
+from starlette.types import Receive, Scope, Send
 
 from gateway.errors import CODE_CANCELLED, GatewayError
 from gateway.http import wire
@@ -81,21 +81,26 @@ BODY_TIMEOUT: Final = 30.0
 is closed): 4 MiB at ~1 Mbit/s. A body that trickles in holds a connection, never a request slot."""
 
 
-def lower_headers(request: HttpRequest) -> dict[str, str]:
-    return wire.header_map(request.scope)
-
-
-async def read_body(request: HttpRequest, limit: int) -> bytes | None:
-    """The body, or None when it exceeds ``limit`` (never buffered past the limit)."""
-    declared = request.headers.get("content-length")
+async def read_body(headers: dict[str, str], receive: Receive, limit: int) -> bytes | None:
+    """The body, or None when it exceeds ``limit`` (never buffered past the limit). A client
+    that leaves before the whole body is in raises ``ClientDisconnect``."""
+    declared = headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         return None
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        body: bytes = message.get("body", b"")  # the usual case: the whole body in one message
+        return body if len(body) <= limit else None
+    buffer = bytearray()
+    while True:
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        buffer += message.get("body", b"")
+        if len(buffer) > limit:
             return None
-    return bytes(body)
+        if not message.get("more_body", False):
+            return bytes(buffer)
+        message = await receive()
 
 
 class McpEndpoint:
@@ -122,33 +127,37 @@ class McpEndpoint:
         self.session_listens = SessionListens()  # legacy sessions' resource subscriptions on modern children
         self.unsolicited = Unsolicited(sessions, self.listens, settings)  # create_app attaches it to the router
 
-    @staticmethod
-    def principal(request: HttpRequest) -> str | None:
-        """Who is asking, as the auth middleware (``gateway.http.auth``) established it."""
-        principal = request.scope.get("gateway.principal")
-        return principal if isinstance(principal, str) else None
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The endpoint as a pure ASGI app (no ``Request`` object, no exception wrapper: it
+        answers every refusal itself, and what it raises reaches the edge's 500)."""
+        response = await self.respond(scope, receive)
+        await response(scope, receive, send)
 
-    async def __call__(self, request: HttpRequest) -> Response | LazyStream | ListenStream | EventStream:
-        headers = lower_headers(request)
-        principal = self.principal(request)
-        if request.method == "GET":
-            request.scope.setdefault("gateway.log", {}).update(method="GET stream", era="legacy")
+    async def respond(self, scope: Scope, receive: Receive) -> Response | LazyStream | ListenStream | EventStream:
+        headers = wire.header_map(scope)
+        # Who is asking, as the edge's authentication (``gateway.http.auth``) established it.
+        principal = scope.get("gateway.principal")
+        if not isinstance(principal, str):
+            principal = None
+        method = scope["method"]
+        if method == "GET":
+            scope.setdefault("gateway.log", {}).update(method="GET stream", era="legacy")
             return self._get(headers, principal)
-        if request.method == "DELETE":
-            request.scope.setdefault("gateway.log", {}).update(method="DELETE session", era="legacy")
+        if method == "DELETE":
+            scope.setdefault("gateway.log", {}).update(method="DELETE session", era="legacy")
             return self._delete(headers, principal)
-        if request.method != "POST":
+        if method != "POST":
             return wire.error_response(
                 405,
-                error_object(-32600, f"{request.method} is not used by MCP here; POST a JSON-RPC message"),
+                error_object(-32600, f"{method} is not used by MCP here; POST a JSON-RPC message"),
                 headers={"allow": "POST, GET, DELETE"},
             )
-        if request.scope.get(BODY_RECEIVED):  # all in already (the usual case): no timer needed
-            body = await read_body(request, self.max_body_bytes)
+        if scope.get(BODY_RECEIVED):  # all in already (the usual case): no timer needed
+            body = await read_body(headers, receive, self.max_body_bytes)
         else:
             body = b""
             with anyio.move_on_after(self.body_timeout) as reading:
-                body = await read_body(request, self.max_body_bytes)
+                body = await read_body(headers, receive, self.max_body_bytes)
             if reading.cancelled_caught:
                 return wire.error_response(
                     408,
@@ -159,14 +168,14 @@ class McpEndpoint:
             return wire.error_response(
                 413, error_object(-32600, f"request body over the {self.max_body_bytes}-byte limit")
             )
-        slots = request.scope.get(SLOTS)  # absent for a forward from another instance
+        slots = scope.get(SLOTS)  # absent for a forward from another instance
         refusal = slots.admit() if isinstance(slots, Slots) else None
         if refusal is not None:
             return refusal
-        return await self._post(request, headers, principal, body)
+        return await self._post(scope, headers, principal, body)
 
     async def _post(
-        self, request: HttpRequest, headers: dict[str, str], principal: str | None, body: bytes
+        self, scope: Scope, headers: dict[str, str], principal: str | None, body: bytes
     ) -> Response | LazyStream | ListenStream:
         outcome = ingress.check_post(
             headers,
@@ -177,7 +186,7 @@ class McpEndpoint:
         )
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
-        log = request.scope.setdefault("gateway.log", {})
+        log = scope.setdefault("gateway.log", {})
         first = outcome.messages[0] if outcome.messages else None
         log.update(era=outcome.era.value, method=getattr(first, "method", None) or "response")
         if outcome.era is Era.MODERN:
@@ -187,7 +196,7 @@ class McpEndpoint:
             return self._modern(outcome, headers, principal, log)
         if outcome.session_id:
             log["session"] = outcome.session_id[:8]
-        return await self._legacy(outcome, headers, principal, request.scope)
+        return await self._legacy(outcome, headers, principal, scope)
 
     # -- modern -------------------------------------------------------------------------
 

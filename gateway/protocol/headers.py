@@ -123,8 +123,23 @@ def media_type(content_type: str) -> str:
     return content_type.split(";", 1)[0].strip(_OWS).lower()
 
 
-def _parse_accept(accept: str) -> list[tuple[str, str, float]]:
+MAX_REMEMBERED_ACCEPT: Final = 32
+"""Distinct ``Accept`` values whose parse is kept (clients send one or two values, on every
+POST); when full, the memo is emptied, so a client that varies it costs only the parse."""
+_accept_memo: dict[str, tuple[tuple[str, str, float], ...]] = {}
+
+
+def _parse_accept(accept: str) -> tuple[tuple[str, str, float], ...]:
     """``(type, subtype, q)`` for each well-formed media range; malformed ranges are skipped."""
+    ranges = _accept_memo.get(accept)
+    if ranges is None:
+        if len(_accept_memo) >= MAX_REMEMBERED_ACCEPT:
+            _accept_memo.clear()
+        ranges = _accept_memo[accept] = tuple(_parse_ranges(accept))
+    return ranges
+
+
+def _parse_ranges(accept: str) -> list[tuple[str, str, float]]:
     ranges: list[tuple[str, str, float]] = []
     for item in accept.split(","):
         head, *params = item.split(";")

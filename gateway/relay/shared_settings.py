@@ -194,7 +194,7 @@ class SharedSettings:
 
     def _told(self, child: StdioChild) -> bool:
         """Whether the child was told at ``initialize`` that roots may change."""
-        declared = child.spec.declared_capabilities.get("roots")
+        declared = child.declared_capabilities.get("roots")
         return isinstance(declared, dict) and declared.get("listChanged") is True
 
     async def _notify_roots_changed(self, child: StdioChild, wanted: RootsOwner) -> None:

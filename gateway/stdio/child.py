@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Final
 
@@ -93,6 +93,8 @@ class StdioChild:
         on_change: ChangeHandler | None = None,
     ) -> None:
         self.spec = spec
+        # What it was told at initialize it may ask (read-only here; the spec makes a copy per read).
+        self.declared_capabilities: Mapping[str, object] = spec.declared_capabilities
         self.bytes_in = 0
         self.last_output = time.monotonic()  # when stdout last said anything (stall detection)
         self._info: ChildInfo | None = None

@@ -217,7 +217,7 @@ class Pool:
             self.settings.child_asks,
             learned=self.learned_asks,
             legacy=legacy,
-            declared=child.spec.declared_capabilities,
+            declared=child.declared_capabilities,
             quiet=self.tools.is_quiet(tool),
         )
 
