@@ -45,21 +45,29 @@ class InFlight:
     def __len__(self) -> int:
         return sum(len(streams) for streams in self._by_key.values())
 
+    def add(self, principal: str | None, request_id: Any, stream: Cancellable) -> Key | None:
+        """Register ``stream`` while its request is answered; the key to ``discard`` it with
+        (None: not a request id, nothing registered)."""
+        key = key_of(principal, request_id)
+        if key is not None:
+            self._by_key.setdefault(key, []).append(stream)
+        return key
+
+    def discard(self, key: Key, stream: Cancellable) -> None:
+        streams = self._by_key[key]
+        streams.remove(stream)
+        if not streams:
+            del self._by_key[key]
+
     @contextmanager
     def track(self, principal: str | None, request_id: Any, stream: Cancellable) -> Iterator[None]:
-        """Registered while the request is being answered."""
-        key = key_of(principal, request_id)
-        if key is None:
-            yield
-            return
-        self._by_key.setdefault(key, []).append(stream)
+        """Registered while the request is being answered (``add`` and ``discard`` around the block)."""
+        key = self.add(principal, request_id, stream)
         try:
             yield
         finally:
-            streams = self._by_key[key]
-            streams.remove(stream)
-            if not streams:
-                del self._by_key[key]
+            if key is not None:
+                self.discard(key, stream)
 
     def cancel(self, principal: str | None, request_id: Any) -> bool:
         """Cancel the one request ``request_id`` names for ``principal``; False if none or several."""

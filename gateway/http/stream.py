@@ -144,21 +144,17 @@ class LazyStream:
             self._watch.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._in_flight is None:
-            await self._call(scope, receive, send)
-            return
-        with self._in_flight.track(self._principal, self._request_id, self):
-            await self._call(scope, receive, send)
-
-    async def _call(self, scope: Scope, receive: Receive, send: Send) -> None:
-        legacy = self._legacy
-        if legacy is None:
-            await self._answer(scope, receive, send)
-            return
+        in_flight, legacy = self._in_flight, self._legacy
+        # Where a POSTed notifications/cancelled finds it, while it is answered (modern requests).
+        key = in_flight.add(self._principal, self._request_id, self) if in_flight is not None else None
         try:
             await self._answer(scope, receive, send)
         finally:
-            legacy.on_end()
+            if legacy is not None:
+                legacy.on_end()
+            if key is not None:
+                assert in_flight is not None
+                in_flight.discard(key, self)
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         legacy = self._legacy

@@ -119,53 +119,46 @@ class Relay:
                     )
                 )
                 client.bind(child, pool)
-                async for message in self._exchange_on(child, request, client, headers, stack, tool):
+                # What follows runs on the child (one generator less per call than a helper's).
+                info = child.info
+                assert info is not None
+                if client.era is Era.MODERN and info.era is Era.LEGACY and request.method == "server/discover":
+                    yield events.Final(response(request.id, result=bridge.discover_result(info)))
+                    return
+                shared = info.era is Era.MODERN or self.settings is not None
+                if client.era is Era.LEGACY and request.method == loglevels.SET_LEVEL and shared:
+                    # Stored on the session (the HTTP edge did): a modern child gets it as logLevel
+                    # with each request, a legacy one the most verbose of its sessions' (prepare).
+                    if self.settings is not None:
+                        await self.settings.prepare(child, client, request.method)
+                    yield events.Final(response(request.id, result={}))
+                    return
+                if headers is not None and client.era is Era.MODERN and request.method == "tools/call":
+                    await self._check_param_headers(child, request, headers)  # a 400 propagates before any yield
+                log_level = translate.log_level(request, client)
+                if self.settings is not None:  # last before the request: what the child asks now is this client's
+                    refresh = self.settings.refresh_roots(child, client, request.method)
+                    if refresh is not None:
+                        async for question in refresh:
+                            yield events.Ask(question)  # a caching child's roots/list, before a legacy session's call
+                    await self.settings.prepare(child, client, request.method, log_level)
+                params = translate.params_for_child(request.params, client, info)
+                try:
+                    # The server's request timeout applies; the child's questions come to us (asks=True).
+                    # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
+                    timeout = math.inf if request.method == subscriptions.LISTEN else None
+                    ex = await stack.enter_async_context(
+                        child.exchange(
+                            request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=tool
+                        )
+                    )
+                except ChildError as exc:
+                    yield events.Final(response(request.id, error=exc.error_object()))
+                    return
+                async for message in self._drive(Call(child, ex, stack), request, client, resumed=False):
                     yield message
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
             yield events.Final(response(request.id, error=exc.error_object()))
-
-    async def _exchange_on(
-        self,
-        child: StdioChild,
-        request: Request,
-        client: ClientContext,
-        headers: Mapping[str, str] | None,
-        stack: AsyncExitStack,
-        tool: str | None,
-    ) -> AsyncIterator[Emitted]:
-        info = child.info
-        assert info is not None
-        if client.era is Era.MODERN and info.era is Era.LEGACY and request.method == "server/discover":
-            yield events.Final(response(request.id, result=bridge.discover_result(info)))
-            return
-        shared = info.era is Era.MODERN or self.settings is not None
-        if client.era is Era.LEGACY and request.method == loglevels.SET_LEVEL and shared:
-            # Stored on the session (the HTTP edge did): a modern child gets it as logLevel
-            # with each request, a legacy one the most verbose of its sessions' (prepare).
-            if self.settings is not None:
-                await self.settings.prepare(child, client, request.method)
-            yield events.Final(response(request.id, result={}))
-            return
-        if headers is not None and client.era is Era.MODERN and request.method == "tools/call":
-            await self._check_param_headers(child, request, headers)  # a 400 propagates before any yield
-        log_level = translate.log_level(request, client)
-        if self.settings is not None:  # last before the request: what the child asks now is this client's
-            async for question in self.settings.refresh_roots(child, client, request.method):
-                yield events.Ask(question)  # a caching child's roots/list, before a legacy session's call
-            await self.settings.prepare(child, client, request.method, log_level)
-        params = translate.params_for_child(request.params, client, info)
-        try:
-            # The server's request timeout applies; the child's questions come to us (asks=True).
-            # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
-            timeout = math.inf if request.method == subscriptions.LISTEN else None
-            ex = await stack.enter_async_context(
-                child.exchange(request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=tool)
-            )
-        except ChildError as exc:
-            yield events.Final(response(request.id, error=exc.error_object()))
-            return
-        async for message in self._drive(Call(child, ex, stack), request, client, resumed=False):
-            yield message
 
     async def _drive(
         self, call: Call, request: Request, client: ClientContext, *, resumed: bool, rounds: int = 0

@@ -123,21 +123,28 @@ class SharedSettings:
         refresh.asked.set()
         return await ask.wait()  # the refresh answers it (the client's answer, or an error)
 
-    async def refresh_roots(self, child: StdioChild, client: ClientContext, method: str) -> AsyncIterator[JsonObject]:
+    def refresh_roots(self, child: StdioChild, client: ClientContext, method: str) -> AsyncIterator[JsonObject] | None:
         """Before a legacy session's call: have a child that caches roots fetch this client's
-        now, on the call's stream (yields the question for the client; see the module doc)."""
+        now, on the call's stream (the iterator yields the question for the client; see the
+        module doc). None when there is nothing to refresh, the usual case: then no iterator
+        is made."""
         info = child.info
         if info is None or info.era is not Era.LEGACY or method not in inputs.MRTR_METHODS or not self._told(child):
-            return
+            return None
         wanted = roots_owner(client, method)
         session = client.session
         pool = session.pool if session is not None else None
         if self._roots.get(child, UNKNOWN) == wanted or wanted is None or session is None or pool is None:
-            return
+            return None
         if pool not in self._asking_pools and child not in self._asking_children:
-            return
+            return None
         if self._misses.get(pool, 0) >= DEAF_AFTER:
-            return
+            return None
+        return self._refresh_roots(child, session, pool, wanted)
+
+    async def _refresh_roots(
+        self, child: StdioChild, session: LegacySession, pool: Pool, wanted: RootsOwner
+    ) -> AsyncIterator[JsonObject]:
         lock = self._pool_locks.setdefault(pool, anyio.Lock())
         async with lock:
             refresh = self._refreshing[pool] = _Refresh(child)
