@@ -14,7 +14,11 @@ Records go through a queue to a thread that formats and writes them (``configure
 event loop's share of a record is kept small: a record whose arguments cannot change (text
 and numbers, the access line's case) is queued as it is, without the copy and the early
 formatting ``QueueHandler`` does for safety (``DeferredQueueHandler``); the thread writes
-what it finds queued in one write, not one per line (``BatchedStreamHandler``).
+what it finds queued in one write, not one per line (``BatchedStreamHandler``), and it wakes
+once per burst: after the first record of a burst it waits ``LOG_BATCH_SECONDS`` for the rest
+(``FlushingQueueListener``). Waking the thread for every line cost more than the line itself:
+each wake is a futex call and a hand-over of the GIL, about 130 µs of CPU per request at one
+request in flight, where the line's own formatting is a few µs.
 """
 
 from __future__ import annotations
@@ -124,6 +128,9 @@ class TextFormatter(logging.Formatter):
 
 _FIXED_TYPES: Final = frozenset({str, int, float, bool, type(None)})
 """Argument types whose value cannot change between the call and the listener's formatting."""
+LOG_BATCH_SECONDS: Final = 0.01
+"""How long the writing thread lets a burst of records gather after its first one: log lines
+appear at most this much later, and the thread wakes at most 100 times a second."""
 MAX_BATCH_LINES: Final = 256
 """Lines the listener gathers into one write at most (a burst is written as it drains)."""
 
@@ -184,20 +191,25 @@ class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 class FlushingQueueListener(logging.handlers.QueueListener):
-    """Flushes its handlers whenever the queue runs empty, and when it stops."""
+    """Flushes its handlers whenever the queue runs empty, and when it stops; wakes once per
+    burst of records, not once per record (``LOG_BATCH_SECONDS``)."""
 
     def __init__(self, records: queue.SimpleQueue[logging.LogRecord], *handlers: logging.Handler) -> None:
         super().__init__(records, *handlers, respect_handler_level=False)
         self.records = records
 
     def dequeue(self, block: bool) -> logging.LogRecord:
-        if block:
-            try:
-                return self.records.get_nowait()
-            except queue.Empty:
-                for handler in self.handlers:
-                    handler.flush()
-        return self.records.get(block)
+        if not block:
+            return self.records.get(block)
+        try:
+            return self.records.get_nowait()
+        except queue.Empty:
+            for handler in self.handlers:
+                handler.flush()
+        record = self.records.get()  # the first record of a burst wakes the thread
+        if record is not self._sentinel:  # type: ignore[attr-defined]
+            time.sleep(LOG_BATCH_SECONDS)  # the rest of the burst is put without waking it
+        return record
 
     def stop(self) -> None:
         super().stop()
