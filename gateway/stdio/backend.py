@@ -21,8 +21,10 @@ Imports: anyio and ``gateway.stdio`` (``process``, ``spec``) only.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Final, Protocol
 
+import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from gateway.stdio import process
@@ -88,6 +90,40 @@ class ChildBackend(Protocol):
         ...
 
 
+class PipeWriter(ByteSendStream):
+    """A child's stdin as asyncio's ``StreamWriter`` under anyio's wrapper: a line goes to the
+    pipe's transport at once (which writes it to the pipe at once when it can), and the drain
+    waits only while the transport is over its high-water mark. anyio's own ``send`` ends
+    every write with a checkpoint: a whole pass through the event loop, resuming the request's
+    whole coroutine stack, for each line a request writes.
+
+    ``over(stream)`` is this for anyio's asyncio stdin, else ``stream`` itself."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+
+    @classmethod
+    def over(cls, stream: ByteSendStream) -> ByteSendStream:
+        writer = getattr(stream, "_stream", None)  # anyio's StreamWriterWrapper keeps it there
+        return cls(writer) if isinstance(writer, asyncio.StreamWriter) else stream
+
+    async def send(self, item: bytes) -> None:
+        writer = self._writer
+        try:
+            writer.write(item)
+            # Suspends only over the high-water mark (or closing); raises once the pipe is gone.
+            await writer.drain()
+        except (ConnectionResetError, BrokenPipeError, RuntimeError) as exc:
+            # drain() raises the first two; uvloop's write() raises RuntimeError once closed
+            raise anyio.BrokenResourceError from exc
+
+    async def send_eof(self) -> None:
+        self._writer.write_eof()
+
+    async def aclose(self) -> None:
+        self._writer.close()
+
+
 class OsProcess:
     """A real OS process as a ``ChildProcess``: anyio's ``Process`` plus the group-wide stop."""
 
@@ -98,7 +134,7 @@ class OsProcess:
         assert proc.stderr is not None
         self._proc = proc
         self._spec = spec
-        self._stdin, self._stdout, self._stderr = proc.stdin, proc.stdout, proc.stderr
+        self._stdin, self._stdout, self._stderr = PipeWriter.over(proc.stdin), proc.stdout, proc.stderr
 
     def __repr__(self) -> str:
         return f"<OsProcess {self._spec.label} pid={self.pid} returncode={self.returncode}>"
