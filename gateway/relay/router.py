@@ -204,7 +204,8 @@ class Router:
             scope = f"principal:{principal or ANONYMOUS}"
         else:
             scope = "shared"
-        env = credential_env(self.server.env_from_headers, headers)
+        mapping = self.server.env_from_headers
+        env = credential_env(mapping, headers) if mapping else {}
         if era is Era.LEGACY:
             self._learn_eras()
         legacy = era is Era.LEGACY and not self.single_era

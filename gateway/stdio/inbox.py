@@ -75,7 +75,8 @@ class Inbox(Generic[T]):
         raise anyio.WouldBlock
 
     async def get(self) -> T:
-        await checkpoint_if_cancelled()
+        if self.backlog or self._closed or self._reader_gone:
+            await checkpoint_if_cancelled()  # ready at once: still a point where a cancel is seen
         while True:
             try:
                 return self.get_nowait()
