@@ -165,6 +165,20 @@ def _qvalue(raw: str) -> float:
     return float(raw) if _QVALUE.fullmatch(raw) else -1.0
 
 
+_both_memo: dict[str, bool] = {}
+
+
+def accepts_json_and_sse(accept: str) -> bool:
+    """``accepts(accept, JSON) and accepts(accept, SSE)``, what every POST must say; the answer
+    for a value is kept (``MAX_REMEMBERED_ACCEPT`` values, as for the parse)."""
+    both = _both_memo.get(accept)
+    if both is None:
+        if len(_both_memo) >= MAX_REMEMBERED_ACCEPT:
+            _both_memo.clear()
+        both = _both_memo[accept] = accepts(accept, JSON_MEDIA_TYPE) and accepts(accept, SSE_MEDIA_TYPE)
+    return both
+
+
 def accepts(accept: str | None, wanted: str) -> bool:
     """Whether an ``Accept`` value admits the media type ``wanted`` (``type/subtype``).
 

@@ -145,7 +145,7 @@ def check_post(
 
 def check_accept(headers: Mapping[str, str]) -> Rejection | None:
     accept = headers.get(h.ACCEPT)
-    if h.accepts(accept, h.JSON_MEDIA_TYPE) and h.accepts(accept, h.SSE_MEDIA_TYPE):
+    if accept is not None and h.accepts_json_and_sse(accept):
         return None
     return reject(406, INVALID_REQUEST, f"Accept must list both {h.JSON_MEDIA_TYPE} and {h.SSE_MEDIA_TYPE}")
 
