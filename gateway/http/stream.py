@@ -169,7 +169,11 @@ class LazyStream:
         else:
             send = _unless_gone(watch, send)
             writer = SseWriter(send)
-            await watch.run(lambda: self._respond_legacy(scope, receive, send, writer, legacy))
+            handle = legacy.handle
+            handle.attach(watch.cancel_scope)  # the session cancels it through the watch's scope
+            await watch.run(lambda: self._respond(scope, receive, send, writer))
+            if handle.cancelled and not self._finished:
+                await self._legacy_cancelled(scope, receive, send, writer, legacy)
             if watch.left:
                 note_cancelled(scope)  # its work went on to the end; the client was not there for it
         if self._finished:
@@ -196,15 +200,12 @@ class LazyStream:
             else:
                 note_cancelled(scope)  # the client left first (for a modern one, the child was told)
 
-    async def _respond_legacy(
+    async def _legacy_cancelled(
         self, scope: Scope, receive: Receive, send: Send, writer: SseWriter, legacy: LegacyCall
     ) -> None:
-        handle = legacy.handle
-        with handle.scope:
-            await self._respond(scope, receive, send, writer)
-        if not handle.scope.cancelled_caught or self._finished:
-            return
-        if not handle.reply:  # the client's own notifications/cancelled: no answer
+        """The session cancelled the request before its answer: none after the client's own
+        ``notifications/cancelled``; ``on_cancel()`` after a ``DELETE`` or expiry."""
+        if not legacy.handle.reply:  # the client's own notifications/cancelled: no answer
             self._cancelled = True
             return
         self._finished = True  # ended by the gateway (DELETE, expiry): the client is told

@@ -60,13 +60,33 @@ class CancelHandle:
     receiver SHOULD NOT respond), but yes when the gateway ends the request (``DELETE``,
     expiry, shutdown), so that a waiting client is told why."""
 
+    __slots__ = ("_scope", "cancelled", "reply")
+
     def __init__(self) -> None:
-        self.scope = anyio.CancelScope()
         self.reply = True
+        self.cancelled = False
+        self._scope: anyio.CancelScope | None = None
+
+    @property
+    def scope(self) -> anyio.CancelScope:
+        """The scope it cancels: one attached (``attach``), else its own, made when first asked."""
+        if self._scope is None:
+            self.attach(anyio.CancelScope())
+        assert self._scope is not None
+        return self._scope
+
+    def attach(self, scope: anyio.CancelScope) -> None:
+        """Cancel ``scope`` (a response's own, so no second scope per request), at once if
+        the request was cancelled already."""
+        self._scope = scope
+        if self.cancelled:
+            scope.cancel()
 
     def cancel(self, *, reply: bool) -> None:
         self.reply = reply
-        self.scope.cancel()
+        self.cancelled = True
+        if self._scope is not None:
+            self._scope.cancel()
 
 
 @dataclass
