@@ -263,8 +263,9 @@ class TargetRun:
             if problem is not None:
                 server.unsupported[era] = problem
                 self.say(f"  {server.name} {era}: not supported ({problem})")
-            else:  # warm: tool lists fetched, children started
-                run(http_load(service.port, era=era, concurrency=4, calls=10, max_seconds=5, headers=headers))
+            else:  # warm, at the measured concurrency: tool lists fetched, children started, buffers grown
+                warm = self.plan.concurrency
+                run(http_load(service.port, era=era, concurrency=warm, calls=5, max_seconds=5, headers=headers))
 
     def _load_reps(self, servers: dict[str, Server], live: dict[str, Service]) -> None:
         plan = self.plan
