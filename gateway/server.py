@@ -215,6 +215,9 @@ def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> N
         # The client address is the TCP peer: X-Forwarded-For is not trusted, or a client could
         # pose as a --trusted-proxy (identity headers are checked against this address).
         proxy_headers=False,
+        # No "server: uvicorn" on every answer: it tells a prober the software, and costs a
+        # header per response for nothing a client uses.
+        server_header=False,
         timeout_graceful_shutdown=5,
         **options,
     )

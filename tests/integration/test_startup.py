@@ -98,6 +98,18 @@ async def test_a_config_file_logs_every_endpoint_and_a_wrong_path_answers_with_t
     assert "this gateway serves /servers/{a,b}/mcp" in wrong.json()["error"]["message"]
 
 
+async def test_answers_name_no_server_software_but_carry_a_date() -> None:
+    with anyio.fail_after(30):
+        async with gateway_process() as (_, lines), httpx.AsyncClient() as http:
+            endpoint = logged(lines, "MCP endpoint:")[0]
+            health = await http.get(endpoint.rsplit("/mcp", 1)[0] + "/healthz")
+            refused = await http.post(endpoint, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    for answer in (health, refused):
+        assert "server" not in answer.headers, answer.headers
+        assert answer.headers["date"].endswith(" GMT")
+    assert refused.status_code == 400  # refused by the gateway itself (no protocol version), not by uvicorn
+
+
 async def test_a_child_that_never_answers_logs_what_it_still_owes(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
