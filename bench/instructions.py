@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         for kind in ("uvicorn", "raw"):
             noop = [python, "-m", "bench.noop", "--kind", kind, "--port", "{port}"]
             rows.append((f"no-op {kind}", measure(noop, REPO, "/readyz", ("modern",), dict(os.environ))))
-    columns = sorted({key for _, result in rows for key in result}, key=lambda k: (int(k[2:].split()[0]), "legacy" in k))
+    keys = {key for _, result in rows for key in result}
+    columns = sorted(keys, key=lambda k: (int(k[2:].split()[0]), "legacy" in k))  # "C=16 modern": by C, modern first
     print("| server | " + " | ".join(columns) + " |")
     print("|---|" + "---|" * len(columns))
     for name, result in rows:
