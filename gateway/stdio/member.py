@@ -89,7 +89,9 @@ class Member:
             return True
         assert self.child is not None
         load = ChildLoad(self.asking_leases, self.child.open_questions)
-        return attribution.admits(load, method, exclusive=self.pool.is_exclusive(self.child, tool))
+        # Exclusivity matters only beside another asking request (``admits``): not worked out otherwise.
+        exclusive = load.asking_requests > 0 and self.pool.is_exclusive(self.child, tool)
+        return attribution.admits(load, method, exclusive=exclusive)
 
     def retire(self, why: str) -> None:
         if not self.retiring:

@@ -218,7 +218,7 @@ class Pool:
             learned=self.learned_asks,
             legacy=legacy,
             declared=child.declared_capabilities,
-            quiet=self.tools.is_quiet(tool),
+            quiet=legacy and self.tools.is_quiet(tool),  # (only a legacy child's quiet tools count)
         )
 
     def children(self) -> list[StdioChild]:
