@@ -166,3 +166,73 @@ def test_the_listener_writes_a_burst_in_one_write_and_flushes_when_stopped() -> 
     listener.stop()
     assert stream.getvalue() == "".join(f"line {number}\n" for number in range(50))
     assert stream.writes == 1
+
+
+def test_fast_records_of_one_call_site_differ_only_in_time_message_and_arguments() -> None:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = capture(Keep())
+    for status in (200, 404):  # one call site: the second record is made from the first's template
+        log_fast(logger, logging.INFO, "%s %d", ("POST", status), {"status": status})
+    first, second = records
+    assert first is not second
+    assert (first.getMessage(), second.getMessage()) == ("POST 200", "POST 404")
+    assert (first.status, second.status) == (200, 404)  # type: ignore[attr-defined]
+    assert second.created >= first.created
+    assert {
+        k: v for k, v in vars(first).items() if k not in ("args", "status", "created", "msecs", "relativeCreated")
+    } == {k: v for k, v in vars(second).items() if k not in ("args", "status", "created", "msecs", "relativeCreated")}
+
+
+def test_a_custom_record_factory_still_makes_the_fast_records() -> None:
+    made: list[logging.LogRecord] = []
+    standard = logging.getLogRecordFactory()
+
+    def factory(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = standard(*args, **kwargs)  # type: ignore[arg-type]
+        record.tagged = True
+        made.append(record)
+        return record
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = capture(Keep())
+    logging.setLogRecordFactory(factory)
+    try:
+        log_fast(logger, logging.INFO, "%s", ("x",), {"status": 1})
+    finally:
+        logging.setLogRecordFactory(standard)
+    assert records == made
+    assert records[0].tagged
+    assert records[0].status == 1
+
+
+def test_the_listener_gathers_a_burst_that_arrives_after_it_woke() -> None:
+    class Stream(io.StringIO):
+        writes = 0
+
+        def write(self, text: str) -> int:
+            self.writes += 1
+            return super().write(text)
+
+    stream = Stream()
+    handler = BatchedStreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    logger = capture(DeferredQueueHandler(records))
+    listener = FlushingQueueListener(records, handler)
+    listener.start()  # waiting: the first record wakes it, the rest come while it lets the burst gather
+    try:
+        for number in range(50):
+            logger.info("line %d", number)
+    finally:
+        listener.stop()
+    assert stream.getvalue() == "".join(f"line {number}\n" for number in range(50))

@@ -178,3 +178,12 @@ def test_a_missing_accept_header_accepts_nothing() -> None:
 def test_content_type_parameters_are_dropped_and_case_folded() -> None:
     assert media_type("Application/JSON; charset=utf-8") == "application/json"
     assert media_type("") == ""
+
+
+def test_remembered_accept_values_stay_within_their_bound() -> None:
+    for number in range(h.MAX_REMEMBERED_ACCEPT * 3):  # a client that varies its Accept
+        value = f"application/json, text/event-stream, x/y{number}"
+        assert h.accepts_json_and_sse(value)
+        assert not h.accepts_json_and_sse(value.replace("text/event-stream", "text/plain"))
+    assert len(h._accept_memo) <= h.MAX_REMEMBERED_ACCEPT
+    assert len(h._both_memo) <= h.MAX_REMEMBERED_ACCEPT

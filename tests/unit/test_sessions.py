@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from gateway.protocol.jsonrpc import ErrorReply, Notification, Request, Result
@@ -51,3 +52,18 @@ async def test_the_clients_response_answers_the_childs_question_it_names() -> No
     legacy.track_ask(other)
     legacy.take(ErrorReply("g-99", {"code": -1, "message": "no such question"}))  # nobody waits for it
     assert not other.is_answered
+
+
+async def test_a_cancel_handle_cancels_the_scope_it_is_attached_to_even_when_cancelled_first() -> None:
+    early, late = CancelHandle(), CancelHandle()
+    early.cancel(reply=False)
+    early_scope, late_scope = anyio.CancelScope(), anyio.CancelScope()
+    early.attach(early_scope)  # cancelled before the response's scope existed: cancelled on attaching
+    late.attach(late_scope)
+    assert early_scope.cancel_called
+    assert not early.reply
+    assert not late_scope.cancel_called
+    late.cancel(reply=True)
+    assert late_scope.cancel_called
+    assert late.reply
+    assert late.scope is late_scope  # no second scope of its own
