@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack
 from typing import Final
 
 import anyio
@@ -58,7 +57,7 @@ from gateway.relay.client import ClientContext
 from gateway.relay.events import Emitted
 from gateway.relay.router import ANONYMOUS, Router
 from gateway.relay.shared_settings import SharedSettings
-from gateway.relay.suspensions import Call, Suspensions, input_responses
+from gateway.relay.suspensions import Call, Holdings, Suspensions, input_responses
 from gateway.relay.translate import response as response
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
@@ -107,10 +106,10 @@ class Relay:
                 capabilities=client.capabilities if client.session is not None else None,
             )
             tool = attribution.tool_key(request.method, request.params)  # the lease's and the child's
-            # The stack owns the lease and the child exchange, so that a parked MRTR call keeps both.
-            async with AsyncExitStack() as stack:
+            # The holdings own the lease and the child exchange, so that a parked MRTR call keeps both.
+            async with Holdings() as stack:
                 # A request that may ask waits for a child where its questions can only be its own.
-                child = await stack.enter_async_context(
+                child = await stack.enter(
                     pool.lease(  # 503 / 429 propagate
                         client.affinity(),
                         client.principal or ANONYMOUS,
@@ -147,7 +146,7 @@ class Relay:
                     # The server's request timeout applies; the child's questions come to us (asks=True).
                     # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
                     timeout = math.inf if request.method == subscriptions.LISTEN else None
-                    ex = await stack.enter_async_context(
+                    ex = await stack.enter(
                         child.exchange(
                             request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=tool
                         )
@@ -288,9 +287,9 @@ class Relay:
         params["inputResponses"] = answers
         if state is not None:
             params["requestState"] = state  # the child's own, unchanged
-        async with AsyncExitStack() as stack:
+        async with Holdings() as stack:
             try:
-                ex = await stack.enter_async_context(
+                ex = await stack.enter(
                     child.exchange(request.method, params, asks=True, log_level=translate.log_level(request, client))
                 )
             except ChildError as exc:

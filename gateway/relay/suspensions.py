@@ -2,8 +2,8 @@
 
 A legacy child that asks the client something mid-call keeps that call open; a modern
 client can only be asked by ending its response with ``input_required``. So the relay
-*parks* the call here — the child exchange with its pool lease, as an ``AsyncExitStack``
-— and hands the client a signed ``requestState`` (``gateway.protocol.requeststate``).
+*parks* the call here — the child exchange with its pool lease, as ``Holdings`` — and
+hands the client a signed ``requestState`` (``gateway.protocol.requeststate``).
 
 - ``park`` stores the call under a random state id, starts its keeper in the app's task
   group and returns the token. The keeper waits ``timeout`` seconds for the retry; if none
@@ -26,9 +26,9 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -54,13 +54,58 @@ USED_IDS_MAX: Final = 100_000
 """Spent state ids remembered (until their expiry) to tell a replay from an unknown token."""
 
 
+T = TypeVar("T")
+
+
+class Holdings:
+    """What a child call holds, its pool lease and its child exchange, released last first:
+    the part of ``AsyncExitStack`` the relay uses, for context managers that neither read nor
+    suppress the exception they are left with (``Pool.lease``, ``StdioChild.exchange``). One
+    is made per call; the stack's wrappers per entry and its exception bookkeeping cost about
+    as much as entering and leaving the two context managers themselves."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held: list[AbstractAsyncContextManager[object]] = []
+
+    async def enter(self, manager: AbstractAsyncContextManager[T]) -> T:
+        value = await manager.__aenter__()
+        self._held.append(manager)
+        return value
+
+    def pop_all(self) -> Holdings:
+        """These holdings, moved to a new object (a parked call's); this one then holds nothing."""
+        moved = Holdings()
+        moved._held, self._held = self._held, []
+        return moved
+
+    async def aclose(self) -> None:
+        """Leave every context manager, the last entered first; when one raises, the others
+        are still left, then the first failure is raised."""
+        failure: BaseException | None = None
+        while self._held:
+            try:
+                await self._held.pop().__aexit__(None, None, None)
+            except BaseException as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    async def __aenter__(self) -> Holdings:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
 @dataclass
 class Call:
-    """A child call in progress: its exchange, and the stack that owns it and its pool lease."""
+    """A child call in progress: its exchange, and the holdings that own it and its pool lease."""
 
     child: StdioChild
     ex: Exchange
-    stack: AsyncExitStack
+    stack: Holdings
 
     @property
     def method(self) -> str:
