@@ -87,14 +87,31 @@ def capture(handler: logging.Handler) -> logging.Logger:
     return logger
 
 
+class Keep(logging.Handler):
+    """Keeps every record it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+class CountingStream(io.StringIO):
+    """A text stream that counts the writes made to it."""
+
+    writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
 def test_a_fast_record_carries_what_logger_info_would_give() -> None:
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    logger = capture(Keep())
+    keep = Keep()
+    logger = capture(keep)
+    records = keep.records
     extra = {"event": "request", "status": 200, "principal": "alice"}
     log_fast(logger, logging.INFO, "%s %d", ("POST", 200), extra)
     logger.info("%s %d", "POST", 200, extra=extra)
@@ -147,14 +164,7 @@ def test_the_text_formatter_gives_the_standard_time_for_every_line() -> None:
 
 
 def test_the_listener_writes_a_burst_in_one_write_and_flushes_when_stopped() -> None:
-    class Stream(io.StringIO):
-        writes = 0
-
-        def write(self, text: str) -> int:
-            self.writes += 1
-            return super().write(text)
-
-    stream = Stream()
+    stream = CountingStream()
     handler = BatchedStreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(message)s"))
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
@@ -169,13 +179,9 @@ def test_the_listener_writes_a_burst_in_one_write_and_flushes_when_stopped() -> 
 
 
 def test_fast_records_of_one_call_site_differ_only_in_time_message_and_arguments() -> None:
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    logger = capture(Keep())
+    keep = Keep()
+    logger = capture(keep)
+    records = keep.records
     for status in (200, 404):  # one call site: the second record is made from the first's template
         log_fast(logger, logging.INFO, "%s %d", ("POST", status), {"status": status})
     first, second = records
@@ -193,37 +199,26 @@ def test_a_custom_record_factory_still_makes_the_fast_records() -> None:
     standard = logging.getLogRecordFactory()
 
     def factory(*args: object, **kwargs: object) -> logging.LogRecord:
-        record = standard(*args, **kwargs)  # type: ignore[arg-type]
+        record = standard(*args, **kwargs)
         record.tagged = True
         made.append(record)
         return record
 
-    records: list[logging.LogRecord] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            records.append(record)
-
-    logger = capture(Keep())
+    keep = Keep()
+    logger = capture(keep)
+    records = keep.records
     logging.setLogRecordFactory(factory)
     try:
         log_fast(logger, logging.INFO, "%s", ("x",), {"status": 1})
     finally:
         logging.setLogRecordFactory(standard)
     assert records == made
-    assert records[0].tagged
-    assert records[0].status == 1
+    assert records[0].tagged  # type: ignore[attr-defined]
+    assert records[0].status == 1  # type: ignore[attr-defined]
 
 
 def test_the_listener_gathers_a_burst_that_arrives_after_it_woke() -> None:
-    class Stream(io.StringIO):
-        writes = 0
-
-        def write(self, text: str) -> int:
-            self.writes += 1
-            return super().write(text)
-
-    stream = Stream()
+    stream = CountingStream()
     handler = BatchedStreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(message)s"))
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
