@@ -20,7 +20,8 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 # --- Header names (lower-case; HTTP field names are case-insensitive) ---------------------
 
@@ -127,19 +128,25 @@ MAX_REMEMBERED_ACCEPT: Final = 32
 """Distinct ``Accept`` values whose parse is kept (clients send one or two values, on every
 POST); when full, the memo is emptied, so a client that varies it costs only the parse."""
 _accept_memo: dict[str, tuple[tuple[str, str, float], ...]] = {}
+M = TypeVar("M")
+
+
+def _remembered(memo: dict[str, M], accept: str, work_out: Callable[[str], M]) -> M:
+    """``work_out(accept)``, kept in ``memo``; a full memo (``MAX_REMEMBERED_ACCEPT``) is emptied first."""
+    value = memo.get(accept)
+    if value is None:
+        if len(memo) >= MAX_REMEMBERED_ACCEPT:
+            memo.clear()
+        value = memo[accept] = work_out(accept)
+    return value
 
 
 def _parse_accept(accept: str) -> tuple[tuple[str, str, float], ...]:
     """``(type, subtype, q)`` for each well-formed media range; malformed ranges are skipped."""
-    ranges = _accept_memo.get(accept)
-    if ranges is None:
-        if len(_accept_memo) >= MAX_REMEMBERED_ACCEPT:
-            _accept_memo.clear()
-        ranges = _accept_memo[accept] = tuple(_parse_ranges(accept))
-    return ranges
+    return _remembered(_accept_memo, accept, _parse_ranges)
 
 
-def _parse_ranges(accept: str) -> list[tuple[str, str, float]]:
+def _parse_ranges(accept: str) -> tuple[tuple[str, str, float], ...]:
     ranges: list[tuple[str, str, float]] = []
     for item in accept.split(","):
         head, *params = item.split(";")
@@ -153,7 +160,7 @@ def _parse_ranges(accept: str) -> list[tuple[str, str, float]]:
                 q = _qvalue(raw.strip(_OWS))
         if q >= 0:
             ranges.append((kind, subtype, q))
-    return ranges
+    return tuple(ranges)
 
 
 # RFC 9110 §12.4.2: qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] )
@@ -171,12 +178,9 @@ _both_memo: dict[str, bool] = {}
 def accepts_json_and_sse(accept: str) -> bool:
     """``accepts(accept, JSON) and accepts(accept, SSE)``, what every POST must say; the answer
     for a value is kept (``MAX_REMEMBERED_ACCEPT`` values, as for the parse)."""
-    both = _both_memo.get(accept)
-    if both is None:
-        if len(_both_memo) >= MAX_REMEMBERED_ACCEPT:
-            _both_memo.clear()
-        both = _both_memo[accept] = accepts(accept, JSON_MEDIA_TYPE) and accepts(accept, SSE_MEDIA_TYPE)
-    return both
+    return _remembered(
+        _both_memo, accept, lambda value: accepts(value, JSON_MEDIA_TYPE) and accepts(value, SSE_MEDIA_TYPE)
+    )
 
 
 def accepts(accept: str | None, wanted: str) -> bool:
