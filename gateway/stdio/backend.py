@@ -117,9 +117,6 @@ class PipeWriter(ByteSendStream):
             # drain() raises the first two; uvloop's write() raises RuntimeError once closed
             raise anyio.BrokenResourceError from exc
 
-    async def send_eof(self) -> None:
-        self._writer.write_eof()
-
     async def aclose(self) -> None:
         self._writer.close()
 
