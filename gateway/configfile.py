@@ -144,6 +144,11 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
         config = replace(config, env_from_headers={h.lower(): v for h, v in mapping.items()})
     if "oauth" in body:
         config = replace(config, oauth=_oauth(body["oauth"], base.oauth, f"{where}.oauth"))
+    if "taskTools" in body:
+        patterns = body["taskTools"]
+        if not isinstance(patterns, list) or not all(isinstance(p, str) and p for p in patterns):
+            raise ConfigError(f"{where}.taskTools", "must be a list of tool-name patterns")
+        config = replace(config, task_tools=tuple(patterns))
     return config
 
 

@@ -52,6 +52,7 @@ from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
 from gateway.relay.sessions import SessionStore
 from gateway.relay.suspensions import Suspensions
+from gateway.relay.tasks import TaskStore
 
 MAX_LISTED_ENDPOINTS: Final = 20
 """Server names a 404 lists at most: a hint, not an inventory of a big config file."""
@@ -126,8 +127,14 @@ def create_app(
             mint_id=routing.mint_session_id if routing else None,
         )
         suspensions = Suspensions(router.server.name, state_secret, owner=routing.me.key if routing else "")
+        tasks = TaskStore(
+            router.server.name,
+            router.server.task_policy(),
+            owner=routing.me if routing else None,
+            key=routing.task_key if routing else b"",
+        )
         endpoint = McpEndpoint(
-            Relay(router, gateway_version=__version__, suspensions=suspensions),
+            Relay(router, gateway_version=__version__, suspensions=suspensions, tasks=tasks),
             sessions,
             max_body_bytes=settings.max_body_bytes,
             max_stream_seconds=settings.max_stream_seconds,
@@ -152,6 +159,7 @@ def create_app(
                 for _, endpoint, _ in endpoints:
                     endpoint.task_group = tg
                     endpoint.relay.suspensions.task_group = tg  # parked MRTR calls end with the app
+                    endpoint.relay.tasks.task_group = tg  # so do the calls running as tasks
                 tg.start_soon(end_sessions_when_cancelled)
                 try:
                     yield
@@ -203,6 +211,7 @@ def create_app(
             server["sessions"] = len(sessions)
             server["listens"] = len(endpoint.listens.open)
             server["parked_calls"] = len(endpoint.relay.suspensions)
+            server["tasks"] = {"running": endpoint.relay.tasks.live(), "kept": len(endpoint.relay.tasks)}
             servers.append(server)
         return {
             "version": __version__,

@@ -45,8 +45,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.errors import CODE_UNAVAILABLE, GatewayUnavailableError
 from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners
-from gateway.protocol import requeststate
-from gateway.protocol.headers import MCP_SESSION_ID
+from gateway.protocol import requeststate, tasks
+from gateway.protocol.headers import MCP_METHOD, MCP_NAME, MCP_SESSION_ID
 from gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, error_object
 from gateway.protocol.owner import Owner, OwnerError
 from gateway.relay.owner import FORWARD_MAX_CONNECTIONS, OwnerRouting
@@ -80,6 +80,8 @@ NOT_FORWARDED: Final = HOP_BY_HOP | {
 }
 NOT_RETURNED: Final = HOP_BY_HOP | {"date", "server"}  # the entry instance's server writes its own
 SESSION_HEADER: Final = MCP_SESSION_ID.encode("ascii")
+MCP_METHOD_HEADER: Final = MCP_METHOD.encode("ascii")
+MCP_NAME_HEADER: Final = MCP_NAME.encode("ascii")
 TOKEN_MARK: Final = requeststate.PREFIX.encode("ascii")
 HEALTH_PATH: Final = "/healthz"
 
@@ -211,14 +213,27 @@ class RouteToOwner:
     async def _maybe_parked(self, scope: Scope, receive: Receive, send: Send) -> None:
         body, within = await _read_body(receive, self.routing.max_body_bytes)
         owner, request_id = self._parked_owner(body) if within and TOKEN_MARK in body else (None, None)
+        lost: Answer | None = None
+        if owner is None and within:
+            owner = self._task_owner(scope)  # tasks/*: the task id is in Mcp-Name (ext-tasks §Routing Headers)
+            if owner is not None:
+                lost = _task_lost(owner, _request_id(body))
         if owner is None or owner == self.routing.me:
             await self.app(scope, _replay(body, receive), send)
             return
-        lost = _parked_lost(owner, request_id)
+        lost = lost or _parked_lost(owner, request_id)
         if scope.get("gateway.forwarded") or owner.same_address(self.routing.me):
             await lost(scope, receive, send)
             return
         await self._forward(owner, body, scope, receive, send, lost)
+
+    def _task_owner(self, scope: Scope) -> Owner | None:
+        """The owner a ``tasks/*`` request's task id names (None: not a task request, an id that
+        names no owner, or one that fails verification — the endpoint answers those)."""
+        if _header(scope, MCP_METHOD_HEADER) not in tasks.METHODS:
+            return None
+        task_id = _header(scope, MCP_NAME_HEADER)
+        return tasks.check_owner(task_id, self.routing.task_key) if task_id else None
 
     def _parked_owner(self, body: bytes) -> tuple[Owner | None, Any]:
         """The owner a modern retry's verified ``requestState`` names (None: not ours, or no
@@ -340,6 +355,24 @@ async def _stream_back(upstream: httpx.Response, receive: Receive, send: Send) -
 def _session_gone(message: str) -> Answer:
     # L-TR §Session Management: 404 tells the client to initialize a new session.
     return error_response(404, error_object(INVALID_REQUEST, message))
+
+
+def _request_id(body: bytes) -> Any:
+    try:
+        message = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return message.get("id") if isinstance(message, dict) else None
+
+
+def _task_lost(owner: Owner, request_id: Any) -> Answer:
+    """A task whose owner is gone is a task not found (-32602), saying why."""
+    message = (
+        f"the task is held by the gateway instance at {owner.url}, which is gone (stopped or restarted): "
+        "the task is lost; call the tool again"
+    )
+    valid_id = request_id if type(request_id) in (int, str) else None
+    return error_response(200, error_object(INVALID_PARAMS, message, {"task": "lost"}), valid_id)
 
 
 def _parked_lost(owner: Owner, request_id: Any) -> Answer:

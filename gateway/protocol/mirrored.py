@@ -23,7 +23,15 @@ from gateway.protocol.outcome import Rejection, describe, reject
 
 PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
 # Methods whose ``Mcp-Name`` header mirrors a body parameter (digest §2.1).
-NAME_PARAMS: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# The Tasks extension adds tasks/*, whose Mcp-Name is params.taskId (ext-tasks §Routing Headers).
+NAME_PARAMS: Final = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
 
 
 def message_id(message: Message) -> JsonId | None:

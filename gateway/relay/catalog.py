@@ -41,6 +41,7 @@ class _Entry:
         self.generation = -1
         self.params: dict[str, tuple[HeaderParam, ...]] = {}
         self.hidden: dict[str, str] = {}  # tool → why its annotations make it invalid
+        self.task_support: dict[str, str] = {}  # tool → its execution.taskSupport (2025-11-25 children)
         self.loading: anyio.Event | None = None
         self.warned: set[str] = set()
 
@@ -66,12 +67,19 @@ class ToolCatalog:
             entry.loading = anyio.Event()
             generation = child.tools_generation
             try:
-                entry.params, entry.hidden = await self._walk(child, entry)
+                entry.params, entry.hidden, entry.task_support = await self._walk(child, entry)
                 entry.generation = generation
             finally:
                 entry.loading.set()
                 entry.loading = None
         return entry.params.get(tool, ())
+
+    def task_support(self, child: StdioChild, params: JsonObject | None) -> str | None:
+        """The called tool's ``execution.taskSupport`` as the child declared it (after
+        ``header_params`` loaded the list): ``forbidden``, ``optional``, ``required`` or None."""
+        entry = self._entries.get(child)
+        name = (params or {}).get("name")
+        return entry.task_support.get(name) if entry is not None and isinstance(name, str) else None
 
     def hidden_reason(self, child: StdioChild, tool: str) -> str | None:
         """Why ``tool`` is hidden from HTTP clients (after ``header_params`` loaded the list)."""
@@ -80,9 +88,10 @@ class ToolCatalog:
 
     async def _walk(
         self, child: StdioChild, entry: _Entry
-    ) -> tuple[dict[str, tuple[HeaderParam, ...]], dict[str, str]]:
+    ) -> tuple[dict[str, tuple[HeaderParam, ...]], dict[str, str], dict[str, str]]:
         params: dict[str, tuple[HeaderParam, ...]] = {}
         hidden: dict[str, str] = {}
+        task_support: dict[str, str] = {}
         cursor: str | None = None
         seen: set[str] = set()
         with anyio.move_on_after(WALK_TIMEOUT):
@@ -101,6 +110,10 @@ class ToolCatalog:
                         except InvalidToolAnnotation as exc:
                             hidden[tool["name"]] = exc.reason
                             self._warn(child, entry, tool["name"], exc.reason)
+                        execution = tool.get("execution")
+                        support = execution.get("taskSupport") if isinstance(execution, dict) else None
+                        if isinstance(support, str):
+                            task_support[tool["name"]] = support
                 next_cursor = reply.result.get("nextCursor")
                 if not isinstance(next_cursor, str) or not next_cursor:
                     break
@@ -109,7 +122,7 @@ class ToolCatalog:
                     break
                 seen.add(next_cursor)
                 cursor = next_cursor
-        return params, hidden
+        return params, hidden, task_support
 
     def _page_params(self, child: StdioChild, cursor: str | None) -> JsonObject | None:
         params: JsonObject = {}

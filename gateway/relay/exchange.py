@@ -48,6 +48,7 @@ import anyio
 
 from gateway.errors import CODE_INPUT_TIMEOUT, GATEWAY_NAME, ChildError, ChildProtocolError
 from gateway.protocol import attribution, bridge, inputs, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
+from gateway.protocol import tasks as task_rules
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Request, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
@@ -55,21 +56,14 @@ from gateway.relay import events, translate
 from gateway.relay.catalog import ToolCatalog
 from gateway.relay.client import ClientContext
 from gateway.relay.events import Emitted
+from gateway.relay.rejected import Rejected as Rejected
 from gateway.relay.router import ANONYMOUS, Router
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.suspensions import Call, Holdings, Suspensions, input_responses
+from gateway.relay.tasks import TaskStore
 from gateway.relay.translate import response as response
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
-
-
-class Rejected(Exception):
-    """The request is refused after all (raised before the exchange yields anything)."""
-
-    def __init__(self, rejection: Rejection) -> None:
-        super().__init__(rejection.error)
-        self.rejection = rejection
-
 
 INPUT_REQUIRED: Final = "input_required"
 MAX_INPUT_ROUNDS: Final = 10
@@ -78,10 +72,19 @@ this the request ends with an error (a child that never completes must not loop 
 
 
 class Relay:
-    def __init__(self, router: Router, *, gateway_version: str = "0", suspensions: Suspensions | None = None) -> None:
+    def __init__(
+        self,
+        router: Router,
+        *,
+        gateway_version: str = "0",
+        suspensions: Suspensions | None = None,
+        tasks: TaskStore | None = None,
+    ) -> None:
         self.router = router
         self.catalog = ToolCatalog(gateway_version)
         self.suspensions = suspensions if suspensions is not None else Suspensions(router.server.name)
+        # Calls that became tasks, and tasks/* (the Tasks extension, served for every child).
+        self.tasks = tasks if tasks is not None else TaskStore(router.server.name, router.server.task_policy())
         # Per-client settings on shared legacy children (log level, roots); the HTTP edge sets it.
         self.settings: SharedSettings | None = None
 
@@ -91,6 +94,9 @@ class Relay:
         """Run ``request`` on a child of the pool the router picks; for modern clients the
         ``Mcp-Param-*`` headers are checked against the tool's schema first. A modern retry
         carrying the gateway's ``requestState`` resumes the call it names instead."""
+        if client.era is Era.MODERN and request.method in task_rules.METHODS:
+            yield events.Final(self.tasks.answer(request, client))  # the gateway's own: no child
+            return
         state = (request.params or {}).get("requestState")
         if client.era is Era.MODERN and requeststate.is_gateway_state(state):
             assert isinstance(state, str)
@@ -122,7 +128,7 @@ class Relay:
                 info = child.info
                 assert info is not None
                 if client.era is Era.MODERN and info.era is Era.LEGACY and request.method == "server/discover":
-                    yield events.Final(response(request.id, result=bridge.discover_result(info)))
+                    yield events.Final(response(request.id, result=self._discovered(bridge.discover_result(info))))
                     return
                 shared = info.era is Era.MODERN or self.settings is not None
                 if client.era is Era.LEGACY and request.method == loglevels.SET_LEVEL and shared:
@@ -132,8 +138,12 @@ class Relay:
                         await self.settings.prepare(child, client, request.method)
                     yield events.Final(response(request.id, result={}))
                     return
+                as_task = False
                 if headers is not None and client.era is Era.MODERN and request.method == "tools/call":
                     await self._check_param_headers(child, request, headers)  # a 400 propagates before any yield
+                    as_task = self.tasks.wants(request, client, self.catalog.task_support(child, request.params))
+                    if as_task:
+                        request = self.tasks.with_progress(request)
                 log_level = translate.log_level(request, client)
                 if self.settings is not None:  # last before the request: what the child asks now is this client's
                     refresh = self.settings.refresh_roots(child, client, request.method)
@@ -154,10 +164,21 @@ class Relay:
                 except ChildError as exc:
                     yield events.Final(response(request.id, error=exc.error_object()))
                     return
+                if as_task:  # the call goes on in the task store, with the lease; the client gets the handle
+                    yield events.Final(self.tasks.create(self, Call(child, ex, stack.pop_all()), request, client))
+                    return
                 async for message in self._drive(Call(child, ex, stack), request, client, resumed=False):
                     yield message
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
             yield events.Final(response(request.id, error=exc.error_object()))
+
+    def drive(self, call: Call, request: Request, client: ClientContext) -> AsyncIterator[Emitted]:
+        """A call's events after its child exchange has begun (what a task's run consumes)."""
+        return self._drive(call, request, client, resumed=False)
+
+    def _discovered(self, result: JsonObject) -> JsonObject:
+        """A ``server/discover`` result as modern clients get it: with the Tasks extension."""
+        return task_rules.advertise(result) if self.tasks.enabled else result
 
     async def _drive(
         self, call: Call, request: Request, client: ClientContext, *, resumed: bool, rounds: int = 0
@@ -211,7 +232,10 @@ class Relay:
             async for message in self._input_round(call.child, request, client, reply.result, rounds):
                 yield message
             return
-        yield events.Final(translate.reply_for_client(request, reply, client, info))
+        final = translate.reply_for_client(request, reply, client, info)
+        if client.era is Era.MODERN and request.method == "server/discover" and isinstance(final.get("result"), dict):
+            final = {**final, "result": self._discovered(final["result"])}
+        yield events.Final(final)
 
     # -- a modern child's input_required, for a legacy client ------------------------------
 

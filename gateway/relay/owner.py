@@ -55,6 +55,7 @@ class OwnerRouting:
         self.state_secret = secret
         self.session_key = owners.derive_key(secret, "session id")
         self.forward_key = owners.derive_key(secret, "forward")
+        self.task_key = owners.derive_key(secret, "task id")  # signs the owner in task ids (Tasks extension)
         self._client: httpx.AsyncClient | None = None
         self._gone: dict[str, float] = {}  # owner key → when it was found unreachable (monotonic)
 

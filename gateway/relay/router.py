@@ -55,6 +55,8 @@ from anyio.abc import TaskGroup
 from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol import inputs
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
+from gateway.protocol.tasks import DEFAULT_TTL as DEFAULT_TASK_TTL
+from gateway.protocol.tasks import TaskPolicy
 from gateway.protocol.versions import Era
 from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
@@ -94,6 +96,11 @@ class ServerConfig:
     max_batch_size: int = MAX_BATCH_MESSAGES  # messages in one 2025-03-26 batch
     oauth: OAuthPolicy | None = None  # access tokens checked against an issuer (gateway.oauth)
     dual_era: DualEra = DualEra.PER_CLIENT
+    task_tools: tuple[str, ...] = ()  # tool-name patterns whose calls become tasks (gateway.protocol.tasks)
+    task_ttl: float = DEFAULT_TASK_TTL  # seconds a task and its outcome are kept
+
+    def task_policy(self) -> TaskPolicy:
+        return TaskPolicy(tools=self.task_tools, ttl=self.task_ttl)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.errors import CODE_NO_CLIENT_INPUT, GATEWAY_NAME
-from gateway.protocol import bridge, inputs, jsonrpc, loglevels, subscriptions
-from gateway.protocol.handshake import META_LOG_LEVEL, ChildInfo
+from gateway.protocol import bridge, inputs, jsonrpc, loglevels, subscriptions, tasks
+from gateway.protocol.handshake import META_CLIENT_CAPABILITIES, META_LOG_LEVEL, ChildInfo
 from gateway.protocol.jsonrpc import PROGRESS, ErrorReply, JsonObject, Notification, Request, Result
 from gateway.protocol.versions import Era
 from gateway.relay.client import ClientContext
@@ -52,7 +52,23 @@ def params_for_child(params: JsonObject | None, client: ClientContext, child: Ch
             client_info=client.client_info,
             log_level=client.log_level,
         )
-    return params
+    return _without_tasks_extension(params)
+
+
+def _without_tasks_extension(params: JsonObject | None) -> JsonObject | None:
+    """A modern client's params for a modern child, without the Tasks extension in its
+    declared capabilities: the gateway serves tasks itself, so the child answers every call
+    with its result and never with a task id the gateway could not route."""
+    meta = params.get("_meta") if params else None
+    capabilities = meta.get(META_CLIENT_CAPABILITIES) if isinstance(meta, dict) else None
+    if not isinstance(capabilities, dict) or "extensions" not in capabilities:
+        return params
+    assert params is not None
+    assert isinstance(meta, dict)
+    kept = tasks.without_extension(capabilities)
+    if kept is capabilities:
+        return params
+    return {**params, "_meta": {**meta, META_CLIENT_CAPABILITIES: kept}}
 
 
 def reply_for_client(

@@ -6,7 +6,7 @@ The command line (``gateway.cli.build_parser``), the ``MCP_GATEWAY_*`` environme
 the per-server keys of a ``--config`` file (``gateway.configfile``), the checks of
 ``gateway.config.Settings`` and the reference in docs/configuration.md (``gateway.reference``)
 are all read from ``SETTINGS``. The tables (``serving``, ``pools``, ``running``, ``access``)
-hold the declarations in ``--help-all`` order; ``declaration`` defines ``Setting`` and the
+hold the declarations in ``--help-all`` order (and ``tasks``); ``declaration`` defines ``Setting`` and the
 checks; ``convert`` turns a per-server value into what its target holds.
 
 A setting is one of three kinds:
@@ -32,7 +32,7 @@ from __future__ import annotations
 import sys
 from typing import Final
 
-from gateway.settings import access, pools, running, serving
+from gateway.settings import access, pools, running, serving, tasks
 from gateway.settings.declaration import (
     CLIENT_CAPABILITIES,
     DEFAULT_HOST,
@@ -62,7 +62,13 @@ __all__ = [
     "env_name",
 ]
 
-SETTINGS: Final[tuple[Setting, ...]] = (*serving.SETTINGS, *pools.SETTINGS, *running.SETTINGS, *access.SETTINGS)
+SETTINGS: Final[tuple[Setting, ...]] = (
+    *serving.SETTINGS,
+    *pools.SETTINGS,
+    *tasks.SETTINGS,
+    *running.SETTINGS,
+    *access.SETTINGS,
+)
 """Every setting, in ``--help-all`` and reference order."""
 BY_FLAG: Final = {setting.flag: setting for setting in SETTINGS}
 GATEWAY_WIDE: Final = tuple(s for s in SETTINGS if s.field is not None)

@@ -29,6 +29,7 @@ SCALE_OUT: Final = "scale-out (any replica, any request)"
 POOL: Final = "pool and isolation"
 SECURITY: Final = "security"
 OAUTH_TLS: Final = "OAuth access tokens and TLS"
+TASKS: Final = "tasks (the Tasks extension)"
 
 Check = Callable[[Any], "str | None"]
 """A value's problem (the ``ConfigError`` message), or None when it is fine."""

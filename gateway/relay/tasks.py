@@ -1,0 +1,362 @@
+"""The gateway's task store: calls that became tasks run here, and ``tasks/*`` is answered here.
+
+``gateway.protocol.tasks`` holds the rules (negotiation, which calls become tasks, a task's
+states and wire shapes); this module runs them:
+
+- ``Relay.exchange`` asks ``wants`` once it holds a child for a modern ``tools/call``; when
+  the call becomes a task, it opens the child exchange as usual and hands it (with the pool
+  lease) to ``create``, which answers the HTTP request with the ``CreateTaskResult`` at once.
+  The call goes on in a task of the app's task group (``task_group``, set by the lifespan),
+  outside any HTTP request, so no proxy limit can cut it.
+- The run drives the exchange as the relay does for any modern call (``Relay.drive``):
+  progress becomes the task's ``statusMessage``; a question of the child (or a modern
+  child's ``input_required``) parks the call for an MRTR round exactly as for a client that
+  retries, and the task shows the round's ``inputRequests`` (under task-level keys) until
+  ``tasks/update`` answers every one; the run then retries with the answers
+  (``Relay.exchange`` with ``inputResponses`` and the round's ``requestState``). Unanswered
+  within the server's ``--input-timeout``: the task fails (-31007), and the parked call ends
+  at the child as for any abandoned retry.
+- ``tasks/cancel`` cancels the run: the child exchange is left, which sends
+  ``notifications/cancelled``; a parked round is taken and closed at once.
+- Outcomes are kept for the TTL; the bounds (``MAX_TASKS_PER_PRINCIPAL``, ``MAX_TASKS``,
+  ``MAX_RESULT_BYTES``, ``MAX_BYTES_PER_PRINCIPAL``) are checked before a task is made, and
+  past one a call is answered synchronously, as the extension allows.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+import orjson
+from anyio.abc import TaskGroup
+
+from gateway.errors import CODE_INPUT_TIMEOUT, GATEWAY_NAME, GatewayError
+from gateway.protocol import tasks as rules
+from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, JsonObject, Request, error_object
+from gateway.protocol.owner import Owner
+from gateway.protocol.tasks import Task, TaskPolicy
+from gateway.relay import events
+from gateway.relay.client import ClientContext
+from gateway.relay.rejected import Rejected
+from gateway.relay.suspensions import Call, Suspension
+from gateway.relay.translate import response
+
+if TYPE_CHECKING:
+    from gateway.relay.exchange import Relay
+
+log = logging.getLogger("gateway.tasks")
+
+TASK_PROGRESS_PREFIX = "gateway-task:"
+"""The progressToken the gateway gives a task's call when the client gave none: the child's
+progress then reaches the task's ``statusMessage``."""
+
+
+@dataclass
+class _Run:
+    """A task and what its run needs: the cancel scope, the parked round, the answers."""
+
+    task: Task
+    request: Request
+    client: ClientContext
+    scope: anyio.CancelScope | None = None
+    state: str | None = None  # the parked round's requestState
+    answers: dict[str, JsonObject] | None = None
+    answered: anyio.Event = field(default_factory=anyio.Event)
+
+
+class TaskStore:
+    def __init__(
+        self,
+        server: str,
+        policy: TaskPolicy | None = None,
+        *,
+        owner: Owner | None = None,
+        key: bytes = b"",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.server = server
+        self.policy = policy if policy is not None else TaskPolicy()
+        self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs the tasks
+        self._owner = owner
+        self._key = key
+        self._clock = clock
+        self._runs: dict[str, _Run] = {}  # in creation order: the oldest first
+        self._live: dict[str, int] = {}  # principal → unfinished tasks
+        self._kept: dict[str, int] = {}  # principal → bytes of kept outcomes
+        self._next_expiry = float("inf")
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    @property
+    def enabled(self) -> bool:
+        return self.policy.enabled
+
+    def live(self) -> int:
+        return sum(self._live.values())
+
+    # -- creation ---------------------------------------------------------------------------
+
+    def wants(self, request: Request, client: ClientContext, task_support: str | None) -> bool:
+        """Whether this call becomes a task (rule 2), within the bounds."""
+        if self.task_group is None or request.method not in rules.TASK_METHODS:
+            return False
+        name = (request.params or {}).get("name")
+        if not isinstance(name, str) or not rules.opted_in(client.capabilities):
+            return False
+        if not self.policy.wants(name, task_support):
+            return False
+        self._purge(self._clock())
+        principal = _owner_of(client)
+        if self._live.get(principal, 0) >= rules.MAX_TASKS_PER_PRINCIPAL or len(self._runs) >= rules.MAX_TASKS:
+            log.warning(
+                "%s: %s runs synchronously: %s has %d tasks running (at most %d), the store holds %d (at most %d)",
+                self.server,
+                name,
+                principal,
+                self._live.get(principal, 0),
+                rules.MAX_TASKS_PER_PRINCIPAL,
+                len(self._runs),
+                rules.MAX_TASKS,
+            )
+            return False
+        return True
+
+    @staticmethod
+    def with_progress(request: Request) -> Request:
+        """The call as a task runs it: with a progressToken of the gateway's when it had none."""
+        params = dict(request.params or {})
+        meta = params.get("_meta")
+        meta = dict(meta) if isinstance(meta, dict) else {}
+        if "progressToken" in meta:
+            return request
+        meta["progressToken"] = f"{TASK_PROGRESS_PREFIX}{secrets.token_urlsafe(8)}"
+        params["_meta"] = meta
+        return Request(request.id, request.method, params)
+
+    def create(self, relay: Relay, call: Call, request: Request, client: ClientContext) -> JsonObject:
+        """Make the task, start its run, and return the ``CreateTaskResult`` response."""
+        assert self.task_group is not None
+        now = self._clock()
+        task_id = rules.mint_task_id(self._owner, self._key, secrets.token_bytes(rules.TASK_RANDOM_BYTES))
+        task = Task(task_id, _owner_of(client), self.server, now, self.policy.ttl)
+        run = _Run(task, request, client)
+        self._runs[task_id] = run
+        self._live[task.principal] = self._live.get(task.principal, 0) + 1
+        self._next_expiry = min(self._next_expiry, task.expires_at())
+        self.task_group.start_soon(self._run, relay, run, call)
+        log.info("%s: %s runs as task %s…", self.server, (request.params or {}).get("name"), task_id[:14])
+        return response(request.id, result=task.created_result())
+
+    # -- tasks/* ----------------------------------------------------------------------------
+
+    def answer(self, request: Request, client: ClientContext) -> JsonObject:
+        """The response to a modern client's ``tasks/get``, ``tasks/update`` or ``tasks/cancel``."""
+        if not self.enabled:
+            return response(request.id, error=error_object(METHOD_NOT_FOUND, f"{request.method}: tasks are off here"))
+        if not rules.opted_in(client.capabilities):
+            return response(request.id, error=rules.missing_extension_error(request.method))
+        task_id = rules.task_id_of(request.params)
+        if task_id is None:
+            return response(request.id, error=rules.params_error(request.method, "taskId (a string) is required"))
+        now = self._clock()
+        self._purge(now)
+        run = self._runs.get(task_id)
+        if run is None or run.task.principal != _owner_of(client):
+            return response(request.id, error=rules.not_found_error(task_id))
+        task = run.task
+        if request.method == rules.GET:
+            return response(request.id, result=task.detailed())
+        if request.method == rules.UPDATE:
+            given = (request.params or {}).get("inputResponses")
+            if not isinstance(given, dict):
+                problem = "inputResponses must be an object"
+                return response(request.id, error=rules.params_error(request.method, problem))
+            answers = task.take_answers(given, now)
+            if answers is not None:
+                run.answers = answers
+                run.answered.set()
+            return response(request.id, result={"resultType": "complete"})
+        if not task.is_terminal:  # tasks/cancel; idempotent on an ended task
+            task.cancel(now)
+            self._ended(task)
+            if run.scope is not None:
+                run.scope.cancel()
+            log.info("%s: task %s… cancelled by the client", self.server, task_id[:14])
+        return response(request.id, result={"resultType": "complete"})
+
+    # -- the run ----------------------------------------------------------------------------
+
+    async def _run(self, relay: Relay, run: _Run, call: Call) -> None:
+        task = run.task
+        try:
+            with anyio.CancelScope() as run.scope:
+                if task.is_terminal:  # cancelled before the run began
+                    return
+                async with call.stack:  # a parked round takes the holdings over (Relay._park)
+                    final = await self._consume(run, relay.drive(call, run.request, run.client))
+                while final is not None and not task.is_terminal:
+                    result = final.get("result")
+                    if not _is_round(result):
+                        self._settle(task, final)
+                        return
+                    assert isinstance(result, dict)
+                    final = await self._input_round(relay, run, call, result)
+        except Rejected as exc:  # a round's retry refused (its parked call ended meanwhile)
+            self._settle(task, response(run.request.id, error=exc.rejection.error))
+        except GatewayError as exc:  # no child for a retry (503, 429), or the command cannot start
+            self._settle(task, response(run.request.id, error=exc.error_object()))
+        except Exception:  # never into the app's task group: the task fails, with the reason logged
+            log.exception("%s: task %s… failed in the gateway", self.server, task.task_id[:14])
+            failure = error_object(-31000, "the gateway failed to run the task")
+            self._settle(task, response(run.request.id, error=failure))
+        finally:
+            run.scope = None
+            if not task.is_terminal:  # the gateway is stopping
+                task.fail(error_object(-31000, "the gateway stopped before the task ended"), 0, self._clock())
+                self._ended(task)
+            if run.state is not None:  # a round still parked: end it now (cancelled, or stopping)
+                await self._release(relay, run)
+
+    async def _input_round(self, relay: Relay, run: _Run, call: Call, result: JsonObject) -> JsonObject | None:
+        """Show the round's questions on the task, wait for ``tasks/update``, retry with the answers."""
+        task = run.task
+        wanted = result.get("inputRequests")
+        run.state = result.get("requestState") if isinstance(result.get("requestState"), str) else None
+        task.ask(wanted if isinstance(wanted, dict) else {}, self._clock())
+        timeout = call.child.spec.input_timeout
+        run.answers, run.answered = None, anyio.Event()
+        with anyio.move_on_after(timeout):
+            await run.answered.wait()
+        if run.answers is None:
+            task.fail(
+                error_object(
+                    CODE_INPUT_TIMEOUT,
+                    f"the client did not answer the task's input requests within {timeout:g} s",
+                    {"source": GATEWAY_NAME, "timeout_seconds": timeout},
+                ),
+                0,
+                self._clock(),
+            )
+            self._ended(task)
+            return None  # the parked round ends at its own timeout (or now, in the finally)
+        params = dict(run.request.params or {})
+        params["inputResponses"] = run.answers
+        if run.state is not None:
+            params["requestState"] = run.state
+        run.state = None  # the retry takes the round over
+        retry = Request(run.request.id, run.request.method, params)
+        return await self._consume(run, relay.exchange(retry, run.client))
+
+    async def _consume(self, run: _Run, exchange: AsyncIterator[events.Emitted]) -> JsonObject | None:
+        """The exchange's final message; its progress becomes the task's ``statusMessage``."""
+        async with aclosing(exchange):  # type: ignore[type-var]
+            async for event in exchange:
+                if type(event) is events.Final:
+                    return event.message
+                for note in event.notes if type(event) is events.Batch else (event,):
+                    if type(note) is events.Progress:
+                        run.task.note(_progress_text(note.message), self._clock())
+        return None
+
+    def _settle(self, task: Task, final: JsonObject) -> None:
+        now = self._clock()
+        body = final.get("result") if "result" in final else final.get("error")
+        size = len(orjson.dumps(body))
+        if size > rules.MAX_RESULT_BYTES:
+            task.fail(
+                error_object(
+                    -31000,
+                    f"the task's outcome is {size} bytes, over the {rules.MAX_RESULT_BYTES}-byte limit of what the "
+                    "gateway keeps for a task",
+                    {"source": GATEWAY_NAME, "bytes": size},
+                ),
+                0,
+                now,
+            )
+        elif isinstance(final.get("error"), dict):
+            task.fail(final["error"], size, now)
+        elif isinstance(final.get("result"), dict):
+            task.complete(final["result"], size, now)
+        self._ended(task)
+        log.info("%s: task %s… %s", self.server, task.task_id[:14], task.status)
+
+    async def _release(self, relay: Relay, run: _Run) -> None:
+        """End a parked round at once (the task was cancelled, or the gateway stops)."""
+        state, run.state = run.state, None
+        assert state is not None
+        taken = relay.suspensions.take(state, run.request, run.client.principal)
+        if not isinstance(taken, Suspension):
+            return  # already ended at its own timeout
+        for ask in taken.asks.values():
+            ask.answer_error(CODE_INPUT_TIMEOUT, "the task was cancelled")
+        with anyio.CancelScope(shield=True):
+            await taken.call.stack.aclose()
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def _ended(self, task: Task) -> None:
+        """A task reached its terminal state: it no longer counts as live; its outcome is kept."""
+        self._live[task.principal] = count = self._live.get(task.principal, 1) - 1
+        if count <= 0:
+            self._live.pop(task.principal, None)
+        self._kept[task.principal] = kept = self._kept.get(task.principal, 0) + task.size
+        self._next_expiry = min(self._next_expiry, task.expires_at())
+        if kept > rules.MAX_BYTES_PER_PRINCIPAL:
+            self._shed(task.principal)
+
+    def _shed(self, principal: str) -> None:
+        """Drop this principal's oldest ended tasks until its kept bytes fit (rule: nobody else's)."""
+        for task_id, run in list(self._runs.items()):
+            if self._kept.get(principal, 0) <= rules.MAX_BYTES_PER_PRINCIPAL:
+                return
+            if run.task.principal == principal and run.task.is_terminal:
+                self._drop(task_id, run.task)
+                log.info(
+                    "%s: task %s… dropped early: its owner's results are over the bound", self.server, task_id[:14]
+                )
+
+    def _purge(self, now: float) -> None:
+        """Drop ended tasks past their TTL (a still-running task is never dropped)."""
+        if now < self._next_expiry:
+            return
+        self._next_expiry = float("inf")
+        for task_id, run in list(self._runs.items()):
+            expires = run.task.expires_at()
+            if run.task.is_terminal and expires <= now:
+                self._drop(task_id, run.task)
+            else:
+                self._next_expiry = min(self._next_expiry, expires)
+
+    def _drop(self, task_id: str, task: Task) -> None:
+        del self._runs[task_id]
+        self._kept[task.principal] = kept = self._kept.get(task.principal, 0) - task.size
+        if kept <= 0:
+            self._kept.pop(task.principal, None)
+
+
+def _owner_of(client: ClientContext) -> str:
+    return client.principal or ""
+
+
+def _is_round(result: object) -> bool:
+    """An MRTR ``input_required`` (the gateway's parked call, or a modern child's own round),
+    to run as a task's round."""
+    return isinstance(result, dict) and result.get("resultType") == "input_required"
+
+
+def _progress_text(message: JsonObject) -> str:
+    params = message.get("params")
+    params = params if isinstance(params, dict) else {}
+    progress, total, text = params.get("progress"), params.get("total"), params.get("message")
+    done = f"{progress:g}/{total:g}" if isinstance(progress, int | float) and isinstance(total, int | float) else None
+    if done is None and isinstance(progress, int | float):
+        done = f"{progress:g}"
+    return " — ".join(part for part in (done, text if isinstance(text, str) else None) if part) or "working"
