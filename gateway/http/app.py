@@ -313,5 +313,6 @@ def create_app(
         routing=routing,
     )
     app.state.routers = routers
+    app.state.task_stores = {router.server.name: endpoint.relay.tasks for router, endpoint, _ in endpoints}
     app.state.drain = drain
     return app

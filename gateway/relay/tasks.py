@@ -91,6 +91,7 @@ class TaskStore:
         self._live: dict[str, int] = {}  # principal → unfinished tasks
         self._kept: dict[str, int] = {}  # principal → bytes of kept outcomes
         self._next_expiry = float("inf")
+        self._change = anyio.Event()  # set (and replaced) whenever a task changes
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -101,6 +102,19 @@ class TaskStore:
 
     def live(self) -> int:
         return sum(self._live.values())
+
+    def status(self, task_id: str) -> str | None:
+        """A task's status (None: not held), for ``/status`` and tests."""
+        run = self._runs.get(task_id)
+        return run.task.status if run is not None else None
+
+    async def changed(self) -> None:
+        """Return at the next change of any task (what a status notification would follow)."""
+        await self._change.wait()
+
+    def _touch(self) -> None:
+        self._change.set()
+        self._change = anyio.Event()
 
     # -- creation ---------------------------------------------------------------------------
 
@@ -183,6 +197,7 @@ class TaskStore:
             if answers is not None:
                 run.answers = answers
                 run.answered.set()
+                self._touch()
             return response(request.id, result={"resultType": "complete"})
         if not task.is_terminal:  # tasks/cancel; idempotent on an ended task
             task.cancel(now)
@@ -231,6 +246,7 @@ class TaskStore:
         wanted = result.get("inputRequests")
         run.state = result.get("requestState") if isinstance(result.get("requestState"), str) else None
         task.ask(wanted if isinstance(wanted, dict) else {}, self._clock())
+        self._touch()
         timeout = call.child.spec.input_timeout
         run.answers, run.answered = None, anyio.Event()
         with anyio.move_on_after(timeout):
@@ -264,6 +280,7 @@ class TaskStore:
                 for note in event.notes if type(event) is events.Batch else (event,):
                     if type(note) is events.Progress:
                         run.task.note(_progress_text(note.message), self._clock())
+                        self._touch()
         return None
 
     def _settle(self, task: Task, final: JsonObject) -> None:
@@ -311,6 +328,7 @@ class TaskStore:
         self._next_expiry = min(self._next_expiry, task.expires_at())
         if kept > rules.MAX_BYTES_PER_PRINCIPAL:
             self._shed(task.principal)
+        self._touch()
 
     def _shed(self, principal: str) -> None:
         """Drop this principal's oldest ended tasks until its kept bytes fit (rule: nobody else's)."""

@@ -299,6 +299,22 @@ def add_test_tools(server: StdioServer) -> None:
     def cancelled_ids(ctx: ToolContext, args: JsonObject) -> JsonObject:
         return _json_result("ids", server.cancelled_ids)
 
+    def await_cancelled(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        """The cancelled ids once there are at least ``count`` (or after ``timeout_ms``)."""
+        count = int_arg(args, "count", minimum=0, default=1)
+        timeout = int_arg(args, "timeout_ms", minimum=1, default=10_000) / 1000
+        return _json_result("ids", server.wait_cancelled(count, timeout))
+
+    def wait_gate(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        """Report progress, then wait until the file ``gate`` exists (or the call is cancelled):
+        a test opens the gate by creating the file, whichever child or replica runs the call."""
+        gate = str_arg(args, "gate")
+        ctx.progress(1, 2, "waiting at the gate")
+        while not ctx.cancelled.wait(0.02):
+            if os.path.exists(gate):
+                return text_result("passed", structured={"gate": gate, "pid": os.getpid()})
+        return text_result("cancelled at the gate", is_error=True)
+
     def end_listens(ctx: ToolContext, args: JsonObject) -> JsonObject:
         return text_result(str(server.end_listens(cancelled=args.get("cancelled") is True)))
 
@@ -339,6 +355,18 @@ def add_test_tools(server: StdioServer) -> None:
 
     tools = [
         ("pid", "Return this process's pid.", object_schema(), _pid),
+        (
+            "await_cancelled",
+            "Return the cancelled request ids once there are at least count (or after timeout_ms).",
+            object_schema({"count": _int("count"), "timeout_ms": _int("timeout_ms")}),
+            await_cancelled,
+        ),
+        (
+            "wait_gate",
+            "Report progress, then wait until the file gate exists (honours cancellation).",
+            object_schema({"gate": _str("path of the gate file")}, ["gate"]),
+            wait_gate,
+        ),
         (
             "ask_later",
             "Reply 'will ask', then send method (with params) to the client outside any request.",
@@ -457,6 +485,13 @@ def add_test_tools(server: StdioServer) -> None:
     ]
     for name, description, schema, handler in tools:
         server.add_tool(Tool(name, description, schema, handler))
+
+
+def mark_task_support(server: StdioServer, names: list[str]) -> None:
+    """``--task-support NAME``: declare ``execution.taskSupport: optional`` on these tools."""
+    for name in names:
+        tool = server._tools[name]
+        server.add_tool(Tool(tool.name, tool.description, tool.input_schema, tool.handler, {"taskSupport": "optional"}))
 
 
 HEADERED_SCHEMA: JsonObject = {
@@ -606,6 +641,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--logging", action="store_true", help="declare logging; the log tool honours levels")
     parser.add_argument("--cache-roots", action="store_true", help="fetch roots at start and on roots/list_changed")
     parser.add_argument("--record", default=None, metavar="FILE", help="append every line read from stdin to FILE")
+    parser.add_argument(
+        "--task-support", action="append", default=[], metavar="TOOL", help="mark TOOL execution.taskSupport optional"
+    )
     return parser.parse_args(argv)
 
 
@@ -644,6 +682,7 @@ def main(argv: list[str] | None = None) -> None:
         add_test_tools(server)
         add_header_tools(server)
         add_logging_tools(server)
+        mark_task_support(server, options.task_support)
         if options.cache_roots:
             add_roots_cache(server)
         if options.banner is not None:

@@ -31,9 +31,13 @@ class Tool:
     description: str
     input_schema: JsonObject
     handler: ToolHandler
+    execution: JsonObject | None = None  # e.g. {"taskSupport": "optional"} (2025-11-25)
 
     def describe(self) -> JsonObject:
-        return {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
+        described: JsonObject = {"name": self.name, "description": self.description, "inputSchema": self.input_schema}
+        if self.execution is not None:
+            described["execution"] = self.execution
+        return described
 
 
 class ToolContext:

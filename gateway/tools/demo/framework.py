@@ -124,6 +124,7 @@ class StdioServer:
         self._in_flight: dict[tuple[type, Any], ToolContext] = {}
         self._waiting: dict[tuple[type, Any], Waiter] = {}
         self._cancelled_ids: list[Any] = []
+        self._cancels_changed = threading.Condition(self._lock)
         # Extra handling of client notifications by method (run on the reader thread, in order).
         self.notification_handlers: dict[str, Callable[[JsonObject], None]] = {}
         # Modern listens: id → (listen id, notification methods, resource URIs) granted.
@@ -141,6 +142,12 @@ class StdioServer:
     def cancelled_ids(self) -> list[Any]:
         """Every ``requestId`` received in ``notifications/cancelled``, in arrival order."""
         with self._lock:
+            return list(self._cancelled_ids)
+
+    def wait_cancelled(self, count: int, timeout: float) -> list[Any]:
+        """``cancelled_ids`` once there are at least ``count`` (or after ``timeout`` seconds)."""
+        with self._cancels_changed:
+            self._cancels_changed.wait_for(lambda: len(self._cancelled_ids) >= count, timeout)
             return list(self._cancelled_ids)
 
     # -- output -------------------------------------------------------------------------------
@@ -356,6 +363,7 @@ class StdioServer:
         request_id = params["requestId"]
         with self._lock:
             self._cancelled_ids.append(request_id)
+            self._cancels_changed.notify_all()
             if is_request_id(request_id):
                 self._listens.pop(id_key(request_id), None)  # a listen ends without a response
             ctx = self._in_flight.get(id_key(request_id)) if is_request_id(request_id) else None

@@ -1,0 +1,311 @@
+"""The Tasks extension served by the gateway for every child (issue #26).
+
+Real test-server children (legacy-only and dual-era) behind an in-process gateway on a
+loopback socket, driven with raw httpx. Calls that become tasks wait at a *gate* (``wait_gate``
+waits until a file exists; the test creates it), so every state is reached by an event, not by time;
+a task's completion is awaited on the store's change event (``TaskStore.changed``), then
+read with ``tasks/get`` as any client would.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from gateway.http.auth import TokenStore
+from gateway.protocol import tasks as rules
+from gateway.protocol.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
+from gateway.relay.router import Router, ServerConfig
+from gateway.relay.tasks import TaskStore
+from gateway.stdio.pool import PoolSettings
+from gateway.stdio.spec import ChildSpec
+from tests.balancer import cluster
+from tests.conftest import server_spec
+from tests.gateway_server import MODERN_META, app_for, modern_headers, serving
+
+pytestmark = pytest.mark.anyio
+
+WAIT = 30.0
+CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+WITH_TASKS = {CAPABILITIES_KEY: {"extensions": {rules.EXTENSION: {}}, "elicitation": {}}}
+ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+ELICITATION = {
+    "method": "elicitation/create",
+    "params": {
+        "message": "Your name?",
+        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+    },
+}
+ELICITED = {"action": "accept", "content": {"name": "Ada"}}
+TASK_TOOLS = ("wait_gate", "fail", "error_reply", "exit", "ask_client", "sleep")
+CHILDREN = {
+    # A legacy-only child marks wait_gate itself (execution.taskSupport); the operator names the rest.
+    "legacy": lambda: server_spec("--era", "legacy", "--task-support", "wait_gate"),
+    "dual": lambda: server_spec(),
+}
+
+
+class Gateway:
+    def __init__(self, url: str, store: TaskStore, http: httpx.AsyncClient) -> None:
+        self.url, self.store, self.http = url, store, http
+        self.ids = iter(range(1, 1_000_000))
+
+    async def post(self, method: str, params: dict[str, Any], *, name: str | None = None, **headers: str) -> Any:
+        body = {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params}
+        reply = await self.http.post(self.url, headers={**modern_headers(method, name), **headers}, json=body)
+        return reply
+
+    async def call(self, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None, **h: str) -> Any:
+        declared = WITH_TASKS if meta is None else meta
+        params = {"name": tool, "arguments": arguments, "_meta": {**MODERN_META, **declared}}
+        return await self.post("tools/call", params, name=tool, **h)
+
+    async def task(self, method: str, task_id: str, meta: dict[str, Any] | None = None, **more: Any) -> Any:
+        params = {"taskId": task_id, **more, "_meta": {**MODERN_META, **(WITH_TASKS if meta is None else meta)}}
+        return await self.post(method, params, name=task_id)
+
+    async def get(self, task_id: str, **headers: str) -> dict[str, Any]:
+        reply = await self.task(rules.GET, task_id)
+        assert reply.status_code == 200, reply.text
+        result: dict[str, Any] = reply.json()["result"]
+        return result
+
+    async def until(self, task_id: str, done: Callable[[str | None], bool]) -> dict[str, Any]:
+        """The task once ``done(status)`` holds, waiting on the store's changes (no polling)."""
+        with anyio.fail_after(WAIT):
+            while not done(self.store.status(task_id)):
+                await self.store.changed()
+        return await self.get(task_id)
+
+
+@asynccontextmanager
+async def gateway(spec: ChildSpec, pool_max: int = 1, **app_options: Any) -> AsyncIterator[Gateway]:
+    server = ServerConfig("test", spec, PoolSettings(max_size=pool_max), task_tools=TASK_TOOLS)
+    app = app_for(Router(server), **app_options)
+    async with serving(app) as base, httpx.AsyncClient(timeout=WAIT) as http:
+        yield Gateway(f"{base}/mcp", app.state.task_stores["test"], http)
+
+
+def created(reply: httpx.Response) -> dict[str, Any]:
+    """A ``CreateTaskResult`` answer, checked to the letter of the extension."""
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["content-type"] == "application/json"
+    result: dict[str, Any] = reply.json()["result"]
+    assert set(result) == {"resultType", "taskId", "status", "createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"}
+    assert result["resultType"] == "task"
+    assert result["status"] == rules.WORKING
+    assert ISO.match(result["createdAt"])
+    assert ISO.match(result["lastUpdatedAt"])
+    assert type(result["ttlMs"]) is int
+    assert result["ttlMs"] == int(rules.DEFAULT_TTL * 1000)
+    assert type(result["pollIntervalMs"]) is int
+    return result
+
+
+@pytest.mark.parametrize("era", sorted(CHILDREN))
+async def test_concurrent_clients_get_tasks_that_poll_to_completed_with_the_result_inlined(
+    era: str, tmp_path: Path
+) -> None:
+    gates = [str(tmp_path / f"g{n}") for n in range(3)]
+    with anyio.fail_after(WAIT):
+        # Room for four (three tasks and a quick call): a legacy child told the client may elicit
+        # runs one call that may ask at a time.
+        async with gateway(CHILDREN[era](), pool_max=4) as gw:
+            handles = [created(await gw.call("wait_gate", {"gate": gate})) for gate in gates]
+            ids = [handle["taskId"] for handle in handles]
+            assert len(set(ids)) == 3
+            for task_id in ids:  # working until their gates open; the child's progress is the status message
+                task = await gw.until(task_id, lambda status: status is not None)
+                assert task["status"] == rules.WORKING
+                assert task["resultType"] == "complete"
+                assert "result" not in task
+                assert "error" not in task
+            quick = await gw.call("echo", {"message": "hi"})  # not task-suitable: answered synchronously
+            assert quick.json()["result"]["content"][0]["text"] == "hi"
+            await anyio.Path(gates[1]).touch()
+            done = await gw.until(ids[1], lambda status: status == rules.COMPLETED)
+            others = [await gw.get(ids[0]), await gw.get(ids[2])]
+            for n in (0, 2):
+                await anyio.Path(gates[n]).touch()
+            finals = [await gw.until(task_id, lambda status: status == rules.COMPLETED) for task_id in ids]
+    assert [task["status"] for task in others] == [rules.WORKING, rules.WORKING]
+    assert done["result"]["structuredContent"]["gate"] == gates[1]
+    assert [task["result"]["structuredContent"]["gate"] for task in finals] == gates
+    for task in finals:
+        assert "_meta" not in task["result"] or "io.modelcontextprotocol/related-task" not in task["result"]["_meta"]
+        assert ISO.match(task["lastUpdatedAt"])
+
+
+async def test_a_tool_error_is_completed_with_is_error_and_a_protocol_error_or_a_crash_is_failed() -> None:
+    with anyio.fail_after(WAIT):
+        async with gateway(server_spec("--era", "legacy")) as gw:
+            tool_error = created(await gw.call("fail", {}))["taskId"]
+            protocol_error = created(await gw.call("error_reply", {}))["taskId"]
+            crash = created(await gw.call("exit", {"code": 3}))["taskId"]
+            terminal = rules.TERMINAL.__contains__
+            results = [await gw.until(task_id, terminal) for task_id in (tool_error, protocol_error, crash)]
+    failed_tool, failed_rpc, crashed = results
+    assert failed_tool["status"] == rules.COMPLETED
+    assert failed_tool["result"]["isError"] is True
+    assert failed_rpc["status"] == rules.FAILED
+    assert failed_rpc["error"]["code"] == 1234
+    assert "result" not in failed_rpc
+    assert crashed["status"] == rules.FAILED
+    assert "exit" in crashed["error"]["message"], crashed
+
+
+@pytest.mark.parametrize("era", sorted(CHILDREN))
+async def test_a_cancelled_task_settles_to_cancelled_and_the_child_gets_notifications_cancelled(
+    era: str, tmp_path: Path
+) -> None:
+    with anyio.fail_after(WAIT):
+        async with gateway(CHILDREN[era](), pool_max=2) as gw:
+            task_id = created(await gw.call("wait_gate", {"gate": str(tmp_path / "never")}))["taskId"]
+            await gw.until(task_id, lambda status: status is not None)
+            ack = await gw.task(rules.CANCEL, task_id)
+            again = await gw.task(rules.CANCEL, task_id)  # idempotent on an ended task
+            task = await gw.get(task_id)
+            cancelled = await gw.call("await_cancelled", {"count": 1}, meta={})
+    assert ack.json()["result"] == {"resultType": "complete"}
+    assert again.json()["result"] == {"resultType": "complete"}
+    assert task["status"] == rules.CANCELLED
+    assert len(cancelled.json()["result"]["structuredContent"]["ids"]) == 1
+
+
+async def test_an_elicitation_inside_a_task_is_answered_with_tasks_update_for_concurrent_clients() -> None:
+    with anyio.fail_after(WAIT):
+        async with gateway(server_spec("--era", "legacy"), pool_max=3) as gw:
+            ids = [created(await gw.call("ask_client", {"requests": [ELICITATION]}))["taskId"] for _ in range(3)]
+            asked = [await gw.until(task_id, lambda status: status == rules.INPUT_REQUIRED) for task_id in ids]
+            for n, task_id in enumerate(ids):
+                answer = {**ELICITED, "content": {"name": f"user-{n}"}}
+                ack = await gw.task(rules.UPDATE, task_id, inputResponses={"q1": answer, "unknown": {"x": 1}})
+                assert ack.json()["result"] == {"resultType": "complete"}
+            finals = [await gw.until(task_id, lambda status: status == rules.COMPLETED) for task_id in ids]
+    for task in asked:
+        assert task["inputRequests"] == {"q1": ELICITATION}
+        assert "requestState" not in task
+    answered = [task["result"]["structuredContent"]["answers"] for task in finals]
+    assert answered == [[{"result": {**ELICITED, "content": {"name": f"user-{n}"}}}] for n in range(3)]
+
+
+async def test_without_the_extension_tasks_methods_get_32021_and_calls_are_synchronous() -> None:
+    with anyio.fail_after(WAIT):
+        async with gateway(server_spec("--era", "legacy")) as gw:
+            synchronous = await gw.call("fail", {}, meta={})
+            refused = await gw.task(rules.GET, "t.unknown", meta={})
+            unknown = await gw.task(rules.GET, "t.unknown")
+            mismatch = await gw.post(rules.GET, {"taskId": "t.a", "_meta": {**MODERN_META, **WITH_TASKS}}, name="t.b")
+    assert synchronous.json()["result"]["isError"] is True, synchronous.text
+    assert "resultType" not in synchronous.json()["result"] or synchronous.json()["result"]["resultType"] == "complete"
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == MISSING_CLIENT_CAPABILITY
+    assert refused.json()["error"]["data"] == {"requiredCapabilities": {"extensions": {rules.EXTENSION: {}}}}
+    assert unknown.json()["error"]["code"] == INVALID_PARAMS
+    assert mismatch.status_code == 400
+    assert mismatch.json()["error"]["code"] == HEADER_MISMATCH
+
+
+async def test_another_principals_task_is_not_found_and_its_owner_still_reads_it(tmp_path: Path) -> None:
+    tokens = TokenStore(("token-a-0123456789", "token-b-0123456789"))
+    gate = tmp_path / "mine"
+    with anyio.fail_after(WAIT):
+        async with gateway(server_spec("--era", "legacy"), tokens=tokens) as gw:
+            a, b = {"authorization": "Bearer token-a-0123456789"}, {"authorization": "Bearer token-b-0123456789"}
+            task_id = created(await gw.call("wait_gate", {"gate": str(gate)}, **a))["taskId"]
+            params = {"taskId": task_id, "_meta": {**MODERN_META, **WITH_TASKS}}
+            stranger = await gw.post(rules.GET, params, name=task_id, **b)
+            cancel = await gw.post(rules.CANCEL, params, name=task_id, **b)
+            owner = await gw.post(rules.GET, params, name=task_id, **a)
+            await anyio.Path(gate).touch()
+    assert stranger.json()["error"]["code"] == INVALID_PARAMS
+    assert cancel.json()["error"]["code"] == INVALID_PARAMS
+    assert owner.json()["result"]["status"] == rules.WORKING
+
+
+@pytest.mark.parametrize("era", sorted(CHILDREN))
+async def test_server_discover_advertises_the_extension_under_capabilities_extensions(era: str) -> None:
+    with anyio.fail_after(WAIT):
+        async with gateway(CHILDREN[era]()) as gw:
+            reply = await gw.post("server/discover", {"_meta": MODERN_META})
+    capabilities = reply.json()["result"]["capabilities"]
+    assert capabilities["extensions"][rules.EXTENSION] == {}
+    assert "tasks" not in capabilities
+
+
+# -- a proxy that cuts every request ---------------------------------------------------------
+
+PROXY_LIMIT = 2.0
+"""The test proxy ends every request after this many seconds, as nginx's proxy_read_timeout would."""
+LONG_CALL_MS = 3 * int(PROXY_LIMIT * 1000)
+"""A call that outlives three of the proxy's request limits."""
+
+
+@asynccontextmanager
+async def cutting_proxy(target: str) -> AsyncIterator[str]:
+    """An HTTP proxy on loopback that forwards each request and cuts it after ``PROXY_LIMIT``."""
+    async with httpx.AsyncClient(timeout=None) as upstream:
+
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                return
+            body = b""
+            while True:
+                message = await receive()
+                body += message.get("body", b"")
+                if not message.get("more_body"):
+                    break
+            headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k not in (b"host", b"content-length")]
+            with anyio.move_on_after(PROXY_LIMIT) as cut:
+                reply = await upstream.request(scope["method"], target, headers=headers, content=body)
+            if cut.cancelled_caught:
+                await send({"type": "http.response.start", "status": 504, "headers": []})
+                await send({"type": "http.response.body", "body": b"proxy timeout"})
+                return
+            await send({"type": "http.response.start", "status": reply.status_code, "headers": reply.headers.raw})
+            await send({"type": "http.response.body", "body": reply.content})
+
+        async with serving(app) as base:
+            yield base
+
+
+async def test_a_call_longer_than_a_proxys_request_limit_completes_as_a_task_through_the_proxy() -> None:
+    with anyio.fail_after(WAIT + LONG_CALL_MS / 1000):
+        async with gateway(server_spec("--era", "legacy")) as gw, cutting_proxy(gw.url) as front:
+            direct, gw.url = gw.url, front
+            cut = await gw.call("sleep", {"ms": LONG_CALL_MS}, meta={})  # no extension: synchronous, and cut
+            task_id = created(await gw.call("sleep", {"ms": LONG_CALL_MS}))["taskId"]
+            final = await gw.until(task_id, lambda status: status == rules.COMPLETED)  # read through the proxy
+            gw.url = direct
+    assert cut.status_code == 504
+    assert final["result"]["content"][0]["text"] == "slept"
+
+
+# -- any replica ------------------------------------------------------------------------------
+
+
+async def test_a_task_created_on_one_replica_is_polled_to_completion_through_the_others(tmp_path: Path) -> None:
+    spec = server_spec("--era", "legacy", "--task-support", "wait_gate")
+    gate = tmp_path / "replicas"
+    with anyio.fail_after(WAIT):
+        async with cluster(spec) as c, httpx.AsyncClient(timeout=WAIT) as http:
+            stores: list[TaskStore] = [app.state.task_stores["test"] for app in c.apps]
+            gw = Gateway(c.url, stores[0], http)
+            task_id = created(await gw.call("wait_gate", {"gate": str(gate)}))["taskId"]
+            [owner] = [store for store in stores if store.status(task_id) is not None]
+            gw.store = owner
+            polled = [await gw.get(task_id) for _ in range(3)]  # round robin: each replica once
+            await anyio.Path(gate).touch()
+            final = await gw.until(task_id, lambda status: status == rules.COMPLETED)
+    assert [task["status"] for task in polled] == [rules.WORKING] * 3
+    assert final["result"]["structuredContent"]["gate"] == str(gate)
+    gets = [hit for hit in c.balancer.hits if hit.rpc == rules.GET]
+    assert {hit.backend for hit in gets} == {0, 1, 2}
+    assert all(hit.status == 200 for hit in gets)
