@@ -52,15 +52,24 @@ CHILDREN = {
 }
 
 
+TOKENS = tuple(f"token-{n}-0123456789abcdef" for n in range(3))
+"""Three principals: each test's clients are different people, concurrently."""
+
+
 class Gateway:
-    def __init__(self, url: str, store: TaskStore, http: httpx.AsyncClient) -> None:
+    def __init__(self, url: str, store: TaskStore, http: httpx.AsyncClient, token: str | None = None) -> None:
         self.url, self.store, self.http = url, store, http
+        self.auth = {"authorization": f"Bearer {token}"} if token else {}
         self.ids = iter(range(1, 1_000_000))
+
+    def client(self, token: str) -> Gateway:
+        """The same gateway as another principal sees it."""
+        return Gateway(self.url, self.store, self.http, token)
 
     async def post(self, method: str, params: dict[str, Any], *, name: str | None = None, **headers: str) -> Any:
         body = {"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params}
-        reply = await self.http.post(self.url, headers={**modern_headers(method, name), **headers}, json=body)
-        return reply
+        sent = {**modern_headers(method, name), **self.auth, **headers}
+        return await self.http.post(self.url, headers=sent, json=body)
 
     async def call(self, tool: str, arguments: dict[str, Any], meta: dict[str, Any] | None = None, **h: str) -> Any:
         declared = WITH_TASKS if meta is None else meta
@@ -88,9 +97,10 @@ class Gateway:
 @asynccontextmanager
 async def gateway(spec: ChildSpec, pool_max: int = 1, **app_options: Any) -> AsyncIterator[Gateway]:
     server = ServerConfig("test", spec, PoolSettings(max_size=pool_max), task_tools=TASK_TOOLS)
+    app_options.setdefault("tokens", TokenStore(TOKENS))
     app = app_for(Router(server), **app_options)
     async with serving(app) as base, httpx.AsyncClient(timeout=WAIT) as http:
-        yield Gateway(f"{base}/mcp", app.state.task_stores["test"], http)
+        yield Gateway(f"{base}/mcp", app.state.task_stores["test"], http, TOKENS[0])
 
 
 def created(reply: httpx.Response) -> dict[str, Any]:
@@ -118,11 +128,18 @@ async def test_concurrent_clients_get_tasks_that_poll_to_completed_with_the_resu
         # Room for four (three tasks and a quick call): a legacy child told the client may elicit
         # runs one call that may ask at a time.
         async with gateway(CHILDREN[era](), pool_max=4) as gw:
-            handles = [created(await gw.call("wait_gate", {"gate": gate})) for gate in gates]
-            ids = [handle["taskId"] for handle in handles]
+            clients = [gw.client(token) for token in TOKENS]
+            ids = [""] * 3
+
+            async def start(n: int) -> None:
+                ids[n] = created(await clients[n].call("wait_gate", {"gate": gates[n]}))["taskId"]
+
+            async with anyio.create_task_group() as tg:  # three people at once
+                for n in range(3):
+                    tg.start_soon(start, n)
             assert len(set(ids)) == 3
-            for task_id in ids:  # working until their gates open; the child's progress is the status message
-                task = await gw.until(task_id, lambda status: status is not None)
+            for client, task_id in zip(clients, ids, strict=True):  # working until their gates open
+                task = await client.until(task_id, lambda status: status is not None)
                 assert task["status"] == rules.WORKING
                 assert task["resultType"] == "complete"
                 assert "result" not in task
@@ -130,11 +147,14 @@ async def test_concurrent_clients_get_tasks_that_poll_to_completed_with_the_resu
             quick = await gw.call("echo", {"message": "hi"})  # not task-suitable: answered synchronously
             assert quick.json()["result"]["content"][0]["text"] == "hi"
             await anyio.Path(gates[1]).touch()
-            done = await gw.until(ids[1], lambda status: status == rules.COMPLETED)
-            others = [await gw.get(ids[0]), await gw.get(ids[2])]
+            done = await clients[1].until(ids[1], lambda status: status == rules.COMPLETED)
+            others = [await clients[0].get(ids[0]), await clients[2].get(ids[2])]
             for n in (0, 2):
                 await anyio.Path(gates[n]).touch()
-            finals = [await gw.until(task_id, lambda status: status == rules.COMPLETED) for task_id in ids]
+            finals = [
+                await client.until(task_id, lambda status: status == rules.COMPLETED)
+                for client, task_id in zip(clients, ids, strict=True)
+            ]
     assert [task["status"] for task in others] == [rules.WORKING, rules.WORKING]
     assert done["result"]["structuredContent"]["gate"] == gates[1]
     assert [task["result"]["structuredContent"]["gate"] for task in finals] == gates
@@ -182,13 +202,27 @@ async def test_a_cancelled_task_settles_to_cancelled_and_the_child_gets_notifica
 async def test_an_elicitation_inside_a_task_is_answered_with_tasks_update_for_concurrent_clients() -> None:
     with anyio.fail_after(WAIT):
         async with gateway(server_spec("--era", "legacy"), pool_max=3) as gw:
-            ids = [created(await gw.call("ask_client", {"requests": [ELICITATION]}))["taskId"] for _ in range(3)]
-            asked = [await gw.until(task_id, lambda status: status == rules.INPUT_REQUIRED) for task_id in ids]
-            for n, task_id in enumerate(ids):
+            clients = [gw.client(token) for token in TOKENS]
+            ids = [""] * 3
+
+            async def start(n: int) -> None:
+                ids[n] = created(await clients[n].call("ask_client", {"requests": [ELICITATION]}))["taskId"]
+
+            async with anyio.create_task_group() as tg:
+                for n in range(3):
+                    tg.start_soon(start, n)
+            asked = [
+                await client.until(task_id, lambda status: status == rules.INPUT_REQUIRED)
+                for client, task_id in zip(clients, ids, strict=True)
+            ]
+            for n, task_id in reversed(list(enumerate(ids))):  # answered in another order than asked
                 answer = {**ELICITED, "content": {"name": f"user-{n}"}}
-                ack = await gw.task(rules.UPDATE, task_id, inputResponses={"q1": answer, "unknown": {"x": 1}})
+                ack = await clients[n].task(rules.UPDATE, task_id, inputResponses={"q1": answer, "unknown": {"x": 1}})
                 assert ack.json()["result"] == {"resultType": "complete"}
-            finals = [await gw.until(task_id, lambda status: status == rules.COMPLETED) for task_id in ids]
+            finals = [
+                await client.until(task_id, lambda status: status == rules.COMPLETED)
+                for client, task_id in zip(clients, ids, strict=True)
+            ]
     for task in asked:
         assert task["inputRequests"] == {"q1": ELICITATION}
         assert "requestState" not in task
@@ -214,11 +248,10 @@ async def test_without_the_extension_tasks_methods_get_32021_and_calls_are_synch
 
 
 async def test_another_principals_task_is_not_found_and_its_owner_still_reads_it(tmp_path: Path) -> None:
-    tokens = TokenStore(("token-a-0123456789", "token-b-0123456789"))
     gate = tmp_path / "mine"
     with anyio.fail_after(WAIT):
-        async with gateway(server_spec("--era", "legacy"), tokens=tokens) as gw:
-            a, b = {"authorization": "Bearer token-a-0123456789"}, {"authorization": "Bearer token-b-0123456789"}
+        async with gateway(server_spec("--era", "legacy")) as gw:
+            a, b = {"authorization": f"Bearer {TOKENS[0]}"}, {"authorization": f"Bearer {TOKENS[1]}"}
             task_id = created(await gw.call("wait_gate", {"gate": str(gate)}, **a))["taskId"]
             params = {"taskId": task_id, "_meta": {**MODERN_META, **WITH_TASKS}}
             stranger = await gw.post(rules.GET, params, name=task_id, **b)
