@@ -34,6 +34,11 @@ Rules:
 6. **Owned**: a task belongs to its principal and server; for anyone else it does not exist
    (-32602, as for an unknown id). With owner routing the id names the owning instance
    (``mint_task_id``), signed like a session id, so any replica can forward ``tasks/*`` to it.
+7. **Pass-through**: a modern child that advertises the extension keeps it. Its calls are
+   never emulated: the child is told the client's extension, and when it answers with a task
+   handle the gateway hands out a task id of its own (as in rule 6) that maps to the child and
+   the child's id; ``tasks/*`` go to that child with the child's id, and the answers come back
+   with the gateway's. The gateway keeps the mapping only, never the child's results.
 
 Imports: standard library and ``gateway.protocol`` only. The clock is passed in.
 """
@@ -113,6 +118,17 @@ def opted_in(capabilities: Mapping[str, Any] | None) -> bool:
     """Rule 1: whether a request's client capabilities declare the extension."""
     extensions = capabilities.get("extensions") if capabilities else None
     return isinstance(extensions, dict) and isinstance(extensions.get(EXTENSION), dict)
+
+
+def child_serves(capabilities: Mapping[str, Any]) -> bool:
+    """Whether a (modern) child advertises the extension itself: its tasks pass through (rule 7)."""
+    extensions = capabilities.get("extensions")
+    return isinstance(extensions, dict) and isinstance(extensions.get(EXTENSION), dict)
+
+
+def is_task_result(result: object) -> bool:
+    """A child's ``CreateTaskResult`` (``resultType: "task"`` with a task id)."""
+    return isinstance(result, dict) and result.get("resultType") == "task" and isinstance(result.get("taskId"), str)
 
 
 def without_extension(capabilities: JsonObject) -> JsonObject:

@@ -95,7 +95,7 @@ class Relay:
         ``Mcp-Param-*`` headers are checked against the tool's schema first. A modern retry
         carrying the gateway's ``requestState`` resumes the call it names instead."""
         if client.era is Era.MODERN and request.method in task_rules.METHODS:
-            yield events.Final(self.tasks.answer(request, client))  # the gateway's own: no child
+            yield events.Final(await self.tasks.answer(request, client))  # the gateway's, or a child's own
             return
         state = (request.params or {}).get("requestState")
         if client.era is Era.MODERN and requeststate.is_gateway_state(state):
@@ -141,7 +141,9 @@ class Relay:
                 as_task = False
                 if headers is not None and client.era is Era.MODERN and request.method == "tools/call":
                     await self._check_param_headers(child, request, headers)  # a 400 propagates before any yield
-                    as_task = self.tasks.wants(request, client, self.catalog.task_support(child, request.params))
+                    as_task = not task_rules.child_serves(info.capabilities) and self.tasks.wants(
+                        request, client, self.catalog.task_support(child, request.params)
+                    )
                     if as_task:
                         request = self.tasks.with_progress(request)
                 log_level = translate.log_level(request, client)
@@ -233,8 +235,12 @@ class Relay:
                 yield message
             return
         final = translate.reply_for_client(request, reply, client, info)
-        if client.era is Era.MODERN and request.method == "server/discover" and isinstance(final.get("result"), dict):
-            final = {**final, "result": self._discovered(final["result"])}
+        result = final.get("result")
+        if client.era is Era.MODERN and isinstance(result, dict):
+            if request.method == "server/discover":
+                final = {**final, "result": self._discovered(result)}
+            elif info.era is Era.MODERN and task_rules.is_task_result(result):  # a child's own task
+                final = {**final, "result": self.tasks.adopt(call.child, result, client)}
         yield events.Final(final)
 
     # -- a modern child's input_required, for a legacy client ------------------------------

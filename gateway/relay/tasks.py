@@ -18,6 +18,10 @@ states and wire shapes); this module runs them:
   at the child as for any abandoned retry.
 - ``tasks/cancel`` cancels the run: the child exchange is left, which sends
   ``notifications/cancelled``; a parked round is taken and closed at once.
+- **Pass-through** (rule 7): a modern child that serves the extension itself keeps its tasks;
+  ``adopt`` gives its task handle a gateway id, and ``tasks/*`` for that id are sent to the
+  same child with the child's id (``PASS_THROUGH_TIMEOUT``). Only the mapping is kept; a child
+  that has since stopped makes the task "not found".
 - Outcomes are kept for the TTL; the bounds (``MAX_TASKS_PER_PRINCIPAL``, ``MAX_TASKS``,
   ``MAX_RESULT_BYTES``, ``MAX_BYTES_PER_PRINCIPAL``) are checked before a task is made, and
   past one a call is answered synchronously, as the extension allows.
@@ -31,15 +35,15 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import anyio
 import orjson
 from anyio.abc import TaskGroup
 
-from gateway.errors import CODE_INPUT_TIMEOUT, GATEWAY_NAME, GatewayError
+from gateway.errors import CODE_INPUT_TIMEOUT, GATEWAY_NAME, ChildError, GatewayError
 from gateway.protocol import tasks as rules
-from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, JsonObject, Request, error_object
+from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, ErrorReply, JsonObject, Request, error_object
 from gateway.protocol.owner import Owner
 from gateway.protocol.tasks import Task, TaskPolicy
 from gateway.relay import events
@@ -47,13 +51,16 @@ from gateway.relay.client import ClientContext
 from gateway.relay.rejected import Rejected
 from gateway.relay.suspensions import Call, Suspension
 from gateway.relay.translate import response
+from gateway.stdio.child import StdioChild
 
 if TYPE_CHECKING:
     from gateway.relay.exchange import Relay
 
 log = logging.getLogger("gateway.tasks")
 
-TASK_PROGRESS_PREFIX = "gateway-task:"
+PASS_THROUGH_TIMEOUT: Final = 30.0
+"""Seconds a child that keeps its own tasks has to answer a ``tasks/*`` request."""
+TASK_PROGRESS_PREFIX: Final = "gateway-task:"
 """The progressToken the gateway gives a task's call when the client gave none: the child's
 progress then reaches the task's ``statusMessage``."""
 
@@ -69,6 +76,16 @@ class _Run:
     state: str | None = None  # the parked round's requestState
     answers: dict[str, JsonObject] | None = None
     answered: anyio.Event = field(default_factory=anyio.Event)
+
+
+@dataclass
+class _Passed:
+    """A child's own task (rule 7): where ``tasks/*`` for it go."""
+
+    principal: str
+    child: StdioChild
+    child_task_id: str
+    expires_at: float
 
 
 class TaskStore:
@@ -88,13 +105,14 @@ class TaskStore:
         self._key = key
         self._clock = clock
         self._runs: dict[str, _Run] = {}  # in creation order: the oldest first
+        self._passed: dict[str, _Passed] = {}  # children's own tasks, in creation order
         self._live: dict[str, int] = {}  # principal → unfinished tasks
         self._kept: dict[str, int] = {}  # principal → bytes of kept outcomes
         self._next_expiry = float("inf")
         self._change = anyio.Event()  # set (and replaced) whenever a task changes
 
     def __len__(self) -> int:
-        return len(self._runs)
+        return len(self._runs) + len(self._passed)
 
     @property
     def enabled(self) -> bool:
@@ -104,9 +122,13 @@ class TaskStore:
         return sum(self._live.values())
 
     def status(self, task_id: str) -> str | None:
-        """A task's status (None: not held), for ``/status`` and tests."""
+        """A task's status (None: not held here, or a child's own task), for tests."""
         run = self._runs.get(task_id)
         return run.task.status if run is not None else None
+
+    def passes_through(self, task_id: str) -> bool:
+        """Whether ``task_id`` is a child's own task that the gateway only routes."""
+        return task_id in self._passed
 
     async def changed(self) -> None:
         """Return at the next change of any task (what a status notification would follow)."""
@@ -169,9 +191,24 @@ class TaskStore:
         log.info("%s: %s runs as task %s…", self.server, (request.params or {}).get("name"), task_id[:14])
         return response(request.id, result=task.created_result())
 
+    def adopt(self, child: StdioChild, result: JsonObject, client: ClientContext) -> JsonObject:
+        """A child's own task handle, under a gateway id that routes back to it (rule 7)."""
+        now = self._clock()
+        self._purge(now)
+        if len(self) >= rules.MAX_TASKS:  # make room with the oldest of this principal's mappings
+            mine = [key for key, passed in self._passed.items() if passed.principal == _owner_of(client)]
+            if mine:
+                del self._passed[mine[0]]
+        task_id = rules.mint_task_id(self._owner, self._key, secrets.token_bytes(rules.TASK_RANDOM_BYTES))
+        ttl = result.get("ttlMs")
+        keep = ttl / 1000 if isinstance(ttl, int) and ttl > 0 else self.policy.ttl
+        self._passed[task_id] = _Passed(_owner_of(client), child, str(result["taskId"]), now + keep)
+        self._next_expiry = min(self._next_expiry, now + keep)
+        return {**result, "taskId": task_id}
+
     # -- tasks/* ----------------------------------------------------------------------------
 
-    def answer(self, request: Request, client: ClientContext) -> JsonObject:
+    async def answer(self, request: Request, client: ClientContext) -> JsonObject:
         """The response to a modern client's ``tasks/get``, ``tasks/update`` or ``tasks/cancel``."""
         if not self.enabled:
             return response(request.id, error=error_object(METHOD_NOT_FOUND, f"{request.method}: tasks are off here"))
@@ -182,6 +219,9 @@ class TaskStore:
             return response(request.id, error=rules.params_error(request.method, "taskId (a string) is required"))
         now = self._clock()
         self._purge(now)
+        passed = self._passed.get(task_id)
+        if passed is not None and passed.principal == _owner_of(client):
+            return await self._pass(passed, task_id, request)
         run = self._runs.get(task_id)
         if run is None or run.task.principal != _owner_of(client):
             return response(request.id, error=rules.not_found_error(task_id))
@@ -206,6 +246,23 @@ class TaskStore:
                 run.scope.cancel()
             log.info("%s: task %s… cancelled by the client", self.server, task_id[:14])
         return response(request.id, result={"resultType": "complete"})
+
+    async def _pass(self, passed: _Passed, task_id: str, request: Request) -> JsonObject:
+        """``tasks/*`` for a child's own task: sent to that child under its id, answered under ours."""
+        if not passed.child.is_alive():
+            self._passed.pop(task_id, None)
+            return response(request.id, error=rules.not_found_error(task_id))
+        params = {**(request.params or {}), "taskId": passed.child_task_id}
+        try:
+            reply = await passed.child.request(request.method, params, timeout=PASS_THROUGH_TIMEOUT)
+        except ChildError as exc:
+            return response(request.id, error=exc.error_object())
+        if isinstance(reply, ErrorReply):
+            return response(request.id, error=reply.error)
+        result = dict(reply.result)
+        if "taskId" in result:
+            result["taskId"] = task_id
+        return response(request.id, result=result)
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -342,10 +399,16 @@ class TaskStore:
                 )
 
     def _purge(self, now: float) -> None:
-        """Drop ended tasks past their TTL (a still-running task is never dropped)."""
+        """Drop ended tasks past their TTL (a still-running task is never dropped), and
+        children's own tasks past theirs."""
         if now < self._next_expiry:
             return
         self._next_expiry = float("inf")
+        for task_id, passed in list(self._passed.items()):
+            if passed.expires_at <= now:
+                del self._passed[task_id]
+            else:
+                self._next_expiry = min(self._next_expiry, passed.expires_at)
         for task_id, run in list(self._runs.items()):
             expires = run.task.expires_at()
             if run.task.is_terminal and expires <= now:

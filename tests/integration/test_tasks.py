@@ -108,14 +108,14 @@ def created(reply: httpx.Response) -> dict[str, Any]:
     assert reply.status_code == 200, reply.text
     assert reply.headers["content-type"] == "application/json"
     result: dict[str, Any] = reply.json()["result"]
-    assert set(result) == {"resultType", "taskId", "status", "createdAt", "lastUpdatedAt", "ttlMs", "pollIntervalMs"}
+    required = {"resultType", "taskId", "status", "createdAt", "lastUpdatedAt", "ttlMs"}
+    assert required <= set(result) <= required | {"pollIntervalMs", "statusMessage", "_meta"}, result
     assert result["resultType"] == "task"
     assert result["status"] == rules.WORKING
     assert ISO.match(result["createdAt"])
     assert ISO.match(result["lastUpdatedAt"])
     assert type(result["ttlMs"]) is int
-    assert result["ttlMs"] == int(rules.DEFAULT_TTL * 1000)
-    assert type(result["pollIntervalMs"]) is int
+    assert type(result.get("pollIntervalMs", 0)) is int
     return result
 
 
@@ -271,6 +271,45 @@ async def test_server_discover_advertises_the_extension_under_capabilities_exten
     capabilities = reply.json()["result"]["capabilities"]
     assert capabilities["extensions"][rules.EXTENSION] == {}
     assert "tasks" not in capabilities
+
+
+# -- a child that serves tasks itself ----------------------------------------------------------
+
+
+async def test_a_modern_childs_own_tasks_pass_through_under_gateway_ids_for_concurrent_clients(
+    tmp_path: Path,
+) -> None:
+    gates = [tmp_path / f"own{n}" for n in range(3)]
+    with anyio.fail_after(WAIT):
+        async with gateway(server_spec("--era", "modern", "--serve-tasks")) as gw:
+            clients = [gw.client(token) for token in TOKENS]
+            ids = [""] * 3
+
+            async def start(n: int) -> None:
+                ids[n] = created(await clients[n].call("own_task", {"gate": str(gates[n])}))["taskId"]
+
+            async with anyio.create_task_group() as tg:
+                for n in range(3):
+                    tg.start_soon(start, n)
+            working = [await client.get(task_id) for client, task_id in zip(clients, ids, strict=True)]
+            stranger = await clients[1].task(rules.GET, ids[0])
+            cancel = await clients[2].task(rules.CANCEL, ids[2])
+            for gate in gates[:2]:
+                await anyio.Path(gate).touch()
+            await gw.call("own_tasks_done", {"count": 3}, meta={})
+            finals = [await client.get(task_id) for client, task_id in zip(clients, ids, strict=True)]
+            kept_runs = gw.store.live(), all(gw.store.passes_through(task_id) for task_id in ids)
+    assert all(task_id.startswith(rules.TASK_ID_PREFIX) for task_id in ids)  # the gateway's ids, not the child's
+    assert [task["status"] for task in working] == [rules.WORKING] * 3
+    assert [task["taskId"] for task in working] == ids
+    assert stranger.json()["error"]["code"] == INVALID_PARAMS
+    assert cancel.json()["result"]["resultType"] == "complete"
+    assert [task["status"] for task in finals] == [rules.COMPLETED, rules.COMPLETED, rules.CANCELLED]
+    assert [task["result"]["content"][0]["text"] for task in finals[:2]] == [
+        "own child-task-1",
+        "own child-task-2",
+    ] or {task["result"]["content"][0]["text"] for task in finals[:2]} <= {f"own child-task-{n}" for n in (1, 2, 3)}
+    assert kept_runs == (0, True)  # only the mapping is kept: no run, no result in the gateway
 
 
 # -- a proxy that cuts every request ---------------------------------------------------------

@@ -487,6 +487,85 @@ def add_test_tools(server: StdioServer) -> None:
         server.add_tool(Tool(name, description, schema, handler))
 
 
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+
+def add_own_tasks(server: StdioServer) -> None:
+    """``--serve-tasks``: the server serves the Tasks extension itself (a modern child that
+    keeps its tasks): ``own_task`` answers a client that declared the extension with a task
+    handle, and the task completes once the file ``gate`` exists; ``tasks/get`` and
+    ``tasks/cancel`` are answered from this process's memory; ``own_tasks_done`` waits until
+    ``count`` of them have ended."""
+    server.capabilities.setdefault("extensions", {})[TASKS_EXTENSION] = {}
+    tasks: dict[str, JsonObject] = {}
+    changed = threading.Condition()
+
+    def stamp() -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime())
+
+    def own_task(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        gate = str_arg(args, "gate")
+        caps = ctx.meta.get("io.modelcontextprotocol/clientCapabilities")
+        extensions = caps.get("extensions") if isinstance(caps, dict) else None
+        if not isinstance(extensions, dict) or TASKS_EXTENSION not in extensions:
+            return text_result("no tasks: ran synchronously", structured={"gate": gate})
+        with changed:
+            task_id = f"child-task-{len(tasks) + 1}"
+            task: JsonObject = {"taskId": task_id, "status": "working", "createdAt": stamp(), "lastUpdatedAt": stamp()}
+            task["ttlMs"] = 60_000
+            tasks[task_id] = task
+
+        def work() -> None:
+            while not os.path.exists(gate):
+                with changed:
+                    if task["status"] != "working":
+                        return
+                time.sleep(0.02)
+            with changed:
+                if task["status"] == "working":
+                    task.update(status="completed", lastUpdatedAt=stamp(), result=text_result(f"own {task_id}"))
+                changed.notify_all()
+
+        threading.Thread(target=work, name=f"own-task:{task_id}", daemon=True).start()
+        return {"resultType": "task", **task}
+
+    def get(params: JsonObject) -> JsonObject:
+        with changed:
+            task = tasks.get(str(params.get("taskId")))
+            if task is None:
+                raise RpcError(-32602, f"no task {params.get('taskId')!r}")
+            return dict(task)
+
+    def cancel(params: JsonObject) -> JsonObject:
+        with changed:
+            task = tasks.get(str(params.get("taskId")))
+            if task is None:
+                raise RpcError(-32602, f"no task {params.get('taskId')!r}")
+            if task["status"] == "working":
+                task.update(status="cancelled", lastUpdatedAt=stamp())
+            changed.notify_all()
+        return {}
+
+    def own_tasks_done(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        count = int_arg(args, "count", minimum=0, default=1)
+        with changed:
+            changed.wait_for(lambda: sum(t["status"] != "working" for t in tasks.values()) >= count, 10)
+            return _json_result("ended", sorted(t["taskId"] for t in tasks.values() if t["status"] != "working"))
+
+    server.request_handlers.update({"tasks/get": get, "tasks/cancel": cancel})
+    server.add_tool(
+        Tool(
+            "own_task",
+            "A task of this server's own (with --serve-tasks).",
+            object_schema({"gate": _str("gate")}),
+            own_task,
+        )
+    )
+    server.add_tool(
+        Tool("own_tasks_done", "Wait until count own tasks ended.", object_schema({"count": _int("n")}), own_tasks_done)
+    )
+
+
 def mark_task_support(server: StdioServer, names: list[str]) -> None:
     """``--task-support NAME``: declare ``execution.taskSupport: optional`` on these tools."""
     for name in names:
@@ -641,6 +720,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--logging", action="store_true", help="declare logging; the log tool honours levels")
     parser.add_argument("--cache-roots", action="store_true", help="fetch roots at start and on roots/list_changed")
     parser.add_argument("--record", default=None, metavar="FILE", help="append every line read from stdin to FILE")
+    parser.add_argument("--serve-tasks", action="store_true", help="serve the Tasks extension itself (own_task)")
     parser.add_argument(
         "--task-support", action="append", default=[], metavar="TOOL", help="mark TOOL execution.taskSupport optional"
     )
@@ -683,6 +763,8 @@ def main(argv: list[str] | None = None) -> None:
         add_header_tools(server)
         add_logging_tools(server)
         mark_task_support(server, options.task_support)
+        if options.serve_tasks:
+            add_own_tasks(server)
         if options.cache_roots:
             add_roots_cache(server)
         if options.banner is not None:

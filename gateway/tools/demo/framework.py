@@ -127,6 +127,8 @@ class StdioServer:
         self._cancels_changed = threading.Condition(self._lock)
         # Extra handling of client notifications by method (run on the reader thread, in order).
         self.notification_handlers: dict[str, Callable[[JsonObject], None]] = {}
+        # Extra requests answered inline, by method (params → result, or RpcError).
+        self.request_handlers: dict[str, Callable[[JsonObject], JsonObject]] = {}
         # Modern listens: id → (listen id, notification methods, resource URIs) granted.
         self._listens: dict[tuple[type, Any], tuple[RequestId, frozenset[str], tuple[str, ...]]] = {}
         self._out_ids = itertools.count(1)
@@ -442,6 +444,9 @@ class StdioServer:
         if method == "tools/list":
             tools: JsonObject = self._tools_page(params.get("cursor"))
             return tools | self._cache_hints() if era == "modern" else tools
+        handler = self.request_handlers.get(method)
+        if handler is not None:
+            return handler(params)
         raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
 
     def _tools_page(self, cursor: Any) -> JsonObject:
