@@ -70,12 +70,24 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def base_url(settings: Settings, port: int) -> str:
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return f"{settings.scheme}://{host}:{port}"
+
+
 def endpoint_urls(settings: Settings, port: int) -> list[str]:
     """Every MCP endpoint the gateway serves, as URLs (a single server also at ``/mcp``)."""
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    base = f"{settings.scheme}://{host}:{port}"
+    base = base_url(settings, port)
     urls = [f"{base}/servers/{server.name}/mcp" for server in settings.servers]
     return [f"{base}/mcp", *urls] if len(settings.servers) == 1 else urls
+
+
+def operations_urls(settings: Settings, port: int) -> list[str]:
+    """The pages beside the MCP endpoints: live status, its JSON, the Prometheus page
+    (unless ``--no-metrics``) and the probes."""
+    base = base_url(settings, port)
+    paths = ["/ui", "/status", *(["/metrics"] if settings.metrics else []), "/healthz", "/readyz"]
+    return [base + path for path in paths]
 
 
 def build_app(
@@ -172,6 +184,7 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
     urls = endpoint_urls(settings, port)
     for url in urls:
         log.info("MCP endpoint: %s", url)
+    log.info("operations: %s", " ".join(operations_urls(settings, port)))
     if settings.is_demo:
         log.info("try: mcp-stdio-gateway call %s echo --arg message=hello", urls[0])
     if settings.advertise_url is not None:
