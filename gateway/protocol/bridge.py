@@ -185,4 +185,5 @@ def initialize_result(requested: str, child: ChildInfo) -> JsonObject:
     }
     if child.instructions:
         out["instructions"] = child.instructions
+    out["_meta"] = {CHILD_META: {"era": child.era.value, "protocolVersion": child.version}}  # as discover_result
     return out

@@ -12,7 +12,8 @@ first answer is awaited (a gateway answers only once its server has started).
 
 Exit codes (``gateway.tools.call.errors``): 0 success; 1 a JSON-RPC error, an ``isError``
 result or an ``input_required`` this command cannot serve, with the server's message;
-2 usage, connection, handshake and ``--timeout`` failures. ``run_call`` is the async
+2 usage, connection and handshake failures; 124 ``--timeout`` expired. Options may come
+before, between or after URL and TOOL. ``run_call`` is the async
 entry (tests await it next to a gateway in the same event loop); ``main`` runs it.
 """
 
@@ -38,7 +39,15 @@ from gateway.protocol.xmcpheader import filter_tools, tool_header_params
 from gateway.tools.call import render, tools
 from gateway.tools.call.asks import Asker, AskRefused, ReadLine
 from gateway.tools.call.connection import McpConnection, Mode, ServerRequestHandler, open_connection
-from gateway.tools.call.errors import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, ClientError, ServerError, UsageError
+from gateway.tools.call.errors import (
+    EXIT_OK,
+    EXIT_SERVER_ERROR,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    ClientError,
+    ServerError,
+    UsageError,
+)
 
 PROGRESS_TOKEN: Final = "mcp-stdio-gateway-call"
 """One call per process, so one fixed token is unique among our active requests."""
@@ -54,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Call a tool of a Streamable HTTP MCP endpoint (modern 2026-07-28 or legacy), "
         "showing its progress and printing its result.",
         epilog="Example: mcp-stdio-gateway call http://127.0.0.1:8000/mcp countdown --arg steps=3. "
-        "Exit status: 0 success, 1 error from the server or the tool, 2 usage or connection error.",
+        "Exit status: 0 success, 1 error from the server or the tool, 2 usage or connection error, "
+        "124 --timeout expired. Options may come anywhere, before or after URL and TOOL.",
     )
     parser.add_argument("url", help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
     parser.add_argument("tool", nargs="?", help="the tool to call (omit with --list)")
@@ -121,7 +131,7 @@ async def run_call(
     """Run ``call`` with ``argv`` (after the subcommand); return the exit status."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_intermixed_args(argv)  # options anywhere: URL --mode legacy TOOL
     except SystemExit as exc:  # --help, or argparse's own usage error (already printed)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     out = out or Console(soft_wrap=True, emoji=False, highlight=False)
@@ -140,7 +150,7 @@ async def run_call(
             return await _run(args, out, err, transport, asker)
     except TimeoutError:
         render.print_error(err, f"no answer within {args.timeout:g} s (--timeout)")
-        return EXIT_USAGE
+        return EXIT_TIMEOUT
     except ClientError as exc:
         render.print_error(err, exc.message)
         return exc.exit_code
@@ -178,6 +188,8 @@ async def _run(
             async def fetch(cursor: str | None) -> Reply:
                 return await connection.request("tools/list", {"cursor": cursor} if cursor else None)
 
+            if args.list:
+                await connection.describe()  # forced modern: who answers is known only from server/discover
             listing = await tools.walk_pages(fetch, "tools")
             waiting.stop()
             kept, dropped = filter_tools(listing.items)

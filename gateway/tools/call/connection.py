@@ -133,6 +133,16 @@ class McpConnection:
         self.info = await self._initialize()
         return self.info
 
+    async def describe(self) -> None:
+        """Learn the server's info when ``--mode modern`` skipped the probe: ``server/discover``
+        as an ordinary request (a failure leaves the info as it was)."""
+        if self.info is None or self.info.era is not Era.MODERN or self.info.raw:
+            return
+        reply = await self.request(handshake.DISCOVER)
+        info = handshake.classify_probe(reply)
+        if info is not None and info.version == self.info.version:
+            self.info = info
+
     async def _discover(self) -> _Answer:
         request = Request(next(self._ids), handshake.DISCOVER, handshake.probe_params(__version__))
         headers = self._modern_headers(request, versions.LATEST_MODERN)
