@@ -192,6 +192,8 @@ async def _run(
                 await connection.describe()  # forced modern: who answers is known only from server/discover
             listing = await tools.walk_pages(fetch, "tools")
             waiting.stop()
+            if connection.redirected_from is not None:
+                err.print(Text(f"note: {connection.redirected_from} redirects to {connection.url}; use that URL"))
             kept, dropped = filter_tools(listing.items)
             if args.list:
                 if listing.error is not None:
