@@ -81,6 +81,7 @@ class Relay:
     def __init__(self, router: Router, *, gateway_version: str = "0", suspensions: Suspensions | None = None) -> None:
         self.router = router
         self.catalog = ToolCatalog(gateway_version)
+        self.gateway_version = gateway_version
         self.suspensions = suspensions if suspensions is not None else Suspensions(router.server.name)
         # Per-client settings on shared legacy children (log level, roots); the HTTP edge sets it.
         self.settings: SharedSettings | None = None
@@ -157,6 +158,12 @@ class Relay:
                 async for message in self._drive(Call(child, ex, stack), request, client, resumed=False):
                     yield message
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
+            if client.era is Era.MODERN and request.method == "server/discover":
+                # The probe succeeds and the next request carries the reason (bridge.unavailable_discover).
+                about = {"name": self.router.server.name, "version": self.gateway_version}
+                result = bridge.unavailable_discover(exc.error_object(), about)
+                yield events.Final(response(request.id, result=result))
+                return
             yield events.Final(response(request.id, error=exc.error_object()))
 
     async def _drive(

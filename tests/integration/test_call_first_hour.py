@@ -85,7 +85,7 @@ async def test_a_server_that_cannot_start_is_reported_with_its_exit_not_as_a_fai
         async with running_gateway(server_spec("--exit-at-start", "3")) as url:
             run = await call(url, "echo")
     assert run.code == 2
-    assert "could not answer server/discover: cannot start" in run.err
+    assert "answers, but its server cannot start: cannot start" in run.err
     assert "exited with code 3" in run.err
     assert "initialize failed" not in run.err
 

@@ -3,7 +3,8 @@
 Contract:
 
 * ``refusal`` says why an answer refuses the endpoint (401, 403, a wrong path's 404, a
-  redirect, a gateway-local error to the handshake), with a hint; None when it does not.
+  redirect, a gateway-local error to the handshake or a start error a gateway's
+  ``server/discover`` names), with a hint; None when it does not.
 * ``suggested_url`` is the "did you mean …?" of a 404. When the 404 comes from this
   gateway, its message names the endpoints it serves (``this gateway serves /mcp (also
   /servers/NAME/mcp)`` or ``/servers/{a,b,…}/mcp``, see ``gateway.http.app.served_endpoints``):
@@ -25,7 +26,8 @@ from typing import Final
 import httpx
 
 from gateway.protocol import handshake, jsonrpc
-from gateway.protocol.jsonrpc import ErrorReply, Reply
+from gateway.protocol.bridge import CHILD_META
+from gateway.protocol.jsonrpc import ErrorReply, Reply, Result
 
 MCP_SEGMENT: Final = "mcp"
 SEGMENT_LIKENESS: Final = 0.6
@@ -117,4 +119,17 @@ def refusal(
     opening = method in (handshake.DISCOVER, handshake.INITIALIZE)
     if opening and isinstance(reply, ErrorReply) and reply.code in GATEWAY_CODES:
         return f"{url} could not answer {method}{said}"
+    start_error = _start_error(reply) if method == handshake.DISCOVER else None
+    if start_error is not None:
+        return f"{url} answers, but its server cannot start: {start_error}"
     return None
+
+
+def _start_error(reply: Reply | None) -> str | None:
+    """The start error a gateway names in its ``server/discover`` result while its server
+    cannot start (``gateway.protocol.bridge.unavailable_discover``), else None."""
+    meta = reply.result.get("_meta") if isinstance(reply, Result) else None
+    child = meta.get(CHILD_META) if isinstance(meta, dict) else None
+    error = child.get("error") if isinstance(child, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) else None
