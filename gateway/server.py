@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import shlex
 import signal
 import socket
 import sys
@@ -186,7 +187,9 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         log.info("MCP endpoint: %s", url)
     log.info("operations: %s", " ".join(operations_urls(settings, port)))
     if settings.is_demo:
-        log.info("try: mcp-stdio-gateway call %s echo --arg message=hello", urls[0])
+        # A self-signed certificate is trusted by nobody yet: the try line names it for call.
+        cacert = f" --cacert {shlex.quote(settings.tls_cert_file)}" if settings.tls_cert_file else ""
+        log.info("try: mcp-stdio-gateway call %s echo --arg message=hello%s", urls[0], cacert)
     if settings.advertise_url is not None:
         log.info("owner routing: other instances reach this one at %s", settings.own_advertise_url())
     if settings.workers > 1:

@@ -20,6 +20,7 @@ entry (tests await it next to a gateway in the same event loop); ``main`` runs i
 from __future__ import annotations
 
 import argparse
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Final
@@ -105,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--json stays the arguments' flag",
     )
     parser.add_argument(
+        "--cacert",
+        metavar="FILE",
+        help="also trust the certificates in FILE (PEM) for https, e.g. a self-signed gateway's "
+        "--tls-cert-file; a server certificate itself may be given (without this flag: the "
+        "system's CAs, or SSL_CERT_FILE when set)",
+    )
+    parser.add_argument(
         "--root",
         action="append",
         default=[],
@@ -174,6 +182,7 @@ async def _run(
     base = tools.parse_json_arguments(args.json) if args.json is not None else {}
     headers = dict(parse_header(text) for text in args.header)
     url = _checked_url(args.url)
+    verify = trusting(args.cacert) if args.cacert else True
     screen = render.Screen()
     with render.Waiting(err, url, screen) as waiting:
         async with open_connection(
@@ -181,6 +190,7 @@ async def _run(
             Mode(args.mode),
             headers,
             transport=transport,
+            verify=verify,
             capabilities=asker.capabilities(),
             on_request=_answerer(asker, screen),
         ) as connection:
@@ -307,6 +317,19 @@ class Call:
         else:
             render.print_result(result, self.out)
         return EXIT_SERVER_ERROR if failed else EXIT_OK
+
+
+def trusting(cafile: str) -> ssl.SSLContext:
+    """The default trust (httpx's: SSL_CERT_FILE when set, else certifi's CAs) plus ``cafile``.
+    A certificate in ``cafile`` is an anchor even when it is not a CA's (partial chains), so
+    a gateway's own ``--tls-cert-file`` works, whoever issued it."""
+    context = httpx.create_ssl_context()
+    try:
+        context.load_verify_locations(cafile=cafile)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"--cacert: cannot load {cafile}: {getattr(exc, 'strerror', None) or exc}") from exc
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
 
 
 def _checked_url(text: str) -> str:

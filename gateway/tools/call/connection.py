@@ -41,6 +41,7 @@ Contract:
 from __future__ import annotations
 
 import itertools
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -340,12 +341,14 @@ async def open_connection(
     extra_headers: Mapping[str, str] | None = None,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
+    verify: ssl.SSLContext | bool = True,
     capabilities: JsonObject | None = None,
     on_request: ServerRequestHandler | None = None,
 ) -> AsyncIterator[McpConnection]:
-    """Open (detect the era, start a legacy session) and always close."""
+    """Open (detect the era, start a legacy session) and always close. ``verify``: the TLS
+    trust (``--cacert``), as httpx takes it."""
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
-    async with httpx.AsyncClient(timeout=timeout, transport=transport) as http:
+    async with httpx.AsyncClient(timeout=timeout, transport=transport, verify=verify) as http:
         connection = McpConnection(http, url, extra_headers, capabilities=capabilities, on_request=on_request)
         try:
             await connection.open(mode)
@@ -410,5 +413,7 @@ def _reply_from_json(body: bytes) -> Reply | None:
 def _describe_http_error(exc: httpx.HTTPError) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return "timed out connecting"
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return f"{exc}; to trust this server's certificate, pass --cacert FILE (or set SSL_CERT_FILE)"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
