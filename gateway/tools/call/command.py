@@ -37,7 +37,7 @@ from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply, Request, Res
 from gateway.protocol.roots import parse_root
 from gateway.protocol.versions import Era
 from gateway.protocol.xmcpheader import filter_tools, tool_header_params
-from gateway.tools.call import render, tools
+from gateway.tools.call import render, startwatch, tools
 from gateway.tools.call.asks import Asker, AskRefused, ReadLine
 from gateway.tools.call.connection import McpConnection, Mode, ServerRequestHandler, open_connection
 from gateway.tools.call.errors import (
@@ -185,43 +185,52 @@ async def _run(
     verify = trusting(args.cacert) if args.cacert else True
     screen = render.Screen()
     with render.Waiting(err, url, screen) as waiting:
-        async with open_connection(
-            url,
-            Mode(args.mode),
-            headers,
-            transport=transport,
-            verify=verify,
-            capabilities=asker.capabilities(),
-            on_request=_answerer(asker, screen),
-        ) as connection:
+        watcher = None
+        if waiting.running and transport is None:  # a given transport is a test's whole world
 
-            async def fetch(cursor: str | None) -> Reply:
-                return await connection.request("tools/list", {"cursor": cursor} if cursor else None)
+            async def watcher() -> None:
+                await startwatch.watch(url, headers, verify, waiting.on_detail)
 
-            if args.list:
-                await connection.describe()  # forced modern: who answers is known only from server/discover
-            listing = await tools.walk_pages(fetch, "tools")
-            waiting.stop()
-            if connection.redirected_from is not None:
-                err.print(Text(f"note: {connection.redirected_from} redirects to {connection.url}; use that URL"))
-            kept, dropped = filter_tools(listing.items)
-            if args.list:
+        async def session() -> int:  # the connection, the list, then the list shown or the call
+            async with open_connection(
+                url,
+                Mode(args.mode),
+                headers,
+                transport=transport,
+                verify=verify,
+                capabilities=asker.capabilities(),
+                on_request=_answerer(asker, screen),
+            ) as connection:
+
+                async def fetch(cursor: str | None) -> Reply:
+                    return await connection.request("tools/list", {"cursor": cursor} if cursor else None)
+
+                if args.list:
+                    await connection.describe()  # forced modern: who answers is known only from server/discover
+                listing = await tools.walk_pages(fetch, "tools")
+                waiting.stop()
+                if connection.redirected_from is not None:
+                    err.print(Text(f"note: {connection.redirected_from} redirects to {connection.url}; use that URL"))
+                kept, dropped = filter_tools(listing.items)
+                if args.list:
+                    if listing.error is not None:
+                        if not listing.items:
+                            raise ServerError(f"tools/list failed: {listing.error}")
+                        render.print_error(err, f"the list may be incomplete: {listing.error}")
+                    if args.raw:
+                        render.print_raw(out, {"tools": kept})
+                    else:
+                        render.print_tools(out, connection.info, kept, _child_era(connection))
+                    render.print_hidden(err, dropped)
+                    return EXIT_OK
                 if listing.error is not None:
-                    if not listing.items:
-                        raise ServerError(f"tools/list failed: {listing.error}")
-                    render.print_error(err, f"the list may be incomplete: {listing.error}")
-                if args.raw:
-                    render.print_raw(out, {"tools": kept})
-                else:
-                    render.print_tools(out, connection.info, kept, _child_era(connection))
-                render.print_hidden(err, dropped)
-                return EXIT_OK
-            if listing.error is not None:
-                err.print(
-                    Text(f"could not list the tools ({listing.error}); calling without the schema", style="yellow")
-                )
-            call = Call(connection, asker, out, err, screen, raw=args.raw)
-            return await call.run(args.tool, base, pairs, kept, dict(dropped))
+                    err.print(
+                        Text(f"could not list the tools ({listing.error}); calling without the schema", style="yellow")
+                    )
+                call = Call(connection, asker, out, err, screen, raw=args.raw)
+                return await call.run(args.tool, base, pairs, kept, dict(dropped))
+
+        return await startwatch.beside(session, watcher)
 
 
 def _child_era(connection: McpConnection) -> str | None:
