@@ -8,11 +8,12 @@ on the first argument before the serve parser runs, so ``mcp-stdio-gateway [serv
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from gateway import __version__, helptext
 from gateway.config import Settings
@@ -143,7 +144,7 @@ def pool_settings(values: dict[str, Any]) -> PoolSettings:
     try:
         return PoolSettings(**values)
     except ValueError as exc:
-        raise ConfigError("pool", str(exc)) from exc
+        raise ConfigError("--pool-min/--pool-max", str(exc)) from exc
 
 
 def oauth_policy(values: dict[str, Any]) -> OAuthPolicy | None:
@@ -159,12 +160,32 @@ def oauth_policy(values: dict[str, Any]) -> OAuthPolicy | None:
 
 
 SUBCOMMANDS = frozenset({"call", "inspect"})
+SUBCOMMAND_LIKENESS: Final = 0.6
+"""How alike (``difflib`` ratio) a first word must be to a subcommand to be taken for a typo
+of it: ``cal``, ``inpsect``, ``calll`` are; ``npx``, ``node``, ``uvx``, ``python`` are not."""
+
+
+def mistyped_subcommand(argv: Sequence[str]) -> str | None:
+    """The subcommand a bare first word (no ``--`` before it, not a flag) looks like a typo
+    of, or None. ``mcp-stdio-gateway cal URL`` would otherwise serve a program named ``cal``."""
+    if not argv or argv[0].startswith("-") or argv[0] in SUBCOMMANDS:
+        return None
+    close = difflib.get_close_matches(argv[0], sorted(SUBCOMMANDS), n=1, cutoff=SUBCOMMAND_LIKENESS)
+    return close[0] if close else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in SUBCOMMANDS:
         return run_subcommand(argv[0], argv[1:])
+    meant = mistyped_subcommand(argv)
+    if meant is not None:
+        print(
+            f"mcp-stdio-gateway: unknown command {argv[0]!r}; did you mean `{meant}`? "
+            f"(to serve a program named {argv[0]}, put -- before it: mcp-stdio-gateway -- {argv[0]} …)",
+            file=sys.stderr,
+        )
+        return 2
     from gateway import server  # imported late: --help and --version stay fast
 
     try:

@@ -38,6 +38,16 @@ ADVERTISE_AUTO: Final = "auto"
 to (a container's or pod's own IP in Docker and Kubernetes)."""
 
 
+def flag_of(field_name: str) -> str:
+    """The command-line flag of a ``Settings`` field: errors name what the user typed
+    (``--tls-cert-file``), not the attribute behind it (``tls_cert_file``)."""
+    return next((str(s.flag) for s in GATEWAY_WIDE if s.field == field_name), field_name)
+
+
+SECRET_FLAG: Final = flag_of("state_secret_file")
+ADVERTISE_FLAG: Final = flag_of("advertise_url")
+
+
 def demo_server() -> ServerConfig:
     command = demo_command()
     return ServerConfig("demo", ChildSpec(command[0], command[1:], name="demo"))
@@ -75,23 +85,23 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not self.servers:
-            raise ConfigError("servers", "no server to run")
+            raise ConfigError("--config", "no server to run")
         names = [s.name for s in self.servers]
         if len(set(names)) != len(names):
-            raise ConfigError("servers", "server names must be unique")
+            raise ConfigError("--config", "server names must be unique")
         for setting in GATEWAY_WIDE:  # each value's own check, as gateway.settings declares it
             problem = setting.problem(getattr(self, str(setting.field)))
             if problem is not None:
-                raise ConfigError(str(setting.field), problem)
+                raise ConfigError(setting.flag, problem)
         for server in self.servers:
             if server.max_sessions_per_principal < 1:
-                raise ConfigError(f"{server.name}: max_sessions_per_principal", "must be at least 1")
+                raise ConfigError(f"--max-sessions-per-principal (server {server.name})", "must be at least 1")
         if self.trusted_proxies and self.principal_header is None:
-            raise ConfigError("trusted_proxy", "only means something with --principal-header")
+            raise ConfigError("--trusted-proxy", "only means something with --principal-header")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
-            raise ConfigError("tls_cert_file", "--tls-cert-file and --tls-key-file go together")
+            raise ConfigError(flag_of("tls_cert_file"), "--tls-cert-file and --tls-key-file go together")
         if self.tls_client_ca_file and not self.tls_cert_file:
-            raise ConfigError("tls_client_ca_file", "mutual TLS needs --tls-cert-file and --tls-key-file")
+            raise ConfigError(flag_of("tls_client_ca_file"), "mutual TLS needs --tls-cert-file and --tls-key-file")
         if self.advertise_url is not None:
             self._check_advertise_url(self.advertise_url)
 
@@ -100,7 +110,7 @@ class Settings:
         if url == ADVERTISE_AUTO:
             pass
         elif not sep or scheme not in ("http", "https") or not rest.strip("/") or "/" in rest.rstrip("/"):
-            raise ConfigError("advertise_url", f"{url!r} is not a base URL like http://10.0.0.7:8000")
+            raise ConfigError(ADVERTISE_FLAG, f"{url!r} is not a base URL like http://10.0.0.7:8000")
         if self.workers > 1:
             raise ConfigError(
                 "advertise_url",
@@ -121,7 +131,7 @@ class Settings:
         try:
             address = socket.gethostbyname(socket.gethostname())
         except OSError as exc:
-            raise ConfigError("advertise_url", f"auto: cannot resolve this host's name ({exc}); give a URL") from exc
+            raise ConfigError(ADVERTISE_FLAG, f"auto: cannot resolve this host's name ({exc}); give a URL") from exc
         if address.startswith("127.") or self.port == 0:
             raise ConfigError(
                 "advertise_url",
@@ -137,9 +147,9 @@ class Settings:
         try:
             secret = Path(self.state_secret_file).read_bytes().strip()
         except OSError as exc:
-            raise ConfigError("state_secret_file", f"cannot read {self.state_secret_file}: {exc.strerror}") from exc
+            raise ConfigError(SECRET_FLAG, f"cannot read {self.state_secret_file}: {exc.strerror}") from exc
         if len(secret) < MIN_SECRET_BYTES:
-            raise ConfigError("state_secret_file", f"holds {len(secret)} bytes; use at least {MIN_SECRET_BYTES}")
+            raise ConfigError(SECRET_FLAG, f"holds {len(secret)} bytes; use at least {MIN_SECRET_BYTES}")
         return secret
 
     def edge(self) -> EdgeSettings:

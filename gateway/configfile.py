@@ -171,6 +171,12 @@ def _plain(config: ServerConfig, setting: Setting, value: Any, where: str) -> Se
     return replace(config, **{name: value})
 
 
+_OAUTH_FLAG_KEYS: Final = {
+    "--oauth-jwks-url": "jwksUrl",
+    "--oauth-principal-claim": "principalClaim",
+    "--oauth-scope": "scopes",
+}
+"""The ``oauth`` object's key for each flag an ``OAuthPolicy`` error names (the rest: the flag's last word)."""
 _OAUTH_KEYS: Final = {
     "issuer": "issuer",
     "jwksUrl": "jwks_url",
@@ -198,9 +204,7 @@ def _oauth(raw: Any, base: OAuthPolicy | None, where: str) -> OAuthPolicy:
         return replace(base, **values) if base is not None else OAuthPolicy(**values)
     except ConfigError as exc:
         problem = exc.message.removeprefix(f"{exc.key}: ")
-        key = {"oauth_jwks_url": "jwksUrl", "oauth_principal_claim": "principalClaim", "oauth_scope": "scopes"}.get(
-            exc.key, exc.key.removeprefix("oauth_")
-        )
+        key = _OAUTH_FLAG_KEYS.get(exc.key, exc.key.removeprefix("--oauth-"))
         raise ConfigError(f"{where}.{key}", problem) from exc
 
 

@@ -59,8 +59,24 @@ def render() -> str:
     return INTRO + "\n" + "\n\n".join(parts) + "\n"
 
 
+USAGE = """usage: python -m gateway.reference [--check | --write]
+
+Print the configuration reference (docs/configuration.md), generated from the settings.
+  --check   exit 1 when docs/configuration.md differs from what the settings generate
+  --write   rewrite docs/configuration.md
+  --help    show this help and exit
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if "-h" in argv or "--help" in argv:
+        print(USAGE, end="")
+        return 0
+    unknown = [arg for arg in argv if arg not in ("--check", "--write")]
+    if unknown:
+        print(f"{USAGE}\nerror: unknown argument {unknown[0]!r}", file=sys.stderr)
+        return 2
     text = render()
     if "--check" in argv:
         if not DOC.exists() or DOC.read_text() != text:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import shlex
 import signal
 import socket
 import sys
@@ -70,12 +71,24 @@ def listen_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def base_url(settings: Settings, port: int) -> str:
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return f"{settings.scheme}://{host}:{port}"
+
+
 def endpoint_urls(settings: Settings, port: int) -> list[str]:
     """Every MCP endpoint the gateway serves, as URLs (a single server also at ``/mcp``)."""
-    host = f"[{settings.host}]" if ":" in settings.host else settings.host
-    base = f"{settings.scheme}://{host}:{port}"
+    base = base_url(settings, port)
     urls = [f"{base}/servers/{server.name}/mcp" for server in settings.servers]
     return [f"{base}/mcp", *urls] if len(settings.servers) == 1 else urls
+
+
+def operations_urls(settings: Settings, port: int) -> list[str]:
+    """The pages beside the MCP endpoints: live status, its JSON, the Prometheus page
+    (unless ``--no-metrics``) and the probes."""
+    base = base_url(settings, port)
+    paths = ["/ui", "/status", *(["/metrics"] if settings.metrics else []), "/healthz", "/readyz"]
+    return [base + path for path in paths]
 
 
 def build_app(
@@ -172,8 +185,11 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
     urls = endpoint_urls(settings, port)
     for url in urls:
         log.info("MCP endpoint: %s", url)
+    log.info("operations: %s", " ".join(operations_urls(settings, port)))
     if settings.is_demo:
-        log.info("try: mcp-stdio-gateway call %s echo --arg message=hello", urls[0])
+        # A self-signed certificate is trusted by nobody yet: the try line names it for call.
+        cacert = f" --cacert {shlex.quote(settings.tls_cert_file)}" if settings.tls_cert_file else ""
+        log.info("try: mcp-stdio-gateway call %s echo --arg message=hello%s", urls[0], cacert)
     if settings.advertise_url is not None:
         log.info("owner routing: other instances reach this one at %s", settings.own_advertise_url())
     if settings.workers > 1:

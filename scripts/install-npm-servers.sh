@@ -13,10 +13,14 @@ PREFIX=.npm-servers
 # The TypeScript SDK is pinned too: both servers take it as ^1.30.0, and the SDK decides the
 # child's era (1.32.2 answers server/discover with -32601, so the child is legacy and the
 # tests exercise the gateway's bridging). npm dedupes it to this top-level copy.
+# The TypeScript client 2.x is a client the tests run against the gateway (pin mode hides
+# every probe error but -32022, so tests/integration/test_npm_ts_client.py checks that a start
+# error still reaches it).
 PACKAGES=(
     "@modelcontextprotocol/server-everything@2026.8.31"
     "@modelcontextprotocol/server-filesystem@2026.8.31"
     "@modelcontextprotocol/sdk@1.32.2"
+    "@modelcontextprotocol/client@2.4.0"
 )
 
 installed_version() {  # the version in PREFIX's node_modules/$1/package.json, or nothing

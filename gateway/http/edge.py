@@ -42,7 +42,7 @@ from gateway.http.cors import CorsPolicy, add_cors_headers
 from gateway.http.drain import Drain, draining_refusal
 from gateway.http.forward import AcceptForwards
 from gateway.http.limits import PrincipalQuotas, Slots, header_problem, header_refusal
-from gateway.http.observe import MAX_PARSED_ERROR_BYTES, error_code_of, observe
+from gateway.http.observe import MAX_PARSED_ERROR_BYTES, PROBE_PATHS, ProbeAnswers, error_code_of, observe
 from gateway.http.origin import OriginPolicy
 from gateway.ops.metrics import GatewayMetrics
 from gateway.protocol.owner import FORWARD_HEADER
@@ -77,6 +77,7 @@ class Edge:
         self.cors = cors
         self.auth = auth
         self.forwards = AcceptForwards(self.route, routing=routing) if routing is not None else None
+        self.probes = ProbeAnswers()
 
     async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
         """An MCP endpoint's app for its path (after the drain check), else Starlette's stack."""
@@ -177,5 +178,6 @@ class Edge:
                 slots.close()
             if metrics is not None and server is not None:
                 metrics.leave(server)
-            if server is not None or status >= 400 or (raised and status == 0):
-                observe(metrics, scope, fields, server, status, error_code, raised, time.monotonic() - started)
+            if server is not None or status >= 400 or (raised and status == 0) or scope["path"] in PROBE_PATHS:
+                seconds = time.monotonic() - started
+                observe(metrics, scope, fields, server, status, error_code, raised, seconds, self.probes)

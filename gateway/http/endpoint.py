@@ -250,7 +250,7 @@ class McpEndpoint:
         if accepted.session_id is None:
             message = accepted.messages[0]
             assert isinstance(message, Request)  # the ladder only lets initialize in without a session
-            return await self._initialize(message, headers, principal)
+            return await self._initialize(message, headers, principal, scope.setdefault("gateway.log", {}))
         session = self.sessions.get(accepted.session_id)
         # A session belongs to whoever opened it: another principal's id is unknown to this one.
         if session is None or session.principal != principal:
@@ -267,20 +267,26 @@ class McpEndpoint:
                 note_answer(scope, local)
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
-            return self._legacy_stream(session, message, headers)
+            return self._legacy_stream(session, message, headers, scope.setdefault("gateway.log", {}))
         session.take(message)
         return wire.accepted()
 
-    async def _initialize(self, message: Request, headers: dict[str, str], principal: str | None) -> Response:
+    async def _initialize(
+        self, message: Request, headers: dict[str, str], principal: str | None, log_fields: dict[str, Any]
+    ) -> Response:
         """Open a legacy session, answered from the handshake of the child that will serve it."""
         try:
             session, result = await open_session(self.sessions, self.relay.router, message, principal, headers)
         except GatewayError as exc:
             return wire.gateway_error_response(exc, message.id)
+        if session.child is not None:
+            log_fields.update(child_pid=session.child.pid, session=session.id[:8])
         log.info("legacy session %s… opened (protocol %s)", session.id[:8], session.version)
         return wire.json_response(response(message.id, result=result), headers={MCP_SESSION_ID: session.id})
 
-    def _legacy_stream(self, session: LegacySession, message: Request, headers: dict[str, str]) -> LazyStream:
+    def _legacy_stream(
+        self, session: LegacySession, message: Request, headers: dict[str, str], log: dict[str, Any]
+    ) -> LazyStream:
         """The exchange runs in the response's task; a client that hangs up does not end it
         (a client that stops reading is cut off after the write timeout, and that does), nor
         does it free the request's slot before the work ends. The session's ``CancelHandle``
@@ -295,7 +301,7 @@ class McpEndpoint:
             if session.in_flight.get(message.id) is handle:
                 del session.in_flight[message.id]
 
-        exchange = self.relay.exchange(message, ClientContext.of_session(session, headers), headers)
+        exchange = self.relay.exchange(message, ClientContext.of_session(session, headers, log=log), headers)
         return LazyStream(exchange, request_id=message.id, legacy=LegacyCall(handle, cancelled, forget))
 
     @staticmethod

@@ -275,7 +275,9 @@ class RouteToOwner:
     async def _forward(
         self, owner: Owner, body: bytes, scope: Scope, receive: Receive, send: Send, gone: Answer
     ) -> None:
-        scope.setdefault("gateway.log", {})["forwarded_to"] = owner.url
+        fields = scope.setdefault("gateway.log", {})
+        fields["forwarded_to"] = owner.url
+        fields.setdefault("method", _rpc_method(body))  # the access line's MCP method, not the HTTP verb
         if self.routing.is_gone(owner, time.monotonic()):
             await gone(scope, receive, send)
             return
@@ -382,3 +384,13 @@ def _parked_lost(owner: Owner, request_id: Any) -> Answer:
     )
     valid_id = request_id if type(request_id) in (int, str) else None
     return error_response(400, error_object(INVALID_PARAMS, message, {"requestState": "lost"}), valid_id)
+
+
+def _rpc_method(body: bytes) -> str | None:
+    """A forwarded request's JSON-RPC method (None: a response, a batch, or not JSON)."""
+    try:
+        message = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    method = message.get("method") if isinstance(message, dict) else None
+    return method if isinstance(method, str) else None

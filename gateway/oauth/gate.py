@@ -68,7 +68,7 @@ class OAuthGate:
                 self._guards[path] = None
                 continue
             if policy.audience is None and not public_url:
-                raise ConfigError("oauth_audience", "needs --public-url or --oauth-audience (the token's audience)")
+                raise ConfigError("--oauth-audience", "needs --public-url or --oauth-audience (the token's audience)")
             audience = policy.audience or f"{public_url.rstrip('/') if public_url else ''}{path}"
             where = (policy.issuer, policy.jwks_url)
             if where not in self.key_sets:

@@ -78,13 +78,13 @@ class OAuthPolicy:
     principal_claim: str = DEFAULT_PRINCIPAL_CLAIM
 
     def __post_init__(self) -> None:
-        check_url(self.issuer, "oauth_issuer")
+        check_url(self.issuer, "--oauth-issuer")
         if self.jwks_url is not None:
-            check_url(self.jwks_url, "oauth_jwks_url")
+            check_url(self.jwks_url, "--oauth-jwks-url")
         if not self.principal_claim:
-            raise ConfigError("oauth_principal_claim", "must name a claim")
+            raise ConfigError("--oauth-principal-claim", "must name a claim")
         if any(not scope or " " in scope for scope in self.scopes):
-            raise ConfigError("oauth_scope", "a scope is one non-empty word")
+            raise ConfigError("--oauth-scope", "a scope is one non-empty word")
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,30 @@ def discover_result(child: ChildInfo) -> JsonObject:
     return out
 
 
+UNAVAILABLE_CAPABILITIES: Final = ("tools", "prompts", "resources")
+"""What a gateway that cannot start its server advertises: every list a client may send, so
+that request reaches the gateway and gets the start error (clients skip, and answer empty,
+a list the capabilities leave out: the TypeScript client 2.x does)."""
+
+
+def unavailable_discover(error: JsonObject, server_info: JsonObject) -> JsonObject:
+    """``server/discover`` answered by the gateway while its server cannot start.
+
+    A modern client in pin mode takes any error to its probe but -32022 for "not a modern
+    server" and shows no cause (the TypeScript client 2.x); so the probe succeeds, and the
+    start error (``error``, a -31xxx error object) arrives with the client's next request,
+    which every client shows. The result is not cached (``ttlMs`` 0) and names the error
+    under ``_meta`` (``CHILD_META``) for tools that look (``call``)."""
+    return {
+        "resultType": "complete",
+        "supportedVersions": list(versions.ADVERTISED_VERSIONS),
+        "capabilities": {name: {} for name in UNAVAILABLE_CAPABILITIES},
+        "ttlMs": BRIDGED_TTL_MS,
+        "cacheScope": BRIDGED_CACHE_SCOPE,
+        "_meta": {CHILD_META: {"error": error}, META_SERVER_INFO: server_info},
+    }
+
+
 def advertised_discover(result: JsonObject) -> JsonObject:
     """A modern child's ``DiscoverResult`` as the gateway forwards it: ``supportedVersions``
     keeps only the versions the gateway itself accepts in a request (the child may know
@@ -185,4 +209,5 @@ def initialize_result(requested: str, child: ChildInfo) -> JsonObject:
     }
     if child.instructions:
         out["instructions"] = child.instructions
+    out["_meta"] = {CHILD_META: {"era": child.era.value, "protocolVersion": child.version}}  # as discover_result
     return out

@@ -60,9 +60,15 @@ class ClientContext:
 
     @classmethod
     def of_session(
-        cls, session: LegacySession, headers: Mapping[str, str] | None = None, *, streamed: bool = True
+        cls,
+        session: LegacySession,
+        headers: Mapping[str, str] | None = None,
+        *,
+        streamed: bool = True,
+        log: dict[str, Any] | None = None,
     ) -> ClientContext:
-        """A legacy session's request; ``streamed`` False where its answer cannot carry requests."""
+        """A legacy session's request; ``streamed`` False where its answer cannot carry requests;
+        ``log``: the request's access-log fields (the child that serves it is noted there)."""
         return cls(
             Era.LEGACY,
             session.version,
@@ -73,6 +79,7 @@ class ClientContext:
             session.principal,
             trace=bridge.trace_context(headers or {}),
             accepts_requests=streamed,
+            log=log if log is not None else {},
         )
 
     @property

@@ -82,6 +82,7 @@ class Relay:
     ) -> None:
         self.router = router
         self.catalog = ToolCatalog(gateway_version)
+        self.gateway_version = gateway_version
         self.suspensions = suspensions if suspensions is not None else Suspensions(router.server.name)
         # Calls that became tasks, and tasks/* (the Tasks extension, served for every child).
         self.tasks = tasks if tasks is not None else TaskStore(router.server.name, router.server.task_policy())
@@ -172,6 +173,12 @@ class Relay:
                 async for message in self._drive(Call(child, ex, stack), request, client, resumed=False):
                     yield message
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
+            if client.era is Era.MODERN and request.method == "server/discover":
+                # The probe succeeds and the next request carries the reason (bridge.unavailable_discover).
+                about = {"name": self.router.server.name, "version": self.gateway_version}
+                result = bridge.unavailable_discover(exc.error_object(), about)
+                yield events.Final(response(request.id, result=result))
+                return
             yield events.Final(response(request.id, error=exc.error_object()))
 
     def drive(self, call: Call, request: Request, client: ClientContext) -> AsyncIterator[Emitted]:

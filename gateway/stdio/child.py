@@ -64,7 +64,7 @@ from gateway.protocol.versions import Era
 from gateway.stdio import process
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend, ChildProcess
 from gateway.stdio.exchange import Exchange, ExchangeItem
-from gateway.stdio.handshake import run_handshake
+from gateway.stdio.handshake import StartWatcher, run_handshake
 from gateway.stdio.questions import Questions, RequestHandler
 from gateway.stdio.spec import ChildSpec
 from gateway.stdio.timer import DeadlineTimer
@@ -465,9 +465,10 @@ async def open_child(
     on_notification: NotificationHandler | None = None,
     on_change: ChangeHandler | None = None,
     backend: ChildBackend = PROCESS_BACKEND,
+    on_start: StartWatcher | None = None,
 ) -> AsyncIterator[StdioChild]:
     """Start (``backend``: a real process by default), handshake, yield a ready child; stop
-    it on exit. Raises ``ChildStartError``."""
+    it on exit. Raises ``ChildStartError``. ``on_start`` is told what the handshake waits for."""
     proc = await backend.open(spec)
     # Exceptions are carried out of the task group by hand: anyio would wrap them in an
     # ExceptionGroup, and callers should catch ChildStartError (or their own errors) plainly.
@@ -480,7 +481,7 @@ async def open_child(
         tg.start_soon(child.pump_stderr)
         tg.start_soon(child.watch_exit)
         try:
-            child.info = await run_handshake(child, gateway_version)
+            child.info = await run_handshake(child, gateway_version, on_start)
         except Exception as exc:
             failure = exc
         if failure is None:

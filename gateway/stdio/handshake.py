@@ -9,6 +9,7 @@ passed (``still waiting for … to answer server/discover (10 s of 30)``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Final, Protocol
 
@@ -53,18 +54,24 @@ class StartingChild(Protocol):
     async def notify(self, method: str, params: JsonObject | None = None) -> None: ...
 
 
-class _Waiting:
-    """Logs, while the handshake lasts, which answer the child still owes."""
+class StartWait:
+    """Logs, while the handshake lasts, which answer the child still owes; ``describe()``
+    says the same for whoever shows a start in progress (``/status``, ``inspect``)."""
 
     def __init__(self, child: StartingChild) -> None:
         self.child = child
         self.scope = anyio.CancelScope()
         self.method = handshake.DISCOVER
         self.budget = child.spec.probe_timeout
-        self.since = anyio.current_time()
+        self.since = time.monotonic()  # not anyio's clock: describe() is also read from rich's refresh thread
 
     def now_waiting_for(self, method: str, budget: float) -> None:
-        self.method, self.budget, self.since = method, budget, anyio.current_time()
+        self.method, self.budget, self.since = method, budget, time.monotonic()
+
+    def describe(self) -> str:
+        """``pid 4711 to answer server/discover (10 s of 30)``."""
+        waited = time.monotonic() - self.since
+        return f"pid {self.child.pid} to answer {self.method} ({waited:.0f} s of {self.budget:g})"
 
     async def run(self) -> None:
         with self.scope:
@@ -75,13 +82,19 @@ class _Waiting:
                     self.child.spec.label,
                     self.child.pid,
                     self.method,
-                    anyio.current_time() - self.since,
+                    time.monotonic() - self.since,
                     self.budget,
                 )
 
 
-async def run_handshake(child: StartingChild, gateway_version: str) -> ChildInfo:
-    waiting = _Waiting(child)
+StartWatcher = Callable[[StartWait], None]
+"""Told the ``StartWait`` of a handshake as it begins (a pool member keeps it for ``/status``)."""
+
+
+async def run_handshake(child: StartingChild, gateway_version: str, on_start: StartWatcher | None = None) -> ChildInfo:
+    waiting = StartWait(child)
+    if on_start is not None:
+        on_start(waiting)
     child.start_soon(waiting.run)
     try:
         return await _handshake(child, gateway_version, waiting)
@@ -89,7 +102,7 @@ async def run_handshake(child: StartingChild, gateway_version: str) -> ChildInfo
         waiting.scope.cancel()
 
 
-async def _handshake(child: StartingChild, gateway_version: str, waiting: _Waiting) -> ChildInfo:
+async def _handshake(child: StartingChild, gateway_version: str, waiting: StartWait) -> ChildInfo:
     spec = child.spec
     try:
         if spec.handshake == INITIALIZE_FIRST:

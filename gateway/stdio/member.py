@@ -19,6 +19,7 @@ from gateway.protocol import attribution
 from gateway.protocol.attribution import AskPolicy, ChildLoad
 from gateway.protocol.jsonrpc import Notification, Reply, Request
 from gateway.stdio.child import StdioChild
+from gateway.stdio.handshake import StartWait
 
 if TYPE_CHECKING:
     from gateway.stdio.pool import Pool
@@ -71,6 +72,10 @@ class Member:
         self.stop = anyio.Event()
         self.principals: Counter[str] = Counter()  # leases held, by principal
         self.crashed_with: frozenset[str] | None = None  # who held leases when its child died
+        self.start_wait: StartWait | None = None  # while its child starts: what it has not answered yet
+
+    def watch_start(self, wait: StartWait) -> None:
+        self.start_wait = wait
 
     def note_death(self) -> None:
         """Remember who had requests in flight when the child died (the first to notice)."""

@@ -266,6 +266,7 @@ class Pool:
                     "served": m.served,
                     "uptime_seconds": round(now - m.started_at, 3),
                     "stderr": m.child.stderr_tail[-STATUS_STDERR_LINES:] if m.child else [],
+                    "waiting_for": m.start_wait.describe() if m.child is None and m.start_wait else None,
                 }
                 for m in self.members
             ],
@@ -432,8 +433,10 @@ class Pool:
                 on_notification=self._dispatch,
                 on_change=self._notify,
                 backend=self._backend,
+                on_start=member.watch_start,
             ) as child:
                 member.child = child
+                member.start_wait = None
                 child.tools = self.tools
                 self._record_start(time.monotonic() - member.started_at)
                 member.started_at = time.monotonic()

@@ -1,4 +1,4 @@
-"""``mcp-stdio-gateway inspect [--probe-timeout S] [--json] -- COMMAND ARGS…``: what a stdio server offers.
+"""``mcp-stdio-gateway inspect [--probe-timeout S] [--startup-timeout S] [--json] -- COMMAND ARGS…``: a server's offer.
 
 The server is started exactly as the gateway starts a child (``open_child``: argv without
 a shell, own process group, the ``server/discover`` probe, then ``initialize`` for a legacy
@@ -13,7 +13,10 @@ server), asked for its lists, and stopped with the gateway's ladder. The report 
 * the lines it wrote to stdout that are not JSON-RPC, with a hint, and its stderr tail —
   both read after the child stopped, so they are complete.
 
-A list that fails (an error reply, the child dying) is reported in its section; the report
+While the server starts, a spinner (on a terminal) shows the seconds so far and the answer
+it still owes (``waiting for pid N to answer initialize (3 s of 60)``); ``--startup-timeout``
+bounds ``initialize`` as the gateway's flag does. A list that fails (an error reply, the
+child dying) is reported in its section; the report
 is still printed. ``--json`` prints the report as one JSON object. Exit status: 0 for a
 report, 1 when the server cannot start (``cannot start …``), 2 for usage errors.
 ``inspect_server`` gathers the report, ``run_inspect`` is the async entry, ``main`` runs it.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -42,7 +46,8 @@ from gateway.protocol.jsonrpc import JsonObject, Reply
 from gateway.protocol.versions import Era
 from gateway.protocol.xmcpheader import InvalidToolAnnotation, tool_header_params
 from gateway.stdio.child import StdioChild, open_child
-from gateway.stdio.spec import PROBE_TIMEOUT, ChildSpec
+from gateway.stdio.handshake import StartWait, StartWatcher
+from gateway.stdio.spec import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT, ChildSpec
 from gateway.tools.call.tools import ArgumentInfo, Listing, argument_summary, first_line, walk_pages
 
 LIST_TIMEOUT: Final = 30.0
@@ -99,11 +104,18 @@ class Report:
         return out
 
 
-async def inspect_server(command: Sequence[str], *, probe_timeout: float = PROBE_TIMEOUT) -> Report:
-    """Start ``command`` as the gateway would, gather the report, stop it. Raises ``ChildStartError``."""
-    spec = ChildSpec(command[0], tuple(command[1:]), probe_timeout=probe_timeout)
+async def inspect_server(
+    command: Sequence[str],
+    *,
+    probe_timeout: float = PROBE_TIMEOUT,
+    startup_timeout: float = HANDSHAKE_TIMEOUT,
+    on_start: StartWatcher | None = None,
+) -> Report:
+    """Start ``command`` as the gateway would, gather the report, stop it. Raises
+    ``ChildStartError``. ``on_start`` is told what the handshake waits for (the spinner)."""
+    spec = ChildSpec(command[0], tuple(command[1:]), probe_timeout=probe_timeout, handshake_timeout=startup_timeout)
     started = anyio.current_time()
-    async with open_child(spec, gateway_version=__version__) as child:
+    async with open_child(spec, gateway_version=__version__, on_start=on_start) as child:
         startup_ms = round((anyio.current_time() - started) * 1000)
         assert child.info is not None
         info = child.info
@@ -291,6 +303,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="wait this long for the answer to server/discover before trying initialize (default: %(default)s)",
     )
+    parser.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=HANDSHAKE_TIMEOUT,
+        metavar="S",
+        help="wait this long for a legacy server's answer to initialize, as the gateway's "
+        "--startup-timeout (default: %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS... (the stdio server)")
     return parser
@@ -310,10 +330,17 @@ async def run_inspect(argv: Sequence[str], *, out: Console | None = None, err: C
     if not command:
         err.print(Text.assemble(("error: ", "bold red"), "name the server to inspect: inspect -- COMMAND ARGS…"))
         return EXIT_USAGE
+    starting = Starting(shlex.join(command))
     try:
-        # On a terminal, a spinner while the server starts (an npx cold start takes seconds).
-        with err.status(f"starting {shlex.join(command)} …") if err.is_terminal else nullcontext():
-            report = await inspect_server(command, probe_timeout=args.probe_timeout)
+        # On a terminal, a spinner while the server starts (an npx cold start takes seconds):
+        # the time so far and the answer the server still owes, as the gateway logs them.
+        with err.status(starting) if err.is_terminal else nullcontext():
+            report = await inspect_server(
+                command,
+                probe_timeout=args.probe_timeout,
+                startup_timeout=args.startup_timeout,
+                on_start=starting.watch,
+            )
     except GatewayError as exc:
         err.print(Text.assemble(("error: ", "bold red"), exc.message))
         return EXIT_CANNOT_START
@@ -322,6 +349,25 @@ async def run_inspect(argv: Sequence[str], *, out: Console | None = None, err: C
     else:
         render(report, out)
     return EXIT_OK
+
+
+class Starting:
+    """The spinner's text, drawn afresh at each refresh: ``starting CMD … 12 s; waiting for
+    pid 4711 to answer initialize (3 s of 60)``."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.since = time.monotonic()  # drawn from rich's refresh thread: not anyio's clock
+        self.wait: StartWait | None = None
+
+    def watch(self, wait: StartWait) -> None:
+        self.wait = wait
+
+    def __rich__(self) -> Text:
+        text = f"starting {self.command} … {time.monotonic() - self.since:.0f} s"
+        if self.wait is not None:
+            text += f"; waiting for {self.wait.describe()}"
+        return Text(text)
 
 
 def main(argv: Sequence[str]) -> int:

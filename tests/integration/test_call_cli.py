@@ -23,6 +23,7 @@ from rich.console import Console
 
 from gateway.protocol.headers import encode_header_value
 from gateway.tools.call.command import run_call
+from gateway.tools.call.errors import EXIT_TIMEOUT
 from tests.conftest import server_spec
 from tests.gateway_server import running_gateway
 
@@ -200,11 +201,37 @@ async def test_list_shows_the_tools_and_their_arguments_but_not_invalid_ones() -
     assert "bad_header" not in run.out
 
 
-async def test_timeout_gives_up_with_exit_2() -> None:
+async def test_timeout_gives_up_with_its_own_exit_code() -> None:
     async with gateway() as url:
         run = await call(url, "sleep", "--arg", "ms=20000", "--timeout", "0.5")
-    assert run.code == 2
+    assert run.code == EXIT_TIMEOUT == 124
     assert "no answer within 0.5 s" in run.err
+
+
+async def test_options_may_come_between_the_url_and_the_tool() -> None:
+    async with gateway() as url:
+        run = await call(url, "--mode", "legacy", "echo", "--arg", "message=hi")
+        before = await call("--mode", "modern", "--arg", "message=ho", url, "echo")
+    assert (run.code, run.out) == (0, "hi\n"), run.err
+    assert (before.code, before.out) == (0, "ho\n"), before.err
+
+
+@pytest.mark.parametrize(
+    ("era", "mode", "header"),
+    [
+        ("legacy", "modern", "endpoint modern (2026-07-28) · child legacy (2025-11-25)"),
+        ("legacy", "legacy", "endpoint legacy (2025-11-25) · child legacy (2025-11-25)"),
+        ("modern", "modern", "endpoint modern (2026-07-28) · "),
+        ("modern", "legacy", "endpoint legacy (2025-11-25) · child modern (2026-07-28)"),
+    ],
+)
+async def test_list_with_a_forced_mode_still_names_the_server_and_the_child_s_era(
+    era: str, mode: str, header: str
+) -> None:
+    async with gateway("--era", era) as url:
+        run = await call(url, "--list", "--mode", mode)
+    assert run.code == 0, run.err
+    assert run.out.startswith(f"testserver 0.1.0 · {header}"), run.out
 
 
 async def test_a_refused_connection_exits_2() -> None:

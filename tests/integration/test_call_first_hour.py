@@ -60,12 +60,32 @@ async def test_a_wrong_path_is_reported_as_404_with_the_mcp_path_suggested() -> 
     assert "initialize" not in run.err
 
 
+async def test_a_mistyped_path_gets_the_closest_served_endpoint_suggested() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            base = url.removesuffix("/mcp")
+            run = await call(base + "/mpc", "echo", "--arg", "message=x")
+    assert run.code == 2
+    assert f"did you mean {base}/mcp?" in run.err
+    assert "/mpc/mcp" not in run.err
+
+
+@pytest.mark.parametrize("mode", ["auto", "modern", "legacy"])
+async def test_a_trailing_slash_is_followed_to_the_endpoint_and_named(mode: str) -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            run = await call(url + "/", "echo", "--arg", "message=slash", "--mode", mode)
+    assert run.code == 0, run.err
+    assert run.out == "slash\n"
+    assert f"note: {url}/ redirects to {url}; use that URL" in run.err
+
+
 async def test_a_server_that_cannot_start_is_reported_with_its_exit_not_as_a_failed_initialize() -> None:
     with anyio.fail_after(30):
         async with running_gateway(server_spec("--exit-at-start", "3")) as url:
             run = await call(url, "echo")
     assert run.code == 2
-    assert "could not answer server/discover: cannot start" in run.err
+    assert "answers, but its server cannot start: cannot start" in run.err
     assert "exited with code 3" in run.err
     assert "initialize failed" not in run.err
 

@@ -95,6 +95,31 @@ async def test_progress_streams_as_sse_and_the_final_response_ends_the_stream() 
             assert messages[-1]["id"] == 7
 
 
+async def test_while_its_server_cannot_start_the_probe_succeeds_and_the_next_request_carries_the_reason() -> None:
+    """A modern client in pin mode takes any probe error but -32022 for "not modern" and hides
+    the cause (the TypeScript client 2.x): so the gateway answers ``server/discover`` itself,
+    and the start error comes with the next request; legacy clients still get it at once."""
+    from gateway.stdio.spec import ChildSpec
+
+    discover = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": MODERN_META}}
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": MODERN_META}}
+    with anyio.fail_after(20):
+        async with running_gateway(ChildSpec("/nonexistent/mcp-server")) as url, httpx.AsyncClient() as http:
+            probe = await http.post(url, headers=modern_headers("server/discover"), json=discover)
+            tools = await http.post(url, headers=modern_headers("tools/list"), json=listing)
+            legacy = await http.post(url, headers=BASE_HEADERS, json=legacy_initialize())
+    assert probe.status_code == 200
+    result = probe.json()["result"]
+    assert "2026-07-28" in result["supportedVersions"]
+    assert set(result["capabilities"]) >= {"tools", "prompts", "resources"}  # so clients send their lists
+    assert (result["ttlMs"], result["cacheScope"]) == (0, "private")
+    error = result["_meta"]["mcp-stdio-gateway/child"]["error"]
+    assert (error["code"], error["message"].split(":")[0]) == (-31000, "cannot start /nonexistent/mcp-server")
+    assert tools.json()["error"]["code"] == -31000
+    assert tools.json()["error"]["message"].startswith("cannot start /nonexistent/mcp-server: ")
+    assert legacy.json()["error"]["code"] == -31000
+
+
 async def test_a_command_that_cannot_start_fails_requests_at_once_with_the_reason() -> None:
     from gateway.stdio.spec import ChildSpec
 

@@ -78,7 +78,10 @@ async def test_the_demo_logs_its_endpoints_and_a_call_to_try() -> None:
         async with gateway_process() as (_, lines):
             endpoints = logged(lines, "MCP endpoint:")
             tries = logged(lines, "try:")
+            (operations,) = logged(lines, "operations:")
     assert len(endpoints) == 2, lines
+    base = endpoints[0].removesuffix("/mcp")
+    assert operations.split() == [f"{base}/{page}" for page in ("ui", "status", "metrics", "healthz", "readyz")]
     assert endpoints[0].endswith("/mcp")
     assert endpoints[1].endswith("/servers/demo/mcp")
     assert tries == [f"mcp-stdio-gateway call {endpoints[0]} echo --arg message=hello"]

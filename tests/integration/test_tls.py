@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import shlex
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -237,3 +238,73 @@ def test_unreadable_or_mismatched_tls_files_stop_the_gateway_at_start(tmp_path: 
         TlsFiles(str(tmp_path / "missing.crt"), str(key))
     with pytest.raises(ConfigError, match="go together"):
         Settings(tls_cert_file=str(cert))
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A server certificate signed by its own key (no CA), for localhost and 127.0.0.1."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "self-signed gateway")])
+    now = datetime.datetime.now(datetime.UTC)
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "self.crt", tmp_path / "self.key"
+    write_pair(cert, key, cert_path, key_path)
+    return cert_path, key_path
+
+
+async def test_call_trusts_a_gateway_certificate_given_with_cacert_and_names_the_flag_without_it(
+    tmp_path: Path,
+) -> None:
+    from tests.integration.test_call_cli import call
+
+    ca = Authority("test CA")
+    issued, issued_key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    write_pair(*ca.issue("gateway", server=True), issued, issued_key)
+    ca_file = ca.write(tmp_path / "ca.crt")
+    with anyio.fail_after(TEST_BOUND):
+        async with tls_gateway(*self_signed(tmp_path)) as (base, _):
+            untrusted = await call(f"{base}/mcp", "echo", "--arg", "message=x")
+            trusted = await call(f"{base}/mcp", "echo", "--arg", "message=self", "--cacert", str(tmp_path / "self.crt"))
+        async with tls_gateway(issued, issued_key) as (base, _):
+            by_leaf = await call(f"{base}/mcp", "echo", "--arg", "message=leaf", "--cacert", str(issued))
+            by_ca = await call(f"{base}/mcp", "echo", "--arg", "message=ca", "--cacert", str(ca_file))
+    assert untrusted.code == 2
+    assert "CERTIFICATE_VERIFY_FAILED" in untrusted.err
+    assert "pass --cacert FILE (or set SSL_CERT_FILE)" in untrusted.err
+    assert (trusted.code, trusted.out) == (0, "self\n"), trusted.err
+    assert (by_leaf.code, by_leaf.out) == (0, "leaf\n"), by_leaf.err  # a CA-issued leaf is an anchor too
+    assert (by_ca.code, by_ca.out) == (0, "ca\n"), by_ca.err
+
+
+async def test_an_unreadable_cacert_is_a_usage_error(tmp_path: Path) -> None:
+    from tests.integration.test_call_cli import call
+
+    with anyio.fail_after(10):
+        run = await call("https://127.0.0.1:9/mcp", "echo", "--cacert", str(tmp_path / "missing.pem"))
+    assert run.code == 2
+    assert f"--cacert: cannot load {tmp_path / 'missing.pem'}" in run.err
+
+
+async def test_the_demo_s_try_line_over_tls_works_as_printed(tmp_path: Path) -> None:
+    from tests.integration.test_call_cli import call
+    from tests.integration.test_startup import gateway_process, logged
+
+    cert, key = self_signed(tmp_path)
+    with anyio.fail_after(TEST_BOUND):
+        async with gateway_process("--tls-cert-file", str(cert), "--tls-key-file", str(key)) as (_, lines):
+            (tried,) = logged(lines, "try:")
+            argv = shlex.split(tried)
+            assert argv[:2] == ["mcp-stdio-gateway", "call"]
+            run = await call(*argv[2:])
+    assert argv[-2:] == ["--cacert", str(cert)]
+    assert (run.code, run.out) == (0, "hello\n"), run.err

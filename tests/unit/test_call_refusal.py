@@ -38,6 +38,27 @@ def test_suggested_urls() -> None:
     assert suggested_url("http://h:1/servers/a?x=1") == "http://h:1/servers/a/mcp"
 
 
+def test_the_suggestion_is_the_served_endpoint_closest_to_the_path_typed() -> None:
+    one = "Not Found: nothing at /mpc; this gateway serves /mcp (also /servers/demo/mcp)"
+    assert suggested_url("http://h:1/mpc", one) == "http://h:1/mcp"
+    assert suggested_url("http://h:1/servers/dmeo/mcp", one) == "http://h:1/servers/demo/mcp"
+    many = "Not Found: nothing at /servers/fils/mcp; this gateway serves /servers/{alpha,files,github}/mcp and 3 more"
+    assert suggested_url("http://h:1/servers/fils/mcp", many) == "http://h:1/servers/files/mcp"
+    served = {f"http://h:1/servers/{n}/mcp" for n in ("alpha", "files", "github")}
+    assert suggested_url("http://h:1/mcp", many) in served
+
+
+def test_without_a_list_a_typo_of_mcp_is_replaced_not_appended_to() -> None:
+    assert suggested_url("http://h:1/mpc") == "http://h:1/mcp"
+    assert suggested_url("http://h:1/api/mcpp/") == "http://h:1/api/mcp"
+    assert suggested_url("http://h:1/api") == "http://h:1/api/mcp"
+
+
+def test_a_redirect_is_reported_with_where_it_points() -> None:
+    said = refusal(URL, 307, None, "", method="tools/list", location="https://elsewhere.example/mcp")
+    assert said == f"{URL} redirects to https://elsewhere.example/mcp (HTTP 307); call that URL instead"
+
+
 def test_the_404_lists_the_served_endpoints_up_to_a_bound() -> None:
     assert served_endpoints(["only"]) == "/mcp (also /servers/only/mcp)"
     assert served_endpoints(["a", "b"]) == "/servers/{a,b}/mcp"

@@ -306,3 +306,30 @@ def test_the_era_of_children_for_a_dual_server_comes_from_a_flag_or_the_file(tmp
     bad = write(tmp_path, {"mcpServers": {"x": {"command": "a", "dualEra": "both"}}})
     with pytest.raises(ConfigError, match="dualEra"):
         parse_settings(["--config", bad], environ={})
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--tls-cert-file", "/c.pem"], "--tls-cert-file"),
+        (["--tls-client-ca-file", "/ca.pem"], "--tls-client-ca-file"),
+        (["--trusted-proxy", "10.0.0.1"], "--trusted-proxy"),
+        (["--advertise-url", "nope"], "--advertise-url"),
+        (["--oauth-issuer", "http://issuer.example"], "--oauth-issuer"),
+        (["--oauth-issuer", "https://issuer.example", "--oauth-jwks-url", "ftp://x"], "--oauth-jwks-url"),
+        (["--oauth-issuer", "https://issuer.example", "--oauth-scope", "two words"], "--oauth-scope"),
+        (["--pool-min", "3", "--pool-max", "2"], "--pool-min/--pool-max"),
+    ],
+)
+def test_start_up_errors_name_the_flag_not_the_field(argv: list[str], flag: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_settings(argv, environ={})
+    assert info.value.message.startswith(f"{flag}: "), info.value.message
+
+
+def test_an_oauth_endpoint_without_an_audience_names_the_flag() -> None:
+    from gateway import server
+
+    settings = parse_settings(["--oauth-issuer", "https://issuer.example"], environ={})
+    with pytest.raises(ConfigError, match=r"^--oauth-audience: needs --public-url or --oauth-audience"):
+        server.build_app(settings)

@@ -75,3 +75,20 @@ def test_a_gateway_flag_after_the_server_command_is_warned_about(capsys: pytest.
 def test_server_flags_that_are_not_the_gateway_s_are_not_warned_about(capsys: pytest.CaptureFixture[str]) -> None:
     cli.parse_settings(["--", "server", "--verbose", "/tmp"], environ={})
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"), [("cal", "call"), ("calll", "call"), ("inpsect", "inspect"), ("insepct", "inspect")]
+)
+def test_a_mistyped_subcommand_is_named_instead_of_served(
+    typed: str, meant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main([typed, "--", "http://127.0.0.1:8000/mcp", "echo"]) == 2
+    err = capsys.readouterr().err
+    assert f"unknown command {typed!r}; did you mean `{meant}`?" in err
+    assert f"mcp-stdio-gateway -- {typed}" in err  # how to serve a program of that name after all
+
+
+@pytest.mark.parametrize("argv", [["npx", "-y", "server"], ["node", "server.js"], ["uvx", "x"], ["--", "cal"]])
+def test_a_server_command_is_not_taken_for_a_mistyped_subcommand(argv: list[str]) -> None:
+    assert cli.mistyped_subcommand(argv) is None

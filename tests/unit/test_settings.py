@@ -111,10 +111,10 @@ def test_an_environment_variable_sets_each_kind_of_setting() -> None:
     assert parse_settings(["--port", "9200"], environ=environ).port == 9200  # the flag wins
 
 
-def test_a_gateway_wide_check_names_the_field() -> None:
+def test_a_gateway_wide_check_names_the_flag() -> None:
     with pytest.raises(ConfigError) as info:
         parse_settings(["--workers", "0"], environ={})
-    assert (info.value.key, info.value.message) == ("workers", "workers: must be between 1 and 64")
+    assert (info.value.key, info.value.message) == ("--workers", "--workers: must be between 1 and 64")
 
 
 def test_a_choice_from_the_environment_is_checked_like_one_on_the_command_line() -> None:

@@ -11,9 +11,10 @@ Contract:
   mode) when a person is at a terminal, ``roots`` when ``--root`` was given. Compliant
   servers never ask for anything else; ``sampling`` is never declared (``call`` has no model).
 * ``elicitation/create`` (form): the message and one prompt per property of the flat
-  ``requestedSchema`` (string, number, integer, boolean, enums), on stderr, read from
-  stdin; a bad value is asked again; an empty answer leaves an optional field out (or takes
-  its default); end of input (Ctrl-D) declines. URL mode is declined with a note.
+  ``requestedSchema`` (string, number, integer, boolean, single- and multi-select enums:
+  ``gateway.tools.call.fields``), on stderr, read from stdin; a bad value is asked again;
+  an empty answer leaves an optional field out (or takes its default); end of input
+  (Ctrl-D) declines. URL mode is declined with a note.
 * ``roots/list`` → the ``--root`` roots; ``sampling/createMessage`` and anything else →
   ``AskRefused`` with a clear message (a JSON-RPC error on the legacy stream; for MRTR the
   command stops with that message, since an ``inputResponses`` value must be a result).
@@ -27,12 +28,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import anyio
-import orjson
 from rich.console import Console
 from rich.text import Text
 
 from gateway.protocol import inputs
 from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, JsonObject
+from gateway.tools.call.fields import field_label, field_value
+
+__all__ = ["AskRefused", "Asker", "ReadLine", "field_label", "field_value"]
 
 MAX_REASKS: Final = 5
 """A value that does not fit its type is asked again at most this often, then the form is declined."""
@@ -142,58 +145,3 @@ class Asker:
 
 _SKIPPED: Final = object()
 _DECLINED: Final = object()
-
-
-def _choices(schema: JsonObject) -> list[Any]:
-    enum = schema.get("enum")
-    if isinstance(enum, list):
-        return enum
-    options = schema.get("oneOf") or schema.get("anyOf")
-    if isinstance(options, list):
-        return [o["const"] for o in options if isinstance(o, dict) and "const" in o]
-    return []
-
-
-def field_label(name: str, schema: JsonObject, required: bool) -> str:
-    """``title (type, required) [default]: `` — the prompt for one form field."""
-    title = schema.get("title") if isinstance(schema.get("title"), str) else name
-    kind = schema.get("type")
-    details = [kind if isinstance(kind, str) else "string"]
-    choices = _choices(schema)
-    if choices:
-        details = ["one of " + ", ".join(str(c) for c in choices)]
-    if required:
-        details.append("required")
-    description = schema.get("description")
-    hint = f" — {description}" if isinstance(description, str) and description else ""
-    default = f" [{orjson.dumps(schema['default']).decode()}]" if "default" in schema else ""
-    return f"  {title} ({', '.join(details)}){hint}{default}: "
-
-
-def field_value(text: str, schema: JsonObject) -> Any:
-    """The typed value of one answer; ``ValueError`` with what is expected."""
-    kind = schema.get("type")
-    choices = _choices(schema)
-    if choices:
-        for choice in choices:
-            if str(choice) == text:
-                return choice
-        raise ValueError("choose one of " + ", ".join(str(c) for c in choices))
-    if kind == "boolean":
-        lowered = text.strip().lower()
-        if lowered in ("y", "yes", "true", "1"):
-            return True
-        if lowered in ("n", "no", "false", "0"):
-            return False
-        raise ValueError("answer yes or no")
-    if kind == "integer":
-        try:
-            return int(text.strip())
-        except ValueError:
-            raise ValueError("a whole number, please") from None
-    if kind == "number":
-        try:
-            return float(text.strip())
-        except ValueError:
-            raise ValueError("a number, please") from None
-    return text

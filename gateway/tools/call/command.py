@@ -12,13 +12,15 @@ first answer is awaited (a gateway answers only once its server has started).
 
 Exit codes (``gateway.tools.call.errors``): 0 success; 1 a JSON-RPC error, an ``isError``
 result or an ``input_required`` this command cannot serve, with the server's message;
-2 usage, connection, handshake and ``--timeout`` failures. ``run_call`` is the async
+2 usage, connection and handshake failures; 124 ``--timeout`` expired. Options may come
+before, between or after URL and TOOL. ``run_call`` is the async
 entry (tests await it next to a gateway in the same event loop); ``main`` runs it.
 """
 
 from __future__ import annotations
 
 import argparse
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Final
@@ -35,10 +37,18 @@ from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply, Request, Res
 from gateway.protocol.roots import parse_root
 from gateway.protocol.versions import Era
 from gateway.protocol.xmcpheader import filter_tools, tool_header_params
-from gateway.tools.call import render, tools
+from gateway.tools.call import render, startwatch, tools
 from gateway.tools.call.asks import Asker, AskRefused, ReadLine
 from gateway.tools.call.connection import McpConnection, Mode, ServerRequestHandler, open_connection
-from gateway.tools.call.errors import EXIT_OK, EXIT_SERVER_ERROR, EXIT_USAGE, ClientError, ServerError, UsageError
+from gateway.tools.call.errors import (
+    EXIT_OK,
+    EXIT_SERVER_ERROR,
+    EXIT_TIMEOUT,
+    EXIT_USAGE,
+    ClientError,
+    ServerError,
+    UsageError,
+)
 
 PROGRESS_TOKEN: Final = "mcp-stdio-gateway-call"
 """One call per process, so one fixed token is unique among our active requests."""
@@ -54,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Call a tool of a Streamable HTTP MCP endpoint (modern 2026-07-28 or legacy), "
         "showing its progress and printing its result.",
         epilog="Example: mcp-stdio-gateway call http://127.0.0.1:8000/mcp countdown --arg steps=3. "
-        "Exit status: 0 success, 1 error from the server or the tool, 2 usage or connection error.",
+        "Exit status: 0 success, 1 error from the server or the tool, 2 usage or connection error, "
+        "124 --timeout expired. Options may come anywhere, before or after URL and TOOL.",
     )
     parser.add_argument("url", help="the MCP endpoint, e.g. http://127.0.0.1:8000/mcp")
     parser.add_argument("tool", nargs="?", help="the tool to call (omit with --list)")
@@ -95,6 +106,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--json stays the arguments' flag",
     )
     parser.add_argument(
+        "--cacert",
+        metavar="FILE",
+        help="also trust the certificates in FILE (PEM) for https, e.g. a self-signed gateway's "
+        "--tls-cert-file; a server certificate itself may be given (without this flag: the "
+        "system's CAs, or SSL_CERT_FILE when set)",
+    )
+    parser.add_argument(
         "--root",
         action="append",
         default=[],
@@ -121,7 +139,7 @@ async def run_call(
     """Run ``call`` with ``argv`` (after the subcommand); return the exit status."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_intermixed_args(argv)  # options anywhere: URL --mode legacy TOOL
     except SystemExit as exc:  # --help, or argparse's own usage error (already printed)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     out = out or Console(soft_wrap=True, emoji=False, highlight=False)
@@ -140,7 +158,7 @@ async def run_call(
             return await _run(args, out, err, transport, asker)
     except TimeoutError:
         render.print_error(err, f"no answer within {args.timeout:g} s (--timeout)")
-        return EXIT_USAGE
+        return EXIT_TIMEOUT
     except ClientError as exc:
         render.print_error(err, exc.message)
         return exc.exit_code
@@ -164,40 +182,55 @@ async def _run(
     base = tools.parse_json_arguments(args.json) if args.json is not None else {}
     headers = dict(parse_header(text) for text in args.header)
     url = _checked_url(args.url)
+    verify = trusting(args.cacert) if args.cacert else True
     screen = render.Screen()
     with render.Waiting(err, url, screen) as waiting:
-        async with open_connection(
-            url,
-            Mode(args.mode),
-            headers,
-            transport=transport,
-            capabilities=asker.capabilities(),
-            on_request=_answerer(asker, screen),
-        ) as connection:
+        watcher = None
+        if waiting.running and transport is None:  # a given transport is a test's whole world
 
-            async def fetch(cursor: str | None) -> Reply:
-                return await connection.request("tools/list", {"cursor": cursor} if cursor else None)
+            async def watcher() -> None:
+                await startwatch.watch(url, headers, verify, waiting.on_detail)
 
-            listing = await tools.walk_pages(fetch, "tools")
-            waiting.stop()
-            kept, dropped = filter_tools(listing.items)
-            if args.list:
+        async def session() -> int:  # the connection, the list, then the list shown or the call
+            async with open_connection(
+                url,
+                Mode(args.mode),
+                headers,
+                transport=transport,
+                verify=verify,
+                capabilities=asker.capabilities(),
+                on_request=_answerer(asker, screen),
+            ) as connection:
+
+                async def fetch(cursor: str | None) -> Reply:
+                    return await connection.request("tools/list", {"cursor": cursor} if cursor else None)
+
+                if args.list:
+                    await connection.describe()  # forced modern: who answers is known only from server/discover
+                listing = await tools.walk_pages(fetch, "tools")
+                waiting.stop()
+                if connection.redirected_from is not None:
+                    err.print(Text(f"note: {connection.redirected_from} redirects to {connection.url}; use that URL"))
+                kept, dropped = filter_tools(listing.items)
+                if args.list:
+                    if listing.error is not None:
+                        if not listing.items:
+                            raise ServerError(f"tools/list failed: {listing.error}")
+                        render.print_error(err, f"the list may be incomplete: {listing.error}")
+                    if args.raw:
+                        render.print_raw(out, {"tools": kept})
+                    else:
+                        render.print_tools(out, connection.info, kept, _child_era(connection))
+                    render.print_hidden(err, dropped)
+                    return EXIT_OK
                 if listing.error is not None:
-                    if not listing.items:
-                        raise ServerError(f"tools/list failed: {listing.error}")
-                    render.print_error(err, f"the list may be incomplete: {listing.error}")
-                if args.raw:
-                    render.print_raw(out, {"tools": kept})
-                else:
-                    render.print_tools(out, connection.info, kept, _child_era(connection))
-                render.print_hidden(err, dropped)
-                return EXIT_OK
-            if listing.error is not None:
-                err.print(
-                    Text(f"could not list the tools ({listing.error}); calling without the schema", style="yellow")
-                )
-            call = Call(connection, asker, out, err, screen, raw=args.raw)
-            return await call.run(args.tool, base, pairs, kept, dict(dropped))
+                    err.print(
+                        Text(f"could not list the tools ({listing.error}); calling without the schema", style="yellow")
+                    )
+                call = Call(connection, asker, out, err, screen, raw=args.raw)
+                return await call.run(args.tool, base, pairs, kept, dict(dropped))
+
+        return await startwatch.beside(session, watcher)
 
 
 def _child_era(connection: McpConnection) -> str | None:
@@ -293,6 +326,19 @@ class Call:
         else:
             render.print_result(result, self.out)
         return EXIT_SERVER_ERROR if failed else EXIT_OK
+
+
+def trusting(cafile: str) -> ssl.SSLContext:
+    """The default trust (httpx's: SSL_CERT_FILE when set, else certifi's CAs) plus ``cafile``.
+    A certificate in ``cafile`` is an anchor even when it is not a CA's (partial chains), so
+    a gateway's own ``--tls-cert-file`` works, whoever issued it."""
+    context = httpx.create_ssl_context()
+    try:
+        context.load_verify_locations(cafile=cafile)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"--cacert: cannot load {cafile}: {getattr(exc, 'strerror', None) or exc}") from exc
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    return context
 
 
 def _checked_url(text: str) -> str:

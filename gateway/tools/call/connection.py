@@ -14,8 +14,11 @@ Contract:
   connection is not an answer: it fails at once. Nor is a refusal of the probe itself: an
   HTTP 401 or 403, a 404 that is not a JSON-RPC "method not found" (a wrong path), or a
   gateway-local error (-31xxx: the gateway cannot start its server) is reported as it is,
-  with a hint (``--header 'Authorization: Bearer …'``, "did you mean …/mcp?"), rather than
-  blamed on an ``initialize`` that would fail the same way. ``Mode.MODERN`` and
+  with a hint (``--header 'Authorization: Bearer …'``, "did you mean …/mcp?", the served
+  endpoint closest to the path typed: ``gateway.tools.call.endpoints``), rather than
+  blamed on an ``initialize`` that would fail the same way. A redirect to the same origin
+  (``/mcp/`` → ``/mcp``) is followed once, before any session, and named in
+  ``redirected_from``; any other redirect is reported with its ``Location``. ``Mode.MODERN`` and
   ``Mode.LEGACY`` skip the detection; their first answers get the same checks.
 * ``capabilities`` are declared to the server (modern ``_meta``, legacy ``initialize``);
   ``on_request`` answers a legacy server's requests on a stream (``ping`` is answered
@@ -38,6 +41,7 @@ Contract:
 from __future__ import annotations
 
 import itertools
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -55,17 +59,16 @@ from gateway.protocol.ingress import NAME_PARAMS
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Request, Result
 from gateway.protocol.versions import Era
 from gateway.tools.call.errors import ConnectionFailed
+from gateway.tools.call.refusals import REDIRECTS, SHOWN_BODY_CHARS, refusal, suggested_url
+
+__all__ = ["McpConnection", "Mode", "open_connection", "refusal", "sse_data", "suggested_url"]
 
 CONNECT_TIMEOUT: Final = 10.0
 """Seconds to open a TCP connection. Reads are not bounded here: a tool may run for minutes
 before its first byte (the answer is committed lazily), so ``--timeout`` bounds a call."""
 CLOSE_TIMEOUT: Final = 5.0
 """Seconds the ``DELETE`` that ends a legacy session may take; it runs shielded."""
-SHOWN_BODY_CHARS: Final = 300
-"""How much of a non-MCP answer's body an error message quotes."""
 
-GATEWAY_CODES: Final = range(-31999, -30999)
-"""Gateway-local JSON-RPC codes (``gateway.errors``): the gateway, not its server, failed."""
 
 NotificationHandler = Callable[[Notification], None]
 ServerRequestHandler = Callable[[Request], Awaitable[Reply]]
@@ -98,6 +101,7 @@ class McpConnection:
         self.url = url
         self.info: ChildInfo | None = None
         self.session_id: str | None = None
+        self.redirected_from: str | None = None  # the URL typed, when the server redirected to ``url``
         self._http = http
         self._extra = dict(extra_headers or {})
         self._ids = itertools.count(1)
@@ -120,6 +124,15 @@ class McpConnection:
     # -- opening and closing --------------------------------------------------------------
 
     async def open(self, mode: Mode) -> ChildInfo:
+        """Detect or force the era; an opening answered with a redirect to the same origin
+        (``/mcp/`` → ``/mcp``) is retried once at the new URL, named in ``redirected_from``."""
+        try:
+            return await self._open(mode)
+        except _Redirect as redirect:
+            self.redirected_from, self.url = self.url, redirect.url
+            return await self._open(mode)
+
+    async def _open(self, mode: Mode) -> ChildInfo:
         if mode is Mode.MODERN:
             self.info = ChildInfo(Era.MODERN, versions.LATEST_MODERN, supported_versions=versions.MODERN_VERSIONS)
             return self.info
@@ -132,6 +145,16 @@ class McpConnection:
                 return info
         self.info = await self._initialize()
         return self.info
+
+    async def describe(self) -> None:
+        """Learn the server's info when ``--mode modern`` skipped the probe: ``server/discover``
+        as an ordinary request (a failure leaves the info as it was)."""
+        if self.info is None or self.info.era is not Era.MODERN or self.info.raw:
+            return
+        reply = await self.request(handshake.DISCOVER)
+        info = handshake.classify_probe(reply)
+        if info is not None and info.version == self.info.version:
+            self.info = info
 
     async def _discover(self) -> _Answer:
         request = Request(next(self._ids), handshake.DISCOVER, handshake.probe_params(__version__))
@@ -174,6 +197,21 @@ class McpConnection:
         param_headers: Mapping[str, str] | None = None,
         on_notification: NotificationHandler | None = None,
     ) -> Reply:
+        """One request; a first answer that redirects to the same origin is followed once."""
+        try:
+            return await self._request(method, params, meta, param_headers, on_notification)
+        except _Redirect as redirect:
+            self.redirected_from, self.url = self.url, redirect.url
+            return await self._request(method, params, meta, param_headers, on_notification)
+
+    async def _request(
+        self,
+        method: str,
+        params: JsonObject | None,
+        meta: JsonObject | None,
+        param_headers: Mapping[str, str] | None,
+        on_notification: NotificationHandler | None,
+    ) -> Reply:
         info = self._info()
         body_params = dict(params or {})
         if info.era is Era.MODERN:
@@ -195,6 +233,10 @@ class McpConnection:
 
     def _check_refusal(self, answer: _Answer, method: str) -> None:
         """Raise ``ConnectionFailed`` when the endpoint refused us rather than the request."""
+        target = _location(self.url, answer.status, answer.headers)
+        unfollowed = self.redirected_from is None and self.session_id is None
+        if target is not None and unfollowed and _same_origin(target, self.url):
+            raise _Redirect(target)  # same origin only: the --header values (tokens) stay where they were sent
         problem = refusal(
             self.url,
             answer.status,
@@ -203,6 +245,7 @@ class McpConnection:
             method=method,
             has_token=any(name.lower() == h.AUTHORIZATION for name in self._extra),
             in_session=self.session_id is not None,
+            location=_location(self.url, answer.status, answer.headers),
         )
         if problem is not None:
             raise ConnectionFailed(problem)
@@ -298,12 +341,14 @@ async def open_connection(
     extra_headers: Mapping[str, str] | None = None,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
+    verify: ssl.SSLContext | bool = True,
     capabilities: JsonObject | None = None,
     on_request: ServerRequestHandler | None = None,
 ) -> AsyncIterator[McpConnection]:
-    """Open (detect the era, start a legacy session) and always close."""
+    """Open (detect the era, start a legacy session) and always close. ``verify``: the TLS
+    trust (``--cacert``), as httpx takes it."""
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
-    async with httpx.AsyncClient(timeout=timeout, transport=transport) as http:
+    async with httpx.AsyncClient(timeout=timeout, transport=transport, verify=verify) as http:
         connection = McpConnection(http, url, extra_headers, capabilities=capabilities, on_request=on_request)
         try:
             await connection.open(mode)
@@ -332,50 +377,21 @@ async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
         yield "\n".join(data)
 
 
-def refusal(
-    url: str,
-    status: int,
-    reply: Reply | None,
-    body: str,
-    *,
-    method: str,
-    has_token: bool = False,
-    in_session: bool = False,
-) -> str | None:
-    """Why the endpoint refused us (not the request), with a hint; None when it did not.
-
-    HTTP 401/403, a 404 that is not "method not found" outside a legacy session (inside one
-    a 404 means the session is gone, which the caller reports), and a gateway-local error
-    to the handshake (the gateway cannot start its server; later ones are the call's own)."""
-    said = reply.message if isinstance(reply, ErrorReply) else " ".join(body.split())[:SHOWN_BODY_CHARS]
-    said = f": {said}" if said else ""
-    if status == 401:
-        hint = (
-            "the token given with --header was not accepted"
-            if has_token
-            else "pass --header 'Authorization: Bearer TOKEN'"
-        )
-        return f"{url} requires authorization (HTTP 401{said}); {hint}"
-    if status == 403:
-        return f"{url} refused this client (HTTP 403{said})"
-    method_not_found = isinstance(reply, ErrorReply) and reply.code == jsonrpc.METHOD_NOT_FOUND
-    if status == 404 and not method_not_found and not in_session:
-        suggestion = suggested_url(url)
-        hint = f"; did you mean {suggestion}?" if suggestion else ""
-        return f"nothing answers MCP at {url} (HTTP 404{said}){hint}"
-    opening = method in (handshake.DISCOVER, handshake.INITIALIZE)
-    if opening and isinstance(reply, ErrorReply) and reply.code in GATEWAY_CODES:
-        return f"{url} could not answer {method}{said}"
-    return None
+class _Redirect(Exception):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.url = url
 
 
-def suggested_url(url: str) -> str | None:
-    """The URL with ``/mcp`` appended, unless its path already ends so."""
-    parsed = httpx.URL(url)
-    path = parsed.path.rstrip("/")
-    if path.endswith("/mcp"):
-        return None
-    return str(parsed.copy_with(path=f"{path}/mcp", query=None, fragment=None))
+def _location(url: str, status: int, headers: httpx.Headers) -> str | None:
+    """Where a redirect points, as an absolute URL; None for any other answer."""
+    location = headers.get("location") if status in REDIRECTS else None
+    return str(httpx.URL(url).join(location)) if location else None
+
+
+def _same_origin(one: str, other: str) -> bool:
+    a, b = httpx.URL(one), httpx.URL(other)
+    return (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port)
 
 
 def _merged(*layers: Mapping[str, str]) -> httpx.Headers:
@@ -397,5 +413,7 @@ def _reply_from_json(body: bytes) -> Reply | None:
 def _describe_http_error(exc: httpx.HTTPError) -> str:
     if isinstance(exc, httpx.TimeoutException):
         return "timed out connecting"
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return f"{exc}; to trust this server's certificate, pass --cacert FILE (or set SSL_CERT_FILE)"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

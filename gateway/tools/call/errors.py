@@ -7,8 +7,10 @@
     │                      conforming client must not make (a tool with invalid annotations): 2
     ├── ConnectionFailed   no MCP answer: connection refused, timeout, an HTTP answer that is
     │                      not JSON-RPC, a stream that ended before the reply, a failed handshake: 2
-    └── ServerError        the server answered with a JSON-RPC error, or the tool with
-                           ``isError: true``: 1 (the message is the server's)
+    ├── ServerError        the server answered with a JSON-RPC error, or the tool with
+    │                      ``isError: true``: 1 (the message is the server's)
+    └── (``--timeout``)    no answer within ``--timeout`` seconds: 124, as ``timeout(1)``
+                           exits (not an exception here: the command's own deadline)
 
 Foreign exceptions (``httpx``, ``orjson``) are translated where they occur, in
 ``gateway.tools.call.connection``, so the command only ever catches ``ClientError``.
@@ -21,6 +23,8 @@ from typing import ClassVar
 EXIT_OK = 0
 EXIT_SERVER_ERROR = 1
 EXIT_USAGE = 2
+EXIT_TIMEOUT = 124
+"""``--timeout`` expired: the code ``timeout(1)`` uses, so scripts can tell "too slow" from "refused"."""
 
 
 class ClientError(Exception):

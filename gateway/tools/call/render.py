@@ -11,7 +11,8 @@ Contract:
   as a live bar, with the server's message as its label; a call without progress leaves
   nothing behind. ``notifications/message`` lines are printed above the bar.
 * ``Waiting`` is a spinner, on a terminal only, while the first answer is awaited (a
-  gateway answers once its server has started: an ``npx`` cold start takes seconds).
+  gateway answers once its server has started: an ``npx`` cold start takes seconds), with
+  the seconds so far and what the gateway says it waits for (``startwatch``).
   ``Screen`` knows the one live display (spinner or bar) and pauses it while the user
   answers a server's question.
 * ``print_tools`` lists tools with their arguments, ``print_hidden`` the ones left out;
@@ -23,6 +24,7 @@ progress and errors, so ``call … > out.txt`` keeps only the result.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -164,13 +166,31 @@ class Screen:
 
 
 class Waiting:
-    """A spinner until ``stop()`` (or exit), on a terminal only."""
+    """A spinner until ``stop()`` (or exit), on a terminal only, with the seconds waited and,
+    once ``on_detail`` gives one, what the gateway is waiting for (``startwatch``)."""
 
     def __init__(self, console: Console, url: str, screen: Screen | None = None) -> None:
         self.console = console
         self.screen = screen or Screen()
-        self._status = console.status(f"waiting for {url} to answer (a gateway answers once its server has started)")
+        self.url = url
+        self.detail: str | None = None
+        self.since = time.monotonic()
+        self._status = console.status(self)  # drawn afresh at each refresh: __rich__
         self._running = False
+
+    def __rich__(self) -> Text:
+        waited = f"{time.monotonic() - self.since:.0f} s"
+        why = self.detail or "a gateway answers once its server has started"
+        return Text(f"waiting for {self.url} to answer ({waited}; {why})")
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def on_detail(self, detail: str | None) -> bool:
+        """Show ``detail`` (None: the time alone); False once the spinner has stopped."""
+        self.detail = detail
+        return self._running
 
     def __enter__(self) -> Waiting:
         if self.console.is_terminal:
