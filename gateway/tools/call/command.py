@@ -35,6 +35,7 @@ from gateway.helptext import HelpFormatter
 from gateway.protocol.bridge import CHILD_META
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply, Request, Result, error_object
 from gateway.protocol.roots import parse_root
+from gateway.protocol.tasks import is_task_result
 from gateway.protocol.versions import Era
 from gateway.protocol.xmcpheader import filter_tools, tool_header_params
 from gateway.tools.call import render, startwatch, tools
@@ -49,6 +50,7 @@ from gateway.tools.call.errors import (
     ServerError,
     UsageError,
 )
+from gateway.tools.call.taskpoll import TaskFollower
 
 PROGRESS_TOKEN: Final = "mcp-stdio-gateway-call"
 """One call per process, so one fixed token is unique among our active requests."""
@@ -292,6 +294,9 @@ class Call:
         params: JsonObject = {"name": name, "arguments": arguments}
         for _ in range(MAX_INPUT_ROUNDS):
             result = await self._send(name, params, param_headers)
+            if is_task_result(result):  # the gateway (or server) answered with a task: poll it
+                follower = TaskFollower(self.connection, self.asker, self.err, self.screen, name)
+                return self._print(name, await follower.follow(result))
             if result.get("resultType") != "input_required":
                 return self._print(name, result)
             params = {"name": name, "arguments": arguments}

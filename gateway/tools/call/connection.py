@@ -52,7 +52,7 @@ import anyio
 import httpx
 
 from gateway import __version__
-from gateway.protocol import handshake, jsonrpc, versions
+from gateway.protocol import handshake, jsonrpc, tasks, versions
 from gateway.protocol import headers as h
 from gateway.protocol.handshake import ChildInfo, HandshakeError
 from gateway.protocol.ingress import NAME_PARAMS
@@ -215,7 +215,8 @@ class McpConnection:
         info = self._info()
         body_params = dict(params or {})
         if info.era is Era.MODERN:
-            modern = handshake.modern_meta(__version__, self._capabilities)
+            # The Tasks extension too: a long call may come back as a task, which ``call`` polls.
+            modern = handshake.modern_meta(__version__, {**self._capabilities, "extensions": {tasks.EXTENSION: {}}})
             modern[handshake.META_PROTOCOL_VERSION] = info.version
             body_params["_meta"] = {**modern, **(meta or {})}
             request = Request(next(self._ids), method, body_params)

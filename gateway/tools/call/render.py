@@ -262,6 +262,13 @@ class ProgressView:
             shown = data if isinstance(data, str) else orjson.dumps(data).decode()
             self._progress.console.print(Text(f"[{level}] {shown}", style="dim"))
 
+    def on_status(self, text: str) -> None:
+        """A task's ``statusMessage`` while ``call`` polls it: the bar's label, no number."""
+        task = self._task if self._task is not None else self._start()
+        self.updates += 1
+        self._progress.update(task, description=f"{self.label}: {text}")
+        self._progress.refresh()
+
     def _on_progress(self, task: TaskID, params: JsonObject) -> None:
         progress, total, message = params.get("progress"), params.get("total"), params.get("message")
         if not isinstance(progress, (int, float)) or isinstance(progress, bool):
