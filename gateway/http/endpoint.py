@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any, Final
 
 import anyio
@@ -43,8 +44,10 @@ from gateway.http.listen import ListenStream
 from gateway.http.observe import note_answer
 from gateway.http.sse import EventStream
 from gateway.http.stream import LazyStream, LegacyCall
+from gateway.http.tasklisten import TaskListenStream
 from gateway.http.wire import rejection_response
 from gateway.protocol import ingress, subscriptions
+from gateway.protocol import tasks as task_rules
 from gateway.protocol.headers import MCP_SESSION_ID
 from gateway.protocol.jsonrpc import (
     METHOD_NOT_FOUND,
@@ -68,6 +71,9 @@ from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.unsolicited import Unsolicited
 
 log = logging.getLogger("gateway.http")
+
+Answer = Response | LazyStream | ListenStream | TaskListenStream | EventStream
+"""What the endpoint answers with: an ASGI response of one of these kinds."""
 
 MODERN_ERROR_STATUSES: Final = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY: 400}
 """HTTP statuses of a modern final error sent as JSON: the spec maps these two (digest §0.2)."""
@@ -133,7 +139,9 @@ class McpEndpoint:
         response = await self.respond(scope, receive)
         await response(scope, receive, send)
 
-    async def respond(self, scope: Scope, receive: Receive) -> Response | LazyStream | ListenStream | EventStream:
+    async def respond(
+        self, scope: Scope, receive: Receive
+    ) -> Response | LazyStream | ListenStream | TaskListenStream | EventStream:
         headers = wire.header_map(scope)
         # Who is asking, as the edge's authentication (``gateway.http.auth``) established it.
         principal = scope.get("gateway.principal")
@@ -176,7 +184,7 @@ class McpEndpoint:
 
     async def _post(
         self, scope: Scope, headers: dict[str, str], principal: str | None, body: bytes
-    ) -> Response | LazyStream | ListenStream:
+    ) -> Response | LazyStream | ListenStream | TaskListenStream:
         outcome = ingress.check_post(
             headers,
             body,
@@ -229,9 +237,20 @@ class McpEndpoint:
 
     async def _listen(
         self, accepted: Accepted, message: Request, headers: dict[str, str], principal: str | None, log: dict[str, Any]
-    ) -> Response | LazyStream | ListenStream:
+    ) -> Response | LazyStream | ListenStream | TaskListenStream:
         """``subscriptions/listen``: emulated for a legacy child (``gateway.relay.listens``);
-        a modern child's own listen is forwarded like any request."""
+        a modern child's own listen is forwarded like any request. One for task status only
+        is the gateway's own (``gateway.http.tasklisten``); elsewhere ``taskIds`` is left out."""
+        task_ids = task_rules.listen_task_ids(message.params)
+        if task_ids is not None:
+            client = ClientContext.of_request(message, accepted.version, principal, headers, log)
+            if not task_rules.opted_in(client.capabilities):
+                return wire.error_response(400, task_rules.missing_extension_error(message.method), message.id)
+            if task_rules.listens_only_for_tasks(message.params):
+                store = self.relay.tasks
+                return TaskListenStream(store, message.id, task_ids, client, max_seconds=self.max_stream_seconds)
+            message = Request(message.id, message.method, task_rules.without_task_ids(message.params or {}))
+            accepted = replace(accepted, messages=(message,))
         try:
             listen = await open_listen(self.relay.router, message, principal, headers)
         except GatewayError as exc:

@@ -34,6 +34,11 @@ Rules:
 6. **Owned**: a task belongs to its principal and server; for anyone else it does not exist
    (-32602, as for an unknown id). With owner routing the id names the owning instance
    (``mint_task_id``), signed like a session id, so any replica can forward ``tasks/*`` to it.
+8. **Status notifications** (``notifications/tasks``): a ``subscriptions/listen`` that asks for
+   ``notifications.taskIds`` and nothing else is the gateway's own listen: it acknowledges the
+   ids it holds for that principal and sends each listed task's ``DetailedTask`` whenever it
+   changes. A listen that asks for tasks *and* other notifications is served as before, with
+   ``taskIds`` left out (an acknowledgement without them: the server agreed to none).
 7. **Pass-through**: a modern child that advertises the extension keeps it. Its calls are
    never emulated: the child is told the client's extension, and when it answers with a task
    handle the gateway hands out a task id of its own (as in rule 6) that maps to the child and
@@ -151,6 +156,42 @@ def advertise(result: JsonObject) -> JsonObject:
     extensions = capabilities.get("extensions")
     capabilities["extensions"] = {**(extensions if isinstance(extensions, dict) else {}), EXTENSION: {}}
     return {**result, "capabilities": capabilities}
+
+
+STATUS_NOTIFICATION: Final = "notifications/tasks"
+MAX_LISTENED_TASKS: Final = 256
+"""Task ids one listen may ask for; more are left out of its acknowledgement."""
+
+
+def listen_task_ids(params: Mapping[str, Any] | None) -> list[str] | None:
+    """The ``notifications.taskIds`` a ``subscriptions/listen`` asks for (None: not asked)."""
+    notifications = (params or {}).get("notifications")
+    ids = notifications.get("taskIds") if isinstance(notifications, dict) else None
+    if not isinstance(ids, list):
+        return None
+    return [task_id for task_id in ids if isinstance(task_id, str)][:MAX_LISTENED_TASKS]
+
+
+def listens_only_for_tasks(params: Mapping[str, Any] | None) -> bool:
+    """Rule 8: a listen that asks for task status and nothing else."""
+    notifications = (params or {}).get("notifications")
+    if not isinstance(notifications, dict):
+        return False
+    others = {key: value for key, value in notifications.items() if key != "taskIds"}
+    return not any(value not in (False, None, [], {}) for value in others.values())
+
+
+def without_task_ids(params: JsonObject) -> JsonObject:
+    """A listen's params without ``notifications.taskIds`` (served by the child or the emulation)."""
+    notifications = params.get("notifications")
+    if not isinstance(notifications, dict) or "taskIds" not in notifications:
+        return params
+    return {**params, "notifications": {k: v for k, v in notifications.items() if k != "taskIds"}}
+
+
+def status_params(task: Task) -> JsonObject:
+    """A ``notifications/tasks``' params: the task as ``tasks/get`` would show it now."""
+    return {key: value for key, value in task.detailed().items() if key != "resultType"}
 
 
 def missing_extension_error(method: str) -> JsonObject:

@@ -33,13 +33,14 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 import anyio
 import orjson
 from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.errors import CODE_INPUT_TIMEOUT, GATEWAY_NAME, ChildError, GatewayError
 from gateway.protocol import tasks as rules
@@ -110,6 +111,7 @@ class TaskStore:
         self._kept: dict[str, int] = {}  # principal → bytes of kept outcomes
         self._next_expiry = float("inf")
         self._change = anyio.Event()  # set (and replaced) whenever a task changes
+        self._watchers: dict[str, set[MemoryObjectSendStream[Task]]] = {}  # task id → listens (rule 8)
 
     def __len__(self) -> int:
         return len(self._runs) + len(self._passed)
@@ -134,9 +136,38 @@ class TaskStore:
         """Return at the next change of any task (what a status notification would follow)."""
         await self._change.wait()
 
-    def _touch(self) -> None:
+    def _touch(self, task: Task | None = None) -> None:
         self._change.set()
         self._change = anyio.Event()
+        if task is None:
+            return
+        for stream in self._watchers.get(task.task_id, ()):
+            with suppress(anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                stream.send_nowait(task)  # a listener too slow for this one still sees the next
+
+    def watch(self, task_ids: list[str], client: ClientContext, send: MemoryObjectSendStream[Task]) -> list[str]:
+        """Rule 8: send changes of the listed tasks this client holds to ``send``; return
+        the ids agreed (the acknowledgement's). ``unwatch`` ends it."""
+        agreed = [
+            task_id
+            for task_id in dict.fromkeys(task_ids)
+            if (run := self._runs.get(task_id)) is not None and run.task.principal == _owner_of(client)
+        ]
+        for task_id in agreed:
+            self._watchers.setdefault(task_id, set()).add(send)
+        return agreed
+
+    def unwatch(self, task_ids: list[str], send: MemoryObjectSendStream[Task]) -> None:
+        for task_id in task_ids:
+            watchers = self._watchers.get(task_id)
+            if watchers is not None:
+                watchers.discard(send)
+                if not watchers:
+                    del self._watchers[task_id]
+
+    def snapshot(self, task_id: str) -> Task | None:
+        run = self._runs.get(task_id)
+        return run.task if run is not None else None
 
     # -- creation ---------------------------------------------------------------------------
 
@@ -237,7 +268,7 @@ class TaskStore:
             if answers is not None:
                 run.answers = answers
                 run.answered.set()
-                self._touch()
+                self._touch(task)
             return response(request.id, result={"resultType": "complete"})
         if not task.is_terminal:  # tasks/cancel; idempotent on an ended task
             task.cancel(now)
@@ -303,7 +334,7 @@ class TaskStore:
         wanted = result.get("inputRequests")
         run.state = result.get("requestState") if isinstance(result.get("requestState"), str) else None
         task.ask(wanted if isinstance(wanted, dict) else {}, self._clock())
-        self._touch()
+        self._touch(task)
         timeout = call.child.spec.input_timeout
         run.answers, run.answered = None, anyio.Event()
         with anyio.move_on_after(timeout):
@@ -337,7 +368,7 @@ class TaskStore:
                 for note in event.notes if type(event) is events.Batch else (event,):
                     if type(note) is events.Progress:
                         run.task.note(_progress_text(note.message), self._clock())
-                        self._touch()
+                        self._touch(run.task)
         return None
 
     def _settle(self, task: Task, final: JsonObject) -> None:
@@ -385,7 +416,7 @@ class TaskStore:
         self._next_expiry = min(self._next_expiry, task.expires_at())
         if kept > rules.MAX_BYTES_PER_PRINCIPAL:
             self._shed(task.principal)
-        self._touch()
+        self._touch(task)
 
     def _shed(self, principal: str) -> None:
         """Drop this principal's oldest ended tasks until its kept bytes fit (rule: nobody else's)."""

@@ -9,6 +9,7 @@ read with ``tasks/get`` as any client would.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -271,6 +272,81 @@ async def test_server_discover_advertises_the_extension_under_capabilities_exten
     capabilities = reply.json()["result"]["capabilities"]
     assert capabilities["extensions"][rules.EXTENSION] == {}
     assert "tasks" not in capabilities
+
+
+# -- status notifications on a listen ---------------------------------------------------------
+
+
+async def events(reply: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    data: list[str] = []
+    async for line in reply.aiter_lines():
+        if line.startswith("data:"):
+            data.append(line[5:].lstrip())
+        elif not line and data:
+            yield json.loads("\n".join(data))
+            data = []
+
+
+@pytest.mark.parametrize("era", sorted(CHILDREN))
+async def test_a_listen_for_task_ids_gets_each_change_of_its_own_tasks_only(era: str, tmp_path: Path) -> None:
+    gate = tmp_path / "listened"
+    with anyio.fail_after(WAIT):
+        async with gateway(CHILDREN[era](), pool_max=3) as gw:
+            mine = created(await gw.call("wait_gate", {"gate": str(gate)}))["taskId"]
+            theirs = created(await gw.client(TOKENS[1]).call("wait_gate", {"gate": str(gate)}))["taskId"]
+            body = {
+                "jsonrpc": "2.0",
+                "id": "watch",
+                "method": "subscriptions/listen",
+                "params": {
+                    "notifications": {"taskIds": [mine, theirs, "t.unknown"]},
+                    "_meta": {**MODERN_META, **WITH_TASKS},
+                },
+            }
+            headers = {**modern_headers("subscriptions/listen"), **gw.auth}
+            seen: list[dict[str, Any]] = []
+            async with gw.http.stream("POST", gw.url, headers=headers, json=body) as reply:
+                assert reply.status_code == 200
+                assert reply.headers["content-type"].startswith("text/event-stream")
+                async for message in events(reply):
+                    seen.append(message)
+                    if message.get("method") == rules.STATUS_NOTIFICATION and len(seen) == 2:
+                        await anyio.Path(gate).touch()  # the listen has the working state: let the tasks end
+                    if message.get("params", {}).get("status") == rules.COMPLETED:
+                        break
+            refused = await gw.post(
+                "subscriptions/listen", {"notifications": {"taskIds": [mine]}, "_meta": MODERN_META}
+            )
+    ack, *notes = seen
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert ack["params"]["notifications"] == {"taskIds": [mine]}  # not another's, not an unknown one
+    assert all(note["method"] == rules.STATUS_NOTIFICATION for note in notes)
+    assert {note["params"]["taskId"] for note in notes} == {mine}
+    assert notes[0]["params"]["status"] == rules.WORKING
+    assert notes[-1]["params"]["result"]["structuredContent"]["gate"] == str(gate)
+    assert "resultType" not in notes[-1]["params"]
+    assert notes[-1]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "watch"
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == MISSING_CLIENT_CAPABILITY
+
+
+async def test_a_listen_for_tasks_and_more_is_served_as_before_without_task_ids() -> None:
+    with anyio.fail_after(WAIT):
+        async with gateway(server_spec("--era", "legacy")) as gw:
+            body = {
+                "jsonrpc": "2.0",
+                "id": "mixed",
+                "method": "subscriptions/listen",
+                "params": {
+                    "notifications": {"taskIds": ["t.x"], "toolsListChanged": True},
+                    "_meta": {**MODERN_META, **WITH_TASKS},
+                },
+            }
+            headers = {**modern_headers("subscriptions/listen"), **gw.auth}
+            async with gw.http.stream("POST", gw.url, headers=headers, json=body) as reply:
+                ack = await anext(events(reply))
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert ack["params"]["notifications"] == {"toolsListChanged": True}  # the server agreed to no task ids
 
 
 # -- a child that serves tasks itself ----------------------------------------------------------

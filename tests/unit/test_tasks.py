@@ -176,3 +176,24 @@ def test_whatever_happens_a_task_ends_at_most_once_and_its_wire_shape_matches_it
         assert ("error" in detailed) == (t.status == rules.FAILED)
         assert ("inputRequests" in detailed) == (t.status == rules.INPUT_REQUIRED)
         assert "requestState" not in detailed
+
+
+def test_a_listen_for_task_ids_alone_is_the_gateways_and_a_mixed_one_loses_its_task_ids() -> None:
+    only = {"notifications": {"taskIds": ["t.a", 7, "t.b"], "toolsListChanged": False}}
+    mixed = {"notifications": {"taskIds": ["t.a"], "toolsListChanged": True}}
+    assert rules.listen_task_ids(only) == ["t.a", "t.b"]
+    assert rules.listen_task_ids({"notifications": {"toolsListChanged": True}}) is None
+    assert rules.listens_only_for_tasks(only)
+    assert not rules.listens_only_for_tasks(mixed)
+    assert rules.without_task_ids(mixed) == {"notifications": {"toolsListChanged": True}}
+    many = {"notifications": {"taskIds": [f"t.{n}" for n in range(1000)]}}
+    assert len(rules.listen_task_ids(many) or []) == rules.MAX_LISTENED_TASKS
+
+
+def test_a_status_notification_carries_the_detailed_task_without_result_type() -> None:
+    done = task()
+    done.complete({"content": []}, 1, NOW)
+    params = rules.status_params(done)
+    assert params["status"] == rules.COMPLETED
+    assert params["result"] == {"content": []}
+    assert "resultType" not in params
