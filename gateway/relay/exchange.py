@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Mapping
+from contextlib import aclosing
 from typing import Final
 
 import anyio
@@ -138,8 +139,10 @@ class Relay:
                 if self.settings is not None:  # last before the request: what the child asks now is this client's
                     refresh = self.settings.refresh_roots(child, client, request.method)
                     if refresh is not None:
-                        async for question in refresh:
-                            yield events.Ask(question)  # a caching child's roots/list, before a legacy session's call
+                        # Closed here, in this task, when this exchange is closed at the yield.
+                        async with aclosing(refresh):
+                            async for question in refresh:
+                                yield events.Ask(question)  # a caching child's roots/list, before a session's call
                     await self.settings.prepare(child, client, request.method, log_level)
                 params = translate.params_for_child(request.params, client, info)
                 try:
