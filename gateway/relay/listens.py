@@ -120,23 +120,40 @@ async def open_listen(
     )
 
 
+SUBSCRIBE_TIMEOUT: Final = 10.0
+"""Seconds a child has to answer ``resources/subscribe`` or ``unsubscribe``; a child that does
+not is taken as refusing (the listen is acknowledged without that URI)."""
+
+
 class SubscriptionCounts:
     """``resources/subscribe`` at a child once per URI, however many listeners hold it;
-    ``resources/unsubscribe`` when the last lets go. Serialised: the calls are quick."""
+    ``resources/unsubscribe`` when the last lets go.
+
+    No lock is held across the child's answer: the count is decided synchronously, and the
+    one request in flight per (child, URI) is single-flight (``_busy``): a holder of the same
+    URI on the same child waits for it and then counts on its outcome; every other child and
+    URI goes on meanwhile, so one stuck child delays only its own subscriptions, for at most
+    ``SUBSCRIBE_TIMEOUT``."""
 
     def __init__(self) -> None:
         self._counts: dict[tuple[StdioChild, str], int] = {}
-        self._lock = anyio.Lock()
+        self._busy: dict[tuple[StdioChild, str], anyio.Event] = {}  # a (un)subscribe in flight at the child
+
+    async def _settled(self, key: tuple[StdioChild, str]) -> None:
+        while (busy := self._busy.get(key)) is not None:
+            await busy.wait()
 
     async def acquire(self, child: StdioChild, uri: str) -> bool:
         """True if the child is subscribed to ``uri`` for this holder (it refused, or died: False)."""
-        async with self._lock:
-            key = (child, uri)
-            if self._counts.get(key, 0) > 0:
-                self._counts[key] += 1
-                return True
+        key = (child, uri)
+        await self._settled(key)
+        if self._counts.get(key, 0) > 0:
+            self._counts[key] += 1
+            return True
+        done = self._busy[key] = anyio.Event()
+        try:
             try:
-                reply = await child.request("resources/subscribe", {"uri": uri})
+                reply = await child.request("resources/subscribe", {"uri": uri}, timeout=SUBSCRIBE_TIMEOUT)
             except ChildError:
                 return False
             if not isinstance(reply, Result):
@@ -144,18 +161,27 @@ class SubscriptionCounts:
                 return False
             self._counts[key] = 1
             return True
+        finally:
+            del self._busy[key]
+            done.set()
 
     async def release(self, child: StdioChild, uri: str) -> None:
-        async with self._lock:
-            key = (child, uri)
-            count = self._counts.get(key, 0) - 1
-            if count > 0:
-                self._counts[key] = count
-                return
-            self._counts.pop(key, None)
-            if child.is_alive():
-                with suppress(ChildError):
-                    await child.request("resources/unsubscribe", {"uri": uri})
+        key = (child, uri)
+        await self._settled(key)
+        count = self._counts.get(key, 0) - 1
+        if count > 0:
+            self._counts[key] = count
+            return
+        self._counts.pop(key, None)
+        if not child.is_alive():
+            return
+        done = self._busy[key] = anyio.Event()  # a new holder subscribes after this, not before
+        try:
+            with suppress(ChildError):
+                await child.request("resources/unsubscribe", {"uri": uri}, timeout=SUBSCRIBE_TIMEOUT)
+        finally:
+            del self._busy[key]
+            done.set()
 
 
 class Listens:
