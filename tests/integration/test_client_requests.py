@@ -33,6 +33,7 @@ from gateway.errors import CODE_INPUT_TIMEOUT, CODE_NO_CLIENT_INPUT
 from gateway.http.auth import TokenStore
 from gateway.protocol.jsonrpc import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
 from gateway.protocol.requeststate import StateClaims, encode_state, params_digest
+from gateway.relay import exchange
 from gateway.relay.exchange import MAX_INPUT_ROUNDS
 from gateway.relay.router import Isolation
 from gateway.stdio.spec import ChildSpec
@@ -396,6 +397,34 @@ async def test_questions_read_together_make_one_round_and_an_input_left_out_is_a
             [final] = messages(await post(http, url, retry_of(call, 3, state, {"k2": CLIENT_ROOTS})))
     assert final["id"] == 3
     assert answers(final) == [{"result": SAMPLED}, {"result": CLIENT_ROOTS}]
+
+
+async def test_three_questions_asked_at_once_from_threads_reach_a_modern_client_in_one_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A legacy child asks elicitation, sampling and roots concurrently (a thread each, so
+    the gateway may read them apart): one ``InputRequiredResult`` carries all three, and one
+    retry answering them completes the call (issue #23). The window is widened here so that
+    a loaded machine's thread scheduling cannot split the round (measured spread: docs)."""
+    monkeypatch.setattr(exchange, "ASK_GATHER_WINDOW", 0.5)
+    asked_for = [ELICITATION, SAMPLING, ROOTS]
+    call = modern_ask(1, asked_for, ALL)
+    call["params"]["arguments"]["parallel"] = True
+    given = {"elicitation/create": ELICITED, "sampling/createMessage": SAMPLED, "roots/list": CLIENT_ROOTS}
+    with anyio.fail_after(WAIT):
+        async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            [round_one] = messages(await post(http, url, call))
+            validate(round_one, "JSONRPCResultResponse")
+            validate(round_one["result"], "InputRequiredResult")
+            asked = round_one["result"]["inputRequests"]
+            assert sorted(entry["method"] for entry in asked.values()) == sorted(r["method"] for r in asked_for)
+            responses = {key: given[entry["method"]] for key, entry in asked.items()}
+            retry = retry_of(call, 2, round_one["result"]["requestState"], responses)
+            [final] = messages(await post(http, url, retry))
+    validate(final, "JSONRPCResultResponse")
+    assert final["id"] == 2
+    assert final["result"]["resultType"] == "complete"
+    assert answers(final) == [{"result": ELICITED}, {"result": SAMPLED}, {"result": CLIENT_ROOTS}]
 
 
 async def test_tampered_expired_replayed_and_mismatched_request_state_are_each_refused_with_a_clear_error() -> None:
