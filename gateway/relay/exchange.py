@@ -41,21 +41,22 @@ declare what is asked, or does not answer in time, gets a gateway error (-31006,
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from contextlib import aclosing
 from typing import Final
 
 import anyio
 
-from gateway.errors import CODE_INPUT_TIMEOUT, GATEWAY_NAME, ChildError, ChildProtocolError
+from gateway.errors import ChildError
 from gateway.protocol import attribution, bridge, inputs, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
-from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Request, Result
+from gateway.protocol.jsonrpc import JsonObject, Request, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
-from gateway.relay import events, translate
+from gateway.relay import events, input_rounds, translate
 from gateway.relay.catalog import ToolCatalog
 from gateway.relay.client import ClientContext
 from gateway.relay.events import Emitted
+from gateway.relay.input_rounds import MAX_INPUT_ROUNDS as MAX_INPUT_ROUNDS
 from gateway.relay.router import ANONYMOUS, Router
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.suspensions import Call, Holdings, Suspensions, input_responses
@@ -97,9 +98,9 @@ shared 2-core test machine (docs/bridging.md): three questions a Python child se
 three threads at once were read together in 4 of 20 runs, and otherwise within 0.2–4.1 ms
 (median 0.8 ms) of the first; 10 ms covers that with room, and is all a round costs more. A
 legacy client gets each question at once, without this wait."""
-MAX_INPUT_ROUNDS: Final = 10
-"""``input_required`` rounds a modern child may ask of a legacy client in one request; past
-this the request ends with an error (a child that never completes must not loop forever)."""
+UNASKING_HANDSHAKE: Final = frozenset({"server/discover", "ping"})
+"""Requests any child answers alike, whatever its client's capabilities: the usual pool serves
+them (no child is started for a capability set only to answer them)."""
 
 
 class Relay:
@@ -119,8 +120,10 @@ class Relay:
         state = (request.params or {}).get("requestState")
         if client.era is Era.MODERN and requeststate.is_gateway_state(state):
             assert isinstance(state, str)
-            async for message in self._resume(request, client, state):
-                yield message
+            resumed = self._resume(request, client, state)
+            async with aclosing(resumed):  # closed in this task when this exchange is closed
+                async for message in resumed:
+                    yield message
             return
         try:
             pool = await self.router.pool_for(
@@ -128,7 +131,8 @@ class Relay:
                 client.session_id,
                 headers or {},
                 era=client.era,
-                capabilities=client.capabilities if client.session is not None else None,
+                # Legacy children are told exactly their client's capabilities (the pool key holds them).
+                capabilities=None if request.method in UNASKING_HANDSHAKE else client.capabilities,
             )
             tool = attribution.tool_key(request.method, request.params)  # the lease's and the child's
             # The holdings own the lease and the child exchange, so that a parked MRTR call keeps both.
@@ -181,14 +185,16 @@ class Relay:
                 except ChildError as exc:
                     yield events.Final(response(request.id, error=exc.error_object()))
                     return
-                async for message in self._drive(Call(child, ex, stack), request, client, resumed=False):
-                    yield message
+                driven = self._drive(Call(child, ex, stack), request, client, resumed=False)
+                async with aclosing(driven):  # closed in this task: the lease and exchange are left here
+                    async for message in driven:
+                        yield message
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
             yield events.Final(response(request.id, error=exc.error_object()))
 
     async def _drive(
         self, call: Call, request: Request, client: ClientContext, *, resumed: bool, rounds: int = 0
-    ) -> AsyncIterator[Emitted]:
+    ) -> AsyncGenerator[Emitted]:
         """The child's notifications and questions, then its reply, for ``request``'s client.
 
         Returns early, with the final message yielded, when the call is parked (MRTR) or
@@ -238,10 +244,17 @@ class Relay:
             and isinstance(reply, Result)
             and reply.result.get("resultType") == INPUT_REQUIRED
         ):
-            async for message in self._input_round(call.child, request, client, reply.result, rounds):
-                yield message
+            # A modern child's input_required, for a legacy client: ask it, retry the child.
+            round_ = input_rounds.input_round(self._next_round, call.child, request, client, reply.result, rounds)
+            async with aclosing(round_):
+                async for message in round_:
+                    yield message
             return
         yield events.Final(translate.reply_for_client(request, reply, client, info))
+
+    def _next_round(self, call: Call, request: Request, client: ClientContext, rounds: int) -> AsyncGenerator[Emitted]:
+        """The child's retry with the client's answers (``input_rounds``), streamed as any call."""
+        return self._drive(call, request, client, resumed=False, rounds=rounds)
 
     @staticmethod
     def _sort(
@@ -256,91 +269,6 @@ class Relay:
             elif (note := translate.note_for_client(got, request, resumed)) is not None:
                 notes.append(events.notification(note))
         return notes, asks
-
-    # -- a modern child's input_required, for a legacy client ------------------------------
-
-    async def _input_round(
-        self, child: StdioChild, request: Request, client: ClientContext, result: JsonObject, rounds: int
-    ) -> AsyncIterator[Emitted]:
-        """Ask the legacy client what the modern child's ``input_required`` asks, then retry
-        the child with the answers (a new child request); the retry's outcome, which may be
-        another round, is streamed on as usual."""
-        wanted = result.get("inputRequests")
-        wanted = {} if wanted is None else wanted
-        state = result.get("requestState")
-        problem = translate.input_required_problem(wanted, state)
-        if problem is None and rounds >= MAX_INPUT_ROUNDS:
-            problem = f"the server still wants input after {MAX_INPUT_ROUNDS} rounds; the gateway gave up"
-        if problem is not None:
-            yield events.Final(
-                response(request.id, error=ChildProtocolError(f"{request.method}: {problem}").error_object())
-            )
-            return
-        assert isinstance(wanted, dict)
-        answers: JsonObject = {}
-        asks: dict[str, ChildAsk] = {}
-        for key, entry in wanted.items():
-            ask = ChildAsk(Request(key, entry["method"], entry.get("params")))
-            reachable = client.session is not None and client.accepts_requests
-            if reachable and inputs.is_declared(client.capabilities, ask.method, ask.params):
-                asks[key] = ask
-            elif ask.method == inputs.ROOTS and child.spec.roots is not None:  # the configured roots answer it
-                answers[key] = {"roots": [dict(root) for root in child.spec.roots]}
-            else:
-                yield events.Final(response(request.id, error=translate.undeclared_input_error(ask, client)))
-                return
-        session = client.session
-        timeout = child.spec.input_timeout
-        unanswered: list[ChildAsk] = []
-        try:
-            for ask in asks.values():
-                assert session is not None  # only a session's client is asked (reachable, above)
-                gateway_id: str = session.track_ask(ask)
-                yield events.Ask(Request(gateway_id, ask.method, ask.params).to_dict())
-            with anyio.move_on_after(timeout):
-                for ask in asks.values():
-                    await ask.wait()
-            unanswered = [ask for ask in asks.values() if not ask.is_answered]
-        finally:  # timed out, or the request was cancelled: answered, so the session forgets them
-            for ask in asks.values():
-                ask.answer_error(CODE_INPUT_TIMEOUT, "no answer came")
-        if unanswered:
-            methods = ", ".join(sorted({ask.method for ask in unanswered}))
-            yield events.Final(
-                response(
-                    request.id,
-                    error=jsonrpc.error_object(
-                        CODE_INPUT_TIMEOUT,
-                        f"the client did not answer {methods} within {timeout:g} s, so the server cannot complete "
-                        "this request",
-                        {"source": GATEWAY_NAME, "method": unanswered[0].method, "timeout_seconds": timeout},
-                    ),
-                )
-            )
-            return
-        for key, ask in asks.items():
-            reply = ask.reply
-            if isinstance(reply, ErrorReply):
-                yield events.Final(response(request.id, error=translate.client_refusal_error(ask, reply)))
-                return
-            assert isinstance(reply, Result)
-            answers[key] = reply.result
-        info = child.info
-        assert info is not None
-        params = dict(translate.params_for_child(request.params, client, info) or {})
-        params["inputResponses"] = answers
-        if state is not None:
-            params["requestState"] = state  # the child's own, unchanged
-        async with Holdings() as stack:
-            try:
-                ex = await stack.enter(
-                    child.exchange(request.method, params, asks=True, log_level=translate.log_level(request, client))
-                )
-            except ChildError as exc:
-                yield events.Final(response(request.id, error=exc.error_object()))
-                return
-            async for message in self._drive(Call(child, ex, stack), request, client, resumed=False, rounds=rounds + 1):
-                yield message
 
     # -- questions from the child ---------------------------------------------------------
 
@@ -404,7 +332,7 @@ class Relay:
         wanted = {key: inputs.input_request(ask.method, ask.params) for key, ask in asks.items()}
         return response(request.id, result=inputs.input_required_result(wanted, token))
 
-    async def _resume(self, request: Request, client: ClientContext, state: str) -> AsyncIterator[Emitted]:
+    async def _resume(self, request: Request, client: ClientContext, state: str) -> AsyncGenerator[Emitted]:
         """A modern retry: answer the parked call's questions, then stream the rest of it."""
         taken = self.suspensions.take(state, request, client.principal)
         if isinstance(taken, Rejection):
@@ -425,8 +353,10 @@ class Relay:
             for ask in unanswered.values():
                 reason = "the retry left it unanswered"
                 ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason), reason)
-            async for message in self._drive(call, request, client, resumed=True):
-                yield message
+            driven = self._drive(call, request, client, resumed=True)
+            async with aclosing(driven):
+                async for message in driven:
+                    yield message
 
     # -- ordinary requests ----------------------------------------------------------------
 

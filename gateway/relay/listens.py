@@ -34,6 +34,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gateway.errors import ChildError
 from gateway.protocol import subscriptions
+from gateway.protocol.ingress import CLIENT_CAPABILITIES_KEY
 from gateway.protocol.jsonrpc import INVALID_PARAMS, JsonId, JsonObject, Notification, Request, Result, error_object
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
@@ -101,7 +102,12 @@ async def open_listen(
     """The emulated listen for ``request`` when a legacy child serves the client; None when a
     modern child does (forward it: the relay rewrites ``subscriptionId`` both ways); a
     ``Rejection`` (400) without ``params.notifications``. ``GatewayError`` when no child can be had."""
-    pool = await router.pool_for(principal, None, headers)
+    # The pool whose children its client's calls run on (told the same capabilities): their
+    # list_changed is what this listener's lists are made of.
+    meta = (request.params or {}).get("_meta")
+    declared = meta.get(CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
+    capabilities = declared if isinstance(declared, dict) else {}
+    pool = await router.pool_for(principal, None, headers, capabilities=capabilities)
     async with pool.lease(principal=principal or ANONYMOUS) as child:  # which era serves it, what it can do
         info = child.info
     assert info is not None

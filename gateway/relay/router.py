@@ -28,8 +28,14 @@ legacy clients are bridged). ``legacy`` opens every child
 with ``initialize``: modern clients are then bridged (their questions become MRTR rounds), for
 servers whose tools ask the legacy way and must ask modern clients too.
 
-With ``isolation: session`` the session's child is told, at ``initialize``, the capabilities of
-that session's client (within what the server is configured to declare), not all of them.
+**Capabilities told.** A legacy child is told its client's capabilities once, at
+``initialize``, and may act on them before it asks anything. So the children of a legacy
+server (and the legacy clients' share of a dual one) are told exactly what their client
+declared, within what the server is configured to declare (``inputs.told_to_child``: a modern
+request's ``clientCapabilities``, a legacy session's ``initialize`` ones), and the pool key
+carries that set (``told``, e.g. ``elicitation,sampling``) unless it is the configured set
+itself: children told different sets never serve the same client. With ``isolation: session``
+the session's own pool is told that session's set.
 
 Pools other than the shared one are made on demand and dropped once they have been empty
 (no child, no waiter) for a maintenance tick; their children stop after the pool's idle
@@ -101,6 +107,7 @@ class PoolKey:
     scope: str  # "shared", "principal:NAME" or "session:ID"
     fingerprint: str = ""
     era: str = ""  # "legacy": children opened with initialize, for legacy clients of a dual server
+    told: str = ""  # the client capabilities its legacy children are told (inputs.capability_key); "": the configured
 
     def label(self, server: str) -> str:
         parts = [server]
@@ -111,6 +118,8 @@ class PoolKey:
             parts.append(f"credentials={self.fingerprint[:12]}")
         if self.era:
             parts.append(f"era={self.era}")
+        if self.told:
+            parts.append(f"capabilities={self.told}")
         return " ".join(parts)
 
 
@@ -161,6 +170,7 @@ class Router:
         self._stops: dict[PoolKey, anyio.Event] = {}
         self._entered: dict[PoolKey, anyio.Event] = {}  # set once the pool runs (requests may lease)
         self.single_era = server.dual_era is not DualEra.PER_CLIENT  # no legacy partition needed
+        self._probed_era: Era | None = None  # the era of the server's first probed child, once one is up
 
     def add_listener(self, listener: PoolListener) -> None:
         self._listeners.append(listener)
@@ -195,8 +205,16 @@ class Router:
         await self._tg.__aexit__(None, None, None)
 
     def key_for(
-        self, principal: str | None, session_id: str | None, headers: Mapping[str, str], era: Era = Era.MODERN
+        self,
+        principal: str | None,
+        session_id: str | None,
+        headers: Mapping[str, str],
+        era: Era = Era.MODERN,
+        capabilities: Mapping[str, object] | None = None,
     ) -> PoolKey:
+        """The pool for this client. ``capabilities`` (the client's: a session's, or a modern
+        request's ``clientCapabilities``) are part of it when the pool's children are legacy
+        (``told_for``): children told different capabilities never serve the same client."""
         isolation = self.server.isolation
         if isolation is Isolation.SESSION and session_id is not None:
             scope = f"session:{session_id}"
@@ -209,7 +227,38 @@ class Router:
         if era is Era.LEGACY:
             self._learn_eras()
         legacy = era is Era.LEGACY and not self.single_era
-        return PoolKey(scope, fingerprint(env), "legacy" if legacy else "")
+        key = PoolKey(scope, fingerprint(env), "legacy" if legacy else "")
+        if capabilities is None or scope.startswith("session:") or not self._tells_capabilities(key):
+            return key  # a session's own pool is told its session's capabilities already (pool_for)
+        told = self.told_for(capabilities)
+        return key if told is None else replace(key, told=inputs.capability_key(told))
+
+    def told_for(self, capabilities: Mapping[str, object]) -> dict[str, object] | None:
+        """What a legacy child serving a client of ``capabilities`` is told at ``initialize``
+        (``inputs.told_to_child`` within what the server is configured to declare, configured
+        roots always); None when that is the configured set itself (the usual pools)."""
+        spec = self.server.spec
+        told = replace(spec, client_capabilities=inputs.told_to_child(spec.declared_capabilities, capabilities))
+        declared = told.declared_capabilities
+        return None if declared == spec.declared_capabilities else declared
+
+    def _tells_capabilities(self, key: PoolKey) -> bool:
+        """Whether the children of ``key``'s pool are told client capabilities: they are opened
+        with ``initialize`` (the legacy clients' share, ``--dual-era legacy``), or the server
+        turned out to speak the legacy era only (its first probed child, once known)."""
+        if key.era or self.server.spec.handshake == INITIALIZE_FIRST:
+            return True
+        if self._probed_era is None:
+            self._probed_era = next(
+                (
+                    child.info.era
+                    for pool in self.pools.values()
+                    for child in pool.children()
+                    if child.info is not None and child.spec.handshake == PROBE_FIRST
+                ),
+                None,
+            )
+        return self._probed_era is Era.LEGACY
 
     def _learn_eras(self) -> None:
         """A probed child that is legacy, or an ``initialize``-first child that is modern, shows
@@ -240,14 +289,16 @@ class Router:
         era: Era = Era.MODERN,
         capabilities: Mapping[str, object] | None = None,
     ) -> Pool:
-        """The pool for a client of ``era``; ``capabilities`` (a legacy session's) are what a
-        child of that session's own pool (``isolation: session``) is told it may ask for."""
-        if era is Era.LEGACY and not self.single_era:
-            # Whether this server speaks one era only is known once its first child is up.
-            main = self.pools.get(self.key_for(principal, session_id, headers))
-            if main is not None:
-                await main.wait_started()
-        key = self.key_for(principal, session_id, headers, era)
+        """The pool for a client of ``era``; ``capabilities`` (a legacy session's, or a modern
+        request's ``clientCapabilities``) are what its legacy children are told they may ask
+        for: a session's own pool's (``isolation: session``), or a pool of children told
+        exactly that set (``key_for``)."""
+        # Whether this server speaks one era only (or is legacy, so that children are told
+        # capabilities) is known once its first child is up.
+        main = self.pools.get(self.key_for(principal, session_id, headers))
+        if main is not None and (era is Era.LEGACY or capabilities is not None):
+            await main.wait_started()
+        key = self.key_for(principal, session_id, headers, era, capabilities)
         pool = self.pools.get(key)
         if pool is not None:
             entered = self._entered[key]
@@ -262,6 +313,8 @@ class Router:
             spec = replace(spec, handshake=INITIALIZE_FIRST)
         if key.scope.startswith("session:") and capabilities is not None:
             spec = replace(spec, client_capabilities=inputs.told_to_child(spec.declared_capabilities, capabilities))
+        elif key.told and capabilities is not None:
+            spec = replace(spec, client_capabilities=self.told_for(capabilities))
         return await self._open(key, spec)
 
     async def _open(self, key: PoolKey, spec: ChildSpec) -> Pool:

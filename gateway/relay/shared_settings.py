@@ -119,6 +119,12 @@ class SharedSettings:
         self._asking_pools.add(pool)
         refresh = self._refreshing.get(pool)
         if refresh is None or refresh.ask is not None:
+            # Not a refresh's: whoever answers it now (the gateway, or a session's GET stream),
+            # it is not the owner noted last (a modern client's call may have ended before its
+            # child asked). Which child asked is not known here: none of the pool's is known to
+            # hold anyone's roots, so the next call of any client refreshes again.
+            for child in pool.children():
+                self._roots[child] = UNKNOWN
             return None
         refresh.ask = ask = ChildAsk(request)
         refresh.asked.set()

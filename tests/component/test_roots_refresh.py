@@ -21,6 +21,7 @@ import anyio
 import pytest
 from starlette.applications import Starlette
 
+from gateway.errors import CODE_NO_CLIENT_INPUT
 from gateway.http.drain import DrainGuard
 from gateway.http.endpoint import McpEndpoint
 from gateway.protocol.jsonrpc import Request, Result
@@ -30,7 +31,7 @@ from gateway.relay.sessions import LegacySession
 from gateway.stdio.pool import PoolSettings
 from tests.component.fakechild import FakeChild, JsonObject, Script, fake_backend
 from tests.component.harness import FAKE_SPEC, in_process_gateway
-from tests.gateway_server import open_legacy_session
+from tests.gateway_server import modern_call, modern_headers, open_legacy_session
 
 pytestmark = pytest.mark.anyio
 
@@ -113,3 +114,47 @@ async def test_a_refresh_closed_while_its_question_is_with_the_client_does_not_s
             assert isinstance(final, events.Final)
             assert final.message["result"]["content"] == [{"type": "text", "text": "b"}]
     assert fetched[-1]["result"] == {"roots": bobs_roots}
+
+
+async def test_a_modern_clients_roots_asked_for_after_its_call_do_not_count_as_given() -> None:
+    """The child asks ``roots/list`` only after the modern call ended, so the gateway answers it
+    (-31006 here): the child then holds nobody's roots, and the same client's next call tells
+    it again that roots changed (the gateway used to note the client as the owner for good)."""
+    fetched: list[Any] = []
+    go = anyio.Event()
+
+    async def fetch_later(child: FakeChild, params: JsonObject) -> None:
+        await go.wait()
+        fetched.append(await child.ask("roots/list", None))
+        child.backend.changes.changed()
+
+    async def fetch(child: FakeChild, params: JsonObject) -> None:
+        fetched.append(await child.ask("roots/list", None))
+        child.backend.changes.changed()
+
+    script = Script(
+        era="legacy",
+        on_notification={"notifications/initialized": fetch, "notifications/roots/list_changed": fetch_later},
+    )
+    declares = {"io.modelcontextprotocol/clientCapabilities": DECLARES_ROOTS}
+
+    def told(child: FakeChild) -> int:
+        return sum(m.get("method") == "notifications/roots/list_changed" for m in child.received)
+
+    with anyio.fail_after(BOUND):
+        async with fake_backend(script) as backend, in_process_gateway(backend, spec=ROOTS_SPEC) as gw:
+            await backend.until(lambda: len(fetched) == 1)
+            [child] = backend.children
+            first = await gw.http.post(
+                gw.url, headers=modern_headers("tools/call", "echo"), json=modern_call(1, "echo", {}, **declares)
+            )
+            assert first.json()["result"]["resultType"] == "complete"
+            assert told(child) == 1
+            go.set()  # the child asks now, with no call in flight: the gateway answers
+            await backend.until(lambda: len(fetched) == 2)
+            assert fetched[1]["error"]["code"] == CODE_NO_CLIENT_INPUT
+            second = await gw.http.post(
+                gw.url, headers=modern_headers("tools/call", "echo"), json=modern_call(2, "echo", {}, **declares)
+            )
+            assert second.json()["result"]["resultType"] == "complete"
+            assert told(child) == 2

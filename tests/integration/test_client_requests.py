@@ -489,13 +489,13 @@ async def test_a_retry_by_another_principal_is_refused_and_the_owner_can_still_r
     assert answers(owned.json()) == [{"result": CLIENT_ROOTS}]
 
 
-async def wait_for_a_cancellation(http: httpx.AsyncClient, url: str) -> list[Any]:
-    """The child's cancelled request ids, once there is one (polled with real requests, bounded)."""
+async def wait_for_a_cancellation(http: httpx.AsyncClient, url: str, capabilities: dict[str, Any]) -> list[Any]:
+    """The child's cancelled request ids, once there is one (polled with real requests, bounded).
+    ``capabilities``: the cancelled call's, so that a child told the same (its pool) answers."""
+    ids_call = modern_call("ids", "cancelled_ids", **{CAPABILITIES_KEY: capabilities})
     with anyio.fail_after(WAIT):
         while True:
-            reply = await http.post(
-                url, headers=modern_headers("tools/call", "cancelled_ids"), json=modern_call("ids", "cancelled_ids")
-            )
+            reply = await http.post(url, headers=modern_headers("tools/call", "cancelled_ids"), json=ids_call)
             ids: list[Any] = reply.json()["result"]["structuredContent"]["ids"]
             if ids:
                 return ids
@@ -505,7 +505,7 @@ async def test_an_undeclared_capability_gets_32021_and_the_call_is_cancelled_at_
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
             refused = await post(http, url, modern_ask(1, [ELICITATION], {"sampling": {}}))
-            cancelled = await wait_for_a_cancellation(http, url)
+            cancelled = await wait_for_a_cancellation(http, url, {"sampling": {}})
     assert refused.status_code == 400
     assert refused.headers["content-type"] == "application/json"
     body = refused.json()
@@ -533,7 +533,7 @@ async def test_a_call_whose_retry_never_comes_is_cancelled_at_the_child_and_its_
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child(input_timeout=0.5)) as url, httpx.AsyncClient(timeout=WAIT) as http:
             [ended] = messages(await post(http, url, call))
-            cancelled = await wait_for_a_cancellation(http, url)
+            cancelled = await wait_for_a_cancellation(http, url, {"sampling": {}})
             late = await post(http, url, retry_of(call, 2, ended["result"]["requestState"], {"k1": SAMPLED}))
     assert len(cancelled) == 1
     assert late.status_code == 400
