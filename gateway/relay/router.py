@@ -56,6 +56,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 import anyio
+import orjson
 from anyio.abc import TaskGroup
 
 from gateway.oauth.validation import OAuthPolicy
@@ -71,6 +72,9 @@ from gateway.stdio.spec import INITIALIZE_FIRST, PROBE_FIRST, ChildSpec
 
 log = logging.getLogger("gateway.relay.router")
 
+MAX_TOLD_SETS: Final = 256
+"""Distinct capability declarations whose told set a router remembers (clients choose what they
+declare); past it the set is worked out for each request (a few tens of µs)."""
 ANONYMOUS: Final = "anonymous"
 """The principal of requests that carry no identity (no token, no trusted identity header)."""
 
@@ -171,6 +175,7 @@ class Router:
         self._entered: dict[PoolKey, anyio.Event] = {}  # set once the pool runs (requests may lease)
         self.single_era = server.dual_era is not DualEra.PER_CLIENT  # no legacy partition needed
         self._probed_era: Era | None = None  # the era of the server's first probed child, once one is up
+        self._told_sets: dict[bytes, tuple[str, dict[str, object] | None]] = {}  # declaration → what is told
 
     def add_listener(self, listener: PoolListener) -> None:
         self._listeners.append(listener)
@@ -230,17 +235,33 @@ class Router:
         key = PoolKey(scope, fingerprint(env), "legacy" if legacy else "")
         if capabilities is None or scope.startswith("session:") or not self._tells_capabilities(key):
             return key  # a session's own pool is told its session's capabilities already (pool_for)
-        told = self.told_for(capabilities)
-        return key if told is None else replace(key, told=inputs.capability_key(told))
+        told = self._told(capabilities)[0]
+        return replace(key, told=told) if told else key
 
     def told_for(self, capabilities: Mapping[str, object]) -> dict[str, object] | None:
         """What a legacy child serving a client of ``capabilities`` is told at ``initialize``
         (``inputs.told_to_child`` within what the server is configured to declare, configured
         roots always); None when that is the configured set itself (the usual pools)."""
+        return self._told(capabilities)[1]
+
+    def _told(self, capabilities: Mapping[str, object]) -> tuple[str, dict[str, object] | None]:
+        """``told_for`` and its ``capability_key`` ("" for the configured set), remembered per
+        distinct declaration (at most ``MAX_TOLD_SETS``: declarations come from clients)."""
+        try:
+            memo = orjson.dumps(capabilities, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # not JSON (never from the wire): not remembered
+            memo = None
+        known = self._told_sets.get(memo) if memo is not None else None
+        if known is not None:
+            return known
         spec = self.server.spec
-        told = replace(spec, client_capabilities=inputs.told_to_child(spec.declared_capabilities, capabilities))
-        declared = told.declared_capabilities
-        return None if declared == spec.declared_capabilities else declared
+        narrowed = replace(spec, client_capabilities=inputs.told_to_child(spec.declared_capabilities, capabilities))
+        declared = narrowed.declared_capabilities
+        told = None if declared == spec.declared_capabilities else declared
+        found = ("" if told is None else inputs.capability_key(told), told)
+        if memo is not None and len(self._told_sets) < MAX_TOLD_SETS:
+            self._told_sets[memo] = found
+        return found
 
     def _tells_capabilities(self, key: PoolKey) -> bool:
         """Whether the children of ``key``'s pool are told client capabilities: they are opened

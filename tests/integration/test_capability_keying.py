@@ -4,7 +4,7 @@ A legacy child is told its client's capabilities once, at ``initialize``, and a 
 decide what to do from them before it asks anything. So a child serving a modern call is
 handshaken with what that call declared (``_meta`` clientCapabilities), a legacy session's
 child with what the session declared, and children told different sets never serve the same
-call (the pool key holds the set). The test server's ``sample_if_declared`` answers -32021
+call (the pool key holds the set). The test server's ``needs_sampling`` answers -32021
 unless its client declared sampling at ``initialize``, as a server that checks first does.
 """
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.anyio
 
 WAIT = 30.0
 CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
-TOOL = "sample_if_declared"
+TOOL = "needs_sampling"
 SAMPLED = {"role": "assistant", "content": {"type": "text", "text": "hi there"}, "model": "test-model"}
 
 

@@ -337,7 +337,7 @@ def add_test_tools(server: StdioServer) -> None:
             found = list(asked_later)
         return text_result(json.dumps(found), structured={"answers": found})
 
-    def sample_if_declared(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    def needs_sampling(ctx: ToolContext, args: JsonObject) -> JsonObject:
         """As a server that checks its client's capabilities before it starts: -32021 unless
         the client declared sampling at initialize, else one sampling/createMessage."""
         if not isinstance(server.client_capabilities.get("sampling"), dict):
@@ -351,10 +351,10 @@ def add_test_tools(server: StdioServer) -> None:
     tools = [
         ("pid", "Return this process's pid.", object_schema(), _pid),
         (
-            "sample_if_declared",
+            "needs_sampling",
             "Sample a completion for prompt; -32021 unless the client declared sampling at initialize.",
             object_schema({"prompt": _str("prompt")}, ["prompt"]),
-            sample_if_declared,
+            needs_sampling,
         ),
         (
             "ask_later",
