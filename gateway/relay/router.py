@@ -48,7 +48,6 @@ share one ``ChildBudget`` (the global child cap, ``gateway.stdio.budget``).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -63,6 +62,7 @@ from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol import inputs
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.protocol.versions import Era
+from gateway.relay.poolkey import SHARED_KEY, SHARED_LEGACY_KEY, PoolKey, credential_env, fingerprint
 from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
@@ -104,47 +104,6 @@ class ServerConfig:
     max_batch_size: int = MAX_BATCH_MESSAGES  # messages in one 2025-03-26 batch
     oauth: OAuthPolicy | None = None  # access tokens checked against an issuer (gateway.oauth)
     dual_era: DualEra = DualEra.PER_CLIENT
-
-
-@dataclass(frozen=True)
-class PoolKey:
-    scope: str  # "shared", "principal:NAME" or "session:ID"
-    fingerprint: str = ""
-    era: str = ""  # "legacy": children opened with initialize, for legacy clients of a dual server
-    told: str = ""  # the client capabilities its legacy children are told (inputs.capability_key); "": the configured
-
-    def label(self, server: str) -> str:
-        parts = [server]
-        if self.scope != "shared":
-            kind, _, value = self.scope.partition(":")
-            parts.append(f"{kind}={value[:8] + '…' if kind == 'session' else value}")
-        if self.fingerprint:
-            parts.append(f"credentials={self.fingerprint[:12]}")
-        if self.era:
-            parts.append(f"era={self.era}")
-        if self.told:
-            parts.append(f"capabilities={self.told}")
-        return " ".join(parts)
-
-
-SHARED_KEY: Final = PoolKey("shared")
-SHARED_LEGACY_KEY: Final = PoolKey("shared", era="legacy")
-"""The legacy clients' share of a dual server's children: kept warm like the shared pool once
-a legacy client has come (it is not known to be needed before)."""
-
-
-def credential_env(mapping: Mapping[str, str], headers: Mapping[str, str]) -> dict[str, str]:
-    """The child environment overlay that the request's headers give."""
-    return {env: headers[header] for header, env in mapping.items() if header in headers}
-
-
-def fingerprint(env: Mapping[str, str]) -> str:
-    if not env:
-        return ""
-    digest = hashlib.sha256()
-    for name in sorted(env):
-        digest.update(name.encode() + b"\x00" + env[name].encode() + b"\x00")
-    return digest.hexdigest()
 
 
 class Router:
@@ -220,6 +179,10 @@ class Router:
         """The pool for this client. ``capabilities`` (the client's: a session's, or a modern
         request's ``clientCapabilities``) are part of it when the pool's children are legacy
         (``told_for``): children told different capabilities never serve the same client."""
+        return self._refine(self._scope_key(principal, session_id, headers), era, capabilities)
+
+    def _scope_key(self, principal: str | None, session_id: str | None, headers: Mapping[str, str]) -> PoolKey:
+        """The isolation scope and credentials of ``key_for`` (no era, no capabilities)."""
         isolation = self.server.isolation
         if isolation is Isolation.SESSION and session_id is not None:
             scope = f"session:{session_id}"
@@ -228,15 +191,18 @@ class Router:
         else:
             scope = "shared"
         mapping = self.server.env_from_headers
-        env = credential_env(mapping, headers) if mapping else {}
+        return PoolKey(scope, fingerprint(credential_env(mapping, headers)) if mapping else "")
+
+    def _refine(self, key: PoolKey, era: Era, capabilities: Mapping[str, object] | None) -> PoolKey:
+        """``key`` with the client's era share and the capabilities its children are told."""
         if era is Era.LEGACY:
             self._learn_eras()
-        legacy = era is Era.LEGACY and not self.single_era
-        key = PoolKey(scope, fingerprint(env), "legacy" if legacy else "")
-        if capabilities is None or scope.startswith("session:") or not self._tells_capabilities(key):
+        if era is Era.LEGACY and not self.single_era:
+            key = PoolKey(key.scope, key.fingerprint, "legacy")
+        if capabilities is None or key.scope.startswith("session:") or not self._tells_capabilities(key):
             return key  # a session's own pool is told its session's capabilities already (pool_for)
         told = self._told(capabilities)[0]
-        return replace(key, told=told) if told else key
+        return PoolKey(key.scope, key.fingerprint, key.era, told) if told else key
 
     def told_for(self, capabilities: Mapping[str, object]) -> dict[str, object] | None:
         """What a legacy child serving a client of ``capabilities`` is told at ``initialize``
@@ -316,10 +282,11 @@ class Router:
         exactly that set (``key_for``)."""
         # Whether this server speaks one era only (or is legacy, so that children are told
         # capabilities) is known once its first child is up.
-        main = self.pools.get(self.key_for(principal, session_id, headers))
+        base = self._scope_key(principal, session_id, headers)
+        main = self.pools.get(base)
         if main is not None and (era is Era.LEGACY or capabilities is not None):
             await main.wait_started()
-        key = self.key_for(principal, session_id, headers, era, capabilities)
+        key = self._refine(base, era, capabilities)
         pool = self.pools.get(key)
         if pool is not None:
             entered = self._entered[key]
