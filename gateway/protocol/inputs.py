@@ -22,6 +22,7 @@ Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
@@ -40,6 +41,7 @@ from gateway.protocol.jsonrpc import (
 SAMPLING: Final = "sampling/createMessage"
 ELICITATION: Final = "elicitation/create"
 ROOTS: Final = "roots/list"
+ROOTS_CAPABILITY: Final = "roots"
 INPUT_METHODS: Final = frozenset({SAMPLING, ELICITATION, ROOTS})
 """Child requests that only a client can answer: the ones the gateway routes to one."""
 MRTR_METHODS: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
@@ -105,16 +107,44 @@ def local_answer(
 
 
 def told_to_child(configured: Mapping[str, Any], client: Mapping[str, Any]) -> JsonObject:
-    """What a child that serves one client is told at ``initialize``: the capabilities the
-    server is configured to declare that this client declared too, as the client spelled them
-    (``roots.listChanged`` aside: the gateway forwards no roots notifications)."""
+    """What a legacy child that serves one client is told at ``initialize``: the capabilities
+    the server is configured to declare that this client declared too. Sub-fields narrow the
+    same way: a configured capability with sub-fields (``elicitation.form``) passes only those
+    the client declared; one configured bare (``{}``, the default) passes the client's as it
+    spelled them. ``roots.listChanged`` is the configuration's, never the client's: the
+    gateway forwards no client's roots notifications, it sends its own
+    (``gateway.relay.shared_settings``)."""
     told: JsonObject = {}
-    for name in configured:
+    for name, allowed in configured.items():
         given = client.get(name)
         if not isinstance(given, dict):
             continue
-        told[name] = {k: v for k, v in given.items() if not (name == "roots" and k == "listChanged")}
+        limits = allowed if isinstance(allowed, Mapping) else {}
+        narrowed = [k for k in limits if not (name == ROOTS_CAPABILITY and k == "listChanged")]
+        kept = {k: v for k, v in given.items() if not narrowed or k in narrowed}
+        if name == ROOTS_CAPABILITY:
+            kept.pop("listChanged", None)
+            if limits.get("listChanged") is True:
+                kept["listChanged"] = True
+        told[name] = kept
     return told
+
+
+def capability_key(told: Mapping[str, Any]) -> str:
+    """A canonical, readable name for a set of capabilities told to a child (the pool key's
+    part that keeps children told different sets apart): ``elicitation.form,roots,sampling``,
+    or ``none``. Values below the sub-field level are part of it too, in sorted JSON."""
+    parts: list[str] = []
+    for name in sorted(told):
+        value = told[name]
+        subs = sorted(value) if isinstance(value, Mapping) else []
+        if not subs:
+            parts.append(name)
+        for sub in subs:
+            detail = value[sub]
+            plain = detail is True or detail == {}
+            parts.append(f"{name}.{sub}" if plain else f"{name}.{sub}={json.dumps(detail, sort_keys=True)}")
+    return ",".join(parts) or "none"
 
 
 def input_request(method: str, params: JsonObject | None) -> JsonObject:

@@ -34,6 +34,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from gateway.errors import ChildError
 from gateway.protocol import subscriptions
+from gateway.protocol.ingress import CLIENT_CAPABILITIES_KEY
 from gateway.protocol.jsonrpc import INVALID_PARAMS, JsonId, JsonObject, Notification, Request, Result, error_object
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
@@ -101,7 +102,12 @@ async def open_listen(
     """The emulated listen for ``request`` when a legacy child serves the client; None when a
     modern child does (forward it: the relay rewrites ``subscriptionId`` both ways); a
     ``Rejection`` (400) without ``params.notifications``. ``GatewayError`` when no child can be had."""
-    pool = await router.pool_for(principal, None, headers)
+    # The pool whose children its client's calls run on (told the same capabilities): their
+    # list_changed is what this listener's lists are made of.
+    meta = (request.params or {}).get("_meta")
+    declared = meta.get(CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
+    capabilities = declared if isinstance(declared, dict) else {}
+    pool = await router.pool_for(principal, None, headers, capabilities=capabilities)
     async with pool.lease(principal=principal or ANONYMOUS) as child:  # which era serves it, what it can do
         info = child.info
     assert info is not None
@@ -120,23 +126,40 @@ async def open_listen(
     )
 
 
+SUBSCRIBE_TIMEOUT: Final = 10.0
+"""Seconds a child has to answer ``resources/subscribe`` or ``unsubscribe``; a child that does
+not is taken as refusing (the listen is acknowledged without that URI)."""
+
+
 class SubscriptionCounts:
     """``resources/subscribe`` at a child once per URI, however many listeners hold it;
-    ``resources/unsubscribe`` when the last lets go. Serialised: the calls are quick."""
+    ``resources/unsubscribe`` when the last lets go.
+
+    No lock is held across the child's answer: the count is decided synchronously, and the
+    one request in flight per (child, URI) is single-flight (``_busy``): a holder of the same
+    URI on the same child waits for it and then counts on its outcome; every other child and
+    URI goes on meanwhile, so one stuck child delays only its own subscriptions, for at most
+    ``SUBSCRIBE_TIMEOUT``."""
 
     def __init__(self) -> None:
         self._counts: dict[tuple[StdioChild, str], int] = {}
-        self._lock = anyio.Lock()
+        self._busy: dict[tuple[StdioChild, str], anyio.Event] = {}  # a (un)subscribe in flight at the child
+
+    async def _settled(self, key: tuple[StdioChild, str]) -> None:
+        while (busy := self._busy.get(key)) is not None:
+            await busy.wait()
 
     async def acquire(self, child: StdioChild, uri: str) -> bool:
         """True if the child is subscribed to ``uri`` for this holder (it refused, or died: False)."""
-        async with self._lock:
-            key = (child, uri)
-            if self._counts.get(key, 0) > 0:
-                self._counts[key] += 1
-                return True
+        key = (child, uri)
+        await self._settled(key)
+        if self._counts.get(key, 0) > 0:
+            self._counts[key] += 1
+            return True
+        done = self._busy[key] = anyio.Event()
+        try:
             try:
-                reply = await child.request("resources/subscribe", {"uri": uri})
+                reply = await child.request("resources/subscribe", {"uri": uri}, timeout=SUBSCRIBE_TIMEOUT)
             except ChildError:
                 return False
             if not isinstance(reply, Result):
@@ -144,18 +167,27 @@ class SubscriptionCounts:
                 return False
             self._counts[key] = 1
             return True
+        finally:
+            del self._busy[key]
+            done.set()
 
     async def release(self, child: StdioChild, uri: str) -> None:
-        async with self._lock:
-            key = (child, uri)
-            count = self._counts.get(key, 0) - 1
-            if count > 0:
-                self._counts[key] = count
-                return
-            self._counts.pop(key, None)
-            if child.is_alive():
-                with suppress(ChildError):
-                    await child.request("resources/unsubscribe", {"uri": uri})
+        key = (child, uri)
+        await self._settled(key)
+        count = self._counts.get(key, 0) - 1
+        if count > 0:
+            self._counts[key] = count
+            return
+        self._counts.pop(key, None)
+        if not child.is_alive():
+            return
+        done = self._busy[key] = anyio.Event()  # a new holder subscribes after this, not before
+        try:
+            with suppress(ChildError):
+                await child.request("resources/unsubscribe", {"uri": uri}, timeout=SUBSCRIBE_TIMEOUT)
+        finally:
+            del self._busy[key]
+            done.set()
 
 
 class Listens:

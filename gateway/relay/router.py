@@ -28,8 +28,14 @@ legacy clients are bridged). ``legacy`` opens every child
 with ``initialize``: modern clients are then bridged (their questions become MRTR rounds), for
 servers whose tools ask the legacy way and must ask modern clients too.
 
-With ``isolation: session`` the session's child is told, at ``initialize``, the capabilities of
-that session's client (within what the server is configured to declare), not all of them.
+**Capabilities told.** A legacy child is told its client's capabilities once, at
+``initialize``, and may act on them before it asks anything. So the children of a legacy
+server (and the legacy clients' share of a dual one) are told exactly what their client
+declared, within what the server is configured to declare (``inputs.told_to_child``: a modern
+request's ``clientCapabilities``, a legacy session's ``initialize`` ones), and the pool key
+carries that set (``told``, e.g. ``elicitation,sampling``) unless it is the configured set
+itself: children told different sets never serve the same client. With ``isolation: session``
+the session's own pool is told that session's set.
 
 Pools other than the shared one are made on demand and dropped once they have been empty
 (no child, no waiter) for a maintenance tick; their children stop after the pool's idle
@@ -42,7 +48,6 @@ share one ``ChildBudget`` (the global child cap, ``gateway.stdio.budget``).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -50,6 +55,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 import anyio
+import orjson
 from anyio.abc import TaskGroup
 
 from gateway.oauth.validation import OAuthPolicy
@@ -58,6 +64,7 @@ from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.protocol.tasks import DEFAULT_TTL as DEFAULT_TASK_TTL
 from gateway.protocol.tasks import TaskPolicy
 from gateway.protocol.versions import Era
+from gateway.relay.poolkey import SHARED_KEY, SHARED_LEGACY_KEY, PoolKey, credential_env, fingerprint
 from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
@@ -67,6 +74,9 @@ from gateway.stdio.spec import INITIALIZE_FIRST, PROBE_FIRST, ChildSpec
 
 log = logging.getLogger("gateway.relay.router")
 
+MAX_TOLD_SETS: Final = 256
+"""Distinct capability declarations whose told set a router remembers (clients choose what they
+declare); past it the set is worked out for each request (a few tens of µs)."""
 ANONYMOUS: Final = "anonymous"
 """The principal of requests that carry no identity (no token, no trusted identity header)."""
 
@@ -103,44 +113,6 @@ class ServerConfig:
         return TaskPolicy(tools=self.task_tools, ttl=self.task_ttl)
 
 
-@dataclass(frozen=True)
-class PoolKey:
-    scope: str  # "shared", "principal:NAME" or "session:ID"
-    fingerprint: str = ""
-    era: str = ""  # "legacy": children opened with initialize, for legacy clients of a dual server
-
-    def label(self, server: str) -> str:
-        parts = [server]
-        if self.scope != "shared":
-            kind, _, value = self.scope.partition(":")
-            parts.append(f"{kind}={value[:8] + '…' if kind == 'session' else value}")
-        if self.fingerprint:
-            parts.append(f"credentials={self.fingerprint[:12]}")
-        if self.era:
-            parts.append(f"era={self.era}")
-        return " ".join(parts)
-
-
-SHARED_KEY: Final = PoolKey("shared")
-SHARED_LEGACY_KEY: Final = PoolKey("shared", era="legacy")
-"""The legacy clients' share of a dual server's children: kept warm like the shared pool once
-a legacy client has come (it is not known to be needed before)."""
-
-
-def credential_env(mapping: Mapping[str, str], headers: Mapping[str, str]) -> dict[str, str]:
-    """The child environment overlay that the request's headers give."""
-    return {env: headers[header] for header, env in mapping.items() if header in headers}
-
-
-def fingerprint(env: Mapping[str, str]) -> str:
-    if not env:
-        return ""
-    digest = hashlib.sha256()
-    for name in sorted(env):
-        digest.update(name.encode() + b"\x00" + env[name].encode() + b"\x00")
-    return digest.hexdigest()
-
-
 class Router:
     def __init__(
         self,
@@ -168,6 +140,8 @@ class Router:
         self._stops: dict[PoolKey, anyio.Event] = {}
         self._entered: dict[PoolKey, anyio.Event] = {}  # set once the pool runs (requests may lease)
         self.single_era = server.dual_era is not DualEra.PER_CLIENT  # no legacy partition needed
+        self._probed_era: Era | None = None  # the era of the server's first probed child, once one is up
+        self._told_sets: dict[bytes, tuple[str, dict[str, object] | None]] = {}  # declaration → what is told
 
     def add_listener(self, listener: PoolListener) -> None:
         self._listeners.append(listener)
@@ -202,8 +176,20 @@ class Router:
         await self._tg.__aexit__(None, None, None)
 
     def key_for(
-        self, principal: str | None, session_id: str | None, headers: Mapping[str, str], era: Era = Era.MODERN
+        self,
+        principal: str | None,
+        session_id: str | None,
+        headers: Mapping[str, str],
+        era: Era = Era.MODERN,
+        capabilities: Mapping[str, object] | None = None,
     ) -> PoolKey:
+        """The pool for this client. ``capabilities`` (the client's: a session's, or a modern
+        request's ``clientCapabilities``) are part of it when the pool's children are legacy
+        (``told_for``): children told different capabilities never serve the same client."""
+        return self._refine(self._scope_key(principal, session_id, headers), era, capabilities)
+
+    def _scope_key(self, principal: str | None, session_id: str | None, headers: Mapping[str, str]) -> PoolKey:
+        """The isolation scope and credentials of ``key_for`` (no era, no capabilities)."""
         isolation = self.server.isolation
         if isolation is Isolation.SESSION and session_id is not None:
             scope = f"session:{session_id}"
@@ -212,11 +198,61 @@ class Router:
         else:
             scope = "shared"
         mapping = self.server.env_from_headers
-        env = credential_env(mapping, headers) if mapping else {}
+        return PoolKey(scope, fingerprint(credential_env(mapping, headers)) if mapping else "")
+
+    def _refine(self, key: PoolKey, era: Era, capabilities: Mapping[str, object] | None) -> PoolKey:
+        """``key`` with the client's era share and the capabilities its children are told."""
         if era is Era.LEGACY:
             self._learn_eras()
-        legacy = era is Era.LEGACY and not self.single_era
-        return PoolKey(scope, fingerprint(env), "legacy" if legacy else "")
+        if era is Era.LEGACY and not self.single_era:
+            key = PoolKey(key.scope, key.fingerprint, "legacy")
+        if capabilities is None or key.scope.startswith("session:") or not self._tells_capabilities(key):
+            return key  # a session's own pool is told its session's capabilities already (pool_for)
+        told = self._told(capabilities)[0]
+        return PoolKey(key.scope, key.fingerprint, key.era, told) if told else key
+
+    def told_for(self, capabilities: Mapping[str, object]) -> dict[str, object] | None:
+        """What a legacy child serving a client of ``capabilities`` is told at ``initialize``
+        (``inputs.told_to_child`` within what the server is configured to declare, configured
+        roots always); None when that is the configured set itself (the usual pools)."""
+        return self._told(capabilities)[1]
+
+    def _told(self, capabilities: Mapping[str, object]) -> tuple[str, dict[str, object] | None]:
+        """``told_for`` and its ``capability_key`` ("" for the configured set), remembered per
+        distinct declaration (at most ``MAX_TOLD_SETS``: declarations come from clients)."""
+        try:
+            memo = orjson.dumps(capabilities, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # not JSON (never from the wire): not remembered
+            memo = None
+        known = self._told_sets.get(memo) if memo is not None else None
+        if known is not None:
+            return known
+        spec = self.server.spec
+        narrowed = replace(spec, client_capabilities=inputs.told_to_child(spec.declared_capabilities, capabilities))
+        declared = narrowed.declared_capabilities
+        told = None if declared == spec.declared_capabilities else declared
+        found = ("" if told is None else inputs.capability_key(told), told)
+        if memo is not None and len(self._told_sets) < MAX_TOLD_SETS:
+            self._told_sets[memo] = found
+        return found
+
+    def _tells_capabilities(self, key: PoolKey) -> bool:
+        """Whether the children of ``key``'s pool are told client capabilities: they are opened
+        with ``initialize`` (the legacy clients' share, ``--dual-era legacy``), or the server
+        turned out to speak the legacy era only (its first probed child, once known)."""
+        if key.era or self.server.spec.handshake == INITIALIZE_FIRST:
+            return True
+        if self._probed_era is None:
+            self._probed_era = next(
+                (
+                    child.info.era
+                    for pool in self.pools.values()
+                    for child in pool.children()
+                    if child.info is not None and child.spec.handshake == PROBE_FIRST
+                ),
+                None,
+            )
+        return self._probed_era is Era.LEGACY
 
     def _learn_eras(self) -> None:
         """A probed child that is legacy, or an ``initialize``-first child that is modern, shows
@@ -247,14 +283,17 @@ class Router:
         era: Era = Era.MODERN,
         capabilities: Mapping[str, object] | None = None,
     ) -> Pool:
-        """The pool for a client of ``era``; ``capabilities`` (a legacy session's) are what a
-        child of that session's own pool (``isolation: session``) is told it may ask for."""
-        if era is Era.LEGACY and not self.single_era:
-            # Whether this server speaks one era only is known once its first child is up.
-            main = self.pools.get(self.key_for(principal, session_id, headers))
-            if main is not None:
-                await main.wait_started()
-        key = self.key_for(principal, session_id, headers, era)
+        """The pool for a client of ``era``; ``capabilities`` (a legacy session's, or a modern
+        request's ``clientCapabilities``) are what its legacy children are told they may ask
+        for: a session's own pool's (``isolation: session``), or a pool of children told
+        exactly that set (``key_for``)."""
+        # Whether this server speaks one era only (or is legacy, so that children are told
+        # capabilities) is known once its first child is up.
+        base = self._scope_key(principal, session_id, headers)
+        main = self.pools.get(base)
+        if main is not None and (era is Era.LEGACY or capabilities is not None):
+            await main.wait_started()
+        key = self._refine(base, era, capabilities)
         pool = self.pools.get(key)
         if pool is not None:
             entered = self._entered[key]
@@ -269,6 +308,8 @@ class Router:
             spec = replace(spec, handshake=INITIALIZE_FIRST)
         if key.scope.startswith("session:") and capabilities is not None:
             spec = replace(spec, client_capabilities=inputs.told_to_child(spec.declared_capabilities, capabilities))
+        elif key.told and capabilities is not None:
+            spec = replace(spec, client_capabilities=self.told_for(capabilities))
         return await self._open(key, spec)
 
     async def _open(self, key: PoolKey, spec: ChildSpec) -> Pool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
@@ -56,6 +57,16 @@ def is_served_by_modern_child(session: LegacySession) -> bool:
     return info is not None and info.era is Era.MODERN
 
 
+@dataclass(eq=False)
+class _Flight:
+    """The one change of a session's listen in progress, and its outcome for those waiting."""
+
+    generation: int
+    done: anyio.Event = field(default_factory=anyio.Event)
+    error: JsonObject | None = None
+    interrupted: bool = False  # its caller was cancelled: the change may not be made
+
+
 class _Open:
     """One child listen: its scope, and what the acknowledgement (or the failure) said."""
 
@@ -78,7 +89,10 @@ class SessionListen:
         self.session = session
         self.uris: list[str] = []  # what the session subscribed to (and the child took)
         self._tg = task_group
-        self._lock = anyio.Lock()
+        self._wanted: list[str] = []  # what the session asked for last (the child is told in _settle)
+        self._generation = 0  # bumped at each change of the wanted set (and each re-open)
+        self._applied = 0  # the generation the last change made
+        self._flight: _Flight | None = None  # the change being made now
         self._current: _Open | None = None
         self._latest: _Open | None = None  # the last acknowledged listen: the one that delivers
         self._reopens = 0
@@ -90,20 +104,54 @@ class SessionListen:
         uri = (request.params or {}).get("uri")
         if not isinstance(uri, str) or not uri:
             return response(request.id, error=error_object(INVALID_PARAMS, f"{request.method} needs params.uri"))
-        async with self._lock:
-            wanted = [u for u in self.uris if u != uri]
-            if request.method == subscriptions.SUBSCRIBE:
-                wanted.append(uri)
-            if wanted == self.uris and (self._current is not None or not wanted):
-                return response(request.id, result={})
-            self._reopens = 0
-            error = await self._change(wanted)
+        # Decided at once (no await): the set the session wants now; the child is told after.
+        wanted = [u for u in self._wanted if u != uri]
+        if request.method == subscriptions.SUBSCRIBE:
+            wanted.append(uri)
+        if wanted != self._wanted:
+            self._wanted, self._generation, self._reopens = wanted, self._generation + 1, 0
+        settled = self._flight is None and self._applied == self._generation
+        if settled and wanted == self.uris and (self._current is not None or not wanted):
+            return response(request.id, result={})
+        if settled:  # the same set again, but its listen is lost: open it again
+            self._generation += 1
+        error = await self._settle(self._generation)
         if error is not None:
             return response(request.id, error=error)
         if request.method == subscriptions.SUBSCRIBE and uri not in self.uris:
             message = f"the server did not accept a subscription to {uri!r}"
             return response(request.id, error=error_object(INVALID_PARAMS, message, {"uri": uri}))
         return response(request.id, result={})
+
+    async def _settle(self, target: int) -> JsonObject | None:
+        """Until a change that covers generation ``target`` of the wanted set has been made;
+        its error, if any. Single-flight: one change at a time, made by one of the callers
+        outside any lock; the others wait for its outcome (a later set is made after it), so
+        concurrent subscribes coalesce and nothing waits on a lock held across the child's
+        acknowledgement."""
+        while True:
+            flight = self._flight
+            if flight is not None:
+                await flight.done.wait()
+                if flight.generation >= target and not flight.interrupted:
+                    return flight.error
+                continue
+            if self._applied >= target:
+                return None
+            flight = self._flight = _Flight(self._generation)
+            try:
+                flight.error = await self._change(list(self._wanted))
+                self._applied = max(self._applied, flight.generation)
+                if flight.generation == self._generation:  # what the child took (a refused URI is dropped)
+                    self._wanted = list(self.uris)
+            except BaseException:
+                flight.interrupted = True  # a waiter makes the change instead
+                raise
+            finally:
+                self._flight = None
+                flight.done.set()
+            if flight.generation >= target:
+                return flight.error
 
     def end(self) -> None:
         self._ended = True
@@ -112,7 +160,7 @@ class SessionListen:
             self._current = None
 
     async def _change(self, wanted: list[str]) -> JsonObject | None:
-        """Open a listen for ``wanted``, then close the old one (called under the lock)."""
+        """Open a listen for ``wanted``, then close the old one (called by the one flight in ``_settle``)."""
         old = self._current
         if not wanted:
             self.uris, self._current = [], None
@@ -207,19 +255,19 @@ class SessionListen:
         delay = REOPEN_DELAY
         while True:
             await anyio.sleep(delay)
-            async with self._lock:
-                if self._ended or self._current is not None or not self.uris:
-                    return
-                self._reopens += 1
-                if self._reopens > MAX_REOPENS:
-                    log.warning(
-                        "legacy session %s…: resource subscriptions given up after %d re-opens",
-                        self.session.id[:8],
-                        MAX_REOPENS,
-                    )
-                    self.uris = []
-                    return
-                error = await self._change(list(self.uris))
+            if self._ended or self._current is not None or self._flight is not None or not self.uris:
+                return  # ended, open again already, or a change in flight opens one anyway
+            self._reopens += 1
+            if self._reopens > MAX_REOPENS:
+                log.warning(
+                    "legacy session %s…: resource subscriptions given up after %d re-opens",
+                    self.session.id[:8],
+                    MAX_REOPENS,
+                )
+                self.uris, self._wanted = [], []
+                return
+            self._generation += 1
+            error = await self._settle(self._generation)
             if error is None:
                 return
             log.info("legacy session %s…: listen not open again yet: %s", self.session.id[:8], error.get("message"))

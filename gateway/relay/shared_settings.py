@@ -14,30 +14,31 @@ a shared child one client's settings would reach every other client. So:
   attributed to, at or above that client's own level (``gateway.stdio.child``). A modern
   child needs none of this: each request carries its client's ``logLevel``.
 - **Roots.** A legacy child may fetch roots once and cache them (server-everything does,
-  right after ``initialized``, when no request could answer for a client). The gateway
-  notes whose roots a child was last given (a session, a modern client's principal, or the
+  right after ``initialized``, when no request could answer for a client). The gateway notes
+  whose roots a child was last given (a session, a modern client's principal, or the
   gateway's own answer; unknown at first). Before a ``tools/call``, ``prompts/get`` or
   ``resources/read`` of a different owner, a child that was told at ``initialize`` that
-  roots may change (``roots.listChanged``) is sent ``notifications/roots/list_changed``.
-  For a **legacy session**, when the child (or its pool) is known to ask for roots, this
-  happens *before* the call (``refresh_roots``): the child's ``roots/list`` (unattributed,
-  as nothing of it is in flight, so ``on_child_request`` hands it here) goes to the
-  session on the call's stream, and the call is sent only once the child has the answer,
-  so even a child that refreshes its cache in the background (server-everything) serves
-  the call with this client's roots. One refresh at a time per pool, so that the question
-  is the refreshing child's; a pool whose children let ``DEAF_AFTER`` refreshes in a row
-  pass without asking within ``ROOTS_REFRESH_WAIT`` is not waited for again. For a
-  **modern** client (or a child not yet known to ask) the notification goes just before the
-  call, and a child that asks during the call is answered by the client through MRTR; a
-  child that reads its cache first uses the previous client's roots for that call. The
-  modern clients of one principal count as one owner. Only ``--isolation session``
-  isolates roots fully (see docs/bridging.md).
+  roots may change (``roots.listChanged``) is sent ``notifications/roots/list_changed``. For
+  a **legacy session**, when the child (or its pool) is known to ask for roots, this happens
+  *before* the call (``refresh_roots``): the child's ``roots/list`` (unattributed, as
+  nothing of it is in flight, so ``on_child_request`` hands it here) goes to the session on
+  the call's stream, and the call is sent only once the child has the answer, so even a
+  child that refreshes its cache in the background (server-everything) serves the call with
+  this client's roots. One refresh at a time per pool, so that the question is the
+  refreshing child's: the pool is claimed without a lock and freed once the question is in
+  hand (or ``ROOTS_REFRESH_WAIT`` passed), before it goes to the client; a pool whose
+  children let ``DEAF_AFTER`` refreshes in a row pass without asking within
+  ``ROOTS_REFRESH_WAIT`` is not waited for again. For a **modern** client (or a child not
+  yet known to ask) the notification goes just before the call, and a child that asks during
+  the call is answered by the client through MRTR; a child that reads its cache first uses
+  the previous client's roots for that call. The modern clients of one principal count as
+  one owner. Only ``--isolation session`` isolates roots fully (see docs/bridging.md).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Final
 from weakref import WeakKeyDictionary, WeakSet
 
@@ -90,6 +91,7 @@ class _Refresh:
         self.child = child
         self.asked = anyio.Event()
         self.ask: ChildAsk | None = None
+        self.freed = anyio.Event()  # the pool is free for the next refresh
 
 
 class SharedSettings:
@@ -102,7 +104,6 @@ class SharedSettings:
         self._asking_children: WeakSet[StdioChild] = WeakSet()  # asked for roots during a request
         self._misses: WeakKeyDictionary[Pool, int] = WeakKeyDictionary()  # pool → refreshes not asked for
         self._refreshing: WeakKeyDictionary[Pool, _Refresh] = WeakKeyDictionary()  # pool → refresh
-        self._pool_locks: WeakKeyDictionary[Pool, anyio.Lock] = WeakKeyDictionary()
 
     def note_asks(self, child: StdioChild, asks: Iterable[ChildAsk], method: str, client: ClientContext) -> None:
         """The child asked these questions during ``client``'s ``method`` request."""
@@ -118,12 +119,20 @@ class SharedSettings:
         self._asking_pools.add(pool)
         refresh = self._refreshing.get(pool)
         if refresh is None or refresh.ask is not None:
+            # Not a refresh's: whoever answers it now (the gateway, or a session's GET stream),
+            # it is not the owner noted last (a modern client's call may have ended before its
+            # child asked). Which child asked is not known here: none of the pool's is known to
+            # hold anyone's roots, so the next call of any client refreshes again.
+            for child in pool.children():
+                self._roots[child] = UNKNOWN
             return None
         refresh.ask = ask = ChildAsk(request)
         refresh.asked.set()
         return await ask.wait()  # the refresh answers it (the client's answer, or an error)
 
-    def refresh_roots(self, child: StdioChild, client: ClientContext, method: str) -> AsyncIterator[JsonObject] | None:
+    def refresh_roots(
+        self, child: StdioChild, client: ClientContext, method: str
+    ) -> AsyncGenerator[JsonObject, None] | None:
         """Before a legacy session's call: have a child that caches roots fetch this client's
         now, on the call's stream (the iterator yields the question for the client; see the
         module doc). None when there is nothing to refresh, the usual case: then no iterator
@@ -144,34 +153,52 @@ class SharedSettings:
 
     async def _refresh_roots(
         self, child: StdioChild, session: LegacySession, pool: Pool, wanted: RootsOwner
-    ) -> AsyncIterator[JsonObject]:
-        lock = self._pool_locks.setdefault(pool, anyio.Lock())
-        async with lock:
-            refresh = self._refreshing[pool] = _Refresh(child)
-            try:
+    ) -> AsyncGenerator[JsonObject, None]:
+        # No lock: the pool is claimed synchronously (single-flight), and freed as soon as the
+        # child's question is in hand or ROOTS_REFRESH_WAIT has passed, before the question is
+        # yielded to the client and its answer awaited. So a consumer that never resumes this
+        # generator (or closes it from another task) holds up nobody's refresh.
+        refresh = await self._claim(pool, child)
+        try:
+            with anyio.move_on_after(ROOTS_REFRESH_WAIT):  # the notify too: a stuck stdin is a miss
                 try:
                     await child.notify(ROOTS_LIST_CHANGED)
                 except ChildError:
                     return
-                with anyio.move_on_after(ROOTS_REFRESH_WAIT):
-                    await refresh.asked.wait()
-                ask = refresh.ask
-                self._roots[child] = wanted  # if it asks during the call after all, this client answers
-                if ask is None:
-                    self._misses[pool] = misses = self._misses.get(pool, 0) + 1
-                    if misses >= DEAF_AFTER:
-                        log.info("%s: its children do not ask for roots again on roots/list_changed", child.spec.label)
-                    return
-                self._misses[pool] = 0
-                yield Request(session.track_ask(ask), ask.method, ask.params).to_dict()
-                with anyio.move_on_after(child.spec.input_timeout):
-                    await ask.wait()
-            finally:
-                if refresh.ask is not None:  # a no-op when the client answered
-                    refresh.ask.answer_error(CODE_INPUT_TIMEOUT, "the client did not answer roots/list")
-                    if not isinstance(refresh.ask.reply, Result):
-                        self._roots[child] = UNKNOWN
-                del self._refreshing[pool]
+                await refresh.asked.wait()
+            ask = refresh.ask
+            self._roots[child] = wanted  # if it asks during the call after all, this client answers
+            if ask is None:
+                self._misses[pool] = misses = self._misses.get(pool, 0) + 1
+                if misses >= DEAF_AFTER:
+                    log.info("%s: its children do not ask for roots again on roots/list_changed", child.spec.label)
+                return
+            self._misses[pool] = 0
+        finally:
+            self._free(pool, refresh)
+        try:
+            yield Request(session.track_ask(ask), ask.method, ask.params).to_dict()
+            with anyio.move_on_after(child.spec.input_timeout):
+                await ask.wait()
+        finally:
+            ask.answer_error(CODE_INPUT_TIMEOUT, "the client did not answer roots/list")  # a no-op when answered
+            if not isinstance(ask.reply, Result):
+                self._roots[child] = UNKNOWN
+
+    async def _claim(self, pool: Pool, child: StdioChild) -> _Refresh:
+        """Make ``child``'s the one refresh in progress on ``pool`` (so that the pool's
+        unattributed ``roots/list`` is its child's), after any other has freed it. Decided
+        without an await between the check and the claim; a claim is freed within
+        ``ROOTS_REFRESH_WAIT`` by whichever task runs the refresh's end."""
+        while (current := self._refreshing.get(pool)) is not None:
+            await current.freed.wait()
+        refresh = self._refreshing[pool] = _Refresh(child)
+        return refresh
+
+    def _free(self, pool: Pool, refresh: _Refresh) -> None:
+        if self._refreshing.get(pool) is refresh:
+            del self._refreshing[pool]
+        refresh.freed.set()
 
     async def prepare(
         self, child: StdioChild, client: ClientContext, method: str, log_level: str | None = None

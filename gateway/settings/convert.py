@@ -22,14 +22,25 @@ def no_bound_at_zero(value: float) -> float | None:
 
 def client_capabilities(names: Sequence[str]) -> dict[str, object] | None:
     """``--client-capability`` values → the capabilities declared to legacy children; None
-    (not given): every one the gateway can bridge; ``none``: nothing."""
+    (not given): every one the gateway can bridge; ``none``: nothing. ``NAME.SUB`` declares a
+    sub-field (``roots.listChanged`` is ``true``, the others ``{}``) and implies ``NAME``."""
     known = (*CLIENT_CAPABILITIES, NO_CAPABILITY)
     for name in names:  # argparse checks choices on the command line, not in environment values
         if name not in known:
             raise ConfigError("--client-capability", f"{name!r} is not one of {', '.join(known)}")
     if NO_CAPABILITY in names and len(set(names)) > 1:
         raise ConfigError("--client-capability", "'none' cannot be combined with a capability")
-    return {name: {} for name in names if name != NO_CAPABILITY} if names else None
+    if not names:
+        return None
+    declared: dict[str, dict[str, object]] = {}
+    for name in names:
+        if name == NO_CAPABILITY:
+            continue
+        capability, _, sub = name.partition(".")
+        fields = declared.setdefault(capability, {})
+        if sub:
+            fields[sub] = True if sub == "listChanged" else {}
+    return dict(declared)
 
 
 def roots(items: Sequence[str]) -> tuple[dict[str, str], ...] | None:

@@ -19,8 +19,20 @@ DRAIN_TIMEOUT: Final = 20.0
 MAX_WORKERS: Final = 64
 """``--workers`` at most: one per core is the point, and each worker runs its own children."""
 ENV_PREFIX: Final = GATEWAY_ENV_PREFIX  # one prefix: children never inherit these variables
-CLIENT_CAPABILITIES: Final = ("sampling", "elicitation", "roots")
-"""What ``--client-capability`` may declare to legacy children (the ones they can ask for)."""
+CLIENT_CAPABILITIES: Final = (
+    "sampling",
+    "sampling.tools",
+    "sampling.context",
+    "elicitation",
+    "elicitation.form",
+    "elicitation.url",
+    "roots",
+    "roots.listChanged",
+)
+"""What ``--client-capability`` may declare to legacy children: the capabilities they can ask
+for, and each sub-field the client capability schema gives them (2025-11-25). A sub-field
+implies its capability; a capability named bare passes its clients' sub-fields as they
+declare them (``gateway.protocol.inputs.told_to_child``)."""
 NO_CAPABILITY: Final = "none"
 """``--client-capability none``: declare nothing (compliant children then never ask)."""
 

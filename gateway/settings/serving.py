@@ -69,9 +69,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         repeat=True,
         metavar="NAME",
         choices=(*CLIENT_CAPABILITIES, NO_CAPABILITY),
-        help="declare only these client capabilities (sampling, elicitation, roots) to legacy children at "
-        "initialize (repeatable; 'none' declares nothing, so compliant children never ask; default: all three, "
-        "and a client that lacks one gets the child's question refused)",
+        help="declare at most these client capabilities to legacy children at initialize: sampling, elicitation, "
+        "roots, or a sub-field (sampling.tools, sampling.context, elicitation.form, elicitation.url, "
+        "roots.listChanged; implies its capability) (repeatable; 'none' declares nothing, so compliant children "
+        "never ask; default: all three). Each child is told what its client declared within these; children "
+        "told different sets are separate",
     ),
     Setting(
         "--root",

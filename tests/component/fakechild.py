@@ -26,7 +26,7 @@ The tools and ``Call`` live in ``fakecalls``, the in-memory pipes in ``memstream
 from __future__ import annotations
 
 import signal
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -43,6 +43,7 @@ from tests.component.memstreams import WAIT, ByteReceive, ByteSend, Changes, pip
 __all__ = ["DEFAULT_TOOLS", "WAIT", "Call", "CallCancelled", "Era", "FakeBackend", "FakeChild", "Script", "text"]
 
 Era = Literal["legacy", "modern", "dual"]
+NotificationHandler = Callable[["FakeChild", JsonObject], Awaitable[None]]
 
 MODERN: Final = "2026-07-28"
 LEGACY_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -65,6 +66,9 @@ class Script:
     silent: bool = False
     ignore_stdin_close: bool = False
     ignore_terminate: bool = False
+    # What the child does on a notification from the gateway (run as a task of the server):
+    # e.g. ``notifications/roots/list_changed`` → ask ``roots/list`` again, as a caching server does.
+    on_notification: Mapping[str, NotificationHandler] = field(default_factory=dict)
 
 
 class FakeChild:
@@ -227,6 +231,9 @@ class FakeChild:
                     if call.id == params.get("requestId") and type(call.id) is type(params.get("requestId")):
                         call.cancelled.set()
                         self.backend.changes.changed()
+            handler = self.script.on_notification.get(method)
+            if handler is not None:
+                tg.start_soon(handler, self, params)
             return
         await self._on_request(message["id"], method, params, tg)
 

@@ -20,11 +20,14 @@ pytestmark = pytest.mark.anyio
 
 IDENTITY: dict[str, Any] = {"principal_header": "X-User", "trusted_proxies": ["127.0.0.0/8"]}
 CRASH = {"code": 3, "stderr": ["crashing on purpose"]}
+DECLARES_ALL = {"io.modelcontextprotocol/clientCapabilities": {"sampling": {}, "elicitation": {}, "roots": {}}}
 
 
 async def call(gw: Gateway, user: str, tool: str, args: dict[str, Any]) -> httpx.Response:
+    """A modern call that declares what the gateway declares to legacy children by default, so
+    that a legacy child of the one shared pool serves it (children are keyed by what they are told)."""
     headers = modern_headers("tools/call", tool, **{"x-user": user})
-    return await gw.http.post(gw.url, headers=headers, json=modern_call(1, tool, args))
+    return await gw.http.post(gw.url, headers=headers, json=modern_call(1, tool, args, **DECLARES_ALL))
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])

@@ -15,6 +15,8 @@ from tests.gateway_server import BASE_HEADERS, legacy_initialize, open_legacy_se
 
 pytestmark = pytest.mark.anyio
 
+DECLARES_ALL = {"sampling": {}, "elicitation": {}, "roots": {}}
+
 BOUND = 20.0
 
 
@@ -61,8 +63,9 @@ async def test_delete_cancels_the_sessions_requests_in_flight_and_no_other() -> 
     with anyio.fail_after(BOUND):
         # Two children: calls that may ask do not share a legacy child (attribution).
         async with fake_backend() as backend, in_process_gateway(backend, pool=PoolSettings(1, 2)) as gw:
-            leaving = await open_legacy_session(gw.http, gw.url)
-            staying = await open_legacy_session(gw.http, gw.url)
+            # Sessions that may be asked (children told so), so that their calls may ask.
+            leaving = await open_legacy_session(gw.http, gw.url, capabilities=DECLARES_ALL)
+            staying = await open_legacy_session(gw.http, gw.url, capabilities=DECLARES_ALL)
             async with anyio.create_task_group() as tg:
                 for name, headers in (("leaving", leaving), ("staying", staying)):
 

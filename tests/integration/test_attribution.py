@@ -20,6 +20,7 @@ from gateway.stdio.pool import PoolSettings
 from tests.gateway_server import modern_call, modern_headers, running_gateway
 from tests.integration.test_client_requests import (
     ALL,
+    CAPABILITIES_KEY,
     ELICITATION,
     SAMPLING,
     WAIT,
@@ -115,7 +116,7 @@ async def test_past_the_queue_timeout_a_call_that_may_ask_gets_503_while_the_chi
     pool = PoolSettings(min_size=1, max_size=1, queue_timeout=0.2)
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child(), pool=pool) as url, httpx.AsyncClient(timeout=WAIT) as http:
-            alice = await open_session(http, url, {"elicitation": {}})
+            alice = await open_session(http, url, ALL)  # as the modern caller: one pool (children keyed by it)
             async with http.stream("POST", url, headers=alice, json=legacy_ask(1, [ELICITATION])) as pending:
                 stream = sse(pending)
                 question = await anext(stream)
@@ -133,11 +134,12 @@ async def test_past_the_queue_timeout_a_call_that_may_ask_gets_503_while_the_chi
 async def test_with_child_asks_never_a_question_from_two_calls_in_flight_waits_until_one_is_left() -> None:
     """Sharing on purpose: the question is held, not answered, until the other call has ended."""
     pool = PoolSettings(child_asks=AskPolicy.NEVER)
-    sleeper = modern_call(5, "sleep", {"ms": 60_000, "progress": True}, progressToken="s")
+    # Alice and the sleeper declare the same capabilities: children told them are one pool.
+    sleeper = modern_call(5, "sleep", {"ms": 60_000, "progress": True}, progressToken="s", **{CAPABILITIES_KEY: ALL})
     send, receive = anyio.create_memory_object_stream[dict[str, Any]](10)
     with anyio.fail_after(WAIT), send, receive:
         async with running_gateway(legacy_child(), pool=pool) as url, httpx.AsyncClient(timeout=WAIT) as http:
-            alice = await open_session(http, url, {"elicitation": {}})
+            alice = await open_session(http, url, ALL)
 
             async def alice_calls() -> None:
                 async with http.stream("POST", url, headers=alice, json=legacy_ask(1, [ELICITATION])) as pending:

@@ -94,7 +94,9 @@ class Child:
 @asynccontextmanager
 async def watched_child(child_era: str) -> AsyncIterator[Child]:
     async with (
-        running_gateway(server_spec("--era", child_era), pool_size=1) as url,
+        # Declaring no client capability to legacy children keeps every client on the one child
+        # (children are keyed by the capabilities they are told; these clients declare none).
+        running_gateway(server_spec("--era", child_era, client_capabilities={}), pool_size=1) as url,
         httpx.AsyncClient(timeout=WAIT_SECONDS) as http,
     ):
         child = Child(http, url, 0)

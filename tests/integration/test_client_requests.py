@@ -33,6 +33,7 @@ from gateway.errors import CODE_INPUT_TIMEOUT, CODE_NO_CLIENT_INPUT
 from gateway.http.auth import TokenStore
 from gateway.protocol.jsonrpc import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
 from gateway.protocol.requeststate import StateClaims, encode_state, params_digest
+from gateway.relay import exchange
 from gateway.relay.exchange import MAX_INPUT_ROUNDS
 from gateway.relay.router import Isolation
 from gateway.stdio.spec import ChildSpec
@@ -398,6 +399,34 @@ async def test_questions_read_together_make_one_round_and_an_input_left_out_is_a
     assert answers(final) == [{"result": SAMPLED}, {"result": CLIENT_ROOTS}]
 
 
+async def test_three_questions_asked_at_once_from_threads_reach_a_modern_client_in_one_round(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A legacy child asks elicitation, sampling and roots concurrently (a thread each, so
+    the gateway may read them apart): one ``InputRequiredResult`` carries all three, and one
+    retry answering them completes the call (issue #23). The window is widened here so that
+    a loaded machine's thread scheduling cannot split the round (measured spread: docs)."""
+    monkeypatch.setattr(exchange, "ASK_GATHER_WINDOW", 0.5)
+    asked_for = [ELICITATION, SAMPLING, ROOTS]
+    call = modern_ask(1, asked_for, ALL)
+    call["params"]["arguments"]["parallel"] = True
+    given = {"elicitation/create": ELICITED, "sampling/createMessage": SAMPLED, "roots/list": CLIENT_ROOTS}
+    with anyio.fail_after(WAIT):
+        async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            [round_one] = messages(await post(http, url, call))
+            validate(round_one, "JSONRPCResultResponse")
+            validate(round_one["result"], "InputRequiredResult")
+            asked = round_one["result"]["inputRequests"]
+            assert sorted(entry["method"] for entry in asked.values()) == sorted(r["method"] for r in asked_for)
+            responses = {key: given[entry["method"]] for key, entry in asked.items()}
+            retry = retry_of(call, 2, round_one["result"]["requestState"], responses)
+            [final] = messages(await post(http, url, retry))
+    validate(final, "JSONRPCResultResponse")
+    assert final["id"] == 2
+    assert final["result"]["resultType"] == "complete"
+    assert answers(final) == [{"result": ELICITED}, {"result": SAMPLED}, {"result": CLIENT_ROOTS}]
+
+
 async def test_tampered_expired_replayed_and_mismatched_request_state_are_each_refused_with_a_clear_error() -> None:
     call = modern_ask(1, [ELICITATION], {"elicitation": {}})
     with anyio.fail_after(WAIT):
@@ -460,13 +489,13 @@ async def test_a_retry_by_another_principal_is_refused_and_the_owner_can_still_r
     assert answers(owned.json()) == [{"result": CLIENT_ROOTS}]
 
 
-async def wait_for_a_cancellation(http: httpx.AsyncClient, url: str) -> list[Any]:
-    """The child's cancelled request ids, once there is one (polled with real requests, bounded)."""
+async def wait_for_a_cancellation(http: httpx.AsyncClient, url: str, capabilities: dict[str, Any]) -> list[Any]:
+    """The child's cancelled request ids, once there is one (polled with real requests, bounded).
+    ``capabilities``: the cancelled call's, so that a child told the same (its pool) answers."""
+    ids_call = modern_call("ids", "cancelled_ids", **{CAPABILITIES_KEY: capabilities})
     with anyio.fail_after(WAIT):
         while True:
-            reply = await http.post(
-                url, headers=modern_headers("tools/call", "cancelled_ids"), json=modern_call("ids", "cancelled_ids")
-            )
+            reply = await http.post(url, headers=modern_headers("tools/call", "cancelled_ids"), json=ids_call)
             ids: list[Any] = reply.json()["result"]["structuredContent"]["ids"]
             if ids:
                 return ids
@@ -476,7 +505,7 @@ async def test_an_undeclared_capability_gets_32021_and_the_call_is_cancelled_at_
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
             refused = await post(http, url, modern_ask(1, [ELICITATION], {"sampling": {}}))
-            cancelled = await wait_for_a_cancellation(http, url)
+            cancelled = await wait_for_a_cancellation(http, url, {"sampling": {}})
     assert refused.status_code == 400
     assert refused.headers["content-type"] == "application/json"
     body = refused.json()
@@ -504,7 +533,7 @@ async def test_a_call_whose_retry_never_comes_is_cancelled_at_the_child_and_its_
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child(input_timeout=0.5)) as url, httpx.AsyncClient(timeout=WAIT) as http:
             [ended] = messages(await post(http, url, call))
-            cancelled = await wait_for_a_cancellation(http, url)
+            cancelled = await wait_for_a_cancellation(http, url, {"sampling": {}})
             late = await post(http, url, retry_of(call, 2, ended["result"]["requestState"], {"k1": SAMPLED}))
     assert len(cancelled) == 1
     assert late.status_code == 400

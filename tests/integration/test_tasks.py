@@ -187,13 +187,13 @@ async def test_a_cancelled_task_settles_to_cancelled_and_the_child_gets_notifica
     era: str, tmp_path: Path
 ) -> None:
     with anyio.fail_after(WAIT):
-        async with gateway(CHILDREN[era](), pool_max=2) as gw:
+        async with gateway(CHILDREN[era]()) as gw:  # one child: the cancelled call's
             task_id = created(await gw.call("wait_gate", {"gate": str(tmp_path / "never")}))["taskId"]
             await gw.until(task_id, lambda status: status is not None)
             ack = await gw.task(rules.CANCEL, task_id)
             again = await gw.task(rules.CANCEL, task_id)  # idempotent on an ended task
             task = await gw.get(task_id)
-            cancelled = await gw.call("await_cancelled", {"count": 1}, meta={})
+            cancelled = await gw.call("await_cancelled", {"count": 1})  # the same declaration: the same pool
     assert ack.json()["result"] == {"resultType": "complete"}
     assert again.json()["result"] == {"resultType": "complete"}
     assert task["status"] == rules.CANCELLED

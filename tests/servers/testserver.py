@@ -353,6 +353,17 @@ def add_test_tools(server: StdioServer) -> None:
             found = list(asked_later)
         return text_result(json.dumps(found), structured={"answers": found})
 
+    def needs_sampling(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        """As a server that checks its client's capabilities before it starts: -32021 unless
+        the client declared sampling at initialize, else one sampling/createMessage."""
+        if not isinstance(server.client_capabilities.get("sampling"), dict):
+            raise RpcError(
+                -32021, "this tool needs a client that can sample", {"requiredCapabilities": {"sampling": {}}}
+            )
+        message = {"role": "user", "content": {"type": "text", "text": str_arg(args, "prompt")}}
+        sampled = ctx.send_request("sampling/createMessage", {"messages": [message], "maxTokens": 5}, 20.0)
+        return _json_result("sampled", sampled)
+
     tools = [
         ("pid", "Return this process's pid.", object_schema(), _pid),
         (
@@ -366,6 +377,12 @@ def add_test_tools(server: StdioServer) -> None:
             "Report progress, then wait until the file gate exists (honours cancellation).",
             object_schema({"gate": _str("path of the gate file")}, ["gate"]),
             wait_gate,
+        ),
+        (
+            "needs_sampling",
+            "Sample a completion for prompt; -32021 unless the client declared sampling at initialize.",
+            object_schema({"prompt": _str("prompt")}, ["prompt"]),
+            needs_sampling,
         ),
         (
             "ask_later",

@@ -143,6 +143,22 @@ def test_the_example_servers_file_loads() -> None:
     assert {"filesystem", "memory", "everything"} <= names
 
 
+def test_every_client_capability_and_its_sub_fields_can_be_declared_from_the_command_line() -> None:
+    flags = ["--client-capability", "roots.listChanged", "--client-capability", "elicitation.form"]
+    flags += ["--client-capability", "sampling", "--client-capability", "sampling.tools"]
+    [server] = parse_settings([*flags, "--", "srv"], environ={}).servers
+    assert dict(server.spec.client_capabilities) == {
+        "roots": {"listChanged": True},  # a boolean in the schema
+        "elicitation": {"form": {}},
+        "sampling": {"tools": {}},
+    }
+    environ = {"MCP_GATEWAY_CLIENT_CAPABILITY": "elicitation.url,sampling.context"}
+    [from_env] = parse_settings(["--", "srv"], environ=environ).servers
+    assert dict(from_env.spec.client_capabilities) == {"elicitation": {"url": {}}, "sampling": {"context": {}}}
+    with pytest.raises(ConfigError, match="is not one of"):
+        parse_settings(["--", "srv"], environ={"MCP_GATEWAY_CLIENT_CAPABILITY": "roots.telepathy"})
+
+
 def test_client_capabilities_roots_and_the_input_timeout_come_from_flags_and_the_file(tmp_path: Path) -> None:
     flags = ["--client-capability", "sampling", "--root", "/srv/data", "--input-timeout", "45"]
     [server] = parse_settings([*flags, "--", "srv"], environ={}).servers

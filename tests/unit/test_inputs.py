@@ -89,6 +89,26 @@ def test_a_child_serving_one_client_is_told_what_that_client_declared_within_wha
     assert inputs.told_to_child(configured, {"elicitation": True}) == {}  # not an object: not declared
 
 
+def test_configured_sub_fields_narrow_what_a_child_is_told_and_roots_list_changed_is_the_gateways() -> None:
+    configured = {"elicitation": {"form": {}}, "sampling": {}, "roots": {"listChanged": True}}
+    client = {"elicitation": {"form": {}, "url": {}}, "sampling": {"tools": {}}, "roots": {}}
+    assert inputs.told_to_child(configured, client) == {
+        "elicitation": {"form": {}},  # url was not configured
+        "sampling": {"tools": {}},  # configured bare: the client's sub-fields pass
+        "roots": {"listChanged": True},  # the gateway sends its own list_changed
+    }
+    assert inputs.told_to_child(configured, {"roots": {"listChanged": True}}) == {"roots": {"listChanged": True}}
+    assert inputs.told_to_child({"roots": {}}, {"roots": {"listChanged": True}}) == {"roots": {}}
+
+
+def test_a_capability_set_has_one_readable_key_whatever_the_order() -> None:
+    told = {"sampling": {}, "roots": {"listChanged": True}, "elicitation": {"url": {}, "form": {}}}
+    assert inputs.capability_key(told) == "elicitation.form,elicitation.url,roots.listChanged,sampling"
+    assert inputs.capability_key(dict(reversed(list(told.items())))) == inputs.capability_key(told)
+    assert inputs.capability_key({}) == "none"
+    assert inputs.capability_key({"sampling": {"tools": {"x": 1}}}) == 'sampling.tools={"x": 1}'
+
+
 def test_an_elicitation_from_a_client_that_cannot_be_asked_is_refused_not_declined() -> None:
     request = Request(3, inputs.ELICITATION, {"message": "name?"})
     assert inputs.local_answer(request, None, "nobody is there") == Result(3, {"action": "decline"})

@@ -133,6 +133,7 @@ class StdioServer:
         self._listens: dict[tuple[type, Any], tuple[RequestId, frozenset[str], tuple[str, ...]]] = {}
         self._out_ids = itertools.count(1)
         self._legacy_version: str | None = None
+        self.client_capabilities: JsonObject = {}  # what the client declared at initialize (legacy era)
         self._eof = False
 
     # -- registration -------------------------------------------------------------------------
@@ -466,8 +467,10 @@ class StdioServer:
             raise RpcError(INVALID_PARAMS, "initialize: params.protocolVersion must be a string")
         # Echo a supported version, else offer our latest (2025-11-25/basic/lifecycle).
         version = requested if requested in LEGACY_VERSIONS else LATEST_LEGACY
+        capabilities = params.get("capabilities")
         with self._lock:
             self._legacy_version = version
+            self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
         result: JsonObject = {
             "protocolVersion": version,
             "capabilities": self.capabilities,
