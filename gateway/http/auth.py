@@ -59,14 +59,18 @@ RELOAD_INTERVAL: Final = 1.0
 """Seconds between checks of the token file's modification time."""
 LOOPBACK_NETWORKS: Final = ("127.0.0.0/8", "::1/128")
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics", METADATA_PATH})
+WELL_KNOWN: Final = "/.well-known/"
+"""Discovery documents are public by definition (RFC 8615): a path under it never needs a token,
+and one the gateway does not serve is 404 (a 401 would send an OAuth client looking for an
+authorization server that does not exist)."""
 REALM: Final = "mcp-stdio-gateway"
 RETRY_AFTER: Final = 5
 """Seconds a client is told to wait when the issuer's keys cannot be fetched (``keys.RETRY_INTERVAL``)."""
 
 
 def is_open(path: str) -> bool:
-    """Probes, metrics and the protected-resource metadata need no token."""
-    return path in OPEN_PATHS or path.startswith(METADATA_PATH + "/")
+    """Probes, metrics and discovery documents (``/.well-known/…``) need no token."""
+    return path in OPEN_PATHS or path.startswith(WELL_KNOWN)
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,7 @@ class Edge:
                         await preflight(scope, receive, send_edge)
                         return
                     cors_origin = origin
-            refusal = self.origins.refusal(named)
+            refusal = self.origins.refusal(named, headers)
             if refusal is not None:
                 await refusal(scope, receive, send_edge)
                 return

@@ -47,6 +47,80 @@ async def test_a_rebound_host_name_is_refused_on_a_loopback_gateway() -> None:
             assert allowed.status_code == 200
 
 
+async def test_a_malformed_host_is_400_and_a_host_with_a_user_part_never_passes_as_loopback() -> None:
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec()) as url, httpx.AsyncClient() as http:
+            headers, body = tool_call("echo", {"message": "x"})
+            for bad in ("localhost:80@evil.com", "localhost:99999", "local host", "localhost:", "127.0.0.1/x"):
+                refused = await http.post(url, headers={**headers, "host": bad}, json=body)
+                assert refused.status_code == 400, bad
+                assert "malformed Host" in refused.json()["error"]["message"]
+            for origin in ("http://localhost:80@evil.com", "http://127.0.0.1/path", "http://localhost:80@127.0.0.1"):
+                refused = await http.post(url, headers={**headers, "origin": origin}, json=body)
+                assert refused.status_code == 403, origin
+            assert (await http.post(url, headers={**headers, "host": "[::1]:8000"}, json=body)).status_code == 200
+
+
+async def raw_post(url: str, header_lines: list[str], body: bytes) -> tuple[int, dict[str, object]]:
+    """POST with exactly these header lines (httpx refuses to send two Host headers)."""
+    import orjson
+
+    parts = httpx.URL(url)
+    head = [f"POST {parts.raw_path.decode()} HTTP/1.1", *header_lines, f"content-length: {len(body)}"]
+    head.append("connection: close")
+    async with await anyio.connect_tcp("127.0.0.1", parts.port or 80) as stream:
+        await stream.send(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        answer = b""
+        try:
+            while True:
+                answer += await stream.receive()
+        except anyio.EndOfStream:
+            pass
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), orjson.loads(rest.partition(b"\r\n\r\n")[2])
+
+
+async def test_a_repeated_origin_or_host_is_refused_whatever_the_copies_say() -> None:
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec()) as url:
+            headers, body = tool_call("echo", {"message": "x"})
+            content = httpx.Request("POST", url, json=body).content
+            base = [f"{k}: {v}" for k, v in headers.items()]
+            host = f"host: {httpx.URL(url).netloc.decode()}"
+            assert (await raw_post(url, [host, *base], content))[0] == 200
+            for name, lines in (
+                ("origin", [host, "origin: http://evil.example", "origin: http://localhost:3000"]),
+                ("origin", [host, "origin: http://localhost:3000", "origin: http://localhost:3000"]),
+                ("host", ["host: evil.example", host]),
+                ("host", [host, host]),
+            ):
+                status, error = await raw_post(url, [*lines, *base], content)
+                assert status == 400, lines
+                assert f"more than one {name} header" in str(error["error"]), lines
+                assert "id" not in error
+
+
+async def test_with_static_tokens_the_oauth_discovery_paths_are_404_and_the_challenge_names_no_metadata() -> None:
+    tokens = TokenStore([f"alice:{ALICE}"])
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec(), tokens=tokens) as url, httpx.AsyncClient() as http:
+            base = url.removesuffix("/mcp")
+            for path in (
+                "/.well-known/oauth-protected-resource",
+                "/.well-known/oauth-protected-resource/mcp",
+                "/.well-known/oauth-authorization-server",
+                "/.well-known/oauth-authorization-server/mcp",
+                "/.well-known/openid-configuration",
+            ):
+                reply = await http.get(base + path)
+                assert reply.status_code == 404, path
+                assert reply.json()["error"]["code"] == -32600
+            refused = await http.post(url, headers=modern_headers("tools/list"), json=modern_call(1, "x"))
+            assert refused.status_code == 401
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+            assert "resource_metadata" not in refused.headers["www-authenticate"]
+
+
 async def test_a_wrong_token_gets_401_and_never_reaches_a_child() -> None:
     tokens = TokenStore([f"alice:{ALICE}"])
     with anyio.fail_after(20):
