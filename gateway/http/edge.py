@@ -40,7 +40,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.http.auth import Authentication
 from gateway.http.cors import CorsPolicy, add_cors_headers
 from gateway.http.drain import Drain, draining_refusal
-from gateway.http.forward import AcceptForwards
+from gateway.http.endpoint import BODY_TIMEOUT
+from gateway.http.forward_accept import AcceptForwards
 from gateway.http.limits import PrincipalQuotas, Slots, header_problem, header_refusal
 from gateway.http.observe import MAX_PARSED_ERROR_BYTES, error_code_of, observe
 from gateway.http.origin import OriginPolicy
@@ -64,6 +65,7 @@ class Edge:
         cors: CorsPolicy | None = None,
         auth: Authentication | None = None,
         routing: OwnerRouting | None = None,
+        body_timeout: float = BODY_TIMEOUT,
     ) -> None:
         """``app``: Starlette's own stack (its error and exception middleware, its router).
         ``lanes``: MCP endpoint path → (server name, the endpoint's app, which the drain
@@ -76,7 +78,9 @@ class Edge:
         self.metrics = metrics
         self.cors = cors
         self.auth = auth
-        self.forwards = AcceptForwards(self.route, routing=routing) if routing is not None else None
+        self.forwards = (
+            AcceptForwards(self.route, routing=routing, body_timeout=body_timeout) if routing is not None else None
+        )
 
     async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
         """An MCP endpoint's app for its path (after the drain check), else Starlette's stack."""
