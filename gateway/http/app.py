@@ -145,6 +145,7 @@ def create_app(
             stack.enter_context(recent_errors.attached())
             if routing is not None:
                 await stack.enter_async_context(routing)  # closes the forwarding client last
+            await stack.enter_async_context(oauth_gate)  # runs the issuers' key fetches
             # Routers first: their task groups must close after (outside) the one below.
             for router, _, _ in endpoints:
                 await stack.enter_async_context(router)
@@ -223,7 +224,7 @@ def create_app(
     protected: dict[str, OAuthPolicy | None] = {f"/servers/{r.server.name}/mcp": r.server.oauth for r in routers}
     if len(routers) == 1:
         protected["/mcp"] = routers[0].server.oauth
-    oauth = oauth if oauth is not None else OAuthGate(protected, public_url=settings.public_url)
+    oauth = oauth_gate = oauth if oauth is not None else OAuthGate(protected, public_url=settings.public_url)
     resources = ResourceMetadata(
         protected, public_url=settings.public_url, authorization_servers=settings.authorization_servers
     )
@@ -242,7 +243,9 @@ def create_app(
         # JSON-RPC 405 (Starlette's own would be text/plain). The drain check is the edge's.
         inner: ASGIApp = endpoint  # a pure ASGI app
         if routing is not None:
-            inner = RouteToOwner(inner, routing=routing, env_headers=router.server.env_from_headers)
+            inner = RouteToOwner(
+                inner, routing=routing, env_headers=router.server.env_from_headers, body_timeout=settings.body_timeout
+            )
         return inner
 
     lane_apps = {f"/servers/{r.server.name}/mcp": mcp_app(r, e) for r, e, _ in endpoints}
@@ -302,6 +305,7 @@ def create_app(
         ),
         drain=drain,
         routing=routing,
+        body_timeout=settings.body_timeout,
     )
     app.state.routers = routers
     app.state.drain = drain

@@ -21,6 +21,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.http.auth import TokenStore
+from gateway.oauth import keys as keys_module
+from gateway.oauth.gate import OAuthGate
+from gateway.oauth.keys import KeySet
 from gateway.oauth.validation import OAuthPolicy
 from gateway.relay.router import Isolation, Router, ServerConfig
 from tests.conftest import server_spec
@@ -302,3 +305,50 @@ async def test_the_sdk_client_connects_with_an_access_token() -> None:
             async with http, Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
                 echoed = await client.call_tool("echo", {"message": "with a token"})
                 assert echoed.is_error is not True
+
+
+async def test_an_unknown_kid_during_an_issuer_outage_stalls_no_other_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#24.5: a token naming an unknown key made a refresh that failed; that marked the fresh keys
+    due, so every later request waited on the next refresh, which hung. Now only the request
+    naming the unknown key waits; every other request is served with the held keys."""
+    monkeypatch.setattr(keys_module, "RETRY_INTERVAL", 0.0)  # a failed refresh may be retried at once
+    monkeypatch.setattr(keys_module, "FETCH_TIMEOUT", 10 * TEST_BOUND)  # a hang outlasts the test
+    clients = 5
+    with anyio.fail_after(TEST_BOUND):
+        async with running_issuer() as issuer, httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http:
+            policy = OAuthPolicy(issuer=issuer.url)
+            gate = OAuthGate(
+                {"/mcp": policy, "/servers/test/mcp": policy},
+                public_url=PUBLIC,
+                key_set=lambda url, jwks: KeySet(url, jwks, refresh_interval=0),  # every unknown kid refreshes
+            )
+            server = ServerConfig("test", server_spec(), oauth=policy)
+            async with serving(app_for(Router(server), public_url=PUBLIC, oauth=gate)) as base:
+                good = issuer.token(AUDIENCE)
+                pid_of(await call_pid(http, base, good))
+                stranger = issuer.token(AUDIENCE, kid="not-published", key=new_key())
+                issuer.failing = True
+                assert (await call_pid(http, base, stranger)).status_code == 401  # its refresh failed
+                issuer.failing = False
+                issuer.hang()
+                stalled: list[httpx.Response] = []
+                async with anyio.create_task_group() as tg:
+
+                    async def unknown() -> None:
+                        stalled.append(await call_pid(http, base, stranger))
+
+                    tg.start_soon(unknown)
+                    await issuer.hung.wait()  # its refresh has reached the issuer, which answers nothing
+                    answers = []
+
+                    async def known() -> None:
+                        answers.append(await call_pid(http, base, good))
+
+                    async with anyio.create_task_group() as clients_group:
+                        for _ in range(clients):
+                            clients_group.start_soon(known)
+                    assert [reply.status_code for reply in answers] == [200] * clients
+                    assert stalled == []  # the stranger's request is still waiting on the issuer
+                    issuer.release()
+                [refused] = stalled
+                assert refused.status_code == 401
