@@ -6,7 +6,9 @@
 pool is failing; 503 naming the servers that are not, without the reason: it is open to
 anyone), ``/status`` (JSON for humans: pools, children, their pids, eras, load, stderr
 tails, sessions, listens, parked calls and the recent warnings and errors) and ``/ui`` (the
-same, as an HTML page for operators). The lifespan starts the router (the shared pool
+same, as an HTML page for operators; both take the operator's credential,
+``gateway.http.operator``, and ``POST /ui/login`` exchanges it for a cookie). The lifespan
+starts the router (the shared pool
 pre-warms its children before traffic), opens the task group that runs legacy sessions'
 listens and the keepers of parked MRTR calls, and on shutdown ends sessions and parked
 calls and stops every child in the spec's order. Every request passes one layer first,
@@ -17,6 +19,7 @@ straight to it, and Starlette routes the rest.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
@@ -32,7 +35,7 @@ from starlette.types import ASGIApp
 
 from gateway import __version__
 from gateway.http import ui, wire
-from gateway.http.auth import Authentication, TokenStore
+from gateway.http.auth import LOGIN_PATH, Authentication, TokenStore
 from gateway.http.cors import CorsPolicy
 from gateway.http.drain import Drain, DrainGuard
 from gateway.http.edge import Edge
@@ -40,6 +43,7 @@ from gateway.http.edge_settings import EdgeSettings
 from gateway.http.endpoint import McpEndpoint
 from gateway.http.forward import RouteToOwner
 from gateway.http.limits import PrincipalQuotas
+from gateway.http.operator import OperatorAccess
 from gateway.http.origin import OriginPolicy
 from gateway.http.resource import METADATA_PATH, ResourceMetadata
 from gateway.oauth.gate import OAuthGate
@@ -103,6 +107,7 @@ def create_app(
     tls_peers: PeerSubjects | None = None,
     oauth: OAuthGate | None = None,
     owner_routing: OwnerRouting | None = None,
+    operator_tokens: TokenStore | None = None,
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``.
 
@@ -113,7 +118,8 @@ def create_app(
     the token gate; by default built from each server's ``oauth`` policy (raises ``ConfigError``
     when an audience cannot be known).
     ``owner_routing``: sessions and parked calls name this instance, and requests for another
-    instance's are forwarded to it (``gateway.http.forward``); its secret signs the tokens."""
+    instance's are forwarded to it (``gateway.http.forward``); its secret signs the tokens.
+    ``operator_tokens``: who may read ``/status`` and ``/ui`` (``gateway.http.operator``)."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
     endpoints: list[tuple[Router, McpEndpoint, SessionStore]] = []
     routing = owner_routing
@@ -274,6 +280,13 @@ def create_app(
         routes.append(Route("/metrics", metrics_page, methods=["GET"]))
     cors_origins = list(settings.cors_origins)
     tokens = tokens or TokenStore()
+    clients_authenticate = tokens.enabled or bool(settings.principal_header) or oauth.enabled or tls_peers is not None
+    operator = OperatorAccess(
+        operator_tokens or TokenStore(flag="--operator-token"),
+        key=state_secret or secrets.token_bytes(32),  # shared by replicas and workers: their cookies agree
+        clients_authenticate=clients_authenticate,
+    )
+    routes.append(Route(LOGIN_PATH, operator.login, methods=["POST"]))
     # One layer, outermost, does every check in order and sends an MCP endpoint's requests
     # straight to it (gateway.http.edge); Starlette's own stack routes the rest. Checks with
     # nothing to do are left out.
@@ -298,7 +311,7 @@ def create_app(
             oauth=oauth,
             peers=tls_peers,
         )
-        if tokens.enabled or settings.principal_header or oauth.enabled or tls_peers is not None
+        if clients_authenticate
         else None,
         quotas=PrincipalQuotas(
             max_requests=settings.max_requests_per_principal, max_streams=settings.max_streams_per_principal
@@ -306,6 +319,7 @@ def create_app(
         drain=drain,
         routing=routing,
         body_timeout=settings.body_timeout,
+        operator=operator,
     )
     app.state.routers = routers
     app.state.drain = drain

@@ -1,7 +1,8 @@
 """Who is asking: bearer tokens, or a trusted reverse proxy's identity header.
 
-``Authentication`` (run by ``gateway.http.edge``) guards the MCP endpoints and ``/status``
-(``/healthz``, ``/readyz`` and ``/metrics`` stay open for probes and scrapers):
+``Authentication`` (run by ``gateway.http.edge``) guards the MCP endpoints (``/healthz``,
+``/readyz``, ``/metrics`` and ``/.well-known/…`` stay open for probes, scrapers and discovery;
+``/status`` and ``/ui`` take the operator's credential instead, ``gateway.http.operator``):
 
 - **Bearer tokens** (``--auth-token-file``, one per line, ``NAME:TOKEN`` or just ``TOKEN``;
   ``#`` comments; re-read when the file changes, checked at most once a second). A request
@@ -59,6 +60,9 @@ RELOAD_INTERVAL: Final = 1.0
 """Seconds between checks of the token file's modification time."""
 LOOPBACK_NETWORKS: Final = ("127.0.0.0/8", "::1/128")
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics", METADATA_PATH})
+LOGIN_PATH: Final = "/ui/login"
+OPERATOR_PATHS: Final = frozenset({"/status", "/ui", LOGIN_PATH})
+"""Guarded by the operator's credential (``gateway.http.operator``), never by MCP clients' tokens."""
 WELL_KNOWN: Final = "/.well-known/"
 """Discovery documents are public by definition (RFC 8615): a path under it never needs a token,
 and one the gateway does not serve is 404 (a 401 would send an OAuth client looking for an
@@ -97,8 +101,10 @@ def parse_tokens(lines: Iterable[str], where: str) -> list[Token]:
 
 
 class TokenStore:
-    def __init__(self, inline: Iterable[str] = (), path: str | None = None) -> None:
-        self._inline = parse_tokens(inline, "--auth-token")
+    def __init__(self, inline: Iterable[str] = (), path: str | None = None, *, flag: str = "--auth-token") -> None:
+        """``flag``: the setting named in errors (``--auth-token`` and ``--auth-token-file``)."""
+        self._flag = flag
+        self._inline = parse_tokens(inline, flag)
         self._path = path
         self._file_tokens: list[Token] = []
         self._mtime: float | None = None
@@ -117,10 +123,10 @@ class TokenStore:
             if stat.st_mtime == self._mtime:
                 return
             with open(self._path, encoding="utf-8") as fh:
-                tokens = parse_tokens(fh, "--auth-token-file")
+                tokens = parse_tokens(fh, f"{self._flag}-file")
         except OSError as exc:
             if self._mtime is None:
-                raise ConfigError("--auth-token-file", f"cannot read {self._path}: {exc.strerror}") from exc
+                raise ConfigError(f"{self._flag}-file", f"cannot read {self._path}: {exc.strerror}") from exc
             # Fail closed: a token file that was removed (a revoked Secret) revokes its tokens.
             log.error("cannot read the token file %s (%s); its tokens are refused until it is back", self._path, exc)
             self._file_tokens, self._mtime = [], -1.0
@@ -133,12 +139,16 @@ class TokenStore:
         self._file_tokens, self._mtime = tokens, stat.st_mtime
         log.info("loaded %d bearer token(s) from %s", len(tokens), self._path)
 
-    def principal_for(self, presented: bytes, now: float) -> str | None:
+    def current(self, now: float) -> tuple[Token, ...]:
+        """The tokens in force (the file re-read when it changed; ``now``: monotonic seconds)."""
         if self._path is not None and now - self._checked >= RELOAD_INTERVAL:
             self._checked = now
             self._load()
+        return (*self._inline, *self._file_tokens)
+
+    def principal_for(self, presented: bytes, now: float) -> str | None:
         match: str | None = None
-        for token in (*self._inline, *self._file_tokens):
+        for token in self.current(now):
             if hmac.compare_digest(presented, token.secret) and match is None:
                 match = token.principal
         return match
@@ -188,8 +198,10 @@ class Authentication:
 
     @staticmethod
     def guards(scope: Scope) -> bool:
-        """Every path but the open ones (and CORS preflights, which carry no credentials)."""
-        return scope["method"] != "OPTIONS" and not is_open(scope["path"])
+        """Every path but the open ones and the operator's (and CORS preflights, which carry no
+        credentials)."""
+        path = scope["path"]
+        return scope["method"] != "OPTIONS" and not is_open(path) and path not in OPERATOR_PATHS
 
     async def admit(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[bytes, bytes]) -> bool:
         """True: the request may go on, its principal in the scope; False: it was answered

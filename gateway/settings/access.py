@@ -75,6 +75,23 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         help="a bearer token (repeatable; prefer the file or MCP_GATEWAY_AUTH_TOKEN)",
     ),
     Setting(
+        "--operator-token-file",
+        field="operator_token_file",
+        metavar="FILE",
+        section=SECURITY,
+        help="tokens that open /status and /ui (Bearer, or the /ui login form's cookie), one per line; "
+        "re-read when it changes. Without one, /status and /ui answer loopback peers only, and nobody "
+        "once clients authenticate; MCP tokens never open them",
+    ),
+    Setting(
+        "--operator-token",
+        field="operator_tokens",
+        repeat=True,
+        metavar="TOKEN",
+        section=SECURITY,
+        help="an operator token (repeatable; prefer the file or MCP_GATEWAY_OPERATOR_TOKEN)",
+    ),
+    Setting(
         "--trusted-proxy",
         field="trusted_proxies",
         repeat=True,

@@ -27,7 +27,16 @@ from gateway.oauth.keys import KeySet
 from gateway.oauth.validation import OAuthPolicy
 from gateway.relay.router import Isolation, Router, ServerConfig
 from tests.conftest import server_spec
-from tests.gateway_server import BASE_HEADERS, app_for, legacy_initialize, modern_call, modern_headers, serving
+from tests.gateway_server import (
+    BASE_HEADERS,
+    OPERATOR,
+    app_for,
+    legacy_initialize,
+    modern_call,
+    modern_headers,
+    operator_tokens,
+    serving,
+)
 from tests.oauth_issuer import Issuer, new_key, running_issuer
 
 pytestmark = pytest.mark.anyio
@@ -76,12 +85,13 @@ async def test_a_valid_token_is_accepted_and_its_sub_becomes_the_principal() -> 
     with anyio.fail_after(TEST_BOUND):
         async with (
             running_issuer() as issuer,
-            oauth_gateway(issuer, isolation=Isolation.PRINCIPAL) as base,
+            oauth_gateway(issuer, isolation=Isolation.PRINCIPAL, operator_tokens=operator_tokens()) as base,
             httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http,
         ):
             token = issuer.token(AUDIENCE, sub="alice@example")
             pid_of(await call_pid(http, base, token))
-            status = await http.get(f"{base}/status", headers=bearer(token))
+            assert (await http.get(f"{base}/status", headers=bearer(token))).status_code == 401  # no operator's
+            status = await http.get(f"{base}/status", headers=OPERATOR)
             assert status.status_code == 200
             assert "principal=alice@example" in " ".join(status.json()["servers"][0]["pools"])
             assert issuer.metadata_fetches == 1  # the JWKS URL came from the RFC 8414 metadata
@@ -188,13 +198,15 @@ async def test_static_tokens_keep_working_alongside_oauth() -> None:
     with anyio.fail_after(TEST_BOUND):
         async with (
             running_issuer() as issuer,
-            oauth_gateway(issuer, tokens=tokens, isolation=Isolation.PRINCIPAL) as base,
+            oauth_gateway(
+                issuer, tokens=tokens, isolation=Isolation.PRINCIPAL, operator_tokens=operator_tokens()
+            ) as base,
             httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http,
         ):
             static_pid = pid_of(await call_pid(http, base, STATIC))
             oauth_pid = pid_of(await call_pid(http, base, issuer.token(AUDIENCE)))
             assert static_pid != oauth_pid
-            pools = " ".join((await http.get(f"{base}/status", headers=bearer(STATIC))).json()["servers"][0]["pools"])
+            pools = " ".join((await http.get(f"{base}/status", headers=OPERATOR)).json()["servers"][0]["pools"])
             assert "principal=ci-bot" in pools
             assert "principal=alice" in pools
             assert (await call_pid(http, base, "wrong-static-token-0123456789")).status_code == 401
@@ -292,9 +304,9 @@ async def test_each_server_of_many_has_its_own_audience_and_metadata() -> None:
                 assert meta.json()["authorization_servers"] == [issuer.url]
                 unknown = await http.get(f"{base}/.well-known/oauth-protected-resource/servers/nope/mcp")
                 assert unknown.status_code == 404
-                # /status accepts a token some endpoint here accepts.
-                assert (await http.get(f"{base}/status", headers=bearer(issuer.token(files)))).status_code == 200
-                assert (await http.get(f"{base}/status")).status_code == 401
+                # /status is the operator's: no endpoint's token opens it (#24.11), and none is configured.
+                assert (await http.get(f"{base}/status", headers=bearer(issuer.token(files)))).status_code == 403
+                assert (await http.get(f"{base}/status")).status_code == 403
 
 
 @pytest.mark.timeout(2 * TEST_BOUND + 10)

@@ -13,7 +13,7 @@ import pytest
 from gateway.http.auth import TokenStore, parse_tokens
 from gateway.relay.router import Isolation
 from tests.conftest import server_spec
-from tests.gateway_server import modern_call, modern_headers, running_gateway
+from tests.gateway_server import OPERATOR, modern_call, modern_headers, operator_tokens, running_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -136,14 +136,20 @@ async def test_a_wrong_token_gets_401_and_never_reaches_a_child() -> None:
             after = (await http.post(url, headers=good, json=pid_body)).json()["result"]["content"][0]["text"]
             assert after == before  # the exit call never reached the child
             assert (await http.get(url.replace("/mcp", "/healthz"))).status_code == 200  # probes stay open
-            assert (await http.get(url.replace("/mcp", "/status"))).status_code == 401
+            # /status is the operator's: no MCP token opens it, and without an operator token nobody.
+            for headers_tried in ({}, {"authorization": f"Bearer {ALICE}"}):
+                closed = await http.get(url.replace("/mcp", "/status"), headers=headers_tried)
+                assert closed.status_code == 403
+                assert "--operator-token-file" in closed.json()["error"]["message"]
 
 
 async def test_two_tokens_map_to_two_principals() -> None:
     tokens = TokenStore([f"alice:{ALICE}", f"bob:{BOB}"])
     with anyio.fail_after(20):
         async with (
-            running_gateway(server_spec(), tokens=tokens, isolation=Isolation.PRINCIPAL) as url,
+            running_gateway(
+                server_spec(), tokens=tokens, isolation=Isolation.PRINCIPAL, operator_tokens=operator_tokens()
+            ) as url,
             httpx.AsyncClient() as http,
         ):
             headers, body = tool_call("pid")
@@ -152,7 +158,9 @@ async def test_two_tokens_map_to_two_principals() -> None:
                 reply = await http.post(url, headers={**headers, "authorization": f"Bearer {token}"}, json=body)
                 pids[name] = reply.json()["result"]["content"][0]["text"]
             assert pids["alice"] != pids["bob"]
-            status = await http.get(url.replace("/mcp", "/status"), headers={"authorization": f"Bearer {ALICE}"})
+            refused = await http.get(url.replace("/mcp", "/status"), headers={"authorization": f"Bearer {ALICE}"})
+            assert refused.status_code == 401  # alice's token is for the MCP endpoint only
+            status = await http.get(url.replace("/mcp", "/status"), headers=OPERATOR)
             labels = " ".join(status.json()["servers"][0]["pools"])
             assert "principal=alice" in labels
             assert "principal=bob" in labels
@@ -163,13 +171,18 @@ async def test_the_identity_header_counts_only_from_a_trusted_proxy() -> None:
     async def principal_pools(trusted: list[str]) -> str:
         async with (
             running_gateway(
-                server_spec(), isolation=Isolation.PRINCIPAL, principal_header="X-User", trusted_proxies=trusted
+                server_spec(),
+                isolation=Isolation.PRINCIPAL,
+                principal_header="X-User",
+                trusted_proxies=trusted,
+                operator_tokens=operator_tokens(),
             ) as url,
             httpx.AsyncClient() as http,
         ):
             headers, body = tool_call("pid")
             await http.post(url, headers={**headers, "x-user": "carol"}, json=body)
-            return " ".join((await http.get(url.replace("/mcp", "/status"))).json()["servers"][0]["pools"])
+            status = await http.get(url.replace("/mcp", "/status"), headers=OPERATOR)
+            return " ".join(status.json()["servers"][0]["pools"])
 
     with anyio.fail_after(30):
         assert "principal=carol" in await principal_pools(["127.0.0.0/8"])
