@@ -72,9 +72,16 @@ RETRY_AFTER: Final = 5
 """Seconds a client is told to wait when the issuer's keys cannot be fetched (``keys.RETRY_INTERVAL``)."""
 
 
+OAUTH_FALLBACK_PATHS: Final = frozenset({"/authorize", "/token", "/register"})
+"""Where an MCP client that found no authorization server metadata tries OAuth anyway (the
+2025-03-26 defaults, which the TypeScript SDK still uses): the gateway is no authorization
+server, so these are 404 for everyone, never a 401 that reads as "log in here"."""
+
+
 def is_open(path: str) -> bool:
-    """Probes, metrics and discovery documents (``/.well-known/…``) need no token."""
-    return path in OPEN_PATHS or path.startswith(WELL_KNOWN)
+    """Probes, metrics, discovery documents (``/.well-known/…``) and the OAuth fallback paths
+    (which the gateway does not serve: 404) need no token."""
+    return path in OPEN_PATHS or path.startswith(WELL_KNOWN) or path in OAUTH_FALLBACK_PATHS
 
 
 @dataclass(frozen=True)

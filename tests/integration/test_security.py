@@ -115,6 +115,11 @@ async def test_with_static_tokens_the_oauth_discovery_paths_are_404_and_the_chal
                 reply = await http.get(base + path)
                 assert reply.status_code == 404, path
                 assert reply.json()["error"]["code"] == -32600
+            # Where an SDK registers or logs in when it finds no metadata: no authorization server here.
+            registration = await http.post(base + "/register", json={"redirect_uris": ["http://localhost/cb"]})
+            assert registration.status_code == 404, registration.text
+            for path in ("/authorize", "/token"):
+                assert (await http.get(base + path)).status_code == 404, path
             refused = await http.post(url, headers=modern_headers("tools/list"), json=modern_call(1, "x"))
             assert refused.status_code == 401
             assert refused.headers["www-authenticate"].startswith("Bearer")
