@@ -60,6 +60,7 @@ class Settings:
     auth_tokens: tuple[str, ...] = ()
     operator_token_file: str | None = None
     operator_tokens: tuple[str, ...] = ()
+    operator_scope: str | None = None
     drain_timeout: float = DRAIN_TIMEOUT
     max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL
     max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL

@@ -111,6 +111,7 @@ def build_app(
         tls_peers=peers,
         owner_routing=owner_routing,
         operator_tokens=TokenStore(settings.operator_tokens, settings.operator_token_file, flag="--operator-token"),
+        operator_scope=settings.operator_scope,
     )
     app.state.tls = tls
     app.state.tls_peers = peers

@@ -34,6 +34,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from gateway import __version__
+from gateway.errors import ConfigError
 from gateway.http import ui, wire
 from gateway.http.auth import LOGIN_PATH, Authentication, TokenStore
 from gateway.http.cors import CorsPolicy
@@ -108,6 +109,7 @@ def create_app(
     oauth: OAuthGate | None = None,
     owner_routing: OwnerRouting | None = None,
     operator_tokens: TokenStore | None = None,
+    operator_scope: str | None = None,
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``.
 
@@ -119,7 +121,8 @@ def create_app(
     when an audience cannot be known).
     ``owner_routing``: sessions and parked calls name this instance, and requests for another
     instance's are forwarded to it (``gateway.http.forward``); its secret signs the tokens.
-    ``operator_tokens``: who may read ``/status`` and ``/ui`` (``gateway.http.operator``)."""
+    ``operator_tokens``, ``operator_scope``: who may read ``/status`` and ``/ui``
+    (``gateway.http.operator``; a scope needs OAuth, else ``ConfigError``)."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
     endpoints: list[tuple[Router, McpEndpoint, SessionStore]] = []
     routing = owner_routing
@@ -281,10 +284,14 @@ def create_app(
     cors_origins = list(settings.cors_origins)
     tokens = tokens or TokenStore()
     clients_authenticate = tokens.enabled or bool(settings.principal_header) or oauth.enabled or tls_peers is not None
+    if operator_scope is not None and not oauth.enabled:
+        raise ConfigError("--operator-scope", "needs --oauth-issuer (the scope is one of its access tokens')")
     operator = OperatorAccess(
         operator_tokens or TokenStore(flag="--operator-token"),
         key=state_secret or secrets.token_bytes(32),  # shared by replicas and workers: their cookies agree
         clients_authenticate=clients_authenticate,
+        oauth=oauth,
+        scope=operator_scope,
     )
     routes.append(Route(LOGIN_PATH, operator.login, methods=["POST"]))
     # One layer, outermost, does every check in order and sends an MCP endpoint's requests

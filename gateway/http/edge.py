@@ -158,7 +158,7 @@ class Edge:
                 await refusal(scope, receive, send_edge)
                 return
             if operator is not None:
-                answer = operator.refusal(scope, named)
+                answer = await operator.refusal(scope, named)
                 if answer is not None:
                     await answer(scope, receive, send_edge)
                     return

@@ -10,6 +10,9 @@ credential (``OperatorAccess.refusal``, run by ``gateway.http.edge``):
   with ``Authorization: Bearer <operator token>``, or with the operator cookie below, may
   read them; any other gets 401 (for ``/ui``: the login page). MCP clients' tokens never
   count here, and an operator token is no MCP token.
+- **An operator scope** (``--operator-scope SCOPE``, with ``--oauth-issuer``): an OAuth
+  access token that an endpoint here accepts *and* that grants that scope opens them too
+  (one without it: 403 ``insufficient_scope``).
 - **The login form** (a browser cannot send a bearer header): ``/ui`` without a credential
   answers a one-field form that POSTs the token to ``/ui/login``. A token that matches
   (compared with ``hmac.compare_digest``, every token, no early exit) gets a 303 to ``/ui``
@@ -45,9 +48,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from gateway.http.auth import LOGIN_PATH, REALM, TokenStore
+from gateway.errors import CODE_UNAVAILABLE
+from gateway.http.auth import LOGIN_PATH, REALM, RETRY_AFTER, TokenStore
 from gateway.http.endpoint import BODY_TIMEOUT, read_body
 from gateway.http.wire import error_response
+from gateway.oauth.gate import OAuthGate, Unavailable
+from gateway.oauth.validation import Accepted, Refused, challenge
 from gateway.protocol.jsonrpc import error_object
 
 COOKIE_NAME: Final = "mcp_gateway_operator"
@@ -101,19 +107,34 @@ class OperatorAccess:
     """The operator's credential for ``/status`` and ``/ui`` (see the module docstring)."""
 
     def __init__(
-        self, tokens: TokenStore, *, key: bytes, clients_authenticate: bool, clock: Callable[[], float] = time.time
+        self,
+        tokens: TokenStore,
+        *,
+        key: bytes,
+        clients_authenticate: bool,
+        oauth: OAuthGate | None = None,
+        scope: str | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        """``oauth`` and ``scope``: access tokens granting ``scope`` are operators' too."""
         self.tokens = tokens
+        self.oauth = oauth if scope is not None else None
+        self.scope = scope
         self.key = hmac.new(key, b"mcp-stdio-gateway operator cookie", hashlib.sha256).digest()
         self.clients_authenticate = clients_authenticate
         self.clock = clock
 
-    def refusal(self, scope: Scope, headers: Mapping[bytes, bytes]) -> Answer | None:
+    @property
+    def configured(self) -> bool:
+        """Some operator credential is configured (tokens or a scope)."""
+        return self.tokens.enabled or self.oauth is not None
+
+    async def refusal(self, scope: Scope, headers: Mapping[bytes, bytes]) -> Answer | None:
         """None when the request may read ``/status`` or ``/ui`` (or post the login form), else
-        its answer: 401 (the login page for ``/ui``) or 403."""
+        its answer: 401 (the login page for ``/ui``), 403, or 503 (the issuer's keys)."""
         if scope["path"] == LOGIN_PATH:
             return None if self.tokens.enabled else self._forbidden("no --operator-token-file is configured")
-        if not self.tokens.enabled:
+        if not self.configured:
             if self.clients_authenticate:
                 return self._forbidden(
                     "needs the operator token (--operator-token-file): MCP clients' tokens do not open it"
@@ -124,8 +145,11 @@ class OperatorAccess:
         authorization = headers.get(b"authorization", b"")
         scheme, _, presented = authorization.partition(b" ")
         if scheme.lower() == b"bearer" and presented.strip():
-            if self.tokens.principal_for(presented.strip(), time.monotonic()) is not None:
+            presented = presented.strip()
+            if self.tokens.enabled and self.tokens.principal_for(presented, time.monotonic()) is not None:
                 return None
+            if self.oauth is not None:
+                return await self._by_scope(scope, presented.decode("latin-1"))
         else:
             cookie = _cookie(headers)
             if cookie is not None and self._cookie_ok(cookie):
@@ -137,6 +161,23 @@ class OperatorAccess:
         return error_response(
             401, error_object(-32600, f"unauthorized: {why}"), headers={"www-authenticate": challenge}
         )
+
+    async def _by_scope(self, scope: Scope, token: str) -> Answer | None:
+        """An access token an endpoint here accepts, granting the operator scope: None; else the refusal."""
+        assert self.oauth is not None
+        assert self.scope is not None
+        try:
+            verdict: Accepted | Refused = await self.oauth.check(token, scope["path"])
+        except Unavailable as exc:
+            return error_response(503, error_object(CODE_UNAVAILABLE, str(exc)), retry_after=RETRY_AFTER)
+        if isinstance(verdict, Accepted) and self.scope in verdict.scopes:
+            return None
+        if isinstance(verdict, Accepted):
+            verdict = Refused(403, "insufficient_scope", f"the token lacks the operator scope {self.scope}", self.scope)
+        value = challenge(resource_metadata=None, refused=verdict, realm=OPERATOR_REALM)
+        status = verdict.status
+        message = f"{'forbidden' if status == 403 else 'unauthorized'}: {verdict.description}"
+        return error_response(status, error_object(-32600, message), headers={"www-authenticate": value})
 
     def _forbidden(self, why: str) -> Answer:
         return error_response(403, error_object(-32600, f"/status and /ui: {why}"))

@@ -158,6 +158,14 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         help="a scope every token must grant, else 403 insufficient_scope (repeatable)",
     ),
     Setting(
+        "--operator-scope",
+        field="operator_scope",
+        metavar="SCOPE",
+        section=OAUTH_TLS,
+        help="an access token (from --oauth-issuer, accepted by an endpoint here) that grants this scope "
+        "also opens /status and /ui",
+    ),
+    Setting(
         "--oauth-principal-claim",
         key="oauth.principalClaim",
         target="oauth.principal_claim",

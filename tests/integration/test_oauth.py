@@ -364,3 +364,33 @@ async def test_an_unknown_kid_during_an_issuer_outage_stalls_no_other_request(mo
                     issuer.release()
                 [refused] = stalled
                 assert refused.status_code == 401
+
+
+async def test_an_access_token_with_the_operator_scope_opens_status_and_one_without_it_does_not() -> None:
+    """#24.11: an OAuth-only deployment's operator credential is a scope, not any accepted token."""
+    with anyio.fail_after(TEST_BOUND):
+        async with (
+            running_issuer() as issuer,
+            oauth_gateway(issuer, scopes=("mcp",), operator_scope="gateway:operator") as base,
+            httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http,
+        ):
+            operator = issuer.token(AUDIENCE, scope="mcp gateway:operator")
+            user = issuer.token(AUDIENCE, scope="mcp")
+            pid_of(await call_pid(http, base, user))
+            pid_of(await call_pid(http, base, operator))  # an operator may call the tools too
+            for path in ("/status", "/ui"):
+                assert (await http.get(f"{base}{path}", headers=bearer(operator))).status_code == 200, path
+                refused = await http.get(f"{base}{path}", headers=bearer(user))
+                assert refused.status_code == 403, path
+                assert 'error="insufficient_scope"' in challenge_of(refused)
+                assert 'scope="gateway:operator"' in challenge_of(refused)
+                assert "resource_metadata" not in challenge_of(refused)
+            forged = issuer.token(AUDIENCE, scope="mcp gateway:operator", key=new_key())
+            assert (await http.get(f"{base}/status", headers=bearer(forged))).status_code == 401
+
+
+def test_an_operator_scope_without_oauth_stops_the_gateway_at_start() -> None:
+    from gateway.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--operator-scope"):
+        app_for(Router(ServerConfig("test", server_spec())), operator_scope="gateway:operator")
