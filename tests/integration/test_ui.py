@@ -164,6 +164,15 @@ async def test_the_login_form_exchanges_the_operator_token_for_a_strict_httponly
                 assert (await http.get("/status", headers=jar)).status_code == 401  # its token is gone
 
 
+async def test_a_browser_without_the_cookie_gets_the_login_form(chromium: str, tmp_path: Path) -> None:
+    with anyio.fail_after(90):
+        async with two_servers(operator_tokens=operator_tokens()) as base:
+            dom = (await browse(chromium, tmp_path / "profile", "--dump-dom", f"{base}/ui")).decode()
+    assert '<form method="post" action="ui/login">' in dom
+    assert 'type="password" name="token"' in dom
+    assert "data-server" not in dom  # nothing of the servers before the login
+
+
 def test_every_value_on_the_page_is_escaped() -> None:
     hostile = "<script>alert(1)</script>"
     child = {"pid": 7, "state": hostile, "era": hostile, "protocol_version": hostile, "stderr": [hostile]}
