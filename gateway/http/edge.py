@@ -152,8 +152,7 @@ class Edge:
                         return
                     cors_origin = origin
             operator = self.operator if scope["path"] in OPERATOR_PATHS else None
-            own = scope.get("scheme", "http") if operator is not None else None
-            refusal = self.origins.refusal(named, headers, own_scheme=own)
+            refusal = self.origins.refusal(named, headers, own_origin=operator is not None)
             if refusal is not None:
                 await refusal(scope, receive, send_edge)
                 return

@@ -77,15 +77,15 @@ class OriginPolicy:
         self.allowed_hosts = {_host_only(h) for h in allowed_hosts}
         self._hosts_seen: dict[bytes, bool | None] = {}  # Host value → allowed (None: malformed)
 
-    def _origin_ok(self, origin: str, own: str | None) -> bool:
+    def _origin_ok(self, origin: str, own_host: str | None) -> bool:
         lowered = origin.rstrip("/").lower()
         if lowered in self.allowed_origins or "*" in self.allowed_origins:
             return True
-        if own is not None and lowered == own.lower():
-            return True  # the page's own origin (the operator's login form posts to itself)
         match = _ORIGIN.fullmatch(origin)
         if match is None or match.group(1).lower() not in ("http", "https"):
             return False
+        if own_host is not None and match.group(2).lower() == own_host.lower():
+            return True  # the page's own origin (the operator's login form posts to itself)
         name = host_name(match.group(2))
         return self.loopback_only and name is not None and name in LOOPBACK_HOSTS
 
@@ -96,13 +96,13 @@ class OriginPolicy:
         return not self.loopback_only or name in LOOPBACK_HOSTS or name in self.allowed_hosts
 
     def refusal(
-        self, headers: Mapping[bytes, bytes], raw: Sequence[tuple[bytes, bytes]] = (), *, own_scheme: str | None = None
+        self, headers: Mapping[bytes, bytes], raw: Sequence[tuple[bytes, bytes]] = (), *, own_origin: bool = False
     ) -> Response | None:
         """The 400 for a malformed or repeated ``Host`` / a repeated ``Origin``, the 403 for an
         ``Origin`` or ``Host`` that is not allowed, else None. ``headers``: the request's by name;
         ``raw``: the request's header list (repeats are looked for only when it is longer than
-        ``headers``). ``own_scheme``: the request's scheme, when an ``Origin`` naming this very
-        host (``scheme://Host``) is allowed too."""
+        ``headers``). ``own_origin``: an ``Origin`` naming this very host (``http://`` or
+        ``https://`` and the ``Host``: a TLS-terminating proxy changes the scheme) is allowed too."""
         if len(raw) > len(headers):
             for name in _SINGLE:
                 if sum(1 for key, _ in raw if key == name) > 1:
@@ -115,7 +115,7 @@ class OriginPolicy:
                 return _bad_request(f"malformed Host header {_shown(host)!r}: expected host[:port]")
         origin = headers.get(b"origin")
         if origin is not None:
-            own = f"{own_scheme}://{host.decode('latin-1')}" if own_scheme is not None and host is not None else None
+            own = host.decode("latin-1") if own_origin and host is not None else None
             if not self._origin_ok(origin.decode("latin-1"), own):
                 return error_response(403, error_object(-32600, f"origin {_shown(origin)!r} is not allowed"))
         if not verdict:

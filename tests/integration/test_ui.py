@@ -143,6 +143,10 @@ async def test_the_login_form_exchanges_the_operator_token_for_a_strict_httponly
                     "/ui/login", headers={**form, "origin": "http://evil.example"}, content=f"token={OPERATOR_TOKEN}"
                 )
                 assert foreign.status_code == 403  # a cross-site form post (CSRF) never reaches the check
+                via_tls_proxy = {**form, "origin": base.replace("http://", "https://")}  # the page over HTTPS
+                assert (
+                    await http.post("/ui/login", headers=via_tls_proxy, content=f"token={OPERATOR_TOKEN}")
+                ).status_code == 303
                 signed_in = await http.post("/ui/login", headers=form, content=f"token={OPERATOR_TOKEN}")
                 assert signed_in.status_code == 303
                 assert signed_in.headers["location"] == "/ui"
