@@ -68,6 +68,9 @@ class Settings:
     trusted_proxies: tuple[str, ...] = ()
     auth_token_file: str | None = None
     auth_tokens: tuple[str, ...] = ()
+    operator_token_file: str | None = None
+    operator_tokens: tuple[str, ...] = ()
+    operator_scope: str | None = None
     drain_timeout: float = DRAIN_TIMEOUT
     max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL
     max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL

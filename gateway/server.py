@@ -123,6 +123,8 @@ def build_app(
         state_secret=settings.state_secret(),
         tls_peers=peers,
         owner_routing=owner_routing,
+        operator_tokens=TokenStore(settings.operator_tokens, settings.operator_token_file, flag="--operator-token"),
+        operator_scope=settings.operator_scope,
     )
     app.state.tls = tls
     app.state.tls_peers = peers

@@ -31,6 +31,16 @@ MODERN_META = {
     "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "0"},
 }
 BASE_HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+OPERATOR_TOKEN = "operator-token-0123456789abcdef"
+OPERATOR = {"authorization": f"Bearer {OPERATOR_TOKEN}"}
+"""The headers that open ``/status`` and ``/ui`` on an app given ``operator_tokens=operator_tokens()``."""
+
+
+def operator_tokens() -> Any:
+    """The ``operator_tokens`` of ``create_app`` holding ``OPERATOR_TOKEN``."""
+    from gateway.http.auth import TokenStore
+
+    return TokenStore([OPERATOR_TOKEN], flag="--operator-token")
 
 
 def app_for(routers: Router | list[Router], **options: Any) -> Starlette:

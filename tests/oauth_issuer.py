@@ -3,8 +3,9 @@
 ``Issuer`` holds RSA keys the test mints (``cryptography``), signs access tokens with them
 (PyJWT) and serves, as a tiny Starlette app, ``/.well-known/oauth-authorization-server``
 (naming ``jwks_uri``) and ``/jwks``. It counts JWKS fetches (``jwks_fetches``) so a test can
-tell exactly how often the gateway refreshed, can rotate its keys (``rotate``), and can fail
-its JWKS (``failing``). Tokens that no honest issuer makes (``alg: none``, HMAC signed with
+tell exactly how often the gateway refreshed, can rotate its keys (``rotate``), can fail
+its JWKS (``failing``) and can hang it (``hang()``: every JWKS request waits, answering
+nothing, until ``release()``). Tokens that no honest issuer makes (``alg: none``, HMAC signed with
 the public key) are crafted by hand, since PyJWT refuses to make them.
 """
 
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -47,6 +49,18 @@ class Issuer:
         self.metadata_fetches = 0
         self.failing = False
         self.padding = 0  # bytes of junk added to the JWKS document
+        self.hanging: anyio.Event | None = None  # set: hung JWKS requests answer
+        self.hung = anyio.Event()  # set when a JWKS request reaches a hang
+
+    def hang(self) -> None:
+        """From now on, JWKS requests get no answer until ``release``."""
+        self.hanging = anyio.Event()
+        self.hung = anyio.Event()
+
+    def release(self) -> None:
+        if self.hanging is not None:
+            self.hanging.set()
+            self.hanging = None
 
     def rotate(self, kid: str) -> None:
         """Publish a new key, sign with it from now on, and withdraw the old ones."""
@@ -91,6 +105,9 @@ class Issuer:
             return JSONResponse({"issuer": self.url, "jwks_uri": f"{self.url}/jwks", "response_types_supported": []})
 
         async def jwks(request: Request) -> Response:
+            if self.hanging is not None:
+                self.hung.set()
+                await self.hanging.wait()
             if self.failing:
                 return JSONResponse({"error": "down"}, status_code=500)
             self.jwks_fetches += 1

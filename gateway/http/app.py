@@ -6,7 +6,9 @@
 pool is failing; 503 naming the servers that are not, without the reason: it is open to
 anyone), ``/status`` (JSON for humans: pools, children, their pids, eras, load, stderr
 tails, sessions, listens, parked calls and the recent warnings and errors) and ``/ui`` (the
-same, as an HTML page for operators). The lifespan starts the router (the shared pool
+same, as an HTML page for operators; both take the operator's credential,
+``gateway.http.operator``, and ``POST /ui/login`` exchanges it for a cookie). The lifespan
+starts the router (the shared pool
 pre-warms its children before traffic), opens the task group that runs legacy sessions'
 listens and the keepers of parked MRTR calls, and on shutdown ends sessions and parked
 calls and stops every child in the spec's order. Every request passes one layer first,
@@ -17,6 +19,7 @@ straight to it, and Starlette routes the rest.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
@@ -31,8 +34,9 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from gateway import __version__
+from gateway.errors import ConfigError
 from gateway.http import ui, wire
-from gateway.http.auth import Authentication, TokenStore
+from gateway.http.auth import LOGIN_PATH, Authentication, TokenStore
 from gateway.http.cors import CorsPolicy
 from gateway.http.drain import Drain, DrainGuard
 from gateway.http.edge import Edge
@@ -40,6 +44,7 @@ from gateway.http.edge_settings import EdgeSettings
 from gateway.http.endpoint import McpEndpoint
 from gateway.http.forward import RouteToOwner
 from gateway.http.limits import PrincipalQuotas
+from gateway.http.operator import OperatorAccess
 from gateway.http.origin import OriginPolicy
 from gateway.http.resource import METADATA_PATH, ResourceMetadata
 from gateway.oauth.gate import OAuthGate
@@ -104,6 +109,8 @@ def create_app(
     tls_peers: PeerSubjects | None = None,
     oauth: OAuthGate | None = None,
     owner_routing: OwnerRouting | None = None,
+    operator_tokens: TokenStore | None = None,
+    operator_scope: str | None = None,
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``.
 
@@ -114,7 +121,9 @@ def create_app(
     the token gate; by default built from each server's ``oauth`` policy (raises ``ConfigError``
     when an audience cannot be known).
     ``owner_routing``: sessions and parked calls name this instance, and requests for another
-    instance's are forwarded to it (``gateway.http.forward``); its secret signs the tokens."""
+    instance's are forwarded to it (``gateway.http.forward``); its secret signs the tokens.
+    ``operator_tokens``, ``operator_scope``: who may read ``/status`` and ``/ui``
+    (``gateway.http.operator``; a scope needs OAuth, else ``ConfigError``)."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
     endpoints: list[tuple[Router, McpEndpoint, SessionStore]] = []
     routing = owner_routing
@@ -152,6 +161,7 @@ def create_app(
             stack.enter_context(recent_errors.attached())
             if routing is not None:
                 await stack.enter_async_context(routing)  # closes the forwarding client last
+            await stack.enter_async_context(oauth_gate)  # runs the issuers' key fetches
             # Routers first: their task groups must close after (outside) the one below.
             for router, _, _ in endpoints:
                 await stack.enter_async_context(router)
@@ -232,7 +242,7 @@ def create_app(
     protected: dict[str, OAuthPolicy | None] = {f"/servers/{r.server.name}/mcp": r.server.oauth for r in routers}
     if len(routers) == 1:
         protected["/mcp"] = routers[0].server.oauth
-    oauth = oauth if oauth is not None else OAuthGate(protected, public_url=settings.public_url)
+    oauth = oauth_gate = oauth if oauth is not None else OAuthGate(protected, public_url=settings.public_url)
     resources = ResourceMetadata(
         protected, public_url=settings.public_url, authorization_servers=settings.authorization_servers
     )
@@ -251,7 +261,9 @@ def create_app(
         # JSON-RPC 405 (Starlette's own would be text/plain). The drain check is the edge's.
         inner: ASGIApp = endpoint  # a pure ASGI app
         if routing is not None:
-            inner = RouteToOwner(inner, routing=routing, env_headers=router.server.env_from_headers)
+            inner = RouteToOwner(
+                inner, routing=routing, env_headers=router.server.env_from_headers, body_timeout=settings.body_timeout
+            )
         return inner
 
     lane_apps = {f"/servers/{r.server.name}/mcp": mcp_app(r, e) for r, e, _ in endpoints}
@@ -280,6 +292,17 @@ def create_app(
         routes.append(Route("/metrics", metrics_page, methods=["GET"]))
     cors_origins = list(settings.cors_origins)
     tokens = tokens or TokenStore()
+    clients_authenticate = tokens.enabled or bool(settings.principal_header) or oauth.enabled or tls_peers is not None
+    if operator_scope is not None and not oauth.enabled:
+        raise ConfigError("--operator-scope", "needs --oauth-issuer (the scope is one of its access tokens')")
+    operator = OperatorAccess(
+        operator_tokens or TokenStore(flag="--operator-token"),
+        key=state_secret or secrets.token_bytes(32),  # shared by replicas and workers: their cookies agree
+        clients_authenticate=clients_authenticate,
+        oauth=oauth,
+        scope=operator_scope,
+    )
+    routes.append(Route(LOGIN_PATH, operator.login, methods=["POST"]))
     # One layer, outermost, does every check in order and sends an MCP endpoint's requests
     # straight to it (gateway.http.edge); Starlette's own stack routes the rest. Checks with
     # nothing to do are left out.
@@ -304,13 +327,15 @@ def create_app(
             oauth=oauth,
             peers=tls_peers,
         )
-        if tokens.enabled or settings.principal_header or oauth.enabled or tls_peers is not None
+        if clients_authenticate
         else None,
         quotas=PrincipalQuotas(
             max_requests=settings.max_requests_per_principal, max_streams=settings.max_streams_per_principal
         ),
         drain=drain,
         routing=routing,
+        body_timeout=settings.body_timeout,
+        operator=operator,
     )
     app.state.routers = routers
     app.state.task_stores = {router.server.name: endpoint.relay.tasks for router, endpoint, _ in endpoints}

@@ -1,7 +1,8 @@
 """Who is asking: bearer tokens, or a trusted reverse proxy's identity header.
 
-``Authentication`` (run by ``gateway.http.edge``) guards the MCP endpoints and ``/status``
-(``/healthz``, ``/readyz`` and ``/metrics`` stay open for probes and scrapers):
+``Authentication`` (run by ``gateway.http.edge``) guards the MCP endpoints (``/healthz``,
+``/readyz``, ``/metrics`` and ``/.well-known/…`` stay open for probes, scrapers and discovery;
+``/status`` and ``/ui`` take the operator's credential instead, ``gateway.http.operator``):
 
 - **Bearer tokens** (``--auth-token-file``, one per line, ``NAME:TOKEN`` or just ``TOKEN``;
   ``#`` comments; re-read when the file changes, checked at most once a second). A request
@@ -59,14 +60,28 @@ RELOAD_INTERVAL: Final = 1.0
 """Seconds between checks of the token file's modification time."""
 LOOPBACK_NETWORKS: Final = ("127.0.0.0/8", "::1/128")
 OPEN_PATHS: Final = frozenset({"/healthz", "/readyz", "/metrics", METADATA_PATH})
+LOGIN_PATH: Final = "/ui/login"
+OPERATOR_PATHS: Final = frozenset({"/status", "/ui", LOGIN_PATH})
+"""Guarded by the operator's credential (``gateway.http.operator``), never by MCP clients' tokens."""
+WELL_KNOWN: Final = "/.well-known/"
+"""Discovery documents are public by definition (RFC 8615): a path under it never needs a token,
+and one the gateway does not serve is 404 (a 401 would send an OAuth client looking for an
+authorization server that does not exist)."""
 REALM: Final = "mcp-stdio-gateway"
 RETRY_AFTER: Final = 5
 """Seconds a client is told to wait when the issuer's keys cannot be fetched (``keys.RETRY_INTERVAL``)."""
 
 
+OAUTH_FALLBACK_PATHS: Final = frozenset({"/authorize", "/token", "/register"})
+"""Where an MCP client that found no authorization server metadata tries OAuth anyway (the
+2025-03-26 defaults, which the TypeScript SDK still uses): the gateway is no authorization
+server, so these are 404 for everyone, never a 401 that reads as "log in here"."""
+
+
 def is_open(path: str) -> bool:
-    """Probes, metrics and the protected-resource metadata need no token."""
-    return path in OPEN_PATHS or path.startswith(METADATA_PATH + "/")
+    """Probes, metrics, discovery documents (``/.well-known/…``) and the OAuth fallback paths
+    (which the gateway does not serve: 404) need no token."""
+    return path in OPEN_PATHS or path.startswith(WELL_KNOWN) or path in OAUTH_FALLBACK_PATHS
 
 
 @dataclass(frozen=True)
@@ -93,8 +108,10 @@ def parse_tokens(lines: Iterable[str], where: str) -> list[Token]:
 
 
 class TokenStore:
-    def __init__(self, inline: Iterable[str] = (), path: str | None = None) -> None:
-        self._inline = parse_tokens(inline, "--auth-token")
+    def __init__(self, inline: Iterable[str] = (), path: str | None = None, *, flag: str = "--auth-token") -> None:
+        """``flag``: the setting named in errors (``--auth-token`` and ``--auth-token-file``)."""
+        self._flag = flag
+        self._inline = parse_tokens(inline, flag)
         self._path = path
         self._file_tokens: list[Token] = []
         self._mtime: float | None = None
@@ -113,10 +130,10 @@ class TokenStore:
             if stat.st_mtime == self._mtime:
                 return
             with open(self._path, encoding="utf-8") as fh:
-                tokens = parse_tokens(fh, "--auth-token-file")
+                tokens = parse_tokens(fh, f"{self._flag}-file")
         except OSError as exc:
             if self._mtime is None:
-                raise ConfigError("--auth-token-file", f"cannot read {self._path}: {exc.strerror}") from exc
+                raise ConfigError(f"{self._flag}-file", f"cannot read {self._path}: {exc.strerror}") from exc
             # Fail closed: a token file that was removed (a revoked Secret) revokes its tokens.
             log.error("cannot read the token file %s (%s); its tokens are refused until it is back", self._path, exc)
             self._file_tokens, self._mtime = [], -1.0
@@ -129,12 +146,16 @@ class TokenStore:
         self._file_tokens, self._mtime = tokens, stat.st_mtime
         log.info("loaded %d bearer token(s) from %s", len(tokens), self._path)
 
-    def principal_for(self, presented: bytes, now: float) -> str | None:
+    def current(self, now: float) -> tuple[Token, ...]:
+        """The tokens in force (the file re-read when it changed; ``now``: monotonic seconds)."""
         if self._path is not None and now - self._checked >= RELOAD_INTERVAL:
             self._checked = now
             self._load()
+        return (*self._inline, *self._file_tokens)
+
+    def principal_for(self, presented: bytes, now: float) -> str | None:
         match: str | None = None
-        for token in (*self._inline, *self._file_tokens):
+        for token in self.current(now):
             if hmac.compare_digest(presented, token.secret) and match is None:
                 match = token.principal
         return match
@@ -184,8 +205,10 @@ class Authentication:
 
     @staticmethod
     def guards(scope: Scope) -> bool:
-        """Every path but the open ones (and CORS preflights, which carry no credentials)."""
-        return scope["method"] != "OPTIONS" and not is_open(scope["path"])
+        """Every path but the open ones and the operator's (and CORS preflights, which carry no
+        credentials)."""
+        path = scope["path"]
+        return scope["method"] != "OPTIONS" and not is_open(path) and path not in OPERATOR_PATHS
 
     async def admit(self, scope: Scope, receive: Receive, send: Send, headers: Mapping[bytes, bytes]) -> bool:
         """True: the request may go on, its principal in the scope; False: it was answered

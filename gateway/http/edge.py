@@ -10,9 +10,11 @@ and, for every HTTP request, in this order:
    only with owner routing), which then skips 4–7: the entry instance applied them;
 4. **CORS** (``gateway.http.cors``, when ``--cors-origin`` is given): a preflight is answered
    here; an allowed origin's answer gets the CORS headers;
-5. **Origin / Host** → 403 (``gateway.http.origin``);
+5. **Origin / Host** → 400 / 403 (``gateway.http.origin``; on ``/status``, ``/ui`` and
+   ``/ui/login`` an ``Origin`` naming this very host is allowed too: the login form);
 6. **authentication** → 401 / 403 / 503, and the principal (``gateway.http.auth``, when
-   tokens, OAuth, a principal header or client certificates are configured);
+   tokens, OAuth, a principal header or client certificates are configured); on
+   ``/status`` and ``/ui`` the operator's credential instead (``gateway.http.operator``);
 7. the principal's **slots** on MCP paths → 429 (``gateway.http.limits.PrincipalQuotas``);
 8. the **route**: an MCP endpoint's path goes straight to its endpoint app, after the drain
    check (``gateway.http.drain``: 503 while draining, else counted in flight); any other
@@ -37,12 +39,14 @@ from typing import Any
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.http.auth import Authentication
+from gateway.http.auth import OPERATOR_PATHS, Authentication
 from gateway.http.cors import CorsPolicy, add_cors_headers
 from gateway.http.drain import Drain, draining_refusal
-from gateway.http.forward import AcceptForwards
+from gateway.http.endpoint import BODY_TIMEOUT
+from gateway.http.forward_accept import AcceptForwards
 from gateway.http.limits import PrincipalQuotas, Slots, header_problem, header_refusal
 from gateway.http.observe import MAX_PARSED_ERROR_BYTES, PROBE_PATHS, ProbeAnswers, error_code_of, observe
+from gateway.http.operator import OperatorAccess
 from gateway.http.origin import OriginPolicy
 from gateway.ops.metrics import GatewayMetrics
 from gateway.protocol.owner import FORWARD_HEADER
@@ -64,6 +68,8 @@ class Edge:
         cors: CorsPolicy | None = None,
         auth: Authentication | None = None,
         routing: OwnerRouting | None = None,
+        body_timeout: float = BODY_TIMEOUT,
+        operator: OperatorAccess | None = None,
     ) -> None:
         """``app``: Starlette's own stack (its error and exception middleware, its router).
         ``lanes``: MCP endpoint path → (server name, the endpoint's app, which the drain
@@ -76,7 +82,10 @@ class Edge:
         self.metrics = metrics
         self.cors = cors
         self.auth = auth
-        self.forwards = AcceptForwards(self.route, routing=routing) if routing is not None else None
+        self.operator = operator
+        self.forwards = (
+            AcceptForwards(self.route, routing=routing, body_timeout=body_timeout) if routing is not None else None
+        )
         self.probes = ProbeAnswers()
 
     async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -143,10 +152,16 @@ class Edge:
                         await preflight(scope, receive, send_edge)
                         return
                     cors_origin = origin
-            refusal = self.origins.refusal(named)
+            operator = self.operator if scope["path"] in OPERATOR_PATHS else None
+            refusal = self.origins.refusal(named, headers, own_origin=operator is not None)
             if refusal is not None:
                 await refusal(scope, receive, send_edge)
                 return
+            if operator is not None:
+                answer = await operator.refusal(scope, named)
+                if answer is not None:
+                    await answer(scope, receive, send_edge)
+                    return
             auth = self.auth
             if auth is not None and auth.guards(scope) and not await auth.admit(scope, receive, send_edge, named):
                 return

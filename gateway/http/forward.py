@@ -15,17 +15,27 @@ A legacy session and an MRTR call parked on a legacy child live in one process. 
   404 for a session (the spec's signal to re-initialize), a 400 ``requestState: lost``
   error for a parked call. A connection that fails after it was made (a dying owner, a
   stale keep-alive) is settled by ``/healthz`` on a new connection: no answer → gone as
-  above; an answer → 502, and the client retries. An unreachable owner is remembered for
+  above; an answer → 502, and the client retries. An owner that accepted the forward but
+  has not begun its answer after ``FORWARD_ANSWER_CHECK`` seconds is asked the same (and
+  again every as long): a live owner busy with a long call is waited for, one that stopped
+  answering is gone as above. An unreachable owner is remembered for
   ``GONE_MEMORY_SECONDS``, so only the first request waits. A request that was itself
-  forwarded is never forwarded again.
-- ``AcceptForwards`` (outermost but for the header limits) lets a forward in only when its
-  ``x-mcp-gateway-forward`` signature verifies (HMAC from the shared secret over method,
-  path, principal, target owner, body digest and a timestamp within ``FORWARD_MAX_SKEW``).
-  Then the principal the forward names is the request's principal, and the edge checks
-  the entry instance already made (Origin, authentication, per-principal limits) are not
-  repeated (``gateway.http.edge`` skips them). A bad signature → 403. The client's credentials
-  (``Authorization``, cookies) are never forwarded, unless the server maps that header to
-  its children's environment (``envFromHeaders``).
+  forwarded is never forwarded again. Whatever body it reads, it reads as the endpoint
+  does: within the endpoint's body timeout (408 after), up to ``--max-body-bytes`` (413).
+- ``AcceptForwards`` (``gateway.http.forward_accept``; outermost but for the header limits)
+  lets a forward in only when its ``x-mcp-gateway-forward`` signature verifies
+  (``gateway.protocol.owner``: HMAC from the shared secret over method, path, principal,
+  target owner, a nonce, the body's digest,
+  every forwarded header and a timestamp within ``FORWARD_MAX_SKEW``). All of that is
+  checked **before a byte of the body is read**, so a request that merely carries the
+  header costs nothing (403); a nonce seen before is a replay (403); then the body is read
+  (408 / 413 as above) and must match the signed digest (403). The owner acts on the
+  signed headers only (the others are dropped). The principal the forward names is the
+  request's principal, and the edge checks the entry instance already made (Origin,
+  authentication, per-principal limits) are not repeated (``gateway.http.edge`` skips
+  them). The client's credentials (``Authorization``, cookies) are never forwarded, unless
+  the server maps that header to its children's environment (``envFromHeaders``); then the
+  signature covers them too.
 
 Nothing here runs without ``--advertise-url``: the single-instance path is unchanged.
 """
@@ -33,16 +43,19 @@ Nothing here runs without ``--advertise-url``: the single-instance path is uncha
 from __future__ import annotations
 
 import logging
+import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, Final
 
 import anyio
 import httpx
 import orjson
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import CODE_UNAVAILABLE, GatewayUnavailableError
+from gateway.http.endpoint import BODY_TIMEOUT
+from gateway.http.forward_accept import Answer, header, read_whole_body, replay, target
 from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners
 from gateway.protocol import requeststate, tasks
@@ -77,6 +90,7 @@ NOT_FORWARDED: Final = HOP_BY_HOP | {
     owners.FORWARD_HEADER,
     owners.PRINCIPAL_HEADER,
     owners.TARGET_HEADER,
+    owners.SIGNED_HEADER,
 }
 NOT_RETURNED: Final = HOP_BY_HOP | {"date", "server"}  # the entry instance's server writes its own
 SESSION_HEADER: Final = MCP_SESSION_ID.encode("ascii")
@@ -86,98 +100,24 @@ TOKEN_MARK: Final = requeststate.PREFIX.encode("ascii")
 HEALTH_PATH: Final = "/healthz"
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    """The last value of header ``name`` (as ``wire.header_map``, which the endpoint reads)."""
-    found = None
-    for key, value in scope["headers"]:
-        if key == name:
-            found = value
-    return None if found is None else str(found.decode("latin-1"))
-
-
-def _target(scope: Scope) -> str:
-    query = scope.get("query_string", b"")
-    return str(scope["path"]) + ("?" + query.decode("latin-1") if query else "")
-
-
-async def _read_body(receive: Receive, limit: int) -> tuple[bytes, bool]:
-    """The request body, read up to ``limit`` + 1 bytes; and whether it stayed within the limit."""
-    body = bytearray()
-    more = True
-    while more:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
-        if len(body) > limit:
-            return bytes(body), False
-    return bytes(body), True
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """``receive`` that hands the inner app ``body`` first, then the client's own messages."""
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
-
-
-class AcceptForwards:
-    def __init__(self, app: ASGIApp, *, routing: OwnerRouting) -> None:
-        self.app = app
-        self.routing = routing
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        value = _header(scope, owners.FORWARD_HEADER.encode()) if scope["type"] == "http" else None
-        if value is None:
-            await self.app(scope, receive, send)
-            return
-        body, _ = await _read_body(receive, self.routing.max_body_bytes)
-        try:
-            target = Owner.from_key(_header(scope, owners.TARGET_HEADER.encode()) or "")
-            raw = _header(scope, owners.PRINCIPAL_HEADER.encode())
-            principal = owners.decode_principal(raw) if raw is not None else None
-            owners.check_forward(
-                value,
-                self.routing.forward_key,
-                now=time.time(),
-                method=scope["method"],
-                path=_target(scope),
-                principal=principal,
-                owner=target,
-                digest=owners.body_digest(body),
-            )
-            if not target.same_address(self.routing.me):
-                raise OwnerError("forged", f"the forwarded request was meant for {target.url}")
-        except OwnerError as exc:
-            log.warning("refused a forwarded request: %s", exc.message)
-            await error_response(403, error_object(INVALID_REQUEST, exc.message))(scope, receive, send)
-            return
-        scope["gateway.forwarded"] = True
-        scope["gateway.principal"] = principal
-        await self.app(scope, _replay(body, receive), send)
-
-
-Answer = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
 class RouteToOwner:
-    def __init__(self, app: ASGIApp, *, routing: OwnerRouting, env_headers: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        routing: OwnerRouting,
+        env_headers: Iterable[str] = (),
+        body_timeout: float = BODY_TIMEOUT,
+    ) -> None:
         self.app = app
         self.routing = routing
+        self.body_timeout = body_timeout
         # Headers the server maps to its children's environment travel even when they would
         # not (Authorization): the owner's children need them as much as ours would.
         self.not_forwarded = NOT_FORWARDED - {header.lower() for header in env_headers}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        session_id = _header(scope, SESSION_HEADER)
+        session_id = header(scope, SESSION_HEADER)
         if session_id is not None:
             await self._session(session_id, scope, receive, send)
         elif scope["method"] == "POST":
@@ -204,22 +144,29 @@ class RouteToOwner:
         if scope.get("gateway.forwarded") or owner.same_address(self.routing.me):
             await gone(scope, receive, send)  # restarted here, or a loop: never forward twice
             return
-        body, within = await _read_body(receive, self.routing.max_body_bytes)
-        if not within:
-            await self.app(scope, _replay(body, receive), send)  # the endpoint's 413
+        body = await read_whole_body(scope, receive, self.routing.max_body_bytes, self.body_timeout)
+        if body is None:
+            return  # the client left before its body was in
+        if not isinstance(body, bytes):
+            await body(scope, receive, send)  # 408 or 413, as the endpoint would answer
             return
         await self._forward(owner, body, scope, receive, send, gone)
 
     async def _maybe_parked(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body, within = await _read_body(receive, self.routing.max_body_bytes)
-        owner, request_id = self._parked_owner(body) if within and TOKEN_MARK in body else (None, None)
+        body = await read_whole_body(scope, receive, self.routing.max_body_bytes, self.body_timeout)
+        if body is None:
+            return  # the client left before its body was in
+        if not isinstance(body, bytes):
+            await body(scope, receive, send)  # 408 or 413, as the endpoint would answer
+            return
+        owner, request_id = self._parked_owner(body) if TOKEN_MARK in body else (None, None)
         lost: Answer | None = None
-        if owner is None and within:
+        if owner is None:
             owner = self._task_owner(scope)  # tasks/*: the task id is in Mcp-Name (ext-tasks §Routing Headers)
             if owner is not None:
                 lost = _task_lost(owner, _request_id(body))
         if owner is None or owner == self.routing.me:
-            await self.app(scope, _replay(body, receive), send)
+            await self.app(scope, replay(body, receive), send)
             return
         lost = lost or _parked_lost(owner, request_id)
         if scope.get("gateway.forwarded") or owner.same_address(self.routing.me):
@@ -230,9 +177,9 @@ class RouteToOwner:
     def _task_owner(self, scope: Scope) -> Owner | None:
         """The owner a ``tasks/*`` request's task id names (None: not a task request, an id that
         names no owner, or one that fails verification — the endpoint answers those)."""
-        if _header(scope, MCP_METHOD_HEADER) not in tasks.METHODS:
+        if header(scope, MCP_METHOD_HEADER) not in tasks.METHODS:
             return None
-        task_id = _header(scope, MCP_NAME_HEADER)
+        task_id = header(scope, MCP_NAME_HEADER)
         return tasks.check_owner(task_id, self.routing.task_key) if task_id else None
 
     def _parked_owner(self, body: bytes) -> tuple[Owner | None, Any]:
@@ -258,6 +205,7 @@ class RouteToOwner:
         signature = owners.sign_forward(
             self.routing.forward_key,
             now=int(time.time()),
+            nonce=secrets.token_bytes(owners.NONCE_BYTES),
             method="GET",
             path=HEALTH_PATH,
             principal=None,
@@ -281,29 +229,42 @@ class RouteToOwner:
         if self.routing.is_gone(owner, time.monotonic()):
             await gone(scope, receive, send)
             return
-        path = _target(scope)
+        path = target(scope)
         principal = scope.get("gateway.principal")
         principal = principal if isinstance(principal, str) else None
-        headers = [(k, v) for k, v in scope["headers"] if k.decode("latin-1") not in self.not_forwarded]
+        forwarded = [
+            (name, value.decode("latin-1"))
+            for key, value in scope["headers"]
+            if (name := key.decode("latin-1")) not in self.not_forwarded
+        ]
         signature = owners.sign_forward(
             self.routing.forward_key,
             now=int(time.time()),
+            nonce=secrets.token_bytes(owners.NONCE_BYTES),
             method=scope["method"],
             path=path,
             principal=principal,
             owner=owner,
             digest=owners.body_digest(body),
+            headers=forwarded,
         )
-        headers += [
-            (owners.FORWARD_HEADER.encode(), signature.encode()),
-            (owners.TARGET_HEADER.encode(), owner.key.encode()),
+        headers = [
+            *forwarded,
+            (owners.FORWARD_HEADER, signature),
+            (owners.TARGET_HEADER, owner.key),
+            (owners.SIGNED_HEADER, owners.signed_names(forwarded)),
         ]
         if principal is not None:
-            headers.append((owners.PRINCIPAL_HEADER.encode(), owners.encode_principal(principal).encode()))
+            headers.append((owners.PRINCIPAL_HEADER, owners.encode_principal(principal)))
         client = self.routing.client
-        request = client.build_request(scope["method"], owner.url + path, headers=headers, content=body)
+        request = client.build_request(
+            scope["method"],
+            owner.url + path,
+            headers=[(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers],
+            content=body,
+        )
         try:
-            upstream = await client.send(request, stream=True)
+            upstream = await self._answer_of(owner, request)
         except httpx.PoolTimeout:  # ours, not the owner's: the client may retry
             log.warning("every forwarding connection is busy (%d)", FORWARD_MAX_CONNECTIONS)
             busy = GatewayUnavailableError(
@@ -326,11 +287,44 @@ class RouteToOwner:
             failed = error_object(CODE_UNAVAILABLE, f"the gateway instance at {owner.url} failed to answer; retry")
             await error_response(502, failed, retry_after=FORWARD_POOL_RETRY_AFTER)(scope, receive, send)
             return
+        if upstream is None:  # accepted, then no answer, and its /healthz does not answer either
+            log.warning("owner %s stopped answering", owner.url)
+            self.routing.note_gone(owner, time.monotonic())
+            await gone(scope, receive, send)
+            return
         try:
             await _stream_back(upstream, receive, send)
         finally:
             with anyio.CancelScope(shield=True):
                 await upstream.aclose()
+
+    async def _answer_of(self, owner: Owner, request: httpx.Request) -> httpx.Response | None:
+        """The owner's response (its head; the body streams after), or None when it has not
+        begun one and no longer answers ``/healthz``: every ``answer_check`` seconds without a
+        head, its liveness is asked on a new connection. The forward's own errors are raised."""
+        outcome: list[httpx.Response | Exception] = []
+        async with anyio.create_task_group() as tg:
+
+            async def sending() -> None:
+                try:
+                    outcome.append(await self.routing.client.send(request, stream=True))
+                except Exception as exc:  # raised again below, outside the task group
+                    outcome.append(exc)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(sending)
+            while await self._still_alive(owner):
+                pass
+            tg.cancel_scope.cancel()  # gone: the forward is abandoned
+        if not outcome:
+            return None
+        if isinstance(outcome[0], Exception):
+            raise outcome[0]
+        return outcome[0]
+
+    async def _still_alive(self, owner: Owner) -> bool:
+        await anyio.sleep(self.routing.answer_check)  # a period between liveness checks, not an ordering wait
+        return await self._is_alive(owner)
 
 
 async def _stream_back(upstream: httpx.Response, receive: Receive, send: Send) -> None:

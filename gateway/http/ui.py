@@ -5,9 +5,10 @@ server its pools, each child (pid, state, era, protocol version, uptime, request
 flight, served, the last stderr lines), the queue, restarts, sessions, listens and parked
 calls; then the gateway's recent warnings and errors. Every value is HTML-escaped (server
 names, commands, stderr and error messages are not ours). The page refreshes itself with a
-``<meta http-equiv="refresh">``: no script, no framework, no build step. It is protected
-like ``/status`` (authentication guards every path but the probes) and answered with a
-``Content-Security-Policy`` that allows nothing but its inline style.
+``<meta http-equiv="refresh">``: no script, no framework, no build step. It takes the
+operator's credential, as ``/status`` does (``gateway.http.operator``, which also serves the
+login form), and is answered with a ``Content-Security-Policy`` that allows nothing but its
+inline style.
 """
 
 from __future__ import annotations

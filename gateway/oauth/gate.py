@@ -7,7 +7,8 @@ token minted for another resource — another server behind this gateway include
 refused. Other paths (``/status``) accept a token that some endpoint here would accept.
 
 Issuers share one ``KeySet`` per (issuer, JWKS URL), so servers with the same authorization
-server fetch its keys once.
+server fetch its keys once. The gate is used inside ``async with`` (the app's lifespan), which
+runs its key sets' fetches.
 
 A token that passed is remembered (by its SHA-256, at most ``VERIFIED_CACHE_SIZE``, oldest
 first out) with the key set's fetch count: the next request with it skips the parsing and the
@@ -22,7 +23,9 @@ import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Final
 
 from gateway.errors import ConfigError
@@ -78,6 +81,21 @@ class OAuthGate:
         self._all = list(dict.fromkeys(guard for guard in self._guards.values() if guard is not None))
         # (token digest, guard) → (key-set fetch count, the accepted claims)
         self._verified: OrderedDict[tuple[bytes, Guard], tuple[int, Accepted]] = OrderedDict()
+        self._stack: AsyncExitStack | None = None
+
+    async def __aenter__(self) -> OAuthGate:
+        stack = AsyncExitStack()
+        for keys in self.key_sets.values():
+            await stack.enter_async_context(keys)
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._stack is not None:
+            stack, self._stack = self._stack, None
+            await stack.aclose()
 
     @property
     def enabled(self) -> bool:

@@ -5,14 +5,26 @@
   issuer's path), then OpenID Connect ``/.well-known/openid-configuration`` (appended, then
   inserted). The metadata's ``issuer`` must equal the configured one (RFC 8414 §3.3).
 - **Fetching** is async (httpx), bounded in time (``FETCH_TIMEOUT``) and size
-  (``MAX_DOCUMENT_BYTES``), and only one fetch runs at a time: concurrent requests that need
-  the keys wait for that one.
-- **Caching.** The key set is kept for ``MAX_AGE``; an older one is fetched again at the next
-  use (so a key the issuer withdrew stops working). A failed fetch is retried after
-  ``RETRY_INTERVAL`` and keeps the keys held.
+  (``MAX_DOCUMENT_BYTES``), and runs in the key set's own task group (``async with``): at
+  most one fetch at a time, whoever asked for it, and a request that goes away does not
+  cancel it.
+- **Cold start.** With no keys held, a request starts the fetch (or joins the one running)
+  and waits for it once: every concurrent request waits for that same fetch, at most
+  ``FETCH_TIMEOUT``, and none starts another after it. A failed fetch is tried again only
+  after ``RETRY_INTERVAL``; until then requests are answered at once (503).
+- **Stale-while-revalidate.** A key set is due again after ``MAX_AGE``; the first request
+  after that starts a refresh in the background and, like every request meanwhile, is
+  served with the held keys: requests never wait on a refresh while keys are held, whether
+  it runs, hangs or fails (a failed one is tried again after ``RETRY_INTERVAL``). Held keys
+  are dropped only ``MAX_STALE`` past their age without a successful refresh (then the next
+  request is a cold start), so a key the issuer withdrew stops working as soon as the
+  issuer answers, and at the latest after ``MAX_AGE + MAX_STALE``.
 - **Unknown ``kid``.** A token naming a key we do not hold triggers one re-fetch (the issuer
-  may have rotated), at most once per ``REFRESH_INTERVAL``: a stream of tokens with made-up
-  ``kid`` values costs the issuer one request per interval, not one per token.
+  may have rotated), at most once per ``REFRESH_INTERVAL`` counted from the last fetch: a
+  stream of tokens with made-up ``kid`` values costs the issuer one request per interval,
+  not one per token. Only the request naming the unknown key waits for that fetch (and
+  not after it just waited for a cold fetch: one wait per request); every other request
+  goes on with the held keys.
 - **Kept keys** are signature keys (``use`` absent or ``sig``) of an asymmetric type (RSA, EC,
   OKP). Symmetric (``oct``) keys are dropped: a JWKS is public.
 
@@ -24,12 +36,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping
+from types import TracebackType
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import httpx
 import orjson
+from anyio.abc import TaskGroup
 
 log = logging.getLogger("gateway.oauth")
 
@@ -43,6 +57,9 @@ MAX_AGE: Final = 3600.0
 """Seconds a fetched key set is used before it is fetched again."""
 RETRY_INTERVAL: Final = 5.0
 """Least seconds between attempts after a failed fetch (an issuer that is down is not hammered)."""
+MAX_STALE: Final = 86400.0
+"""Seconds past ``MAX_AGE`` that held keys keep serving while refreshes fail (an issuer outage
+of up to a day never stops the gateway); after that they are dropped."""
 KEY_TYPES: Final = frozenset({"RSA", "EC", "OKP"})
 """Asymmetric JWK key types; ``oct`` (a shared secret) never verifies an access token."""
 MAX_KEYS: Final = 100
@@ -113,7 +130,8 @@ async def _fetch(url: str) -> bytes:
 
 
 class KeySet:
-    """One issuer's keys. ``clock`` is monotonic seconds (anyio's by default)."""
+    """One issuer's keys. ``clock`` is monotonic seconds (anyio's by default). Used inside
+    ``async with`` (its task group runs the fetches; ``OAuthGate`` enters its key sets)."""
 
     def __init__(
         self,
@@ -123,33 +141,62 @@ class KeySet:
         clock: Callable[[], float] = anyio.current_time,
         refresh_interval: float = REFRESH_INTERVAL,
         max_age: float = MAX_AGE,
+        max_stale: float = MAX_STALE,
     ) -> None:
         self.issuer = issuer
         self.jwks_url = jwks_url
         self.clock = clock
         self.refresh_interval = refresh_interval
         self.max_age = max_age
+        self.max_stale = max_stale
         self.keys: dict[str, dict[str, Any]] | None = None
         self.fetches = 0  # key sets fetched successfully (tests count them)
-        self._attempts = 0  # fetch attempts: a request that waited for one sees it changed
-        self._next_fetch = -math.inf  # when the held keys are due again (or the failed fetch may be retried)
-        self._next_kid_refresh = -math.inf  # when an unknown kid may cause a fetch again
-        self._lock = anyio.Lock()
+        self.attempts = 0  # fetches started
+        self._fresh_until = -math.inf  # the held keys are due for a refresh from then
+        self._usable_until = -math.inf  # the held keys are dropped from then
+        self._next_attempt = -math.inf  # a failed fetch is not tried again before then
+        self._next_kid_refresh = -math.inf  # an unknown kid may cause a fetch again from then
+        self._running: anyio.Event | None = None  # set when the fetch under way ends
+        self._task_group: TaskGroup | None = None
+
+    async def __aenter__(self) -> KeySet:
+        group = anyio.create_task_group()
+        await group.__aenter__()
+        self._task_group = group
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._task_group is not None
+        group, self._task_group = self._task_group, None
+        group.cancel_scope.cancel()  # a fetch under way ends with the app
+        return await group.__aexit__(kind, exc, tb)
 
     def is_due(self) -> bool:
-        """The held keys are old enough (or missing) to be fetched at the next lookup."""
-        return self.clock() >= self._next_fetch
+        """The held keys are old enough (or missing) to be fetched again."""
+        return self.clock() >= self._fresh_until
 
     async def key_for(self, kid: str | None) -> Mapping[str, Any] | None:
         """The key named ``kid`` (or the only key, for a token without one); None: unknown."""
-        if self.is_due():
-            await self._refresh(self._attempts)
-        if self.keys is None:
-            raise Unavailable(f"cannot fetch the signing keys of {self.issuer}")
+        now = self.clock()
+        waited = False
+        if self.keys is not None and now >= self._usable_until:
+            log.error("the signing keys of %s are %.0f s past their age; no longer used", self.issuer, self.max_stale)
+            self.keys = None
+        if self.keys is None:  # cold: one fetch, waited for once by everyone who needs it
+            if self._running is None and now < self._next_attempt:
+                raise Unavailable(f"cannot fetch the signing keys of {self.issuer} (tried lately)")
+            await self._fetch().wait()
+            waited = True
+            if self.keys is None:
+                raise Unavailable(f"cannot fetch the signing keys of {self.issuer}")
+        elif now >= self._fresh_until and self._running is None and now >= self._next_attempt:
+            self._fetch()  # revalidate in the background; the held keys keep serving meanwhile
         found = self._pick(kid)
-        if found is None and self.clock() >= self._next_kid_refresh:
+        if found is None and not waited and self.clock() >= self._next_kid_refresh:
             self._next_kid_refresh = self.clock() + self.refresh_interval
-            await self._refresh(self._attempts)  # the issuer may have rotated its keys
+            await self._fetch().wait()  # the issuer may have rotated: this request (only) waits
             found = self._pick(kid)
         return found
 
@@ -160,25 +207,34 @@ class KeySet:
             return self.keys.get(kid)
         return next(iter(self.keys.values())) if len(self.keys) == 1 else None
 
-    async def _refresh(self, seen: int) -> None:
-        async with self._lock:
-            if self._attempts != seen:
-                return  # another request fetched while this one waited: use its result
-            self._attempts += 1
-            try:
-                # Shielded: the request that started the fetch may go away, but the requests
-                # waiting on the lock need its result. Each fetch is bounded by FETCH_TIMEOUT.
-                with anyio.CancelScope(shield=True):
-                    url = self.jwks_url or await self._discover()
-                    keys = usable_keys(await fetch_json(url))
-            except ValueError as exc:
-                log.error("cannot fetch the signing keys of %s: %s", self.issuer, exc)
-                # Held keys stay in use; either way the issuer is asked again only after a pause.
-                self._next_fetch = self.clock() + RETRY_INTERVAL
-                return
+    def _fetch(self) -> anyio.Event:
+        """The fetch under way, started now if none is."""
+        if self._running is not None:
+            return self._running
+        if self._task_group is None:
+            raise RuntimeError("KeySet is used outside `async with` (no task group runs its fetches)")
+        done = self._running = anyio.Event()
+        self.attempts += 1
+        self._task_group.start_soon(self._fetch_now, done)
+        return done
+
+    async def _fetch_now(self, done: anyio.Event) -> None:
+        try:
+            url = self.jwks_url or await self._discover()
+            keys = usable_keys(await fetch_json(url))
+        except Exception as exc:  # a task of its own: whatever went wrong is logged, never raised
+            log.error("cannot fetch the signing keys of %s: %s", self.issuer, exc)
+            # Held keys stay in use; either way the issuer is asked again only after a pause.
+            self._next_attempt = self.clock() + RETRY_INTERVAL
+        else:
+            now = self.clock()
             self.keys, self.fetches = keys, self.fetches + 1
-            self._next_fetch = self.clock() + self.max_age
+            self._fresh_until = now + self.max_age
+            self._usable_until = now + self.max_age + self.max_stale
             log.info("fetched %d signing key(s) of %s from %s", len(keys), self.issuer, url)
+        finally:
+            self._running = None
+            done.set()
 
     async def _discover(self) -> str:
         problems = []

@@ -17,14 +17,22 @@ carry their owner in their own signed claims: ``gateway.protocol.requeststate``.
 
 A **forward** from one instance to the owner carries, in ``x-mcp-gateway-forward``::
 
-    v1;<unix seconds>;<base64url(HMAC-SHA256(k_f, v1, seconds, method, path, principal, owner, sha256(body)))>
+    v2;<unix seconds>;<nonce>;<hex sha256(body)>;<base64url(HMAC-SHA256(k_f, the fields below))>
 
-the owner it was sent to in ``x-mcp-gateway-owner`` (``Owner.key``), and the client's
-principal in ``x-mcp-gateway-principal`` (base64url of UTF-8; absent for
-none). The owner trusts that principal only when the signature verifies and the timestamp
-is within ``FORWARD_MAX_SKEW`` of its clock (which bounds replay); the client's own
-credentials never travel. ``k_s`` and ``k_f`` are derived from the secret, so a signature
-of one kind is never valid as the other (nor as a ``requestState``).
+over the version, the seconds, the nonce (16 random bytes, base64url), method, path,
+principal, owner, the body's digest, the names listed in ``x-mcp-gateway-signed`` and every
+value of every header so named (in the list's order, each name's values in the order sent).
+The owner it was sent to is in ``x-mcp-gateway-owner`` (``Owner.key``), the client's principal
+in ``x-mcp-gateway-principal`` (base64url of UTF-8; absent for none). Everything the
+signature covers is in the headers, so the owner checks it **before it reads the body**
+(``check_forward``); the body is then read and its digest compared. The owner acts only on
+the headers the signature names (``Forward.headers``): a header added or altered on the way
+(``Mcp-Session-Id``, a credential mapped to a child's environment) is refused or dropped,
+never believed. The timestamp must be within ``FORWARD_MAX_SKEW`` of the owner's clock, and
+a nonce the owner has seen within that time is refused (``SeenForwards``): a captured forward
+cannot be replayed at all. The client's own credentials never travel. ``k_s`` and ``k_f`` are
+derived from the secret, so a signature of one kind is never valid as the other (nor as a
+``requestState``).
 
 Imports: standard library only. Randomness and the clock are passed in.
 """
@@ -34,6 +42,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -41,10 +51,21 @@ SESSION_PREFIX: Final = "o1."
 FORWARD_HEADER: Final = "x-mcp-gateway-forward"
 PRINCIPAL_HEADER: Final = "x-mcp-gateway-principal"
 TARGET_HEADER: Final = "x-mcp-gateway-owner"
-FORWARD_VERSION: Final = "v1"
+SIGNED_HEADER: Final = "x-mcp-gateway-signed"
+FORWARD_VERSION: Final = "v2"
 FORWARD_MAX_SKEW: Final = 30
 """Seconds a forward's timestamp may differ from the owner's clock: replicas' clocks agree to
-well under this (NTP), and a captured forward cannot be replayed after it."""
+well under this (NTP). Within it, the nonce memory (``SeenForwards``) refuses a replay."""
+NONCE_BYTES: Final = 16
+"""Random bytes naming one forward (the owner refuses a nonce it has seen)."""
+FORWARD_REPLAY_MEMORY: Final = 65536
+"""Nonces an owner remembers at most (each for ``FORWARD_MAX_SKEW`` seconds past its stamp,
+about 100 bytes each): some 2,000 forwards a second into one instance. Past it, forwards are
+refused busy (503) rather than a nonce forgotten early: only signed forwards are remembered,
+so only a peer holding the secret can fill it."""
+MAX_SIGNED_HEADERS: Final = 100
+"""Header names one forward's signature may list: as many headers as a request may carry
+(``gateway.http.limits.MAX_HEADERS``)."""
 SESSION_RANDOM_BYTES: Final = 16
 """128 random bits per session id: unguessable on their own, and the MAC covers them too."""
 MAC_BYTES: Final = 16
@@ -125,32 +146,104 @@ def body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """A forward whose signature verified: what the owner acts on."""
+
+    stamp: int
+    nonce: str
+    digest: str  # the body's, checked once the body is in
+    headers: list[tuple[str, str]]  # the signed headers only, as received
+
+
+def signed_names(headers: Sequence[tuple[str, str]]) -> str:
+    """The ``x-mcp-gateway-signed`` value for forwarding ``headers`` (each name once, lower case)."""
+    return ",".join(dict.fromkeys(name.lower() for name, _ in headers))
+
+
 def sign_forward(
-    key: bytes, *, now: int, method: str, path: str, principal: str | None, owner: Owner, digest: str
+    key: bytes,
+    *,
+    now: int,
+    nonce: bytes,
+    method: str,
+    path: str,
+    principal: str | None,
+    owner: Owner,
+    digest: str,
+    headers: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """The ``x-mcp-gateway-forward`` value for a request forwarded to ``owner``."""
-    return f"{FORWARD_VERSION};{now};{_b64(_forward_mac(key, now, method, path, principal, owner, digest))}"
+    """The ``x-mcp-gateway-forward`` value for a request forwarded to ``owner`` with ``headers``
+    (sent with ``signed_names(headers)`` in ``x-mcp-gateway-signed``)."""
+    names = signed_names(headers)
+    covered = _covered(names.split(",") if names else [], headers)
+    token = _b64(nonce)
+    mac = _forward_mac(key, now, token, method, path, principal, owner, digest, names, covered)
+    return f"{FORWARD_VERSION};{now};{token};{digest};{_b64(mac)}"
 
 
 def check_forward(
-    value: str, key: bytes, *, now: float, method: str, path: str, principal: str | None, owner: Owner, digest: str
-) -> None:
-    """Raise ``OwnerError`` unless ``value`` signs exactly this request, sent to ``owner``, recently."""
-    version, _, rest = value.partition(";")
-    stamp, _, mac = rest.partition(";")
-    if version != FORWARD_VERSION or not stamp.isdigit() or len(stamp) > 12:
-        raise OwnerError("malformed", f"{FORWARD_HEADER} is not v1;SECONDS;SIGNATURE")
+    value: str,
+    key: bytes,
+    *,
+    now: float,
+    method: str,
+    path: str,
+    principal: str | None,
+    owner: Owner,
+    names: str = "",
+    received: Sequence[tuple[str, str]] = (),
+) -> Forward:
+    """The forward ``value`` signs, when it signs exactly this request (``received``: its headers,
+    ``names``: its ``x-mcp-gateway-signed``), sent to ``owner``, recently; else ``OwnerError``."""
+    parts = value.split(";")
+    if len(parts) != 5 or parts[0] != FORWARD_VERSION or not parts[1].isdigit() or len(parts[1]) > 12:
+        raise OwnerError("malformed", f"{FORWARD_HEADER} is not v2;SECONDS;NONCE;DIGEST;SIGNATURE")
+    _, stamp, token, digest, mac = parts
+    listed = names.split(",") if names else []
+    if len(listed) > MAX_SIGNED_HEADERS:
+        raise OwnerError("malformed", f"{SIGNED_HEADER} lists more than {MAX_SIGNED_HEADERS} headers")
     try:
         given = _unb64(mac)
     except ValueError:
         raise OwnerError("malformed", f"{FORWARD_HEADER} has an unreadable signature") from None
-    expected = _forward_mac(key, int(stamp), method, path, principal, owner, digest)
+    covered = _covered(listed, received)
+    expected = _forward_mac(key, int(stamp), token, method, path, principal, owner, digest, names, covered)
     if not hmac.compare_digest(given, expected):
         raise OwnerError(
             "forged", "the forwarded request failed verification (another secret, or not for this instance)"
         )
     if abs(now - int(stamp)) > FORWARD_MAX_SKEW:
         raise OwnerError("stale", f"the forwarded request is more than {FORWARD_MAX_SKEW} s old (or clocks disagree)")
+    return Forward(int(stamp), token, digest, covered)
+
+
+def body_matches(forward: Forward, body: bytes) -> bool:
+    return hmac.compare_digest(body_digest(body), forward.digest)
+
+
+class SeenForwards:
+    """The nonces of the forwards this owner accepted lately: each is remembered until its stamp
+    is past ``FORWARD_MAX_SKEW`` (then ``check_forward`` refuses it as stale anyway), at most
+    ``capacity`` at once. The clock is passed in (wall seconds, as the stamps)."""
+
+    def __init__(self, capacity: int = FORWARD_REPLAY_MEMORY) -> None:
+        self.capacity = capacity
+        self._until: OrderedDict[str, float] = OrderedDict()  # nonce → when it may be forgotten
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def admit(self, forward: Forward, now: float) -> None:
+        """Remember ``forward``; ``OwnerError`` ``replayed`` for a nonce seen before, ``busy``
+        when ``capacity`` nonces are still remembered."""
+        while self._until and next(iter(self._until.values())) < now:
+            self._until.popitem(last=False)  # stamps arrive about in order: the oldest go first
+        if forward.nonce in self._until:
+            raise OwnerError("replayed", "the forwarded request was received before (a replay)")
+        if len(self._until) >= self.capacity:
+            raise OwnerError("busy", f"{self.capacity} forwarded requests arrived within {FORWARD_MAX_SKEW} s")
+        self._until[forward.nonce] = forward.stamp + FORWARD_MAX_SKEW
 
 
 def encode_principal(principal: str) -> str:
@@ -166,11 +259,34 @@ def decode_principal(value: str) -> str:
         raise OwnerError("malformed", f"{PRINCIPAL_HEADER} is not base64url of UTF-8") from None
 
 
+def _covered(names: Sequence[str], received: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The headers of ``received`` that ``names`` lists: by the list's order, each name's values
+    in the order received (the canonical order both ends sign in)."""
+    wanted = {name: index for index, name in enumerate(names)}
+    found = []
+    for order, (name, value) in enumerate(received):
+        index = wanted.get(name.lower())
+        if index is not None:
+            found.append((index, order, name.lower(), value))
+    found.sort()
+    return [(name, value) for _, _, name, value in found]
+
+
 def _forward_mac(
-    key: bytes, now: int, method: str, path: str, principal: str | None, owner: Owner, digest: str
+    key: bytes,
+    now: int,
+    nonce: str,
+    method: str,
+    path: str,
+    principal: str | None,
+    owner: Owner,
+    digest: str,
+    names: str,
+    covered: Sequence[tuple[str, str]],
 ) -> bytes:
     who = "-" if principal is None else "p:" + principal
-    fields = [FORWARD_VERSION, str(now), method, path, who, owner.key, digest]
+    fields = [FORWARD_VERSION, str(now), nonce, method, path, who, owner.key, digest, names]
+    fields += [f"{name}:{value}" for name, value in covered]
     return hmac.new(key, "\n".join(fields).encode("utf-8"), hashlib.sha256).digest()
 
 

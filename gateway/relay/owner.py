@@ -22,6 +22,11 @@ FORWARD_CONNECT_TIMEOUT: Final = 2.0
 """Seconds to connect to an owner. A stopped owner refuses at once; an owner whose address
 went dark (a deleted pod) never answers, and instances share a network (ms apart), so one
 that has not accepted by then is taken as gone: its client gets 404 and re-initializes."""
+FORWARD_ANSWER_CHECK: Final = 10.0
+"""Seconds a forward waits for the owner to begin its answer before it asks the owner's
+``/healthz`` (on a new connection, within ``FORWARD_CONNECT_TIMEOUT``) whether it lives; then
+again every as long. A live owner busy with a long call is waited for; one that accepted and
+stopped answering is gone (404 for a session, ``requestState: lost`` for a parked call)."""
 FORWARD_WRITE_TIMEOUT: Final = 30.0
 """Seconds to send one chunk of a forwarded request to a live owner."""
 FORWARD_MAX_CONNECTIONS: Final = 1024
@@ -47,8 +52,10 @@ class OwnerRouting:
         max_body_bytes: int,
         label: str | None = None,
         connect_timeout: float = FORWARD_CONNECT_TIMEOUT,
+        answer_check: float = FORWARD_ANSWER_CHECK,
     ) -> None:
         self.connect_timeout = connect_timeout
+        self.answer_check = answer_check
         self.me = Owner(advertise_url.rstrip("/"), secrets.token_urlsafe(BOOT_ID_BYTES))
         self.label = label  # e.g. "worker 2 of 3", for /status
         self.max_body_bytes = max_body_bytes
@@ -58,6 +65,7 @@ class OwnerRouting:
         self.task_key = owners.derive_key(secret, "task id")  # signs the owner in task ids (Tasks extension)
         self._client: httpx.AsyncClient | None = None
         self._gone: dict[str, float] = {}  # owner key → when it was found unreachable (monotonic)
+        self.seen = owners.SeenForwards()  # nonces of the forwards accepted lately (no replays)
 
     def is_gone(self, owner: Owner, now: float) -> bool:
         """``owner`` was found unreachable less than ``GONE_MEMORY_SECONDS`` ago."""

@@ -75,6 +75,23 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         help="a bearer token (repeatable; prefer the file or MCP_GATEWAY_AUTH_TOKEN)",
     ),
     Setting(
+        "--operator-token-file",
+        field="operator_token_file",
+        metavar="FILE",
+        section=SECURITY,
+        help="tokens that open /status and /ui (Bearer, or the /ui login form's cookie), one per line; "
+        "re-read when it changes. Without one, /status and /ui answer loopback peers only, and nobody "
+        "once clients authenticate; MCP tokens never open them",
+    ),
+    Setting(
+        "--operator-token",
+        field="operator_tokens",
+        repeat=True,
+        metavar="TOKEN",
+        section=SECURITY,
+        help="an operator token (repeatable; prefer the file or MCP_GATEWAY_OPERATOR_TOKEN)",
+    ),
+    Setting(
         "--trusted-proxy",
         field="trusted_proxies",
         repeat=True,
@@ -139,6 +156,14 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         metavar="SCOPE",
         section=OAUTH_TLS,
         help="a scope every token must grant, else 403 insufficient_scope (repeatable)",
+    ),
+    Setting(
+        "--operator-scope",
+        field="operator_scope",
+        metavar="SCOPE",
+        section=OAUTH_TLS,
+        help="an access token (from --oauth-issuer, accepted by an endpoint here) that grants this scope "
+        "also opens /status and /ui",
     ),
     Setting(
         "--oauth-principal-claim",

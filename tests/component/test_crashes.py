@@ -14,7 +14,7 @@ from gateway.protocol.attribution import AskPolicy
 from gateway.stdio.pool import PoolSettings
 from tests.component.fakechild import Era, Script, fake_backend
 from tests.component.harness import Gateway, in_process_gateway
-from tests.gateway_server import modern_call, modern_headers
+from tests.gateway_server import OPERATOR, modern_call, modern_headers, operator_tokens
 
 pytestmark = pytest.mark.anyio
 
@@ -38,7 +38,7 @@ async def test_a_principal_that_keeps_crashing_the_shared_child_is_throttled_whi
     with anyio.fail_after(30):
         async with (
             fake_backend(Script(era=era)) as backend,
-            in_process_gateway(backend, pool=never_asks, **IDENTITY) as gw,
+            in_process_gateway(backend, pool=never_asks, operator_tokens=operator_tokens(), **IDENTITY) as gw,
         ):
             # The first crash takes a long call of alice's with it: half a strike each, and
             # both become suspects, whose requests then run alone on a child.
@@ -84,7 +84,7 @@ async def test_a_principal_that_keeps_crashing_the_shared_child_is_throttled_whi
             # Alice was never refused, and no call of hers died with mallory's crashes.
             assert [r.json().get("error") for r in alice] == [None] * len(alice)
             assert len(alice) >= 20
-            status = (await gw.http.get("/status")).json()["servers"][0]
+            status = (await gw.http.get("/status", headers=OPERATOR)).json()["servers"][0]
             assert status["throttled_for_crashes"] == 2
             pool = next(iter(status["pools"].values()))
             assert pool["failing"] is False  # crashes while serving are not a crash loop

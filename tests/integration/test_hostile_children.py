@@ -24,7 +24,16 @@ from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import TEST_SERVER, server_processes, server_spec
-from tests.gateway_server import BASE_HEADERS, app_for, legacy_initialize, modern_call, modern_headers, serving
+from tests.gateway_server import (
+    BASE_HEADERS,
+    OPERATOR,
+    app_for,
+    legacy_initialize,
+    modern_call,
+    modern_headers,
+    operator_tokens,
+    serving,
+)
 from tests.integration.test_drain import kill_after_failure, read_log
 
 pytestmark = pytest.mark.anyio
@@ -33,7 +42,7 @@ IDENTITY = {"principal_header": "X-User", "trusted_proxies": ["127.0.0.0/8"]}
 
 
 def gateway_app(server: ServerConfig, children: ChildBudget | None = None) -> Any:
-    return app_for(Router(server, children=children), **IDENTITY)
+    return app_for(Router(server, children=children), operator_tokens=operator_tokens(), **IDENTITY)
 
 
 async def call(http: httpx.AsyncClient, url: str, user: str, tool: str, args: dict[str, Any]) -> httpx.Response:
@@ -43,7 +52,7 @@ async def call(http: httpx.AsyncClient, url: str, user: str, tool: str, args: di
 
 
 async def status(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
-    reply = await http.get(url.replace("/mcp", "/status"))
+    reply = await http.get(url.replace("/mcp", "/status"), headers=OPERATOR)
     return reply.json()["servers"][0]  # type: ignore[no-any-return]
 
 
@@ -233,7 +242,7 @@ async def test_isolation_keys_beyond_the_global_cap_evict_idle_children_then_get
             await ended(one)  # the evicted child stops
             assert is_running(two)
             assert len(server_processes()) == baseline + 2
-            whole = (await http.get(f"{base}/status")).json()
+            whole = (await http.get(f"{base}/status", headers=OPERATOR)).json()
             assert whole["children"] == {"in_service": 2, "max": 2, "evicted": 1}
             async with anyio.create_task_group() as tg:
                 for user in ("p2", "p3"):  # both children busy

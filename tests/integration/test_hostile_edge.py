@@ -27,10 +27,12 @@ from tests.conftest import server_spec
 from tests.gateway_server import (
     BASE_HEADERS,
     MODERN_META,
+    OPERATOR,
     app_for,
     legacy_initialize,
     modern_call,
     modern_headers,
+    operator_tokens,
     running_gateway,
     serving,
 )
@@ -360,21 +362,23 @@ async def test_control_characters_from_clients_cannot_forge_or_colour_log_lines(
 # --- Row 13: readiness says little ---------------------------------------------------------------
 
 
-async def test_readyz_names_a_failing_server_without_its_stderr_which_stays_on_authenticated_status() -> None:
+async def test_readyz_names_a_failing_server_without_its_stderr_which_stays_on_the_operators_status() -> None:
     tokens = TokenStore([f"alice:{ALICE}"])
     auth = {"authorization": f"Bearer {ALICE}"}
+    spec = server_spec("--stderr-lines", "2", "--exit-at-start", "4")
     with anyio.fail_after(WAIT):
         async with (
-            running_gateway(server_spec("--stderr-lines", "2", "--exit-at-start", "4"), tokens=tokens) as url,
+            running_gateway(spec, tokens=tokens, operator_tokens=operator_tokens()) as url,
             httpx.AsyncClient(timeout=WAIT) as http,
         ):
             status_url = url.replace("/mcp", "/status")
-            while "fatal: configured to exit" not in (await http.get(status_url, headers=auth)).text:
+            while "fatal: configured to exit" not in (await http.get(status_url, headers=OPERATOR)).text:
                 await http.post(
                     url, headers={**modern_headers("tools/call", "echo"), **auth}, json=modern_call(1, "echo")
                 )
             readiness = await http.get(url.replace("/mcp", "/readyz"))  # no token: probes stay open
             assert (await http.get(status_url)).status_code == 401
+            assert (await http.get(status_url, headers=auth)).status_code == 401  # an MCP token is no operator's
     assert readiness.status_code == 503
     assert readiness.text in ("not ready: test starting\n", "not ready: test failing\n")
 
@@ -390,7 +394,13 @@ async def test_middleware_and_ladder_refusals_are_logged_and_counted() -> None:
     with anyio.fail_after(WAIT):
         async with (
             access_log() as records,
-            running_gateway(server_spec(), tokens=tokens, max_requests_per_principal=1, max_body_bytes=1000) as url,
+            running_gateway(
+                server_spec(),
+                tokens=tokens,
+                max_requests_per_principal=1,
+                max_body_bytes=1000,
+                operator_tokens=operator_tokens(),
+            ) as url,
             httpx.AsyncClient(timeout=WAIT) as http,
         ):
             expected = {
@@ -405,7 +415,7 @@ async def test_middleware_and_ladder_refusals_are_logged_and_counted() -> None:
             async with anyio.create_task_group() as tg:
                 sleep = {**modern_headers("tools/call", "sleep"), **auth}
                 tg.start_soon(lambda: http.post(url, headers=sleep, json=modern_call(2, "sleep", {"ms": 60_000})))
-                await wait_in_flight(http, url, 1, **auth)
+                await wait_in_flight(http, url, 1, **OPERATOR)
                 expected[429] = await http.post(url, headers=echo, json=call)
                 tg.cancel_scope.cancel()
             for status, reply in expected.items():

@@ -21,10 +21,22 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.http.auth import TokenStore
+from gateway.oauth import keys as keys_module
+from gateway.oauth.gate import OAuthGate
+from gateway.oauth.keys import KeySet
 from gateway.oauth.validation import OAuthPolicy
 from gateway.relay.router import Isolation, Router, ServerConfig
 from tests.conftest import server_spec
-from tests.gateway_server import BASE_HEADERS, app_for, legacy_initialize, modern_call, modern_headers, serving
+from tests.gateway_server import (
+    BASE_HEADERS,
+    OPERATOR,
+    app_for,
+    legacy_initialize,
+    modern_call,
+    modern_headers,
+    operator_tokens,
+    serving,
+)
 from tests.oauth_issuer import Issuer, new_key, running_issuer
 
 pytestmark = pytest.mark.anyio
@@ -73,12 +85,13 @@ async def test_a_valid_token_is_accepted_and_its_sub_becomes_the_principal() -> 
     with anyio.fail_after(TEST_BOUND):
         async with (
             running_issuer() as issuer,
-            oauth_gateway(issuer, isolation=Isolation.PRINCIPAL) as base,
+            oauth_gateway(issuer, isolation=Isolation.PRINCIPAL, operator_tokens=operator_tokens()) as base,
             httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http,
         ):
             token = issuer.token(AUDIENCE, sub="alice@example")
             pid_of(await call_pid(http, base, token))
-            status = await http.get(f"{base}/status", headers=bearer(token))
+            assert (await http.get(f"{base}/status", headers=bearer(token))).status_code == 401  # no operator's
+            status = await http.get(f"{base}/status", headers=OPERATOR)
             assert status.status_code == 200
             assert "principal=alice@example" in " ".join(status.json()["servers"][0]["pools"])
             assert issuer.metadata_fetches == 1  # the JWKS URL came from the RFC 8414 metadata
@@ -185,13 +198,15 @@ async def test_static_tokens_keep_working_alongside_oauth() -> None:
     with anyio.fail_after(TEST_BOUND):
         async with (
             running_issuer() as issuer,
-            oauth_gateway(issuer, tokens=tokens, isolation=Isolation.PRINCIPAL) as base,
+            oauth_gateway(
+                issuer, tokens=tokens, isolation=Isolation.PRINCIPAL, operator_tokens=operator_tokens()
+            ) as base,
             httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http,
         ):
             static_pid = pid_of(await call_pid(http, base, STATIC))
             oauth_pid = pid_of(await call_pid(http, base, issuer.token(AUDIENCE)))
             assert static_pid != oauth_pid
-            pools = " ".join((await http.get(f"{base}/status", headers=bearer(STATIC))).json()["servers"][0]["pools"])
+            pools = " ".join((await http.get(f"{base}/status", headers=OPERATOR)).json()["servers"][0]["pools"])
             assert "principal=ci-bot" in pools
             assert "principal=alice" in pools
             assert (await call_pid(http, base, "wrong-static-token-0123456789")).status_code == 401
@@ -289,9 +304,9 @@ async def test_each_server_of_many_has_its_own_audience_and_metadata() -> None:
                 assert meta.json()["authorization_servers"] == [issuer.url]
                 unknown = await http.get(f"{base}/.well-known/oauth-protected-resource/servers/nope/mcp")
                 assert unknown.status_code == 404
-                # /status accepts a token some endpoint here accepts.
-                assert (await http.get(f"{base}/status", headers=bearer(issuer.token(files)))).status_code == 200
-                assert (await http.get(f"{base}/status")).status_code == 401
+                # /status is the operator's: no endpoint's token opens it (#24.11), and none is configured.
+                assert (await http.get(f"{base}/status", headers=bearer(issuer.token(files)))).status_code == 403
+                assert (await http.get(f"{base}/status")).status_code == 403
 
 
 @pytest.mark.timeout(2 * TEST_BOUND + 10)
@@ -302,3 +317,80 @@ async def test_the_sdk_client_connects_with_an_access_token() -> None:
             async with http, Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client:
                 echoed = await client.call_tool("echo", {"message": "with a token"})
                 assert echoed.is_error is not True
+
+
+async def test_an_unknown_kid_during_an_issuer_outage_stalls_no_other_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#24.5: a token naming an unknown key made a refresh that failed; that marked the fresh keys
+    due, so every later request waited on the next refresh, which hung. Now only the request
+    naming the unknown key waits; every other request is served with the held keys."""
+    monkeypatch.setattr(keys_module, "RETRY_INTERVAL", 0.0)  # a failed refresh may be retried at once
+    monkeypatch.setattr(keys_module, "FETCH_TIMEOUT", 10 * TEST_BOUND)  # a hang outlasts the test
+    clients = 5
+    with anyio.fail_after(TEST_BOUND):
+        async with running_issuer() as issuer, httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http:
+            policy = OAuthPolicy(issuer=issuer.url)
+            gate = OAuthGate(
+                {"/mcp": policy, "/servers/test/mcp": policy},
+                public_url=PUBLIC,
+                key_set=lambda url, jwks: KeySet(url, jwks, refresh_interval=0),  # every unknown kid refreshes
+            )
+            server = ServerConfig("test", server_spec(), oauth=policy)
+            async with serving(app_for(Router(server), public_url=PUBLIC, oauth=gate)) as base:
+                good = issuer.token(AUDIENCE)
+                pid_of(await call_pid(http, base, good))
+                stranger = issuer.token(AUDIENCE, kid="not-published", key=new_key())
+                issuer.failing = True
+                assert (await call_pid(http, base, stranger)).status_code == 401  # its refresh failed
+                issuer.failing = False
+                issuer.hang()
+                stalled: list[httpx.Response] = []
+                async with anyio.create_task_group() as tg:
+
+                    async def unknown() -> None:
+                        stalled.append(await call_pid(http, base, stranger))
+
+                    tg.start_soon(unknown)
+                    await issuer.hung.wait()  # its refresh has reached the issuer, which answers nothing
+                    answers = []
+
+                    async def known() -> None:
+                        answers.append(await call_pid(http, base, good))
+
+                    async with anyio.create_task_group() as clients_group:
+                        for _ in range(clients):
+                            clients_group.start_soon(known)
+                    assert [reply.status_code for reply in answers] == [200] * clients
+                    assert stalled == []  # the stranger's request is still waiting on the issuer
+                    issuer.release()
+                [refused] = stalled
+                assert refused.status_code == 401
+
+
+async def test_an_access_token_with_the_operator_scope_opens_status_and_one_without_it_does_not() -> None:
+    """#24.11: an OAuth-only deployment's operator credential is a scope, not any accepted token."""
+    with anyio.fail_after(TEST_BOUND):
+        async with (
+            running_issuer() as issuer,
+            oauth_gateway(issuer, scopes=("mcp",), operator_scope="gateway:operator") as base,
+            httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http,
+        ):
+            operator = issuer.token(AUDIENCE, scope="mcp gateway:operator")
+            user = issuer.token(AUDIENCE, scope="mcp")
+            pid_of(await call_pid(http, base, user))
+            pid_of(await call_pid(http, base, operator))  # an operator may call the tools too
+            for path in ("/status", "/ui"):
+                assert (await http.get(f"{base}{path}", headers=bearer(operator))).status_code == 200, path
+                refused = await http.get(f"{base}{path}", headers=bearer(user))
+                assert refused.status_code == 403, path
+                assert 'error="insufficient_scope"' in challenge_of(refused)
+                assert 'scope="gateway:operator"' in challenge_of(refused)
+                assert "resource_metadata" not in challenge_of(refused)
+            forged = issuer.token(AUDIENCE, scope="mcp gateway:operator", key=new_key())
+            assert (await http.get(f"{base}/status", headers=bearer(forged))).status_code == 401
+
+
+def test_an_operator_scope_without_oauth_stops_the_gateway_at_start() -> None:
+    from gateway.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--operator-scope"):
+        app_for(Router(ServerConfig("test", server_spec())), operator_scope="gateway:operator")

@@ -9,6 +9,7 @@ reach an instance that does not hold the session or the parked call: the owner r
 
 from __future__ import annotations
 
+import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,7 @@ async def test_a_forward_without_a_valid_signature_is_refused() -> None:
         async with cluster(server_spec("--era", "legacy")) as c, httpx.AsyncClient() as http:
             headers = {
                 **BASE_HEADERS,
-                owners.FORWARD_HEADER: "v1;1;AAAA",
+                owners.FORWARD_HEADER: f"v2;{int(time.time())};AAAA;{owners.body_digest(b'')};AAAA",
                 owners.TARGET_HEADER: c.routings[0].me.key,
                 owners.PRINCIPAL_HEADER: owners.encode_principal("admin"),
             }

@@ -13,7 +13,7 @@ import pytest
 from gateway.http.auth import TokenStore, parse_tokens
 from gateway.relay.router import Isolation
 from tests.conftest import server_spec
-from tests.gateway_server import modern_call, modern_headers, running_gateway
+from tests.gateway_server import OPERATOR, modern_call, modern_headers, operator_tokens, running_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -47,6 +47,85 @@ async def test_a_rebound_host_name_is_refused_on_a_loopback_gateway() -> None:
             assert allowed.status_code == 200
 
 
+async def test_a_malformed_host_is_400_and_a_host_with_a_user_part_never_passes_as_loopback() -> None:
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec()) as url, httpx.AsyncClient() as http:
+            headers, body = tool_call("echo", {"message": "x"})
+            for bad in ("localhost:80@evil.com", "localhost:99999", "local host", "localhost:", "127.0.0.1/x"):
+                refused = await http.post(url, headers={**headers, "host": bad}, json=body)
+                assert refused.status_code == 400, bad
+                assert "malformed Host" in refused.json()["error"]["message"]
+            for origin in ("http://localhost:80@evil.com", "http://127.0.0.1/path", "http://localhost:80@127.0.0.1"):
+                refused = await http.post(url, headers={**headers, "origin": origin}, json=body)
+                assert refused.status_code == 403, origin
+            assert (await http.post(url, headers={**headers, "host": "[::1]:8000"}, json=body)).status_code == 200
+
+
+async def raw_post(url: str, header_lines: list[str], body: bytes) -> tuple[int, dict[str, object]]:
+    """POST with exactly these header lines (httpx refuses to send two Host headers)."""
+    import orjson
+
+    parts = httpx.URL(url)
+    head = [f"POST {parts.raw_path.decode()} HTTP/1.1", *header_lines, f"content-length: {len(body)}"]
+    head.append("connection: close")
+    async with await anyio.connect_tcp("127.0.0.1", parts.port or 80) as stream:
+        await stream.send(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        answer = b""
+        try:
+            while True:
+                answer += await stream.receive()
+        except anyio.EndOfStream:
+            pass
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), orjson.loads(rest.partition(b"\r\n\r\n")[2])
+
+
+async def test_a_repeated_origin_or_host_is_refused_whatever_the_copies_say() -> None:
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec()) as url:
+            headers, body = tool_call("echo", {"message": "x"})
+            content = httpx.Request("POST", url, json=body).content
+            base = [f"{k}: {v}" for k, v in headers.items()]
+            host = f"host: {httpx.URL(url).netloc.decode()}"
+            assert (await raw_post(url, [host, *base], content))[0] == 200
+            for name, lines in (
+                ("origin", [host, "origin: http://evil.example", "origin: http://localhost:3000"]),
+                ("origin", [host, "origin: http://localhost:3000", "origin: http://localhost:3000"]),
+                ("host", ["host: evil.example", host]),
+                ("host", [host, host]),
+            ):
+                status, error = await raw_post(url, [*lines, *base], content)
+                assert status == 400, lines
+                assert f"more than one {name} header" in str(error["error"]), lines
+                assert "id" not in error
+
+
+async def test_with_static_tokens_the_oauth_discovery_paths_are_404_and_the_challenge_names_no_metadata() -> None:
+    tokens = TokenStore([f"alice:{ALICE}"])
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec(), tokens=tokens) as url, httpx.AsyncClient() as http:
+            base = url.removesuffix("/mcp")
+            for path in (
+                "/.well-known/oauth-protected-resource",
+                "/.well-known/oauth-protected-resource/mcp",
+                "/.well-known/oauth-authorization-server",
+                "/.well-known/oauth-authorization-server/mcp",
+                "/.well-known/openid-configuration",
+            ):
+                reply = await http.get(base + path)
+                assert reply.status_code == 404, path
+                assert reply.json()["error"]["code"] == -32600
+            # Where an SDK registers or logs in when it finds no metadata: no authorization server here.
+            registration = await http.post(base + "/register", json={"redirect_uris": ["http://localhost/cb"]})
+            assert registration.status_code == 404, registration.text
+            for path in ("/authorize", "/token"):
+                assert (await http.get(base + path)).status_code == 404, path
+            refused = await http.post(url, headers=modern_headers("tools/list"), json=modern_call(1, "x"))
+            assert refused.status_code == 401
+            assert refused.headers["www-authenticate"].startswith("Bearer")
+            assert "resource_metadata" not in refused.headers["www-authenticate"]
+
+
 async def test_a_wrong_token_gets_401_and_never_reaches_a_child() -> None:
     tokens = TokenStore([f"alice:{ALICE}"])
     with anyio.fail_after(20):
@@ -62,14 +141,20 @@ async def test_a_wrong_token_gets_401_and_never_reaches_a_child() -> None:
             after = (await http.post(url, headers=good, json=pid_body)).json()["result"]["content"][0]["text"]
             assert after == before  # the exit call never reached the child
             assert (await http.get(url.replace("/mcp", "/healthz"))).status_code == 200  # probes stay open
-            assert (await http.get(url.replace("/mcp", "/status"))).status_code == 401
+            # /status is the operator's: no MCP token opens it, and without an operator token nobody.
+            for headers_tried in ({}, {"authorization": f"Bearer {ALICE}"}):
+                closed = await http.get(url.replace("/mcp", "/status"), headers=headers_tried)
+                assert closed.status_code == 403
+                assert "--operator-token-file" in closed.json()["error"]["message"]
 
 
 async def test_two_tokens_map_to_two_principals() -> None:
     tokens = TokenStore([f"alice:{ALICE}", f"bob:{BOB}"])
     with anyio.fail_after(20):
         async with (
-            running_gateway(server_spec(), tokens=tokens, isolation=Isolation.PRINCIPAL) as url,
+            running_gateway(
+                server_spec(), tokens=tokens, isolation=Isolation.PRINCIPAL, operator_tokens=operator_tokens()
+            ) as url,
             httpx.AsyncClient() as http,
         ):
             headers, body = tool_call("pid")
@@ -78,7 +163,9 @@ async def test_two_tokens_map_to_two_principals() -> None:
                 reply = await http.post(url, headers={**headers, "authorization": f"Bearer {token}"}, json=body)
                 pids[name] = reply.json()["result"]["content"][0]["text"]
             assert pids["alice"] != pids["bob"]
-            status = await http.get(url.replace("/mcp", "/status"), headers={"authorization": f"Bearer {ALICE}"})
+            refused = await http.get(url.replace("/mcp", "/status"), headers={"authorization": f"Bearer {ALICE}"})
+            assert refused.status_code == 401  # alice's token is for the MCP endpoint only
+            status = await http.get(url.replace("/mcp", "/status"), headers=OPERATOR)
             labels = " ".join(status.json()["servers"][0]["pools"])
             assert "principal=alice" in labels
             assert "principal=bob" in labels
@@ -89,13 +176,18 @@ async def test_the_identity_header_counts_only_from_a_trusted_proxy() -> None:
     async def principal_pools(trusted: list[str]) -> str:
         async with (
             running_gateway(
-                server_spec(), isolation=Isolation.PRINCIPAL, principal_header="X-User", trusted_proxies=trusted
+                server_spec(),
+                isolation=Isolation.PRINCIPAL,
+                principal_header="X-User",
+                trusted_proxies=trusted,
+                operator_tokens=operator_tokens(),
             ) as url,
             httpx.AsyncClient() as http,
         ):
             headers, body = tool_call("pid")
             await http.post(url, headers={**headers, "x-user": "carol"}, json=body)
-            return " ".join((await http.get(url.replace("/mcp", "/status"))).json()["servers"][0]["pools"])
+            status = await http.get(url.replace("/mcp", "/status"), headers=OPERATOR)
+            return " ".join(status.json()["servers"][0]["pools"])
 
     with anyio.fail_after(30):
         assert "principal=carol" in await principal_pools(["127.0.0.0/8"])

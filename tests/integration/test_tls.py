@@ -34,7 +34,7 @@ from gateway.http.tls import TlsFiles, uvicorn_options
 from gateway.relay.router import Isolation, ServerConfig
 from gateway.server import build_app
 from tests.conftest import server_spec
-from tests.gateway_server import modern_call, modern_headers, serving
+from tests.gateway_server import OPERATOR, OPERATOR_TOKEN, modern_call, modern_headers, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -124,6 +124,7 @@ async def tls_gateway(
         tls_cert_file=str(cert),
         tls_key_file=str(key),
         tls_client_ca_file=str(client_ca) if client_ca else None,
+        operator_tokens=(OPERATOR_TOKEN,),  # /status is the operator's once clients present certificates
     )
     app = build_app(settings)
     async with serving(app, **uvicorn_options(app.state.tls, app.state.tls_peers)) as base:
@@ -216,7 +217,7 @@ async def test_mutual_tls_requires_a_client_certificate_and_its_subject_is_the_p
                     reply = await http.post(f"{base}/mcp", headers=headers, json=body)
                     assert reply.status_code == 200, reply.text
                     pids[name] = reply.json()["result"]["content"][0]["text"]
-                    status = await http.get(f"{base}/status")
+                    status = await http.get(f"{base}/status", headers=OPERATOR)
             assert pids["alice"] != pids["bob"]
             pools = " ".join(status.json()["servers"][0]["pools"])
             assert "principal=CN=alice,O=Example" in pools

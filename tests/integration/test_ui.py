@@ -9,6 +9,8 @@ browser tests skip, saying why, only when chromium is not installed
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import shutil
 from collections.abc import AsyncIterator
@@ -25,7 +27,7 @@ from gateway.http.ui import render_page
 from gateway.relay.router import Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
-from tests.gateway_server import app_for, serving
+from tests.gateway_server import OPERATOR, OPERATOR_TOKEN, app_for, operator_tokens, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -57,7 +59,7 @@ async def two_servers(**options: Any) -> AsyncIterator[str]:
 
 
 def _auth(options: dict[str, Any]) -> dict[str, str]:
-    return {"authorization": f"Bearer {TOKEN}"} if "tokens" in options else {}
+    return OPERATOR if "operator_tokens" in options else {}
 
 
 async def browse(chromium: str, profile: Path, *flags: str) -> bytes:
@@ -98,17 +100,81 @@ async def test_the_page_renders_a_screenshot(chromium: str, tmp_path: Path) -> N
     assert len(data) > 10_000  # a page, not a blank image
 
 
-async def test_the_page_is_protected_like_status() -> None:
+async def test_status_and_ui_take_the_operator_token_and_no_mcp_token_opens_them() -> None:
+    """#24.11: an MCP endpoint's token read every server's argv, stderr and principals."""
+    options = {"tokens": TokenStore([f"alice:{TOKEN}"]), "operator_tokens": operator_tokens()}
+    mcp_token = {"authorization": f"Bearer {TOKEN}"}
     with anyio.fail_after(60):
-        async with two_servers(tokens=TokenStore([f"ops:{TOKEN}"])) as base, httpx.AsyncClient() as http:
-            anonymous = await http.get(f"{base}/ui")
-            status = await http.get(f"{base}/status")
-            allowed = await http.get(f"{base}/ui", headers={"authorization": f"Bearer {TOKEN}"})
-    assert anonymous.status_code == status.status_code == 401
-    assert allowed.status_code == 200
-    assert allowed.headers["content-type"].startswith("text/html")
-    assert "default-src 'none'" in allowed.headers["content-security-policy"]
-    assert '<meta http-equiv="refresh"' in allowed.text
+        async with two_servers(**options) as base, httpx.AsyncClient() as http:
+            replies = {
+                (path, who): await http.get(f"{base}{path}", headers=headers)
+                for path in ("/ui", "/status")
+                for who, headers in (("nobody", {}), ("mcp client", mcp_token), ("operator", OPERATOR))
+            }
+            operator_on_mcp = await http.post(f"{base}/mcp", headers={**OPERATOR, "content-type": "application/json"})
+    for path in ("/ui", "/status"):
+        assert replies[(path, "nobody")].status_code == 401
+        assert replies[(path, "mcp client")].status_code == 401
+        assert replies[(path, "operator")].status_code == 200
+    assert 'realm="mcp-stdio-gateway operator"' in replies[("/status", "nobody")].headers["www-authenticate"]
+    login = replies[("/ui", "nobody")]
+    assert login.headers["content-type"].startswith("text/html")
+    assert '<form method="post" action="ui/login">' in login.text
+    assert "form-action 'self'" in login.headers["content-security-policy"]
+    page = replies[("/ui", "operator")]
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    assert '<meta http-equiv="refresh"' in page.text
+    assert operator_on_mcp.status_code == 401  # and an operator token is no MCP token
+
+
+async def test_the_login_form_exchanges_the_operator_token_for_a_strict_httponly_cookie(tmp_path: Path) -> None:
+    """#29.12: a browser cannot send a bearer header; the form sets a cookie for /ui and /status."""
+    token_file = tmp_path / "operators"
+    token_file.write_text(f"ops:{OPERATOR_TOKEN}\n")
+    operators = TokenStore(path=str(token_file), flag="--operator-token")
+    with anyio.fail_after(60):
+        async with two_servers(tokens=TokenStore([f"alice:{TOKEN}"]), operator_tokens=operators) as base:
+            form = {"content-type": "application/x-www-form-urlencoded", "origin": base}
+            async with httpx.AsyncClient(base_url=base) as http:
+                wrong = await http.post("/ui/login", headers=form, content=b"token=not-the-operator-token")
+                assert wrong.status_code == 401
+                assert "not an operator token" in wrong.text
+                foreign = await http.post(
+                    "/ui/login", headers={**form, "origin": "http://evil.example"}, content=f"token={OPERATOR_TOKEN}"
+                )
+                assert foreign.status_code == 403  # a cross-site form post (CSRF) never reaches the check
+                via_tls_proxy = {**form, "origin": base.replace("http://", "https://")}  # the page over HTTPS
+                assert (
+                    await http.post("/ui/login", headers=via_tls_proxy, content=f"token={OPERATOR_TOKEN}")
+                ).status_code == 303
+                signed_in = await http.post("/ui/login", headers=form, content=f"token={OPERATOR_TOKEN}")
+                assert signed_in.status_code == 303
+                assert signed_in.headers["location"] == "/ui"
+                cookies = signed_in.headers.get_list("set-cookie")
+                assert sorted(c.split("; ")[1] for c in cookies) == ["Path=/status", "Path=/ui"]
+                for cookie in cookies:
+                    assert "; HttpOnly" in cookie
+                    assert "; SameSite=Strict" in cookie
+                    assert "Secure" not in cookie  # plain HTTP here; HTTPS adds it
+                    assert OPERATOR_TOKEN not in cookie
+                jar = {"cookie": cookies[0].split(";")[0]}
+                assert (await http.get("/ui", headers=jar)).status_code == 200
+                assert (await http.get("/status", headers=jar)).status_code == 200
+                tampered = {"cookie": jar["cookie"][:-4] + "0000"}
+                assert (await http.get("/status", headers=tampered)).status_code == 401
+                token_file.write_text("ops:another-operator-token-0123456789\n")
+                os.utime(token_file, (1, 1))  # a different mtime, whatever the clock's resolution
+                operators._checked = -math.inf  # due for its look at the file (at most once a second)
+                assert (await http.get("/status", headers=jar)).status_code == 401  # its token is gone
+
+
+async def test_a_browser_without_the_cookie_gets_the_login_form(chromium: str, tmp_path: Path) -> None:
+    with anyio.fail_after(90):
+        async with two_servers(operator_tokens=operator_tokens()) as base:
+            dom = (await browse(chromium, tmp_path / "profile", "--dump-dom", f"{base}/ui")).decode()
+    assert '<form method="post" action="ui/login">' in dom
+    assert 'type="password" name="token"' in dom
+    assert "data-server" not in dom  # nothing of the servers before the login
 
 
 def test_every_value_on_the_page_is_escaped() -> None:

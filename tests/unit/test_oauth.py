@@ -248,47 +248,107 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeIssuer:
     return issuer
 
 
+async def settled(keys: KeySet) -> None:
+    """Let a background fetch the key set started run to its end."""
+    await anyio.wait_all_tasks_blocked()
+
+
 @pytest.mark.anyio
 async def test_keys_are_discovered_cached_and_refreshed_once_per_interval_for_unknown_kids(fake: FakeIssuer) -> None:
     clock = Clock()
-    keys = KeySet(ISSUER, clock=clock, refresh_interval=30, max_age=3600)
-    assert await keys.key_for("k1") is not None
-    # RFC 8414 metadata naming another issuer is skipped; OpenID Connect's is used.
-    assert fake.fetched == [
-        f"{ISSUER}/.well-known/oauth-authorization-server",
-        f"{ISSUER}/.well-known/openid-configuration",
-        f"{ISSUER}/jwks",
-    ]
-    assert await keys.key_for(None) is not None  # no kid, one key: that key
-    assert await keys.key_for("nope") is None
-    assert await keys.key_for("nope") is None
-    assert keys.fetches == 2  # one refresh for the unknown kid, none for the second
-    clock.now = 30
-    assert await keys.key_for("nope") is None
-    assert keys.fetches == 3
-    clock.now = 3700
-    assert await keys.key_for("k1") is not None
-    assert keys.fetches == 4  # aged out
-    assert fake.fetched.count(f"{ISSUER}/.well-known/openid-configuration") == 1  # discovered once
+    async with KeySet(ISSUER, clock=clock, refresh_interval=30, max_age=3600) as keys:
+        assert await keys.key_for("k1") is not None
+        # RFC 8414 metadata naming another issuer is skipped; OpenID Connect's is used.
+        assert fake.fetched == [
+            f"{ISSUER}/.well-known/oauth-authorization-server",
+            f"{ISSUER}/.well-known/openid-configuration",
+            f"{ISSUER}/jwks",
+        ]
+        assert await keys.key_for(None) is not None  # no kid, one key: that key
+        assert await keys.key_for("nope") is None
+        assert await keys.key_for("nope") is None
+        assert keys.fetches == 2  # one refresh for the unknown kid, none for the second
+        clock.now = 30
+        assert await keys.key_for("nope") is None
+        assert keys.fetches == 3
+        clock.now = 3700
+        assert await keys.key_for("k1") is not None  # aged out: served, and refreshed behind
+        await settled(keys)
+        assert keys.fetches == 4
+        assert fake.fetched.count(f"{ISSUER}/.well-known/openid-configuration") == 1  # discovered once
 
 
 @pytest.mark.anyio
 async def test_concurrent_requests_share_one_fetch(fake: FakeIssuer) -> None:
-    keys = KeySet(ISSUER, f"{ISSUER}/jwks", clock=Clock())
     fake.gate = anyio.Event()
     found: list[object] = []
+    async with KeySet(ISSUER, f"{ISSUER}/jwks", clock=Clock()) as keys:
 
-    async def ask() -> None:
-        found.append(await keys.key_for("k1"))
+        async def ask() -> None:
+            found.append(await keys.key_for("k1"))
 
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tg:
-            for _ in range(5):
-                tg.start_soon(ask)
-            await anyio.wait_all_tasks_blocked()
-            fake.gate.set()
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                for _ in range(5):
+                    tg.start_soon(ask)
+                await anyio.wait_all_tasks_blocked()
+                fake.gate.set()
     assert fake.fetched == [f"{ISSUER}/jwks"]
     assert all(key is not None for key in found)
+
+
+@pytest.mark.anyio
+async def test_a_cold_fetch_is_waited_for_once_even_by_requests_that_arrive_while_it_runs(fake: FakeIssuer) -> None:
+    """#24.14: a request that came while the first fetch ran used to wait for it, then fetch
+    (and wait) again. Every waiter waits for the one fetch; a failed one answers them all."""
+    fake.gate = anyio.Event()
+    fake.jwks = ValueError("HTTP 500")
+    outcomes: list[str] = []
+    async with KeySet(ISSUER, f"{ISSUER}/jwks", clock=Clock()) as keys:
+
+        async def ask() -> None:
+            try:
+                await keys.key_for("k1")
+                outcomes.append("key")
+            except Unavailable:
+                outcomes.append("unavailable")
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask)
+                await anyio.wait_all_tasks_blocked()  # the first fetch is under way
+                for _ in range(4):
+                    tg.start_soon(ask)
+                await anyio.wait_all_tasks_blocked()
+                fake.gate.set()
+    assert outcomes == ["unavailable"] * 5
+    assert fake.fetched == [f"{ISSUER}/jwks"]  # one fetch, one wait
+
+
+@pytest.mark.anyio
+async def test_held_keys_keep_serving_while_a_refresh_hangs_after_a_failed_one(fake: FakeIssuer) -> None:
+    """#24.5: an unknown kid's refresh failed, which marked the fresh keys due, so every later
+    request waited on the next refresh (which hung). Held keys serve while refreshes run or fail."""
+    clock = Clock()
+    async with KeySet(ISSUER, f"{ISSUER}/jwks", clock=clock, refresh_interval=30, max_age=3600) as keys:
+        assert await keys.key_for("k1") is not None
+        clock.now = 30
+        fake.jwks = ValueError("HTTP 500")
+        assert await keys.key_for("made-up") is None  # its refresh failed
+        clock.now = 30 + keys_module.RETRY_INTERVAL + 1
+        fake.gate = anyio.Event()  # the issuer now hangs
+        with anyio.fail_after(5):
+            for _ in range(20):
+                assert await keys.key_for("k1") is not None  # never waits on the issuer
+        clock.now = 3700  # past its age: a refresh starts behind, and hangs; the keys still serve
+        with anyio.fail_after(5):
+            for _ in range(20):
+                assert await keys.key_for("k1") is not None
+        assert keys.attempts == 3
+        fake.jwks = {"keys": [public_jwk(RSA_KEY)]}
+        fake.gate.set()
+        await settled(keys)
+        assert keys.fetches == 2
 
 
 @pytest.mark.anyio
@@ -296,19 +356,23 @@ async def test_a_failing_issuer_is_unavailable_until_it_answers_and_held_keys_su
     fake: FakeIssuer,
 ) -> None:
     clock = Clock()
-    keys = KeySet(ISSUER, f"{ISSUER}/jwks", clock=clock, max_age=100)
-    fake.jwks = ValueError("HTTP 500")
-    with pytest.raises(Unavailable):
-        await keys.key_for("k1")
-    with pytest.raises(Unavailable):
-        await keys.key_for("k1")
-    assert len(fake.fetched) == 1  # not asked again before the retry interval
-    clock.now = keys_module.RETRY_INTERVAL
-    fake.jwks = {"keys": [public_jwk(RSA_KEY)]}
-    assert await keys.key_for("k1") is not None
-    clock.now = 200
-    fake.jwks = ValueError("HTTP 500")
-    assert await keys.key_for("k1") is not None  # the held keys stay in use
+    async with KeySet(ISSUER, f"{ISSUER}/jwks", clock=clock, max_age=100, max_stale=1000) as keys:
+        fake.jwks = ValueError("HTTP 500")
+        with pytest.raises(Unavailable):
+            await keys.key_for("k1")
+        with pytest.raises(Unavailable):
+            await keys.key_for("k1")
+        assert len(fake.fetched) == 1  # not asked again before the retry interval
+        clock.now = keys_module.RETRY_INTERVAL
+        fake.jwks = {"keys": [public_jwk(RSA_KEY)]}
+        assert await keys.key_for("k1") is not None
+        clock.now = 200
+        fake.jwks = ValueError("HTTP 500")
+        assert await keys.key_for("k1") is not None  # the held keys stay in use
+        await settled(keys)
+        clock.now = keys_module.RETRY_INTERVAL + 100 + 1000  # past their age and the staleness allowed
+        with pytest.raises(Unavailable):
+            await keys.key_for("k1")  # dropped: a cold start, and the issuer still fails
 
 
 @pytest.mark.anyio
@@ -336,12 +400,13 @@ async def test_a_verified_token_is_remembered_until_it_expires_or_the_keys_chang
         key_set=lambda issuer, url: KeySet(issuer, url, clock=clock, max_age=100),
     )
     token = mint()
-    for _ in range(3):
+    async with gate:
+        for _ in range(3):
+            assert isinstance(await gate.check(token, "/mcp"), Accepted)
+        assert len(verified) == 1
+        wall.now = NOW + 300 + CLOCK_LEEWAY + 1
+        assert "expired" in refusal(await gate.check(token, "/mcp"))  # from the cache, still checked
+        wall.now = NOW
+        clock.now = 200  # the key set is due again: the token is verified again
         assert isinstance(await gate.check(token, "/mcp"), Accepted)
-    assert len(verified) == 1
-    wall.now = NOW + 300 + CLOCK_LEEWAY + 1
-    assert "expired" in refusal(await gate.check(token, "/mcp"))  # from the cache, still checked
-    wall.now = NOW
-    clock.now = 200  # the key set is fetched again: the token is verified again
-    assert isinstance(await gate.check(token, "/mcp"), Accepted)
-    assert len(verified) == 2
+        assert len(verified) == 2

@@ -65,34 +65,52 @@ def test_an_owner_key_round_trips_and_names_the_boot() -> None:
         Owner.from_key("no-boot-here")
 
 
-def sign(**changes: object) -> str:
+HEADERS = [
+    ("content-type", "application/json"),
+    ("mcp-session-id", "o1.session-a"),
+    ("x-api-key", "key-mapped-to-the-child"),
+    ("accept", "application/json"),
+    ("accept", "text/event-stream"),
+]
+NONCE = bytes(range(16))
+
+
+def sign(headers: list[tuple[str, str]] = HEADERS, **changes: object) -> str:
     fields: dict[str, object] = {
         "now": NOW,
+        "nonce": NONCE,
         "method": "POST",
         "path": "/mcp",
         "principal": "alice",
         "owner": ME,
         "digest": owners.body_digest(b"{}"),
+        "headers": headers,
     }
     fields.update(changes)
     return owners.sign_forward(FORWARD_KEY, **fields)  # type: ignore[arg-type]
 
 
-def check(value: str, **changes: object) -> None:
+def check(value: str, received: list[tuple[str, str]] = HEADERS, **changes: object) -> owners.Forward:
     fields: dict[str, object] = {
         "now": NOW + 1,
         "method": "POST",
         "path": "/mcp",
         "principal": "alice",
         "owner": ME,
-        "digest": owners.body_digest(b"{}"),
+        "names": owners.signed_names(HEADERS),
+        "received": received,
     }
     fields.update(changes)
-    owners.check_forward(value, FORWARD_KEY, **fields)  # type: ignore[arg-type]
+    return owners.check_forward(value, FORWARD_KEY, **fields)  # type: ignore[arg-type]
 
 
-def test_a_forward_verifies_for_exactly_the_request_it_signs() -> None:
-    check(sign())
+def test_a_forward_verifies_for_exactly_the_request_it_signs_and_keeps_only_signed_headers() -> None:
+    added = [("x-envoy-added", "by a mesh"), *HEADERS, ("x-forwarded-for", "10.0.0.1")]
+    forward = check(sign(), received=added)
+    assert forward.headers == HEADERS  # what a hop added is not acted on
+    assert forward.nonce == owners._b64(NONCE)
+    assert owners.body_matches(forward, b"{}")
+    assert not owners.body_matches(forward, b'{"altered": true}')
 
 
 @pytest.mark.parametrize(
@@ -104,12 +122,28 @@ def test_a_forward_verifies_for_exactly_the_request_it_signs() -> None:
         {"principal": None},
         {"owner": OTHER},
         {"owner": Owner(ME.url, "restarted")},
-        {"digest": owners.body_digest(b'{"altered": true}')},
+        {"names": "content-type,accept"},
     ],
 )
 def test_a_forward_altered_in_any_signed_field_is_refused(changes: dict[str, object]) -> None:
     with pytest.raises(OwnerError) as caught:
         check(sign(), **changes)
+    assert caught.value.kind == "forged"
+
+
+@pytest.mark.parametrize(
+    "received",
+    [
+        [(k, "o1.session-b" if k == "mcp-session-id" else v) for k, v in HEADERS],  # another session
+        [(k, "stolen" if k == "x-api-key" else v) for k, v in HEADERS],  # another mapped credential
+        [h for h in HEADERS if h[0] != "mcp-session-id"],  # a signed header dropped
+        [*HEADERS, ("mcp-session-id", "o1.session-b")],  # a signed header repeated
+        [HEADERS[0], HEADERS[1], HEADERS[2], HEADERS[4], HEADERS[3]],  # one name's values reordered
+    ],
+)
+def test_a_forward_whose_signed_headers_changed_on_the_way_is_refused(received: list[tuple[str, str]]) -> None:
+    with pytest.raises(OwnerError) as caught:
+        check(sign(), received=received)
     assert caught.value.kind == "forged"
 
 
@@ -121,11 +155,40 @@ def test_a_forward_outside_the_allowed_skew_is_refused_as_stale() -> None:
         check(sign(), now=NOW - owners.FORWARD_MAX_SKEW - 1)
 
 
-@pytest.mark.parametrize("value", ["", "v2;1;AAAA", "v1;x;AAAA", "v1;1;!!", "v1;1234567890123;AAAA"])
+@pytest.mark.parametrize(
+    "value",
+    ["", "v1;1;AAAA", "v2;1;AAAA", "v2;x;n;d;AAAA", "v2;1;n;d;!!", "v2;1234567890123;n;d;AAAA", "v2;1;n;d;AAAA;x"],
+)
 def test_a_malformed_forward_header_is_refused(value: str) -> None:
     with pytest.raises(OwnerError) as caught:
         check(value)
     assert caught.value.kind == "malformed"
+
+
+def test_a_forward_listing_too_many_headers_is_refused() -> None:
+    names = ",".join(f"x-{n}" for n in range(owners.MAX_SIGNED_HEADERS + 1))
+    with pytest.raises(OwnerError) as caught:
+        check(sign(), names=names)
+    assert caught.value.kind == "malformed"
+
+
+def test_a_nonce_is_accepted_once_remembered_while_its_stamp_is_fresh_and_boundedly() -> None:
+    seen = owners.SeenForwards(capacity=3)
+    first = check(sign())
+    seen.admit(first, NOW + 1)
+    with pytest.raises(OwnerError) as caught:
+        seen.admit(first, NOW + 2)
+    assert caught.value.kind == "replayed"
+    others = [check(sign(nonce=bytes([n]) * 16)) for n in (1, 2, 3)]
+    seen.admit(others[0], NOW + 2)
+    seen.admit(others[1], NOW + 2)
+    with pytest.raises(OwnerError) as caught:
+        seen.admit(others[2], NOW + 2)  # full of fresh nonces: refused, none forgotten early
+    assert caught.value.kind == "busy"
+    assert len(seen) == 3
+    # Once the stamps are past the skew (check_forward refuses them as stale), they are forgotten.
+    seen.admit(others[2], NOW + owners.FORWARD_MAX_SKEW + 1)
+    assert len(seen) == 1
 
 
 def test_a_principal_travels_as_base64url_of_utf8() -> None:
