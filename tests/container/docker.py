@@ -52,6 +52,13 @@ def docker(*args: str, timeout: float = COMMAND_TIMEOUT, check: bool = True, **e
     return done.stdout
 
 
+def container_log(container: str) -> list[str]:
+    """Everything the container wrote, stdout and stderr interleaved as Docker stored them."""
+    done = subprocess.run(["docker", "logs", container], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=COMMAND_TIMEOUT, check=True)
+    return done.stdout.splitlines()
+
+
 def engine_answers() -> bool:
     try:
         subprocess.run(["docker", "info"], capture_output=True, timeout=ENGINE_CHECK_TIMEOUT, check=True)
