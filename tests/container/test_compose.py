@@ -176,3 +176,14 @@ async def test_two_replicas_behind_round_robin_answer_every_request_with_no_404(
         served[replica] = sum(r.get("rpc_method") == "tools/call" for r in records)
         assert not [r["message"] for r in records if r.get("status") == 404], replica
     assert all(served.values()), served
+
+
+async def test_a_uvx_server_runs_in_the_read_only_gateway_service(stack: list[str]) -> None:
+    """The service's volumes are all that uv writes: `uvx` fetches and starts a server in a
+    replica as shipped (read-only root), which answers initialize on its stdin."""
+    initialize = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}})
+    done = await anyio.to_thread.run_sync(lambda: subprocess.run(
+        ["docker", "exec", "-i", stack[0], "uvx", "mcp-server-time@2026.10.19"],
+        input=initialize + "\n", capture_output=True, text=True, timeout=UP_TIMEOUT, check=False))
+    assert '"serverInfo"' in done.stdout, done.stderr[-2000:]
