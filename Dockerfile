@@ -93,6 +93,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     MCP_GATEWAY_PORT=8000 \
     MCP_GATEWAY_LOG_FORMAT=json
 
+# The build fails here, not at the first start, if the gateway cannot run (a wheel built without
+# its package, a missing shared library).
+RUN mcp-stdio-gateway --version && python -c "import gateway.server" && uv --version
+
 USER ${APP_UID}:${APP_GID}
 WORKDIR /home/gateway
 EXPOSE 8000

@@ -58,6 +58,11 @@ def image(standins: dict[str, str]) -> Iterator[str]:
         docker(*command, str(REPO), timeout=BUILD_TIMEOUT, DOCKER_BUILDKIT="0")
     except (RuntimeError, subprocess.SubprocessError) as exc:
         pytest.fail(f"the Dockerfile does not build: {exc}")
+    try:
+        version = docker("run", "--rm", "--network", "none", IMAGE, "--version")
+    except RuntimeError as exc:
+        pytest.fail(f"the image built but its entry point does not run: {exc}")
+    assert version.startswith("mcp-stdio-gateway "), version
     yield IMAGE
 
 
