@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # mcp-stdio-gateway: stdio MCP servers (npx …, uvx …, binaries) behind one Streamable HTTP
 # endpoint. Python 3.12 runs the gateway; Node.js + npm run `npx` servers; uv runs `uvx`
 # servers. Configure it with MCP_GATEWAY_* variables (every flag has one) or arguments:
