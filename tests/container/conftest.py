@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 
 import pytest
 
@@ -46,7 +45,7 @@ def standins(engine: None) -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def image(standins: dict[str, str]) -> Iterator[str]:
+def image(standins: dict[str, str]) -> str:
     """The project's own Dockerfile, unchanged, built once; only the base images are stand-ins.
 
     The legacy builder (DOCKER_BUILDKIT=0): BuildKit would fetch the `# syntax=` frontend from a
@@ -63,7 +62,7 @@ def image(standins: dict[str, str]) -> Iterator[str]:
     except RuntimeError as exc:
         pytest.fail(f"the image built but its entry point does not run: {exc}")
     assert version.startswith("mcp-stdio-gateway "), version
-    yield IMAGE
+    return IMAGE
 
 
 @pytest.fixture

@@ -54,8 +54,14 @@ def docker(*args: str, timeout: float = COMMAND_TIMEOUT, check: bool = True, **e
 
 def container_log(container: str) -> list[str]:
     """Everything the container wrote, stdout and stderr interleaved as Docker stored them."""
-    done = subprocess.run(["docker", "logs", container], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=COMMAND_TIMEOUT, check=True)
+    done = subprocess.run(
+        ["docker", "logs", container],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=True,
+    )
     return done.stdout.splitlines()
 
 
@@ -230,6 +236,4 @@ def events(container: str, *filters: str) -> subprocess.Popen[str]:
     options = ["--filter", f"container={container}"]
     for f in filters:
         options += ["--filter", f]
-    return subprocess.Popen(
-        ["docker", "events", "--format", "{{json .}}", *options], stdout=subprocess.PIPE, text=True
-    )
+    return subprocess.Popen(["docker", "events", "--format", "{{json .}}", *options], stdout=subprocess.PIPE, text=True)

@@ -43,8 +43,9 @@ def compose(files: list[Path], *args: str, env: dict[str, str], timeout: float =
     command = ["docker-compose", "-p", PROJECT, "--project-directory", str(REPO)]
     for f in files:
         command += ["-f", str(f)]
-    done = subprocess.run([*command, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **env}, check=False)
+    done = subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **env}, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"docker-compose {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     return done.stdout
@@ -59,10 +60,16 @@ def stack(image: str, standins: dict[str, str], tmp_path_factory: pytest.TempPat
     as_shipped.write_text("".join(line for line in shipped.splitlines(True) if not line.startswith("name:")))
     test_env = scratch / "test-environment.yml"
     labels = {"labels": [LABEL]}
-    test_env.write_text(json.dumps({"services": {
-        "gateway": {"image": image, "environment": REGISTRY_TRUST, **labels},
-        "proxy": labels,
-    }}))
+    test_env.write_text(
+        json.dumps(
+            {
+                "services": {
+                    "gateway": {"image": image, "environment": REGISTRY_TRUST, **labels},
+                    "proxy": labels,
+                }
+            }
+        )
+    )
     files = [as_shipped, test_env]
     env = {"NGINX_IMAGE": standins["NGINX_IMAGE"]}
     compose(files, "down", "--remove-orphans", env=env)  # what an interrupted run left
@@ -91,8 +98,9 @@ async def test_the_proxy_refuses_requests_without_a_listed_token(stack: list[str
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
     async with httpx.AsyncClient(timeout=30) as http:
         missing = await http.post(f"{PROXY}/mcp", headers=BASE_HEADERS, json=initialize)
-        wrong = await http.post(f"{PROXY}/mcp", headers={**BASE_HEADERS, "authorization": "Bearer nope"},
-                                json=initialize)
+        wrong = await http.post(
+            f"{PROXY}/mcp", headers={**BASE_HEADERS, "authorization": "Bearer nope"}, json=initialize
+        )
         status = await http.get(f"{PROXY}/status", headers=ALICE)
         healthz = await http.get(f"{PROXY}/healthz")
     assert (missing.status_code, wrong.status_code) == (401, 401)
@@ -137,8 +145,11 @@ async def test_sse_progress_is_not_buffered_by_the_proxy(stack: list[str], mode:
     async with client_through_proxy(mode) as client:
         await client.list_tools()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: client.call_tool("trigger-long-running-operation", {"duration": 120, "steps": 120},
-                                                   progress_callback=on_progress))
+            tg.start_soon(
+                lambda: client.call_tool(
+                    "trigger-long-running-operation", {"duration": 120, "steps": 120}, progress_callback=on_progress
+                )
+            )
             with anyio.fail_after(CALL_DEADLINE):
                 await first.wait()
             tg.cancel_scope.cancel()
@@ -181,9 +192,26 @@ async def test_two_replicas_behind_round_robin_answer_every_request_with_no_404(
 async def test_a_uvx_server_runs_in_the_read_only_gateway_service(stack: list[str]) -> None:
     """The service's volumes are all that uv writes: `uvx` fetches and starts a server in a
     replica as shipped (read-only root), which answers initialize on its stdin."""
-    initialize = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}})
-    done = await anyio.to_thread.run_sync(lambda: subprocess.run(
-        ["docker", "exec", "-i", stack[0], "uvx", "mcp-server-time@2026.10.19"],
-        input=initialize + "\n", capture_output=True, text=True, timeout=UP_TIMEOUT, check=False))
+    initialize = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        }
+    )
+    done = await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            ["docker", "exec", "-i", stack[0], "uvx", "mcp-server-time@2026.10.19"],
+            input=initialize + "\n",
+            capture_output=True,
+            text=True,
+            timeout=UP_TIMEOUT,
+            check=False,
+        )
+    )
     assert '"serverInfo"' in done.stdout, done.stderr[-2000:]

@@ -54,8 +54,9 @@ async def test_the_default_command_serves_the_demo_to_the_sdk_client(mode: str) 
     with running(docker_options=READ_ONLY_MOUNTS) as gateway:
         await anyio.to_thread.run_sync(gateway.wait_ready)
         with anyio.fail_after(CALL_DEADLINE):
-            seen = await list_call_and_progress(gateway.url, mode, "hello from the image", "countdown",
-                                                {"steps": 3, "interval_ms": 10})
+            seen = await list_call_and_progress(
+                gateway.url, mode, "hello from the image", "countdown", {"steps": 3, "interval_ms": 10}
+            )
     assert seen == [1.0, 2.0, 3.0]
 
 
@@ -74,7 +75,10 @@ async def test_an_npx_server_runs_inside_the_container_for_both_eras_with_progre
 
             with anyio.fail_after(CALL_DEADLINE):
                 seen = await list_call_and_progress(
-                    gateway.url, mode, "through the container", "trigger-long-running-operation",
+                    gateway.url,
+                    mode,
+                    "through the container",
+                    "trigger-long-running-operation",
                     {"duration": 1, "steps": 4},
                 )
                 async with Client(gateway.url, mode=mode, elicitation_callback=on_elicitation) as client:

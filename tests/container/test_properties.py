@@ -35,8 +35,20 @@ for path in sys.argv[1:]:
         found[path] = False
 print(json.dumps(found))
 """
-PROBED = ["/", "/etc", "/usr/local/bin", "/usr/local/lib/node_modules/npm", "/opt/venv", "/opt/venv/lib", "/var",
-          "/var/tmp", "/root", "/run", "/tmp", "/home/gateway"]
+PROBED = [
+    "/",
+    "/etc",
+    "/usr/local/bin",
+    "/usr/local/lib/node_modules/npm",
+    "/opt/venv",
+    "/opt/venv/lib",
+    "/var",
+    "/var/tmp",
+    "/root",
+    "/run",
+    "/tmp",
+    "/home/gateway",
+]
 WRITABLE = {"/tmp", "/home/gateway"}  # npm and uv make their caches under /home/gateway (test_image.py)
 
 
@@ -99,8 +111,9 @@ async def test_docker_stop_drains_in_flight_calls_of_both_eras_and_exits_0_withi
                 # would otherwise list the tools after the call, when the draining gateway
                 # takes no new request.
                 await client.list_tools()
-                result = await client.call_tool("countdown", {"steps": 15, "interval_ms": 200},
-                                                progress_callback=on_progress)
+                result = await client.call_tool(
+                    "countdown", {"steps": 15, "interval_ms": 200}, progress_callback=on_progress
+                )
             [content] = result.content
             assert isinstance(content, TextContent)
             results[mode] = content.text
@@ -133,7 +146,8 @@ async def test_after_children_crash_no_zombie_or_orphan_is_left_in_the_container
                 detached = (await client.call_tool("spawn_detached", {})).structured_content
                 with pytest.raises(MCPError, match="exited with code 3"):
                     await client.call_tool("crash", {})
-        assert in_group and detached
+        assert in_group
+        assert detached
         await anyio.to_thread.run_sync(gateway.logs.wait_for_message, " ready: ", 60.0, 2)  # restarted
         after = {p["pid"]: p for p in gateway.processes()}
         [gateway_pid] = [pid for pid, p in after.items() if "mcp-stdio-gateway" in p["cmd"] and p["ppid"] == 1]

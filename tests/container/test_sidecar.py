@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +83,7 @@ def gateway_run_options(
 
 
 async def test_the_app_reaches_the_sidecar_gateway_on_loopback_and_nothing_outside_the_pod_does(
-    tmp_path: Path,
+    tmp_path: Path, standins: dict[str, str]
 ) -> None:
     docs = rendered()
     [deployment] = [d for d in docs if d["kind"] == "Deployment"]
@@ -96,29 +95,39 @@ async def test_the_app_reaches_the_sidecar_gateway_on_loopback_and_nothing_outsi
     # The pod's emptyDirs that both containers mount (/workspace): named volumes here.
     shared = {m["name"]: f"mcp-gateway-test-{m['name']}-{os.getpid()}" for m in app_spec.get("volumeMounts", [])}
     options, args = gateway_run_options(pod, secret, secrets_dir, shared)
-    app_mounts = [item for m in app_spec.get("volumeMounts", []) for item in ("-v", f"{shared[m['name']]}:{m['mountPath']}")]
+    app_mounts = [f"--volume={shared[m['name']]}:{m['mountPath']}" for m in app_spec.get("volumeMounts", [])]
     app_env = [f"{v['name']}={v['value']}" for v in app_spec["env"]]
     # The app stand-in: the tier's Python base (the application image is yours), read-only too.
-    [base] = [line.split("=", 1)[1] for line in subprocess.run(
-        [str(REPO / "scripts" / "ci-docker.sh"), "bases"], capture_output=True, text=True, check=True
-    ).stdout.split() if line.startswith("PYTHON_IMAGE=")]
-    app = docker("run", "-d", "--label", LABEL, "--read-only", *app_mounts,
-                 *[item for e in app_env for item in ("-e", e)], base, "sleep", "infinity").strip()
+    base = standins["PYTHON_IMAGE"]
+    app = docker(
+        "run",
+        "-d",
+        "--label",
+        LABEL,
+        "--read-only",
+        *app_mounts,
+        *[item for e in app_env for item in ("-e", e)],
+        base,
+        "sleep",
+        "infinity",
+    ).strip()
     gateway = None
     follower = None
     try:
         trust = [item for name, value in REGISTRY_TRUST.items() for item in ("-e", f"{name}={value}")]
-        gateway = docker("run", "-d", "--label", LABEL, f"--network=container:{app}", *options, *trust, IMAGE,
-                         *args).strip()
+        gateway = docker(
+            "run", "-d", "--label", LABEL, f"--network=container:{app}", *options, *trust, IMAGE, *args
+        ).strip()
         follower = LogFollower(gateway)
         await anyio.to_thread.run_sync(follower.wait_for_message, " ready: ", START)
         [init] = [c for c in pod["initContainers"] if c["name"] == "gateway"]
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             docker("exec", gateway, *init[probe]["exec"]["command"])  # exit 0, or this raises
         answer = json.loads(docker("exec", app, "python3", "-c", APP_CLIENT))
-        [address] = [n["IPAddress"] for n in json.loads(docker("inspect", app))[0]["NetworkSettings"]["Networks"].values()]
-        outside = docker("run", "--rm", "--label", LABEL, base, "python3", "-c",
-                         f"import socket; s = socket.socket(); s.settimeout(10); print(s.connect_ex(({address!r}, 8000)))")
+        [app_info] = json.loads(docker("inspect", app))
+        [address] = [n["IPAddress"] for n in app_info["NetworkSettings"]["Networks"].values()]
+        probe = f"import socket; s = socket.socket(); s.settimeout(10); print(s.connect_ex(({address!r}, 8000)))"
+        outside = docker("run", "--rm", "--label", LABEL, base, "python3", "-c", probe)
     finally:
         if follower:
             follower.close()
