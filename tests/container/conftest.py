@@ -8,14 +8,11 @@ a failed build is an error, never a skip: a broken Dockerfile fails CI.
 
 from __future__ import annotations
 
-import os
 import subprocess
 
 import pytest
 
-from tests.container.docker import BUILD_TIMEOUT, CI_DOCKER, IMAGE, REPO, docker, engine_answers
-
-in_ci = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+from tests.container.docker import BUILD_TIMEOUT, CI_DOCKER, IMAGE, IN_CI, REPO, docker, engine_answers
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -28,7 +25,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def engine() -> None:
     if engine_answers():
         return
-    if in_ci:
+    if IN_CI:
         pytest.fail("CI: no Docker engine answers (docker info); .ci/run starts one with scripts/ci-docker.sh engine")
     pytest.skip("no Docker engine answers (docker info); start one with scripts/ci-docker.sh engine (CI always does)")
 

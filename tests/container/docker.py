@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+"""In CI (.ci/run sets CI=true) a missing engine or a failed build fails the tier; elsewhere it skips."""
 REPO = Path(__file__).resolve().parents[2]
 CI_DOCKER = REPO / "scripts" / "ci-docker.sh"
 IMAGE = "mcp-stdio-gateway:container-test"

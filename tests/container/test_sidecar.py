@@ -20,7 +20,7 @@ import anyio
 import pytest
 import yaml
 
-from tests.container.docker import IMAGE, LABEL, REGISTRY_TRUST, REPO, LogFollower, docker
+from tests.container.docker import IMAGE, IN_CI, LABEL, REGISTRY_TRUST, REPO, LogFollower, docker
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(600), pytest.mark.usefixtures("image")]
 
@@ -44,7 +44,7 @@ with urllib.request.urlopen(request, timeout=30) as reply:
 
 def rendered() -> list[dict[str, Any]]:
     if not RENDERED.exists():
-        if os.environ.get("CI"):
+        if IN_CI:
             pytest.fail(f"{RENDERED} is missing: .ci/run runs scripts/check-deploy.sh first")
         pytest.skip(f"{RENDERED} is missing: run scripts/check-deploy.sh (it renders the chart)")
     return [doc for doc in yaml.safe_load_all(RENDERED.read_text()) if doc]
