@@ -233,9 +233,10 @@ def running(
         docker("rm", "-f", "-v", container, check=False)
 
 
-def events(container: str, *filters: str) -> subprocess.Popen[str]:
-    """``docker events`` for one container, as JSON lines, from now on (kill it when done)."""
-    options = ["--filter", f"container={container}"]
+def events(container: str, *filters: str, since: str) -> subprocess.Popen[str]:
+    """``docker events`` for one container, as JSON lines, from ``since`` (a timestamp: the
+    events before the call are replayed, so none is missed); kill it when done."""
+    options = ["--since", since, "--filter", f"container={container}"]
     for f in filters:
         options += ["--filter", f]
     return subprocess.Popen(["docker", "events", "--format", "{{json .}}", *options], stdout=subprocess.PIPE, text=True)

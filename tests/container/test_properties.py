@@ -73,7 +73,7 @@ async def test_the_image_healthcheck_turns_healthy() -> None:
     assert "/healthz" in " ".join(image["Config"]["Healthcheck"]["Test"])
     timing = ("--health-interval", "1s", "--health-start-period", "0s")
     with running(docker_options=(*READ_ONLY_MOUNTS, *timing)) as gateway:
-        watcher = events(gateway.id, "event=health_status")
+        watcher = events(gateway.id, "event=health_status", since=gateway.inspect()["Created"])
         try:
             line = await anyio.to_thread.run_sync(_first_line, watcher, 60.0)
         finally:
