@@ -14,6 +14,8 @@ the pieces fit together:
 - every service with a read-only root filesystem has writable mounts (a volume or tmpfs at the
   path or above it) for what the image's users write: /tmp, the npm cache, uv's cache and
   uv's tool directory (``uvx`` writes both);
+- fixed subnets lie outside Docker's default address pools (``up`` fails with "Pool overlaps"
+  once Docker has handed the range to another network);
 - the proxy's image is pinned by digest (``@sha256:``), also as the default of a variable;
 - several gateway replicas advertise their addresses and share the state secret (a compose
   secret), so any replica answers any request.
@@ -39,6 +41,11 @@ GATEWAY_DEFAULT_DRAIN = 20.0
 WRITTEN_PATHS = ("/tmp", "/home/gateway/.npm", "/home/gateway/.cache/uv", "/home/gateway/.local/share/uv")
 """What the gateway's image writes at run time (its Dockerfile's NPM_CONFIG_CACHE, UV_CACHE_DIR and
 UV_TOOL_DIR, and children's temporary files): each must be writable under ``read_only: true``."""
+DOCKER_DEFAULT_POOLS = (
+    *(ipaddress.ip_network(f"172.{second}.0.0/16") for second in range(17, 32)),
+    ipaddress.ip_network("192.168.0.0/16"),
+)
+"""Where dockerd allocates networks given no subnet: 172.17.0.0/16 … 172.31.0.0/16, then 192.168.0.0/16 in /20s."""
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}\}?$")
 
 
@@ -99,6 +106,9 @@ def compose_problems(
             ipaddress.ip_network(c["subnet"])
             for c in (compose.get("networks", {}).get(network) or {}).get("ipam", {}).get("config", [])
         ]
+        for subnet in subnets:
+            if any(subnet.overlaps(pool) for pool in DOCKER_DEFAULT_POOLS):
+                yield f"network {network!r}: {subnet} overlaps Docker's default address pools"
         if not any(address in subnet for subnet in subnets):
             yield f"{proxy_name}: {address} is outside network {network!r}'s subnets {[str(s) for s in subnets]}"
         if network not in (gateway.get("networks") or {}):
