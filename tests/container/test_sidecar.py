@@ -126,7 +126,18 @@ async def test_the_app_reaches_the_sidecar_gateway_on_loopback_and_nothing_outsi
         answer = json.loads(docker("exec", app, "python3", "-c", APP_CLIENT))
         [app_info] = json.loads(docker("inspect", app))
         [address] = [n["IPAddress"] for n in app_info["NetworkSettings"]["Networks"].values()]
-        probe = f"import socket; s = socket.socket(); s.settimeout(10); print(s.connect_ex(({address!r}, 8000)))"
+        # From another container: the gateway's port is closed on the pod's address, while a
+        # port the app opens on all addresses there answers (so the refusal is not a network fault).
+        # The probe waits (bounded) for that server to bind: a foreign process gives no event.
+        docker("exec", "-d", app, "python3", "-m", "http.server", "8001", "--bind", "0.0.0.0")
+        probe = (
+            "import socket, time\n"
+            "def ex(port):\n"
+            "    s = socket.socket(); s.settimeout(10); return s.connect_ex((ADDRESS, port))\n"
+            "deadline = time.monotonic() + 30\n"
+            "while ex(8001) != 0 and time.monotonic() < deadline: time.sleep(0.1)\n"
+            "print(ex(8001), ex(8000))\n"
+        ).replace("ADDRESS", repr(address))
         outside = docker("run", "--rm", "--label", LABEL, base, "python3", "-c", probe)
     finally:
         if follower:
@@ -139,4 +150,6 @@ async def test_the_app_reaches_the_sidecar_gateway_on_loopback_and_nothing_outsi
     assert answer["status"] == 200
     result = json.loads(answer["body"])["result"]
     assert "/workspace" in result["content"][0]["text"], result
-    assert outside.strip() != "0"  # the pod's address does not serve the gateway: loopback only
+    app_port, gateway_port = outside.split()
+    assert app_port == "0"  # the app's own server answers on the pod's address
+    assert gateway_port != "0"  # the gateway does not: it is bound to loopback only
