@@ -45,9 +45,10 @@ def standins(engine: None) -> dict[str, str]:
 def image(standins: dict[str, str]) -> str:
     """The project's own Dockerfile, unchanged, built once; only the base images are stand-ins.
 
-    The legacy builder (DOCKER_BUILDKIT=0): BuildKit would fetch the `# syntax=` frontend from a
-    registry. --network host: the build's pip and apt reach the registries as the host does."""
-    command = ["build", "--network", "host", "-t", IMAGE]
+    The legacy builder (DOCKER_BUILDKIT=0): Debian's engine comes without the buildx plugin, and
+    the Dockerfile needs nothing BuildKit-only. --network host: the build's pip and apt reach the
+    registries as the host does. --force-rm: a failed build leaves no container behind."""
+    command = ["build", "--force-rm", "--network", "host", "-t", IMAGE]
     for arg in ("PYTHON_IMAGE", "NODE_IMAGE"):
         command += ["--build-arg", f"{arg}={standins[arg]}"]
     try:
