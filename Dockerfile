@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # mcp-stdio-gateway: stdio MCP servers (npx …, uvx …, binaries) behind one Streamable HTTP
 # endpoint. Python 3.12 runs the gateway; Node.js + npm run `npx` servers; uv runs `uvx`
 # servers. Configure it with MCP_GATEWAY_* variables (every flag has one) or arguments:
@@ -51,9 +49,11 @@ LABEL org.opencontainers.image.title="mcp-stdio-gateway" \
 
 # tini is PID 1: it forwards SIGTERM to the gateway (which then drains) and reaps zombies.
 # (The base image already has ca-certificates, which npm and uv need for TLS.) The version
-# glob takes Debian's rebuilds within the release that the base image tag pins.
+# glob takes Debian's rebuilds within the release that the base image tag pins. apt-get clean:
+# the package caches (~80 MB) stay out of the layer on a base without Debian's docker-clean hook.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends "tini=0.19.*" \
+    && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
 
 # Node.js and npm (npx) exactly as the official node image lays them out.
@@ -92,6 +92,10 @@ ENV PATH=/opt/venv/bin:$PATH \
     MCP_GATEWAY_HOST=0.0.0.0 \
     MCP_GATEWAY_PORT=8000 \
     MCP_GATEWAY_LOG_FORMAT=json
+
+# The build fails here, not at the first start, if the gateway cannot run (a wheel built without
+# its package, a missing shared library).
+RUN mcp-stdio-gateway --version && python -c "import gateway.server" && uv --version
 
 USER ${APP_UID}:${APP_GID}
 WORKDIR /home/gateway

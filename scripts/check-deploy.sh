@@ -157,6 +157,9 @@ for name in ((values.get("existingSecret") or {}).get("name"), tls.get("secretNa
         externals+=(--external "$external")
     done
 done
+# image.digest (set in ci/all-features-values.yaml) pins the image: REPOSITORY:TAG@sha256:….
+grep -Eq 'image: "[^"]+:[^"@]+@sha256:[0-9a-f]{64}"' "$RENDERED/all-features-values.yaml" \
+    || fail "image.digest is not rendered as REPOSITORY:TAG@sha256:… ($RENDERED/all-features-values.yaml)"
 versions=()
 for v in "${KUBE_VERSIONS[@]}"; do versions+=(--kube-version "$v"); done
 "$VENV/bin/python" deploy/checks/validate_manifests.py "${versions[@]}" --known-env "$KNOWN_ENV" \

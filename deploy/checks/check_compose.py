@@ -11,6 +11,12 @@ the pieces fit together:
 - files the compose file mounts or builds from exist;
 - the stop grace outlasts the drain plus the children's stop, and the health check allows an
   ``npx`` cold start;
+- every service with a read-only root filesystem has writable mounts (a volume or tmpfs at the
+  path or above it) for what the image's users write: /tmp, the npm cache, uv's cache and
+  uv's tool directory (``uvx`` writes both);
+- fixed subnets lie outside Docker's default address pools (``up`` fails with "Pool overlaps"
+  once Docker has handed the range to another network);
+- the proxy's image is pinned by digest (``@sha256:``), also as the default of a variable;
 - several gateway replicas advertise their addresses and share the state secret (a compose
   secret), so any replica answers any request.
 
@@ -32,6 +38,15 @@ import yaml
 NPX_COLD_START_BUDGET = 120
 CHILD_STOP_SECONDS = 4
 GATEWAY_DEFAULT_DRAIN = 20.0
+WRITTEN_PATHS = ("/tmp", "/home/gateway/.npm", "/home/gateway/.cache/uv", "/home/gateway/.local/share/uv")
+"""What the gateway's image writes at run time (its Dockerfile's NPM_CONFIG_CACHE, UV_CACHE_DIR and
+UV_TOOL_DIR, and children's temporary files): each must be writable under ``read_only: true``."""
+DOCKER_DEFAULT_POOLS = (
+    *(ipaddress.ip_network(f"172.{second}.0.0/16") for second in range(17, 32)),
+    ipaddress.ip_network("192.168.0.0/16"),
+)
+"""Where dockerd allocates networks given no subnet: 172.17.0.0/16 … 172.31.0.0/16, then 192.168.0.0/16 in /20s."""
+DIGEST = re.compile(r"@sha256:[0-9a-f]{64}\}?$")
 
 
 def main() -> int:
@@ -91,6 +106,9 @@ def compose_problems(
             ipaddress.ip_network(c["subnet"])
             for c in (compose.get("networks", {}).get(network) or {}).get("ipam", {}).get("config", [])
         ]
+        for subnet in subnets:
+            if any(subnet.overlaps(pool) for pool in DOCKER_DEFAULT_POOLS):
+                yield f"network {network!r}: {subnet} overlaps Docker's default address pools"
         if not any(address in subnet for subnet in subnets):
             yield f"{proxy_name}: {address} is outside network {network!r}'s subnets {[str(s) for s in subnets]}"
         if network not in (gateway.get("networks") or {}):
@@ -102,6 +120,10 @@ def compose_problems(
             conf = (base / source).read_text()
             if not re.search(rf"proxy_set_header\s+{re.escape(header)}\s", conf, re.IGNORECASE):
                 yield f"{proxy_name}: {source} does not set {header}, the header the gateway trusts"
+    image = str(proxy.get("image", ""))
+    if not DIGEST.search(image):
+        yield f"{proxy_name}: image {image!r} is not pinned by digest (@sha256:…)"
+    yield from read_only_problems(services)
     yield from missing_files(compose, base)
     yield from replica_problems(compose, gateway_name, gateway, env)
 
@@ -136,6 +158,24 @@ def replica_problems(compose: dict[str, Any], name: str, gateway: dict[str, Any]
     }
     if secret_file not in targets:
         yield f"{name}: MCP_GATEWAY_STATE_SECRET_FILE={secret_file} is not one of its compose secrets {sorted(targets)}"
+
+
+def read_only_problems(services: dict[str, Any]) -> Iterator[str]:
+    """Each read-only service mounts something writable at or above every path in WRITTEN_PATHS."""
+    for name, service in services.items():
+        if not service.get("read_only"):
+            continue
+        targets = [t.split(":")[0] for t in service.get("tmpfs", [])]
+        for volume in service.get("volumes", []):
+            if isinstance(volume, str):
+                parts = volume.split(":")
+                if len(parts) >= 2 and "ro" not in parts[2:]:
+                    targets.append(parts[1])
+            elif not volume.get("read_only"):
+                targets.append(volume.get("target", ""))
+        for path in WRITTEN_PATHS:
+            if not any(path == t or path.startswith(t.rstrip("/") + "/") for t in targets if t):
+                yield f"{name}: read_only, but nothing writable is mounted at {path} (or above it)"
 
 
 def missing_files(compose: dict[str, Any], base: Path) -> Iterator[str]:

@@ -46,7 +46,10 @@ app.kubernetes.io/component: mcp-gateway
 {{- end }}
 
 {{- define "mcp-stdio-gateway.image" -}}
+{{- /* REPOSITORY:TAG, or REPOSITORY:TAG@DIGEST with image.digest: the runtime pulls by the digest,
+the tag only tells readers what it is. */}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- with .Values.image.digest }}{{ printf "@%s" . }}{{ end }}
 {{- end }}
 
 {{/* True (non-empty) when the gateway checks bearer tokens from the Secret. */}}
