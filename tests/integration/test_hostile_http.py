@@ -308,7 +308,7 @@ async def test_large_replies_waiting_for_clients_that_never_read_share_one_budge
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     reply_bytes, clients = 8_000_000, 4  # more than the kernel buffers of a connection take
-    budget = replies.ReplyBudget(20 * MIB)  # room for two of the replies at once
+    budget = replies.ReplyBudget(40 * MIB)  # room for two of the replies at once (each held twice over)
     monkeypatch.setattr(replies, "BUDGET", budget)
     patient = GuardedHttpTools.configured(write_timeout=120.0)  # the budget, not the timeout, is tested
     with anyio.fail_after(60):
@@ -335,7 +335,7 @@ async def test_large_replies_waiting_for_clients_that_never_read_share_one_budge
                 assert refused.status_code == 503
                 assert refused.headers["retry-after"] == "5"
                 assert refused.json()["id"] == 5
-                assert "20 MiB of large replies" in refused.json()["error"]["message"]
+                assert "40 MiB of large replies" in refused.json()["error"]["message"]
                 grown = peak_rss_bytes() - before
             finally:
                 for stream in streams:
