@@ -35,6 +35,7 @@ from tests.gateway_server import (
     serving,
 )
 from tests.integration.test_operations import metric
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -363,16 +364,14 @@ async def test_control_characters_from_clients_cannot_forge_or_colour_log_lines(
 async def test_readyz_names_a_failing_server_without_its_stderr_which_stays_on_authenticated_status() -> None:
     tokens = TokenStore([f"alice:{ALICE}"])
     auth = {"authorization": f"Bearer {ALICE}"}
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(WAIT), recording("gateway.pool") as failures:
         async with (
             running_gateway(server_spec("--stderr-lines", "2", "--exit-at-start", "4"), tokens=tokens) as url,
             httpx.AsyncClient(timeout=WAIT) as http,
         ):
             status_url = url.replace("/mcp", "/status")
-            while "fatal: configured to exit" not in (await http.get(status_url, headers=auth)).text:
-                await http.post(
-                    url, headers={**modern_headers("tools/call", "echo"), **auth}, json=modern_call(1, "echo")
-                )
+            await failures.wait_for(lambda r: "child failed to start" in r.getMessage() and "fatal" in r.getMessage())
+            assert "fatal: configured to exit" in (await http.get(status_url, headers=auth)).text
             readiness = await http.get(url.replace("/mcp", "/readyz"))  # no token: probes stay open
             assert (await http.get(status_url)).status_code == 401
     assert readiness.status_code == 503
