@@ -9,6 +9,7 @@ import logging
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,6 +25,7 @@ from gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 from gateway.relay.router import Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
+from tests.filewatch import wait_until
 from tests.gateway_server import (
     BASE_HEADERS,
     MODERN_META,
@@ -108,11 +110,6 @@ async def served(http: httpx.AsyncClient, url: str, **headers: str) -> tuple[int
     status = (await http.get(url.replace("/mcp", "/status"), headers=headers)).json()
     children = [c for pool in status["servers"][0]["pools"].values() for c in pool["children"]]
     return sum(c["served"] for c in children), sum(c["in_flight"] for c in children)
-
-
-async def wait_in_flight(http: httpx.AsyncClient, url: str, count: int, **headers: str) -> None:
-    while (await served(http, url, **headers))[1] != count:  # real round trips, bounded by the caller
-        pass
 
 
 def started_sleep(body: dict[str, Any]) -> dict[str, Any]:
@@ -446,11 +443,22 @@ async def test_middleware_and_ladder_refusals_are_logged_and_counted() -> None:
         assert metric(page, "mcp_gateway_requests_total", server="test", status=str(status), outcome="error") == 1
 
 
-async def test_gateway_errors_and_cancellations_are_not_counted_as_plain_200s() -> None:
+async def test_gateway_errors_and_cancellations_are_not_counted_as_plain_200s(tmp_path: Path) -> None:
+    record = tmp_path / "stdin.jsonl"
+
+    async def child_has_read(request_count: int) -> None:
+        """Until the child has read ``request_count`` sleep calls (its stdin record, watched)."""
+
+        def read() -> bool:
+            lines = record.read_text().splitlines() if record.exists() else []
+            return sum('"name": "sleep"' in line or '"name":"sleep"' in line for line in lines) >= request_count
+
+        await wait_until(record, read)
+
     with anyio.fail_after(WAIT):
         async with (
             access_log() as records,
-            running_gateway(server_spec()) as url,
+            running_gateway(server_spec("--record", str(record))) as url,
             httpx.AsyncClient(timeout=WAIT) as http,
         ):
             # Modern: the client leaves before the answer (the child is told to cancel).
@@ -460,7 +468,7 @@ async def test_gateway_errors_and_cancellations_are_not_counted_as_plain_200s() 
                         url, headers=modern_headers("tools/call", "sleep"), json=modern_call(2, "sleep", {"ms": 60_000})
                     )
                 )
-                await wait_in_flight(http, url, 1)
+                await child_has_read(1)  # in flight at the child
                 tg.cancel_scope.cancel()
             left = await records.wait_for(lambda r: getattr(r, "outcome", None) == "cancelled")
             assert (await served(http, url))[1] == 0  # its lease was given back before its access line
@@ -475,7 +483,7 @@ async def test_gateway_errors_and_cancellations_are_not_counted_as_plain_200s() 
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(legacy_sleep)
-                await wait_in_flight(http, url, 1)
+                await child_has_read(2)  # in flight at the child
                 note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
                 assert (await http.post(url, headers=session, json=note)).status_code == 202
             assert cancelled["status"] == 200
