@@ -231,9 +231,9 @@ async def test_a_failing_pool_without_a_minimum_recovers_once_the_command_works(
     script.chmod(0o755)
     spec = ChildSpec(str(script), (sys.executable, str(TEST_SERVER)), probe_timeout=5, handshake_timeout=5)
     settings = PoolSettings(min_size=0, max_size=1)
-    with anyio.fail_after(30):
+    with anyio.fail_after(30), recording("gateway.pool") as records:
         async with running_gateway(spec, pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
-            while not any(p["failing"] for p in (await status(http, url))["pools"].values()):
+            while not records.matching(lambda r: "failing after" in r.getMessage()):  # each call makes a start fail
                 assert "not yet" in (await call(http, url, "echo", {"message": "x"})).json()["error"]["message"]
             ready.touch()  # the operator fixes the server
             while "result" not in (reply := await call(http, url, "echo", {"message": "back"})).json():
