@@ -18,11 +18,10 @@ every wait is bounded by ``fail_after``.
 
 from __future__ import annotations
 
-import logging
 import re
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from gateway.relay.router import Router, ServerConfig
 from tests.conftest import server_spec
 from tests.gateway_server import app_for, modern_call, modern_headers, serving
 from tests.integration.test_tls import Authority, write_pair
+from tests.logrecords import Records, recording
 
 pytestmark = pytest.mark.anyio
 
@@ -53,32 +53,6 @@ WAIT = 20.0
 @pytest.fixture(params=[pytest.param({}, id="asyncio"), pytest.param({"use_uvloop": True}, id="uvloop")])
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, bool]]:
     return "asyncio", request.param
-
-
-class Records(logging.Handler):
-    """Every record of the gateway's loggers (and asyncio's, where a failing callback is
-    reported); ``wait_for`` waits, on an event, for a matching one."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-        self._changed = anyio.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:  # called on the event loop, by the gateway
-        self.records.append(record)
-        self._changed.set()
-        self._changed = anyio.Event()
-
-    async def wait_for(self, predicate: Callable[[logging.LogRecord], bool]) -> logging.LogRecord:
-        while True:
-            changed = self._changed
-            for record in self.records:
-                if predicate(record):
-                    return record
-            await changed.wait()
-
-    def errors(self) -> list[str]:
-        return [r.getMessage() for r in self.records if r.levelno >= logging.ERROR]
 
 
 @dataclass
@@ -121,20 +95,11 @@ async def gateway(tmp_path: Path, transport: str, http: type[GuardedHttpTools] =
     limits, composed as ``server.serve`` composes it (``tls.uvicorn_options``)."""
     tls, peers, context = certificates(tmp_path, transport)
     app = app_for(Router(ServerConfig("test", server_spec())), body_timeout=BODY_TIMEOUT, tls_peers=peers)
-    records = Records()
-    loggers = [logging.getLogger(name) for name in ("gateway", "asyncio", "uvicorn.error")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.addHandler(records)
-        logger.setLevel(logging.DEBUG)
-    try:
+    # The gateway's loggers, and asyncio's and uvicorn's, where a failing callback is reported.
+    with recording("gateway", "asyncio", "uvicorn.error") as records:
         async with serving(app, **uvicorn_options(tls, peers, http)) as base:
             port = int(base.rsplit(":", 1)[1])
             yield Served(port, context, records)
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.removeHandler(records)
-            logger.setLevel(level)
     assert records.errors() == []
 
 
