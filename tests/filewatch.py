@@ -8,6 +8,7 @@ Callers bound it with ``anyio.fail_after``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -34,9 +35,7 @@ async def wait_until(path: Path, predicate: Callable[[], bool]) -> None:
             raise OSError(ctypes.get_errno(), "inotify_add_watch")
         while not predicate():
             await anyio.wait_readable(fd)
-            try:
+            with contextlib.suppress(BlockingIOError):
                 os.read(fd, 64 * 1024)  # the events themselves do not matter: the predicate decides
-            except BlockingIOError:
-                pass
     finally:
         os.close(fd)
