@@ -8,9 +8,10 @@ count is one addition per read while a head is open).
 
 - ``MAX_HEAD_BYTES``: a request line plus headers longer than this is answered 431 and the
   connection closed; the parser never sees the excess.
-- ``HEADER_TIMEOUT``: a head (from a new connection, or from the first byte of a later
-  request on it) must be complete within this, else 408 and the connection is closed (a new
-  connection that sent nothing at all is closed without an answer).
+- ``HEADER_TIMEOUT``: a head (from a new connection's accept, its TLS handshake included, or
+  from the first byte of a later request on it) must be complete within this, else 408 and the
+  connection is closed (a new connection that sent nothing at all, or did not finish its TLS
+  handshake, is closed without an answer).
 - ``WRITE_TIMEOUT``: while the socket's send buffer is full (the peer stopped reading), the
   connection may wait this long for it to drain; then it is reset, which frees what was
   buffered for it (in the process and in the kernel) and is a disconnect for the request (a
@@ -128,10 +129,15 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._write_timer: asyncio.TimerHandle | None = None
         self._hangup = Hangup()
+        # Made when the connection is accepted (uvicorn makes the protocol then), which over TLS
+        # is before the handshake (``gateway.http.tls.TlsHandshake``): the first head's time
+        # counts from here.
+        self.head_deadline = self.loop.time() + self.header_timeout
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._head_timer = self.loop.call_later(self.header_timeout, self._head_timed_out)
+        delay = max(self.head_deadline - self.loop.time(), 0.0)
+        self._head_timer = self.loop.call_later(delay, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         for timer in (self._head_timer, self._write_timer):
@@ -208,9 +214,8 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._write_timer = None
         if self.transport.is_closing():
             return
-        log.warning(
-            "%s read nothing for %g s while a response waited: connection aborted", self._peer(), self.write_timeout
-        )
+        peer, stalled = self._peer_label(), self.write_timeout
+        log.warning("%s read nothing for %g s while a response waited: connection aborted", peer, stalled)
         if self.cycle is not None:
             self.cycle.scope[WRITE_TIMED_OUT] = True  # type: ignore[typeddict-unknown-key]
         self._hangup.stalled = True
@@ -223,12 +228,12 @@ class GuardedHttpTools(HttpToolsProtocol):
         self.transport.abort()
 
     def _refuse(self, status: int, message: str) -> None:
-        log.warning("%s refused (%d): %s", self._peer(), status, message)
+        log.warning("%s refused (%d): %s", self._peer_label(), status, message)
         if self.cycle is not None and not self.cycle.response_complete:
             self.transport.abort()  # a response is under way on this connection: no second one
             return
         self.transport.write(_refusal(status, message))
         self.transport.close()
 
-    def _peer(self) -> str:
+    def _peer_label(self) -> str:
         return f"{self.client[0]}:{self.client[1]}" if self.client else "a client"

@@ -14,6 +14,14 @@ e.g. ``CN=alice,O=Example``) by its peer address, the same (host, port) the ASGI
 carries as ``client``; ``Authentication`` (``gateway.http.auth``) makes it the principal. uvicorn puts no TLS details in
 the scope, so the HTTP protocol class is subclassed (``peer_protocol``) to see the transport
 when the connection is made and lost — only asyncio's public ``Protocol`` methods.
+
+The handshake is the gateway's, not uvicorn's: uvicorn serves plain TCP, and ``TlsHandshake``
+upgrades each connection with asyncio's public ``loop.start_tls`` (uvloop has the same), so the
+handshake is bounded by the head timeout (``GuardedHttpTools.header_timeout``, counted from the
+accept: handshake and first request head together) instead of asyncio's 60 s default, and a TLS
+closing handshake (a refusal, an idle keep-alive connection) waits at most as long for the
+peer's ``close_notify``. Then the HTTP protocol runs on the TLS transport with every limit it
+has over plain TCP.
 """
 
 from __future__ import annotations
@@ -22,8 +30,7 @@ import asyncio
 import logging
 import os
 import ssl
-from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from cryptography import x509
 from uvicorn.protocols.utils import get_remote_addr
@@ -135,30 +142,135 @@ class PeerSubjects:
         return len(self._by_peer)
 
 
-def peer_protocol(peers: PeerSubjects, base: type[asyncio.Protocol] = GuardedHttpTools) -> type[asyncio.Protocol]:
+def peer_protocol(peers: PeerSubjects, base: type[GuardedHttpTools] = GuardedHttpTools) -> type[GuardedHttpTools]:
     """The gateway's HTTP protocol (head, body and write limits kept), telling ``peers`` when a
     TLS connection is made and lost."""
 
     class PeerProtocol(base):  # type: ignore[valid-type,misc]
-        _peer: tuple[str, int] | None = None
+        # Not ``_peer``: a name of the base class (its log label) must not be shadowed here, or
+        # every refusal it makes raises instead (issue #24 item 3).
+        _subject_peer: tuple[str, int] | None = None
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            self._peer = peers.connected(transport)
+            self._subject_peer = peers.connected(transport)
             super().connection_made(transport)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            peers.disconnected(self._peer)
+            peers.disconnected(self._subject_peer)
             super().connection_lost(exc)
 
     return PeerProtocol
 
 
-def uvicorn_options(tls: TlsFiles | None, peers: PeerSubjects | None) -> dict[str, Any]:
-    """The ``uvicorn.Config`` arguments that serve TLS from ``tls`` (nothing without it)."""
+class TlsHandshake(asyncio.Protocol):
+    """A TLS connection until its handshake is done, then ``http`` on the TLS transport.
+
+    uvicorn builds one per accepted connection (its ``http`` option takes a class, called with
+    its keyword arguments, which go to ``http``); ``tls_protocol`` makes the class.
+
+    Two moments need care, both tested on asyncio's loop and on uvloop:
+
+    - before ``start_tls`` takes the TCP transport over: asyncio honours the ``pause_reading``
+      of ``connection_made``, but uvloop starts reading after it, so the first bytes of the
+      ClientHello may come here. They are kept and handed to the TLS protocol ahead of
+      everything else, before its handshake starts (``_replay``);
+    - between the handshake's end and the hand-over to ``http`` (``set_protocol``): this is
+      the TLS transport's protocol then, and bytes that arrive (a client sends its request
+      with the handshake's last flight) are kept and given to ``http`` after its
+      ``connection_made``."""
+
+    http: ClassVar[type[GuardedHttpTools]] = GuardedHttpTools
+    tls: ClassVar[TlsFiles]
+
+    def __init__(self, **uvicorn_arguments: Any) -> None:
+        self._http = self.http(**uvicorn_arguments)  # made now: its head deadline starts at the accept
+        self._handshake: asyncio.Task[None] | None = None
+        self._tcp: asyncio.Transport | None = None
+        self._ciphertext: list[bytes] = []  # read before start_tls took the transport over
+        self._plaintext: list[bytes] = []  # decrypted before http took the TLS transport over
+        self._lost = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A TCP transport: asyncio's, or uvloop's (which does not subclass asyncio.Transport).
+        tcp = self._tcp = cast(asyncio.Transport, transport)
+        tcp.pause_reading()  # until start_tls takes the transport over (asyncio; uvloop reads on)
+        self._handshake = asyncio.get_running_loop().create_task(self._upgrade(tcp))
+
+    def data_received(self, data: bytes) -> None:
+        if self._tcp is not None:
+            self._ciphertext.append(data)
+            self._tcp.pause_reading()
+        else:
+            self._plaintext.append(data)
+
+    def eof_received(self) -> None:
+        return None  # close: no request came
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        if self._handshake is not None and not self._handshake.done():
+            self._handshake.cancel()
+
+    async def _upgrade(self, tcp: asyncio.Transport) -> None:
+        http = self._http
+        loop = asyncio.get_running_loop()
+        remaining = max(http.head_deadline - loop.time(), 0.001)
+        if self._ciphertext:
+            # Runs before the callbacks start_tls schedules (the TLS protocol's connection_made,
+            # then resume_reading): the TLS protocol finds these bytes first.
+            loop.call_soon(_replay, tcp, b"".join(self._ciphertext))
+            self._ciphertext = []
+        self._tcp = None  # from here on, what arrives here is the TLS transport's plaintext
+        try:
+            secured = await loop.start_tls(
+                tcp,
+                self,
+                self.tls.context,
+                server_side=True,
+                ssl_handshake_timeout=remaining,
+                ssl_shutdown_timeout=http.header_timeout,
+            )
+        except OSError as exc:  # ssl.SSLError, the handshake timeout, a reset: the connection is closed
+            log.debug("TLS handshake with %s not completed: %s", tcp.get_extra_info("peername"), exc)
+            tcp.abort()
+            return
+        if secured is None or self._lost or secured.is_closing():  # closed as the handshake ended
+            return
+        secured.set_protocol(http)
+        http.connection_made(secured)  # the TLS transport
+        if self._plaintext:
+            early, self._plaintext = b"".join(self._plaintext), []
+            http.data_received(early)
+
+
+def _replay(tcp: asyncio.Transport, ciphertext: bytes) -> None:
+    """Give ``ciphertext`` to the TLS protocol ``start_tls`` put on ``tcp`` (a buffered protocol,
+    in asyncio and in uvloop), as if the transport had just read it."""
+    protocol = tcp.get_protocol()
+    if not isinstance(protocol, asyncio.BufferedProtocol) and not hasattr(protocol, "get_buffer"):
+        cast(asyncio.Protocol, protocol).data_received(ciphertext)
+        return
+    buffered = cast(asyncio.BufferedProtocol, protocol)
+    view = memoryview(ciphertext)
+    while view:
+        buffer = memoryview(buffered.get_buffer(len(view)))
+        size = min(len(buffer), len(view))
+        buffer[:size] = view[:size]
+        buffered.buffer_updated(size)
+        view = view[size:]
+
+
+def tls_protocol(tls: TlsFiles, http: type[GuardedHttpTools] = GuardedHttpTools) -> type[TlsHandshake]:
+    """uvicorn's ``http`` class for a TLS listener: the handshake from ``tls``, then ``http``."""
+    return type("TlsHandshake", (TlsHandshake,), {"http": http, "tls": tls})
+
+
+def uvicorn_options(
+    tls: TlsFiles | None, peers: PeerSubjects | None, http: type[GuardedHttpTools] = GuardedHttpTools
+) -> dict[str, Any]:
+    """The ``uvicorn.Config`` arguments that serve ``http`` (the gateway's protocol class, with its
+    limits) over TLS from ``tls``, or over plain TCP without it. uvicorn is not told about TLS:
+    the handshake is ``TlsHandshake``'s, so the head timeout bounds it."""
     if tls is None:
-        return {}
-    factory: Callable[[Any, Any], ssl.SSLContext] = lambda config, default: tls.context  # noqa: E731
-    options: dict[str, Any] = {"ssl_context_factory": factory}
-    if peers is not None:
-        options["http"] = peer_protocol(peers)
-    return options
+        return {"http": http}
+    return {"http": tls_protocol(tls, peer_protocol(peers, http) if peers is not None else http)}

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
-from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import Final
 
 # --- Header names (lower-case; HTTP field names are case-insensitive) ---------------------
 
@@ -125,25 +125,15 @@ def media_type(content_type: str) -> str:
 
 
 MAX_REMEMBERED_ACCEPT: Final = 32
-"""Distinct ``Accept`` values whose parse is kept (clients send one or two values, on every
-POST); when full, the memo is emptied, so a client that varies it costs only the parse."""
-_accept_memo: dict[str, tuple[tuple[str, str, float], ...]] = {}
-M = TypeVar("M")
+"""Distinct ``Accept`` values whose parse (and whose JSON-and-SSE answer) is kept: clients send
+one or two values, on every POST; past it the least recently used goes, so a client that varies
+its value costs only the parse."""
 
 
-def _remembered(memo: dict[str, M], accept: str, work_out: Callable[[str], M]) -> M:
-    """``work_out(accept)``, kept in ``memo``; a full memo (``MAX_REMEMBERED_ACCEPT``) is emptied first."""
-    value = memo.get(accept)
-    if value is None:
-        if len(memo) >= MAX_REMEMBERED_ACCEPT:
-            memo.clear()
-        value = memo[accept] = work_out(accept)
-    return value
-
-
+@functools.lru_cache(maxsize=MAX_REMEMBERED_ACCEPT)
 def _parse_accept(accept: str) -> tuple[tuple[str, str, float], ...]:
     """``(type, subtype, q)`` for each well-formed media range; malformed ranges are skipped."""
-    return _remembered(_accept_memo, accept, _parse_ranges)
+    return _parse_ranges(accept)
 
 
 def _parse_ranges(accept: str) -> tuple[tuple[str, str, float], ...]:
@@ -172,15 +162,11 @@ def _qvalue(raw: str) -> float:
     return float(raw) if _QVALUE.fullmatch(raw) else -1.0
 
 
-_both_memo: dict[str, bool] = {}
-
-
+@functools.lru_cache(maxsize=MAX_REMEMBERED_ACCEPT)
 def accepts_json_and_sse(accept: str) -> bool:
     """``accepts(accept, JSON) and accepts(accept, SSE)``, what every POST must say; the answer
     for a value is kept (``MAX_REMEMBERED_ACCEPT`` values, as for the parse)."""
-    return _remembered(
-        _both_memo, accept, lambda value: accepts(value, JSON_MEDIA_TYPE) and accepts(value, SSE_MEDIA_TYPE)
-    )
+    return accepts(accept, JSON_MEDIA_TYPE) and accepts(accept, SSE_MEDIA_TYPE)
 
 
 def accepts(accept: str | None, wanted: str) -> bool:

@@ -26,9 +26,8 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import Final, overload
 
 import anyio
 from anyio.abc import TaskGroup
@@ -39,7 +38,8 @@ from gateway.protocol.jsonrpc import INVALID_PARAMS, JsonId, JsonObject, Request
 from gateway.protocol.outcome import Rejection, reject
 from gateway.protocol.requeststate import StateClaims, StateError
 from gateway.stdio.ask import ChildAsk
-from gateway.stdio.child import Exchange, StdioChild
+from gateway.stdio.child import ChildCall, Exchange, StdioChild
+from gateway.stdio.pool import Lease
 
 log = logging.getLogger("gateway.mrtr")
 
@@ -54,22 +54,25 @@ USED_IDS_MAX: Final = 100_000
 """Spent state ids remembered (until their expiry) to tell a replay from an unknown token."""
 
 
-T = TypeVar("T")
-
-
 class Holdings:
     """What a child call holds, its pool lease and its child exchange, released last first:
-    the part of ``AsyncExitStack`` the relay uses, for context managers that neither read nor
-    suppress the exception they are left with (``Pool.lease``, ``StdioChild.exchange``). One
-    is made per call; the stack's wrappers per entry and its exception bookkeeping cost about
-    as much as entering and leaving the two context managers themselves."""
+    the part of ``AsyncExitStack`` the relay uses. Unlike the stack, it leaves each with no
+    exception (``__aexit__(None, None, None)``), so it takes only the two context managers that
+    neither read nor suppress one (``Pool.lease``'s ``Lease``, ``StdioChild.exchange``'s
+    ``ChildCall``): anything else is a type error. One is made per call; an ``AsyncExitStack``
+    instead costs 0.7 to 2.7 % more instructions per call (``python -m bench.instructions``,
+    two A/B runs, C = 1 and 16, both eras; the fence's threshold is 1 %)."""
 
     __slots__ = ("_held",)
 
     def __init__(self) -> None:
-        self._held: list[AbstractAsyncContextManager[object]] = []
+        self._held: list[Lease | ChildCall] = []
 
-    async def enter(self, manager: AbstractAsyncContextManager[T]) -> T:
+    @overload
+    async def enter(self, manager: Lease) -> StdioChild: ...
+    @overload
+    async def enter(self, manager: ChildCall) -> Exchange: ...
+    async def enter(self, manager: Lease | ChildCall) -> StdioChild | Exchange:
         value = await manager.__aenter__()
         self._held.append(manager)
         return value

@@ -97,15 +97,23 @@ class PipeWriter(ByteSendStream):
     every write with a checkpoint: a whole pass through the event loop, resuming the request's
     whole coroutine stack, for each line a request writes.
 
-    ``over(stream)`` is this for anyio's asyncio stdin, else ``stream`` itself."""
+    ``over(stream)`` is this for anyio's asyncio stdin. It reads anyio's private
+    ``StreamWriterWrapper._stream`` (fenced: ``docs/architecture.md``, the anyio range pinned in
+    ``pyproject.toml``, ``tests/integration/test_fences.py``): a stream without it raises
+    ``TypeError`` rather than falling back to anyio's ``send`` unnoticed."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
 
     @classmethod
-    def over(cls, stream: ByteSendStream) -> ByteSendStream:
+    def over(cls, stream: ByteSendStream) -> PipeWriter:
         writer = getattr(stream, "_stream", None)  # anyio's StreamWriterWrapper keeps it there
-        return cls(writer) if isinstance(writer, asyncio.StreamWriter) else stream
+        if not isinstance(writer, asyncio.StreamWriter):
+            raise TypeError(
+                f"{type(stream).__module__}.{type(stream).__qualname__} holds no asyncio.StreamWriter in _stream: "
+                "anyio's process stdin changed; see 'Library internals' in docs/architecture.md"
+            )
+        return cls(writer)
 
     async def send(self, item: bytes) -> None:
         writer = self._writer

@@ -9,6 +9,7 @@ every answer it got, so each client can check that the answers in its result are
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import anyio
@@ -34,6 +35,7 @@ from tests.integration.test_client_requests import (
     retry_of,
     sse,
 )
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -137,7 +139,7 @@ async def test_with_child_asks_never_a_question_from_two_calls_in_flight_waits_u
     # Alice and the sleeper declare the same capabilities: children told them are one pool.
     sleeper = modern_call(5, "sleep", {"ms": 60_000, "progress": True}, progressToken="s", **{CAPABILITIES_KEY: ALL})
     send, receive = anyio.create_memory_object_stream[dict[str, Any]](10)
-    with anyio.fail_after(WAIT), send, receive:
+    with anyio.fail_after(WAIT), send, receive, recording("gateway.child") as held_questions:
         async with running_gateway(legacy_child(), pool=pool) as url, httpx.AsyncClient(timeout=WAIT) as http:
             alice = await open_session(http, url, ALL)
 
@@ -151,9 +153,11 @@ async def test_with_child_asks_never_a_question_from_two_calls_in_flight_waits_u
                 assert (await anext(slow_messages))["method"] == "notifications/progress"  # in flight at the child
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(alice_calls)
+                    # The child asks (either call may have asked): the question is held, nobody is asked.
+                    await held_questions.wait_for_text("held until only one is left")
                     early: list[dict[str, Any]] = []
-                    with anyio.move_on_after(0.5):  # either call may have asked: nobody is asked yet
-                        early.append(await receive.receive())
+                    with contextlib.suppress(anyio.WouldBlock):
+                        early.append(receive.receive_nowait())
                     await slow.aclose()  # the sleeper's client leaves: it is cancelled, one candidate is left
                     question = await receive.receive()
                     answer = {"jsonrpc": "2.0", "id": question["id"], "result": elicited("Alice")}

@@ -36,6 +36,7 @@ from tests.gateway_server import (
     parse_sse,
     running_gateway,
 )
+from tests.logrecords import Records, recording
 
 pytestmark = pytest.mark.anyio
 
@@ -46,9 +47,10 @@ CHILD_ERAS = ["modern", "legacy"]
 class Child:
     """The gateway's one child, watched from outside through real traffic and /proc."""
 
-    def __init__(self, http: httpx.AsyncClient, url: str, pid: int) -> None:
+    def __init__(self, http: httpx.AsyncClient, url: str, pid: int, access: Records) -> None:
         self.http, self.url, self.pid = http, url, pid
         self.idle_threads = 0
+        self.access = access  # the gateway's access lines
 
     def threads(self) -> int:
         return len(os.listdir(f"/proc/{self.pid}/task"))
@@ -84,26 +86,27 @@ class Child:
         return ids
 
     async def wait_cancelled_ids(self) -> list[Any]:
-        """The child's cancelled ids, once there is at least one (bounded, real requests)."""
+        """The child's cancelled ids, once a request was cancelled (bounded): its access line
+        comes once its exchange is closed, which queued the child's cancel ahead of this ask."""
         with anyio.fail_after(WAIT_SECONDS):
-            while not (ids := await self.cancelled_ids()):
-                pass
-        return ids
+            await self.access.wait_for_text("outcome=cancelled")
+        return await self.cancelled_ids()
 
 
 @asynccontextmanager
 async def watched_child(child_era: str) -> AsyncIterator[Child]:
-    async with (
-        # Declaring no client capability to legacy children keeps every client on the one child
-        # (children are keyed by the capabilities they are told; these clients declare none).
-        running_gateway(server_spec("--era", child_era, client_capabilities={}), pool_size=1) as url,
-        httpx.AsyncClient(timeout=WAIT_SECONDS) as http,
-    ):
-        child = Child(http, url, 0)
-        await child.round_trip()  # the pool is ready and no tool thread has ever run
-        [child.pid] = [pid for pid, _ in server_processes()]
-        child.idle_threads = child.threads()
-        yield child
+    with recording("gateway.access") as access:
+        async with (
+            # Declaring no client capability to legacy children keeps every client on the one child
+            # (children are keyed by the capabilities they are told; these clients declare none).
+            running_gateway(server_spec("--era", child_era, client_capabilities={}), pool_size=1) as url,
+            httpx.AsyncClient(timeout=WAIT_SECONDS) as http,
+        ):
+            child = Child(http, url, 0, access)
+            await child.round_trip()  # the pool is ready and no tool thread has ever run
+            [child.pid] = [pid for pid, _ in server_processes()]
+            child.idle_threads = child.threads()
+            yield child
 
 
 def assert_exactly_one_child_side_id(ids: list[Any]) -> None:

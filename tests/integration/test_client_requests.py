@@ -39,6 +39,7 @@ from gateway.relay.router import Isolation
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, MODERN, modern_call, modern_headers, parse_sse, running_gateway
+from tests.logrecords import Records, recording
 from tests.schemas import validate
 
 pytestmark = pytest.mark.anyio
@@ -489,23 +490,25 @@ async def test_a_retry_by_another_principal_is_refused_and_the_owner_can_still_r
     assert answers(owned.json()) == [{"result": CLIENT_ROOTS}]
 
 
-async def wait_for_a_cancellation(http: httpx.AsyncClient, url: str, capabilities: dict[str, Any]) -> list[Any]:
-    """The child's cancelled request ids, once there is one (polled with real requests, bounded).
+async def wait_for_a_cancellation(
+    http: httpx.AsyncClient, url: str, records: Records, text: str, capabilities: dict[str, Any]
+) -> list[Any]:
+    """The child's cancelled request ids, asked once the gateway logged ``text`` (bounded): the
+    record comes as the call is closed, which queues its cancel to the child ahead of the ask.
     ``capabilities``: the cancelled call's, so that a child told the same (its pool) answers."""
-    ids_call = modern_call("ids", "cancelled_ids", **{CAPABILITIES_KEY: capabilities})
     with anyio.fail_after(WAIT):
-        while True:
-            reply = await http.post(url, headers=modern_headers("tools/call", "cancelled_ids"), json=ids_call)
-            ids: list[Any] = reply.json()["result"]["structuredContent"]["ids"]
-            if ids:
-                return ids
+        await records.wait_for_text(text)
+        ids_call = modern_call("ids", "cancelled_ids", **{CAPABILITIES_KEY: capabilities})
+        reply = await http.post(url, headers=modern_headers("tools/call", "cancelled_ids"), json=ids_call)
+        ids: list[Any] = reply.json()["result"]["structuredContent"]["ids"]
+        return ids
 
 
 async def test_an_undeclared_capability_gets_32021_and_the_call_is_cancelled_at_the_child() -> None:
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(WAIT), recording("gateway.access") as access:
         async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
             refused = await post(http, url, modern_ask(1, [ELICITATION], {"sampling": {}}))
-            cancelled = await wait_for_a_cancellation(http, url, {"sampling": {}})
+            cancelled = await wait_for_a_cancellation(http, url, access, "code=-32021", {"sampling": {}})
     assert refused.status_code == 400
     assert refused.headers["content-type"] == "application/json"
     body = refused.json()
@@ -530,10 +533,10 @@ async def test_undeclared_roots_are_answered_by_the_gateway_rather_than_refused(
 
 async def test_a_call_whose_retry_never_comes_is_cancelled_at_the_child_and_its_state_refused() -> None:
     call = modern_ask(1, [SAMPLING], {"sampling": {}})
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(WAIT), recording("gateway.mrtr") as parked:
         async with running_gateway(legacy_child(input_timeout=0.5)) as url, httpx.AsyncClient(timeout=WAIT) as http:
             [ended] = messages(await post(http, url, call))
-            cancelled = await wait_for_a_cancellation(http, url, {"sampling": {}})
+            cancelled = await wait_for_a_cancellation(http, url, parked, "no retry came within", {"sampling": {}})
             late = await post(http, url, retry_of(call, 2, ended["result"]["requestState"], {"k1": SAMPLED}))
     assert len(cancelled) == 1
     assert late.status_code == 400

@@ -22,10 +22,15 @@ pytestmark = pytest.mark.anyio
 
 
 async def read_log(
-    process: Process, lines: list[dict[str, Any]], port: list[int], listening: anyio.Event, ended: anyio.Event
+    process: Process,
+    lines: list[dict[str, Any]],
+    port: list[int],
+    listening: anyio.Event,
+    ended: anyio.Event,
+    draining: anyio.Event | None = None,
 ) -> None:
     """Drain the gateway's JSON log for the whole run (a full pipe would block its logging);
-    note the port once uvicorn names it."""
+    note the port once uvicorn names it, and set ``draining`` once it says it drains."""
     assert process.stderr is not None
     buffer = ""
     async for chunk in TextReceiveStream(process.stderr):
@@ -38,6 +43,8 @@ async def read_log(
             if found:
                 port.append(int(found.group(1)))
                 listening.set()
+            if draining is not None and record["message"].startswith("received SIGTERM: draining"):
+                draining.set()
     ended.set()
 
 
@@ -78,8 +85,8 @@ async def test_sigterm_drains_then_stops_children_and_exits_zero() -> None:
             anyio.create_task_group() as logs,
         ):
             found: list[int] = []
-            listening, ended = anyio.Event(), anyio.Event()
-            logs.start_soon(read_log, gateway, lines, found, listening, ended)
+            listening, ended, draining = anyio.Event(), anyio.Event(), anyio.Event()
+            logs.start_soon(read_log, gateway, lines, found, listening, ended, draining)
             await listening.wait()
             port = found[0]
             url = f"http://127.0.0.1:{port}/mcp"
@@ -87,25 +94,32 @@ async def test_sigterm_drains_then_stops_children_and_exits_zero() -> None:
             # Should an assertion fail below, the gateway must not outlive the test.
             logs.start_soon(kill_after_failure, gateway)
 
+            running: list[str] = []
+            both_running = anyio.Event()
+
             async def sleep_call(name: str, ms: int) -> None:
-                reply = await http.post(
-                    url, headers=modern_headers("tools/call", "sleep"), json=modern_call(name, "sleep", {"ms": ms})
-                )
-                results[name] = reply.json()
+                body = modern_call(name, "sleep", {"ms": ms, "progress": True}, progressToken=name)
+                async with http.stream("POST", url, headers=modern_headers("tools/call", "sleep"), json=body) as reply:
+                    async for line in reply.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        message = json.loads(line[5:])
+                        if message.get("method") == "notifications/progress":  # the sleep has begun at the child
+                            running.append(name)
+                            if len(running) == 2:
+                                both_running.set()
+                        else:
+                            results[name] = message
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(sleep_call, "short", 1500)
                 tg.start_soon(sleep_call, "long", 60_000)
-                while True:  # both calls leased to the child (real round trips, bounded above)
-                    status = (await http.get(f"http://127.0.0.1:{port}/status")).json()
-                    pools = status["servers"][0]["pools"].values()
-                    if sum(c["in_flight"] for p in pools for c in p["children"]) == 2:
-                        break
+                await both_running.wait()  # both calls leased to the child and running there
                 assert len(servers_named(marker)) == 1
                 gateway.send_signal(signal.SIGTERM)
+                await draining.wait()  # the gateway logged that it drains: readiness says so from then on
                 readiness = await http.get(f"http://127.0.0.1:{port}/readyz")
-                while readiness.status_code != 503:
-                    readiness = await http.get(f"http://127.0.0.1:{port}/readyz")
+                assert readiness.status_code == 503
                 assert "draining" in readiness.text
                 refused = await http.post(
                     url, headers=modern_headers("tools/call", "echo"), json=modern_call(3, "echo", {"message": "x"})

@@ -244,13 +244,23 @@ async def test_isolation_keys_beyond_the_global_cap_evict_idle_children_then_get
             assert len(server_processes()) == baseline + 2
             whole = (await http.get(f"{base}/status", headers=OPERATOR)).json()
             assert whole["children"] == {"in_service": 2, "max": 2, "evicted": 1}
+            running: list[str] = []
+            both_running = anyio.Event()
+
+            async def sleeper(user: str) -> None:
+                headers = modern_headers("tools/call", "sleep", **{"x-user": user, "x-api-key": user})
+                body = modern_call(1, "sleep", {"ms": 20_000, "progress": True}, progressToken="p")
+                async with http.stream("POST", url, headers=headers, json=body) as reply:
+                    async for line in reply.aiter_lines():
+                        if line.startswith("data:") and '"notifications/progress"' in line:  # begun at the child
+                            running.append(user)
+                            if len(running) == 2:
+                                both_running.set()
+
             async with anyio.create_task_group() as tg:
                 for user in ("p2", "p3"):  # both children busy
-                    tg.start_soon(call, http, url, user, "sleep", {"ms": 20_000})
-                while True:
-                    pools = (await status(http, url))["pools"].values()
-                    if sum(c["in_flight"] for p in pools for c in p["children"]) == 2:
-                        break
+                    tg.start_soon(sleeper, user)
+                await both_running.wait()
                 refused = await call(http, url, "p4", "pid", {})
                 assert refused.status_code == 503
                 assert int(refused.headers["retry-after"]) >= 1

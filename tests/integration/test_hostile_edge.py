@@ -9,6 +9,7 @@ import logging
 import tracemalloc
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,6 +25,7 @@ from gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
 from gateway.relay.router import Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
+from tests.filewatch import wait_until
 from tests.gateway_server import (
     BASE_HEADERS,
     MODERN_META,
@@ -37,6 +39,7 @@ from tests.gateway_server import (
     serving,
 )
 from tests.integration.test_operations import metric
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -111,9 +114,30 @@ async def served(http: httpx.AsyncClient, url: str, **headers: str) -> tuple[int
     return sum(c["served"] for c in children), sum(c["in_flight"] for c in children)
 
 
-async def wait_in_flight(http: httpx.AsyncClient, url: str, count: int, **headers: str) -> None:
-    while (await served(http, url, **headers))[1] != count:  # real round trips, bounded by the caller
-        pass
+def started_sleep(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` (a ``sleep`` call) asking for a progress notification when the sleep begins."""
+    params = body["params"]
+    meta = {**params.get("_meta", {}), "progressToken": f"started-{body['id']}"}
+    return {**body, "params": {**params, "arguments": {**params["arguments"], "progress": True}, "_meta": meta}}
+
+
+async def sleep_running(
+    http: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    body: dict[str, Any],
+    begun: list[Any],
+    running: anyio.Event,
+    count: int = 1,
+) -> None:
+    """POST the sleep ``body`` (made to report its start) and read its stream; once ``count``
+    sleeps have begun at the child (their progress came), ``running`` is set."""
+    async with http.stream("POST", url, headers=headers, json=started_sleep(body)) as reply:
+        async for line in reply.aiter_lines():
+            if line.startswith("data:") and '"notifications/progress"' in line:
+                begun.append(body["id"])
+                if len(begun) == count:
+                    running.set()
 
 
 # --- Row 1: metric labels from a fixed set -------------------------------------------------------
@@ -196,12 +220,11 @@ async def test_each_request_of_a_batch_counts_against_the_principals_in_flight_l
         ):
             session = await open_session(http, url, "2025-03-26")
             async with anyio.create_task_group() as tg:
-                tg.start_soon(
-                    lambda: http.post(
-                        url, headers=modern_headers("tools/call", "sleep"), json=modern_call(1, "sleep", {"ms": 60_000})
-                    )
-                )
-                await wait_in_flight(http, url, 1)
+                begun: list[Any] = []
+                running = anyio.Event()
+                sleep, sleep_call = modern_headers("tools/call", "sleep"), modern_call(1, "sleep", {"ms": 60_000})
+                tg.start_soon(sleep_running, http, url, sleep, sleep_call, begun, running)
+                await running.wait()
                 before, _ = await served(http, url)
                 too_many = await http.post(url, headers=session, json=[legacy_call(i, "pid") for i in range(4)])
                 assert too_many.status_code == 429, too_many.text
@@ -223,7 +246,7 @@ async def test_each_request_of_a_batch_counts_against_the_principals_in_flight_l
 async def test_legacy_calls_whose_clients_hung_up_still_count_until_they_end() -> None:
     # A legacy client's disconnect is not a cancellation: the call goes on at the child, and so
     # does its slot, or a client could pile up calls by hanging up.
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(WAIT), recording("gateway.access") as access:
         async with (
             # Both calls share the session's child (the test server never asks here).
             running_gateway(
@@ -233,27 +256,27 @@ async def test_legacy_calls_whose_clients_hung_up_still_count_until_they_end() -
         ):
             session = await open_session(http, url)
             async with anyio.create_task_group() as tg:
+                begun: list[Any] = []
+                running = anyio.Event()
                 for i in (1, 2):
-                    tg.start_soon(
-                        lambda i=i: http.post(url, headers=session, json=legacy_call(i, "sleep", {"ms": 60_000}))
-                    )
-                await wait_in_flight(http, url, 2)
+                    sleep_call = legacy_call(i, "sleep", {"ms": 60_000})
+                    tg.start_soon(sleep_running, http, url, session, sleep_call, begun, running, 2)
+                await running.wait()  # both calls run at the child
                 tg.cancel_scope.cancel()  # both clients hang up
             refused = await http.post(url, headers=session, json=legacy_call(3, "pid"))
             assert refused.status_code == 429
             assert (await served(http, url))[1] == 2  # both calls still run at the child
             # At its limit a client can still end its session, which cancels both calls.
             assert (await http.delete(url, headers=session)).status_code == 204
-            await wait_in_flight(http, url, 0)
-            # The slots come back as the cancelled exchanges finish: then both fit at once again.
+            # The slots come back as the cancelled exchanges finish (each then logs its access
+            # line): then both fit at once again.
+            await access.wait_for(lambda r: r.rpc_method == "tools/call" and r.status != 429, 2)  # type: ignore[attr-defined]
+            assert (await served(http, url))[1] == 0
             batch_of_two = [legacy_call(i, "pid") for i in (5, 6)]
             init = await http.post(url, headers=BASE_HEADERS, json=legacy_initialize("2025-03-26"))
-            while init.status_code == 429:
-                init = await http.post(url, headers=BASE_HEADERS, json=legacy_initialize("2025-03-26"))
+            assert init.status_code == 200, init.text
             session = {**BASE_HEADERS, "mcp-session-id": init.headers["mcp-session-id"]}
             fine = await http.post(url, headers=session, json=batch_of_two)
-            while fine.status_code == 429:
-                fine = await http.post(url, headers=session, json=batch_of_two)
             assert fine.status_code == 200
 
 
@@ -366,16 +389,14 @@ async def test_readyz_names_a_failing_server_without_its_stderr_which_stays_on_t
     tokens = TokenStore([f"alice:{ALICE}"])
     auth = {"authorization": f"Bearer {ALICE}"}
     spec = server_spec("--stderr-lines", "2", "--exit-at-start", "4")
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(WAIT), recording("gateway.pool") as failures:
         async with (
             running_gateway(spec, tokens=tokens, operator_tokens=operator_tokens()) as url,
             httpx.AsyncClient(timeout=WAIT) as http,
         ):
             status_url = url.replace("/mcp", "/status")
-            while "fatal: configured to exit" not in (await http.get(status_url, headers=OPERATOR)).text:
-                await http.post(
-                    url, headers={**modern_headers("tools/call", "echo"), **auth}, json=modern_call(1, "echo")
-                )
+            await failures.wait_for(lambda r: "child failed to start" in r.getMessage() and "fatal" in r.getMessage())
+            assert "fatal: configured to exit" in (await http.get(status_url, headers=OPERATOR)).text
             readiness = await http.get(url.replace("/mcp", "/readyz"))  # no token: probes stay open
             assert (await http.get(status_url)).status_code == 401
             assert (await http.get(status_url, headers=auth)).status_code == 401  # an MCP token is no operator's
@@ -414,8 +435,10 @@ async def test_middleware_and_ladder_refusals_are_logged_and_counted() -> None:
             }
             async with anyio.create_task_group() as tg:
                 sleep = {**modern_headers("tools/call", "sleep"), **auth}
-                tg.start_soon(lambda: http.post(url, headers=sleep, json=modern_call(2, "sleep", {"ms": 60_000})))
-                await wait_in_flight(http, url, 1, **OPERATOR)
+                begun: list[Any] = []
+                running = anyio.Event()
+                tg.start_soon(sleep_running, http, url, sleep, modern_call(2, "sleep", {"ms": 60_000}), begun, running)
+                await running.wait()
                 expected[429] = await http.post(url, headers=echo, json=call)
                 tg.cancel_scope.cancel()
             for status, reply in expected.items():
@@ -430,11 +453,22 @@ async def test_middleware_and_ladder_refusals_are_logged_and_counted() -> None:
         assert metric(page, "mcp_gateway_requests_total", server="test", status=str(status), outcome="error") == 1
 
 
-async def test_gateway_errors_and_cancellations_are_not_counted_as_plain_200s() -> None:
+async def test_gateway_errors_and_cancellations_are_not_counted_as_plain_200s(tmp_path: Path) -> None:
+    record = tmp_path / "stdin.jsonl"
+
+    async def child_has_read(request_count: int) -> None:
+        """Until the child has read ``request_count`` sleep calls (its stdin record, watched)."""
+
+        def read() -> bool:
+            lines = record.read_text().splitlines() if record.exists() else []
+            return sum('"name": "sleep"' in line or '"name":"sleep"' in line for line in lines) >= request_count
+
+        await wait_until(record, read)
+
     with anyio.fail_after(WAIT):
         async with (
             access_log() as records,
-            running_gateway(server_spec()) as url,
+            running_gateway(server_spec("--record", str(record))) as url,
             httpx.AsyncClient(timeout=WAIT) as http,
         ):
             # Modern: the client leaves before the answer (the child is told to cancel).
@@ -444,10 +478,10 @@ async def test_gateway_errors_and_cancellations_are_not_counted_as_plain_200s() 
                         url, headers=modern_headers("tools/call", "sleep"), json=modern_call(2, "sleep", {"ms": 60_000})
                     )
                 )
-                await wait_in_flight(http, url, 1)
+                await child_has_read(1)  # in flight at the child
                 tg.cancel_scope.cancel()
             left = await records.wait_for(lambda r: getattr(r, "outcome", None) == "cancelled")
-            await wait_in_flight(http, url, 0)
+            assert (await served(http, url))[1] == 0  # its lease was given back before its access line
             # Legacy: a POSTed notifications/cancelled ends the request with no answer at all
             # (2025-11-25: a cancelled request is not answered): the stream just ends.
             session = await open_session(http, url)
@@ -459,7 +493,7 @@ async def test_gateway_errors_and_cancellations_are_not_counted_as_plain_200s() 
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(legacy_sleep)
-                await wait_in_flight(http, url, 1)
+                await child_has_read(2)  # in flight at the child
                 note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
                 assert (await http.post(url, headers=session, json=note)).status_code == 202
             assert cancelled["status"] == 200

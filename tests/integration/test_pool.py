@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import httpx
+import orjson
 import pytest
 
 from gateway.relay.router import Isolation
@@ -21,6 +22,7 @@ from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import TEST_SERVER, server_processes, server_spec
 from tests.gateway_server import BASE_HEADERS, legacy_initialize, modern_call, modern_headers, running_gateway
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -42,29 +44,39 @@ def pool_children(server: dict[str, Any]) -> list[dict[str, Any]]:
 async def test_a_killed_child_fails_only_its_own_calls_and_is_replaced() -> None:
     baseline = len(server_processes())
     settings = PoolSettings(min_size=4, max_size=4)
-    with anyio.fail_after(40):
+    with anyio.fail_after(40), recording("gateway.child") as records:
         async with (
             running_gateway(server_spec("--stderr-lines", "2"), pool=settings) as url,
             httpx.AsyncClient(limits=httpx.Limits(max_connections=100), timeout=30) as http,
         ):
-            results: list[httpx.Response] = []
+            results: list[dict[str, Any]] = []
+            running, all_running = 0, anyio.Event()
 
             async def one_call() -> None:
-                results.append(await call(http, url, "sleep", {"ms": 4000}))
+                nonlocal running
+                body = modern_call(1, "sleep", {"ms": 4000, "progress": True}, progressToken="p")
+                async with http.stream("POST", url, headers=modern_headers("tools/call", "sleep"), json=body) as reply:
+                    async for line in reply.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        message = orjson.loads(line[5:])
+                        if message.get("method") != "notifications/progress":
+                            results.append(message)
+                            continue
+                        running += 1  # the sleep has begun on its child
+                        if running == 50:
+                            all_running.set()
 
-            while [c["state"] for c in pool_children(await status(http, url))] != ["ready"] * 4:
-                pass  # all four pre-warmed children up (each /status is a real round trip)
+            await records.wait_for_text(") ready:", 4)  # all four pre-warmed children up
             async with anyio.create_task_group() as tg:
                 for _ in range(50):
                     tg.start_soon(one_call)
-                while True:  # until every call is leased to a child (real traffic, bounded above)
-                    children = pool_children(await status(http, url))
-                    if sum(c["in_flight"] for c in children) == 50:
-                        break
+                await all_running.wait()  # every call is leased to a child, and running there
+                children = pool_children(await status(http, url))
                 victim = max(children, key=lambda c: c["in_flight"])
                 os.kill(victim["pid"], signal.SIGKILL)
-            failed = [r.json() for r in results if "error" in r.json()]
-            served = [r.json() for r in results if "result" in r.json()]
+            failed = [r for r in results if "error" in r]
+            served = [r for r in results if "result" in r]
             assert len(failed) == victim["in_flight"]
             assert len(served) == 50 - victim["in_flight"]
             for answer in failed:
@@ -74,8 +86,7 @@ async def test_a_killed_child_fails_only_its_own_calls_and_is_replaced() -> None
                 assert answer["error"]["data"]["stderr"] == ["boot line 1", "boot line 2"]
             assert {a["result"]["structuredContent"]["pid"] for a in served} <= {c["pid"] for c in children}
             assert victim["pid"] not in {a["result"]["structuredContent"]["pid"] for a in served}
-            while len([c for c in pool_children(await status(http, url)) if c["state"] == "ready"]) < 4:
-                pass  # the replacement is starting; each /status is a real round trip
+            await records.wait_for_text(") ready:", 5)  # the replacement is up
             assert (await call(http, url, "echo", {"message": "after"})).status_code == 200
             live = server_processes()
             assert len(live) == baseline + 4
@@ -146,17 +157,17 @@ async def test_header_credentials_reach_only_a_child_keyed_by_them() -> None:
 
 
 async def test_a_command_that_exits_at_once_backs_off_fails_fast_and_fails_readiness() -> None:
-    with anyio.fail_after(30):
+    with anyio.fail_after(30), recording("gateway.pool") as records:
         async with (
             running_gateway(server_spec("--exit-at-start", "1")) as url,
             httpx.AsyncClient(timeout=30) as http,
         ):
             ready_url = url.replace("/mcp", "/readyz")
-            while not next(iter((await status(http, url))["pools"].values()))["failing"]:
-                reply = await call(http, url, "echo", {"message": "x"})
-                error = reply.json()["error"]  # every request fails with the reason meanwhile
-                assert error["message"].startswith("cannot start")
-                assert "fatal: configured to exit" in error["message"]
+            reply = await call(http, url, "echo", {"message": "x"})
+            error = reply.json()["error"]  # every request fails with the reason meanwhile
+            assert error["message"].startswith("cannot start")
+            assert "fatal: configured to exit" in error["message"]
+            await records.wait_for_text("failing after")
             started = anyio.current_time()
             fast = await call(http, url, "echo", {"message": "x"})
             assert anyio.current_time() - started < 0.5  # failing: no wait for a start
@@ -192,15 +203,16 @@ async def test_a_child_with_pending_requests_and_no_output_is_recycled() -> None
 
 async def test_a_child_that_fails_its_liveness_check_is_recycled() -> None:
     settings = PoolSettings(min_size=1, max_size=1, liveness_interval=0.2, liveness_timeout=0.5)
-    with anyio.fail_after(30):
+    with anyio.fail_after(30), recording("gateway.pool", "gateway.child") as records:
         async with (
             running_gateway(server_spec(request_timeout=0.3), pool=settings) as url,
             httpx.AsyncClient(timeout=30) as http,
         ):
             frozen = int((await call(http, url, "pid", {})).json()["result"]["content"][0]["text"])
             assert (await call(http, url, "freeze", {})).json()["error"]["code"] == -31002  # it hangs: timeout
-            while [c["pid"] for c in pool_children(await status(http, url)) if c["state"] == "ready"] in ([], [frozen]):
-                pass  # the idle check pings it, gets no answer, and replaces it (/status leases no child)
+            # The idle check pings it, gets no answer, and replaces it.
+            await records.wait_for_text(f"child pid {frozen} failed its liveness check")
+            await records.wait_for_text(") ready:", 2)
             reply = await call(http, url, "pid", {})
             assert int(reply.json()["result"]["content"][0]["text"]) != frozen
     assert all(pid != frozen for pid, _ in server_processes())
@@ -219,9 +231,9 @@ async def test_a_failing_pool_without_a_minimum_recovers_once_the_command_works(
     script.chmod(0o755)
     spec = ChildSpec(str(script), (sys.executable, str(TEST_SERVER)), probe_timeout=5, handshake_timeout=5)
     settings = PoolSettings(min_size=0, max_size=1)
-    with anyio.fail_after(30):
+    with anyio.fail_after(30), recording("gateway.pool") as records:
         async with running_gateway(spec, pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
-            while not any(p["failing"] for p in (await status(http, url))["pools"].values()):
+            while not records.matching(lambda r: "failing after" in r.getMessage()):  # each call makes a start fail
                 assert "not yet" in (await call(http, url, "echo", {"message": "x"})).json()["error"]["message"]
             ready.touch()  # the operator fixes the server
             while "result" not in (reply := await call(http, url, "echo", {"message": "back"})).json():

@@ -28,6 +28,7 @@ import pytest
 
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
+from tests.filewatch import wait_until
 from tests.gateway_server import (
     MODERN_META,
     modern_call,
@@ -273,11 +274,11 @@ async def test_a_legacy_self_cancel_ends_the_stream_without_a_reply_and_leaves_o
             assert theirs.final["result"]["content"][0]["text"] == "done after 3 steps"
             # A cancel before anything came back: the answer is an event stream with nothing in it.
             tg.start_soon(unstarted.run)
-            # Until the child has read the sleep call (so the gateway holds it): nothing signals
-            # that, since a sleep sends nothing back, so the child's stdin record is polled.
+            # Until the child has read the sleep call (so the gateway holds it): a sleep sends
+            # nothing back, so the child's stdin record is watched (inotify) for it.
             with anyio.fail_after(10):
-                while not [m for m in recorded(record) if m.get("params", {}).get("arguments") == {"ms": 30_000}]:  # noqa: ASYNC110
-                    await anyio.sleep(0.02)
+                read = lambda: any(m.get("params", {}).get("arguments") == {"ms": 30_000} for m in recorded(record))  # noqa: E731
+                await wait_until(record, read)
             posted = await http.post(url, headers=first, json=modern_cancel("later"))
             assert posted.status_code == 202
             await unstarted.wait_for(lambda c: c.done)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from anyio.streams.text import TextReceiveStream
 
 pytestmark = [pytest.mark.anyio, pytest.mark.npm]
 
@@ -60,15 +61,27 @@ async def test_the_readme_first_hour_steps_work_as_printed(tmp_path: Path) -> No
 
     env = {**os.environ, "NO_COLOR": "1"}
     with anyio.fail_after(150):
-        async with await anyio.open_process(
-            adapt(serve), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        ) as gateway:
+        async with (
+            await anyio.open_process(adapt(serve), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as gateway,
+            anyio.create_task_group() as logs,
+        ):
+            listening = anyio.Event()
+
+            async def read_log() -> None:
+                """The gateway's log, read to its end (a full pipe would block it); ``listening``
+                once it says where it runs."""
+                assert gateway.stderr is not None
+                seen = ""
+                async for chunk in TextReceiveStream(gateway.stderr):
+                    seen = (seen + chunk)[-4096:]
+                    if "running on http://" in seen:
+                        listening.set()
+
+            logs.start_soon(read_log)
             try:
-                # The gateway listens at once; `call` waits for the child (npx may download first).
-                while True:
-                    result = await anyio.run_process(adapt(call), check=False, env=env)
-                    if b"cannot reach" not in result.stderr:
-                        break
+                # The gateway listens, then `call` waits for the child (npx may download first).
+                await listening.wait()
+                result = await anyio.run_process(adapt(call), check=False, env=env)
                 output = result.stdout.decode()
                 assert result.returncode == 0, result.stderr.decode()
                 assert "hello-from-the-readme.txt" in output

@@ -22,6 +22,7 @@ import pytest
 
 from gateway.relay.router import DualEra
 from tests.conftest import server_spec
+from tests.filewatch import wait_until
 from tests.gateway_server import BASE_HEADERS, legacy_initialize, parse_sse, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -74,12 +75,17 @@ def listen_id(path: Path, uris: list[str]) -> Any:
     return found
 
 
-async def wait_cancelled(http: httpx.AsyncClient, url: str, headers: dict[str, str], child_id: Any) -> None:
-    """Until the child was told to cancel ``child_id`` (real round trips, bounded by the caller)."""
-    while True:
-        answer = await request(http, url, headers, "tools/call", name="cancelled_ids", arguments={})
-        if child_id in answer["result"]["structuredContent"]["ids"]:
-            return
+async def wait_cancelled(record: Path, child_id: Any) -> None:
+    """Until the child has read a ``notifications/cancelled`` for ``child_id`` (its stdin record,
+    watched with inotify; bounded by the caller)."""
+
+    def told() -> bool:
+        return any(
+            m.get("method") == "notifications/cancelled" and m["params"].get("requestId") == child_id
+            for m in recorded(record)
+        )
+
+    await wait_until(record, told)
 
 
 # Every child is opened in the modern era (``DualEra.MODERN``), so the legacy sessions of these
@@ -137,7 +143,7 @@ async def test_each_legacy_session_gets_the_updates_it_subscribed_to_until_it_un
                 # subscriptions are its own, and there is no listen to look for.
                 as_modern = not [m for m in recorded(record) if m.get("method") == "initialize"]
                 if as_modern:
-                    await wait_cancelled(http, url, carol, listen_id(record, ["file:///docs", "file:///alice"]))
+                    await wait_cancelled(record, listen_id(record, ["file:///docs", "file:///alice"]))
 
                 # Carol subscribed to nothing the child took, and got nothing until now.
                 await subscribe(carol, "file:///carol")
@@ -147,7 +153,7 @@ async def test_each_legacy_session_gets_the_updates_it_subscribed_to_until_it_un
                 # Ending a session closes its listen at the child.
                 assert (await http.delete(url, headers=bob)).status_code == 204
                 if as_modern:
-                    await wait_cancelled(http, url, carol, listen_id(record, ["file:///bob"]))
+                    await wait_cancelled(record, listen_id(record, ["file:///bob"]))
             if as_modern:  # one listen per session and per change, never a legacy subscribe
                 assert not [m for m in recorded(record) if m.get("method") == "resources/subscribe"]
 
@@ -190,8 +196,7 @@ async def test_a_sessions_listen_is_opened_again_when_the_child_crashes_or_ends_
                 def listens() -> int:
                     return sum(1 for m in recorded(record) if m.get("method") == LISTEN)
 
-                # Nothing signals the re-opened listen to a client, so the child's stdin is polled.
-                while listens() < 2:  # noqa: ASYNC110
-                    await anyio.sleep(0.02)
+                # Nothing signals the re-opened listen to a client: the child's stdin record is watched.
+                await wait_until(record, lambda: listens() >= 2)
                 await updated(http, url, session, "file:///docs/after-crash")
                 assert (await anext(received))["params"] == {"uri": "file:///docs/after-crash"}

@@ -11,6 +11,7 @@ in flight (its progress came, its result cannot come within the test) while anot
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import anyio
@@ -31,6 +32,7 @@ from tests.integration.test_client_requests import (
     open_session,
     sse,
 )
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -90,7 +92,7 @@ async def test_a_tool_that_asked_once_keeps_the_child_to_itself_while_a_quiet_to
 async def test_a_quiet_tool_that_asks_while_sharing_is_held_until_alone_and_then_runs_alone() -> None:
     pool = PoolSettings(min_size=1, max_size=1, queue_timeout=0.2)
     send, receive = anyio.create_memory_object_stream[dict[str, Any]](10)
-    with anyio.fail_after(WAIT), send, receive:
+    with anyio.fail_after(WAIT), send, receive, recording("gateway.child") as held_questions:
         async with running_gateway(legacy_child(), pool=pool) as url, httpx.AsyncClient(timeout=WAIT) as http:
             alice = await open_session(http, url, {"elicitation": {}})
             bob = await open_session(http, url, {"elicitation": {}})
@@ -107,9 +109,11 @@ async def test_a_quiet_tool_that_asks_while_sharing_is_held_until_alone_and_then
                 assert (await anext(bob_stream))["method"] == "notifications/progress"
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(alice_calls)  # shares the child with bob's call: both are candidates
+                    # The child asks (either call may have asked): the question is held, nobody is asked.
+                    await held_questions.wait_for_text("held until only one is left")
                     early: list[dict[str, Any]] = []
-                    with anyio.move_on_after(0.5):  # either call may have asked: nobody is asked yet
-                        early.append(await receive.receive())
+                    with contextlib.suppress(anyio.WouldBlock):
+                        early.append(receive.receive_nowait())
                     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
                     await http.post(url, headers=bob, json=cancel)  # bob's call ends: alice's is the one left
                     question = await receive.receive()

@@ -28,6 +28,7 @@ from gateway.relay.router import Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import OPERATOR, OPERATOR_TOKEN, app_for, operator_tokens, serving
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -48,14 +49,10 @@ async def two_servers(**options: Any) -> AsyncIterator[str]:
     """A gateway serving ``alpha`` (modern, two children) and ``beta`` (legacy, with stderr)."""
     alpha = ServerConfig("alpha", server_spec(), PoolSettings(min_size=2, max_size=2))
     beta = ServerConfig("beta", server_spec("--era", "legacy", "--stderr-lines", "3"), PoolSettings())
-    async with serving(app_for([Router(alpha), Router(beta)], **options)) as base:
-        async with httpx.AsyncClient() as http:
-            while True:  # both pools pre-warm; each /status is a real round trip
-                status = (await http.get(f"{base}/status", headers=_auth(options))).json()
-                children = [c for s in status["servers"] for p in s["pools"].values() for c in p["children"]]
-                if len(children) == 3 and all(c["state"] == "ready" for c in children):
-                    break
-        yield base
+    with recording("gateway.child") as records:
+        async with serving(app_for([Router(alpha), Router(beta)], **options)) as base:
+            await records.wait_for_text(") ready:", 3)  # both pools pre-warm: three children
+            yield base
 
 
 def _auth(options: dict[str, Any]) -> dict[str, str]:
@@ -201,12 +198,11 @@ def test_every_value_on_the_page_is_escaped() -> None:
 
 async def test_status_keeps_the_recent_errors_newest_first() -> None:
     failing = ServerConfig("broken", server_spec("--exit-at-start", "3"), PoolSettings(min_size=1, max_size=1))
-    with anyio.fail_after(60):
+    with anyio.fail_after(60), recording("gateway.pool") as records:
         async with serving(app_for([Router(failing)])) as base, httpx.AsyncClient() as http:
-            while True:  # the pool retries with backoff; each /status is a real round trip
-                status = (await http.get(f"{base}/status")).json()
-                if len(status["recent_errors"]) >= 2:
-                    break
+            await records.wait_for_text("child failed to start", 2)  # the pool retries with backoff
+            status = (await http.get(f"{base}/status")).json()
+            assert len(status["recent_errors"]) >= 2
             page = (await http.get(f"{base}/ui")).text
     messages = [e["message"] for e in status["recent_errors"]]
     assert any("child failed to start" in m and "exited with code 3" in m for m in messages)

@@ -185,5 +185,5 @@ def test_remembered_accept_values_stay_within_their_bound() -> None:
         value = f"application/json, text/event-stream, x/y{number}"
         assert h.accepts_json_and_sse(value)
         assert not h.accepts_json_and_sse(value.replace("text/event-stream", "text/plain"))
-    assert len(h._accept_memo) <= h.MAX_REMEMBERED_ACCEPT
-    assert len(h._both_memo) <= h.MAX_REMEMBERED_ACCEPT
+    assert h._parse_accept.cache_info().currsize <= h.MAX_REMEMBERED_ACCEPT
+    assert h.accepts_json_and_sse.cache_info().currsize <= h.MAX_REMEMBERED_ACCEPT

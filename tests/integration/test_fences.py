@@ -1,0 +1,145 @@
+"""The library internals the gateway relies on are still there, in the versions it was tested with.
+
+``docs/architecture.md`` ("Library internals the gateway touches") lists each one; ``pyproject.toml``
+pins each library to the range these tests ran. An upgrade that moves one of them fails here,
+by name, instead of degrading quietly:
+
+- uvicorn's httptools protocol (``GuardedHttpTools`` subclasses it): the methods it overrides,
+  the attributes it reads, the names it adds (which a new uvicorn must not define, or one side
+  would silently replace the other: the mTLS class once shadowed ``_peer`` so that every
+  refusal raised), ``STATUS_LINE``, how uvicorn calls its ``http`` class, ``get_remote_addr``;
+- anyio's process stdin (``PipeWriter.over`` reads its ``_stream``): a real child's stdin is
+  a ``PipeWriter``, and anything else is refused loudly;
+- the TLS protocols of asyncio and uvloop (``TlsHandshake``): exercised on both loops by
+  ``test_tls_limits.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+
+import anyio
+import orjson
+import pytest
+import uvicorn
+from packaging.requirements import Requirement
+from uvicorn.protocols.http import httptools_impl
+from uvicorn.protocols.utils import get_remote_addr
+from uvicorn.server import ServerState
+
+from gateway.http.connection import GuardedHttpTools
+from gateway.http.tls import PeerSubjects, TlsHandshake, peer_protocol
+from gateway.stdio.backend import PROCESS_BACKEND, PipeWriter
+from tests.conftest import server_spec
+
+pytestmark = pytest.mark.anyio
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+FENCED = ("uvicorn", "httptools", "anyio", "uvloop")
+"""The libraries whose internals the gateway touches (docs/architecture.md)."""
+
+OVERRIDDEN = (
+    "connection_made",
+    "connection_lost",
+    "data_received",
+    "on_message_begin",
+    "on_headers_complete",
+    "on_message_complete",
+    "pause_writing",
+    "resume_writing",
+)
+"""HttpToolsProtocol methods GuardedHttpTools overrides (each calls the base's)."""
+READ = ("loop", "transport", "cycle", "scope", "client")
+"""HttpToolsProtocol attributes GuardedHttpTools reads (and of the cycle: ``scope``, ``response_complete``)."""
+
+
+def pinned() -> dict[str, Requirement]:
+    with PYPROJECT.open("rb") as file:
+        project = tomllib.load(file)["project"]
+    requirements = [Requirement(line) for line in project["dependencies"]]
+    return {requirement.name: requirement for requirement in requirements}
+
+
+def test_every_fenced_library_is_pinned_and_installed_within_its_pin() -> None:
+    requirements = pinned()
+    for name in FENCED:
+        assert name in requirements, f"{name} is fenced (docs/architecture.md) but not pinned in pyproject.toml"
+        specifier = requirements[name].specifier
+        assert any(spec.operator == "<" for spec in specifier), f"{name}'s pin has no upper bound: {specifier}"
+        assert specifier.contains(version(name)), f"{name} {version(name)} is outside the tested range {specifier}"
+
+
+async def base_protocol() -> httptools_impl.HttpToolsProtocol:
+    async def app(scope: object, receive: object, send: object) -> None:  # never called
+        raise AssertionError
+
+    config = uvicorn.Config(app, lifespan="off", log_level="warning")
+    return httptools_impl.HttpToolsProtocol(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+
+
+async def test_the_httptools_protocol_still_has_what_the_guarded_protocol_overrides_and_reads() -> None:
+    base = httptools_impl.HttpToolsProtocol
+    for name in OVERRIDDEN:
+        assert callable(getattr(base, name, None)), f"uvicorn's HttpToolsProtocol has no {name}()"
+        assert name in vars(GuardedHttpTools), name  # overridden here, so a rename upstream is caught above
+    instance = await base_protocol()
+    for name in READ:
+        assert name in vars(instance), f"HttpToolsProtocol().{name} is gone"
+    cycle = inspect.getsource(httptools_impl.RequestResponseCycle.__init__)
+    assert "self.scope = scope" in cycle
+    assert "self.response_complete = " in cycle
+    init = inspect.signature(base.__init__).parameters
+    assert {"config", "server_state", "app_state"} <= set(init), "uvicorn calls its http class differently now"
+    assert {408, 431} <= set(httptools_impl.STATUS_LINE), "STATUS_LINE lost a status the refusals use"
+    assert list(inspect.signature(get_remote_addr).parameters) == ["transport"]
+
+
+async def test_no_name_the_gateway_adds_to_the_httptools_protocol_is_one_of_uvicorns() -> None:
+    base = httptools_impl.HttpToolsProtocol
+    instance = await base_protocol()
+    theirs = set(dir(base)) | set(vars(instance)) | {"transport", "scope", "client", "cycle"}
+    guarded = GuardedHttpTools(instance.config, ServerState(), {}, _loop=asyncio.get_running_loop())
+    ours = (set(vars(GuardedHttpTools)) | set(vars(guarded))) - set(vars(instance)) - set(OVERRIDDEN)
+    ours -= {"__module__", "__doc__", "__init__", "__annotations__", "__dict__", "__weakref__"}
+    assert ours, "nothing found to check"
+    assert not ours & theirs, f"uvicorn now defines names GuardedHttpTools adds: {sorted(ours & theirs)}"
+    # The mTLS protocol adds its own too: none may shadow a name of the classes below it.
+    mutual = peer_protocol(PeerSubjects())
+    added = set(vars(mutual)) - {"connection_made", "connection_lost", "__module__", "__doc__", "__qualname__"}
+    added -= {"__annotations__", "__firstlineno__", "__static_attributes__"}
+    assert added, "nothing found to check"
+    assert not added & (theirs | set(dir(GuardedHttpTools))), sorted(added & (theirs | set(dir(GuardedHttpTools))))
+    assert issubclass(TlsHandshake, asyncio.Protocol)
+
+
+async def test_a_real_childs_stdin_is_written_through_the_pipe_writer() -> None:
+    with anyio.fail_after(30):
+        child = await PROCESS_BACKEND.open(server_spec())
+        try:
+            assert isinstance(child.stdin, PipeWriter), "anyio's process stdin changed: PipeWriter.over refused it"
+            await child.stdin.send(b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n')
+            line = b""
+            while not line.endswith(b"\n"):
+                line += await child.stdout.receive()
+            assert orjson.loads(line) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+        finally:
+            await child.stop()
+
+
+async def test_a_stdin_that_is_not_anyios_asyncio_stream_is_refused_not_used_another_way() -> None:
+    send, receive = anyio.create_memory_object_stream[bytes](1)
+    with send, receive, pytest.raises(TypeError, match=r"docs/architecture\.md"):
+        PipeWriter.over(send)  # type: ignore[arg-type]
+
+
+def test_the_fence_list_in_the_architecture_page_names_every_fenced_library() -> None:
+    page = (PYPROJECT.parent / "docs" / "architecture.md").read_text()
+    section = page.split("## Library internals the gateway touches", 1)[1].split("\n## ", 1)[0]
+    for name in FENCED:
+        assert f"`{name}`" in section, name
+    assert sys.version_info >= (3, 11)
