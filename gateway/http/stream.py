@@ -46,6 +46,7 @@ from gateway.http import replies, sse
 from gateway.http.drain import SHUTTING_DOWN
 from gateway.http.inflight import InFlight
 from gateway.http.observe import note_answer, note_cancelled
+from gateway.http.resume import Resumable
 from gateway.http.sse import SSE_HEADERS, SseWriter, Watch
 from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import JsonObject
@@ -115,6 +116,7 @@ class LazyStream:
         in_flight: InFlight | None = None,
         principal: str | None = None,
         legacy: LegacyCall | None = None,
+        resumable: Resumable | None = None,
     ) -> None:
         self._exchange = exchange
         # One event at a time; the rest of a Batch is ready to be written with the first.
@@ -125,6 +127,8 @@ class LazyStream:
         self._watch: Watch | None = None
         self._cancelled = False  # by the client's notifications/cancelled: no answer follows
         self._legacy = legacy
+        # A legacy session's SSE answer: event ids, kept for a resume (gateway.http.resume).
+        self._resumable = resumable
         # A forwarded subscriptions/listen: when the gateway drains, the stream ends with this
         # (the graceful result) at once, instead of waiting out the drain budget.
         self._graceful_end = graceful_end
@@ -210,6 +214,8 @@ class LazyStream:
             return
         self._finished = True  # ended by the gateway (DELETE, expiry): the client is told
         final = legacy.on_cancel()
+        if writer.ended:  # a polling stream's connection was closed already
+            return
         if writer.started:
             note_answer(scope, final)
             await writer.write_message(final)
@@ -221,6 +227,8 @@ class LazyStream:
         """The drain budget ran out: end this request with a clear error, not a dropped connection."""
         error = GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
         note_answer(scope, {"error": error.error_object()})
+        if writer.ended:
+            return
         if not writer.started:
             await gateway_error_response(error, self._request_id)(scope, receive, send)
             return
@@ -251,8 +259,12 @@ class LazyStream:
             self._finished = True
             await self._json(scope, receive, send, first)
             return
-        await writer.start([*SSE_HEADERS, *self._headers])
-        last = await self._stream(writer, first)
+        if self._resumable is not None and self._watch is not None:
+            headers = [*SSE_HEADERS, *self._headers]
+            last = await self._resumable.run(writer, self._events, first, self._watch, headers)
+        else:
+            await writer.start([*SSE_HEADERS, *self._headers])
+            last = await self._stream(writer, first)
         if last is not None:
             note_answer(scope, last.message)
             self._finished = True
