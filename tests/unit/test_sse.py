@@ -15,11 +15,11 @@ from gateway.http.connection import HANGUP, Hangup
 from gateway.http.drain import DRAIN, Drain
 from gateway.http.resume import EventStream
 from gateway.http.sse import SseWriter, Watch, frame, id_frame, json_frame, pump, ready_from
-from gateway.relay.streams import SessionStreams
 from gateway.http.stream import LazyStream, LegacyCall
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
 from gateway.relay.sessions import CancelHandle
+from gateway.relay.streams import SessionStreams
 
 pytestmark = pytest.mark.anyio
 
