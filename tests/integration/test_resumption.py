@@ -20,6 +20,8 @@ import anyio
 import httpx
 import orjson
 import pytest
+from mcp import Client
+from mcp.types import TextContent
 
 from gateway.http.auth import TokenStore
 from tests.balancer import cluster
@@ -27,13 +29,13 @@ from tests.conftest import server_spec
 from tests.cutting_proxy import CuttingProxy
 from tests.gateway_server import open_legacy_session, running_gateway, serving
 
-pytestmark = pytest.mark.anyio
-
 CUT = 2.0
 COUNTDOWN_STEPS = 20
 INTERVAL_MS = 500  # a 10 s call, progress every 500 ms
 WAIT = 90.0
 VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(WAIT + 20)]
 
 
 def countdown(request_id: int, steps: int = COUNTDOWN_STEPS, interval_ms: int = INTERVAL_MS) -> dict[str, Any]:
@@ -313,3 +315,24 @@ async def test_polling_closes_a_2025_11_25_request_stream_with_a_retry_hint_and_
     assert_exactly_once_in_order(older, 2, steps=10)
     assert older.connections == 1  # polling streams exist from 2025-11-25 only
     assert not older.retries
+
+
+async def test_the_python_sdk_in_legacy_mode_resumes_through_the_cutting_proxy_too() -> None:
+    progress: list[float] = []
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append(value)
+
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(server_spec()) as url,
+            through_cutting_proxy(url) as (front, proxy),
+            Client(front, mode="legacy") as client,
+        ):
+            result = await client.call_tool(
+                "countdown", {"steps": COUNTDOWN_STEPS, "interval_ms": INTERVAL_MS}, progress_callback=on_progress
+            )
+    assert progress == [float(step) for step in range(1, COUNTDOWN_STEPS + 1)]
+    assert isinstance(result.content[0], TextContent)
+    assert result.content[0].text == f"done after {COUNTDOWN_STEPS} steps"
+    assert proxy.cuts >= 3
