@@ -17,8 +17,8 @@ from typing import Final
 from gateway.errors import ConfigError
 from gateway.http.edge_settings import EdgeSettings
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS, SSE_POLL_SECONDS
-from gateway.protocol.eventlog import RESUME_WINDOW
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
+from gateway.protocol.eventlog import RESUME_WINDOW
 from gateway.relay.router import ServerConfig
 from gateway.relay.suspensions import MIN_SECRET_BYTES
 from gateway.settings import (

@@ -138,6 +138,7 @@ class Resumable:
     request_id: JsonId
     priming: bool
     poll_seconds: float = 0.0
+    keepalive: float = KEEPALIVE_SECONDS
 
     async def run(
         self,
@@ -159,9 +160,12 @@ class Resumable:
                 await writer.write_frame(id_frame(stream.event_id(PRIMING), b""))
             poll = self.poll_seconds if self.priming else 0.0  # polling streams exist from 2025-11-25
             async with anyio.create_task_group() as tg:
-                tg.start_soon(lambda: deliver(writer, reader, lambda: watch.left, poll_seconds=poll))
+                tg.start_soon(
+                    lambda: deliver(writer, reader, lambda: watch.left, poll_seconds=poll, keepalive=self.keepalive)
+                )
                 final = await produce(exchange, first, stream)
         finally:
+            reader.detach()  # if deliver never ran
             if final is not None:
                 stream.end()
             else:
