@@ -24,6 +24,8 @@ from mcp import Client
 from mcp.types import TextContent
 
 from gateway.http.auth import TokenStore
+from gateway.protocol.jsonrpc import Result
+from gateway.tools.call.connection import Mode, open_connection
 from tests.balancer import cluster
 from tests.conftest import server_spec
 from tests.cutting_proxy import CuttingProxy
@@ -336,3 +338,24 @@ async def test_the_python_sdk_in_legacy_mode_resumes_through_the_cutting_proxy_t
     assert isinstance(result.content[0], TextContent)
     assert result.content[0].text == f"done after {COUNTDOWN_STEPS} steps"
     assert proxy.cuts >= 3
+
+
+async def test_the_call_commands_connection_resumes_a_cut_legacy_stream() -> None:
+    notes: list[float] = []
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(server_spec()) as url,
+            through_cutting_proxy(url) as (front, proxy),
+            open_connection(front, Mode.LEGACY) as connection,
+        ):
+            reply = await connection.request(
+                "tools/call",
+                {"name": "countdown", "arguments": {"steps": COUNTDOWN_STEPS, "interval_ms": INTERVAL_MS}},
+                meta={"progressToken": "c"},
+                on_notification=lambda note: notes.append((note.params or {})["progress"]),
+            )
+    assert isinstance(reply, Result)
+    assert reply.result["content"][0]["text"] == f"done after {COUNTDOWN_STEPS} steps"
+    assert notes == list(range(1, COUNTDOWN_STEPS + 1))
+    assert proxy.cuts >= 3
+    assert any(method == "GET" and last for method, last in proxy.requests)
