@@ -35,6 +35,7 @@ Imports: standard library, ``gateway.protocol.jsonrpc`` and ``.versions`` only. 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -142,8 +143,10 @@ class EventLog:
         stream_max_bytes: int = STREAM_MAX_BYTES,
         session_max_bytes: int = SESSION_MAX_BYTES,
         max_finished: int = SESSION_MAX_FINISHED,
+        on_forget: Callable[[str], None] | None = None,
     ) -> None:
         self.budget = budget
+        self.on_forget = on_forget  # told each stream key forgotten (the live side lets it go)
         self.streams: OrderedDict[str, StreamLog] = OrderedDict()  # oldest first
         self.tombstones: OrderedDict[str, tuple[JsonId | None, str]] = OrderedDict()
         self.size = 0
@@ -222,6 +225,8 @@ class EventLog:
         self.tombstones[stream.key] = (stream.request_id, reason)
         while len(self.tombstones) > MAX_TOMBSTONES:
             self.tombstones.popitem(last=False)
+        if self.on_forget is not None:
+            self.on_forget(stream.key)
 
     def close(self) -> None:
         """The session ended: every byte goes back to the process."""

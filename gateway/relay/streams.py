@@ -148,7 +148,6 @@ class Stream:
             self.reader.inbox.close()
         if reason is not None:
             self._streams.log.forget(self.log, reason)
-            self._streams.live.pop(self.log.key, None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,11 +168,22 @@ class SessionStreams:
         mint_key: Callable[[], str] = _mint_key,
         budget: Budget = PROCESS_BUDGET,
     ) -> None:
-        self.log = EventLog(budget)
+        self.log = EventLog(budget, on_forget=self._forgotten)
         self.window = window
         self.live: dict[str, Stream] = {}
         self.get_stream: Stream | None = None
         self._mint_key = mint_key
+
+    def _forgotten(self, key: str) -> None:
+        """The log gave the stream up: so does the live side; a call still running is
+        cancelled (nobody could be given its events exactly once any more)."""
+        stream = self.live.pop(key, None)
+        if stream is None:
+            return
+        if stream.producer is not None:
+            stream.producer.cancel()
+        if stream is self.get_stream:
+            self.get_stream = None
 
     def open_request(self, request_id: JsonId, *, priming: bool) -> Stream:
         self.sweep()
@@ -184,12 +194,11 @@ class SessionStreams:
     def open_get(self) -> Reader:
         """A new GET stream (no ``Last-Event-ID``): the previous one ends."""
         self.sweep()
-        if self.get_stream is not None:
-            old = self.get_stream
-            self.live.pop(old.log.key, None)
-            self.log.forget(old.log, "the session opened a new GET stream")
+        old = self.get_stream
+        if old is not None:
             if old.reader is not None:
                 old.reader.inbox.close()
+            self.log.forget(old.log, "the session opened a new GET stream")
         self.get_stream = stream = Stream(self, self.log.open(self._mint_key(), None), priming=False)
         self.live[stream.log.key] = stream
         return stream.attach([])
@@ -204,9 +213,9 @@ class SessionStreams:
                 return stream.attach(found.events)
             found = Gone(found.stream.key, found.stream.request_id, "its call ended without a result")
         if isinstance(found, Gone):
-            stream = self.live.pop(found.key, None)
-            if stream is not None and stream.producer is not None:
-                stream.producer.cancel()  # nobody can be given its events exactly once any more
+            stream = self.live.get(found.key)
+            if stream is not None:  # its call, if running, is cancelled: nobody can have its events once
+                self.log.forget(stream.log, found.reason)
             if found.request_id is None:  # the GET stream: a new one, from now on
                 return self.open_get()
             return Lost(found.request_id, found.reason)
@@ -223,12 +232,8 @@ class SessionStreams:
         return delivered
 
     def sweep(self, now: float | None = None) -> None:
-        for log in self.log.expire(anyio.current_time() if now is None else now, self.window):
-            stream = self.live.pop(log.key, None)
-            if stream is not None and stream.producer is not None:
-                stream.producer.cancel()
-            if stream is self.get_stream:
-                self.get_stream = None
+        """Forget the streams nobody read within the window (their calls are cancelled)."""
+        self.log.expire(anyio.current_time() if now is None else now, self.window)
 
     def close(self) -> None:
         for stream in list(self.live.values()):

@@ -15,6 +15,7 @@ import pytest
 from gateway.http.resume import ABANDONED, Resumable, ResumedStream
 from gateway.http.sse import KEEPALIVE, id_frame
 from gateway.http.stream import LazyStream
+from gateway.protocol import eventlog
 from gateway.relay import events
 from gateway.relay.streams import SessionStreams
 from tests.unit.test_sse import WAIT, Client, answer, final, lean_scope, legacy_call, note
@@ -125,3 +126,16 @@ async def test_a_stream_nobody_resumes_within_the_window_cancels_its_call() -> N
             await call.closed.wait()  # the window ran out: the exchange is closed (the child is told)
     lost = streams.resume("k.1")
     assert getattr(lost, "reason", None) == ABANDONED
+
+
+async def test_the_live_side_lets_go_of_every_stream_the_log_forgets() -> None:
+    streams = SessionStreams()
+    for n in range(eventlog.SESSION_MAX_FINISHED + 10):
+        stream = streams.open_request(n, priming=False)
+        stream.emit(b"{}")
+        stream.finish()
+        stream.end()
+    assert len(streams.live) == len(streams.log.streams) == eventlog.SESSION_MAX_FINISHED
+    streams.close()
+    assert streams.live == {}
+    assert streams.log.size == 0
