@@ -359,3 +359,42 @@ async def test_the_call_commands_connection_resumes_a_cut_legacy_stream() -> Non
     assert notes == list(range(1, COUNTDOWN_STEPS + 1))
     assert proxy.cuts >= 3
     assert any(method == "GET" and last for method, last in proxy.requests)
+
+
+async def test_the_get_stream_is_resumed_with_what_it_missed_and_another_sessions_stream_is_its_own() -> None:
+    def notify(request_id: int) -> dict[str, Any]:
+        return {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {"name": "notify", "arguments": {"method": "notifications/tools/list_changed"}},
+        }
+
+    async def take(stream: httpx.Response, count: int) -> list[Event]:
+        got: list[Event] = []
+        async for event in events_of(stream):
+            got.append(event)
+            if len(got) == count:
+                break
+        return got
+
+    get = {"accept": "text/event-stream"}
+    with anyio.fail_after(WAIT):
+        async with running_gateway(server_spec()) as url, httpx.AsyncClient(timeout=30.0) as http:
+            mine = await open_legacy_session(http, url)
+            other = await open_legacy_session(http, url)
+            async with http.stream("GET", url, headers={**other, **get}) as others:
+                async with http.stream("GET", url, headers={**mine, **get}) as stream:
+                    assert (await http.post(url, headers=mine, json=notify(1))).status_code == 200
+                    [first] = await take(stream, 1)
+                for n in (2, 3):  # the first session's GET stream has no connection now
+                    assert (await http.post(url, headers=mine, json=notify(n))).status_code == 200
+                resume = {**mine, **get, "last-event-id": first.id or ""}
+                async with http.stream("GET", url, headers=resume) as resumed:
+                    missed = await take(resumed, 2)
+                theirs = await take(others, 3)
+    key = (first.id or "").rpartition(".")[0]
+    assert [event.id for event in missed] == [f"{key}.2", f"{key}.3"]
+    assert all(orjson.loads(e.data)["method"] == "notifications/tools/list_changed" for e in [first, *missed])
+    assert [(e.id or "").rpartition(".")[2] for e in theirs] == ["1", "2", "3"]  # its own stream, live
+    assert {(e.id or "").rpartition(".")[0] for e in theirs} != {key}
