@@ -56,6 +56,9 @@ from gateway.relay.sessions import CancelHandle
 
 log = logging.getLogger("gateway.http")
 
+PULLED_AHEAD = 64
+"""Events read from a modern exchange ahead of the writer (written together when ready)."""
+
 
 def _is_final(event: events.Event) -> bool:
     return type(event) is events.Final
@@ -117,7 +120,9 @@ class LazyStream:
         principal: str | None = None,
         legacy: LegacyCall | None = None,
         resumable: Resumable | None = None,
+        keepalive: float = sse.KEEPALIVE_SECONDS,
     ) -> None:
+        self._keepalive = keepalive
         self._exchange = exchange
         # One event at a time; the rest of a Batch is ready to be written with the first.
         self._events = Unbatched(exchange)
@@ -272,8 +277,40 @@ class LazyStream:
         self._finished = True
 
     async def _stream(self, writer: SseWriter, first: events.Event) -> events.Event | None:
-        """The events after ``first`` as they come, up to the ``Final`` (returned; None: none came)."""
-        return await sse.pump(writer, self._events.__anext__, self._events.ready, self._frame, _is_final, taken=[first])
+        """The events after ``first`` as they come, up to the ``Final`` (returned; None: none came).
+
+        A task reads the exchange into a bounded buffer, and the writer waits on that: its
+        keep-alive timeout must never cancel the exchange itself, an async generator, which a
+        cancelled ``__anext__`` ends (a call quiet for ``KEEPALIVE_SECONDS`` lost its answer)."""
+        taken = [first, *self._events.ready()]  # the rest of a Batch goes out with it
+        send, receive = anyio.create_memory_object_stream[events.Event](PULLED_AHEAD)
+
+        async def pull() -> None:
+            with send:
+                while True:
+                    try:
+                        event = await self._events.__anext__()
+                    except StopAsyncIteration:
+                        return
+                    for item in (event, *self._events.ready()):
+                        await send.send(item)
+                    if type(event) is events.Final:
+                        return
+
+        with receive:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pull)
+                last = await sse.pump(
+                    writer,
+                    receive.receive,
+                    sse.ready_from(receive),
+                    self._frame,
+                    _is_final,
+                    taken=taken,
+                    keepalive=self._keepalive,
+                )
+                tg.cancel_scope.cancel()
+        return last
 
     async def _json(self, scope: Scope, receive: Receive, send: Send, final: events.Final) -> None:
         note_answer(scope, final.message)

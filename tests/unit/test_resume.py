@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from gateway.http.resume import ABANDONED, Resumable, ResumedStream
-from gateway.http.sse import KEEPALIVE, id_frame
+from gateway.http.sse import KEEPALIVE, frame, id_frame
 from gateway.http.stream import LazyStream
 from gateway.protocol import eventlog
 from gateway.relay import events
@@ -139,3 +139,17 @@ async def test_the_live_side_lets_go_of_every_stream_the_log_forgets() -> None:
     streams.close()
     assert streams.live == {}
     assert streams.log.size == 0
+
+
+async def test_a_quiet_modern_stream_gets_keep_alives_and_still_its_result() -> None:
+    """The same for a modern answer: a keep-alive timeout never cancels the exchange."""
+    client, call = Client(), Call()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer, LazyStream(call.run(1), request_id=1, keepalive=0.01), lean_scope(), client)
+        with anyio.fail_after(WAIT):
+            while client.bodies().count(KEEPALIVE) < 3:
+                await client.changed.wait()
+        call.step()
+    body = b"".join(client.bodies())
+    assert body.endswith(frame(final()))
+    assert body.startswith(frame(note(1)))
