@@ -215,7 +215,10 @@ class EventLog:
             s for s in self.streams.values() if s.unattended_since is not None and now - s.unattended_since >= window
         ]
         for stream in stale:
-            self.forget(stream, f"nobody resumed it within {window:g} s")
+            if stream.finished:
+                self.forget(stream, f"its result was sent, but nobody resumed the stream within {window:g} s to get it")
+            else:
+                self.forget(stream, f"nobody resumed it within {window:g} s")
         return stale
 
     def forget(self, stream: StreamLog, reason: str) -> None:

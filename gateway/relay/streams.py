@@ -73,10 +73,6 @@ class Reader:
             except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                 return items
 
-    @property
-    def is_current(self) -> bool:
-        return self.stream.reader is self
-
     def detach(self) -> None:
         """This connection is done (left, closed for polling, or ended): the stream waits for a resume."""
         self._queue.close()
@@ -106,6 +102,9 @@ class Stream:
         old, self.reader = self.reader, Reader(self, replay)
         if old is not None:
             old.inbox.close()  # its response ends after what it holds; the events are in the log
+        if self.log.finished:  # its result was sent: the replay is all there is
+            self.reader.inbox.close()
+            return self.reader
         self.log.unattended_since = None
         if self.producer is not None:
             self.producer.deadline = math.inf

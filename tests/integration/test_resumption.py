@@ -285,8 +285,9 @@ async def test_a_stream_nobody_resumes_cancels_its_call_and_a_late_resume_gets_i
         logger.removeHandler(handler)
         logger.setLevel(level)
     assert len(cancelled.json()["result"]["structuredContent"]["ids"]) == 1  # the child was told to stop
-    # The finished stream of the other session still answers within its window: nothing more after its result.
+    # The other session's stream finished, and its window has passed too: its resume says so.
     assert done.status_code == 200
+    assert "its result was sent, but nobody resumed the stream" in done.text
     assert late.status_code == 200
     [message] = [orjson.loads(line[5:]) for line in late.text.splitlines() if line.startswith("data: {")]
     assert message["id"] == 1

@@ -153,3 +153,18 @@ async def test_a_quiet_modern_stream_gets_keep_alives_and_still_its_result() -> 
     body = b"".join(client.bodies())
     assert body.endswith(frame(final()))
     assert body.startswith(frame(note(1)))
+
+
+async def test_a_resume_after_the_result_gets_what_it_missed_and_ends() -> None:
+    streams = SessionStreams(mint_key=lambda: "k")
+    stream = streams.open_request(1, priming=False)
+    origin = stream.attach([])
+    stream.emit(b"progress")
+    stream.emit(orjson.dumps(final()))
+    stream.finish()
+    stream.end()
+    origin.detach()
+    client = Client()
+    reader = streams.resume("k.1")
+    await answer(ResumedStream(reader), lean_scope(), client)  # type: ignore[arg-type]
+    assert data_of(b"".join(client.bodies())) == [("k.2", orjson.dumps(final()))]
