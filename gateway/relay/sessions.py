@@ -142,7 +142,7 @@ class LegacySession:
 
     def offer(self, message: JsonObject) -> bool:
         """An unsolicited message for the GET stream (kept for a resume of it); False if the
-        session has no GET stream open or waiting for a resume."""
+        session has no GET stream open or waiting for a resume (``SessionStreams.offer``)."""
         return self.streams.offer(orjson.dumps(message))
 
     @property

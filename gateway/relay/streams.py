@@ -221,14 +221,16 @@ class SessionStreams:
         return found
 
     def offer(self, data: bytes) -> bool:
-        """An unsolicited message for the GET stream: kept for a resume while a GET stream is
-        open or within its window; False when the session has none."""
+        """An unsolicited message for the GET stream: handed to its connection, and kept for a
+        resume of it (a GET stream whose connection was cut gets it when the client resumes).
+        False when the session has no GET stream (open, or within its window), or the message
+        could be neither handed on nor kept."""
         stream = self.get_stream
         if stream is None or stream.log.key not in self.log.streams:
             return False
         delivered = stream.reader is not None
-        stream.emit(data)
-        return delivered
+        n = stream.emit(data)
+        return delivered or n >= stream.log.first_kept
 
     def sweep(self, now: float | None = None) -> None:
         """Forget the streams nobody read within the window (their calls are cancelled)."""
