@@ -140,10 +140,11 @@ class LegacySession:
         """A new GET stream for this session; an older one is closed (one message, one stream)."""
         return self.streams.open_get()
 
-    def offer(self, message: JsonObject) -> bool:
+    def offer(self, message: JsonObject, *, live: bool = False) -> bool:
         """An unsolicited message for the GET stream (kept for a resume of it); False if the
-        session has no GET stream open or waiting for a resume (``SessionStreams.offer``)."""
-        return self.streams.offer(orjson.dumps(message))
+        session has no GET stream open or waiting for a resume; ``live``: none open now
+        (``SessionStreams.offer``)."""
+        return self.streams.offer(orjson.dumps(message), live=live)
 
     @property
     def has_stream(self) -> bool:

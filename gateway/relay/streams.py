@@ -220,15 +220,18 @@ class SessionStreams:
             return Lost(found.request_id, found.reason)
         return found
 
-    def offer(self, data: bytes) -> bool:
+    def offer(self, data: bytes, *, live: bool = False) -> bool:
         """An unsolicited message for the GET stream: handed to its connection, and kept for a
         resume of it (a GET stream whose connection was cut gets it when the client resumes).
         False when the session has no GET stream (open, or within its window), or the message
-        could be neither handed on nor kept."""
+        could be neither handed on nor kept. ``live``: only if a connection reads the stream now
+        (a child's question: unanswered until a resume, it is better answered by the gateway)."""
         stream = self.get_stream
         if stream is None or stream.log.key not in self.log.streams:
             return False
         delivered = stream.reader is not None
+        if live and not delivered:
+            return False
         n = stream.emit(data)
         return delivered or n >= stream.log.first_kept
 
