@@ -77,16 +77,16 @@ async def deliver(
                 got = await reader.next()  # a memory stream: a timeout loses nothing
             if is_left():
                 return  # what it took is kept: the client resumes from the last event it had
-            if idle.cancelled_caught:
-                if anyio.current_time() >= closes_at:
-                    await writer.write_frame(retry_field(POLL_RETRY_MS))
-                    await writer.end()
-                    return
-                await writer.keepalive()
-                continue
-            if got is None:
+            if got is not None:
+                await _write(writer, [id_frame(stream.event_id(n), data) for n, data in [got, *reader.ready()]])
+            elif not idle.cancelled_caught:
                 return  # ended, or another connection reads it now
-            await _write(writer, [id_frame(stream.event_id(n), data) for n, data in [got, *reader.ready()]])
+            if anyio.current_time() >= closes_at:  # a polling stream: the connection closes, not the stream
+                await writer.write_frame(retry_field(POLL_RETRY_MS))
+                await writer.end()
+                return
+            if got is None:
+                await writer.keepalive()
     finally:
         reader.detach()
 
