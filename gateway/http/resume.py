@@ -71,21 +71,25 @@ async def deliver(
     closes_at = anyio.current_time() + poll_seconds if poll_seconds > 0 else math.inf
     try:
         while True:
-            wait = min(keepalive, closes_at - anyio.current_time())
-            got = None
-            with anyio.move_on_after(max(wait, 0.0)) as idle:
-                got = await reader.next()  # a memory stream: a timeout loses nothing
+            batch = reader.ready()  # what is waiting already: no timer needed
+            idle = False
+            if not batch:
+                wait = min(keepalive, closes_at - anyio.current_time())
+                with anyio.move_on_after(max(wait, 0.0)) as timer:
+                    got = await reader.next()  # a memory stream: a timeout loses nothing
+                    if got is None:
+                        return  # ended, or another connection reads it now
+                    batch = [got, *reader.ready()]
+                idle = timer.cancelled_caught
             if is_left():
                 return  # what it took is kept: the client resumes from the last event it had
-            if got is not None:
-                await _write(writer, [id_frame(stream.event_id(n), data) for n, data in [got, *reader.ready()]])
-            elif not idle.cancelled_caught:
-                return  # ended, or another connection reads it now
+            if batch and not idle:
+                await _write(writer, [id_frame(stream.event_id(n), data) for n, data in batch])
             if anyio.current_time() >= closes_at:  # a polling stream: the connection closes, not the stream
                 await writer.write_frame(retry_field(POLL_RETRY_MS))
                 await writer.end()
                 return
-            if got is None:
+            if idle:
                 await writer.keepalive()
     finally:
         reader.detach()
@@ -119,7 +123,7 @@ async def produce(exchange: Producer, first: events.Event, stream: Stream) -> ev
     event = first
     while True:
         for item in (event, *exchange.ready()):
-            stream.emit(orjson.dumps(item.message))
+            await stream.put(orjson.dumps(item.message))
             if type(item) is events.Final:
                 stream.finish()
                 return item

@@ -240,6 +240,8 @@ class EventLog:
 
     def _shed(self, keep: StreamLog, excess: int) -> None:
         """Give up ``excess`` bytes of this session's: finished streams first, then ``keep``'s oldest."""
+        if excess <= 0:
+            return  # the usual case
         for stream in [s for s in self.streams.values() if s.finished and s is not keep]:
             if excess <= 0:
                 return

@@ -13,14 +13,18 @@ this module joins it to the connections that read the streams:
   attached) starts its ``RESUME_WINDOW``: the call's cancel scope (``producer``) gets that
   deadline, so the call is cancelled at the child (``notifications/cancelled``) when nobody
   resumed in time; a reader that attaches lifts it.
-- A reader whose client reads too slowly (``STREAM_MAX_EVENTS`` waiting) is let go: its
-  response ends and the client resumes from its last event id.
+- A request's producer waits while its reader's queue is full (``STREAM_MAX_EVENTS``): the
+  call waits for a slow client as it would on its own connection (one that reads nothing is
+  reset by the connection's write timeout). The GET stream's producer cannot wait: a reader
+  of it whose client reads too slowly is let go (its response ends; the client resumes from
+  its last event id).
 
 Process-wide, every session's log shares ``PROCESS_BUDGET`` (``PROCESS_MAX_BYTES``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 from collections.abc import Callable
@@ -120,6 +124,23 @@ class Stream:
             except anyio.WouldBlock:  # reads too slowly: let it go; the client resumes from the log
                 reader.inbox.close()
                 self.let_go(reader)
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                self.let_go(reader)
+        return n
+
+    async def put(self, data: bytes) -> int:
+        """``emit`` for a request's producer: when its reader's queue is full, wait for room
+        (the call waits for a slow client, as it would on its own connection), unless another
+        reader takes the stream over meanwhile (the event is in the log, which it replays)."""
+        n = self._streams.log.append(self.log, data)
+        reader = self.reader
+        if reader is not None:
+            try:
+                reader.inbox.send_nowait((n, data))
+            except anyio.WouldBlock:
+                # Let go meanwhile (ClosedResourceError): a newer reader replays it from the log.
+                with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    await reader.inbox.send((n, data))
             except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                 self.let_go(reader)
         return n

@@ -168,3 +168,31 @@ async def test_a_resume_after_the_result_gets_what_it_missed_and_ends() -> None:
     reader = streams.resume("k.1")
     await answer(ResumedStream(reader), lean_scope(), client)  # type: ignore[arg-type]
     assert data_of(b"".join(client.bodies())) == [("k.2", orjson.dumps(final()))]
+
+
+async def test_a_requests_producer_waits_for_a_slow_reader_and_a_resume_frees_it() -> None:
+    streams = SessionStreams(mint_key=lambda: "k")
+    stream = streams.open_request(1, priming=False)
+    slow = stream.attach([])
+    for _ in range(eventlog.STREAM_MAX_EVENTS):
+        await stream.put(b"{}")
+    blocked = anyio.Event()
+    done = anyio.Event()
+
+    async def one_more() -> None:
+        blocked.set()
+        await stream.put(b"{}")
+        done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(one_more)
+        await blocked.wait()
+        await anyio.wait_all_tasks_blocked()
+        assert not done.is_set()  # waiting for room, not dropping the slow reader
+        assert stream.reader is slow
+        resumed = streams.resume("k.1000")  # a resume takes over: the producer goes on
+    assert done.is_set()
+    assert not isinstance(resumed, eventlog.Unknown)
+    assert [n for n, _ in resumed.ready()] == list(range(1001, eventlog.STREAM_MAX_EVENTS + 2))  # type: ignore[union-attr]
+    slow.detach()
+    resumed.detach()  # type: ignore[union-attr]
