@@ -164,9 +164,7 @@ class Resumable:
                 await writer.write_frame(id_frame(stream.event_id(PRIMING), b""))
             poll = self.poll_seconds if self.priming else 0.0  # polling streams exist from 2025-11-25
             async with anyio.create_task_group() as tg:
-                tg.start_soon(
-                    lambda: deliver(writer, reader, lambda: watch.left, poll_seconds=poll, keepalive=self.keepalive)
-                )
+                tg.start_soon(self._deliver, writer, reader, watch, poll)
                 final = await produce(exchange, first, stream)
         finally:
             reader.detach()  # if deliver never ran
@@ -178,6 +176,19 @@ class Resumable:
                     log.info("a legacy call's stream was not resumed in time: the call was cancelled")
                 stream.end(ABANDONED if abandoned else CANCELLED)
         return final
+
+    async def _deliver(self, writer: SseWriter, reader: Reader, watch: Watch, poll: float) -> None:
+        """Deliver to the POST's own connection; its loss ends this delivery at once (the
+        connection pushes it), so the resume window starts then, not at the next event."""
+        hangup = watch.hangup
+        with anyio.CancelScope() as scope:
+            if hangup is not None:
+                hangup.watch(scope)  # not stall_only: only this delivery ends, the call goes on
+            try:
+                await deliver(writer, reader, lambda: watch.left, poll_seconds=poll, keepalive=self.keepalive)
+            finally:
+                if hangup is not None:
+                    hangup.unwatch(scope)
 
 
 class ResumedStream:
