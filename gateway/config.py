@@ -16,8 +16,9 @@ from typing import Final
 
 from gateway.errors import ConfigError
 from gateway.http.edge_settings import EdgeSettings
-from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
+from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS, SSE_POLL_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
+from gateway.protocol.eventlog import RESUME_WINDOW
 from gateway.relay.router import ServerConfig
 from gateway.relay.suspensions import MIN_SECRET_BYTES
 from gateway.settings import (
@@ -60,6 +61,8 @@ class Settings:
     port: int = DEFAULT_PORT
     max_body_bytes: int = MAX_BODY_BYTES
     max_stream_seconds: float = MAX_STREAM_SECONDS
+    stream_resume_seconds: float = RESUME_WINDOW
+    sse_poll_seconds: float = SSE_POLL_SECONDS
     allowed_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
     log_level: str = "info"

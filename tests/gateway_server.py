@@ -138,13 +138,14 @@ def modern_call(request_id: Any, tool: str, arguments: dict[str, Any] | None = N
 
 
 def parse_sse(text: str) -> list[dict[str, Any]]:
-    """The JSON messages of an SSE body (``data:`` lines; comments ignored)."""
+    """The JSON messages of an SSE body (``data:`` lines; comments and a priming event's empty
+    data ignored)."""
     import orjson
 
     messages = []
     for block in text.replace("\r\n", "\n").split("\n\n"):
         data = [line[5:].lstrip() for line in block.splitlines() if line.startswith("data:")]
-        if data:
+        if any(data):
             messages.append(orjson.loads("\n".join(data)))
     return messages
 

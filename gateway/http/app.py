@@ -134,6 +134,7 @@ def create_app(
             on_end=router.end_session,
             max_per_principal=router.server.max_sessions_per_principal,
             mint_id=routing.mint_session_id if routing else None,
+            resume_window=settings.stream_resume_seconds,
         )
         suspensions = Suspensions(router.server.name, state_secret, owner=routing.me.key if routing else "")
         tasks = TaskStore(
@@ -147,6 +148,7 @@ def create_app(
             sessions,
             max_body_bytes=settings.max_body_bytes,
             max_stream_seconds=settings.max_stream_seconds,
+            sse_poll_seconds=settings.sse_poll_seconds,
             body_timeout=settings.body_timeout,
             max_batch_size=router.server.max_batch_size,
         )

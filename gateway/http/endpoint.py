@@ -42,13 +42,14 @@ from gateway.http.inflight import InFlight
 from gateway.http.limits import SLOTS, Slots
 from gateway.http.listen import ListenStream
 from gateway.http.observe import note_answer
-from gateway.http.sse import EventStream
+from gateway.http.resume import EventStream, LostStream, Resumable, ResumedStream
 from gateway.http.stream import LazyStream, LegacyCall
 from gateway.http.tasklisten import TaskListenStream
 from gateway.http.wire import rejection_response
-from gateway.protocol import ingress, subscriptions
+from gateway.protocol import eventlog, ingress, subscriptions
 from gateway.protocol import tasks as task_rules
-from gateway.protocol.headers import MCP_SESSION_ID
+from gateway.protocol.eventlog import Unknown
+from gateway.protocol.headers import LAST_EVENT_ID, MCP_SESSION_ID
 from gateway.protocol.jsonrpc import (
     METHOD_NOT_FOUND,
     MISSING_CLIENT_CAPABILITY,
@@ -68,6 +69,7 @@ from gateway.relay.listens import Listens, open_listen
 from gateway.relay.session_listen import SessionListens
 from gateway.relay.sessions import CancelHandle, LegacySession, SessionStore
 from gateway.relay.shared_settings import SharedSettings
+from gateway.relay.streams import Lost
 from gateway.relay.unsolicited import Unsolicited
 
 log = logging.getLogger("gateway.http")
@@ -80,6 +82,10 @@ MODERN_ERROR_STATUSES: Final = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY
 CANCELLED: Final = "notifications/cancelled"
 MAX_STREAM_SECONDS: Final = 3600.0
 """A legacy GET stream ends after this long; clients reconnect (L-TR allows either side to close)."""
+SSE_POLL_SECONDS: Final = 0.0
+"""Off by default: a 2025-11-25 session's request stream stays on its connection to the end.
+When set, the gateway closes that connection after this many seconds (with a ``retry``
+hint), the call going on, and the client resumes with ``Last-Event-ID`` (docs/bridging.md)."""
 MAX_BODY_BYTES: Final = 4 * 1024 * 1024
 """Largest POST body accepted (413 above): tool arguments, not file uploads."""
 BODY_TIMEOUT: Final = 30.0
@@ -119,8 +125,10 @@ class McpEndpoint:
         max_stream_seconds: float = MAX_STREAM_SECONDS,
         body_timeout: float = BODY_TIMEOUT,
         max_batch_size: int = ingress.MAX_BATCH_MESSAGES,
+        sse_poll_seconds: float = SSE_POLL_SECONDS,
     ) -> None:
         self.relay = relay
+        self.sse_poll_seconds = sse_poll_seconds
         self.sessions = sessions
         relay.settings = settings = SharedSettings(sessions.on_child)  # per-client settings on shared children
         self.max_body_bytes = max_body_bytes
@@ -141,7 +149,7 @@ class McpEndpoint:
 
     async def respond(
         self, scope: Scope, receive: Receive
-    ) -> Response | LazyStream | ListenStream | TaskListenStream | EventStream:
+    ) -> Response | LazyStream | ListenStream | TaskListenStream | EventStream | ResumedStream | LostStream:
         headers = wire.header_map(scope)
         # Who is asking, as the edge's authentication (``gateway.http.auth``) established it.
         principal = scope.get("gateway.principal")
@@ -321,7 +329,13 @@ class McpEndpoint:
                 del session.in_flight[message.id]
 
         exchange = self.relay.exchange(message, ClientContext.of_session(session, headers, log=log), headers)
-        return LazyStream(exchange, request_id=message.id, legacy=LegacyCall(handle, cancelled, forget))
+        # Its SSE answer carries event ids and is kept for a resume (gateway.http.resume).
+        resumable = Resumable(
+            session.streams, message.id, eventlog.primes(session.version), poll_seconds=self.sse_poll_seconds
+        )
+        return LazyStream(
+            exchange, request_id=message.id, legacy=LegacyCall(handle, cancelled, forget), resumable=resumable
+        )
 
     @staticmethod
     def _batch_slots(messages: tuple[Message, ...], slots: object) -> Response | None:
@@ -383,8 +397,11 @@ class McpEndpoint:
 
     # -- GET / DELETE -------------------------------------------------------------------
 
-    def _get(self, headers: dict[str, str], principal: str | None) -> Response | EventStream:
-        """A legacy session's stream of unsolicited messages (``list_changed``)."""
+    def _get(
+        self, headers: dict[str, str], principal: str | None
+    ) -> Response | EventStream | ResumedStream | LostStream:
+        """A legacy session's stream of unsolicited messages (``list_changed``), or with
+        ``Last-Event-ID`` the resume of the stream that id names (``gateway.relay.streams``)."""
         outcome = ingress.check_get(headers, session_version=self.sessions.version_of)
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
@@ -392,9 +409,28 @@ class McpEndpoint:
         session = self.sessions.get(outcome.session_id)
         if session is None or session.principal != principal:
             return rejection_response(ingress.unknown_session())
+        last_event_id = headers.get(LAST_EVENT_ID)
+        if last_event_id is not None:
+            return self._resume(session, last_event_id)
         # Bounded: after max_stream_seconds the stream ends and the client reconnects (a
         # stream that lives forever would pin memory and a connection per forgotten tab).
         return EventStream(session.open_stream(), max_seconds=self.max_stream_seconds)
+
+    def _resume(
+        self, session: LegacySession, last_event_id: str
+    ) -> Response | EventStream | ResumedStream | LostStream:
+        """Only this session's streams are looked in (another session's id is unknown here)."""
+        found = session.streams.resume(last_event_id)
+        if isinstance(found, Unknown):
+            return wire.error_response(
+                400, error_object(-32600, f"cannot resume: {found.reason}; send the request again")
+            )
+        if isinstance(found, Lost):
+            return LostStream(found)
+        if found.stream.is_request:
+            poll = self.sse_poll_seconds if eventlog.primes(session.version) else 0.0
+            return ResumedStream(found, poll_seconds=poll)
+        return EventStream(found, max_seconds=self.max_stream_seconds)
 
     def _delete(self, headers: dict[str, str], principal: str | None) -> Response:
         outcome = ingress.check_delete(headers, session_version=self.sessions.version_of)

@@ -1,7 +1,7 @@
 """Server-Sent Events: the one writer of every event stream the gateway sends.
 
 A request's answer streamed (``gateway.http.stream``), an emulated listen
-(``gateway.http.listen``) and a legacy session's GET stream (``EventStream`` below) all go
+(``gateway.http.listen``) and a legacy session's streams (``gateway.http.resume``) all go
 out through this module:
 
 - ``Watch`` ends a response when its client leaves or the gateway drains. The connection
@@ -17,6 +17,10 @@ out through this module:
   every ``KEEPALIVE_SECONDS`` of quiet), takes what else is ready already, and writes them
   together: several events in one ``http.response.body`` send, up to ``REPLY_CHUNK_BYTES``
   a send.
+
+A legacy session's streams (a request's SSE answer, the GET stream) carry event ids and can be
+resumed: ``gateway.http.resume`` writes them, with the helpers here (``id_frame``,
+``retry_field``).
 
 A frame over ``REPLY_CHUNK_BYTES`` counts against the process's budget for large replies and
 goes out in pieces (``gateway.http.replies``); ``SseWriter.frame`` says when it does not fit.
@@ -62,6 +66,18 @@ LEGACY_GET_HEADERS: Final = [
 
 def frame(message: JsonObject) -> bytes:
     return b"data: " + orjson.dumps(message) + b"\r\n\r\n"
+
+
+def id_frame(event_id: str, data: bytes) -> bytes:
+    """An event with its id (a legacy session's resumable streams): ``data`` is one JSON line,
+    or empty for a priming event (2025-11-25: an id and an empty ``data`` field)."""
+    return b"id: " + event_id.encode("ascii") + b"\r\ndata: " + data + b"\r\n\r\n"
+
+
+def retry_field(milliseconds: int) -> bytes:
+    """The ``retry`` field alone: how long the client waits before it reconnects (2025-11-25
+    polling streams: sent before the gateway closes the connection, the stream not ended)."""
+    return b"retry: %d\r\n\r\n" % milliseconds
 
 
 class Watch:
@@ -138,11 +154,12 @@ class Watch:
 class SseWriter:
     """One event stream's body on the wire."""
 
-    __slots__ = ("_send", "started")
+    __slots__ = ("_send", "ended", "started")
 
     def __init__(self, send: Send) -> None:
         self._send = send
         self.started = False  # the response's headers are out
+        self.ended = False  # the response is complete (a polling stream ends before its call)
 
     async def start(self, headers: list[tuple[bytes, bytes]], status: int = 200) -> None:
         self.started = True
@@ -196,7 +213,17 @@ class SseWriter:
     async def keepalive(self) -> None:
         await self._body(KEEPALIVE)
 
+    async def write_frame(self, data: bytes) -> None:
+        """One frame already made: under the budget like any other, sent whole when it is spent."""
+        if replies.reserve(data):
+            await self.write([data])
+        else:
+            await self._body(data)
+
     async def end(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
         await self._send({"type": "http.response.body", "body": b""})
 
     async def _body(self, data: bytes) -> None:
@@ -266,37 +293,3 @@ def json_frame(message: JsonObject) -> bytes | None:
     if data is None:
         log.warning("a %d-byte %s not sent: reply budget spent", len(frame(message)), message.get("method"))
     return data
-
-
-class EventStream:
-    """A legacy session's GET stream: ``200 text/event-stream``, the session's unsolicited
-    messages as they come, a keep-alive comment while quiet. It ends after ``max_seconds``
-    (the client reconnects), when the client leaves, when the session opens another stream or
-    ends, and when the gateway drains (the stream carries no request the drain could wait for)."""
-
-    def __init__(
-        self,
-        messages: MemoryObjectReceiveStream[JsonObject],
-        *,
-        max_seconds: float,
-        keepalive: float = KEEPALIVE_SECONDS,
-    ) -> None:
-        self._messages = messages
-        self._max_seconds = max_seconds
-        self._keepalive = keepalive
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = Watch(scope, receive, end_on_drain=True)
-        writer = SseWriter(send)
-        messages = self._messages
-
-        async def body() -> None:
-            await writer.start(list(LEGACY_GET_HEADERS))
-            with anyio.move_on_after(self._max_seconds):
-                await pump(writer, messages.receive, ready_from(messages), json_frame, keepalive=self._keepalive)
-
-        with messages:
-            await watch.run(body)
-        if writer.started and not watch.left:
-            with anyio.CancelScope(shield=True):
-                await writer.end()

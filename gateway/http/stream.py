@@ -46,6 +46,7 @@ from gateway.http import replies, sse
 from gateway.http.drain import SHUTTING_DOWN
 from gateway.http.inflight import InFlight
 from gateway.http.observe import note_answer, note_cancelled
+from gateway.http.resume import Resumable
 from gateway.http.sse import SSE_HEADERS, SseWriter, Watch
 from gateway.http.wire import gateway_error_response, rejection_response
 from gateway.protocol.jsonrpc import JsonObject
@@ -54,6 +55,9 @@ from gateway.relay.exchange import Rejected
 from gateway.relay.sessions import CancelHandle
 
 log = logging.getLogger("gateway.http")
+
+PULLED_AHEAD = 64
+"""Events read from a modern exchange ahead of the writer (written together when ready)."""
 
 
 def _is_final(event: events.Event) -> bool:
@@ -115,7 +119,10 @@ class LazyStream:
         in_flight: InFlight | None = None,
         principal: str | None = None,
         legacy: LegacyCall | None = None,
+        resumable: Resumable | None = None,
+        keepalive: float = sse.KEEPALIVE_SECONDS,
     ) -> None:
+        self._keepalive = keepalive
         self._exchange = exchange
         # One event at a time; the rest of a Batch is ready to be written with the first.
         self._events = Unbatched(exchange)
@@ -125,6 +132,8 @@ class LazyStream:
         self._watch: Watch | None = None
         self._cancelled = False  # by the client's notifications/cancelled: no answer follows
         self._legacy = legacy
+        # A legacy session's SSE answer: event ids, kept for a resume (gateway.http.resume).
+        self._resumable = resumable
         # A forwarded subscriptions/listen: when the gateway drains, the stream ends with this
         # (the graceful result) at once, instead of waiting out the drain budget.
         self._graceful_end = graceful_end
@@ -210,6 +219,8 @@ class LazyStream:
             return
         self._finished = True  # ended by the gateway (DELETE, expiry): the client is told
         final = legacy.on_cancel()
+        if writer.ended:  # a polling stream's connection was closed already
+            return
         if writer.started:
             note_answer(scope, final)
             await writer.write_message(final)
@@ -221,6 +232,8 @@ class LazyStream:
         """The drain budget ran out: end this request with a clear error, not a dropped connection."""
         error = GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
         note_answer(scope, {"error": error.error_object()})
+        if writer.ended:
+            return
         if not writer.started:
             await gateway_error_response(error, self._request_id)(scope, receive, send)
             return
@@ -251,8 +264,12 @@ class LazyStream:
             self._finished = True
             await self._json(scope, receive, send, first)
             return
-        await writer.start([*SSE_HEADERS, *self._headers])
-        last = await self._stream(writer, first)
+        if self._resumable is not None and self._watch is not None:
+            headers = [*SSE_HEADERS, *self._headers]
+            last = await self._resumable.run(writer, self._events, first, self._watch, headers)
+        else:
+            await writer.start([*SSE_HEADERS, *self._headers])
+            last = await self._stream(writer, first)
         if last is not None:
             note_answer(scope, last.message)
             self._finished = True
@@ -260,8 +277,40 @@ class LazyStream:
         self._finished = True
 
     async def _stream(self, writer: SseWriter, first: events.Event) -> events.Event | None:
-        """The events after ``first`` as they come, up to the ``Final`` (returned; None: none came)."""
-        return await sse.pump(writer, self._events.__anext__, self._events.ready, self._frame, _is_final, taken=[first])
+        """The events after ``first`` as they come, up to the ``Final`` (returned; None: none came).
+
+        A task reads the exchange into a bounded buffer, and the writer waits on that: its
+        keep-alive timeout must never cancel the exchange itself, an async generator, which a
+        cancelled ``__anext__`` ends (a call quiet for ``KEEPALIVE_SECONDS`` lost its answer)."""
+        taken = [first, *self._events.ready()]  # the rest of a Batch goes out with it
+        send, receive = anyio.create_memory_object_stream[events.Event](PULLED_AHEAD)
+
+        async def pull() -> None:
+            with send:
+                while True:
+                    try:
+                        event = await self._events.__anext__()
+                    except StopAsyncIteration:
+                        return
+                    for item in (event, *self._events.ready()):
+                        await send.send(item)
+                    if type(event) is events.Final:
+                        return
+
+        with receive:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pull)
+                last = await sse.pump(
+                    writer,
+                    receive.receive,
+                    sse.ready_from(receive),
+                    self._frame,
+                    _is_final,
+                    taken=taken,
+                    keepalive=self._keepalive,
+                )
+                tg.cancel_scope.cancel()
+        return last
 
     async def _json(self, scope: Scope, receive: Receive, send: Send, final: events.Final) -> None:
         note_answer(scope, final.message)

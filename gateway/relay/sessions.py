@@ -30,10 +30,12 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+import orjson
 
 from gateway.errors import ClientThrottledError, GatewayUnavailableError
+from gateway.protocol.eventlog import RESUME_WINDOW
 from gateway.protocol.jsonrpc import ErrorReply, JsonId, JsonObject, Message, Notification, Result
+from gateway.relay.streams import Reader, SessionStreams
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
 from gateway.stdio.pool import Pool
@@ -42,8 +44,6 @@ log = logging.getLogger("gateway.relay.sessions")
 
 SESSION_IDLE_TIMEOUT: Final = 3600.0
 """Seconds without a request after which a legacy session is forgotten."""
-STREAM_BUFFER: Final = 64
-"""Unsolicited messages queued for a session's GET stream; past this they are dropped."""
 MAX_SESSIONS: Final = 10_000
 """Live sessions per server at most (bounded memory); past this, 503."""
 MAX_SESSIONS_PER_PRINCIPAL: Final = 256
@@ -100,7 +100,7 @@ class LegacySession:
     initialized: bool = False
     log_level: str | None = None
     in_flight: dict[JsonId, CancelHandle] = field(default_factory=dict)
-    stream: MemoryObjectSendStream[JsonObject] | None = None  # the open GET stream, if any
+    streams: SessionStreams = field(default_factory=SessionStreams)  # its SSE streams, kept for resumption
     child: StdioChild | None = None  # the child this session's requests go to (legacy state stays put)
     pool: Pool | None = None  # the pool that serves it: its children's list_changed reach this session
     subscriptions: set[str] = field(default_factory=set)  # resource URIs it subscribed to
@@ -136,22 +136,21 @@ class LegacySession:
         elif isinstance(message, (Result, ErrorReply)):
             self.answer_ask(message)  # the client's answer to a child's question: to the child
 
-    def open_stream(self) -> MemoryObjectReceiveStream[JsonObject]:
+    def open_stream(self) -> Reader:
         """A new GET stream for this session; an older one is closed (one message, one stream)."""
-        if self.stream is not None:
-            self.stream.close()
-        self.stream, receive = anyio.create_memory_object_stream[JsonObject](STREAM_BUFFER)
-        return receive
+        return self.streams.open_get()
 
-    def offer(self, message: JsonObject) -> bool:
-        """Queue an unsolicited message on the GET stream; False if none is open or it is full."""
-        if self.stream is None:
-            return False
-        try:
-            self.stream.send_nowait(message)
-        except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            return False
-        return True
+    def offer(self, message: JsonObject, *, live: bool = False) -> bool:
+        """An unsolicited message for the GET stream (kept for a resume of it); False if the
+        session has no GET stream open or waiting for a resume; ``live``: none open now
+        (``SessionStreams.offer``)."""
+        return self.streams.offer(orjson.dumps(message), live=live)
+
+    @property
+    def has_stream(self) -> bool:
+        """Whether a connection reads the session's GET stream now."""
+        stream = self.streams.get_stream
+        return stream is not None and stream.reader is not None
 
     def note_subscription(self, method: str, params: JsonObject | None) -> None:
         """Remember ``resources/subscribe`` / ``unsubscribe`` (forwarded to the child as they are),
@@ -186,8 +185,7 @@ class LegacySession:
             hook()
         self.on_end.clear()
         self.asks.clear()  # their calls are cancelled; each call's end answers its child
-        if self.stream is not None:
-            self.stream.close()
+        self.streams.close()
 
 
 class SessionStore:
@@ -198,7 +196,9 @@ class SessionStore:
         on_end: Callable[[str], None] | None = None,
         max_per_principal: int = MAX_SESSIONS_PER_PRINCIPAL,
         mint_id: Callable[[], str] | None = None,
+        resume_window: float = RESUME_WINDOW,
     ) -> None:
+        self._resume_window = resume_window
         self._sessions: dict[str, LegacySession] = {}
         self._mint_id = mint_id or _random_id
         self._on_end = on_end
@@ -231,6 +231,7 @@ class SessionStore:
                 max_sessions=self._max_sessions,
             )
         session = LegacySession(self._mint_id(), version, capabilities, client_info, now, principal)
+        session.streams.window = self._resume_window
         self._sessions[session.id] = session
         self._by_principal[principal] += 1
         return session
@@ -266,9 +267,12 @@ class SessionStore:
         stale = [s.id for s in self._sessions.values() if now - s.last_seen > self._idle_timeout and not s.in_flight]
         for session_id in stale:
             self.end(session_id)
+        clock = anyio.current_time()  # the streams' clock (anyio's), not time.monotonic's callers
+        for session in self._sessions.values():
+            session.streams.sweep(clock)
 
     def open_streams(self) -> int:
-        return sum(1 for session in self._sessions.values() if session.stream is not None)
+        return sum(1 for session in self._sessions.values() if session.has_stream)
 
     def serving(self, pool: Pool) -> list[LegacySession]:
         """The sessions that ``pool`` serves (their requests go to its children)."""

@@ -86,7 +86,7 @@ class Unsolicited:
             return None
         ask = ChildAsk(request)
         gateway_id = session.track_ask(ask)
-        if not session.offer(Request(gateway_id, request.method, request.params).to_dict()):
+        if not session.offer(Request(gateway_id, request.method, request.params).to_dict(), live=True):
             session.asks.pop(gateway_id, None)  # no GET stream open (or it is full)
             return None
         timeout = pool.spec.input_timeout

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS
+from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS, SSE_POLL_SECONDS
+from gateway.protocol.eventlog import RESUME_WINDOW
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
 from gateway.settings import convert
 from gateway.settings.declaration import (
@@ -158,6 +159,26 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default=MAX_STREAM_SECONDS,
         metavar="SECONDS",
         help="end a legacy session's GET stream after this long; the client reconnects (default: %(default)s)",
+    ),
+    Setting(
+        "--stream-resume-seconds",
+        field="stream_resume_seconds",
+        check=rule(lambda v: v > 0, "must be a positive number of seconds"),
+        kind=float,
+        default=RESUME_WINDOW,
+        metavar="SECONDS",
+        help="keep a legacy SSE stream nobody reads this long for a resume (Last-Event-ID); then its call "
+        "is cancelled (default: %(default)s)",
+    ),
+    Setting(
+        "--sse-poll-seconds",
+        field="sse_poll_seconds",
+        check=rule(lambda v: v >= 0, "must be 0 (off) or a positive number of seconds"),
+        kind=float,
+        default=SSE_POLL_SECONDS,
+        metavar="SECONDS",
+        help="close a 2025-11-25 session's request stream after this long with a retry hint, the call going "
+        "on, so the client resumes; 0: off (default: %(default)s)",
     ),
     Setting(
         "--allowed-origin",

@@ -122,7 +122,7 @@ class LiveResponse:
             if sep:
                 self._buffer = rest
                 data = [line[5:].strip() for line in block.split(b"\n") if line.startswith(b"data:")]
-                if data:
+                if any(data):  # a priming event (an id, empty data) carries no message
                     parsed: Message = orjson.loads(b"\n".join(data))
                     return parsed
                 continue

@@ -89,7 +89,8 @@ async def sse(reply: httpx.Response) -> AsyncIterator[dict[str, Any]]:
         if line.startswith("data:"):
             data.append(line[5:].lstrip())
         elif not line and data:
-            yield orjson.loads("\n".join(data))
+            if any(data):  # a priming event (an id, empty data) carries no message
+                yield orjson.loads("\n".join(data))
             data = []
 
 

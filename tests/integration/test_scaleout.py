@@ -200,12 +200,12 @@ async def test_a_cancel_posted_to_another_instance_reaches_the_owners_child() ->
             async with http.stream("POST", urls[1], headers=session, json=slow) as reply:
                 events = reply.aiter_lines()
                 async for line in events:
-                    if line.startswith("data:"):
+                    if line.startswith("data: {"):
                         assert '"notifications/progress"' in line  # the sleep has begun at the owner's child
                         break
                 cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
                 assert (await http.post(urls[2], headers=session, json=cancel)).status_code == 202
-                rest = [line async for line in events if line.startswith("data:")]
+                rest = [line async for line in events if line.startswith("data: {")]
             assert rest == []  # a request its client cancelled gets no answer: the stream just ends
             ids = await http.post(urls[2], headers=session, json=call(8, "cancelled_ids", {}))
             assert ids.status_code == 200

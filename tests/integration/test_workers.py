@@ -197,7 +197,7 @@ async def test_killing_a_worker_loses_only_its_sessions_and_calls_on_the_others_
                 assert doomed_stream.status_code == 200
                 lines = running.aiter_lines()
                 async for line in lines:
-                    if line.startswith("data:"):
+                    if line.startswith("data: {"):
                         break
                 os.kill(gw.pids[1], signal.SIGKILL)
                 ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
@@ -206,7 +206,7 @@ async def test_killing_a_worker_loses_only_its_sessions_and_calls_on_the_others_
                 assert "is gone" in lost.json()["error"]["message"]
                 again = await open_session(http, third)  # re-initialize: works
                 assert (await http.post(second, headers=again, json=ping)).status_code == 200
-                rest = [line async for line in lines if line.startswith("data:")]
+                rest = [line async for line in lines if line.startswith("data: {")]
                 async for _ in doomed_stream.aiter_bytes():
                     pass  # the owner's stream ends with the owner
                 retry = {
@@ -241,10 +241,10 @@ async def test_sigterm_lets_a_call_in_flight_on_a_worker_finish_then_every_worke
             async with http.stream("POST", url, headers=session, json=slow) as running:
                 lines = running.aiter_lines()
                 async for line in lines:
-                    if line.startswith("data:"):
+                    if line.startswith("data: {"):
                         break  # the call is running at the child
                 gw.process.send_signal(signal.SIGTERM)
-                rest = [line async for line in lines if line.startswith("data:")]
+                rest = [line async for line in lines if line.startswith("data: {")]
             await gw.process.wait()
     assert len(rest) == 1
     assert '"slept"' in rest[0]

@@ -13,11 +13,13 @@ from starlette.types import Message, Scope
 from gateway.http import replies
 from gateway.http.connection import HANGUP, Hangup
 from gateway.http.drain import DRAIN, Drain
-from gateway.http.sse import EventStream, SseWriter, Watch, frame, json_frame, pump, ready_from
+from gateway.http.resume import EventStream
+from gateway.http.sse import SseWriter, Watch, frame, id_frame, json_frame, pump, ready_from
 from gateway.http.stream import LazyStream, LegacyCall
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
 from gateway.relay.sessions import CancelHandle
+from gateway.relay.streams import SessionStreams
 
 pytestmark = pytest.mark.anyio
 
@@ -386,28 +388,27 @@ async def test_a_legacy_exchange_the_session_cancels_is_answered_only_when_the_g
 async def test_the_legacy_get_stream_has_its_headers_and_ends_on_drain() -> None:
     client = Client()
     drain = Drain()
-    send, receive = anyio.create_memory_object_stream[JsonObject](8)
-    send.send_nowait(note(1))
-    send.send_nowait(note(2))
+    streams = SessionStreams(mint_key=lambda: "k")
+    reader = streams.open_get()
+    streams.offer(orjson.dumps(note(1)))
+    streams.offer(orjson.dumps(note(2)))
     scope = {"type": "http", HANGUP: Hangup(), DRAIN: drain}
     async with anyio.create_task_group() as tg:
-        tg.start_soon(EventStream(receive, max_seconds=60), scope, client.receive, client.send)
+        tg.start_soon(EventStream(reader, max_seconds=60), scope, client.receive, client.send)
         await client.wait_for(2)
         drain.ending.set()
-    send.close()
     assert client.sent[0]["headers"] == [
         (b"content-type", b"text/event-stream; charset=utf-8"),
         (b"cache-control", b"no-cache"),
         (b"connection", b"keep-alive"),
         (b"x-accel-buffering", b"no"),
     ]
-    assert client.bodies() == [frame(note(1)) + frame(note(2)), b""]
+    assert client.bodies() == [id_frame("k.1", orjson.dumps(note(1))) + id_frame("k.2", orjson.dumps(note(2))), b""]
 
 
 async def test_the_legacy_get_stream_ends_after_its_lifetime() -> None:
     client = Client()
-    send, receive = anyio.create_memory_object_stream[JsonObject](8)
+    reader = SessionStreams().open_get()
     with anyio.fail_after(WAIT):
-        await EventStream(receive, max_seconds=0)(lean_scope(), client.receive, client.send)
+        await EventStream(reader, max_seconds=0)(lean_scope(), client.receive, client.send)
     assert client.bodies() == [b""]
-    send.close()

@@ -32,6 +32,12 @@ Contract:
   empty priming events are skipped); notifications on the stream go to ``on_notification``
   as they arrive. A legacy server's request on the stream (``ping``, or one we have no
   capability for) is answered by POSTing the response.
+* A legacy call's event stream that is cut before its reply (a proxy's timeout, a network
+  drop, or a 2025-11-25 server closing a polling stream) is resumed: ``GET`` with the session
+  and ``Last-Event-ID`` (the last event id seen), after the server's ``retry`` hint or
+  ``RESUME_DELAY``, up to ``MAX_RESUMES`` times (L-TR §Resumability and Redelivery). A stream
+  that carried no event id cannot be resumed: that fails as before. A refused resume
+  (4xx) fails the call with the server's reason.
 * Headers given by the user are sent last, so they win over the client's own: a way to
   test a server's refusals on purpose.
 * Every ``httpx`` failure, an answer that is not JSON-RPC, and a stream that ends before
@@ -60,14 +66,22 @@ from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply
 from gateway.protocol.versions import Era
 from gateway.tools.call.errors import ConnectionFailed
 from gateway.tools.call.refusals import REDIRECTS, SHOWN_BODY_CHARS, refusal, suggested_url
+from gateway.tools.call.sse import sse_events
 
-__all__ = ["McpConnection", "Mode", "open_connection", "refusal", "sse_data", "suggested_url"]
+__all__ = ["McpConnection", "Mode", "open_connection", "refusal", "suggested_url"]
 
 CONNECT_TIMEOUT: Final = 10.0
 """Seconds to open a TCP connection. Reads are not bounded here: a tool may run for minutes
 before its first byte (the answer is committed lazily), so ``--timeout`` bounds a call."""
 CLOSE_TIMEOUT: Final = 5.0
 """Seconds the ``DELETE`` that ends a legacy session may take; it runs shielded."""
+MAX_RESUMES: Final = 100
+"""Times one legacy call's event stream is resumed after a cut: a 10-minute call behind a
+proxy that cuts every response after 10 s needs 60."""
+RESUME_DELAY: Final = 0.5
+"""Seconds before a resume when the server sent no ``retry`` hint."""
+MAX_RETRY_SECONDS: Final = 30.0
+"""Longest ``retry`` hint honoured: a server asking for more gets this."""
 
 
 NotificationHandler = Callable[[Notification], None]
@@ -78,6 +92,14 @@ class Mode(StrEnum):
     AUTO = "auto"
     MODERN = "modern"
     LEGACY = "legacy"
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """Where a legacy call's event stream stands: the last event id seen, the last retry hint."""
+
+    last_id: str | None = None
+    retry_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,11 +310,15 @@ class McpConnection:
             async with self._http.stream("POST", self.url, content=jsonrpc.encode(payload), headers=headers) as resp:
                 kind = h.media_type(resp.headers.get(h.CONTENT_TYPE, ""))
                 if kind == h.SSE_MEDIA_TYPE:
-                    reply = await self._read_stream(resp, on_notification)
+                    cursor = _Cursor()
+                    try:
+                        reply = await self._read_stream(resp, on_notification, cursor)
+                    except httpx.HTTPError:
+                        if cursor.last_id is None or self.session_id is None:
+                            raise  # nothing to resume from
+                        reply = None
                     if reply is None:
-                        raise ConnectionFailed(
-                            f"{self.url} ended the event stream before answering {payload['method']}"
-                        )
+                        reply = await self._resume(str(payload["method"]), cursor, on_notification)
                     return _Answer(resp.status_code, resp.headers, reply)
                 body = await resp.aread()
         except httpx.HTTPError as exc:
@@ -300,8 +326,41 @@ class McpConnection:
         reply = _reply_from_json(body) if kind == h.JSON_MEDIA_TYPE else None
         return _Answer(resp.status_code, resp.headers, reply, body[:SHOWN_BODY_CHARS].decode("utf-8", "replace"))
 
-    async def _read_stream(self, resp: httpx.Response, on_notification: NotificationHandler | None) -> Reply | None:
-        async for data in sse_data(resp.aiter_lines()):
+    async def _resume(self, method: str, cursor: _Cursor, on_notification: NotificationHandler | None) -> Reply:
+        """Resume a cut legacy stream (``GET`` + ``Last-Event-ID``) until its reply comes."""
+        for _ in range(MAX_RESUMES):
+            if cursor.last_id is None or self.session_id is None:
+                break
+            delay = RESUME_DELAY if cursor.retry_ms is None else min(cursor.retry_ms / 1000, MAX_RETRY_SECONDS)
+            await anyio.sleep(delay)
+            headers = _merged(self._legacy_headers(), {h.ACCEPT: h.SSE_MEDIA_TYPE, h.LAST_EVENT_ID: cursor.last_id})
+            try:
+                async with self._http.stream("GET", self.url, headers=headers) as resp:
+                    if (
+                        resp.status_code != 200
+                        or h.media_type(resp.headers.get(h.CONTENT_TYPE, "")) != h.SSE_MEDIA_TYPE
+                    ):
+                        body = (await resp.aread())[:SHOWN_BODY_CHARS].decode("utf-8", "replace")
+                        raise ConnectionFailed(
+                            f"{self.url} refused to resume the event stream of {method} "
+                            f"(HTTP {resp.status_code}): {' '.join(body.split())}"
+                        )
+                    reply = await self._read_stream(resp, on_notification, cursor)
+            except httpx.HTTPError:
+                continue  # cut again: resume again from the last id
+            if reply is not None:
+                return reply
+        raise ConnectionFailed(f"{self.url} ended the event stream before answering {method}")
+
+    async def _read_stream(
+        self, resp: httpx.Response, on_notification: NotificationHandler | None, cursor: _Cursor | None = None
+    ) -> Reply | None:
+        async for event_id, retry_ms, data in sse_events(resp.aiter_lines()):
+            if cursor is not None:
+                cursor.last_id = event_id if event_id is not None else cursor.last_id
+                cursor.retry_ms = retry_ms if retry_ms is not None else cursor.retry_ms
+            if not data.strip():
+                continue  # a priming event, or a retry hint: an id, no message
             try:
                 message = jsonrpc.parse_message(jsonrpc.decode(data))
             except (jsonrpc.ParseError, jsonrpc.InvalidMessage) as exc:
@@ -356,26 +415,6 @@ async def open_connection(
             yield connection
         finally:
             await connection.close()
-
-
-async def sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The data of each SSE event (its ``data:`` lines joined by newlines), empty ones skipped."""
-    data: list[str] = []
-    async for line in lines:
-        if not line:
-            if data:
-                joined = "\n".join(data)
-                data = []
-                if joined.strip():
-                    yield joined
-            continue
-        if line.startswith(":"):
-            continue  # a comment: keep-alive
-        name, _, value = line.partition(":")
-        if name == "data":
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data and "\n".join(data).strip():
-        yield "\n".join(data)
 
 
 class _Redirect(Exception):
