@@ -55,7 +55,7 @@ from gateway.relay import events, translate
 from gateway.relay.catalog import ToolCatalog
 from gateway.relay.client import ClientContext
 from gateway.relay.events import Emitted
-from gateway.relay.router import ANONYMOUS, Router
+from gateway.relay.router import Router
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.suspensions import Call, Holdings, Suspensions, input_responses
 from gateway.relay.translate import response as response
@@ -112,7 +112,7 @@ class Relay:
                 child = await stack.enter(
                     pool.lease(  # 503 / 429 propagate
                         client.affinity(),
-                        client.principal or ANONYMOUS,
+                        client.charged,
                         request.method,
                         tool,
                     )

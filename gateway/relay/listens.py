@@ -96,13 +96,13 @@ class Listen:
 
 
 async def open_listen(
-    router: Router, request: Request, principal: str | None, headers: Mapping[str, str]
+    router: Router, request: Request, principal: str | None, headers: Mapping[str, str], owner: str | None = None
 ) -> Listen | Rejection | None:
     """The emulated listen for ``request`` when a legacy child serves the client; None when a
     modern child does (forward it: the relay rewrites ``subscriptionId`` both ways); a
     ``Rejection`` (400) without ``params.notifications``. ``GatewayError`` when no child can be had."""
     pool = await router.pool_for(principal, None, headers)
-    async with pool.lease(principal=principal or ANONYMOUS) as child:  # which era serves it, what it can do
+    async with pool.lease(principal=owner or principal or ANONYMOUS) as child:  # which era serves it, what it can do
         info = child.info
     assert info is not None
     if info.era is Era.MODERN:

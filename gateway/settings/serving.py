@@ -155,7 +155,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         kind=float,
         default=MAX_STREAM_SECONDS,
         metavar="SECONDS",
-        help="end a legacy session's GET stream after this long; the client reconnects (default: %(default)s)",
+        help="end a legacy session's GET stream or a subscriptions/listen stream after this long; the client "
+        "reconnects (default: %(default)s)",
     ),
     Setting(
         "--allowed-origin",
