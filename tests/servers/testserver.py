@@ -485,6 +485,32 @@ class Recorder:
         return line
 
 
+class Deafened:
+    """stdin that stops being read for good once the ``deafen`` tool ran (``--deafen-tool``): a
+    child that answered its handshake and then never reads its stdin again, alive, so the
+    gateway's pipe to it fills up."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.deaf = threading.Event()
+
+    def readline(self) -> bytes:
+        if self.deaf.is_set():
+            threading.Event().wait()
+        line: bytes = self._stream.readline()
+        if self.deaf.is_set():  # it was waiting in the read when the tool ran: this line is not read either
+            threading.Event().wait()
+        return line
+
+
+def add_deafen_tool(server: StdioServer, stdin: Deafened) -> None:
+    def deafen(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        stdin.deaf.set()
+        return text_result("no longer reading stdin")
+
+    server.add_tool(Tool("deafen", "Stop reading stdin for good (--deafen-tool).", object_schema(), deafen))
+
+
 def add_header_tools(server: StdioServer) -> None:
     """Tools with ``x-mcp-header`` annotations: one valid, one invalid (on a number)."""
 
@@ -606,6 +632,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--logging", action="store_true", help="declare logging; the log tool honours levels")
     parser.add_argument("--cache-roots", action="store_true", help="fetch roots at start and on roots/list_changed")
     parser.add_argument("--record", default=None, metavar="FILE", help="append every line read from stdin to FILE")
+    parser.add_argument("--deafen-tool", action="store_true", help="a tool deafen: stop reading stdin after it")
     return parser.parse_args(argv)
 
 
@@ -624,6 +651,9 @@ def main(argv: list[str] | None = None) -> None:
         while os.read(sys.stdin.fileno(), 65536):
             pass
     else:
+        stdin: Any = Recorder(sys.stdin.buffer, options.record) if options.record else None
+        deafened = Deafened(stdin or sys.stdin.buffer) if options.deafen_tool else None
+        stdin = deafened or stdin
         server = StdioServer(
             options.name,
             "0.1.0",
@@ -638,8 +668,10 @@ def main(argv: list[str] | None = None) -> None:
             cache_scope=options.cache_scope,
             silent_methods={"server/discover"} if options.silent_probe else (),
             page_size=options.page_size,
-            stdin=Recorder(sys.stdin.buffer, options.record) if options.record else None,
+            stdin=stdin,
         )
+        if deafened is not None:
+            add_deafen_tool(server, deafened)
         add_demo_tools(server)
         add_test_tools(server)
         add_header_tools(server)
