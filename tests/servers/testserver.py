@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -293,8 +294,38 @@ def _str_list(description: str) -> JsonObject:
     return {"type": "array", "items": {"type": "string"}, "description": description}
 
 
+def _descriptors(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    """What this process holds beyond stdin, stdout and stderr, and what it could do with it:
+    every other open descriptor (what it points at), and which of them are listening sockets
+    it could accept the gateway's connections on."""
+    held: dict[str, str] = {}
+    listening: list[int] = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the directory listing's own descriptor, closed by now
+        if fd <= 2 or target == f"/proc/{os.getpid()}/fd":
+            continue
+        held[name] = target
+        if target.startswith("socket:"):
+            try:
+                probe = socket.socket(fileno=os.dup(fd))
+            except OSError:
+                continue
+            with probe:
+                if probe.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                    listening.append(fd)
+    return text_result(json.dumps(held), structured={"held": held, "listening": listening})
+
+
 def add_test_tools(server: StdioServer) -> None:
     """Register the test-only tools (the demo tools come from ``add_demo_tools``)."""
+
+    server.add_tool(
+        Tool("descriptors", "List the descriptors this process holds beyond 0, 1, 2.", object_schema(), _descriptors)
+    )
 
     def cancelled_ids(ctx: ToolContext, args: JsonObject) -> JsonObject:
         return _json_result("ids", server.cancelled_ids)
