@@ -269,15 +269,18 @@ class StdioChild:
         self._timer.note(sent.deadline)
         try:
             ex.stdin_ticket = await self._send(sent.line)
+        except GatewayUnavailableError:  # its stdin is full: the line was never queued
+            self._close(ex, unsent=True)
+            raise
         except BaseException:
             self._close(ex)
             raise
         return ex
 
-    def _close(self, ex: Exchange) -> None:
+    def _close(self, ex: Exchange, *, unsent: bool = False) -> None:
         # A line still queued for a child that has not read it is dropped with its request,
         # and the child, which never saw the request, is sent no cancel for it.
-        withdrawn = self._stdin.withdraw(ex.stdin_ticket)
+        withdrawn = self._stdin.withdraw(ex.stdin_ticket) or unsent
         ex.leave()
         if not ex.is_done:
             actions = self._session.abandon(ex.child_id)
