@@ -103,13 +103,12 @@ async def test_two_anonymous_clients_reusing_ids_each_cancel_their_own_call(tmp_
             tg.cancel_scope.cancel()
 
 
-async def test_idle_listens_count_as_streams_of_their_own_address_only() -> None:
+@pytest.mark.parametrize("child_era", ["legacy", "modern"])
+async def test_idle_listens_count_as_streams_of_their_own_address_only(child_era: str) -> None:
     """Listens are streams: one address's idle listens fill its own stream slots (429 for its
     next listen) and leave another address's listens and calls alone. Before, they counted as
-    requests of the one anonymous principal, and no stream limit applied to them. (Emulated
-    listens, a legacy child's: a modern child's forwarded listens take the same slot, and
-    their lifetime is tested below.)"""
-    spec = server_spec("--era", "legacy")
+    requests of the one anonymous principal, and no stream limit applied to them."""
+    spec = server_spec("--era", child_era)
     listen_headers = modern_headers("subscriptions/listen")
     with anyio.fail_after(60):
         async with (
@@ -121,9 +120,12 @@ async def test_idle_listens_count_as_streams_of_their_own_address_only() -> None
                 hog.stream("POST", url, headers=listen_headers, json=listen_request(1, toolsListChanged=True)) as a,
                 hog.stream("POST", url, headers=listen_headers, json=listen_request(2, toolsListChanged=True)) as b,
             ):
-                for held in (a, b):
-                    assert held.status_code == 200
-                    ack = await Sse(held).next()
+                # The readers are kept: an abandoned line iterator, once collected, closes its
+                # response, and the listen with it.
+                readers = [Sse(a), Sse(b)]
+                for held in readers:
+                    assert held.response.status_code == 200
+                    ack = await held.next()
                     assert ack is not None
                     assert ack["method"] == "notifications/subscriptions/acknowledged"
                 third = await hog.post(url, headers=listen_headers, json=listen_request(3, toolsListChanged=True))
@@ -138,7 +140,8 @@ async def test_idle_listens_count_as_streams_of_their_own_address_only() -> None
                     "POST", url, headers=listen_headers, json=listen_request(1, toolsListChanged=True)
                 ) as theirs:
                     assert theirs.status_code == 200
-                    assert await Sse(theirs).next() is not None
+                    reader = Sse(theirs)
+                    assert await reader.next() is not None
                     echo = modern_call(1, "echo", {"message": "other"})
                     reply = await other.post(url, headers=modern_headers("tools/call", "echo"), json=echo)
                     assert reply.status_code == 200, reply.text
