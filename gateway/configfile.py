@@ -17,7 +17,8 @@ variable), ``cwd``, ``inheritEnv``, and the gateway's own: ``pool`` (``min``, ``
 ``stallTimeout``, ``livenessInterval``), ``isolation``, ``childAsks`` (``auto``, ``always``,
 ``never``: whether requests that may ask get a child each), ``dualEra`` (``per-client``,
 ``modern``, ``legacy``: which era a child that speaks both is opened in), ``envFromHeaders``,
-``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``, ``maxBatchSize``,
+``requestTimeout``, ``probeTimeout``, ``startupTimeout``, ``maxLineBytes``, ``maxStdinQueueBytes``,
+``stdinStallTimeout``, ``maxBatchSize``,
 ``maxSessionsPerPrincipal`` (legacy sessions one principal may hold on this server),
 ``oauth`` (``issuer``, ``jwksUrl``, ``audience``, ``scopes``, ``principalClaim``: how its
 access tokens are checked, over the ``--oauth-*`` flags), ``clientCapabilities`` (what a

@@ -14,9 +14,14 @@ does not import the server (no import cycle), and ``enter_worker`` is what every
 Signals: the workers are in their own process group, so a terminal's Ctrl-C reaches only
 the supervisor, which sends each worker one SIGTERM per signal it gets: the first drains
 every worker (``--drain-timeout``), a second stops them at once. A worker that dies on its
-own is started again after ``WORKER_RESTART_DELAY`` (its sessions are lost: 404, and the
-clients re-initialize); after ``WORKER_CRASH_LOOP`` failed starts in a row the supervisor
-stops the rest and exits 1. It exits 0 once every worker has exited after a signal.
+own is started again at once (its sessions are lost: 404, and the clients re-initialize),
+or after ``WORKER_RESTART_DELAY`` when it died within ``WORKER_QUICK_EXIT`` of its start;
+after ``WORKER_CRASH_LOOP`` failed starts in a row the supervisor stops the rest and exits 1.
+Its death is seen at once because no child holds a worker's descriptors: children start
+through ``gateway.stdio.process.LAUNCHER``, which closes all but their three pipes (a child
+that held the end of the pipe ``multiprocessing`` watches kept a dead worker from being
+seen, and one that held the listening socket accepted the gateway's connections), and which
+makes the kernel SIGKILL them when their worker dies. It exits 0 once every worker has exited after a signal.
 Each worker's ``/status`` and ``/metrics`` say which worker answered (``instance``), and
 each line it logs names it (``worker N`` in text, a ``worker`` field in JSON).
 """
@@ -44,7 +49,8 @@ from gateway.stdio.process import become_subreaper
 log = logging.getLogger("gateway.workers")
 
 WORKER_RESTART_DELAY: Final = 1.0
-"""Seconds before a worker that died on its own is started again (no tight crash loop)."""
+"""Seconds before a worker that died on its own soon after its start is started again (no
+tight crash loop); one that had been running is started again at once."""
 WORKER_QUICK_EXIT: Final = 10.0
 """A worker that exits on its own within this many seconds of its start failed to start."""
 WORKER_CRASH_LOOP: Final = 5
@@ -101,7 +107,8 @@ def supervise(settings: Settings, sock: socket.socket, target: WorkerMain) -> in
                 if signals:
                     log.info("worker %d exited (%s)", index + 1, process.exitcode)
                     continue
-                failed_starts = failed_starts + 1 if time.monotonic() - started[index] < WORKER_QUICK_EXIT else 0
+                quick = time.monotonic() - started[index] < WORKER_QUICK_EXIT
+                failed_starts = failed_starts + 1 if quick else 0
                 if failed_starts >= WORKER_CRASH_LOOP:
                     log.error(
                         "workers failed to start %d times in a row; stopping (see the errors above)", failed_starts
@@ -109,13 +116,15 @@ def supervise(settings: Settings, sock: socket.socket, target: WorkerMain) -> in
                     signals += 1
                     stop_all()
                     continue
+                delay = WORKER_RESTART_DELAY if quick else 0.0
                 log.warning(
-                    "worker %d exited on its own (%s); starting it again in %g s",
+                    "worker %d exited on its own (%s); starting it again %s",
                     index + 1,
                     process.exitcode,
-                    WORKER_RESTART_DELAY,
+                    f"in {delay:g} s" if delay else "now",
                 )
-                wait([], timeout=WORKER_RESTART_DELAY)
+                if delay:
+                    wait([], timeout=delay)
                 if not signals:
                     start(index)
     finally:

@@ -21,6 +21,8 @@ PACKAGES=(
     "@modelcontextprotocol/server-filesystem@2026.8.31"
     "@modelcontextprotocol/sdk@1.32.2"
     "@modelcontextprotocol/client@2.4.0"
+    # A real client, for two mcp-remote users reusing request ids (tests/integration/test_npm_mcp_remote.py).
+    "mcp-remote@0.15.1"
 )
 
 installed_version() {  # the version in PREFIX's node_modules/$1/package.json, or nothing

@@ -185,6 +185,12 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().on_message_complete()
         self.scope[BODY_RECEIVED] = True  # type: ignore[typeddict-unknown-key]
         self._in_head, self._head_bytes = True, 0
+        # uvicorn pauses reading while a body over 64 KiB waits for the app, and resumes only
+        # in the app's next receive(), which an endpoint that has its body never makes: the
+        # client's hang-up (EOF) would never be read, so a large call held at a child would
+        # not be cancelled when its client left. A pipelined request still pauses reading.
+        if not self.pipeline:
+            self.flow.resume_reading()
 
     # -- flow control ---------------------------------------------------------------------
 

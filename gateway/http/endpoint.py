@@ -39,7 +39,7 @@ from gateway.errors import CODE_CANCELLED, GatewayError
 from gateway.http import wire
 from gateway.http.connection import BODY_RECEIVED
 from gateway.http.inflight import InFlight
-from gateway.http.limits import SLOTS, Slots
+from gateway.http.limits import SLOTS, Slots, client_key
 from gateway.http.listen import ListenStream
 from gateway.http.observe import note_answer
 from gateway.http.resume import EventStream, LostStream, Resumable, ResumedStream
@@ -156,6 +156,7 @@ class McpEndpoint:
         if not isinstance(principal, str):
             principal = None
         method = scope["method"]
+        owner = client_key(scope)  # whose limits, crash strikes and cancels (the principal, or the peer)
         if method == "GET":
             scope.setdefault("gateway.log", {}).update(method="GET stream", era="legacy")
             return self._get(headers, principal)
@@ -188,10 +189,10 @@ class McpEndpoint:
         refusal = slots.admit() if isinstance(slots, Slots) else None
         if refusal is not None:
             return refusal
-        return await self._post(scope, headers, principal, body)
+        return await self._post(scope, headers, principal, owner, body)
 
     async def _post(
-        self, scope: Scope, headers: dict[str, str], principal: str | None, body: bytes
+        self, scope: Scope, headers: dict[str, str], principal: str | None, owner: str, body: bytes
     ) -> Response | LazyStream | ListenStream | TaskListenStream:
         outcome = ingress.check_post(
             headers,
@@ -208,11 +209,16 @@ class McpEndpoint:
         if outcome.era is Era.MODERN:
             first_message = outcome.messages[0]
             if isinstance(first_message, Request) and first_message.method == subscriptions.LISTEN:
-                return await self._listen(outcome, first_message, headers, principal, log)
-            return self._modern(outcome, headers, principal, log)
+                # A listen is a stream: it counts as one, not as a request in flight.
+                slots = scope.get(SLOTS)
+                refusal = slots.as_stream() if isinstance(slots, Slots) else None
+                if refusal is not None:
+                    return refusal
+                return await self._listen(outcome, first_message, headers, principal, owner, log)
+            return self._modern(outcome, headers, principal, owner, log)
         if outcome.session_id:
             log["session"] = outcome.session_id[:8]
-        return await self._legacy(outcome, headers, principal, scope)
+        return await self._legacy(outcome, headers, principal, owner, scope)
 
     # -- modern -------------------------------------------------------------------------
 
@@ -221,37 +227,49 @@ class McpEndpoint:
         accepted: Accepted,
         headers: dict[str, str],
         principal: str | None,
+        owner: str,
         log: dict[str, Any],
         *,
         graceful_end: JsonObject | None = None,
+        max_seconds: float | None = None,
     ) -> Response | LazyStream:
         message = accepted.messages[0]
         if not isinstance(message, Request):
             # Only notifications get here (the ladder refuses modern responses). Modern
             # cancellation is a disconnect, but a POSTed cancelled is taken leniently: it
-            # cancels the one request of this principal it names (``gateway.http.inflight``).
+            # cancels the one request of this client it names (``gateway.http.inflight``): of
+            # its principal, or for an anonymous client of its peer address.
             if isinstance(message, Notification) and message.method == CANCELLED and message.params:
-                self.in_flight.cancel(principal, message.params.get("requestId"))
+                self.in_flight.cancel(owner, message.params.get("requestId"))
             return wire.accepted()
-        client = ClientContext.of_request(message, accepted.version, principal, headers, log)
+        client = ClientContext.of_request(message, accepted.version, principal, headers, log, owner=owner)
         return LazyStream(
             self.relay.exchange(message, client, headers),
             request_id=message.id,
             error_statuses=MODERN_ERROR_STATUSES,
             graceful_end=graceful_end,
             in_flight=self.in_flight,
-            principal=principal,
+            principal=owner,
+            max_seconds=max_seconds,
         )
 
     async def _listen(
-        self, accepted: Accepted, message: Request, headers: dict[str, str], principal: str | None, log: dict[str, Any]
+        self,
+        accepted: Accepted,
+        message: Request,
+        headers: dict[str, str],
+        principal: str | None,
+        owner: str,
+        log: dict[str, Any],
     ) -> Response | LazyStream | ListenStream | TaskListenStream:
         """``subscriptions/listen``: emulated for a legacy child (``gateway.relay.listens``);
-        a modern child's own listen is forwarded like any request. One for task status only
-        is the gateway's own (``gateway.http.tasklisten``); elsewhere ``taskIds`` is left out."""
+        a modern child's own listen is forwarded like any request. Either ends after
+        ``max_stream_seconds`` with its graceful result (the client listens again). One for
+        task status only is the gateway's own (``gateway.http.tasklisten``); elsewhere
+        ``taskIds`` is left out."""
         task_ids = task_rules.listen_task_ids(message.params)
         if task_ids is not None:
-            client = ClientContext.of_request(message, accepted.version, principal, headers, log)
+            client = ClientContext.of_request(message, accepted.version, principal, headers, log, owner=owner)
             if not task_rules.opted_in(client.capabilities):
                 return wire.error_response(400, task_rules.missing_extension_error(message.method), message.id)
             if task_rules.listens_only_for_tasks(message.params):
@@ -260,24 +278,25 @@ class McpEndpoint:
             message = Request(message.id, message.method, task_rules.without_task_ids(message.params or {}))
             accepted = replace(accepted, messages=(message,))
         try:
-            listen = await open_listen(self.relay.router, message, principal, headers)
+            listen = await open_listen(self.relay.router, message, principal, headers, owner)
         except GatewayError as exc:
             return wire.gateway_error_response(exc, message.id)
         if listen is None:  # a modern child: forwarded; the relay rewrites subscriptionId both ways
-            return self._modern(accepted, headers, principal, log, graceful_end=subscriptions.graceful_end(message.id))
+            end, lifetime = subscriptions.graceful_end(message.id), self.max_stream_seconds
+            return self._modern(accepted, headers, principal, owner, log, graceful_end=end, max_seconds=lifetime)
         if isinstance(listen, Rejection):
             return rejection_response(listen)
-        return ListenStream(listen, self.listens)
+        return ListenStream(listen, self.listens, max_seconds=self.max_stream_seconds)
 
     # -- legacy -------------------------------------------------------------------------
 
     async def _legacy(
-        self, accepted: Accepted, headers: dict[str, str], principal: str | None, scope: Scope
+        self, accepted: Accepted, headers: dict[str, str], principal: str | None, owner: str, scope: Scope
     ) -> Response | LazyStream:
         if accepted.session_id is None:
             message = accepted.messages[0]
             assert isinstance(message, Request)  # the ladder only lets initialize in without a session
-            return await self._initialize(message, headers, principal, scope.setdefault("gateway.log", {}))
+            return await self._initialize(message, headers, principal, owner, scope.setdefault("gateway.log", {}))
         session = self.sessions.get(accepted.session_id)
         # A session belongs to whoever opened it: another principal's id is unknown to this one.
         if session is None or session.principal != principal:
@@ -299,11 +318,11 @@ class McpEndpoint:
         return wire.accepted()
 
     async def _initialize(
-        self, message: Request, headers: dict[str, str], principal: str | None, log_fields: dict[str, Any]
+        self, message: Request, headers: dict[str, str], principal: str | None, owner: str, log_fields: dict[str, Any]
     ) -> Response:
         """Open a legacy session, answered from the handshake of the child that will serve it."""
         try:
-            session, result = await open_session(self.sessions, self.relay.router, message, principal, headers)
+            session, result = await open_session(self.sessions, self.relay.router, message, principal, headers, owner)
         except GatewayError as exc:
             return wire.gateway_error_response(exc, message.id)
         if session.child is not None:

@@ -4,10 +4,13 @@ In 2026-07-28 a client cancels by closing its SSE stream (SHTTP §Cancellation);
 defines no client notification over HTTP. Some clients (``mcp-remote --protocol auto``)
 POST ``notifications/cancelled`` anyway, and the gateway accepts it leniently (digest
 §7.1.4): it cancels when ``requestId`` names **exactly one** request in flight of the same
-principal, with the id's exact JSON type (``7`` is not ``"7"``). Two requests of one
-principal may share an id (modern clients are stateless, and every anonymous client is the
-same principal): then it is not known which was meant, and nothing is cancelled. Another
-principal's requests are never found. Invalid or unknown cancellations are ignored (the
+client, with the id's exact JSON type (``7`` is not ``"7"``). The client is its key of
+``gateway.http.limits.client_key``: the principal, or for an anonymous request its peer
+address (``anonymous@ADDRESS``), so two anonymous clients on different addresses that reuse
+ids 0, 1, 2 (``mcp-remote`` forwards its local client's ids) each cancel their own. Two
+requests of one client may share an id (modern clients are stateless; anonymous clients
+behind one address are one client): then it is not known which was meant, and nothing is
+cancelled. Another client's requests are never found. Invalid or unknown cancellations are ignored (the
 spec's SHOULD), and the POST is answered 202 either way.
 
 What a cancel does is the stream's (``LazyStream.cancel``): the relay's exchange closes,
@@ -46,6 +49,7 @@ class InFlight:
         return sum(len(streams) for streams in self._by_key.values())
 
     def add(self, principal: str | None, request_id: Any, stream: Cancellable) -> Key | None:
+        # ``principal``: the client key (``gateway.http.limits.client_key``), not only the principal.
         """Register ``stream`` while its request is answered; the key to ``discard`` it with
         (None: not a request id, nothing registered)."""
         key = key_of(principal, request_id)

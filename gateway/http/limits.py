@@ -3,9 +3,16 @@
 - Headers (``header_problem``): at most ``MAX_HEADERS`` headers, ``MAX_HEADER_BYTES`` in all, and
   ``MAX_MCP_HEADER_BYTES`` for any one ``Mcp-*`` value — checked before anything decodes a
   Base64 sentinel, so a client cannot make the gateway decode megabytes (431 otherwise).
-- Per principal (``PrincipalQuotas``): at most ``max_requests`` requests at once per principal (an anonymous
-  client counts as one principal) and ``max_streams`` open GET streams; past either, 429
-  with ``Retry-After``. This keeps one tenant from taking every child of a shared pool.
+- Per client (``PrincipalQuotas``): at most ``max_requests`` requests at once per client key and
+  ``max_streams`` open streams (legacy GET streams and ``subscriptions/listen`` streams); past
+  either, 429 with ``Retry-After``. This keeps one tenant from taking every child of a shared pool.
+  The **client key** (``client_key``) is the principal (a token's name, the trusted proxy's
+  identity header, a client certificate's subject, an OAuth ``sub``); a request without one is
+  keyed by its TCP peer address, ``anonymous@ADDRESS``, so one anonymous client's idle streams
+  or calls cannot lock every other anonymous client out. The same key is what the crash
+  throttle, the legacy session cap and a POSTed cancel's owner go by (``CLIENT_KEY`` in the
+  scope); which child a request may share is still decided by the principal alone (the pool's
+  isolation key: anonymous clients still share children).
   A POST counts only once its body is read: the endpoint calls ``scope[SLOTS].admit()`` then, so
   connections that send headers and then trickle a body (bounded by the endpoint's body
   timeout) hold no slot, and cannot get everyone else of their principal a 429.
@@ -40,8 +47,32 @@ MAX_MCP_HEADER_BYTES: Final = 8 * 1024
 """One Mcp-* value (Mcp-Name, Mcp-Param-*): a tool name or a routing value, never a payload."""
 MAX_REQUESTS_PER_PRINCIPAL: Final = 256
 MAX_STREAMS_PER_PRINCIPAL: Final = 32
+ANONYMOUS: Final = "anonymous"
+"""The key of a request with neither a principal nor a peer address (an in-process test client)."""
+ANONYMOUS_PREFIX: Final = "anonymous@"
+"""An anonymous client's key: this and its TCP peer address (IPv4 or IPv6, without the port)."""
+CLIENT_KEY: Final = "gateway.client_key"
+"""Scope key of the request's client key (``client_key``), set by ``PrincipalQuotas.open``."""
 SLOTS: Final = "gateway.slots"
 """Scope key of a request's ``Slots``; a POST's endpoint calls ``admit()`` once the body is read."""
+
+
+def client_key(scope: Scope) -> str:
+    """Whom this request's limits, crash strikes and cancels are counted for: its principal, or
+    for an anonymous request its TCP peer's address (``anonymous@127.0.0.1``). The port is left
+    out: one client's requests come over several connections. Behind a proxy without
+    ``--principal-header``, every client of the proxy is the proxy's address."""
+    key = scope.get(CLIENT_KEY)
+    if isinstance(key, str):
+        return key
+    principal = scope.get("gateway.principal")
+    if isinstance(principal, str):
+        key = principal
+    else:
+        client = scope.get("client")
+        key = ANONYMOUS_PREFIX + str(client[0]) if client else ANONYMOUS
+    scope[CLIENT_KEY] = key
+    return key
 
 
 def header_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
@@ -65,8 +96,11 @@ def header_refusal(problem: str) -> Response:
 class Slots:
     """The request slots one HTTP request holds for its principal (one once admitted)."""
 
-    def __init__(self, table: Counter[str], principal: str, limit: int, what: str) -> None:
+    def __init__(
+        self, table: Counter[str], principal: str, limit: int, what: str, quotas: PrincipalQuotas | None = None
+    ) -> None:
         self.table = table
+        self.quotas = quotas
         self.principal = principal
         self.limit = limit
         self.what = what  # "requests in flight" or "open streams", for the refusal
@@ -94,6 +128,17 @@ class Slots:
         self.held += count
         return True
 
+    def as_stream(self) -> Response | None:
+        """This request turned out to open a stream (``subscriptions/listen``): it counts
+        against the principal's open streams, not its requests in flight, from now on. The 429
+        to answer when the principal has no stream left (its request slot is given back)."""
+        quotas = self.quotas
+        if quotas is None or self.table is quotas.streams:
+            return None
+        self.close()
+        self.table, self.limit, self.what, self.held = quotas.streams, quotas.max_streams, "open streams", 0
+        return self.admit()
+
     def close(self) -> None:
         """The HTTP request ended: give back the slots it still holds."""
         if self.held:  # none held: the table has nothing of this request's
@@ -102,6 +147,7 @@ class Slots:
                 self.table[self.principal] = left
             else:
                 self.table.pop(self.principal, None)
+            self.held = 0
 
 
 class PrincipalQuotas:
@@ -125,10 +171,10 @@ class PrincipalQuotas:
     def open(self, scope: Scope) -> Slots:
         """This request's ``Slots`` (in the scope as ``SLOTS``), holding none yet; the caller
         ``close()``s them when the request ends."""
-        principal = scope.get("gateway.principal") or "anonymous"
+        key = client_key(scope)
         if scope["method"] == "GET":
-            slots = Slots(self.streams, principal, self.max_streams, "open streams")
+            slots = Slots(self.streams, key, self.max_streams, "open streams", self)
         else:
-            slots = Slots(self.requests, principal, self.max_requests, "requests in flight")
+            slots = Slots(self.requests, key, self.max_requests, "requests in flight", self)
         scope[SLOTS] = slots
         return slots

@@ -7,6 +7,9 @@ queued together in one send), a ``: keep-alive`` comment every ``KEEPALIVE_SECON
 quiet. It ends when:
 
 - the client closes the stream (nothing to tell the child: the listen is the gateway's);
+- its lifetime (``--max-stream-seconds``) is over: the graceful result, as at a drain, so the
+  client listens again (a listen that lives forever would pin a connection and memory per
+  forgotten client; it also counts as one of its client's open streams, ``gateway.http.limits``);
 - the gateway drains (shutdown): the graceful result, response id = the listen id;
 - the relay drops the listen (a child of the pool crashed or the pool closed, or the child
   holding the listen's resource subscriptions exited): the stream ends *without* the
@@ -17,6 +20,9 @@ Its resource subscriptions are released when it ends (``Listens.release``).
 
 from __future__ import annotations
 
+import math
+
+import anyio
 from starlette.types import Receive, Scope, Send
 
 from gateway.http import sse
@@ -26,9 +32,10 @@ from gateway.relay.listens import Listen, Listens
 
 
 class ListenStream:
-    def __init__(self, listen: Listen, listens: Listens) -> None:
+    def __init__(self, listen: Listen, listens: Listens, *, max_seconds: float | None = None) -> None:
         self.listen = listen
         self.listens = listens
+        self.max_seconds = max_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         listen = self.listen
@@ -40,16 +47,21 @@ class ListenStream:
             await writer.start(list(SSE_HEADERS))
             await writer.write_message(subscriptions.acknowledged(listen.id, listen.granted))
 
+            expired = False
+
             async def relay() -> None:
+                nonlocal expired
                 notes = listen.receive
                 ready = sse.ready_from(notes)
-                await sse.pump(writer, notes.receive, ready, sse.json_frame, keepalive=KEEPALIVE_SECONDS)
+                with anyio.move_on_after(self.max_seconds if self.max_seconds is not None else math.inf) as lifetime:
+                    await sse.pump(writer, notes.receive, ready, sse.json_frame, keepalive=KEEPALIVE_SECONDS)
+                expired = lifetime.cancelled_caught
 
             if listen.holds_subscriptions:  # they die with its child: that drops the listen
                 await watch.run(relay, listen.watch_child)
             else:
                 await watch.run(relay)
-            if watch.drained:
+            if watch.drained or expired:
                 await writer.write_message(subscriptions.graceful_end(listen.id))
             await writer.end()
         except OSError:  # pragma: no cover - the client's socket went away mid-write

@@ -121,6 +121,7 @@ class LazyStream:
         legacy: LegacyCall | None = None,
         resumable: Resumable | None = None,
         keepalive: float = sse.KEEPALIVE_SECONDS,
+        max_seconds: float | None = None,
     ) -> None:
         self._keepalive = keepalive
         self._exchange = exchange
@@ -137,6 +138,8 @@ class LazyStream:
         # A forwarded subscriptions/listen: when the gateway drains, the stream ends with this
         # (the graceful result) at once, instead of waiting out the drain budget.
         self._graceful_end = graceful_end
+        # A forwarded subscriptions/listen's lifetime (--max-stream-seconds): then it ends the same way.
+        self._max_seconds = max_seconds
         self._request_id = request_id
         self._finished = False  # the final answer sent
         # Modern Streamable HTTP maps some errors to statuses: "method not implemented" is 404 with
@@ -172,9 +175,17 @@ class LazyStream:
         )
         if self._cancelled:
             watch.cancel()
+        expired = False
         if legacy is None:
             writer = SseWriter(send)
+            if self._max_seconds is not None:
+                watch.cancel_scope.deadline = anyio.current_time() + self._max_seconds
             await watch.run(lambda: self._respond(scope, receive, send, writer))
+            expired = (
+                self._max_seconds is not None
+                and watch.cancel_scope.cancelled_caught
+                and anyio.current_time() >= watch.cancel_scope.deadline
+            )
         else:
             send = _unless_gone(watch, send)
             writer = SseWriter(send)
@@ -194,8 +205,10 @@ class LazyStream:
         shut_down = drain is not None and drain.cancel.is_set()
         with anyio.CancelScope(shield=True):
             await self._exchange.aclose()  # type: ignore[attr-defined]
-            if watch.drained and writer.started and self._graceful_end is not None:
+            if (watch.drained or expired) and self._graceful_end is not None and (writer.started or expired):
                 self._finished = True
+                if not writer.started:
+                    await writer.start([*SSE_HEADERS, *self._headers])
                 await writer.write_message(self._graceful_end)
                 await writer.end()
             elif shut_down:

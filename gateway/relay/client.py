@@ -33,6 +33,7 @@ class ClientContext:
     log_level: str | None = None
     session: LegacySession | None = None  # legacy only
     principal: str | None = None
+    owner: str | None = None  # whose limits and crash strikes (``http.limits.client_key``); else the principal
     log: dict[str, Any] = field(default_factory=dict)  # what the access log should say
     trace: JsonObject = field(default_factory=dict)  # W3C traceparent/tracestate from the HTTP request
     accepts_requests: bool = True  # False where the answer cannot carry requests (legacy batches)
@@ -45,6 +46,8 @@ class ClientContext:
         principal: str | None,
         headers: Mapping[str, str],
         log: dict[str, Any] | None = None,
+        *,
+        owner: str | None = None,
     ) -> ClientContext:
         """A modern client's request: what it can do is what this request's ``_meta`` declares."""
         meta = (request.params or {}).get("_meta")
@@ -54,6 +57,7 @@ class ClientContext:
             version,
             capabilities if isinstance(capabilities, dict) else {},  # this request's, never an earlier one's
             principal=principal,
+            owner=owner,
             log=log if log is not None else {},
             trace=bridge.trace_context(headers),
         )
@@ -77,10 +81,16 @@ class ClientContext:
             session.log_level,
             session,
             session.principal,
+            session.owner,
             trace=bridge.trace_context(headers or {}),
             accepts_requests=streamed,
             log=log if log is not None else {},
         )
+
+    @property
+    def charged(self) -> str:
+        """The key this client's leases are charged to: crash strikes, and whatever a pool counts per client."""
+        return self.owner or self.principal or "anonymous"  # router.ANONYMOUS
 
     @property
     def session_id(self) -> str | None:

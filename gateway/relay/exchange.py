@@ -59,7 +59,7 @@ from gateway.relay.client import ClientContext
 from gateway.relay.events import Emitted
 from gateway.relay.input_rounds import MAX_INPUT_ROUNDS as MAX_INPUT_ROUNDS
 from gateway.relay.rejected import Rejected as Rejected
-from gateway.relay.router import ANONYMOUS, Router
+from gateway.relay.router import Router
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.suspensions import Call, Holdings, Suspensions, input_responses
 from gateway.relay.tasks import TaskStore
@@ -149,7 +149,7 @@ class Relay:
                 child = await stack.enter(
                     pool.lease(  # 503 / 429 propagate
                         client.affinity(),
-                        client.principal or ANONYMOUS,
+                        client.charged,
                         request.method,
                         tool,
                     )

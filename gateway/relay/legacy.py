@@ -31,11 +31,17 @@ from gateway.relay.sessions import LegacySession, SessionStore
 
 
 async def open_session(
-    sessions: SessionStore, router: Router, request: Request, principal: str | None, headers: Mapping[str, str]
+    sessions: SessionStore,
+    router: Router,
+    request: Request,
+    principal: str | None,
+    headers: Mapping[str, str],
+    owner: str | None = None,
 ) -> tuple[LegacySession, JsonObject]:
     """A new session for ``request`` (``initialize``) and the result that answers it.
 
-    ``GatewayError``: the session limits (429 / 503), checked before any child is leased or
+    ``GatewayError``: the session limits (429 / 503; the per-client one counted for ``owner``,
+    the client key of ``gateway.http.limits``, else for the principal), checked before any child is leased or
     started; or no child can be had, and the session is ended again."""
     params = request.params or {}
     requested = params.get("protocolVersion")
@@ -46,10 +52,11 @@ async def open_session(
         capabilities if isinstance(capabilities, dict) else {},
         client_info if isinstance(client_info, dict) else None,
         principal,
+        owner,
     )
     try:
         pool = await router.pool_for(principal, session.id, headers, era=Era.LEGACY, capabilities=session.capabilities)
-        async with pool.lease(principal=principal or ANONYMOUS) as child:
+        async with pool.lease(principal=session.owner or principal or ANONYMOUS) as child:
             session.child, session.pool = child, pool
             assert child.info is not None
             return session, bridge.initialize_result(session.version, child.info)

@@ -97,7 +97,7 @@ class Listen:
 
 
 async def open_listen(
-    router: Router, request: Request, principal: str | None, headers: Mapping[str, str]
+    router: Router, request: Request, principal: str | None, headers: Mapping[str, str], owner: str | None = None
 ) -> Listen | Rejection | None:
     """The emulated listen for ``request`` when a legacy child serves the client; None when a
     modern child does (forward it: the relay rewrites ``subscriptionId`` both ways); a
@@ -108,7 +108,7 @@ async def open_listen(
     declared = meta.get(CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
     capabilities = declared if isinstance(declared, dict) else {}
     pool = await router.pool_for(principal, None, headers, capabilities=capabilities)
-    async with pool.lease(principal=principal or ANONYMOUS) as child:  # which era serves it, what it can do
+    async with pool.lease(principal=owner or principal or ANONYMOUS) as child:  # which era serves it, what it can do
         info = child.info
     assert info is not None
     if info.era is Era.MODERN:

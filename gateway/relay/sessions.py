@@ -12,8 +12,9 @@ visible ASCII as the transport requires (L-TR §Session Management); with owner 
 they also name the instance that holds them (``mint_id``, ``gateway.protocol.owner``).
 Idle sessions expire (``SESSION_IDLE_TIMEOUT``); an expired or deleted id gets 404.
 
-Sessions are bounded, and one principal can never push out another's: a principal holding
-``max_per_principal`` sessions gets 429 for the next ``initialize`` (``ClientThrottledError``),
+Sessions are bounded, and one client can never push out another's: a client (its principal,
+or for an anonymous one its peer address: its ``owner``, ``gateway.http.limits.client_key``)
+holding ``max_per_principal`` sessions gets 429 for the next ``initialize`` (``ClientThrottledError``),
 and with ``max_sessions`` live in all the next one gets 503 (``GatewayUnavailableError``).
 Both are checked before any child is leased or started for the new session. Idle sessions
 past the idle timeout are forgotten first, so they never count.
@@ -48,7 +49,8 @@ MAX_SESSIONS: Final = 10_000
 """Live sessions per server at most (bounded memory); past this, 503."""
 MAX_SESSIONS_PER_PRINCIPAL: Final = 256
 """Live sessions one principal may hold per server (as many as the requests it may have in
-flight, ``--max-requests-per-principal``); past this, 429. All anonymous clients are one."""
+flight, ``--max-requests-per-principal``); past this, 429. Anonymous clients are counted by
+peer address (their ``owner``)."""
 FULL_RETRY_AFTER: Final = 60
 """Seconds a client is told to wait when sessions are full: sessions end by DELETE or by
 idling out, both slow."""
@@ -97,6 +99,7 @@ class LegacySession:
     client_info: JsonObject | None
     last_seen: float
     principal: str | None = None
+    owner: str | None = None  # whose session cap it counts against (the principal, or anonymous@ADDRESS)
     initialized: bool = False
     log_level: str | None = None
     in_flight: dict[JsonId, CancelHandle] = field(default_factory=dict)
@@ -211,13 +214,20 @@ class SessionStore:
         return len(self._sessions)
 
     def create(
-        self, version: str, capabilities: JsonObject, client_info: JsonObject | None, principal: str | None = None
+        self,
+        version: str,
+        capabilities: JsonObject,
+        client_info: JsonObject | None,
+        principal: str | None = None,
+        owner: str | None = None,
     ) -> LegacySession:
-        """A new session; raises ``ClientThrottledError`` (429) when ``principal`` holds its limit,
+        """A new session of ``principal``; raises ``ClientThrottledError`` (429) when ``owner``
+        (else ``principal``) holds its limit,
         ``GatewayUnavailableError`` (503) when the store is full. Nobody else's session is ended."""
         now = time.monotonic()
         self.expire(now)
-        if self._by_principal[principal] >= self._max_per_principal:
+        counted = owner if owner is not None else principal
+        if self._by_principal[counted] >= self._max_per_principal:
             raise ClientThrottledError(
                 f"this client already holds {self._max_per_principal} legacy sessions "
                 "(--max-sessions-per-principal); end one with DELETE, or let one idle out",
@@ -230,10 +240,10 @@ class SessionStore:
                 retry_after=FULL_RETRY_AFTER,
                 max_sessions=self._max_sessions,
             )
-        session = LegacySession(self._mint_id(), version, capabilities, client_info, now, principal)
+        session = LegacySession(self._mint_id(), version, capabilities, client_info, now, principal, counted)
         session.streams.window = self._resume_window
         self._sessions[session.id] = session
-        self._by_principal[principal] += 1
+        self._by_principal[counted] += 1
         return session
 
     def get(self, session_id: str) -> LegacySession | None:
@@ -255,9 +265,9 @@ class SessionStore:
         session = self._sessions.pop(session_id, None)
         if session is None:
             return False
-        self._by_principal[session.principal] -= 1
-        if self._by_principal[session.principal] <= 0:
-            del self._by_principal[session.principal]
+        self._by_principal[session.owner] -= 1
+        if self._by_principal[session.owner] <= 0:
+            del self._by_principal[session.owner]
         session.cancel_all()
         if self._on_end is not None:
             self._on_end(session_id)

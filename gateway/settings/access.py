@@ -22,7 +22,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default=MAX_REQUESTS_PER_PRINCIPAL,
         metavar="N",
         section=SECURITY,
-        help="requests at once per principal (anonymous clients share one); then 429 (default: %(default)s)",
+        help="requests at once per principal (an anonymous client: per peer address); then 429 (default: %(default)s)",
     ),
     Setting(
         "--max-streams-per-principal",
@@ -32,7 +32,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default=MAX_STREAMS_PER_PRINCIPAL,
         metavar="N",
         section=SECURITY,
-        help="legacy GET streams open at once per principal; then 429 (default: %(default)s)",
+        help="streams open at once per principal (an anonymous client: per peer address): legacy GET streams "
+        "and subscriptions/listen; then 429 (default: %(default)s)",
     ),
     Setting(
         "--max-sessions-per-principal",
@@ -43,7 +44,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default=MAX_SESSIONS_PER_PRINCIPAL,
         metavar="N",
         section=SECURITY,
-        help="legacy sessions one principal may hold per server (anonymous clients share one); then 429 "
+        help="legacy sessions one principal (an anonymous client: per peer address) may hold per server; then 429 "
         "for its next initialize, and nobody else's session is ended (default: %(default)s)",
     ),
     Setting(

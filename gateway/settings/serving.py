@@ -22,6 +22,7 @@ from gateway.settings.declaration import (
     rule,
 )
 from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, REQUEST_TIMEOUT
+from gateway.stdio.writer import MAX_STDIN_QUEUE_BYTES, STDIN_STALL_TIMEOUT
 
 SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
@@ -143,6 +144,26 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         help="longest stdout line accepted from a child (default: %(default)s)",
     ),
     Setting(
+        "--max-stdin-queue-bytes",
+        key="maxStdinQueueBytes",
+        target="spec.max_stdin_queue_bytes",
+        check=rule(lambda v: v >= 1, "must be a positive number of bytes"),
+        kind=int,
+        default=MAX_STDIN_QUEUE_BYTES,
+        metavar="BYTES",
+        help="bytes that may wait for a child's stdin; a request past it gets 503 (default: %(default)s)",
+    ),
+    Setting(
+        "--stdin-stall-timeout",
+        key="stdinStallTimeout",
+        target="spec.stdin_stall_timeout",
+        check=rule(lambda v: v >= 0, "must be 0 or a positive number of seconds"),
+        kind=float,
+        default=STDIN_STALL_TIMEOUT,
+        metavar="SECONDS",
+        help="stop a child whose stdin takes no data this long; 0 = never (default: %(default)s)",
+    ),
+    Setting(
         "--max-body-bytes",
         field="max_body_bytes",
         check=rule(lambda v: v >= 1, "must be a positive number of bytes"),
@@ -158,7 +179,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         kind=float,
         default=MAX_STREAM_SECONDS,
         metavar="SECONDS",
-        help="end a legacy session's GET stream after this long; the client reconnects (default: %(default)s)",
+        help="end a legacy session's GET stream or a subscriptions/listen stream after this long; the client "
+        "reconnects (default: %(default)s)",
     ),
     Setting(
         "--stream-resume-seconds",

@@ -41,7 +41,7 @@ from typing import Final
 import anyio
 from anyio.abc import TaskGroup
 
-from gateway.errors import ChildError, ChildExitedError
+from gateway.errors import ChildError, ChildExitedError, GatewayUnavailableError
 from gateway.protocol import jsonrpc
 from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.childactions import (
@@ -68,7 +68,7 @@ from gateway.stdio.handshake import StartWatcher, run_handshake
 from gateway.stdio.questions import Questions, RequestHandler
 from gateway.stdio.spec import ChildSpec
 from gateway.stdio.timer import DeadlineTimer
-from gateway.stdio.writer import BrokenPipe, LineWriter
+from gateway.stdio.writer import BrokenPipe, LineWriter, StdinFull, StdinStalled
 
 __all__ = ["ChangeHandler", "Exchange", "ExchangeItem", "NotificationHandler", "StdioChild", "open_child"]
 
@@ -111,7 +111,7 @@ class StdioChild:
             command=spec.command,
         )
         assert proc.stdin is not None
-        self._stdin = LineWriter(proc.stdin)
+        self._stdin = LineWriter(proc.stdin, spec.max_stdin_queue_bytes, spec.stdin_stall_timeout)
         self.questions = Questions(spec, tg, self._write_line, on_request, self._ask_closed)
         self._stderr = process.StderrTail(spec.stderr_tail_lines, spec.stderr_line_chars)
         self._stderr_done = anyio.Event()
@@ -193,6 +193,11 @@ class StdioChild:
         }
 
     @property
+    def stdin_queued(self) -> int:
+        """Bytes waiting for its stdin behind the write in progress (at most ``max_stdin_queue_bytes``)."""
+        return self._stdin.queued
+
+    @property
     def awaiting_input(self) -> int:
         """Child requests waiting for a client's answer (the child's silence is then no stall)."""
         return self.questions.awaiting_input
@@ -263,16 +268,23 @@ class StdioChild:
         ex.child_id = sent.child_id
         self._timer.note(sent.deadline)
         try:
-            await self._send(sent.line)
+            ex.stdin_ticket = await self._send(sent.line)
+        except GatewayUnavailableError:  # its stdin is full: the line was never queued
+            self._close(ex, unsent=True)
+            raise
         except BaseException:
             self._close(ex)
             raise
         return ex
 
-    def _close(self, ex: Exchange) -> None:
+    def _close(self, ex: Exchange, *, unsent: bool = False) -> None:
+        # A line still queued for a child that has not read it is dropped with its request,
+        # and the child, which never saw the request, is sent no cancel for it.
+        withdrawn = self._stdin.withdraw(ex.stdin_ticket) or unsent
         ex.leave()
         if not ex.is_done:
-            self._apply(self._session.abandon(ex.child_id))
+            actions = self._session.abandon(ex.child_id)
+            self._apply([a for a in actions if not isinstance(a, Write)] if withdrawn else actions)
 
     async def request(
         self, method: str, params: JsonObject | None, *, timeout: float | None = None, cancellable: bool = True
@@ -288,10 +300,18 @@ class StdioChild:
             raise self._session.death
         self._write_line(jsonrpc.encode(Notification(method, params)) + b"\n")
 
-    async def _send(self, line: bytes) -> None:
-        """Write a request's line now, or queue it behind a write in progress (``LineWriter``)."""
+    async def _send(self, line: bytes) -> int | None:
+        """Write a request's line now, or queue it behind a write in progress (``LineWriter``):
+        its ticket while queued. 503 when what waits for the child's stdin is at its bound."""
         try:
-            await self._stdin.send(line)
+            return await self._stdin.send(line)
+        except StdinFull as exc:
+            raise GatewayUnavailableError(
+                f"{self.spec.label} is not reading its stdin fast enough: {exc}; retry later",
+                retry_after=5,
+                stdin_queued_bytes=exc.queued,
+                max_stdin_queue_bytes=exc.limit,
+            ) from None
         except BrokenPipe:
             await self._exited_or_timeout()
             raise self._stdin_error() from None
@@ -303,7 +323,11 @@ class StdioChild:
             raise self._stdin_error() from None
 
     def _stdin_error(self) -> ChildError:
-        return self._session.death or ChildExitedError(f"{self.spec.label} stopped reading its stdin")
+        if self._session.death is not None:
+            return self._session.death
+        stalled = self._stdin.broken
+        why = f" ({stalled})" if isinstance(stalled, StdinStalled) else ""
+        return ChildExitedError(f"{self.spec.label} stopped reading its stdin{why}")
 
     def _ask_closed(self, ask_id: int) -> None:
         self._apply(self._session.ask_closed(ask_id))
@@ -366,6 +390,16 @@ class StdioChild:
         """Write queued lines until a write fails; a child that stops reading its stdin while it
         lives on can answer nothing more, so it is stopped (its requests then fail)."""
         await self._stdin.run()
+        if isinstance(self._stdin.broken, StdinStalled):  # alive, but its stdin stays full: recycle it now
+            if not self._stopping:
+                log.warning(
+                    "child %s (pid %d) stopped reading its stdin: %s; stopping it",
+                    self.spec.label,
+                    self.pid,
+                    self._stdin.broken,
+                )
+                await self._proc.stop()
+            return
         await self._exited_or_timeout()
         if not self._exited.is_set() and not self._stopping:
             log.warning("child %s (pid %d) stopped reading its stdin; stopping it", self.spec.label, self.pid)

@@ -29,6 +29,7 @@ class Exchange:
     def __init__(self, method: str) -> None:
         self.method = method
         self.child_id = 0
+        self.stdin_ticket: int | None = None  # its line while queued for the child's stdin (``LineWriter``)
         # Never blocks the pump that serves every client of the child: past a bound, progress
         # for a token is coalesced (latest value kept); nothing else is dropped (``inbox``).
         self._inbox: Inbox[ExchangeItem] = Inbox()

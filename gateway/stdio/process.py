@@ -3,6 +3,19 @@
 - Spawned directly (argv, never a shell) in a **new session**, so it is the leader of its
   own process group: terminal signals do not reach it, and stopping signals the whole
   group (``npx`` forks ``node``; signalling only ``npx`` would orphan the server).
+- **Through a launcher** (``LAUNCHER``, run as ``python -I -S -c``; no shell): before it
+  ``execv``s the program (same pid, same session), it asks the kernel to SIGKILL it when the
+  gateway process dies (Linux ``PR_SET_PDEATHSIG``; checked against the gateway's pid, so a
+  gateway that died first is not missed), closes every descriptor but its three pipes, and
+  restores the signals Python ignores (SIGPIPE, SIGXFSZ). An event loop's spawn may leave
+  inheritable descriptors open in the child (uvloop ignores ``close_fds``): under
+  ``--workers`` a child used to hold the listening socket and the supervisor's pipes. The
+  program is found before the spawn (``find_program``, the child's ``PATH`` and ``cwd``),
+  so a missing or non-executable one is still ``cannot start PROGRAM: REASON``. The limit:
+  the kernel signals only the child itself, not what it started (``npx``'s ``node``); those
+  see their stdin end (the gateway's pipe ends close with it) and servers exit on that, but
+  one that ignores stdin EOF outlives a gateway killed with SIGKILL. A stopped or exiting
+  gateway ends them itself (the stop ladder, ``sweep_descendants``).
 - ``stop()`` follows the spec's order (stdio §Shutdown): close stdin, wait
   ``stdin_close_grace``, SIGTERM the group, wait ``sigterm_grace``, SIGKILL the group. It is
   idempotent, shielded from cancellation, safe on a dead child, and always reaps the
@@ -22,11 +35,14 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
+import sys
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -86,16 +102,72 @@ class StderrTail:
         return list(self._lines)
 
 
+LAUNCHER: Final = """\
+import os, signal, sys
+parent, program, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+try:
+    import ctypes
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+except Exception:
+    pass
+if os.getppid() != parent:  # the gateway died before the kernel was told
+    os._exit(137)
+try:
+    fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+except OSError:
+    fds = range(3, 65536)
+for fd in fds:
+    if fd > 2:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+for name in ("SIGPIPE", "SIGXFSZ"):
+    if hasattr(signal, name):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+try:
+    os.execv(program, argv)
+except OSError as exc:
+    os.write(2, ("cannot start %s: %s\\n" % (argv[0], exc.strerror)).encode())
+    os._exit(127)
+"""
+"""What every child runs first, as ``python -I -S -c LAUNCHER GATEWAY_PID PROGRAM ARGV…``: the
+parent-death signal, no inherited descriptors, default signals, then ``execv`` (module docstring)."""
+
+
+def find_program(spec: ChildSpec, env: Mapping[str, str]) -> str:
+    """The file ``execvp`` would run for ``spec.command`` in the child (its ``PATH``, its
+    ``cwd``), or the ``OSError`` it would fail with."""
+    command = spec.command
+
+    def placed(path: str) -> str:
+        return path if os.path.isabs(path) or spec.cwd is None else os.path.join(spec.cwd, path)
+
+    if os.sep in command:
+        candidates = [placed(command)]
+    else:
+        search = env.get("PATH", os.defpath)
+        candidates = [placed(os.path.join(folder or ".", command)) for folder in search.split(os.pathsep)]
+    denied = False
+    for candidate in candidates:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+        denied = denied or os.path.exists(candidate)
+    if denied:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), command)
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
+
+
 async def spawn(spec: ChildSpec) -> Process:
     """Start the process or raise ``ChildStartError('cannot start PROGRAM: REASON')``."""
     check_spec(spec)
+    env = child_environment(spec)
     try:
-        return await anyio.open_process(
-            spec.argv,
-            env=child_environment(spec),
-            cwd=spec.cwd,
-            start_new_session=True,
-        )
+        if spec.cwd is not None and not os.path.isdir(spec.cwd):  # noqa: ASYNC240 - one stat before a spawn
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), spec.cwd)
+        program = find_program(spec, env)
+        argv = [sys.executable, "-I", "-S", "-c", LAUNCHER, str(os.getpid()), program, *spec.argv]
+        return await anyio.open_process(argv, env=env, cwd=spec.cwd, start_new_session=True)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         hint = None

@@ -17,6 +17,7 @@ from typing import Final
 
 from gateway.errors import ChildStartError
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
+from gateway.stdio.writer import MAX_STDIN_QUEUE_BYTES, STDIN_STALL_TIMEOUT
 
 STDIN_CLOSE_GRACE: Final = 2.0
 """Seconds a child gets to exit on its own after stdin closes (stdio §Shutdown)."""
@@ -56,6 +57,8 @@ class ChildSpec:
     inherit_env: bool = True
     cwd: str | None = None
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    max_stdin_queue_bytes: int = MAX_STDIN_QUEUE_BYTES  # what may wait for its stdin (``writer``)
+    stdin_stall_timeout: float = STDIN_STALL_TIMEOUT  # a write to its stdin taken by nobody this long: stopped
     stderr_tail_lines: int = STDERR_TAIL_LINES
     stderr_line_chars: int = STDERR_LINE_CHARS
     stdin_close_grace: float = STDIN_CLOSE_GRACE

@@ -1,4 +1,4 @@
-"""A child's stdin: whole lines, in order, never interleaved, and batched under load.
+"""A child's stdin: whole lines, in order, never interleaved, batched under load, bounded.
 
 ``send(line)`` writes the line at once when the pipe is idle (nothing queued, no write in
 progress): the common case at low load costs what a plain write costs. Otherwise the line is
@@ -7,11 +7,24 @@ system call for many requests under load). ``put(line)`` only queues, without wa
 cancel, an answer to the child's question). Lines never interleave: one write at a time,
 each of whole lines, in the order they were sent or put.
 
-A caller of ``send`` waits for the pipe only when its line was written at once, or when more
-than ``WRITE_HIGH_WATER`` bytes are queued behind a write in progress (``wait_for_room``): a
-child that stops reading its stdin holds about twice that much of the gateway's memory at
-most (the batch being written, and the queue behind it), and its callers wait instead of
-piling up more.
+**Bounded.** At most ``max_queued`` bytes wait behind the write in progress
+(``MAX_STDIN_QUEUE_BYTES``, ``--max-stdin-queue-bytes``), checked *before* a line is queued:
+
+- a ``send`` whose line does not fit raises ``StdinFull`` at once (the caller answers 503
+  with ``Retry-After``); one line always fits an empty queue, so any single request can go;
+- a ``put`` whose line does not fit is dropped and counted (``dropped``): it is a cancel or
+  an answer for a child that has stopped reading, which the stall timeout below recycles;
+- a queued line whose request ends before it is written (the client left, its timeout) is
+  taken back (``withdraw(ticket)``): a child that reads nothing holds no line of a request
+  that is gone.
+
+So a child that stops reading its stdin holds at most the batch being written (in the pipe's
+transport) and ``max_queued`` bytes behind it, about twice the bound, whatever its clients do.
+
+**Stalled.** A write the pipe has not taken within ``stall_timeout`` seconds
+(``STDIN_STALL_TIMEOUT``, ``--stdin-stall-timeout``) breaks the writer with ``StdinStalled``:
+the child has kept its stdin full that long, so it is stopped (``StdioChild.pump_stdin``) and
+its pool replaces it; its requests fail with the exit error, and what it held is freed.
 
 When a write fails (the child closed its stdin or is gone), ``broken`` is set, ``run``
 returns, and later ``send`` and ``put`` calls raise ``BrokenPipe`` for the edge to translate.
@@ -19,86 +32,141 @@ returns, and later ``send`` and ``put`` calls raise ``BrokenPipe`` for the edge 
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Final
 
 import anyio
 from anyio.abc import ByteSendStream
 
-WRITE_HIGH_WATER: Final = 1024 * 1024
-"""Bytes queued for one child's stdin above which a new request waits for the writer: about
-ten thousand small requests, or one large one, while the child is slow to read; past it the
-callers wait instead of the gateway's memory growing."""
+log = logging.getLogger("gateway.stdio")
+
+MAX_STDIN_QUEUE_BYTES: Final = 16 * 1024 * 1024
+"""Bytes that may wait for one child's stdin behind the write in progress: four requests of the
+largest body (``--max-body-bytes``, 4 MiB), or about a hundred thousand small ones. Past it a
+request is refused (503) instead of the gateway's memory growing with a child that reads slowly
+or not at all."""
+STDIN_STALL_TIMEOUT: Final = 60.0
+"""Seconds one write to a child's stdin may wait for the pipe to take it; past that the child
+is taken as having stopped reading, and is stopped (its pool replaces it). 0: no limit."""
 
 
 class BrokenPipe(Exception):
     """The child's stdin no longer takes lines."""
 
 
+class StdinFull(Exception):
+    """This line does not fit in what may wait for the child's stdin."""
+
+    def __init__(self, queued: int, line: int, limit: int) -> None:
+        super().__init__(f"{queued} bytes already wait for it (at most {limit}; this request is {line})")
+        self.queued, self.line, self.limit = queued, line, limit
+
+
+class StdinStalled(Exception):
+    """A write to the child's stdin waited longer than the stall timeout."""
+
+
 class LineWriter:
-    def __init__(self, stream: ByteSendStream, high_water: int = WRITE_HIGH_WATER) -> None:
-        self.high_water = high_water
+    def __init__(
+        self,
+        stream: ByteSendStream,
+        max_queued: int = MAX_STDIN_QUEUE_BYTES,
+        stall_timeout: float = STDIN_STALL_TIMEOUT,
+    ) -> None:
+        self.max_queued = max_queued
+        self.stall_timeout = stall_timeout
         self.written = 0  # bytes handed to the pipe
+        self.dropped = 0  # lines put while the queue was full, never written
         self.broken: BaseException | None = None
         self._stream = stream
-        self._lines: list[bytes] = []
+        self._lines: dict[int, bytes] = {}  # ticket → line, in the order queued
+        self._tickets = 0
         self._queued = 0
         self._busy = False  # a write is in progress (by ``send`` or ``run``)
+        # A direct write whose caller was cancelled while the pipe was full: its bytes are the
+        # transport's, so ``run`` waits for the pipe to take them before anything else goes.
+        self._unsettled = False
         self._wake = anyio.Event()
-        self._room = anyio.Event()
 
     @property
     def queued(self) -> int:
         """Bytes put and not yet handed to the pipe."""
         return self._queued
 
-    @property
-    def is_full(self) -> bool:
-        return self._queued > self.high_water
+    def fits(self, size: int) -> bool:
+        """Whether a line of ``size`` bytes may be queued now (one always fits an empty queue)."""
+        return not self._lines or self._queued + size <= self.max_queued
 
     def put(self, line: bytes) -> None:
-        """Queue one whole line (with its newline); raises ``BrokenPipe`` once a write failed."""
+        """Queue one whole line (with its newline), or drop it when the queue is full; raises
+        ``BrokenPipe`` once a write failed."""
         if self.broken is not None:
             raise BrokenPipe from self.broken
-        self._lines.append(line)
+        if not self.fits(len(line)):
+            self.dropped += 1
+            log.debug("a %d-byte line for a child's full stdin dropped (%d bytes wait)", len(line), self._queued)
+            return
+        self._queue(line)
+
+    def _queue(self, line: bytes) -> int:
+        self._tickets += 1
+        self._lines[self._tickets] = line
         self._queued += len(line)
         self._wake.set()
+        return self._tickets
 
-    async def send(self, line: bytes) -> None:
-        """Write ``line`` now if the pipe is idle, else queue it (waiting while the queue is
-        over the high-water mark); raises ``BrokenPipe`` once a write failed."""
-        if self._busy or self._lines or self.broken is not None:
-            self.put(line)
-            if self._queued > self.high_water:
-                await self.wait_for_room()
-            return
+    async def send(self, line: bytes) -> int | None:
+        """Write ``line`` now if the pipe is idle (None), else queue it: the ticket to
+        ``withdraw`` it with. Raises ``StdinFull`` when it does not fit, ``BrokenPipe`` once a
+        write failed."""
+        if self._busy or self._lines or self._unsettled or self.broken is not None:
+            if self.broken is not None:
+                raise BrokenPipe from self.broken
+            if not self.fits(len(line)):
+                raise StdinFull(self._queued, len(line), self.max_queued)
+            return self._queue(line)
         self._busy = True
         try:
             await self._write(line)
+        except BaseException:  # cancelled while the pipe was full: it may hold the line still
+            self._unsettled = True
+            raise
         finally:
             self._busy = False
-            if self._lines:
+            if self._lines or self._unsettled:
                 self._wake.set()  # what was put meanwhile goes out next, in order
         if self.broken is not None:
             raise BrokenPipe from self.broken
+        return None
 
-    async def wait_for_room(self) -> None:
-        """Return once the queue is at or below the high-water mark (or the pipe broke)."""
-        while self._queued > self.high_water and self.broken is None:
-            if self._room.is_set():
-                self._room = anyio.Event()
-            await self._room.wait()
+    def withdraw(self, ticket: int | None) -> bool:
+        """Take back a queued line whose request is gone; False when it was written already."""
+        line = self._lines.pop(ticket, None) if ticket is not None else None
+        if line is None:
+            return False
+        self._queued -= len(line)
+        return True
 
     async def run(self) -> None:
         """Write what is queued, in order, until a write fails; then return."""
         while self.broken is None:
-            if not self._lines or self._busy:
+            if self._busy or not (self._lines or self._unsettled):
                 self._wake = anyio.Event()
                 await self._wake.wait()
                 continue
-            data = self._lines[0] if len(self._lines) == 1 else b"".join(self._lines)
-            self._lines = []
+            if self._unsettled:  # a cancelled direct write left bytes in the pipe's transport
+                self._unsettled = False
+                self._busy = True
+                try:
+                    await self._write(b"")  # returns once the pipe has taken them (or stalls)
+                finally:
+                    self._busy = False
+                continue
+            lines = self._lines
+            data = next(iter(lines.values())) if len(lines) == 1 else b"".join(lines.values())
+            self._lines = {}
             self._queued = 0
-            self._room.set()  # the queue is empty again (this batch is the pipe's now)
             self._busy = True
             try:
                 await self._write(data)
@@ -107,10 +175,14 @@ class LineWriter:
 
     async def _write(self, data: bytes) -> None:
         try:
-            await self._stream.send(data)
+            with anyio.fail_after(self.stall_timeout or math.inf):
+                await self._stream.send(data)
+        except TimeoutError:
+            self.broken = StdinStalled(f"its stdin took no data for {self.stall_timeout:g} s")
+            self._wake.set()
+            return
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             self.broken = exc
-            self._room.set()
             self._wake.set()  # ``run`` sees it and returns
             return
         self.written += len(data)

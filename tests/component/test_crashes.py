@@ -91,3 +91,37 @@ async def test_a_principal_that_keeps_crashing_the_shared_child_is_throttled_whi
             assert pool["restarts"] >= crashes
             assert pool["crash_suspects"] == 1  # mallory; alice was cleared by a clean call
     assert len(backend.children) == crashes + 1  # each crash replaced at once; none started for the refusals
+
+
+async def test_an_anonymous_crasher_is_throttled_by_its_address_and_other_anonymous_clients_are_served() -> None:
+    """Without any identity, crash strikes are charged to the peer address (``anonymous@ADDRESS``),
+    not to one ``anonymous`` principal: a crasher from one address gets 429 while another
+    address calls on the same shared child. Before, the crasher throttled every anonymous client."""
+    never_asks = PoolSettings(min_size=1, max_size=1, child_asks=AskPolicy.NEVER)
+    with anyio.fail_after(30):
+        async with (
+            fake_backend(Script(era="modern")) as backend,
+            in_process_gateway(backend, pool=never_asks) as gw,
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=gw.app, client=("10.0.0.2", 4321)), base_url="http://127.0.0.1"
+            ) as bystander,
+        ):
+
+            async def anonymous(http: httpx.AsyncClient, tool: str, args: dict[str, Any]) -> httpx.Response:
+                return await http.post(
+                    "/mcp", headers=modern_headers("tools/call", tool), json=modern_call(1, tool, args)
+                )
+
+            refusal: httpx.Response | None = None
+            for _ in range(10):  # bounded: the throttle comes after CRASH_STRIKES crashes
+                reply = await anonymous(gw.http, "crash", CRASH)
+                if reply.status_code == 429:
+                    refusal = reply
+                    break
+                assert reply.json()["error"]["code"] == -31001
+            assert refusal is not None
+            served = await anonymous(bystander, "echo", {"message": "still here"})
+            assert served.status_code == 200, served.text
+            assert "error" not in served.json()
+            assert "anonymous@127.0.0.1" in refusal.json()["error"]["message"]
+            assert (await anonymous(gw.http, "echo", {"message": "x"})).status_code == 429

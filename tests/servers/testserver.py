@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -293,8 +294,38 @@ def _str_list(description: str) -> JsonObject:
     return {"type": "array", "items": {"type": "string"}, "description": description}
 
 
+def _descriptors(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    """What this process holds beyond stdin, stdout and stderr, and what it could do with it:
+    every other open descriptor (what it points at), and which of them are listening sockets
+    it could accept the gateway's connections on."""
+    held: dict[str, str] = {}
+    listening: list[int] = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the directory listing's own descriptor, closed by now
+        if fd <= 2 or target == f"/proc/{os.getpid()}/fd":
+            continue
+        held[name] = target
+        if target.startswith("socket:"):
+            try:
+                probe = socket.socket(fileno=os.dup(fd))
+            except OSError:
+                continue
+            with probe:
+                if probe.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+                    listening.append(fd)
+    return text_result(json.dumps(held), structured={"held": held, "listening": listening})
+
+
 def add_test_tools(server: StdioServer) -> None:
     """Register the test-only tools (the demo tools come from ``add_demo_tools``)."""
+
+    server.add_tool(
+        Tool("descriptors", "List the descriptors this process holds beyond 0, 1, 2.", object_schema(), _descriptors)
+    )
 
     def cancelled_ids(ctx: ToolContext, args: JsonObject) -> JsonObject:
         return _json_result("ids", server.cancelled_ids)
@@ -616,6 +647,32 @@ class Recorder:
         return line
 
 
+class Deafened:
+    """stdin that stops being read for good once the ``deafen`` tool ran (``--deafen-tool``): a
+    child that answered its handshake and then never reads its stdin again, alive, so the
+    gateway's pipe to it fills up."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.deaf = threading.Event()
+
+    def readline(self) -> bytes:
+        if self.deaf.is_set():
+            threading.Event().wait()
+        line: bytes = self._stream.readline()
+        if self.deaf.is_set():  # it was waiting in the read when the tool ran: this line is not read either
+            threading.Event().wait()
+        return line
+
+
+def add_deafen_tool(server: StdioServer, stdin: Deafened) -> None:
+    def deafen(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        stdin.deaf.set()
+        return text_result("no longer reading stdin")
+
+    server.add_tool(Tool("deafen", "Stop reading stdin for good (--deafen-tool).", object_schema(), deafen))
+
+
 def add_header_tools(server: StdioServer) -> None:
     """Tools with ``x-mcp-header`` annotations: one valid, one invalid (on a number)."""
 
@@ -741,6 +798,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--task-support", action="append", default=[], metavar="TOOL", help="mark TOOL execution.taskSupport optional"
     )
+    parser.add_argument("--deafen-tool", action="store_true", help="a tool deafen: stop reading stdin after it")
     return parser.parse_args(argv)
 
 
@@ -759,6 +817,9 @@ def main(argv: list[str] | None = None) -> None:
         while os.read(sys.stdin.fileno(), 65536):
             pass
     else:
+        stdin: Any = Recorder(sys.stdin.buffer, options.record) if options.record else None
+        deafened = Deafened(stdin or sys.stdin.buffer) if options.deafen_tool else None
+        stdin = deafened or stdin
         server = StdioServer(
             options.name,
             "0.1.0",
@@ -773,8 +834,10 @@ def main(argv: list[str] | None = None) -> None:
             cache_scope=options.cache_scope,
             silent_methods={"server/discover"} if options.silent_probe else (),
             page_size=options.page_size,
-            stdin=Recorder(sys.stdin.buffer, options.record) if options.record else None,
+            stdin=stdin,
         )
+        if deafened is not None:
+            add_deafen_tool(server, deafened)
         add_demo_tools(server)
         add_test_tools(server)
         add_header_tools(server)

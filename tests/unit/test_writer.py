@@ -6,7 +6,7 @@ import anyio
 import pytest
 from anyio.abc import ByteSendStream
 
-from gateway.stdio.writer import BrokenPipe, LineWriter
+from gateway.stdio.writer import BrokenPipe, LineWriter, StdinFull, StdinStalled
 
 pytestmark = pytest.mark.anyio
 
@@ -80,39 +80,91 @@ async def test_a_line_sent_to_an_idle_pipe_goes_out_at_once_and_later_ones_queue
     assert pipe.writes == [b"direct\n", b"queued-1\nqueued-2\n"]
 
 
-async def test_a_caller_waits_only_while_the_queue_is_over_the_high_water_mark() -> None:
+async def test_a_line_that_does_not_fit_behind_a_write_in_progress_is_refused_before_it_is_queued() -> None:
     pipe = Pipe(open_=False)
-    writer = LineWriter(pipe, high_water=10)
+    writer = LineWriter(pipe, max_queued=10)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer.run)
+            writer.put(b"first\n")
+            await wait_for_writes(pipe, 1)  # stuck in the pipe
+            # One line always fits an empty queue, however large: any single request can go.
+            assert await writer.send(b"0123456789abcdef\n") is not None
+            with pytest.raises(StdinFull) as refused:
+                await writer.send(b"x\n")
+            assert (refused.value.queued, refused.value.limit) == (17, 10)
+            assert writer.queued == 17  # the refused line was never queued
+            writer.put(b"cancel\n")  # a put that does not fit is dropped and counted
+            assert writer.dropped == 1
+            pipe.drain()
+            await wait_for_writes(pipe, 2)
+            assert await writer.send(b"y\n") is not None  # room again (the pipe is busy with the batch)
+            pipe.drain()
+            await wait_for_writes(pipe, 3)
+            pipe.drain()
+            tg.cancel_scope.cancel()
+    assert pipe.writes == [b"first\n", b"0123456789abcdef\n", b"y\n"]
+
+
+async def test_a_withdrawn_line_is_never_written_and_frees_its_room() -> None:
+    pipe = Pipe(open_=False)
+    writer = LineWriter(pipe, max_queued=10)
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(writer.run)
             writer.put(b"first\n")
             await wait_for_writes(pipe, 1)
-            waited = anyio.Event()
-
-            async def caller() -> None:
-                await writer.send(b"0123456789\n")  # 11 bytes queued behind the stuck write: over the mark
-                waited.set()
-
-            tg.start_soon(caller)
-            await anyio.wait_all_tasks_blocked()
-            assert writer.is_full
-            assert not waited.is_set()
-            pipe.drain()  # the first write ends; the writer takes the queue for the next one
-            await waited.wait()
-            assert not writer.is_full
+            gone = await writer.send(b"gone-----\n")
+            assert not writer.fits(2)  # 10 bytes queued: no room for another
+            assert writer.withdraw(gone)
+            assert writer.queued == 0
+            assert not writer.withdraw(gone)  # once
+            assert await writer.send(b"kept\n") is not None
+            pipe.drain()
+            await wait_for_writes(pipe, 2)
             pipe.drain()
             tg.cancel_scope.cancel()
+    assert pipe.writes == [b"first\n", b"kept\n"]
+
+
+async def test_a_write_the_pipe_never_takes_breaks_the_writer_after_the_stall_timeout() -> None:
+    pipe = Pipe(open_=False)
+    writer = LineWriter(pipe, stall_timeout=0.05)
+    with anyio.fail_after(5):
+        writer.put(b"never read\n")
+        await writer.run()  # returns: the write stalled
+    assert isinstance(writer.broken, StdinStalled)
+    with pytest.raises(BrokenPipe):
+        await writer.send(b"more\n")
+
+
+async def test_a_cancelled_direct_write_makes_later_lines_wait_for_the_pipe_in_order() -> None:
+    pipe = Pipe(open_=False)
+    writer = LineWriter(pipe)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer.run)
+            with anyio.move_on_after(0.01):
+                await writer.send(b"direct\n")  # its caller gives up while the pipe holds it
+            # Not written directly again (that would pile up in the pipe's buffer): queued.
+            assert await writer.send(b"next\n") is not None
+            assert pipe.writes == [b"direct\n"]
+            pipe.drain()
+            await wait_for_writes(pipe, 2)  # run waited for the pipe (an empty write) first
+            pipe.drain()
+            await wait_for_writes(pipe, 3)
+            pipe.drain()
+            tg.cancel_scope.cancel()
+    assert pipe.writes == [b"direct\n", b"", b"next\n"]
 
 
 async def test_a_broken_pipe_ends_the_writer_and_later_lines_are_refused() -> None:
     pipe = Pipe()
     pipe.broken = True
-    writer = LineWriter(pipe, high_water=1)
+    writer = LineWriter(pipe, max_queued=1)
     writer.put(b"lost\n")
     with anyio.fail_after(5):
         await writer.run()
-        await writer.wait_for_room()  # returns at once: nobody waits on a broken pipe
     assert isinstance(writer.broken, anyio.BrokenResourceError)
     with pytest.raises(BrokenPipe):
         writer.put(b"more\n")
