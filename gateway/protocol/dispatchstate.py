@@ -224,7 +224,7 @@ class Granted(Generic[C]):
     actions: tuple[Action[C], ...] = ()
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True)
 class Waiting(Generic[C]):
     """No child yet: wait for a ``Wake`` until ``deadline``, then try again."""
 
