@@ -50,7 +50,6 @@ Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only; no 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Final, Generic
 
 from gateway.errors import ClientThrottledError, GatewayError, GatewayUnavailableError
@@ -314,10 +313,14 @@ class Dispatcher(Generic[C]):
             log.info("%s: retiring child pid %s (%s)", self.label, pid, why)
         return [StopChild(member)] if member.leases == 0 else []
 
-    def exited(self, member: Member[C], error: GatewayError | None, now: float) -> list[Action[C]]:
-        """Rule 8: ``member``'s child is gone (or never started), with ``error`` if unplanned."""
+    def forget(self, member: Member[C]) -> None:
+        """``member`` left with the pool closing: no verdict, nothing to restart."""
         if member in self.members:
             self.members.remove(member)
+
+    def exited(self, member: Member[C], error: GatewayError | None, now: float) -> list[Action[C]]:
+        """Rule 8: ``member``'s child is gone (or never started), with ``error`` if unplanned."""
+        self.forget(member)
         charged = member.crashed_with or frozenset()
         started = member.child is not None
         uptime = now - member.started_at
@@ -401,8 +404,3 @@ def _drop(counter: dict[str, int], key: str) -> None:
         counter[key] = left
     else:
         counter.pop(key, None)
-
-
-def stops(actions: Iterable[Action[C]]) -> list[Member[C]]:
-    """The members ``actions`` stop (for tests and logs)."""
-    return [a.member for a in actions if isinstance(a, StopChild)]

@@ -362,12 +362,14 @@ class Pool:
         finally:
             self._stops.pop(member, None)
             self._record_exit(member, exit_error)
-            actions = self.dispatch.exited(member, exit_error, time.monotonic())
+            # Closing: the member only leaves (its exit is no verdict on the command).
+            actions = [] if self._closing else self.dispatch.exited(member, exit_error, time.monotonic())
+            if self._closing:
+                self.dispatch.forget(member)
             if self.budget is not None:
                 self.budget.changed()
             self._notify()
-        if not self._closing:
-            self._apply(actions)
+        self._apply(actions)
 
     def _record_start(self, seconds: float) -> None:
         self.start_seconds.append(seconds)
