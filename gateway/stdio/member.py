@@ -7,12 +7,13 @@ exit, with its leases and who holds them), and the callbacks a pool offers its u
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 from gateway.protocol import dispatchstate
 from gateway.protocol.dispatchstate import PoolSettings as PoolSettings
 from gateway.protocol.jsonrpc import Notification, Reply, Request
 from gateway.stdio.child import StdioChild
+from gateway.stdio.questions import RequestHandler
 
 if TYPE_CHECKING:
     from gateway.stdio.pool import Pool
@@ -26,3 +27,50 @@ LossListener = Callable[["Pool"], None]
 """Called when a started child of the pool exits unplanned (crash), or the pool closes."""
 PoolRequestHandler = Callable[["Pool", Request], Awaitable[Reply | None]]
 """Offered a child's unattributable request (``Pool.add_request_handler``); None: not mine."""
+
+
+class PoolHooks:
+    """Who hears of what a pool's children say outside any request: the listeners a pool
+    offers its users (``gateway.stdio.pool.Pool`` is one)."""
+
+    def __init__(self, on_request: RequestHandler | None = None) -> None:
+        self._on_request = on_request
+        self._listeners: list[PoolListener] = []
+        self._loss_listeners: list[LossListener] = []
+        self._request_handlers: list[PoolRequestHandler] = []
+
+    def _pool(self) -> Pool:
+        return cast("Pool", self)
+
+    def add_listener(self, listener: PoolListener) -> None:
+        """Call ``listener(pool, notification)`` for every notification a child of this pool
+        sends outside any request (the pool says whose it is: sessions served by it)."""
+        self._listeners.append(listener)
+
+    def add_loss_listener(self, listener: LossListener) -> None:
+        """Call ``listener(pool)`` when a started child exits unplanned or the pool closes: state
+        that the gateway emulates on top of the pool's children (listens) must end then."""
+        self._loss_listeners.append(listener)
+
+    def add_request_handler(self, handler: PoolRequestHandler) -> None:
+        """Offer ``handler(pool, request)`` every request a child of this pool sends that no
+        exchange carries (unattributable); the first reply that is not None answers it, and
+        with none the gateway answers locally (``gateway.protocol.inputs.local_answer``)."""
+        self._request_handlers.append(handler)
+
+    async def _child_request(self, request: Request) -> Reply | None:
+        if self._on_request is not None:
+            return await self._on_request(request)
+        for handler in self._request_handlers:
+            reply = await handler(self._pool(), request)
+            if reply is not None:
+                return reply
+        return None
+
+    def _lost(self) -> None:
+        for listener in self._loss_listeners:
+            listener(self._pool())
+
+    def _broadcast(self, notification: Notification) -> None:
+        for listener in self._listeners:
+            listener(self._pool(), notification)

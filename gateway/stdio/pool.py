@@ -38,14 +38,13 @@ from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.dispatch import STARTUP_WAIT as STARTUP_WAIT
 from gateway.protocol.dispatch import Dispatcher
 from gateway.protocol.handshake import modern_meta
-from gateway.protocol.jsonrpc import Notification, Reply, Request, Result
-from gateway.protocol.supervision import Supervision
+from gateway.protocol.jsonrpc import Result
 from gateway.protocol.versions import Era
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.child import StdioChild, open_child
 from gateway.stdio.crashes import CrashLedger
-from gateway.stdio.member import Action, Member
+from gateway.stdio.member import Action, Member, PoolHooks
 from gateway.stdio.member import LossListener as LossListener
 from gateway.stdio.member import PoolListener as PoolListener
 from gateway.stdio.member import PoolRequestHandler as PoolRequestHandler
@@ -63,7 +62,7 @@ STATUS_STDERR_LINES: Final = 5
 """Last stderr lines of each child shown by /status and /ui (the full tail goes into errors)."""
 
 
-class Pool:
+class Pool(PoolHooks):
     def __init__(
         self,
         spec: ChildSpec,
@@ -91,11 +90,8 @@ class Pool:
         self.start_seconds: list[float] = []  # recent cold starts (bounded)
         self.retired: Counter[str] = Counter()  # counters of children that are gone
         self._gateway_version = gateway_version
-        self._on_request = on_request
         self._backend = backend
-        self._listeners: list[PoolListener] = []
-        self._loss_listeners: list[LossListener] = []
-        self._request_handlers: list[PoolRequestHandler] = []
+        PoolHooks.__init__(self, on_request)
         self.session_id: str | None = None  # the one legacy session this pool is dedicated to, if any
         self.budget = budget
         self.crashes = crashes
@@ -104,14 +100,9 @@ class Pool:
         self._closing = False
         self._changed = anyio.Event()
 
-    # the dispatcher's bookkeeping, as the pool's users read it
     @property
     def members(self) -> list[Member]:
         return self.dispatch.members
-
-    @property
-    def supervision(self) -> Supervision:
-        return self.dispatch.supervision
 
     @property
     def last_error(self) -> GatewayError | None:
@@ -126,13 +117,9 @@ class Pool:
         return self.dispatch.tools
 
     @property
-    def learned_asks(self) -> bool:
-        return self.dispatch.learned_asks
-
-    @property
     def failing(self) -> bool:
         """Start failures in a row reached ``CRASH_LOOP``: requests fail at once until a start succeeds."""
-        return self.supervision.failing
+        return self.dispatch.supervision.failing
 
     def __repr__(self) -> str:
         return f"<Pool {self.label} live={len(self.children())} members={len(self.members)} failing={self.failing}>"
@@ -162,39 +149,6 @@ class Pool:
                 self.budget.pools.discard(self)
                 self.budget.waiting.discard(self)
                 self.budget.changed()
-
-    def add_listener(self, listener: PoolListener) -> None:
-        """Call ``listener(pool, notification)`` for every notification a child of this pool
-        sends outside any request (the pool says whose it is: sessions served by it)."""
-        self._listeners.append(listener)
-
-    def add_loss_listener(self, listener: LossListener) -> None:
-        """Call ``listener(pool)`` when a started child exits unplanned or the pool closes: state
-        that the gateway emulates on top of the pool's children (listens) must end then."""
-        self._loss_listeners.append(listener)
-
-    def add_request_handler(self, handler: PoolRequestHandler) -> None:
-        """Offer ``handler(pool, request)`` every request a child of this pool sends that no
-        exchange carries (unattributable); the first reply that is not None answers it, and
-        with none the gateway answers locally (``gateway.protocol.inputs.local_answer``)."""
-        self._request_handlers.append(handler)
-
-    async def _child_request(self, request: Request) -> Reply | None:
-        if self._on_request is not None:
-            return await self._on_request(request)
-        for handler in self._request_handlers:
-            reply = await handler(self, request)
-            if reply is not None:
-                return reply
-        return None
-
-    def _lost(self) -> None:
-        for listener in self._loss_listeners:
-            listener(self)
-
-    def _dispatch(self, notification: Notification) -> None:
-        for listener in self._listeners:
-            listener(self, notification)
 
     def _notify(self) -> None:
         self._changed.set()
@@ -232,10 +186,6 @@ class Pool:
                 self._lost()
 
     # -- state --------------------------------------------------------------------------
-
-    def is_exclusive(self, child: StdioChild, tool: str | None = None) -> bool:
-        """Whether a request that may ask (for ``tool``) needs ``child`` to itself."""
-        return self.dispatch.is_exclusive(child, tool)
 
     def children(self) -> list[StdioChild]:
         return self.dispatch.children()
@@ -338,7 +288,7 @@ class Pool:
                 self.spec,
                 gateway_version=self._gateway_version,
                 on_request=self._child_request,
-                on_notification=self._dispatch,
+                on_notification=self._broadcast,
                 on_change=self._notify,
                 backend=self._backend,
             ) as child:
