@@ -119,6 +119,9 @@ def create_app(
     routing = owner_routing
     if routing is not None:
         state_secret = routing.state_secret
+    quotas = PrincipalQuotas(
+        max_requests=settings.max_requests_per_principal, max_streams=settings.max_streams_per_principal
+    )
     for router in routers:
         sessions = SessionStore(
             on_end=router.end_session,
@@ -126,6 +129,7 @@ def create_app(
             mint_id=routing.mint_session_id if routing else None,
         )
         suspensions = Suspensions(router.server.name, state_secret, owner=routing.me.key if routing else "")
+        suspensions.quota = quotas  # a parked call counts as its principal's request in flight
         endpoint = McpEndpoint(
             Relay(router, gateway_version=__version__, suspensions=suspensions),
             sessions,
@@ -297,9 +301,7 @@ def create_app(
         )
         if tokens.enabled or settings.principal_header or oauth.enabled or tls_peers is not None
         else None,
-        quotas=PrincipalQuotas(
-            max_requests=settings.max_requests_per_principal, max_streams=settings.max_streams_per_principal
-        ),
+        quotas=quotas,
         drain=drain,
         routing=routing,
     )

@@ -46,7 +46,7 @@ from typing import Final
 
 import anyio
 
-from gateway.errors import CODE_INPUT_TIMEOUT, GATEWAY_NAME, ChildError, ChildProtocolError
+from gateway.errors import CODE_INPUT_TIMEOUT, GATEWAY_NAME, ChildError, ChildProtocolError, ClientThrottledError
 from gateway.protocol import attribution, bridge, inputs, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Request, Result
 from gateway.protocol.outcome import Rejection
@@ -97,6 +97,9 @@ class Relay:
             async for message in self._resume(request, client, state):
                 yield message
             return
+        quota = self.suspensions.quota
+        if quota is not None and (over := quota.over_limit(client.principal or ANONYMOUS)) is not None:
+            raise ClientThrottledError(over, retry_after=1)  # its parked calls count (not the retry's)
         try:
             pool = await self.router.pool_for(
                 client.principal,

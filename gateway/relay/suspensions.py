@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Final, TypeVar
+from typing import Final, Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -121,6 +121,14 @@ class Suspension:
     asks: dict[str, ChildAsk]
     expires_at: float
     taken: anyio.Event = field(default_factory=anyio.Event)
+    release: Callable[[], None] | None = None  # gives back the principal's request slot it holds
+
+
+class ParkedQuota(Protocol):
+    """The principals' request limit (``gateway.http.limits.PrincipalQuotas``) as parked calls use it."""
+
+    def hold(self, principal: str) -> Callable[[], None]: ...
+    def over_limit(self, principal: str) -> str | None: ...
 
 
 class Suspensions:
@@ -130,6 +138,7 @@ class Suspensions:
         self.server = server
         self.owner = owner  # named in each token, so any replica can route the retry here
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs the keepers
+        self.quota: ParkedQuota | None = None  # parked calls count as their principal's requests (HTTP edge)
         self._secret = secret if secret is not None else secrets.token_bytes(SECRET_BYTES)
         self._shared_secret = secret is not None
         self._clock = clock
@@ -166,6 +175,8 @@ class Suspensions:
             owner=self.owner,
         )
         suspension = Suspension(state_id, call, asks, expires_at)
+        if self.quota is not None:
+            suspension.release = self.quota.hold(principal or "anonymous")
         self._held[state_id] = suspension
         self.task_group.start_soon(self._keep, suspension, timeout)
         log.info(
@@ -205,6 +216,8 @@ class Suspensions:
             )
         self._spend(claims.state_id, claims.expires_at, now)
         suspension.taken.set()
+        if suspension.release is not None:
+            suspension.release()  # the retry holds a slot of its own
         return suspension
 
     def _spend(self, state_id: str, expires_at: float, now: float) -> None:
@@ -222,6 +235,8 @@ class Suspensions:
             stopping = False
         finally:
             if not suspension.taken.is_set():
+                if suspension.release is not None:
+                    suspension.release()
                 self._held.pop(suspension.state_id, None)
                 self._spend(suspension.state_id, suspension.expires_at, self._clock())
                 why = "the gateway is stopping" if stopping else f"no retry came within {timeout:g} s"

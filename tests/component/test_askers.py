@@ -174,3 +174,28 @@ async def test_children_started_for_askers_stop_after_the_idle_timeout() -> None
                 await first.messages()
                 await second.messages()
             await backend.until(lambda: len(backend.running()) == 1)  # back to the minimum
+
+
+async def test_a_parked_call_counts_as_its_principals_request_in_flight_until_its_retry() -> None:
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend(Script(era="legacy")) as backend,
+            in_process_gateway(backend, max_requests_per_principal=2, **IDENTITY) as gw,
+        ):
+            first = (await modern(gw, "mallory", asking_call(1))).json()
+            await park(gw, "mallory", 2)
+            refused = await modern(gw, "mallory", listing(3))  # this one and two parked: past her two
+            other = await modern(gw, "bob", listing(4))
+            [key] = first["result"]["inputRequests"]
+            retry = asking_call(5)
+            retry["params"]["inputResponses"] = {key: {"action": "decline"}}
+            retry["params"]["requestState"] = first["result"]["requestState"]
+            resumed = (await modern(gw, "mallory", retry)).json()  # a retry is never refused for them
+            again = await modern(gw, "mallory", listing(6))
+            await backend.until(lambda: still_parked(backend, 1))  # the resumed call ended, the other waits
+    assert refused.status_code == 429
+    message = refused.json()["error"]["message"]
+    assert "too many requests in flight for this client (at most 2), counting its 2 call(s) parked" in message
+    assert other.status_code == 200
+    assert resumed["result"]["resultType"] == "complete"
+    assert again.status_code == 200
