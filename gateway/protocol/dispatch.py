@@ -1,9 +1,8 @@
 """A pool's dispatcher: who gets which child, when children start and stop, pure.
 
-``gateway.stdio.pool`` owns the task group, the waits and the processes; it asks this
-machine at every turn and carries out the actions it returns (``StartChild``, ``StopChild``,
-``CheckLiveness``, ``RestartAfter``, ``Wake``, ``Lost``; ``gateway.protocol.dispatchstate``).
-The clock is the caller's (``now`` on every call), as in ``gateway.protocol.childsession``.
+``gateway.stdio.pool`` owns the task group, the waits and the processes; it asks this machine
+with the time now and carries out the actions it returns (``gateway.protocol.dispatchstate``:
+``StartChild``, ``StopChild``, ``CheckLiveness``, ``RestartAfter``, ``Wake``, ``Lost``).
 Decisions are synchronous, so nothing can interleave a check and its update.
 
 Rules:
@@ -109,7 +108,8 @@ class Dispatcher(Generic[C]):
     def children(self) -> list[C]:
         return [m.child for m in self.members if m.is_live and m.child is not None]
 
-    def is_starting(self) -> int:
+    def starting(self) -> int:
+        """Members whose child is starting."""
         return sum(1 for m in self.members if m.is_starting)
 
     def may_start(self) -> bool:
@@ -184,7 +184,7 @@ class Dispatcher(Generic[C]):
         member = self._pick(ticket.prefer, ticket.method, alone, ticket.tool)
         if member is not None:
             return Granted(self._grant(member, ticket, alone, now))
-        starting = self.is_starting()
+        starting = self.starting()
         children = self.children()
         # An asker that the live children would each take alone: the pool grows for it (rule 4).
         alone_needed = ticket.asker and any(self.is_exclusive(child, ticket.tool) for child in children)
@@ -204,7 +204,6 @@ class Dispatcher(Generic[C]):
         if may and len(self.members) < bound and now >= self.next_start:
             if room.claim():
                 actions.append(self._start(now))
-                starting += 1
             else:
                 blocked = True
         wait = STARTUP_WAIT if not children and not blocked else self.settings.queue_timeout
@@ -212,7 +211,7 @@ class Dispatcher(Generic[C]):
         if now >= deadline:
             if blocked and not children:
                 raise room.full_error(self.label)
-            raise self._saturated(bool(starting) and not children)
+            raise self._saturated(bound)
         return Waiting(deadline, blocked, tuple(actions))
 
     def _pick(self, prefer: C | None, method: str | None, alone: bool, tool: str | None) -> Member[C] | None:
@@ -243,9 +242,9 @@ class Dispatcher(Generic[C]):
         member.exclusive = alone
         return Lease(member, ticket.principal, alone, asking)
 
-    def _saturated(self, cold: bool) -> GatewayUnavailableError:
+    def _saturated(self, bound: int) -> GatewayUnavailableError:
         s = self.settings
-        if cold or not self.children():
+        if not self.children():
             return GatewayUnavailableError(
                 f"{self.label}: no child became ready within {STARTUP_WAIT:g} s (still starting)",
                 retry_after=5,
@@ -253,7 +252,7 @@ class Dispatcher(Generic[C]):
             )
         limit = f"{s.max_in_flight} request(s) each" if s.max_in_flight else "no free child"
         return GatewayUnavailableError(
-            f"{self.label}: all {len(self.children())} of at most {s.max_size} children are busy ({limit}); "
+            f"{self.label}: all {len(self.children())} of at most {bound} children are busy ({limit}); "
             f"no slot freed within {s.queue_timeout:g} s",
             retry_after=max(1, round(s.queue_timeout)),
             server=self.label,
@@ -353,7 +352,7 @@ class Dispatcher(Generic[C]):
         if len(self.members) < s.min_size:
             return [self._start(now)] if room.has_room() else []
         bound = s.asking_bound if self.unplaced_askers else s.max_size
-        if self.waiting and len(self.members) < bound and not self.is_starting() and room.claim():
+        if self.waiting and len(self.members) < bound and not self.starting() and room.claim():
             return [self._start(now)]
         return []
 
@@ -367,7 +366,7 @@ class Dispatcher(Generic[C]):
         for member in idle[: max(0, len(self.members) - s.min_size)]:
             actions += self.retire(member, f"idle for {now - member.last_used:.0f} s")
         if (  # a minimum the global cap held back
-            len(self.members) < s.min_size and now >= self.next_start and not self.is_starting() and room.has_room()
+            len(self.members) < s.min_size and now >= self.next_start and not self.starting() and room.has_room()
         ):
             actions.append(self._start(now))
         for member in list(self.members):
