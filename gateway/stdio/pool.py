@@ -27,6 +27,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final
 
 import anyio
@@ -34,7 +36,6 @@ from anyio.abc import TaskGroup
 
 from gateway.errors import ChildError, GatewayError
 from gateway.protocol import dispatchstate as ds
-from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.dispatch import STARTUP_WAIT as STARTUP_WAIT
 from gateway.protocol.dispatch import Dispatcher
 from gateway.protocol.handshake import modern_meta
@@ -99,6 +100,7 @@ class Pool(PoolHooks):
         self._tg: TaskGroup | None = None
         self._closing = False
         self._changed = anyio.Event()
+        self._running: AbstractAsyncContextManager[Pool] | None = None
 
     @property
     def members(self) -> list[Member]:
@@ -107,14 +109,6 @@ class Pool(PoolHooks):
     @property
     def last_error(self) -> GatewayError | None:
         return self.dispatch.last_error
-
-    @property
-    def suspects(self) -> dict[str, float]:
-        return self.dispatch.suspects
-
-    @property
-    def tools(self) -> ToolLearning:
-        return self.dispatch.tools
 
     @property
     def failing(self) -> bool:
@@ -127,23 +121,31 @@ class Pool(PoolHooks):
     # -- lifecycle ----------------------------------------------------------------------
 
     async def __aenter__(self) -> Pool:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        if self.budget is not None:
-            self.budget.pools.add(self)
-        self._apply(self.dispatch.start_minimum(time.monotonic()))
-        self._tg.start_soon(self._maintain)
-        return self
+        self._running = self._run()
+        return await self._running.__aenter__()
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._closing = True
-        self._lost()
-        for stop in self._stops.values():
-            stop.set()
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
+    async def __aexit__(self, *exc_info: Any) -> None:
+        assert self._running is not None
+        await self._running.__aexit__(*exc_info)
+
+    @asynccontextmanager
+    async def _run(self) -> AsyncIterator[Pool]:
+        """The pool's life: its task group (children, maintenance) around the block."""
         try:
-            await self._tg.__aexit__(None, None, None)
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                if self.budget is not None:
+                    self.budget.pools.add(self)
+                self._apply(self.dispatch.start_minimum(time.monotonic()))
+                tg.start_soon(self._maintain)
+                try:
+                    yield self
+                finally:
+                    self._closing = True
+                    self._lost()
+                    for stop in self._stops.values():
+                        stop.set()
+                    tg.cancel_scope.cancel()  # maintenance; children stop shielded (process.stop)
         finally:
             if self.budget is not None:
                 self.budget.pools.discard(self)
@@ -205,15 +207,11 @@ class Pool(PoolHooks):
     def is_idle(self) -> bool:
         return not self.members and self.dispatch.waiting == 0
 
-    def is_unused(self) -> bool:
-        """No request holds or waits for a child of this pool (it may still have children)."""
-        return self.dispatch.waiting == 0 and all(member.leases == 0 for member in self.members)
-
     def status(self) -> dict[str, Any]:
         now = time.monotonic()
         return {
             "failing": self.failing,
-            "crash_suspects": len(self.suspects),
+            "crash_suspects": len(self.dispatch.suspects),
             "last_error": self.last_error.message if self.last_error else None,
             "spawns": self.spawns,
             "restarts": self.restarts,
