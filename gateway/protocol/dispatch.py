@@ -59,7 +59,6 @@ from gateway.protocol.dispatchstate import (
     C,
     CheckLiveness,
     Decision,
-    Granted,
     Lease,
     Ledger,
     Lost,
@@ -150,7 +149,11 @@ class Dispatcher(Generic[C]):
 
     def parked(self, principal: str) -> int:
         """Calls of ``principal`` holding a question its client has not answered (rule 5)."""
-        return sum(m.askers[principal] for m in self.members if m.holds_questions() and principal in m.askers)
+        held = 0
+        for member in self.members:
+            if principal in member.askers and member.holds_questions():
+                held += member.askers[principal]
+        return held
 
     # -- acquire and release ------------------------------------------------------------
 
@@ -183,7 +186,7 @@ class Dispatcher(Generic[C]):
         alone = ticket.principal in self.suspects
         member = self._pick(ticket.prefer, ticket.method, alone, ticket.tool)
         if member is not None:
-            return Granted(self._grant(member, ticket, alone, now))
+            return self._grant(member, ticket, alone, now)
         starting = self.starting()
         children = self.children()
         # An asker that the live children would each take alone: the pool grows for it (rule 4).

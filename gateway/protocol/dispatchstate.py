@@ -154,7 +154,7 @@ class Member(Generic[C]):
             self.crashed_with = frozenset(p for p, n in self.principals.items() if n > 0)
 
 
-@dataclass(eq=False)
+@dataclass(slots=True, eq=False)
 class Ticket(Generic[C]):
     """One request waiting for a child: asked once, tried at each wake-up."""
 
@@ -167,7 +167,7 @@ class Ticket(Generic[C]):
     unplaced: bool = False  # counted among the askers no child could take (each may start one)
 
 
-@dataclass(eq=False)
+@dataclass(slots=True, eq=False)
 class Lease(Generic[C]):
     """A request's hold on a member: what ``release`` gives back."""
 
@@ -218,13 +218,7 @@ class Lost:
     """A started child exited unplanned: state emulated on the pool's children must end."""
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class Granted(Generic[C]):
-    lease: Lease[C]
-    actions: tuple[Action[C], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Waiting(Generic[C]):
     """No child yet: wait for a ``Wake`` until ``deadline``, then try again."""
 
@@ -234,4 +228,5 @@ class Waiting(Generic[C]):
 
 
 Action = StartChild[C] | StopChild[C] | CheckLiveness[C] | RestartAfter | Wake | Lost
-Decision = Granted[C] | Waiting[C]
+Decision = Lease[C] | Waiting[C]
+"""A try of ``Dispatcher.try_acquire``: the lease granted, or how long to wait."""

@@ -255,11 +255,12 @@ class Pool(PoolHooks):
             while True:
                 now = time.monotonic()
                 decision = dispatch.try_acquire(ticket, now, self.room)  # 429 / 503 propagate
-                self._apply(decision.actions)
-                if isinstance(decision, ds.Granted):
-                    request.held = decision.lease
-                    assert decision.lease.member.child is not None
-                    return decision.lease.member.child
+                if isinstance(decision, ds.Lease):
+                    request.held = decision
+                    assert decision.member.child is not None
+                    return decision.member.child
+                if decision.actions:
+                    self._apply(decision.actions)
                 if decision.blocked and self.budget is not None:
                     self.budget.waiting.add(self)
                 with anyio.move_on_after(decision.deadline - now):
@@ -271,7 +272,9 @@ class Pool(PoolHooks):
 
     def _give_back(self, request: PoolLease) -> None:
         assert request.held is not None
-        self._apply(self.dispatch.release(request.held, time.monotonic()))
+        actions = self.dispatch.release(request.held, time.monotonic())
+        if actions:
+            self._apply(actions)
         if self.budget is not None and self.budget.waiting:
             self.budget.changed()  # an idle child may now be evicted for another pool
 

@@ -14,7 +14,6 @@ from gateway.protocol.dispatchstate import (
     MAX_CONCURRENT_STARTS,
     Action,
     CheckLiveness,
-    Granted,
     Lease,
     Lost,
     Member,
@@ -106,9 +105,8 @@ def take(
 ) -> Lease[Kid] | Waiting[Kid]:
     ticket = d.ticket(principal, method, tool, None, now)
     decision = d.try_acquire(ticket, now, NoBudget())
-    if isinstance(decision, Granted):
+    if isinstance(decision, Lease):
         d.leave(ticket)
-        return decision.lease
     return decision
 
 
@@ -174,7 +172,7 @@ def test_askers_grow_the_pool_past_its_maximum_up_to_the_asking_bound() -> None:
     assert isinstance(start, StartChild)
     assert d.try_acquire(ticket, 1.1, NoBudget()).actions == ()  # one start per waiting asker
     d.started(start.member, Kid(2), 1.2)
-    assert isinstance(d.try_acquire(ticket, 1.2, NoBudget()), Granted)
+    assert isinstance(d.try_acquire(ticket, 1.2, NoBudget()), Lease)
     d.leave(ticket)
     third = take(d, "c", now=1.3)
     assert isinstance(third, Waiting)

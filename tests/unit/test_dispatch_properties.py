@@ -22,7 +22,6 @@ from gateway.errors import GatewayError
 from gateway.protocol.dispatch import Dispatcher
 from gateway.protocol.dispatchstate import (
     Action,
-    Granted,
     Lease,
     Member,
     NoBudget,
@@ -70,9 +69,8 @@ class DispatchMachine(RuleBasedStateMachine):
             self.d.leave(ticket)
             self.tickets.remove(ticket)
             return
-        self.apply(decision.actions)
-        if isinstance(decision, Granted):
-            lease = decision.lease
+        if isinstance(decision, Lease):
+            lease = decision
             child = lease.member.child
             assert child is not None
             if lease.asking:
@@ -82,6 +80,8 @@ class DispatchMachine(RuleBasedStateMachine):
             self.d.leave(ticket)
             self.tickets.remove(ticket)
             self.leases.append(lease)
+        else:
+            self.apply(decision.actions)
 
     @rule(principal=PRINCIPALS, kind=KINDS)
     def arrive(self, principal: str, kind: str) -> None:
