@@ -53,6 +53,7 @@ from typing import Final, Generic
 
 from gateway.errors import ClientThrottledError, GatewayError, GatewayUnavailableError
 from gateway.protocol import attribution
+from gateway.protocol.attribution import ChildLoad
 from gateway.protocol.dispatchstate import (
     MAX_CONCURRENT_STARTS,
     Action,
@@ -129,23 +130,18 @@ class Dispatcher(Generic[C]):
             quiet=legacy and self.tools.is_quiet(tool),  # (only a legacy child's quiet tools count)
         )
 
-    def cannot_ask(self, child: C, method: str | None, tool: str | None) -> bool:
-        """Rule 2: the call can make no question of ``child`` ambiguous."""
-        if not attribution.may_ask(method):
-            return True
-        return self.tools.is_quiet(tool) and not self.is_exclusive(child, tool)
-
     def has_room(self, member: Member[C], method: str | None = None, tool: str | None = None) -> bool:
         limit = self.settings.max_in_flight
         if not member.is_live or member.exclusive or (limit != 0 and member.leases >= limit):
             return False
+        if not attribution.may_ask(method):  # rule 2: lists, ping, listens
+            return True
         child = member.child
         assert child is not None
-        if self.cannot_ask(child, method, tool):
-            return True
-        if child.open_questions:  # rule 3
-            return False
-        return member.asking_leases == 0 or not self.is_exclusive(child, tool)
+        quiet = self.tools.is_quiet(tool) and not self.is_exclusive(child, tool)  # rule 2: a quiet tool
+        exclusive = member.asking_leases > 0 and not quiet and self.is_exclusive(child, tool)
+        load = ChildLoad(member.asking_leases, child.open_questions)
+        return attribution.admits(load, method, exclusive=exclusive, quiet=quiet)  # rules 2, 3
 
     def parked(self, principal: str) -> int:
         """Calls of ``principal`` holding a question its client has not answered (rule 5)."""
