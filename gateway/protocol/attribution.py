@@ -132,7 +132,7 @@ class ToolLearning:
         return was_quiet
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per check on a lease's path, and a frozen __init__ costs more
 class ChildLoad:
     """What the pool needs to know of one child to decide whether a request may join it."""
 
