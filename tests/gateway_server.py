@@ -114,7 +114,7 @@ async def running_gateway(
     """Serve ``spec`` behind the gateway; yield the MCP endpoint URL. ``dual_era=MODERN`` keeps
     legacy and modern clients of the (dual by default) test server on the same children."""
     if pool_size is not None:
-        pool = PoolSettings(min_size=pool_size, max_size=pool_size)
+        pool = PoolSettings(min_size=pool_size, max_size=pool_size, asking_max=0)  # exactly that many
     server = ServerConfig("test", spec, pool or PoolSettings(), isolation, env_from_headers or {}, dual_era=dual_era)
     app = app_for(Router(server), **app_options)
     async with serving(app, http=http) as base:

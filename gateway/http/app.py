@@ -129,6 +129,9 @@ def create_app(
     routing = owner_routing
     if routing is not None:
         state_secret = routing.state_secret
+    quotas = PrincipalQuotas(
+        max_requests=settings.max_requests_per_principal, max_streams=settings.max_streams_per_principal
+    )
     for router in routers:
         sessions = SessionStore(
             on_end=router.end_session,
@@ -143,6 +146,7 @@ def create_app(
             owner=routing.me if routing else None,
             key=routing.task_key if routing else b"",
         )
+        suspensions.quota = quotas  # a parked call counts as its principal's request in flight
         endpoint = McpEndpoint(
             Relay(router, gateway_version=__version__, suspensions=suspensions, tasks=tasks),
             sessions,
@@ -331,9 +335,7 @@ def create_app(
         )
         if clients_authenticate
         else None,
-        quotas=PrincipalQuotas(
-            max_requests=settings.max_requests_per_principal, max_streams=settings.max_streams_per_principal
-        ),
+        quotas=quotas,
         drain=drain,
         routing=routing,
         body_timeout=settings.body_timeout,

@@ -22,6 +22,10 @@
   disconnect is not a cancellation) keeps its slot until it ends: it runs in the request's own
   response.
   A session ``DELETE`` is never refused: it is how a client at its limit ends what it holds.
+  A parked MRTR call (``gateway.relay.suspensions``) counts against its principal's
+  ``max_requests`` until its retry takes it or it ends (``PrincipalQuotas.hold``): a new call
+  past the limit with parked calls counted gets 429 from the relay (``over_limit``); the retry
+  that resumes a parked call is never refused for it. A question costs its asker.
 
 The checks themselves are ``header_problem`` and ``PrincipalQuotas`` (one set of tables for
 every endpoint); ``gateway.http.edge`` runs them.
@@ -30,6 +34,7 @@ every endpoint); ``gateway.http.edge`` runs them.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from itertools import chain
 from typing import Final
 
@@ -160,6 +165,39 @@ class PrincipalQuotas:
         self.max_streams = max_streams
         self.requests: Counter[str] = Counter()
         self.streams: Counter[str] = Counter()
+        self.parked: Counter[str] = Counter()  # MRTR calls parked, by principal (``hold``)
+
+    def hold(self, principal: str) -> Callable[[], None]:
+        """Count a parked MRTR call of ``principal`` (it holds a child until its retry); the
+        function returned stops counting it, once. Parked calls are not request slots (the
+        retry that resumes one must get in), but ``over_limit`` counts them for new calls."""
+        table = self.parked
+        table[principal] += 1
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                left = table[principal] - 1
+                if left > 0:
+                    table[principal] = left
+                else:
+                    table.pop(principal, None)
+
+        return release
+
+    def over_limit(self, principal: str) -> str | None:
+        """Why a new call of ``principal`` (already admitted, so counted) is refused: its
+        requests in flight and its parked calls together pass ``max_requests``; else None."""
+        parked = self.parked.get(principal, 0)
+        total = self.requests.get(principal, 0) + parked
+        if not parked or not self.max_requests or total <= self.max_requests:
+            return None
+        return (
+            f"too many requests in flight for this client (at most {self.max_requests}), counting its "
+            f"{parked} call(s) parked for its answers: answer them (retry with their requestState) first"
+        )
 
     @staticmethod
     def applies(scope: Scope) -> bool:

@@ -9,13 +9,16 @@ Rules:
 1. **Which requests may ask.** ``ASKING_METHODS`` (``tools/call``, ``prompts/get``,
    ``resources/read``: the requests MRTR allows to ask, §1.4). Other requests (lists,
    ``ping``, listens) never carry a question, so they share children freely.
-2. **Who may join a child** (``admits``). A request that may ask is not given a child
+2. **Who may join a child** (``admits``). A request that cannot ask (rule 1, or a tool known
+   quiet that needs no child to itself, rule 5) joins any child, also one whose other requests
+   are asking or parked: it cannot make a question ambiguous. A request that may ask is not
+   given a child
    - on which a question is open (asked and not yet answered: a client is answering, or an
      MRTR call is parked), or held back as ambiguous;
    - that already runs a request that may ask and is not known quiet, when the server asks
      (``is_exclusive``; requests of quiet tools, rule 5, share).
-   The pool then starts another child within its maximum, else the request queues
-   (503 after the queue timeout).
+   The pool then starts another child for it (``gateway.protocol.dispatch`` rule 4), else the
+   request queues (503 after the queue timeout).
 3. **When the server asks** (``is_exclusive``), by its ``AskPolicy``:
    ``always`` - yes; ``never`` - no (requests share, questions are attributed only when
    they can be); ``auto`` (the default) - once a question came during a request (learned),
@@ -129,7 +132,7 @@ class ToolLearning:
         return was_quiet
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per check on a lease's path, and a frozen __init__ costs more
 class ChildLoad:
     """What the pool needs to know of one child to decide whether a request may join it."""
 
@@ -137,9 +140,10 @@ class ChildLoad:
     open_questions: int = 0  # questions asked and not answered yet, or held back as ambiguous
 
 
-def admits(load: ChildLoad, method: str | None, *, exclusive: bool) -> bool:
-    """Whether a request for ``method`` may run on a child with this load (rule 2)."""
-    if not may_ask(method):
+def admits(load: ChildLoad, method: str | None, *, exclusive: bool, quiet: bool = False) -> bool:
+    """Whether a request for ``method`` may run on a child with this load (rule 2); ``quiet``:
+    its tool is known quiet and needs no child to itself."""
+    if quiet or not may_ask(method):
         return True
     if load.open_questions:
         return False

@@ -47,7 +47,7 @@ from typing import Final
 
 import anyio
 
-from gateway.errors import ChildError
+from gateway.errors import ChildError, ClientThrottledError
 from gateway.protocol import attribution, bridge, inputs, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
 from gateway.protocol import tasks as task_rules
 from gateway.protocol.jsonrpc import JsonObject, Request, Result
@@ -133,6 +133,9 @@ class Relay:
                 async for message in resumed:
                     yield message
             return
+        quota = self.suspensions.quota
+        if quota is not None and (over := quota.over_limit(client.charged)) is not None:
+            raise ClientThrottledError(over, retry_after=1)  # its parked calls count (not the retry's)
         try:
             pool = await self.router.pool_for(
                 client.principal,
@@ -366,7 +369,7 @@ class Relay:
         question (``waited``: seconds since, spent gathering the others)."""
         parked = Call(call.child, call.ex, call.stack.pop_all())  # the lease and exchange now outlive this response
         timeout = max(call.child.spec.input_timeout - waited, 0.0)
-        token = self.suspensions.park(parked, asks, request, client.principal, timeout)
+        token = self.suspensions.park(parked, asks, request, client.principal, timeout, charged=client.charged)
         wanted = {key: inputs.input_request(ask.method, ask.params) for key, ask in asks.items()}
         return response(request.id, result=inputs.input_required_result(wanted, token))
 

@@ -320,7 +320,7 @@ class Router:
             # never comes back must not keep a child alive.
             settings = replace(settings, min_size=0)
         if key.scope.startswith("session:"):
-            settings = replace(settings, max_size=1)  # one child for the session's lifetime
+            settings = replace(settings, max_size=1, asking_max=0)  # one child for the session's lifetime
         pool = Pool(
             spec,
             settings,

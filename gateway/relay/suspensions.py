@@ -27,7 +27,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final, overload
+from typing import Final, Protocol, overload
 
 import anyio
 from anyio.abc import TaskGroup
@@ -39,7 +39,7 @@ from gateway.protocol.outcome import Rejection, reject
 from gateway.protocol.requeststate import StateClaims, StateError
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import ChildCall, Exchange, StdioChild
-from gateway.stdio.pool import Lease
+from gateway.stdio.pool import PoolLease as Lease
 
 log = logging.getLogger("gateway.mrtr")
 
@@ -58,7 +58,7 @@ class Holdings:
     """What a child call holds, its pool lease and its child exchange, released last first:
     the part of ``AsyncExitStack`` the relay uses. Unlike the stack, it leaves each with no
     exception (``__aexit__(None, None, None)``), so it takes only the two context managers that
-    neither read nor suppress one (``Pool.lease``'s ``Lease``, ``StdioChild.exchange``'s
+    neither read nor suppress one (``Pool.lease``'s ``PoolLease``, ``StdioChild.exchange``'s
     ``ChildCall``): anything else is a type error. One is made per call; an ``AsyncExitStack``
     instead costs 0.7 to 2.7 % more instructions per call (``python -m bench.instructions``,
     two A/B runs, C = 1 and 16, both eras; the fence's threshold is 1 %)."""
@@ -124,6 +124,14 @@ class Suspension:
     asks: dict[str, ChildAsk]
     expires_at: float
     taken: anyio.Event = field(default_factory=anyio.Event)
+    release: Callable[[], None] | None = None  # gives back the principal's request slot it holds
+
+
+class ParkedQuota(Protocol):
+    """The principals' request limit (``gateway.http.limits.PrincipalQuotas``) as parked calls use it."""
+
+    def hold(self, principal: str) -> Callable[[], None]: ...
+    def over_limit(self, principal: str) -> str | None: ...
 
 
 class Suspensions:
@@ -133,6 +141,7 @@ class Suspensions:
         self.server = server
         self.owner = owner  # named in each token, so any replica can route the retry here
         self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs the keepers
+        self.quota: ParkedQuota | None = None  # parked calls count as their principal's requests (HTTP edge)
         self._secret = secret if secret is not None else secrets.token_bytes(SECRET_BYTES)
         self._shared_secret = secret is not None
         self._clock = clock
@@ -147,9 +156,18 @@ class Suspensions:
         return self.task_group is not None and len(self._held) < MAX_PARKED
 
     def park(
-        self, call: Call, asks: dict[str, ChildAsk], request: Request, principal: str | None, timeout: float
+        self,
+        call: Call,
+        asks: dict[str, ChildAsk],
+        request: Request,
+        principal: str | None,
+        timeout: float,
+        *,
+        charged: str | None = None,
     ) -> str:
-        """Hold ``call`` until its retry or ``timeout``; return the ``requestState`` for the client."""
+        """Hold ``call`` until its retry or ``timeout``; return the ``requestState`` for the client.
+        ``charged``: whose requests in flight it counts as (the client key: an anonymous client's
+        peer address), else the principal."""
         assert self.task_group is not None
         if not self._shared_secret:
             self._shared_secret = True  # warn once
@@ -169,6 +187,8 @@ class Suspensions:
             owner=self.owner,
         )
         suspension = Suspension(state_id, call, asks, expires_at)
+        if self.quota is not None:
+            suspension.release = self.quota.hold(charged or principal or "anonymous")
         self._held[state_id] = suspension
         self.task_group.start_soon(self._keep, suspension, timeout)
         log.info(
@@ -208,6 +228,8 @@ class Suspensions:
             )
         self._spend(claims.state_id, claims.expires_at, now)
         suspension.taken.set()
+        if suspension.release is not None:
+            suspension.release()  # the retry holds a slot of its own
         return suspension
 
     def _spend(self, state_id: str, expires_at: float, now: float) -> None:
@@ -225,6 +247,8 @@ class Suspensions:
             stopping = False
         finally:
             if not suspension.taken.is_set():
+                if suspension.release is not None:
+                    suspension.release()
                 self._held.pop(suspension.state_id, None)
                 self._spend(suspension.state_id, suspension.expires_at, self._clock())
                 why = "the gateway is stopping" if stopping else f"no retry came within {timeout:g} s"

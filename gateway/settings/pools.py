@@ -37,6 +37,32 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         help="children at most, started on demand (default: --pool-min, at least 1)",
     ),
     Setting(
+        "--pool-max-asking",
+        check=rule(lambda v: v >= 0, "must be 0 or more"),
+        key="pool.maxAsking",
+        target="pool.asking_max",
+        kind=int,
+        default=_POOL.asking_max,
+        metavar="N",
+        section=POOL,
+        help="children at most while calls that may ask the client (sampling, elicitation, roots) wait for a "
+        "child of their own, each about 70 MB for a node server; they stop after --idle-timeout; never fewer "
+        "than --pool-max, 0 = --pool-max (default: %(default)s)",
+    ),
+    Setting(
+        "--max-parked-per-principal",
+        check=rule(lambda v: v >= 0, "must be 0 or more"),
+        key="pool.maxParkedPerPrincipal",
+        target="pool.max_parked_per_principal",
+        kind=int,
+        default=_POOL.max_parked_per_principal,
+        metavar="N",
+        section=POOL,
+        help="calls of one client (principal) waiting for its answer to the server's question (a parked MRTR "
+        "call, a legacy client's open question), each holding a child; past it that client's next call that "
+        "may ask gets 429; 0 = no cap (default: %(default)s)",
+    ),
+    Setting(
         "--max-in-flight",
         key="pool.maxInFlight",
         target="pool.max_in_flight",

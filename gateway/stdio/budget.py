@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Final
 from gateway.errors import GatewayUnavailableError
 
 if TYPE_CHECKING:
-    from gateway.stdio.pool import Member, Pool
+    from gateway.stdio.member import Member
+    from gateway.stdio.pool import Pool
 
 CHILDREN_PER_CPU: Final = 16
 """Stdio servers mostly wait on their clients and on I/O; 16 busy ones already share a core."""
@@ -97,18 +98,23 @@ class ChildBudget:
         if victim is None:
             return False
         self.evictions += 1
-        victim.retire(f"evicted for {pool.label}: the gateway runs at most {self.capacity} children")
+        owner, member = victim
+        owner.evict(member, f"evicted for {pool.label}: the gateway runs at most {self.capacity} children")
         return True
 
-    def _idle_elsewhere(self, pool: Pool) -> Member | None:
+    def room_for(self, pool: Pool) -> PoolRoom:
+        """This budget as ``pool``'s dispatcher sees it (``gateway.protocol.dispatchstate.Room``)."""
+        return PoolRoom(self, pool)
+
+    def _idle_elsewhere(self, pool: Pool) -> tuple[Pool, Member] | None:
         candidates = [
-            member
+            (other, member)
             for other in self.pools
             if other is not pool and len(other.members) > other.settings.min_size
             for member in other.members
             if member.is_live and member.leases == 0
         ]
-        return min(candidates, key=lambda m: m.last_used, default=None)
+        return min(candidates, key=lambda pair: pair[1].last_used, default=None)
 
     def full_error(self, label: str) -> GatewayUnavailableError:
         return GatewayUnavailableError(
@@ -123,3 +129,22 @@ class ChildBudget:
         """A child became idle or left service: the pools waiting for room look again."""
         for pool in list(self.waiting):
             pool.wake()
+
+
+class PoolRoom:
+    """One pool's view of the budget: the ``Room`` its dispatcher claims starts from."""
+
+    __slots__ = ("budget", "pool")
+
+    def __init__(self, budget: ChildBudget, pool: Pool) -> None:
+        self.budget = budget
+        self.pool = pool
+
+    def has_room(self) -> bool:
+        return self.budget.has_room()
+
+    def claim(self) -> bool:
+        return self.budget.claim(self.pool)
+
+    def full_error(self, label: str) -> GatewayUnavailableError:
+        return self.budget.full_error(label)

@@ -8,7 +8,7 @@ wait for a backoff. The cost lands on whoever sent the requests instead:
   (their requests were in flight). Each of the k principals involved gets 1/k of a strike,
   so a principal that crashes a child alone gets a whole one, and a bystander whose call
   happened to share the child gets a share that the crasher always matches or exceeds;
-- they become **suspects** of that pool (``Pool.suspects``): each of their requests runs
+- they become **suspects** of that pool (the dispatcher's ``suspects``): each of their requests runs
   alone on a child until one ends with the child alive, which clears the principal. So the
   next crash is attributed whole, to its cause, and takes no one else's calls with it: a
   bystander loses at most the calls it had in flight at the first crash;

@@ -115,7 +115,7 @@ async def test_with_no_child_to_spare_a_call_that_may_ask_queues_and_then_gets_i
 
 
 async def test_past_the_queue_timeout_a_call_that_may_ask_gets_503_while_the_child_is_asking() -> None:
-    pool = PoolSettings(min_size=1, max_size=1, queue_timeout=0.2)
+    pool = PoolSettings(min_size=1, max_size=1, queue_timeout=0.2, asking_max=0)  # no child to spare
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child(), pool=pool) as url, httpx.AsyncClient(timeout=WAIT) as http:
             alice = await open_session(http, url, ALL)  # as the modern caller: one pool (children keyed by it)

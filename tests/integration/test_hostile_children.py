@@ -323,7 +323,7 @@ def test_the_session_and_child_caps_are_settings_with_flags_environment_and_conf
     config.write_text(json.dumps({"mcpServers": {"a": {"command": "x", "maxSessionsPerPrincipal": 0}}}))
     with pytest.raises(ConfigError, match="maxSessionsPerPrincipal"):
         parse_settings(["--config", str(config)])
-    with pytest.raises(ConfigError, match="max_children"):
+    with pytest.raises(ConfigError, match="--max-children"):
         parse_settings(["--max-children", "-1"])
 
 

@@ -63,7 +63,7 @@ async def test_after_one_quiet_call_two_legacy_sessions_run_that_tool_at_once_on
 
 
 async def test_a_tool_that_asked_once_keeps_the_child_to_itself_while_a_quiet_tool_still_shares() -> None:
-    pool = PoolSettings(min_size=1, max_size=1, queue_timeout=0.2)
+    pool = PoolSettings(min_size=1, max_size=1, queue_timeout=0.2, asking_max=0)  # no child to spare
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child(), pool=pool) as url, httpx.AsyncClient(timeout=WAIT) as http:
             alice = await open_session(http, url, {"elicitation": {}})
@@ -90,7 +90,7 @@ async def test_a_tool_that_asked_once_keeps_the_child_to_itself_while_a_quiet_to
 
 
 async def test_a_quiet_tool_that_asks_while_sharing_is_held_until_alone_and_then_runs_alone() -> None:
-    pool = PoolSettings(min_size=1, max_size=1, queue_timeout=0.2)
+    pool = PoolSettings(min_size=1, max_size=1, queue_timeout=0.2, asking_max=0)  # no child to spare
     send, receive = anyio.create_memory_object_stream[dict[str, Any]](10)
     with anyio.fail_after(WAIT), send, receive, recording("gateway.child") as held_questions:
         async with running_gateway(legacy_child(), pool=pool) as url, httpx.AsyncClient(timeout=WAIT) as http:

@@ -160,3 +160,11 @@ def test_learning_is_bounded_and_a_tool_seen_asking_is_never_quiet(events: list[
         assert len(tools.quiet) + len(tools.asking) <= limit
         assert not tools.quiet & asked
         assert not tools.quiet & tools.asking
+
+
+def test_a_quiet_tool_joins_a_child_whose_question_waits_and_an_asker_does_not() -> None:
+    held = ChildLoad(asking_requests=1, open_questions=1)  # an asker's question is parked there
+    assert admits(held, "tools/call", exclusive=True, quiet=True)
+    assert not admits(held, "tools/call", exclusive=True)
+    assert not admits(held, "tools/call", exclusive=False)
+    assert admits(held, "tools/list", exclusive=True)

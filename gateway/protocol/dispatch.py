@@ -1,0 +1,404 @@
+"""A pool's dispatcher: who gets which child, when children start and stop, pure.
+
+``gateway.stdio.pool`` owns the task group, the waits and the processes; it asks this machine
+with the time now and carries out the actions it returns (``gateway.protocol.dispatchstate``:
+``StartChild``, ``StopChild``, ``CheckLiveness``, ``RestartAfter``, ``Wake``, ``Lost``).
+Decisions are synchronous, so nothing can interleave a check and its update.
+
+Rules:
+
+1. **Pick** (``try_acquire``): a request leases the live child with the fewest leases that has
+   room (below ``max_in_flight``, 0 = unlimited; not running a crash suspect alone), preferring
+   the child a legacy session already uses (it waits for that child rather than move, unless
+   only a question holds it: then a call that may ask runs elsewhere, for this call only).
+2. **Quiet calls pass questions.** A call that cannot ask (``attribution.may_ask`` is false:
+   lists, ``ping``, listens; or, on a legacy child, a tool learned quiet, attribution rule 5)
+   may join any live child with room, also one whose other calls are asking or parked.
+3. **Askers need a child to themselves** (``attribution.is_exclusive``): a call that may ask
+   is not given a child on which a question is open, nor, when the server asks, one that runs
+   another asker. So each question has exactly one call it can belong to.
+4. **Growth.** With no child to take, a new one is started if the pool is below its bound and
+   not in a restart backoff: ``max_size`` for quiet calls (one start at a time), and for
+   askers ``asking_bound`` (``max(max_size, asking_max)``; one start per waiting asker, at most
+   ``MAX_CONCURRENT_STARTS`` at once). Every start on demand claims room in the gateway's child
+   budget (``Room``): refused, the request waits like a saturated one. Otherwise the request
+   waits until a ``Wake``, at most ``queue_timeout`` (``STARTUP_WAIT`` while no child is up
+   yet), and then fails with 503 + ``Retry-After``.
+5. **A question costs its asker.** A principal with ``max_parked_per_principal`` calls holding
+   an unanswered question on the pool's children (a parked MRTR call, a legacy client's open
+   ask) gets 429 for its next asking call, before any child is taken; its quiet calls and
+   everyone else's go on. A principal a crash is charged to is throttled by the ``Ledger``
+   (429) and is a **suspect**: each of its calls runs alone until one ends with the child
+   alive (``gateway.stdio.crashes``).
+6. **Release**: a request gives its lease back; a child past ``max_requests`` leases is retired;
+   a retiring child with no lease is stopped; waiters are woken.
+7. **Maintenance** (``maintain``, once a tick): children above ``min_size`` idle for
+   ``idle_timeout`` retire; a minimum the budget held back is started; a child older than
+   ``max_age`` retires; a child with requests pending, none waiting for a client, and silent
+   for ``stall_timeout`` is stopped at once; an idle child unchecked for ``liveness_interval``
+   is checked (``CheckLiveness``), and stopped when the check fails (``liveness_failed``).
+8. **Supervision** (``exited``): ``gateway.protocol.supervision`` classifies the exit; a child
+   that died serving charges the principals in flight (``Ledger.record``) and makes them
+   suspects; the next start waits out the backoff; a replacement is started (``RestartAfter``)
+   when the pool is below ``min_size`` or requests wait. During a backoff with no child at all,
+   requests fail at once with the last error.
+
+Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only; no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Final, Generic
+
+from gateway.errors import ClientThrottledError, GatewayError, GatewayUnavailableError
+from gateway.protocol import attribution
+from gateway.protocol.attribution import ChildLoad
+from gateway.protocol.dispatchstate import (
+    MAX_CONCURRENT_STARTS,
+    Action,
+    C,
+    CheckLiveness,
+    Decision,
+    Lease,
+    Ledger,
+    Lost,
+    Member,
+    PoolSettings,
+    RestartAfter,
+    Room,
+    StartChild,
+    StopChild,
+    Ticket,
+    Waiting,
+    Wake,
+)
+from gateway.protocol.supervision import ExitKind, Supervision
+from gateway.protocol.versions import Era
+
+log = logging.getLogger("gateway.pool")
+
+STARTUP_WAIT: Final = 120.0
+"""How long a request waits while the first child is still starting (npx cold starts)."""
+SUSPECT_MEMORY: Final = 60.0
+"""Seconds a crash keeps its principals suspects (the crash ledger's window)."""
+PARKED_RETRY_AFTER: Final = 5
+"""Seconds a principal at its cap of parked questions is told to wait (answering one frees it)."""
+
+
+class Dispatcher(Generic[C]):
+    """The bookkeeping and rules of one pool (see the module docstring)."""
+
+    def __init__(self, settings: PoolSettings, label: str, *, crashes: Ledger | None = None) -> None:
+        self.settings = settings
+        self.label = label
+        self.crashes = crashes
+        self.members: list[Member[C]] = []
+        self.supervision = Supervision()
+        self.last_error: GatewayError | None = None
+        self.suspects: dict[str, float] = {}  # principal → when a crash was last charged to it
+        self.learned_asks = False  # a child of this pool asked during a request (attribution rule 3)
+        self.tools = attribution.ToolLearning()  # which tools ask, which are quiet (rule 5)
+        self.waiting = 0
+        self.unplaced_askers = 0
+        self.next_start = 0.0
+
+    # -- queries ------------------------------------------------------------------------
+
+    def children(self) -> list[C]:
+        return [m.child for m in self.members if m.is_live and m.child is not None]
+
+    def starting(self) -> int:
+        """Members whose child is starting."""
+        return sum(1 for m in self.members if m.is_starting)
+
+    def may_start(self) -> bool:
+        """No child is up yet, and one may still come (none failed to start, one is starting)."""
+        return self.last_error is None and bool(self.members) and not self.children()
+
+    def is_exclusive(self, child: C, tool: str | None = None) -> bool:
+        """Whether an asking request (for ``tool``) needs ``child`` to itself (attribution rules 3, 5)."""
+        if child.has_asked and not self.learned_asks:
+            self.learned_asks = True
+            log.info("%s: the server asks its client during requests; such requests now get a child each", self.label)
+        legacy = child.info is not None and child.info.era is Era.LEGACY
+        return attribution.is_exclusive(
+            self.settings.child_asks,
+            learned=self.learned_asks,
+            legacy=legacy,
+            declared=child.declared_capabilities,
+            quiet=legacy and self.tools.is_quiet(tool),  # (only a legacy child's quiet tools count)
+        )
+
+    def has_room(self, member: Member[C], method: str | None = None, tool: str | None = None) -> bool:
+        limit = self.settings.max_in_flight
+        if not member.is_live or member.exclusive or (limit != 0 and member.leases >= limit):
+            return False
+        if not attribution.may_ask(method):  # rule 2: lists, ping, listens
+            return True
+        child = member.child
+        assert child is not None
+        quiet = self.tools.is_quiet(tool) and not self.is_exclusive(child, tool)  # rule 2: a quiet tool
+        exclusive = member.asking_leases > 0 and not quiet and self.is_exclusive(child, tool)
+        load = ChildLoad(member.asking_leases, child.open_questions)
+        return attribution.admits(load, method, exclusive=exclusive, quiet=quiet)  # rules 2, 3
+
+    def parked(self, principal: str) -> int:
+        """Calls of ``principal`` holding a question its client has not answered (rule 5)."""
+        held = 0
+        for member in self.members:
+            if principal in member.askers and member.holds_questions():
+                held += member.askers[principal]
+        return held
+
+    # -- acquire and release ------------------------------------------------------------
+
+    def ticket(self, principal: str, method: str | None, tool: str | None, prefer: C | None, now: float) -> Ticket[C]:
+        asker = attribution.may_ask(method) and not self.tools.is_quiet(tool)
+        self.waiting += 1
+        return Ticket(principal, method, tool, prefer, now, asker)
+
+    def leave(self, ticket: Ticket[C]) -> None:
+        """The ticket's request has a child, failed or went away."""
+        self.waiting -= 1
+        if ticket.unplaced:
+            ticket.unplaced = False
+            self.unplaced_askers -= 1
+
+    def try_acquire(self, ticket: Ticket[C], now: float, room: Room) -> Decision[C]:
+        """Rules 1–5 for one try. Raises ``ClientThrottledError`` (429) or the error to fail
+        with (503, or the last start error during a backoff)."""
+        if self.crashes is not None:
+            self.crashes.check(ticket.principal, now, self.label)
+        cap = self.settings.max_parked_per_principal
+        if ticket.asker and cap and (held := self.parked(ticket.principal)) >= cap:
+            raise ClientThrottledError(
+                f"{self.label}: {ticket.principal} already holds {held} calls waiting for its answers "
+                f"(at most {cap} per client, --max-parked-per-principal); answer or cancel one, then retry",
+                retry_after=PARKED_RETRY_AFTER,
+                server=self.label,
+                principal=ticket.principal,
+            )
+        alone = ticket.principal in self.suspects
+        member = self._pick(ticket.prefer, ticket.method, alone, ticket.tool)
+        if member is not None:
+            return self._grant(member, ticket, alone, now)
+        starting = self.starting()
+        children = self.children()
+        # An asker that the live children would each take alone: the pool grows for it (rule 4).
+        alone_needed = ticket.asker and any(self.is_exclusive(child, ticket.tool) for child in children)
+        if alone_needed and not ticket.unplaced:
+            ticket.unplaced = True
+            self.unplaced_askers += 1
+        if not children and not starting and self.last_error is not None and now < self.next_start:
+            # Fail fast during the backoff: the command does not start (or keeps dying). After
+            # it a request may try again, even when failing: a fixed command must recover.
+            raise self.last_error
+        actions: list[Action[C]] = []
+        blocked = False  # by the global child cap
+        if alone_needed:
+            bound, may = self.settings.asking_bound, starting < min(self.unplaced_askers, MAX_CONCURRENT_STARTS)
+        else:
+            bound, may = self.settings.max_size, not starting
+        if may and len(self.members) < bound and now >= self.next_start:
+            if room.claim():
+                actions.append(self._start(now))
+            else:
+                blocked = True
+        wait = STARTUP_WAIT if not children and not blocked else self.settings.queue_timeout
+        deadline = ticket.arrived + wait
+        if now >= deadline:
+            if blocked and not children:
+                raise room.full_error(self.label)
+            raise self._saturated(bound)
+        return Waiting(deadline, blocked, tuple(actions))
+
+    def _pick(self, prefer: C | None, method: str | None, alone: bool, tool: str | None) -> Member[C] | None:
+        """``alone``: only a child with no lease will do (a crash suspect's request)."""
+        if prefer is not None:
+            for member in self.members:
+                if member.child is prefer and member.is_live:
+                    if alone and member.leases:
+                        return None
+                    if self.has_room(member, method, tool):
+                        return member
+                    if not self.has_room(member, None):
+                        return None
+                    break  # only a question holds it: this call may run elsewhere
+        free = [m for m in self.members if self.has_room(m, method, tool) and not (alone and m.leases)]
+        return min(free, key=lambda m: m.leases, default=None)
+
+    def _grant(self, member: Member[C], ticket: Ticket[C], alone: bool, now: float) -> Lease[C]:
+        assert member.child is not None
+        asking = attribution.may_ask(ticket.method) and self.is_exclusive(member.child, ticket.tool)
+        member.leases += 1
+        member.served += 1
+        member.last_used = now
+        member.principals[ticket.principal] += 1
+        if asking:
+            member.asking_leases += 1
+            member.askers[ticket.principal] += 1
+        member.exclusive = alone
+        return Lease(member, ticket.principal, alone, asking)
+
+    def _saturated(self, bound: int) -> GatewayUnavailableError:
+        s = self.settings
+        if not self.children():
+            return GatewayUnavailableError(
+                f"{self.label}: no child became ready within {STARTUP_WAIT:g} s (still starting)",
+                retry_after=5,
+                server=self.label,
+            )
+        limit = f"{s.max_in_flight} request(s) each" if s.max_in_flight else "no free child"
+        return GatewayUnavailableError(
+            f"{self.label}: all {len(self.children())} of at most {bound} children are busy ({limit}); "
+            f"no slot freed within {s.queue_timeout:g} s",
+            retry_after=max(1, round(s.queue_timeout)),
+            server=self.label,
+        )
+
+    def release(self, lease: Lease[C], now: float) -> list[Action[C]]:
+        """Rule 6: the request of ``lease`` ended."""
+        member, principal = lease.member, lease.principal
+        assert member.child is not None
+        if lease.asking:
+            member.asking_leases -= 1
+            _drop(member.askers, principal)
+        if not member.child.is_alive():
+            member.note_death()
+        elif lease.alone:
+            self.suspects.pop(principal, None)  # it ran alone and the child lived: cleared
+        if lease.alone:
+            member.exclusive = False
+        _drop(member.principals, principal)
+        member.leases -= 1
+        member.last_used = now
+        s = self.settings
+        actions: list[Action[C]] = []
+        if s.max_requests and member.served >= s.max_requests:
+            actions += self.retire(member, f"served {member.served} requests")
+        elif member.retiring and member.leases == 0:
+            actions.append(StopChild(member))
+        if self.waiting:  # only a waiting request looks again
+            actions.append(Wake())
+        return actions
+
+    # -- children: start, retire, exit ----------------------------------------------------
+
+    def _start(self, now: float) -> StartChild[C]:
+        member: Member[C] = Member(now)
+        self.members.append(member)
+        return StartChild(member)
+
+    def start_minimum(self, now: float) -> list[Action[C]]:
+        """The pool's first children (pre-warmed, started regardless of the budget)."""
+        return [self._start(now) for _ in range(self.settings.min_size)]
+
+    def started(self, member: Member[C], child: C, now: float) -> list[Action[C]]:
+        """``member``'s child completed its handshake."""
+        member.child = child
+        member.started_at = member.last_used = member.last_check = now
+        if self.supervision.started():
+            log.info("%s: child pid %d started; no longer failing", self.label, child.pid)
+        self.last_error = None
+        return [Wake()]
+
+    def retire(self, member: Member[C], why: str) -> list[Action[C]]:
+        """Take ``member`` out of service; its child stops once its last lease ends."""
+        if not member.retiring:
+            member.retiring = True
+            pid = member.child.pid if member.child else None
+            log.info("%s: retiring child pid %s (%s)", self.label, pid, why)
+        return [StopChild(member)] if member.leases == 0 else []
+
+    def forget(self, member: Member[C]) -> None:
+        """``member`` left with the pool closing: no verdict, nothing to restart."""
+        if member in self.members:
+            self.members.remove(member)
+
+    def exited(self, member: Member[C], error: GatewayError | None, now: float) -> list[Action[C]]:
+        """Rule 8: ``member``'s child is gone (or never started), with ``error`` if unplanned."""
+        self.forget(member)
+        charged = member.crashed_with or frozenset()
+        started = member.child is not None
+        uptime = now - member.started_at
+        planned, charged_any = member.retiring, bool(charged)
+        verdict = self.supervision.exited(planned=planned, started=started, uptime=uptime, charged=charged_any)
+        actions: list[Action[C]] = []
+        if verdict.kind is not ExitKind.PLANNED:
+            if member.child is not None:
+                actions.append(Lost())
+            self.last_error = error
+        if verdict.kind is ExitKind.DIED_SERVING:  # restart at once; the requests' principals pay
+            if self.crashes is not None:
+                self.crashes.record(charged, now)
+            for stale in [p for p, when in self.suspects.items() if when <= now - SUSPECT_MEMORY]:
+                del self.suspects[stale]
+            self.suspects.update(dict.fromkeys(charged, now))
+            log.warning("%s: child died serving %s; restarting at once", self.label, ", ".join(sorted(charged)))
+        if verdict.now_failing:
+            last, streak = error.message if error else "?", self.supervision.quick_failures
+            log.error("%s: failing after %d quick failures; last: %s", self.label, streak, last)
+        self.next_start = now + verdict.delay
+        if len(self.members) < self.settings.min_size or self.waiting:
+            actions.append(RestartAfter(verdict.delay))
+        actions.append(Wake())
+        return actions
+
+    def restart_due(self, now: float, room: Room) -> list[Action[C]]:
+        """A ``RestartAfter`` came due: a minimum takes free room (never evicts); waiters claim it."""
+        s = self.settings
+        if len(self.members) < s.min_size:
+            return [self._start(now)] if room.has_room() else []
+        bound = s.asking_bound if self.unplaced_askers else s.max_size
+        if self.waiting and len(self.members) < bound and not self.starting() and room.claim():
+            return [self._start(now)]
+        return []
+
+    # -- maintenance ------------------------------------------------------------------------
+
+    def maintain(self, now: float, room: Room) -> list[Action[C]]:
+        """Rule 7, once a tick."""
+        s = self.settings
+        actions: list[Action[C]] = []
+        idle = [m for m in self.members if m.is_live and m.leases == 0 and now - m.last_used > s.idle_timeout]
+        for member in idle[: max(0, len(self.members) - s.min_size)]:
+            actions += self.retire(member, f"idle for {now - member.last_used:.0f} s")
+        if (  # a minimum the global cap held back
+            len(self.members) < s.min_size and now >= self.next_start and not self.starting() and room.has_room()
+        ):
+            actions.append(self._start(now))
+        for member in list(self.members):
+            child = member.child
+            if not member.is_live or child is None:
+                continue
+            if s.max_age and now - member.started_at > s.max_age:
+                actions += self.retire(member, f"older than {s.max_age:g} s")
+            elif (
+                s.stall_timeout
+                and child.in_flight
+                and not child.awaiting_input  # silent because a client is answering it
+                and now - child.last_output > s.stall_timeout
+            ):
+                self.retire(member, f"requests pending but no output for {s.stall_timeout:g} s")
+                actions.append(StopChild(member))
+            elif s.liveness_interval and member.leases == 0 and now - member.last_check > s.liveness_interval:
+                member.last_check = now
+                actions.append(CheckLiveness(member))
+        return actions
+
+    def liveness_failed(self, member: Member[C], problem: str) -> list[Action[C]]:
+        if not member.is_live:
+            return []
+        pid = member.child.pid if member.child else None
+        log.warning("%s: child pid %s failed its liveness check (%s); recycling", self.label, pid, problem)
+        self.retire(member, "failed liveness check")
+        return [StopChild(member)]
+
+
+def _drop(counter: dict[str, int], key: str) -> None:
+    left = counter.get(key, 0) - 1
+    if left > 0:
+        counter[key] = left
+    else:
+        counter.pop(key, None)

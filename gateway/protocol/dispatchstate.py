@@ -1,0 +1,232 @@
+"""What the pool's dispatcher (``gateway.protocol.dispatch``) works on: its settings, its
+members' bookkeeping, the views it takes of a child, a child budget and a crash ledger, and
+the actions it returns for the stdio edge to carry out.
+
+Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only; no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Final, Generic, Protocol, TypeVar
+
+from gateway.errors import GatewayError
+from gateway.protocol.attribution import AskPolicy
+from gateway.protocol.handshake import ChildInfo
+
+ASKING_CHILDREN: Final = 16
+"""Children a pool may grow to for calls that need a child to themselves (askers), past
+``--pool-max``. A node MCP server costs about 70 MB resident (server-everything and
+server-filesystem measured at 69–71 MB, the Python test server at 17 MB), so 16 cost about
+1.1 GB at worst; they are started only while askers wait, and stop after ``--idle-timeout``.
+Sixteen hold two principals at their cap of parked questions, or one at its cap and eight
+other askers, before anyone queues."""
+MAX_PARKED_PER_PRINCIPAL: Final = 8
+"""Calls of one principal holding a question its client has not answered (a parked MRTR call,
+or a legacy client's open ask), per pool: each holds a child for up to ``--input-timeout``.
+Past it the principal's next asking call gets 429; eight concurrent interactive clients behind
+one address (one anonymous principal) still each get their question."""
+MAX_CONCURRENT_STARTS: Final = 4
+"""Children a pool starts at once for waiting askers: a node server's cold start is CPU-bound,
+and four at once already fill a small machine."""
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    min_size: int = 1
+    max_size: int = 1
+    max_in_flight: int = 0
+    queue_timeout: float = 30.0
+    idle_timeout: float = 300.0
+    max_requests: int = 0
+    max_age: float = 0.0
+    stall_timeout: float = 0.0
+    liveness_interval: float = 60.0
+    liveness_timeout: float = 10.0  # seconds a liveness check may take before the child is recycled
+    child_asks: AskPolicy = AskPolicy.AUTO  # whether requests that may ask get a child to themselves
+    asking_max: int = ASKING_CHILDREN  # children at most for askers (never fewer than max_size)
+    max_parked_per_principal: int = MAX_PARKED_PER_PRINCIPAL  # 0: no cap
+
+    def __post_init__(self) -> None:
+        if self.min_size < 0 or self.max_size < 1 or self.min_size > self.max_size:
+            raise ValueError(f"pool sizes need 0 <= min ({self.min_size}) <= max ({self.max_size}), max >= 1")
+        if self.max_in_flight < 0:
+            raise ValueError("max_in_flight must be 0 (unlimited) or more")
+        if self.asking_max < 0 or self.max_parked_per_principal < 0:
+            raise ValueError("asking_max and max_parked_per_principal must be 0 or more")
+
+    @property
+    def asking_bound(self) -> int:
+        """Children at most while askers wait (``max_size`` when ``asking_max`` is smaller)."""
+        return max(self.max_size, self.asking_max)
+
+
+class ChildView(Protocol):
+    """What the dispatcher reads of a running child (``gateway.stdio.child.StdioChild``)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def info(self) -> ChildInfo | None: ...
+    @property
+    def declared_capabilities(self) -> Mapping[str, object]: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def open_questions(self) -> int: ...
+    @property
+    def awaiting_input(self) -> int: ...
+    @property
+    def has_asked(self) -> bool: ...
+    @property
+    def last_output(self) -> float: ...
+    def is_alive(self) -> bool: ...
+
+
+C = TypeVar("C", bound=ChildView)
+
+
+class Room(Protocol):
+    """The gateway's child budget as one pool sees it (``gateway.stdio.budget``)."""
+
+    def has_room(self) -> bool: ...
+    def claim(self) -> bool: ...
+    def full_error(self, label: str) -> GatewayError: ...
+
+
+class NoBudget:
+    """No global cap: there is always room."""
+
+    def has_room(self) -> bool:
+        return True
+
+    def claim(self) -> bool:
+        return True
+
+    def full_error(self, label: str) -> GatewayError:  # pragma: no cover - never refused
+        raise AssertionError("NoBudget never refuses")
+
+
+class Ledger(Protocol):
+    """Crashes by principal (``gateway.stdio.crashes.CrashLedger``)."""
+
+    def check(self, principal: str, now: float, label: str) -> None: ...
+    def record(self, principals: Collection[str], now: float) -> None: ...
+
+
+@dataclass(eq=False)
+class Member(Generic[C]):
+    """One child of the pool, from its start to its exit (compared by identity)."""
+
+    started_at: float
+    child: C | None = None  # None while it starts
+    leases: int = 0
+    asking_leases: int = 0  # leases of askers: requests that may ask and need the child alone
+    served: int = 0
+    last_used: float = 0.0
+    last_check: float = 0.0
+    retiring: bool = False
+    exclusive: bool = False  # a crash suspect's request runs on it alone
+    principals: Counter[str] = field(default_factory=Counter)  # leases held, by principal
+    askers: Counter[str] = field(default_factory=Counter)  # asking leases held, by principal
+    crashed_with: frozenset[str] | None = None  # who held leases when its child died
+
+    def __post_init__(self) -> None:
+        self.last_used = self.last_check = self.started_at
+
+    @property
+    def is_live(self) -> bool:
+        return self.child is not None and self.child.is_alive() and not self.retiring
+
+    @property
+    def is_starting(self) -> bool:
+        return self.child is None
+
+    def holds_questions(self) -> bool:
+        """A question of this child waits for its client (asked, or held as ambiguous)."""
+        return self.child is not None and self.child.open_questions > 0
+
+    def note_death(self) -> None:
+        """Remember who had requests in flight when the child died (the first to notice)."""
+        if self.crashed_with is None:
+            self.crashed_with = frozenset(p for p, n in self.principals.items() if n > 0)
+
+
+@dataclass(slots=True, eq=False)
+class Ticket(Generic[C]):
+    """One request waiting for a child: asked once, tried at each wake-up."""
+
+    principal: str
+    method: str | None
+    tool: str | None
+    prefer: C | None
+    arrived: float
+    asker: bool  # it may ask and its tool is not known quiet: it needs a child to itself
+    unplaced: bool = False  # counted among the askers no child could take (each may start one)
+
+
+@dataclass(slots=True, eq=False)
+class Lease(Generic[C]):
+    """A request's hold on a member: what ``release`` gives back."""
+
+    member: Member[C]
+    principal: str
+    alone: bool  # a crash suspect's request, run alone
+    asking: bool  # it counts among the member's asking leases
+
+
+# -- actions for the stdio edge ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StartChild(Generic[C]):
+    """Run ``member`` (already counted in the pool): spawn its child, hand it over when ready."""
+
+    member: Member[C]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StopChild(Generic[C]):
+    """Stop ``member``'s child now (its leases, if any, fail with the child's exit)."""
+
+    member: Member[C]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CheckLiveness(Generic[C]):
+    """Ask ``member``'s idle child whether it still answers; report ``liveness_failed``."""
+
+    member: Member[C]
+
+
+@dataclass(frozen=True, slots=True)
+class RestartAfter:
+    """Call ``restart_due`` after ``delay`` seconds."""
+
+    delay: float
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Waiting requests should look again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A started child exited unplanned: state emulated on the pool's children must end."""
+
+
+@dataclass(slots=True)
+class Waiting(Generic[C]):
+    """No child yet: wait for a ``Wake`` until ``deadline``, then try again."""
+
+    deadline: float
+    blocked: bool  # the global child cap held back a start: the budget should wake this pool
+    actions: tuple[Action[C], ...] = ()
+
+
+Action = StartChild[C] | StopChild[C] | CheckLiveness[C] | RestartAfter | Wake | Lost
+Decision = Lease[C] | Waiting[C]
+"""A try of ``Dispatcher.try_acquire``: the lease granted, or how long to wait."""
