@@ -15,9 +15,15 @@ with their status: ``GatewayUnavailableError`` (503) and ``Rejected`` (a 400 fro
 ``Mcp-Param-*`` check, which needs the child's tool schemas and so cannot run in the pure
 ingress ladder, or from a ``requestState`` that fails verification).
 
-**Questions from the child** (sampling, elicitation, roots) that the child attributed to
-this exchange (``gateway.stdio.child``) go to the client when it declared the capability
-(``gateway.protocol.inputs``), else the gateway answers them itself:
+**A client's roots** come first: a ``tools/call``, ``prompts/get`` or ``resources/read`` of a
+client that declares roots, on a legacy server's shared children, runs in the pool keyed by
+its roots set (``gateway.relay.client_roots`` learns it: the gateway's own MRTR round for a
+modern client, a ``roots/list`` on a legacy session's stream), and a shared child's
+``roots/list`` is always answered by the gateway with its pool's roots (``_answer_roots``).
+
+**Questions from the child** (sampling, elicitation; roots on a session's own child) that the
+child attributed to this exchange (``gateway.stdio.child``) go to the client when it declared
+the capability (``gateway.protocol.inputs``), else the gateway answers them itself:
 
 - a *legacy* client gets each as a JSON-RPC request on this request's stream, with a
   gateway id (``g-N``, unique in its session); its POSTed response is handed to the child
