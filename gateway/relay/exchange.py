@@ -167,7 +167,7 @@ class Relay:
                         result = client_roots.round_result(request, client, self.suspensions, expires)
                         yield events.Final(response(request.id, result=result))
                         return
-                    roots, request = found, client_roots.without_round(request)
+                    roots = found
                 else:
                     if client_roots.needs_asking(client):
                         asking = client_roots.ask_session(client, self.router.server.spec.input_timeout)
@@ -175,6 +175,8 @@ class Relay:
                             async for question in asking:
                                 yield events.Ask(question)
                     roots = client.session.roots if client.session is not None else None
+            if round_retry:  # the round was the gateway's: its inputResponses and state are not the child's
+                request = client_roots.without_round(request)
             pool = await self.router.pool_for(
                 client.principal,
                 client.session_id,
