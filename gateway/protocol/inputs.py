@@ -112,8 +112,8 @@ def told_to_child(configured: Mapping[str, Any], client: Mapping[str, Any]) -> J
     same way: a configured capability with sub-fields (``elicitation.form``) passes only those
     the client declared; one configured bare (``{}``, the default) passes the client's as it
     spelled them. ``roots.listChanged`` is the configuration's, never the client's: the
-    gateway forwards no client's roots notifications, it sends its own
-    (``gateway.relay.shared_settings``)."""
+    gateway forwards no client's roots notifications (shared children are keyed by the roots
+    set they are given instead, ``gateway.relay.router``)."""
     told: JsonObject = {}
     for name, allowed in configured.items():
         given = client.get(name)

@@ -15,9 +15,15 @@ with their status: ``GatewayUnavailableError`` (503) and ``Rejected`` (a 400 fro
 ``Mcp-Param-*`` check, which needs the child's tool schemas and so cannot run in the pure
 ingress ladder, or from a ``requestState`` that fails verification).
 
-**Questions from the child** (sampling, elicitation, roots) that the child attributed to
-this exchange (``gateway.stdio.child``) go to the client when it declared the capability
-(``gateway.protocol.inputs``), else the gateway answers them itself:
+**A client's roots** come first: a ``tools/call``, ``prompts/get`` or ``resources/read`` of a
+client that declares roots, on a legacy server's shared children, runs in the pool keyed by
+its roots set (``gateway.relay.client_roots`` learns it: the gateway's own MRTR round for a
+modern client, a ``roots/list`` on a legacy session's stream), and a shared child's
+``roots/list`` is always answered by the gateway with its pool's roots (``_answer_roots``).
+
+**Questions from the child** (sampling, elicitation; roots on a session's own child) that the
+child attributed to this exchange (``gateway.stdio.child``) go to the client when it declared
+the capability (``gateway.protocol.inputs``), else the gateway answers them itself:
 
 - a *legacy* client gets each as a JSON-RPC request on this request's stream, with a
   gateway id (``g-N``, unique in its session); its POSTed response is handed to the child
@@ -52,8 +58,9 @@ from gateway.protocol import attribution, bridge, inputs, jsonrpc, loglevels, re
 from gateway.protocol import tasks as task_rules
 from gateway.protocol.jsonrpc import JsonObject, Request, Result
 from gateway.protocol.outcome import Rejection
+from gateway.protocol.roots import Roots
 from gateway.protocol.versions import Era
-from gateway.relay import events, input_rounds, translate
+from gateway.relay import client_roots, events, input_rounds, translate
 from gateway.relay.catalog import ToolCatalog
 from gateway.relay.client import ClientContext
 from gateway.relay.events import Emitted
@@ -82,6 +89,16 @@ async def _stragglers(ex: Exchange) -> list[ExchangeItem]:
                 break
             got += ex.ready()
     return got
+
+
+def _answer_roots(ask: ChildAsk, child: StdioChild) -> bool:
+    """Answer a shared child's ``roots/list`` with its pool's roots (``Router``: the roots set
+    of its pool's key, else the configured roots, else an error); False for other questions."""
+    if ask.method != inputs.ROOTS:
+        return False
+    reason = "a shared child is given its pool's roots only" if child.spec.roots is not None else "no roots configured"
+    ask.answer_locally(inputs.local_answer(ask.request, child.spec.roots, reason), reason)
+    return True
 
 
 INPUT_REQUIRED: Final = "input_required"
@@ -126,17 +143,43 @@ class Relay:
             yield events.Final(await self.tasks.answer(request, client))  # the gateway's, or a child's own
             return
         state = (request.params or {}).get("requestState")
+        round_retry = False  # the retry of the gateway's own roots round (client_roots)
         if client.era is Era.MODERN and requeststate.is_gateway_state(state):
             assert isinstance(state, str)
-            resumed = self._resume(request, client, state)
-            async with aclosing(resumed):  # closed in this task when this exchange is closed
-                async for message in resumed:
-                    yield message
-            return
+            round_retry = self._round_retry(request, client, state)
+            if not round_retry:
+                resumed = self._resume(request, client, state)
+                async with aclosing(resumed):  # closed in this task when this exchange is closed
+                    async for message in resumed:
+                        yield message
+                return
         quota = self.suspensions.quota
-        if quota is not None and (over := quota.over_limit(client.charged)) is not None:
+        if not round_retry and quota is not None and (over := quota.over_limit(client.charged)) is not None:
             raise ClientThrottledError(over, retry_after=1)  # its parked calls count (not the retry's)
         try:
+            roots: Roots | None = None  # the client's roots set, when its call runs on children given it
+            if request.method in inputs.MRTR_METHODS and await self.router.keys_roots(
+                client.principal, client.session_id, headers or {}, client.era, client.capabilities
+            ):
+                if client.era is Era.MODERN:
+                    found = client_roots.from_retry(request) if round_retry else None
+                    if isinstance(found, Rejection):
+                        raise Rejected(found)
+                    if found is None:  # the gateway's own round first: the client's roots for this request
+                        expires = self.router.server.spec.input_timeout
+                        result = client_roots.round_result(request, client, self.suspensions, expires)
+                        yield events.Final(response(request.id, result=result))
+                        return
+                    roots = found
+                else:
+                    if client_roots.needs_asking(client):
+                        asking = client_roots.ask_session(client, self.router.server.spec.input_timeout)
+                        async with aclosing(asking):
+                            async for question in asking:
+                                yield events.Ask(question)
+                    roots = client.session.roots if client.session is not None else None
+            if round_retry:  # the round was the gateway's: its inputResponses and state are not the child's
+                request = client_roots.without_round(request)
             pool = await self.router.pool_for(
                 client.principal,
                 client.session_id,
@@ -144,6 +187,7 @@ class Relay:
                 era=client.era,
                 # Legacy children are told exactly their client's capabilities (the pool key holds them).
                 capabilities=None if request.method in UNASKING_HANDSHAKE else client.capabilities,
+                roots=roots,  # and a call's children hold its client's roots set only
             )
             tool = attribution.tool_key(request.method, request.params)  # the lease's and the child's
             # The holdings own the lease and the child exchange, so that a parked MRTR call keeps both.
@@ -181,14 +225,8 @@ class Relay:
                     if as_task:
                         request = self.tasks.with_progress(request)
                 log_level = translate.log_level(request, client)
-                if self.settings is not None:  # last before the request: what the child asks now is this client's
-                    refresh = self.settings.refresh_roots(child, client, request.method)
-                    if refresh is not None:
-                        # Closed here, in this task, when this exchange is closed at the yield.
-                        async with aclosing(refresh):
-                            async for question in refresh:
-                                yield events.Ask(question)  # a caching child's roots/list, before a session's call
-                    await self.settings.prepare(child, client, request.method, log_level)
+                if self.settings is not None:  # last before the request: what the child holds fits this client
+                    await self.settings.prepare(child, client, request.method, log_level, pool)
                 params = translate.params_for_child(request.params, client, info)
                 try:
                     # The server's request timeout applies; the child's questions come to us (asks=True).
@@ -253,10 +291,10 @@ class Relay:
                     yield notes[0]
                 elif notes:
                     yield events.Batch(tuple(notes))
+                if call.child.spec.answers_roots:  # a shared child is given its pool's roots, never a client's
+                    asks = [ask for ask in asks if not _answer_roots(ask, call.child)]
                 if not asks:
                     continue
-                if self.settings is not None:
-                    self.settings.note_asks(call.child, asks, request.method, client)
                 if client.era is Era.LEGACY:
                     for ask in asks:
                         if (outgoing := self._ask_legacy_client(ask, client, call)) is not None:
@@ -372,6 +410,14 @@ class Relay:
         token = self.suspensions.park(parked, asks, request, client.principal, timeout, charged=client.charged)
         wanted = {key: inputs.input_request(ask.method, ask.params) for key, ask in asks.items()}
         return response(request.id, result=inputs.input_required_result(wanted, token))
+
+    def _round_retry(self, request: Request, client: ClientContext, state: str) -> bool:
+        """Whether ``state`` is the gateway's own roots round's (the call starts now), not a
+        parked call's (it resumes); a round's state that fails its checks is a 400."""
+        checked = self.suspensions.check_round(state, request, client.principal)
+        if isinstance(checked, Rejection):
+            raise Rejected(checked)
+        return checked
 
     async def _resume(self, request: Request, client: ClientContext, state: str) -> AsyncGenerator[Emitted]:
         """A modern retry: answer the parked call's questions, then stream the rest of it."""

@@ -2,8 +2,10 @@
 
 A key is the isolation scope (shared, a principal, a legacy session), a fingerprint of the
 credentials mapped from headers into the child's environment, the era share (the legacy
-clients' children of a dual server) and the capabilities its legacy children are told
-(``gateway.protocol.inputs.capability_key``). Pure values; imports only the standard library.
+clients' children of a dual server), the capabilities its legacy children are told
+(``gateway.protocol.inputs.capability_key``) and the roots set they are given
+(``gateway.protocol.roots.roots_key``: every ``roots/list`` of such a child is answered with
+that set, so they hold no other). Pure values; imports only the standard library.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class PoolKey:
     fingerprint: str = ""
     era: str = ""  # "legacy": children opened with initialize, for legacy clients of a dual server
     told: str = ""  # the client capabilities its legacy children are told (inputs.capability_key); "": the configured
+    roots: str = ""  # the roots set its children are given (roots.roots_key); "": the configured roots, or none
 
     def label(self, server: str) -> str:
         parts = [server]
@@ -32,6 +35,8 @@ class PoolKey:
             parts.append(f"era={self.era}")
         if self.told:
             parts.append(f"capabilities={self.told}")
+        if self.roots:
+            parts.append(f"roots={self.roots}")
         return " ".join(parts)
 
 

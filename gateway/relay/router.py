@@ -37,6 +37,18 @@ carries that set (``told``, e.g. ``elicitation,sampling``) unless it is the conf
 itself: children told different sets never serve the same client. With ``isolation: session``
 the session's own pool is told that session's set.
 
+**Roots, by construction.** A legacy child may fetch its client's roots once and keep them
+(server-everything caches them; on server-filesystem they are its access rights). So a shared
+legacy child is never given a client's roots by asking that client: every ``roots/list`` it
+asks is answered by the gateway (``ChildSpec.answers_roots``) with its pool's roots. A
+``tools/call``, ``prompts/get`` or ``resources/read`` of a client that declares roots runs in a
+pool whose key holds exactly that client's roots set (``roots``, ``gateway.protocol.roots``;
+``gateway.relay.client_roots`` learns the set first): its children are given that set and no
+other, ever. Other pools' children are given the configured roots (``--root``), or an error
+(the server then keeps its own directories). At most ``MAX_ROOTS_SETS`` such pools per server
+at once; past it such a call gets 503 until one is idle and dropped. A session's own pool
+(``isolation: session``) is exempt: its one client answers its child's questions itself.
+
 Pools other than the shared one are made on demand and dropped once they have been empty
 (no child, no waiter) for a maintenance tick; their children stop after the pool's idle
 timeout like any other. A session pool is stopped when its session ends.
@@ -58,9 +70,11 @@ import anyio
 import orjson
 from anyio.abc import TaskGroup
 
+from gateway.errors import GatewayUnavailableError
 from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol import inputs
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
+from gateway.protocol.roots import Roots, roots_key
 from gateway.protocol.tasks import DEFAULT_TTL as DEFAULT_TASK_TTL
 from gateway.protocol.tasks import TaskPolicy
 from gateway.protocol.versions import Era
@@ -77,6 +91,11 @@ log = logging.getLogger("gateway.relay.router")
 MAX_TOLD_SETS: Final = 256
 """Distinct capability declarations whose told set a router remembers (clients choose what they
 declare); past it the set is worked out for each request (a few tens of µs)."""
+MAX_ROOTS_SETS: Final = 16
+"""Distinct client roots sets one server runs children for at once (a pool each, growing to
+``--pool-max``, each child ~68 MiB for the npm servers): clients choose their roots, so a stream
+of new sets must not start a child each without bound. Past it, a call that needs a new set gets
+503 + ``Retry-After`` until a pool of another set has been idle for a maintenance tick."""
 ANONYMOUS: Final = "anonymous"
 """The principal of requests that carry no identity (no token, no trusted identity header)."""
 
@@ -182,11 +201,14 @@ class Router:
         headers: Mapping[str, str],
         era: Era = Era.MODERN,
         capabilities: Mapping[str, object] | None = None,
+        roots: Roots | None = None,
     ) -> PoolKey:
         """The pool for this client. ``capabilities`` (the client's: a session's, or a modern
         request's ``clientCapabilities``) are part of it when the pool's children are legacy
-        (``told_for``): children told different capabilities never serve the same client."""
-        return self._refine(self._scope_key(principal, session_id, headers), era, capabilities)
+        (``told_for``): children told different capabilities never serve the same client;
+        ``roots`` (the client's roots set, for a call ``keys_roots``) too: its children are
+        given that set only."""
+        return self._refine(self._scope_key(principal, session_id, headers), era, capabilities, roots)
 
     def _scope_key(self, principal: str | None, session_id: str | None, headers: Mapping[str, str]) -> PoolKey:
         """The isolation scope and credentials of ``key_for`` (no era, no capabilities)."""
@@ -200,16 +222,48 @@ class Router:
         mapping = self.server.env_from_headers
         return PoolKey(scope, fingerprint(credential_env(mapping, headers)) if mapping else "")
 
-    def _refine(self, key: PoolKey, era: Era, capabilities: Mapping[str, object] | None) -> PoolKey:
-        """``key`` with the client's era share and the capabilities its children are told."""
+    def _refine(
+        self, key: PoolKey, era: Era, capabilities: Mapping[str, object] | None, roots: Roots | None = None
+    ) -> PoolKey:
+        """``key`` with the client's era share, the capabilities its children are told and
+        the roots set they are given."""
         if era is Era.LEGACY:
             self._learn_eras()
         if era is Era.LEGACY and not self.single_era:
             key = PoolKey(key.scope, key.fingerprint, "legacy")
         if capabilities is None or key.scope.startswith("session:") or not self._tells_capabilities(key):
             return key  # a session's own pool is told its session's capabilities already (pool_for)
-        told = self._told(capabilities)[0]
-        return PoolKey(key.scope, key.fingerprint, key.era, told) if told else key
+        told, told_set = self._told(capabilities)
+        given = roots_key(roots) if roots is not None and self._tells_roots(told_set) else ""
+        return replace(key, told=told, roots=given) if told or given else key
+
+    def _tells_roots(self, told: Mapping[str, object] | None) -> bool:
+        """Whether children told ``told`` (None: the configured set) are told roots."""
+        return "roots" in (self.server.spec.declared_capabilities if told is None else told)
+
+    async def keys_roots(
+        self,
+        principal: str | None,
+        session_id: str | None,
+        headers: Mapping[str, str],
+        era: Era,
+        capabilities: Mapping[str, object],
+    ) -> bool:
+        """Whether a call of this client runs on children given its own roots set (so the
+        caller must learn the set first, and pass it to ``pool_for``): its children are legacy,
+        shared (not a session's own) and told roots, because the client declared them."""
+        if "roots" not in capabilities:
+            return False
+        base = self._scope_key(principal, session_id, headers)
+        if base.scope.startswith("session:"):
+            return False
+        main = self.pools.get(base)
+        if main is not None:
+            await main.wait_started()  # whether the server is legacy is known once a child is up
+        key = self._refine(base, era, capabilities)
+        if key.scope.startswith("session:") or not self._tells_capabilities(key):
+            return False
+        return self._tells_roots(self._told(capabilities)[1])
 
     def told_for(self, capabilities: Mapping[str, object]) -> dict[str, object] | None:
         """What a legacy child serving a client of ``capabilities`` is told at ``initialize``
@@ -282,19 +336,27 @@ class Router:
         *,
         era: Era = Era.MODERN,
         capabilities: Mapping[str, object] | None = None,
+        roots: Roots | None = None,
     ) -> Pool:
         """The pool for a client of ``era``; ``capabilities`` (a legacy session's, or a modern
         request's ``clientCapabilities``) are what its legacy children are told they may ask
         for: a session's own pool's (``isolation: session``), or a pool of children told
-        exactly that set (``key_for``)."""
+        exactly that set (``key_for``); ``roots``, the client's roots set, is what they are
+        given (at most ``MAX_ROOTS_SETS`` sets at once, else 503)."""
         # Whether this server speaks one era only (or is legacy, so that children are told
         # capabilities) is known once its first child is up.
         base = self._scope_key(principal, session_id, headers)
         main = self.pools.get(base)
         if main is not None and (era is Era.LEGACY or capabilities is not None):
             await main.wait_started()
-        key = self._refine(base, era, capabilities)
+        key = self._refine(base, era, capabilities, roots)
         pool = self.pools.get(key)
+        if pool is None and key.roots and sum(1 for k in self.pools if k.roots) >= MAX_ROOTS_SETS:
+            raise GatewayUnavailableError(
+                f"{self.server.name}: {MAX_ROOTS_SETS} distinct client roots sets have children now "
+                "(MAX_ROOTS_SETS); a call with another set waits until one of them is idle",
+                retry_after=max(1, int(MAINTENANCE_TICK)),
+            )
         if pool is not None:
             entered = self._entered[key]
             if not entered.is_set():  # another request is opening it right now (a set Event still yields)
@@ -310,6 +372,8 @@ class Router:
             spec = replace(spec, client_capabilities=inputs.told_to_child(spec.declared_capabilities, capabilities))
         elif key.told and capabilities is not None:
             spec = replace(spec, client_capabilities=self.told_for(capabilities))
+        if key.roots and roots is not None:
+            spec = replace(spec, roots=roots)  # the gateway answers its children's roots/list with these only
         return await self._open(key, spec)
 
     async def _open(self, key: PoolKey, spec: ChildSpec) -> Pool:
@@ -321,6 +385,8 @@ class Router:
             settings = replace(settings, min_size=0)
         if key.scope.startswith("session:"):
             settings = replace(settings, max_size=1, asking_max=0)  # one child for the session's lifetime
+        else:  # shared by clients: no client is asked for this child's roots (module doc)
+            spec = replace(spec, answers_roots=True)
         pool = Pool(
             spec,
             settings,

@@ -109,6 +109,7 @@ class LegacySession:
     subscriptions: set[str] = field(default_factory=set)  # resource URIs it subscribed to
     asks: dict[str, ChildAsk] = field(default_factory=dict)  # gateway id → the child's question
     asks_sent: int = 0
+    roots: tuple[dict[str, str], ...] | None = None  # its roots, from its last roots/list answer (client_roots)
     on_end: list[Callable[[], None]] = field(default_factory=list)  # run once when the session ends
 
     def track_ask(self, ask: ChildAsk) -> str:
@@ -136,6 +137,8 @@ class LegacySession:
                 self.initialized = True
             elif message.method == "notifications/cancelled" and message.params:
                 self.cancel(message.params.get("requestId"))
+            elif message.method == "notifications/roots/list_changed":
+                self.roots = None  # asked again before its next call (gateway.relay.client_roots)
         elif isinstance(message, (Result, ErrorReply)):
             self.answer_ask(message)  # the client's answer to a child's question: to the child
 

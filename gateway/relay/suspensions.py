@@ -52,6 +52,9 @@ timeout, so clients that never retry must not pile them up; past this, the gatew
 the child's questions itself and the call goes on."""
 USED_IDS_MAX: Final = 100_000
 """Spent state ids remembered (until their expiry) to tell a replay from an unknown token."""
+ROUND_PREFIX: Final = "round."
+"""Marks the state id of the gateway's own round (``mint_round``); parked calls' ids are
+base64url and never contain a dot."""
 
 
 class Holdings:
@@ -257,6 +260,41 @@ class Suspensions:
                     ask.answer_error(CODE_INPUT_TIMEOUT, f"the client did not answer {ask.method}: {why}")
                 with anyio.CancelScope(shield=True):
                     await suspension.call.stack.aclose()
+
+    # -- the gateway's own round: a modern client's roots, before a child is chosen ---------
+
+    def mint_round(self, request: Request, principal: str | None, timeout: float) -> str:
+        """A ``requestState`` for the gateway's own MRTR round (``gateway.relay.client_roots``):
+        no call is parked, so it names no instance and any replica with the secret takes it."""
+        claims = StateClaims(
+            state_id=ROUND_PREFIX + secrets.token_urlsafe(12),
+            principal=principal or "",
+            server=self.server,
+            method=request.method,
+            digest=requeststate.params_digest(request.params),
+            expires_at=self._clock() + timeout,
+        )
+        return requeststate.encode_state(claims, self._secret)
+
+    def check_round(self, token: str, request: Request, principal: str | None) -> bool | Rejection:
+        """True: ``token`` is a valid round's of ``mint_round`` for this retry; False: it is a
+        parked call's (``take`` it); else why the retry is refused. A round's token is not
+        single-use: it carries nothing but its binding, and a replay can only give the same
+        client's roots again."""
+        try:
+            claims = requeststate.decode_state(token, self._secret, now=self._clock())
+        except StateError as exc:
+            return _refuse(request.id, exc.message, exc.kind)
+        if not claims.state_id.startswith(ROUND_PREFIX):
+            return False
+        problem = requeststate.binding_problem(
+            claims,
+            principal=principal or "",
+            server=self.server,
+            method=request.method,
+            digest=requeststate.params_digest(request.params),
+        )
+        return True if problem is None else _refuse(request.id, problem, "mismatch")
 
 
 def _refuse(request_id: JsonId, message: str, kind: str) -> Rejection:

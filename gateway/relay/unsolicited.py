@@ -7,8 +7,9 @@
   streams of the legacy sessions that pool serves, and ``resources/updated`` to those of
   them that subscribed to the resource (or a parent of it). Never across principals,
   sessions or credentials: a pool is all of these at once.
-- **requests** (``on_request``, a child's unattributable question): a ``roots/list`` a
-  roots refresh waits for goes to that refresh's client (``SharedSettings.refresh_roots``);
+- **requests** (``on_request``, a child's unattributable question): a roots pool's
+  ``roots/list`` is noted (``SharedSettings.on_child_request``: a fresh child's first call
+  waits for it) and answered by the gateway with the pool's roots;
   a sampling, elicitation or roots request goes on the GET stream of the one legacy
   session the child serves, when there is exactly one (the pool is that session's own,
   ``isolation: session``), its GET stream is open and it declared the capability. The

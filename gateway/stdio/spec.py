@@ -68,6 +68,7 @@ class ChildSpec:
     request_timeout: float | None = REQUEST_TIMEOUT  # None: no bound (the command line's 0)
     client_capabilities: Mapping[str, object] | None = None  # None: BRIDGED_CAPABILITIES; {}: none
     roots: tuple[Mapping[str, object], ...] | None = None  # answers the child's roots/list when no client can
+    answers_roots: bool = False  # every roots/list is answered with ``roots``, never a client's (set by the router)
     input_timeout: float = INPUT_TIMEOUT
     name: str = ""
     handshake: str = PROBE_FIRST  # or INITIALIZE_FIRST

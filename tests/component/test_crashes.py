@@ -4,6 +4,7 @@ throttled while others are served. Moved here from tests/integration/test_hostil
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -13,14 +14,16 @@ import pytest
 from gateway.protocol.attribution import AskPolicy
 from gateway.stdio.pool import PoolSettings
 from tests.component.fakechild import Era, Script, fake_backend
-from tests.component.harness import Gateway, in_process_gateway
+from tests.component.harness import FAKE_SPEC, Gateway, in_process_gateway
 from tests.gateway_server import OPERATOR, modern_call, modern_headers, operator_tokens
 
 pytestmark = pytest.mark.anyio
 
 IDENTITY: dict[str, Any] = {"principal_header": "X-User", "trusted_proxies": ["127.0.0.0/8"]}
 CRASH = {"code": 3, "stderr": ["crashing on purpose"]}
-DECLARES_ALL = {"io.modelcontextprotocol/clientCapabilities": {"sampling": {}, "elicitation": {}, "roots": {}}}
+DECLARES_ALL = {"io.modelcontextprotocol/clientCapabilities": {"sampling": {}, "elicitation": {}}}
+SPEC = replace(FAKE_SPEC, client_capabilities={"sampling": {}, "elicitation": {}})
+"""No roots: a call that declares roots would first get the gateway's roots round (client_roots)."""
 
 
 async def call(gw: Gateway, user: str, tool: str, args: dict[str, Any]) -> httpx.Response:
@@ -38,7 +41,9 @@ async def test_a_principal_that_keeps_crashing_the_shared_child_is_throttled_whi
     with anyio.fail_after(30):
         async with (
             fake_backend(Script(era=era)) as backend,
-            in_process_gateway(backend, pool=never_asks, operator_tokens=operator_tokens(), **IDENTITY) as gw,
+            in_process_gateway(
+                backend, spec=SPEC, pool=never_asks, operator_tokens=operator_tokens(), **IDENTITY
+            ) as gw,
         ):
             # The first crash takes a long call of alice's with it: half a strike each, and
             # both become suspects, whose requests then run alone on a child.

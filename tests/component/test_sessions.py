@@ -15,7 +15,7 @@ from tests.gateway_server import BASE_HEADERS, legacy_initialize, open_legacy_se
 
 pytestmark = pytest.mark.anyio
 
-DECLARES_ALL = {"sampling": {}, "elicitation": {}, "roots": {}}
+DECLARES_ALL = {"sampling": {}, "elicitation": {}}  # no roots: the gateway would ask for them first
 
 BOUND = 20.0
 

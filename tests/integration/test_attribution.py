@@ -20,7 +20,6 @@ from gateway.protocol.attribution import AskPolicy
 from gateway.stdio.pool import PoolSettings
 from tests.gateway_server import modern_call, modern_headers, running_gateway
 from tests.integration.test_client_requests import (
-    ALL,
     CAPABILITIES_KEY,
     ELICITATION,
     SAMPLING,
@@ -36,6 +35,10 @@ from tests.integration.test_client_requests import (
     sse,
 )
 from tests.logrecords import recording
+
+ALL = {"sampling": {}, "elicitation": {}}
+"""What these clients declare: the questions the child asks them (no roots: a call that declares
+roots would first be asked for them by the gateway, gateway.relay.client_roots)."""
 
 pytestmark = pytest.mark.anyio
 

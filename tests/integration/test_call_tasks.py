@@ -55,7 +55,10 @@ async def test_call_polls_a_task_to_its_result_naming_the_task_in_mcp_name() -> 
     assert all(request.headers["mcp-name"] == task_id for request in polls(recorder))
 
 
-async def test_call_answers_a_tasks_question_with_tasks_update() -> None:
+async def test_call_answers_the_gateways_roots_round_and_the_tasks_roots_come_from_it() -> None:
+    """A call that declares roots (``--root``) is first asked for them by the gateway (its own
+    MRTR round, before a child is chosen); the task's child then gets exactly those roots from
+    the gateway, so no ``tasks/update`` is needed for them (issue #23)."""
     recorder = Recorder()
     arguments = json.dumps({"requests": [{"method": "roots/list", "params": {}}]})
     async with gateway() as url:
@@ -64,8 +67,11 @@ async def test_call_answers_a_tasks_question_with_tasks_update() -> None:
         )
     assert run.code == 0, run.err[-2000:]
     assert "file:///srv/project" in run.out
-    [update] = recorder.posted(tasks.UPDATE)
-    assert json.loads(update.content)["params"]["inputResponses"] == {"q1": {"roots": [{"uri": "file:///srv/project"}]}}
+    first, retry = recorder.posted("tools/call")
+    assert "requestState" not in json.loads(first.content)["params"]
+    given = json.loads(retry.content)["params"]["inputResponses"]
+    assert given == {"roots": {"roots": [{"uri": "file:///srv/project"}]}}
+    assert recorder.posted(tasks.UPDATE) == []
 
 
 class DropsPolls(Recorder):

@@ -48,7 +48,8 @@ async def modern_client(http: httpx.AsyncClient, url: str, capabilities: dict[st
 
 
 async def legacy_client(http: httpx.AsyncClient, url: str, capabilities: dict[str, Any]) -> dict[str, Any]:
-    """One legacy session's call of the tool; its sampling question is answered with ``SAMPLED``."""
+    """One legacy session's call of the tool; its sampling question is answered with ``SAMPLED``
+    (and the gateway's ``roots/list``, for a session that declares roots, with none)."""
     session = await open_legacy_session(http, url, capabilities=capabilities)
     body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": TOOL, "arguments": {"prompt": "hi"}}}
     async with http.stream("POST", url, headers=session, json=body) as reply:
@@ -59,9 +60,10 @@ async def legacy_client(http: httpx.AsyncClient, url: str, capabilities: dict[st
         async for chunk in reply.aiter_text():
             text += chunk
             for message in parse_sse(text):
-                if message.get("method") == "sampling/createMessage":
+                if message.get("method") in ("sampling/createMessage", "roots/list"):
                     text = ""
-                    given = {"jsonrpc": "2.0", "id": message["id"], "result": SAMPLED}
+                    result = SAMPLED if message["method"] == "sampling/createMessage" else {"roots": []}
+                    given = {"jsonrpc": "2.0", "id": message["id"], "result": result}
                     assert (await http.post(url, headers=session, json=given)).status_code == 202
                 elif "id" in message and "method" not in message:
                     return message
@@ -105,4 +107,4 @@ async def test_clients_that_declare_sampling_and_clients_that_do_not_each_meet_a
     labels = sorted(server["pools"])
     assert "test capabilities=elicitation" in labels
     assert "test capabilities=sampling" in labels
-    assert "test capabilities=roots" in labels
+    assert any(label.startswith("test capabilities=roots roots=") for label in labels), labels  # and its roots set

@@ -135,20 +135,26 @@ async def test_a_legacy_client_gets_each_question_on_its_requests_stream_and_its
             async with http.stream("POST", url, headers=headers, json=legacy_ask(7, [SAMPLING, ROOTS])) as reply:
                 assert reply.headers["content-type"].startswith("text/event-stream")
                 stream = sse(reply)
+                # The gateway's own question first: the session's roots, before a child is chosen
+                # (shared children are keyed by their roots set, gateway.relay.client_roots).
                 first = await anext(stream)
-                assert first == {"jsonrpc": "2.0", "id": "g-1", **SAMPLING}
-                validate(first, "CreateMessageRequest", "2025-11-25")
-                posted = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": SAMPLED})
+                assert first == {"jsonrpc": "2.0", "id": "g-1", "method": "roots/list"}
+                validate(first, "ListRootsRequest", "2025-11-25")
+                posted = await http.post(
+                    url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": CLIENT_ROOTS}
+                )
                 assert posted.status_code == 202
                 second = await anext(stream)
-                assert second == {"jsonrpc": "2.0", "id": "g-2", "method": "roots/list"}  # ids never reused
-                validate(second, "ListRootsRequest", "2025-11-25")
-                refusal = {"code": -1, "message": "no roots for you", "data": {"why": "test"}}
+                assert second == {"jsonrpc": "2.0", "id": "g-2", **SAMPLING}  # ids never reused
+                validate(second, "CreateMessageRequest", "2025-11-25")
+                refusal = {"code": -1, "message": "no sampling for you", "data": {"why": "test"}}
                 posted = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-2", "error": refusal})
                 assert posted.status_code == 202
                 final = await anext(stream)
     assert final["id"] == 7
-    assert answers(final) == [{"result": SAMPLED}, {"error": refusal}]  # the client's error, code and data kept
+    # The client's error, code and data kept; the child's roots/list answered by the gateway
+    # with the session's own roots (the set its child was keyed by), never asked of it again.
+    assert answers(final) == [{"error": refusal}, {"result": CLIENT_ROOTS}]
 
 
 async def test_a_legacy_client_is_asked_only_for_what_it_declared_and_the_gateway_answers_the_rest() -> None:
@@ -230,20 +236,21 @@ async def test_an_unprompted_question_goes_to_the_get_stream_of_the_session_whos
 async def test_an_unprompted_question_on_a_child_shared_by_two_sessions_is_answered_by_the_gateway() -> None:
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
-            alice = await open_session(http, url, {"roots": {}})
-            bob = await open_session(http, url, {"roots": {}})
+            alice = await open_session(http, url, {"sampling": {}})
+            bob = await open_session(http, url, {"sampling": {}})
             async with (
                 http.stream("GET", url, headers={**alice, "accept": "text/event-stream"}) as alice_get,
                 http.stream("GET", url, headers={**bob, "accept": "text/event-stream"}) as bob_get,
             ):
-                await legacy_result(http, url, alice, legacy_tool(1, "ask_later", method="roots/list"))
+                later = legacy_tool(1, "ask_later", method=SAMPLING["method"], params=SAMPLING["params"])
+                await legacy_result(http, url, alice, later)
                 got = await legacy_result(http, url, alice, legacy_tool(2, "answers_later", count=1))
                 # Then a list_changed, which every session of the pool gets: had the question gone
                 # to a GET stream, it would come first there.
                 await legacy_result(http, url, bob, legacy_tool(3, "add_tool", name="extra"))
                 firsts = [await anext(sse(alice_get)), await anext(sse(bob_get))]
     [answer] = got["structuredContent"]["answers"]
-    assert answer["error"]["code"] == CODE_NO_CLIENT_INPUT  # no configured roots: the gateway's refusal
+    assert answer["error"]["code"] == CODE_NO_CLIENT_INPUT  # the gateway's refusal: no completion is made up
     assert "no client request is in flight" in answer["error"]["message"]
     assert firsts == [{"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}] * 2
 
@@ -383,36 +390,39 @@ async def test_a_modern_client_gets_input_required_and_its_retry_resumes_the_sam
 
 
 async def test_questions_read_together_make_one_round_and_an_input_left_out_is_asked_for_again() -> None:
-    call = modern_ask(1, [SAMPLING, ROOTS], {"sampling": {}, "roots": {}})
+    call = modern_ask(1, [SAMPLING, ELICITATION], {"sampling": {}, "elicitation": {}})
     call["params"]["arguments"]["together"] = True
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
             [round_one] = messages(await post(http, url, call))
             asked = round_one["result"]["inputRequests"]
-            assert asked == {"k1": SAMPLING, "k2": {"method": "roots/list", "params": {}}}
+            assert asked == {"k1": SAMPLING, "k2": ELICITATION}
             [round_two] = messages(
                 await post(http, url, retry_of(call, 2, round_one["result"]["requestState"], {"k1": SAMPLED}))
             )
             assert round_two["result"]["inputRequests"] == {"k2": asked["k2"]}  # only what is still missing
             state = round_two["result"]["requestState"]
             assert state != round_one["result"]["requestState"]
-            [final] = messages(await post(http, url, retry_of(call, 3, state, {"k2": CLIENT_ROOTS})))
+            [final] = messages(await post(http, url, retry_of(call, 3, state, {"k2": ELICITED})))
     assert final["id"] == 3
-    assert answers(final) == [{"result": SAMPLED}, {"result": CLIENT_ROOTS}]
+    assert answers(final) == [{"result": SAMPLED}, {"result": ELICITED}]
 
 
 async def test_three_questions_asked_at_once_from_threads_reach_a_modern_client_in_one_round(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A legacy child asks elicitation, sampling and roots concurrently (a thread each, so
+    """A legacy child asks two elicitations and a sampling concurrently (a thread each, so
     the gateway may read them apart): one ``InputRequiredResult`` carries all three, and one
     retry answering them completes the call (issue #23). The window is widened here so that
-    a loaded machine's thread scheduling cannot split the round (measured spread: docs)."""
+    a loaded machine's thread scheduling cannot split the round (measured spread: docs).
+    (Not roots: a shared child's ``roots/list`` is answered by the gateway with its pool's
+    roots, test_roots_keying.)"""
     monkeypatch.setattr(exchange, "ASK_GATHER_WINDOW", 0.5)
-    asked_for = [ELICITATION, SAMPLING, ROOTS]
-    call = modern_ask(1, asked_for, ALL)
+    second = {"method": "elicitation/create", "params": {**ELICITATION["params"], "message": "Your city?"}}
+    asked_for = [ELICITATION, SAMPLING, second]
+    call = modern_ask(1, asked_for, {"sampling": {}, "elicitation": {}})
     call["params"]["arguments"]["parallel"] = True
-    given = {"elicitation/create": ELICITED, "sampling/createMessage": SAMPLED, "roots/list": CLIENT_ROOTS}
+    given = {"elicitation/create": ELICITED, "sampling/createMessage": SAMPLED}
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
             [round_one] = messages(await post(http, url, call))
@@ -426,7 +436,7 @@ async def test_three_questions_asked_at_once_from_threads_reach_a_modern_client_
     validate(final, "JSONRPCResultResponse")
     assert final["id"] == 2
     assert final["result"]["resultType"] == "complete"
-    assert answers(final) == [{"result": ELICITED}, {"result": SAMPLED}, {"result": CLIENT_ROOTS}]
+    assert answers(final) == [{"result": ELICITED}, {"result": SAMPLED}, {"result": ELICITED}]
 
 
 async def test_tampered_expired_replayed_and_mismatched_request_state_are_each_refused_with_a_clear_error() -> None:
@@ -482,8 +492,9 @@ async def test_a_retry_by_another_principal_is_refused_and_the_owner_can_still_r
     call = modern_ask(1, [ROOTS], {"roots": {}})
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child(), tokens=tokens) as url, httpx.AsyncClient(timeout=WAIT) as http:
-            [ended] = messages(await post(http, url, call, **alice))
-            retry = retry_of(call, 2, ended["result"]["requestState"], {"k1": CLIENT_ROOTS})
+            [ended] = messages(await post(http, url, call, **alice))  # the gateway's own roots round
+            assert ended["result"]["inputRequests"] == {"roots": {"method": "roots/list", "params": {}}}
+            retry = retry_of(call, 2, ended["result"]["requestState"], {"roots": CLIENT_ROOTS})
             stolen = await post(http, url, retry, **bob)
             owned = await post(http, url, retry, **alice)
     assert stolen.status_code == 400

@@ -146,7 +146,11 @@ ROOTS_SPEC_OPTIONS: dict[str, Any] = {"client_capabilities": {"roots": {"listCha
 ROOTS = {name: [{"uri": f"file:///home/{name}", "name": name}] for name in ("alice", "bob", "mona")}
 
 
-async def test_a_child_that_caches_roots_is_told_to_fetch_them_again_for_each_other_client(tmp_path: Path) -> None:
+async def test_a_child_that_caches_roots_only_ever_holds_one_clients_roots_set(tmp_path: Path) -> None:
+    """Children are keyed by the roots set they are given (issue #23): each client's calls run
+    on a child that fetched exactly its roots (asked of a legacy session once, on its first
+    call's stream; of a modern client by the gateway's own round), and no child is told
+    ``roots/list_changed`` to fetch another's."""
     record = tmp_path / "stdin.jsonl"
     spec = server_spec("--era", "legacy", "--cache-roots", "--record", str(record), **ROOTS_SPEC_OPTIONS)
     with anyio.fail_after(40):
@@ -164,23 +168,22 @@ async def test_a_child_that_caches_roots_is_told_to_fetch_them_again_for_each_ot
             carols, asked = await cached(carol, "carol")
             assert asked == 0
             assert "error" in carols  # the gateway's answer (no configured roots), not bob's roots
-            assert await cached(alice, "alice") == (ROOTS["alice"], 1)
-            assert await cached(alice, "alice") == (ROOTS["alice"], 0)  # still hers: nothing to refresh
+            assert await cached(alice, "alice") == (ROOTS["alice"], 0)  # known, and her child holds them
+            assert await cached(bob, "bob") == (ROOTS["bob"], 0)
 
-            # A modern client with roots answers through MRTR, in the same child.
+            # A modern client with roots answers the gateway's own round, before a child is chosen.
             meta = {**MODERN_META, "io.modelcontextprotocol/clientCapabilities": {"roots": {}}}
             first = await http.post(
                 url, headers=modern_headers("tools/call", "cached_roots"), json=modern_call(1, "cached_roots", **meta)
             )
             result = first.json()["result"]
             assert result["resultType"] == "input_required"
-            [(key, wanted)] = result["inputRequests"].items()
-            assert wanted["method"] == "roots/list"
+            assert result["inputRequests"] == {"roots": {"method": "roots/list", "params": {}}}
             retry = modern_call(2, "cached_roots", **meta)
-            retry["params"].update(inputResponses={key: {"roots": ROOTS["mona"]}}, requestState=result["requestState"])
+            retry["params"].update(
+                inputResponses={"roots": {"roots": ROOTS["mona"]}}, requestState=result["requestState"]
+            )
             second = await http.post(url, headers=modern_headers("tools/call", "cached_roots"), json=retry)
             assert second.json()["result"]["structuredContent"]["roots"] == ROOTS["mona"]
     told = [m for m in recorded(record) if m.get("method") == "notifications/roots/list_changed"]
-    # Alice, bob, alice again, the modern client: one each. Carol, who declared no roots, runs
-    # on a child of her own, never told roots (children are keyed by what they are told).
-    assert len(told) == 4
+    assert told == []  # nothing to refresh: no child ever holds two clients' roots

@@ -1,0 +1,215 @@
+"""Roots are per client, by construction (issue #23): the keying rules, with fake children.
+
+A fake legacy child that fetches roots right after ``initialized`` and keeps them (as
+server-everything does), and whose ``cached`` tool answers with what it holds. The gateway
+keys shared children by the roots set they are given and answers every ``roots/list`` of
+theirs itself (``gateway.relay.router``, ``gateway.relay.client_roots``):
+
+- a modern call that declares roots first gets the gateway's own round (``inputRequests.roots``)
+  before any child is chosen, and its retry runs on a child given exactly those roots;
+- a legacy session is asked ``roots/list`` on its first call's stream, once, and again after
+  its ``notifications/roots/list_changed``;
+- a client without roots, a roots answer that is not one, and ``MAX_ROOTS_SETS``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from starlette.applications import Starlette
+
+from gateway.http.drain import DrainGuard
+from gateway.http.endpoint import McpEndpoint
+from gateway.protocol.jsonrpc import Notification, Request, Result
+from gateway.relay import events
+from gateway.relay import router as router_module
+from gateway.relay.client import ClientContext
+from gateway.relay.sessions import LegacySession
+from tests.component.fakechild import Call, FakeChild, JsonObject, Script, fake_backend, text
+from tests.component.harness import Gateway, in_process_gateway
+from tests.gateway_server import modern_call, modern_headers, open_legacy_session, parse_sse
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 20.0
+CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+WITH_ROOTS = {"sampling": {}, "elicitation": {}, "roots": {}}
+ROOTS = {name: [{"uri": f"file:///home/{name}", "name": name}] for name in ("alice", "bob")}
+
+
+def caching_script() -> Script:
+    """A legacy child that fetches roots after ``initialized``; ``cached`` shows what it holds."""
+    held: dict[int, Any] = {}
+
+    async def fetch(child: FakeChild, params: JsonObject) -> None:
+        reply = await child.ask("roots/list", None)
+        held[child.pid] = reply.get("result", reply.get("error"))
+
+    async def cached(call: Call) -> JsonObject:
+        return text(json.dumps(held.get(call.child.pid)), pid=call.child.pid)
+
+    return Script(era="legacy", tools={"cached": cached}, on_notification={"notifications/initialized": fetch})
+
+
+async def modern(gw: Gateway, request_id: str, capabilities: dict[str, Any], roots: Any = None) -> list[JsonObject]:
+    """A modern ``cached`` call; the final messages of each round (the gateway's roots round
+    answered with ``roots`` when it asks)."""
+    meta = {CAPABILITIES_KEY: capabilities}
+    body = modern_call(request_id, "cached", {}, **meta)
+    finals = []
+    for round_ in range(2):
+        reply = await gw.http.post(gw.url, headers=modern_headers("tools/call", "cached"), json=body)
+        message = parse_sse(reply.text)[-1] if reply.headers["content-type"].startswith("text/") else reply.json()
+        message["status"] = reply.status_code
+        finals.append(message)
+        result = message.get("result", {})
+        if result.get("resultType") != "input_required" or roots is None:
+            break
+        body = modern_call(f"{request_id}-{round_}", "cached", {}, **meta)
+        body["params"].update(inputResponses={"roots": roots}, requestState=result["requestState"])
+    return finals
+
+
+def held(message: JsonObject) -> Any:
+    assert "result" in message, message
+    return json.loads(message["result"]["content"][0]["text"])
+
+
+def endpoint_of(app: Starlette) -> McpEndpoint:
+    for route in app.routes:
+        lane = getattr(route, "endpoint", None)
+        if isinstance(lane, DrainGuard) and isinstance(lane.app, McpEndpoint):
+            return lane.app
+    raise AssertionError("no MCP endpoint in the app")
+
+
+async def open_session(gw: Gateway, capabilities: dict[str, Any]) -> LegacySession:
+    headers = await open_legacy_session(gw.http, gw.url, capabilities=capabilities)
+    session = endpoint_of(gw.app).sessions.get(headers["mcp-session-id"])
+    assert session is not None
+    return session
+
+
+async def legacy(gw: Gateway, session: LegacySession, request_id: int, roots: Any) -> tuple[JsonObject, int]:
+    """A legacy ``cached`` call through the relay (the in-process transport does not stream),
+    answering each ``roots/list`` it yields with ``roots``; the final message and how many
+    were asked."""
+    request = Request(request_id, "tools/call", {"name": "cached", "arguments": {}})
+    asked = 0
+    async for event in endpoint_of(gw.app).relay.exchange(request, ClientContext.of_session(session)):
+        if isinstance(event, events.Ask):
+            assert event.message["method"] == "roots/list"
+            asked += 1
+            session.take(Result(event.message["id"], roots))
+        elif isinstance(event, events.Final):
+            return event.message, asked
+    raise AssertionError("no final message")
+
+
+async def test_a_modern_call_with_roots_first_gets_the_gateways_round_then_a_child_given_only_its_roots() -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend(caching_script()) as backend, in_process_gateway(backend) as gw:
+            got: dict[str, list[JsonObject]] = {}
+
+            async def one(name: str) -> None:
+                got[name] = await modern(gw, name, WITH_ROOTS, {"roots": ROOTS[name]})
+
+            async with anyio.create_task_group() as tg:
+                for name in ROOTS:
+                    tg.start_soon(one, name)
+            status = (await gw.http.get("/status")).json()
+    for name, (first, second) in got.items():
+        assert first["result"]["inputRequests"] == {"roots": {"method": "roots/list", "params": {}}}
+        assert first["result"]["requestState"].startswith("mcpgw1.")
+        assert held(second) == {"roots": ROOTS[name]}  # its own, from the child's fetch at start
+    assert got["alice"][1]["result"]["structuredContent"]["pid"] != got["bob"][1]["result"]["structuredContent"]["pid"]
+    [server] = status["servers"]
+    assert sum("roots=" in label for label in server["pools"]) == 2, sorted(server["pools"])
+    # No child was sent the round's inputResponses or requestState.
+    for child in backend.children:
+        for message in child.received:
+            assert "inputResponses" not in (message.get("params") or {}), message
+
+
+async def test_a_modern_call_without_roots_is_not_asked_and_runs_on_a_child_never_given_a_clients_roots() -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend(caching_script()) as backend, in_process_gateway(backend) as gw:
+            await modern(gw, "alice", WITH_ROOTS, {"roots": ROOTS["alice"]})
+            [final] = await modern(gw, "nobody", {"sampling": {}, "elicitation": {}})
+    # The fake asks at start even when told no roots: the gateway answered it (no configured roots).
+    assert "result" in final, final
+    assert "home" not in json.dumps(held(final)), held(final)
+
+
+async def test_a_roots_answer_that_is_not_one_is_a_400_and_a_missing_one_is_asked_again() -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend(caching_script()) as backend, in_process_gateway(backend) as gw:
+            first, bad = await modern(gw, "x", WITH_ROOTS, {"roots": [{"uri": "http://not-a-file"}]})
+            assert bad["status"] == 400
+            assert "file://" in bad["error"]["message"]
+            state = first["result"]["requestState"]
+            body = modern_call("y", "cached", {}, **{CAPABILITIES_KEY: WITH_ROOTS})
+            body["params"].update(inputResponses={}, requestState=state)
+            again = await gw.http.post(gw.url, headers=modern_headers("tools/call", "cached"), json=body)
+            assert again.json()["result"]["resultType"] == "input_required"  # asked again, no error
+            # The round's state is bound to its request: another tool's retry is refused.
+            other = modern_call("z", "echo", {"message": "m"}, **{CAPABILITIES_KEY: WITH_ROOTS})
+            other["params"].update(inputResponses={"roots": {"roots": []}}, requestState=state)
+            refused = await gw.http.post(gw.url, headers=modern_headers("tools/call", "echo"), json=other)
+            assert refused.status_code == 400, refused.text
+    assert not any(call.name == "cached" for call in backend.calls())
+
+
+async def test_a_legacy_session_is_asked_for_its_roots_once_and_again_after_list_changed() -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend(caching_script()) as backend, in_process_gateway(backend) as gw:
+            alice = await open_session(gw, WITH_ROOTS)
+            bob = await open_session(gw, WITH_ROOTS)
+            results: dict[str, tuple[JsonObject, int]] = {}
+
+            async def one(name: str, session: LegacySession) -> None:
+                results[name] = await legacy(gw, session, 1, {"roots": ROOTS[name]})
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(one, "alice", alice)
+                tg.start_soon(one, "bob", bob)
+            for name in ROOTS:
+                final, asked = results[name]
+                assert (held(final), asked) == ({"roots": ROOTS[name]}, 1)
+            final, asked = await legacy(gw, alice, 2, {"roots": ROOTS["alice"]})
+            assert (held(final), asked) == ({"roots": ROOTS["alice"]}, 0)  # known: not asked again
+            # Her roots change: she says so, and her next call runs on a child given the new set.
+            alice.take(Notification("notifications/roots/list_changed"))
+            moved = [{"uri": "file:///home/alice/elsewhere"}]
+            final, asked = await legacy(gw, alice, 3, {"roots": moved})
+            assert (held(final), asked) == ({"roots": moved}, 1)
+            # Bob's child still holds his.
+            final, asked = await legacy(gw, bob, 4, {"roots": ROOTS["bob"]})
+            assert (held(final), asked) == ({"roots": ROOTS["bob"]}, 0)
+
+
+async def test_a_legacy_session_whose_roots_answer_is_an_error_runs_on_children_given_no_clients_roots() -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend(caching_script()) as backend, in_process_gateway(backend) as gw:
+            alice = await open_session(gw, WITH_ROOTS)
+            await legacy(gw, alice, 1, {"roots": ROOTS["alice"]})
+            carol = await open_session(gw, WITH_ROOTS)
+            final, asked = await legacy(gw, carol, 1, {"nothing": "here"})
+    assert asked == 1
+    assert "home" not in json.dumps(held(final)), held(final)  # not alice's: the gateway's own answer
+
+
+async def test_past_max_roots_sets_a_call_with_another_set_gets_503(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(router_module, "MAX_ROOTS_SETS", 1)
+    with anyio.fail_after(BOUND):
+        async with fake_backend(caching_script()) as backend, in_process_gateway(backend) as gw:
+            [_, alices] = await modern(gw, "alice", WITH_ROOTS, {"roots": ROOTS["alice"]})
+            [_, bobs] = await modern(gw, "bob", WITH_ROOTS, {"roots": ROOTS["bob"]})
+            [_, again] = await modern(gw, "alice2", WITH_ROOTS, {"roots": ROOTS["alice"]})
+    assert held(alices) == {"roots": ROOTS["alice"]}
+    assert bobs["status"] == 503
+    assert "MAX_ROOTS_SETS" in bobs["error"]["message"]
+    assert held(again) == {"roots": ROOTS["alice"]}  # the set in use is still served

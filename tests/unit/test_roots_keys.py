@@ -1,0 +1,111 @@
+"""The pure rules of roots keying (issue #23): a client's roots answer as a value, its name in
+the pool key, which keys carry it, and the gateway's own round's ``requestState``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.protocol.jsonrpc import Request
+from gateway.protocol.outcome import Rejection
+from gateway.protocol.roots import MAX_ROOTS_PER_SET, roots_key, roots_of_answer
+from gateway.protocol.versions import Era
+from gateway.relay import client_roots
+from gateway.relay.poolkey import PoolKey
+from gateway.relay.router import DualEra, Isolation, Router, ServerConfig
+from gateway.relay.suspensions import Suspensions
+from gateway.stdio.spec import ChildSpec
+
+ALICE = ({"uri": "file:///home/alice", "name": "alice"},)
+BOB = ({"uri": "file:///home/bob"},)
+WITH_ROOTS: dict[str, object] = {"sampling": {}, "elicitation": {}, "roots": {}}
+
+uris = st.lists(st.from_regex(r"file:///[a-z]{1,8}(/[a-z]{1,8}){0,2}", fullmatch=True), max_size=5)
+
+
+def test_a_roots_answer_keeps_uri_and_name_in_order_and_drops_the_rest() -> None:
+    answer = {"roots": [{"uri": "file:///b", "name": "b", "_meta": {"x": 1}}, {"uri": "file:///a"}]}
+    assert roots_of_answer(answer) == ({"uri": "file:///b", "name": "b"}, {"uri": "file:///a"})
+    assert roots_of_answer({"roots": []}) == ()
+
+
+def test_what_is_not_a_roots_answer_says_why() -> None:
+    for bad, why in [
+        ({}, "roots array"),
+        ({"roots": "file:///a"}, "roots array"),
+        ({"roots": [{"uri": "http://a"}]}, "roots[0].uri"),
+        ({"roots": [{"uri": "file:///a", "name": 3}]}, "roots[0].name"),
+        ({"roots": [{"uri": f"file:///{i}"} for i in range(MAX_ROOTS_PER_SET + 1)]}, "MAX_ROOTS_PER_SET"),
+    ]:
+        found = roots_of_answer(bad)
+        assert isinstance(found, str)
+        assert why in found, (bad, found)
+
+
+@given(uris, uris)
+def test_two_roots_sets_have_one_key_exactly_when_they_are_the_same_list(first: list[str], second: list[str]) -> None:
+    a = tuple({"uri": uri} for uri in first)
+    b = tuple({"uri": uri} for uri in second)
+    assert (roots_key(a) == roots_key(b)) == (a == b)
+
+
+def test_the_pool_label_names_the_roots_set() -> None:
+    key = PoolKey("shared", told="roots", roots=roots_key(ALICE))
+    assert key.label("fs") == f"fs capabilities=roots roots={roots_key(ALICE)}"
+    assert PoolKey("shared").label("fs") == "fs"
+
+
+def legacy_router(isolation: Isolation = Isolation.SHARED, **spec: Any) -> Router:
+    child = ChildSpec("node", **spec)  # every child opened with initialize: told capabilities
+    return Router(ServerConfig("fs", child, isolation=isolation, dual_era=DualEra.LEGACY))
+
+
+def test_clients_with_other_roots_sets_get_other_pools_and_the_same_set_the_same_pool() -> None:
+    router = legacy_router()
+    alice = router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS, ALICE)
+    assert alice.roots == roots_key(ALICE)
+    assert router.key_for("q", None, {}, Era.MODERN, WITH_ROOTS, ALICE) == alice  # era and principal aside
+    assert router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS, BOB) != alice
+    assert router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS, ()).roots == roots_key(())
+    assert router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS).roots == ""  # not learned: no client's roots
+
+
+def test_children_told_no_roots_are_never_keyed_by_a_roots_set() -> None:
+    # Configured to declare nothing about roots: the client's roots cannot reach the child.
+    router = legacy_router(client_capabilities={"sampling": {}})
+    assert router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS, ALICE).roots == ""
+
+
+def test_a_sessions_own_pool_is_not_keyed_by_roots() -> None:
+    router = legacy_router(Isolation.SESSION)
+    assert router.key_for("p", "s1", {}, Era.LEGACY, WITH_ROOTS, ALICE).roots == ""
+
+
+def request(name: str = "read") -> Request:
+    return Request(1, "tools/call", {"name": name, "arguments": {}})
+
+
+def test_the_gateways_round_is_bound_to_its_request_and_principal() -> None:
+    now = [1000.0]
+    suspensions = Suspensions("fs", b"k" * 32, clock=lambda: now[0])
+    token = suspensions.mint_round(request(), "alice", 300)
+    assert suspensions.check_round(token, request(), "alice") is True
+    assert suspensions.check_round(token, request(), "alice") is True  # not single-use: it holds nothing
+    for other, principal in [(request("write"), "alice"), (request(), "bob")]:
+        refused = suspensions.check_round(token, other, principal)
+        assert isinstance(refused, Rejection)
+        assert refused.status == 400
+    now[0] += 301
+    assert isinstance(suspensions.check_round(token, request(), "alice"), Rejection)  # expired
+
+
+def test_a_retry_gives_roots_under_the_rounds_key_and_the_child_never_sees_the_round() -> None:
+    retry = Request(
+        2, "tools/call", {"name": "read", "inputResponses": {"roots": {"roots": list(ALICE)}}, "requestState": "x"}
+    )
+    assert client_roots.from_retry(retry) == ALICE
+    assert client_roots.without_round(retry).params == {"name": "read"}
+    assert client_roots.from_retry(Request(2, "tools/call", {"inputResponses": {}})) is None
+    assert isinstance(client_roots.from_retry(Request(2, "tools/call", {"inputResponses": {"roots": {}}})), Rejection)
