@@ -1,6 +1,7 @@
-"""A reverse proxy for tests that cuts every response after ``cut_after`` seconds, as a proxy
-or load balancer with a response timeout does (issue #30): the upstream request is closed, so
-the gateway sees its client leave, and the client sees its response end without the rest.
+"""A reverse proxy for tests that cuts every response ``cut_after`` seconds after its request
+came, as a proxy or load balancer with a response timeout does (issues #26, #30): the upstream
+request is closed, so the gateway sees its client leave, and the client sees its response end
+without the rest (a 504 when not even the head came in time).
 
 Loopback only: serve it with ``tests.gateway_server.serving``. ``cuts`` counts the responses
 it cut; ``methods`` records each request's method and ``Last-Event-ID`` header.
@@ -49,11 +50,19 @@ class CuttingProxy:
         self.requests.append((scope["method"], last.decode() if last else None))
         url = self.backend + scope["path"]
         request = self._client.build_request(scope["method"], url, headers=headers, content=body)
-        upstream = await self._client.send(request, stream=True)
+        deadline = anyio.current_time() + self.cut_after  # the head's wait counts too, as for nginx
+        upstream: httpx.Response | None = None
+        with anyio.move_on_at(deadline):
+            upstream = await self._client.send(request, stream=True)
+        if upstream is None:  # no head within the limit: the proxy gives up, as a 504
+            self.cuts += 1
+            await send({"type": "http.response.start", "status": 504, "headers": []})
+            await send({"type": "http.response.body", "body": b"proxy timeout", "more_body": False})
+            return
         try:
             returned = [(k, v) for k, v in upstream.headers.raw if k.decode().lower() not in HOP_BY_HOP]
             await send({"type": "http.response.start", "status": upstream.status_code, "headers": returned})
-            with anyio.move_on_after(self.cut_after) as timer:
+            with anyio.move_on_at(deadline) as timer:
                 async with anyio.create_task_group() as tg:
 
                     async def watch() -> None:

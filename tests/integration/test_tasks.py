@@ -29,6 +29,7 @@ from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 from tests.balancer import cluster
 from tests.conftest import server_spec
+from tests.cutting_proxy import CuttingProxy
 from tests.gateway_server import MODERN_META, app_for, modern_headers, serving
 
 pytestmark = pytest.mark.anyio
@@ -396,42 +397,16 @@ LONG_CALL_MS = 3 * int(PROXY_LIMIT * 1000)
 """A call that outlives three of the proxy's request limits."""
 
 
-@asynccontextmanager
-async def cutting_proxy(target: str) -> AsyncIterator[str]:
-    """An HTTP proxy on loopback that forwards each request and cuts it after ``PROXY_LIMIT``."""
-    async with httpx.AsyncClient(timeout=None) as upstream:
-
-        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-            if scope["type"] != "http":
-                return
-            body = b""
-            while True:
-                message = await receive()
-                body += message.get("body", b"")
-                if not message.get("more_body"):
-                    break
-            headers = [(k.decode(), v.decode()) for k, v in scope["headers"] if k not in (b"host", b"content-length")]
-            with anyio.move_on_after(PROXY_LIMIT) as cut:
-                reply = await upstream.request(scope["method"], target, headers=headers, content=body)
-            if cut.cancelled_caught:
-                await send({"type": "http.response.start", "status": 504, "headers": []})
-                await send({"type": "http.response.body", "body": b"proxy timeout"})
-                return
-            await send({"type": "http.response.start", "status": reply.status_code, "headers": reply.headers.raw})
-            await send({"type": "http.response.body", "body": reply.content})
-
-        async with serving(app) as base:
-            yield base
-
-
 async def test_a_call_longer_than_a_proxys_request_limit_completes_as_a_task_through_the_proxy() -> None:
     with anyio.fail_after(WAIT + LONG_CALL_MS / 1000):
-        async with gateway(server_spec("--era", "legacy")) as gw, cutting_proxy(gw.url) as front:
-            direct, gw.url = gw.url, front
-            cut = await gw.call("sleep", {"ms": LONG_CALL_MS}, meta={})  # no extension: synchronous, and cut
-            task_id = created(await gw.call("sleep", {"ms": LONG_CALL_MS}))["taskId"]
-            final = await gw.until(task_id, lambda status: status == rules.COMPLETED)  # read through the proxy
-            gw.url = direct
+        async with gateway(server_spec("--era", "legacy")) as gw:
+            base = gw.url.removesuffix("/mcp")
+            async with serving(CuttingProxy(base, PROXY_LIMIT)) as front:
+                direct, gw.url = gw.url, f"{front}/mcp"
+                cut = await gw.call("sleep", {"ms": LONG_CALL_MS}, meta={})  # no extension: synchronous, and cut
+                task_id = created(await gw.call("sleep", {"ms": LONG_CALL_MS}))["taskId"]
+                final = await gw.until(task_id, lambda status: status == rules.COMPLETED)  # through the proxy
+                gw.url = direct
     assert cut.status_code == 504
     assert final["result"]["content"][0]["text"] == "slept"
 
