@@ -115,6 +115,12 @@ class PipeWriter(ByteSendStream):
             )
         return cls(writer)
 
+    def takes_at_once(self, size: int) -> bool:
+        """Whether ``send`` of ``size`` bytes returns without waiting: the transport's buffer stays
+        within its high-water mark, so ``drain`` does not suspend (the public transport API)."""
+        transport = self._writer.transport
+        return transport.get_write_buffer_size() + size <= transport.get_write_buffer_limits()[1]
+
     async def send(self, item: bytes) -> None:
         writer = self._writer
         try:

@@ -174,9 +174,14 @@ class LineWriter:
                 self._busy = False
 
     async def _write(self, data: bytes) -> None:
+        stream = self._stream
         try:
-            with anyio.fail_after(self.stall_timeout or math.inf):
-                await self._stream.send(data)
+            takes_at_once = getattr(stream, "takes_at_once", None)
+            if takes_at_once is not None and takes_at_once(len(data)):
+                await stream.send(data)  # it cannot wait: no stall timer (a cancel scope costs per line)
+            else:
+                with anyio.fail_after(self.stall_timeout or math.inf):
+                    await stream.send(data)
         except TimeoutError:
             self.broken = StdinStalled(f"its stdin took no data for {self.stall_timeout:g} s")
             self._wake.set()

@@ -181,3 +181,38 @@ async def test_a_direct_write_that_fails_breaks_the_writer() -> None:
             await writer.send(b"lost\n")
         await writer.run()  # returns at once: the pipe is broken
     assert writer.written == 0
+
+
+class SlowPipe(ByteSendStream):
+    """A pipe whose writes take a little loop time, and that says whether they wait."""
+
+    def __init__(self, at_once: bool) -> None:
+        self.at_once = at_once
+        self.lines: list[bytes] = []
+
+    def takes_at_once(self, size: int) -> bool:
+        return self.at_once
+
+    async def send(self, item: bytes) -> None:
+        await anyio.sleep(0.05)
+        self.lines.append(item)
+
+    async def aclose(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("at_once", [True, False])
+async def test_the_stall_timer_is_armed_only_for_a_write_that_may_wait(at_once: bool) -> None:
+    pipe = SlowPipe(at_once)
+    writer = LineWriter(pipe, stall_timeout=0.001)  # far shorter than the write's own wait
+    with anyio.fail_after(5):
+        if at_once:  # the pipe said it takes the line at once: no timer, so no stall
+            await writer.send(b"line\n")
+        else:
+            with pytest.raises(BrokenPipe):
+                await writer.send(b"line\n")
+    if at_once:
+        assert pipe.lines == [b"line\n"]
+        assert writer.broken is None
+    else:
+        assert isinstance(writer.broken, StdinStalled)
