@@ -9,7 +9,6 @@ read with ``tasks/get`` as any client would.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -31,6 +30,7 @@ from tests.balancer import cluster
 from tests.conftest import server_spec
 from tests.cutting_proxy import CuttingProxy
 from tests.gateway_server import MODERN_META, app_for, modern_headers, serving
+from tests.integration.test_client_requests import sse
 
 pytestmark = pytest.mark.anyio
 
@@ -278,16 +278,6 @@ async def test_server_discover_advertises_the_extension_under_capabilities_exten
 # -- status notifications on a listen ---------------------------------------------------------
 
 
-async def events(reply: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    data: list[str] = []
-    async for line in reply.aiter_lines():
-        if line.startswith("data:"):
-            data.append(line[5:].lstrip())
-        elif not line and data:
-            yield json.loads("\n".join(data))
-            data = []
-
-
 @pytest.mark.parametrize("era", sorted(CHILDREN))
 async def test_a_listen_for_task_ids_gets_each_change_of_its_own_tasks_only(era: str, tmp_path: Path) -> None:
     gate = tmp_path / "listened"
@@ -309,7 +299,7 @@ async def test_a_listen_for_task_ids_gets_each_change_of_its_own_tasks_only(era:
             async with gw.http.stream("POST", gw.url, headers=headers, json=body) as reply:
                 assert reply.status_code == 200
                 assert reply.headers["content-type"].startswith("text/event-stream")
-                async for message in events(reply):
+                async for message in sse(reply):
                     seen.append(message)
                     if message.get("method") == rules.STATUS_NOTIFICATION and len(seen) == 2:
                         await anyio.Path(gate).touch()  # the listen has the working state: let the tasks end
@@ -345,7 +335,7 @@ async def test_a_listen_for_tasks_and_more_is_served_as_before_without_task_ids(
             }
             headers = {**modern_headers("subscriptions/listen"), **gw.auth}
             async with gw.http.stream("POST", gw.url, headers=headers, json=body) as reply:
-                ack = await anext(events(reply))
+                ack = await anext(sse(reply))
     assert ack["method"] == "notifications/subscriptions/acknowledged"
     assert ack["params"]["notifications"] == {"toolsListChanged": True}  # the server agreed to no task ids
 
