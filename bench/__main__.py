@@ -10,6 +10,8 @@
     python -m bench --suite full    # the older, wider matrix: C = 1/8/64, pool scaling,
                                     #   --workers, large replies, cold start (also quick, smoke)
     python -m bench --smoke         # = --suite smoke: seconds, no peers (the test suite runs it)
+    python -m bench --engine uvicorn,granian   # the same table once per HTTP engine (default:
+                                    #   uvicorn, the gateway's own; granian: bench.granian_gateway)
 
 Peers (supergateway, mcp-proxy from npm, mcp-proxy from PyPI) are installed by
 ``bench/install-peers.sh`` into ``bench/.peers/``; a peer that is not installed is named
@@ -54,6 +56,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         help="run the gateway from this checkout (e.g. a git worktree of another commit) instead of this one",
     )
+    parser.add_argument(
+        "--engine",
+        default="uvicorn",
+        help=f"comma-separated HTTP engines to serve the gateway with, one table each: {','.join(procs.ENGINES)}",
+    )
     parser.add_argument("--keep-logs", action="store_true", help="keep the servers' logs (always kept on failure)")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -67,6 +74,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.only = tuple(g for g in groups if g != "profile")
     if args.save_before and not args.profile:
         parser.error("--save-before needs --profile")
+    args.engines = tuple(e.strip() for e in args.engine.split(",") if e.strip())
+    if not args.engines or any(e not in procs.ENGINES for e in args.engines):
+        parser.error(f"--engine takes {', '.join(procs.ENGINES)} (comma-separated); got {args.engine!r}")
+    if len(args.engines) > 1 and (args.markdown or args.output is not None):
+        parser.error("--markdown/--output write one engine's page: give one --engine")
     return args
 
 
@@ -85,7 +97,10 @@ def run_suite(args: argparse.Namespace, argv: list[str] | None, log_dir: Path) -
         plan = dataclasses.replace(plan, reps=args.reps)
     if args.no_peers:
         plan = dataclasses.replace(plan, peers=False)
-    print(f"benchmark suite {plan.name!r}; server logs in {log_dir}", flush=True)
+    print(
+        f"benchmark suite {plan.name!r}, engine {procs.engine_version(procs.ENGINE)}; server logs in {log_dir}",
+        flush=True,
+    )
     results = Suite(plan, log_dir, say=say).run_all()
     if args.profile:
         from bench.profile import profile_gateway
@@ -107,9 +122,14 @@ def run_targets(args: argparse.Namespace, argv: list[str] | None, log_dir: Path)
     if args.no_peers:
         plan = dataclasses.replace(plan, peers=False)
     groups = targets.GROUPS if args.only is None else args.only
-    print(f"issue #14 targets, plan {plan.name!r} ({', '.join(groups)}); server logs in {log_dir}", flush=True)
+    engine = procs.engine_version(procs.ENGINE)
+    print(
+        f"issue #14 targets, plan {plan.name!r} ({', '.join(groups)}), engine {engine}; server logs in {log_dir}",
+        flush=True,
+    )
     results = targets.TargetRun(plan, log_dir, groups, say).run_all(profile=args.profile)
     print()
+    print(f"# Engine: {engine}\n")
     print(verdicts.terminal(results))
     print(f"\nload average {results.load_average[0]} before, {results.load_average[1]} after; {results.seconds:.0f} s")
     if args.save_before and results.profile:
@@ -128,10 +148,12 @@ def main(argv: list[str] | None = None) -> int:
         procs.GATEWAY_CHECKOUT = args.gateway_checkout.resolve()
     log_dir = Path(tempfile.mkdtemp(prefix="mcp-bench-"))
     try:
-        if args.suite is not None:
-            run_suite(args, argv, log_dir)
-        else:
-            run_targets(args, argv, log_dir)
+        for engine in args.engines:
+            procs.ENGINE = engine
+            if args.suite is not None:
+                run_suite(args, argv, log_dir)
+            else:
+                run_targets(args, argv, log_dir)
     except BaseException:
         print(f"benchmark failed; server logs kept in {log_dir}", file=sys.stderr)
         raise

@@ -4,6 +4,7 @@
 #   mcp-proxy    (npm, punkpeye's) -> bench/.peers/node_modules/.bin/mcp-proxy
 #   mcp-proxy    (PyPI) -> bench/.peers/venv/bin/mcp-proxy  (its own venv: it needs mcp<2)
 #   py-spy       (PyPI) -> bench/.peers/venv/bin/py-spy     (for `python -m bench --profile`)
+#   granian      (PyPI) -> bench/.peers/granian/            (for `python -m bench --engine granian`)
 # Versions are pinned so runs compare like with like; override with SUPERGATEWAY_VERSION /
 # MCP_PROXY_NPM_VERSION / MCP_PROXY_VERSION. Needs node/npm and python3 >= 3.10; a peer that cannot be installed is
 # skipped with a message (the benchmark then runs without it).
@@ -13,6 +14,7 @@ PEERS="$PWD/.peers"
 SUPERGATEWAY_VERSION="${SUPERGATEWAY_VERSION:-4.0.0}"
 MCP_PROXY_NPM_VERSION="${MCP_PROXY_NPM_VERSION:-6.7.19}"
 MCP_PROXY_VERSION="${MCP_PROXY_VERSION:-0.13.0}"
+GRANIAN_VERSION="${GRANIAN_VERSION:-2.8.9}"
 PYTHON="${PYTHON:-python3}"
 mkdir -p "$PEERS"
 status=0
@@ -35,6 +37,12 @@ if "$PYTHON" -m venv "$PEERS/venv" \
     :
 else
     echo "mcp-proxy: install failed" >&2
+    status=1
+fi
+
+echo "installing granian==$GRANIAN_VERSION into $PEERS/granian (the engine comparison)"
+if ! "$PYTHON" -m pip install -q --disable-pip-version-check --upgrade --target "$PEERS/granian" "granian==$GRANIAN_VERSION"; then
+    echo "granian: install failed" >&2
     status=1
 fi
 

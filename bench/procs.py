@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -209,12 +210,33 @@ GATEWAY_CHECKOUT: Path | None = None
 """Another checkout to run the gateway from (``--gateway-checkout``); None: this repository."""
 
 
+ENGINES = ("uvicorn", "granian")
+"""The HTTP engines the bench can serve the gateway with (``--engine``): uvicorn is the
+gateway's own (``python -m gateway``); Granian runs the same app (``bench.granian_gateway``)."""
+ENGINE = "uvicorn"
+"""The engine ``gateway()`` starts (``--engine``)."""
+
+
+GRANIAN_DIR = PEERS / "granian"
+"""Where ``bench/install-peers.sh`` installs Granian (``bench.granian_gateway`` looks there first)."""
+
+
+def engine_version(engine: str) -> str:
+    path = [str(GRANIAN_DIR), *sys.path] if engine == "granian" else sys.path
+    for found in metadata.distributions(name=engine, path=path):
+        return f"{engine} {found.version}"
+    return f"{engine} (not installed)"
+
+
 def gateway(name: str, log_dir: Path, *flags: str, backend: list[str] | None = None) -> Service:
     port = free_port()
-    argv = [sys.executable, "-m", "gateway", "--port", str(port), *flags, "--", *(backend or echo_command())]
+    module = "gateway" if ENGINE == "uvicorn" else "bench.granian_gateway"
+    if module != "gateway" and "--workers" in flags:
+        raise SystemExit(f"--engine {ENGINE}: --workers is the gateway's own supervisor (uvicorn only)")
+    argv = [sys.executable, "-m", module, "--port", str(port), *flags, "--", *(backend or echo_command())]
     if GATEWAY_CHECKOUT is None:
         return Service(name, argv, port, log_dir)
-    env = {**os.environ, "PYTHONPATH": str(GATEWAY_CHECKOUT)}
+    env = {**os.environ, "PYTHONPATH": f"{GATEWAY_CHECKOUT}{os.pathsep}{REPO}"}
     return Service(name, argv, port, log_dir, cwd=GATEWAY_CHECKOUT, env=env)
 
 

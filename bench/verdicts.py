@@ -350,6 +350,7 @@ def page(results: TargetResults, command: str) -> str:
         ["when", when],
         ["machine", machine() + f"; load average {before} before the run, {after} after"],
         ["software", versions() + f", node {procs.node_version()}"],
+        ["HTTP engine", procs.engine_version(procs.ENGINE)],
         ["gateway", gateway_revision()],
         ["peers", peers],
         ["plan", f"{plan.name}: medians of {plan.reps} run(s); {', '.join(results.groups)}; {results.seconds:.0f} s"],

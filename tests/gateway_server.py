@@ -7,6 +7,7 @@ the kernel queues the connection until uvicorn accepts it. No sleeps, no port ra
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -62,6 +63,66 @@ def loopback_socket() -> socket.socket:
     return sock
 
 
+ENGINE_VARIABLE = "GATEWAY_TEST_ENGINE"
+"""``granian``: ``serving`` runs the app on Granian's embedded server instead of uvicorn, for the
+engine comparison (``docs/architecture.md``, "The HTTP engine"): the same tests, the other engine."""
+
+
+@asynccontextmanager
+async def _granian_serving(app: Any, sock: socket.socket | None, *, http: Any, **config: Any) -> AsyncIterator[str]:
+    """``serving`` on Granian: its own limits are set from the gateway's (head bytes, head time);
+    the socket is Granian's own (it binds ``sock``'s port after ``sock`` is closed). Granian comes
+    from ``bench/.peers/granian`` (``bench/install-peers.sh``) or the environment."""
+    import sys
+
+    from bench.procs import GRANIAN_DIR
+
+    if GRANIAN_DIR.is_dir() and str(GRANIAN_DIR) not in sys.path:
+        sys.path.insert(0, str(GRANIAN_DIR))
+    from granian.constants import Interfaces
+    from granian.http import HTTP1Settings
+    from granian.server.embed import Server
+
+    from gateway.http.connection import MAX_HEAD_BYTES
+
+    sock = sock or loopback_socket()
+    port = sock.getsockname()[1]
+    sock.close()
+    timeout = getattr(http, "header_timeout", None) or 10.0
+    server: Any = Server(
+        app,
+        address="127.0.0.1",
+        port=port,
+        interface=Interfaces.ASGI,
+        http1_settings=HTTP1Settings(header_read_timeout=int(timeout * 1000), max_buffer_size=MAX_HEAD_BYTES),
+        log_enabled=False,
+    )
+    finished = anyio.Event()
+
+    async def serve() -> None:
+        try:
+            await server.serve()
+        finally:
+            finished.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(serve)
+        for _ in range(200):  # Granian binds in its own time: wait until it accepts
+            try:
+                probe = await anyio.connect_tcp("127.0.0.1", port)
+            except OSError:
+                await anyio.sleep(0.05)
+                continue
+            await probe.aclose()
+            break
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.stop()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(15):
+                await finished.wait()
+
+
 @asynccontextmanager
 async def serving(
     app: Any, sock: socket.socket | None = None, *, http: type[asyncio.Protocol] = GuardedHttpTools, **config: Any
@@ -71,6 +132,10 @@ async def serving(
 
     ``http``: the protocol class, the gateway's own by default (``GuardedHttpTools.configured``
     gives it other limits)."""
+    if os.environ.get(ENGINE_VARIABLE) == "granian":
+        async with _granian_serving(app, sock, http=http, **config) as base:
+            yield base
+        return
     sock = sock or loopback_socket()
     port = sock.getsockname()[1]
     uv = uvicorn.Server(

@@ -266,3 +266,24 @@ def test_a_run_on_a_busy_machine_says_so() -> None:
     warning = verdicts.busy_warning(measured)
     assert warning is not None
     assert "load average 10000 on" in warning
+
+
+def test_the_engine_flag_picks_the_server_module_and_refuses_an_unknown_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bench import __main__ as cli
+    from bench import procs
+
+    assert cli.parse(["--engine", "uvicorn,granian", "--tiny"]).engines == ("uvicorn", "granian")
+    with pytest.raises(SystemExit):
+        cli.parse(["--engine", "hypercorn"])
+    assert "--engine takes uvicorn, granian" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # one page is one engine's
+        cli.parse(["--engine", "uvicorn,granian", "--markdown"])
+    monkeypatch.setattr(procs, "ENGINE", "granian")
+    assert procs.gateway("g", tmp_path).argv[1:3] == ["-m", "bench.granian_gateway"]
+    with pytest.raises(SystemExit, match="--workers"):
+        procs.gateway("g", tmp_path, "--workers", "2")
+    monkeypatch.setattr(procs, "ENGINE", "uvicorn")
+    assert procs.gateway("g", tmp_path).argv[1:3] == ["-m", "gateway"]
+    assert procs.engine_version("uvicorn").startswith("uvicorn 0.")
