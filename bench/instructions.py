@@ -1,6 +1,6 @@
 """Instructions per call: the gateway's CPU cost measured deterministically, for A/B work.
 
-    python -m bench.instructions [--checkout PATH ...] [--reference]
+    python -m bench.instructions [--checkout PATH ...] [--reference] [--engine uvicorn,granian]
 
 Wall-clock CPU time per call on this machine moves ±15–20 % between runs of the same code
 (a shared virtual machine: caches, steal, the load generator and the child on the same two
@@ -96,8 +96,9 @@ def last_total(out: Path, pid: int) -> int:
     raise RuntimeError(f"no totals in {dumps[-1]}")
 
 
-def gateway_argv(python: str) -> list[str]:
-    return [python, "-m", "gateway", "--port", "{port}", "--", *echo_command()]
+def gateway_argv(python: str, engine: str = "uvicorn") -> list[str]:
+    module = "gateway" if engine == "uvicorn" else "bench.granian_gateway"
+    return [python, "-m", module, "--port", "{port}", "--", *echo_command()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,16 +110,25 @@ def main(argv: list[str] | None = None) -> int:
         help="run the gateway from this checkout (repeatable; a worktree of another commit); default: this one",
     )
     parser.add_argument("--reference", action="store_true", help="also the bare uvicorn and raw no-op servers")
+    parser.add_argument(
+        "--engine",
+        default="uvicorn",
+        help="comma-separated HTTP engines to serve each checkout with: uvicorn (the gateway's own), granian",
+    )
     args = parser.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind (callgrind) is not installed: apt-get install valgrind", file=sys.stderr)
         return 2
     python = os.path.realpath(sys.executable)  # the interpreter itself, not a shim valgrind would trace instead
+    engines = [e.strip() for e in args.engine.split(",") if e.strip()]
+    if not engines or any(e not in ("uvicorn", "granian") for e in engines):
+        parser.error(f"--engine takes uvicorn, granian (comma-separated); got {args.engine!r}")
     rows: list[tuple[str, dict[str, int]]] = []
     for checkout in args.checkout or [REPO]:
-        env = {**os.environ, "PYTHONPATH": str(checkout)}
-        result = measure(gateway_argv(python), checkout, "/healthz", ("modern", "legacy"), env)
-        rows.append((f"gateway {checkout}", result))
+        env = {**os.environ, "PYTHONPATH": f"{checkout}{os.pathsep}{REPO}"}
+        for engine in engines:
+            result = measure(gateway_argv(python, engine), checkout, "/healthz", ("modern", "legacy"), env)
+            rows.append((f"gateway {checkout}" + (f" ({engine})" if len(engines) > 1 else ""), result))
     if args.reference:
         for kind in ("uvicorn", "raw"):
             noop = [python, "-m", "bench.noop", "--kind", kind, "--port", "{port}"]
