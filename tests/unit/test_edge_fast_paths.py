@@ -9,6 +9,7 @@ import logging.handlers
 import queue
 import re
 import sys
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -248,6 +249,44 @@ def test_a_custom_record_factory_still_makes_the_fast_records() -> None:
     assert records == made
     assert records[0].tagged  # type: ignore[attr-defined]
     assert records[0].status == 1  # type: ignore[attr-defined]
+
+
+def refusal(call: Callable[[], object]) -> str | None:
+    """The text of the KeyError ``call`` raises, or None when it raises none."""
+    try:
+        call()
+    except KeyError as exc:
+        return str(exc)
+    return None
+
+
+def test_an_extra_that_would_overwrite_a_record_field_is_refused_as_make_record_refuses_it() -> None:
+    logger = capture(Keep())
+    refused = []
+    for key in ("message", "asctime", "lineno", "status_"):
+        extra = {"status": 1, key: "x"}
+        expected = refusal(lambda: logger.info("m", extra=extra))  # noqa: B023 (called at once)
+        assert refusal(lambda: log_fast(logger, logging.INFO, "m", (), extra)) == expected  # noqa: B023
+        refused.append(expected is not None)
+    assert refused == [True, True, True, False]  # "status_" is no record field
+
+
+def test_a_logger_class_that_makes_its_own_records_still_makes_the_fast_ones() -> None:
+    class Tagging(logging.Logger):
+        def makeRecord(self, *args: object, **kwargs: object) -> logging.LogRecord:  # type: ignore[override]
+            record = super().makeRecord(*args, **kwargs)  # type: ignore[arg-type]
+            record.tagged = True
+            return record
+
+    keep = Keep()
+    logger = Tagging("tests.fast.tagging")
+    logger.handlers[:] = [keep]
+    logger.propagate = False
+    log_fast(logger, logging.INFO, "%s", ("x",), {"status": 1})
+    (record,) = keep.records
+    assert record.tagged  # type: ignore[attr-defined]
+    assert record.status == 1  # type: ignore[attr-defined]
+    assert record.getMessage() == "x"
 
 
 def test_the_listener_gathers_a_burst_that_arrives_after_it_woke() -> None:
