@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gateway.ops import logs
 from gateway.ops.logs import (
     BatchedStreamHandler,
     DeferredQueueHandler,
@@ -287,6 +288,24 @@ def test_a_logger_class_that_makes_its_own_records_still_makes_the_fast_ones() -
     assert record.tagged  # type: ignore[attr-defined]
     assert record.status == 1  # type: ignore[attr-defined]
     assert record.getMessage() == "x"
+
+
+def test_each_fast_record_carries_the_line_of_its_own_call_however_often_it_is_made() -> None:
+    keep = Keep()
+    logger = capture(keep)
+    expected = []
+    for _ in range(3):  # the second and third time, the lines are remembered
+        expected.append(sys._getframe().f_lineno + 1)
+        log_fast(logger, logging.INFO, "first", (), {})
+        expected.append(sys._getframe().f_lineno + 1)
+        log_fast(logger, logging.INFO, "second", (), {})
+    for blank_lines in range(3):  # new code objects, made and dropped: each its own lines
+        exec(compile("\n" * blank_lines + "log_fast(logger, logging.INFO, 'm', (), {})", "<site>", "exec"))
+        expected.append(blank_lines + 1)
+    assert [record.lineno for record in keep.records] == expected
+    for many in range(logs.MAX_REMEMBERED_LINES + 1):  # past the memo's bound: still right
+        exec(compile("\n" * many + "log_fast(logger, logging.INFO, 'm', (), {})", "<site>", "exec"))
+        assert keep.records[-1].lineno == many + 1
 
 
 def test_the_listener_gathers_a_burst_that_arrives_after_it_woke() -> None:
