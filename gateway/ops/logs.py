@@ -191,21 +191,23 @@ class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 class FlushingQueueListener(logging.handlers.QueueListener):
     """Flushes its handlers whenever the queue runs empty, and when it stops; wakes once per
-    burst of records, not once per record (``LOG_BATCH_SECONDS``)."""
+    burst of records, not once per record (``LOG_BATCH_SECONDS``). That the queue ran empty is
+    asked (``empty()``), not learnt from ``queue.Empty``: raising and catching it once a burst
+    cost about 2k instructions of a request at one request in flight."""
 
     def __init__(self, records: queue.SimpleQueue[logging.LogRecord], *handlers: logging.Handler) -> None:
         super().__init__(records, *handlers, respect_handler_level=False)
         self.records = records
 
     def dequeue(self, block: bool) -> logging.LogRecord:
+        records = self.records
         if not block:
-            return self.records.get(block)
-        try:
-            return self.records.get_nowait()
-        except queue.Empty:
-            for handler in self.handlers:
-                handler.flush()
-        record = self.records.get()  # the first record of a burst wakes the thread
+            return records.get(block)
+        if not records.empty():  # this thread is the queue's one reader: a record is there to get
+            return records.get_nowait()
+        for handler in self.handlers:  # the burst is over: write it
+            handler.flush()
+        record = records.get()  # the first record of a burst wakes the thread
         if record is not self._sentinel:  # type: ignore[attr-defined]
             time.sleep(LOG_BATCH_SECONDS)  # the rest of the burst is put without waking it
         return record
