@@ -30,6 +30,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from functools import lru_cache
+from types import CodeType
 from typing import IO, Any, Final
 
 import orjson
@@ -190,21 +191,23 @@ class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
 class FlushingQueueListener(logging.handlers.QueueListener):
     """Flushes its handlers whenever the queue runs empty, and when it stops; wakes once per
-    burst of records, not once per record (``LOG_BATCH_SECONDS``)."""
+    burst of records, not once per record (``LOG_BATCH_SECONDS``). That the queue ran empty is
+    asked (``empty()``), not learnt from ``queue.Empty``: raising and catching it once a burst
+    cost about 2k instructions of a request at one request in flight."""
 
     def __init__(self, records: queue.SimpleQueue[logging.LogRecord], *handlers: logging.Handler) -> None:
         super().__init__(records, *handlers, respect_handler_level=False)
         self.records = records
 
     def dequeue(self, block: bool) -> logging.LogRecord:
+        records = self.records
         if not block:
-            return self.records.get(block)
-        try:
-            return self.records.get_nowait()
-        except queue.Empty:
-            for handler in self.handlers:
-                handler.flush()
-        record = self.records.get()  # the first record of a burst wakes the thread
+            return records.get(block)
+        if not records.empty():  # this thread is the queue's one reader: a record is there to get
+            return records.get_nowait()
+        for handler in self.handlers:  # the burst is over: write it
+            handler.flush()
+        record = records.get()  # the first record of a burst wakes the thread
         if record is not self._sentinel:  # type: ignore[attr-defined]
             time.sleep(LOG_BATCH_SECONDS)  # the rest of the burst is put without waking it
         return record
@@ -215,20 +218,55 @@ class FlushingQueueListener(logging.handlers.QueueListener):
             handler.flush()
 
 
+_MAKE_RECORD: Final = logging.Logger.makeRecord
+MAX_REMEMBERED_LINES: Final = 64
+"""Call sites of ``log_fast`` whose line number is remembered: they are fixed lines of the
+gateway, so this is never reached (the memo is emptied if it is)."""
+_lines: dict[tuple[int, int], tuple[CodeType, int]] = {}
+"""(id of a code object, offset of the call in it) → (that code object, kept alive, and the line)."""
+
+
 def log_fast(logger: logging.Logger, level: int, msg: str, args: tuple[Any, ...], extra: dict[str, Any]) -> None:
     """``logger.log(level, msg, *args, extra=extra)`` for a line written on every request: the
     caller's file, line and function are read from its frame, not searched for up the stack.
     The caller checks ``logger.isEnabledFor(level)``.
 
-    The record is made afresh by ``makeRecord`` (so the record factory, the thread, the process
-    and, on Python 3.12 and later, the asyncio task are each record's own). Records copied from
-    a template per call site saved about 0.5 % of a request and froze those fields: every
-    access line carried the first request's ``taskName``."""
+    The line of a call is a function of its code object and its offset in it, so it is
+    remembered by those: ``f_lineno`` scans the code's line table from its start each time
+    (about 9k instructions for the access line, at the end of a long function). The memo
+    holds the code object itself, so its id cannot be another code's while it is remembered
+    (a code object's own hash would hash its bytecode and constants on every call).
+
+    The record is made afresh by the record factory, as ``Logger.makeRecord`` makes it (so the
+    factory, the thread, the process and, on Python 3.12 and later, the asyncio task are each
+    record's own), and ``extra`` is checked and added as ``makeRecord`` does, with set
+    operations instead of its loop over the keys: that loop was half the cost of the record
+    (bench.instructions: about 10k instructions of a request). A logger whose class makes its
+    records its own way (``makeRecord`` overridden) still makes them. Records copied from a
+    template per call site were cheaper still but froze the fields that are each record's
+    own: every access line carried the first request's ``taskName``."""
     caller = sys._getframe(1)
     code = caller.f_code
-    record = logger.makeRecord(
-        logger.name, level, code.co_filename, caller.f_lineno, msg, args, None, code.co_name, extra
-    )
+    site = (id(code), caller.f_lasti)
+    known = _lines.get(site)
+    if known is not None:
+        line = known[1]
+    else:
+        line = caller.f_lineno
+        if len(_lines) >= MAX_REMEMBERED_LINES:
+            _lines.clear()
+        _lines[site] = (code, line)
+    if type(logger).makeRecord is not _MAKE_RECORD:
+        record = logger.makeRecord(logger.name, level, code.co_filename, line, msg, args, None, code.co_name, extra)
+    else:
+        record = logging.getLogRecordFactory()(
+            logger.name, level, code.co_filename, line, msg, args, None, code.co_name, None
+        )
+        fields = record.__dict__
+        if "message" in extra or "asctime" in extra or not fields.keys().isdisjoint(extra):
+            key = next(key for key in extra if key in ("message", "asctime") or key in fields)
+            raise KeyError(f"Attempt to overwrite {key!r} in LogRecord")  # makeRecord's refusal
+        fields.update(extra)
     logger.handle(record)
 
 

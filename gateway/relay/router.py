@@ -235,7 +235,7 @@ class Router:
             return key  # a session's own pool is told its session's capabilities already (pool_for)
         told, told_set = self._told(capabilities)
         given = roots_key(roots) if roots is not None and self._tells_roots(told_set) else ""
-        return replace(key, told=told, roots=given) if told or given else key
+        return key._replace(told=told, roots=given) if told or given else key
 
     def _tells_roots(self, told: Mapping[str, object] | None) -> bool:
         """Whether children told ``told`` (None: the configured set) are told roots."""

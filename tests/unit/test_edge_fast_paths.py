@@ -9,9 +9,11 @@ import logging.handlers
 import queue
 import re
 import sys
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gateway.ops import logs
 from gateway.ops.logs import (
     BatchedStreamHandler,
     DeferredQueueHandler,
@@ -248,6 +250,62 @@ def test_a_custom_record_factory_still_makes_the_fast_records() -> None:
     assert records == made
     assert records[0].tagged  # type: ignore[attr-defined]
     assert records[0].status == 1  # type: ignore[attr-defined]
+
+
+def refusal(call: Callable[[], object]) -> str | None:
+    """The text of the KeyError ``call`` raises, or None when it raises none."""
+    try:
+        call()
+    except KeyError as exc:
+        return str(exc)
+    return None
+
+
+def test_an_extra_that_would_overwrite_a_record_field_is_refused_as_make_record_refuses_it() -> None:
+    logger = capture(Keep())
+    refused = []
+    for key in ("message", "asctime", "lineno", "status_"):
+        extra = {"status": 1, key: "x"}
+        expected = refusal(lambda: logger.info("m", extra=extra))  # noqa: B023 (called at once)
+        assert refusal(lambda: log_fast(logger, logging.INFO, "m", (), extra)) == expected  # noqa: B023
+        refused.append(expected is not None)
+    assert refused == [True, True, True, False]  # "status_" is no record field
+
+
+def test_a_logger_class_that_makes_its_own_records_still_makes_the_fast_ones() -> None:
+    class Tagging(logging.Logger):
+        def makeRecord(self, *args: object, **kwargs: object) -> logging.LogRecord:  # type: ignore[override]
+            record = super().makeRecord(*args, **kwargs)  # type: ignore[arg-type]
+            record.tagged = True
+            return record
+
+    keep = Keep()
+    logger = Tagging("tests.fast.tagging")
+    logger.handlers[:] = [keep]
+    logger.propagate = False
+    log_fast(logger, logging.INFO, "%s", ("x",), {"status": 1})
+    (record,) = keep.records
+    assert record.tagged  # type: ignore[attr-defined]
+    assert record.status == 1  # type: ignore[attr-defined]
+    assert record.getMessage() == "x"
+
+
+def test_each_fast_record_carries_the_line_of_its_own_call_however_often_it_is_made() -> None:
+    keep = Keep()
+    logger = capture(keep)
+    expected = []
+    for _ in range(3):  # the second and third time, the lines are remembered
+        expected.append(sys._getframe().f_lineno + 1)
+        log_fast(logger, logging.INFO, "first", (), {})
+        expected.append(sys._getframe().f_lineno + 1)
+        log_fast(logger, logging.INFO, "second", (), {})
+    for blank_lines in range(3):  # new code objects, made and dropped: each its own lines
+        exec(compile("\n" * blank_lines + "log_fast(logger, logging.INFO, 'm', (), {})", "<site>", "exec"))
+        expected.append(blank_lines + 1)
+    assert [record.lineno for record in keep.records] == expected
+    for many in range(logs.MAX_REMEMBERED_LINES + 1):  # past the memo's bound: still right
+        exec(compile("\n" * many + "log_fast(logger, logging.INFO, 'm', (), {})", "<site>", "exec"))
+        assert keep.records[-1].lineno == many + 1
 
 
 def test_the_listener_gathers_a_burst_that_arrives_after_it_woke() -> None:
