@@ -34,10 +34,10 @@ import socket
 import struct
 from typing import Any, ClassVar, Final
 
-import anyio
 import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from gateway.http.inflight import Cancellable
 from gateway.http.limits import MAX_HEADER_BYTES
 from gateway.protocol.jsonrpc import error_object
 
@@ -61,7 +61,8 @@ HANGUP: Final = "gateway.hangup"
 
 
 class Hangup:
-    """A connection's loss, pushed to whoever watches it: each watched cancel scope is
+    """A connection's loss, pushed to whoever watches it: each watched cancel scope (or anything
+    with ``cancel()``: a request's answer machine is told through one) is
     cancelled when the peer goes away (or the connection is reset for not reading), which is
     when uvicorn would answer ``receive()`` with ``http.disconnect``. A scope watched with
     ``stall_only`` is cancelled only when the connection was reset for not reading
@@ -72,15 +73,15 @@ class Hangup:
     def __init__(self) -> None:
         self.is_lost = False
         self.stalled = False
-        self._scopes: dict[anyio.CancelScope, bool] = {}
+        self._scopes: dict[Cancellable, bool] = {}
 
-    def watch(self, scope: anyio.CancelScope, *, stall_only: bool = False) -> None:
+    def watch(self, scope: Cancellable, *, stall_only: bool = False) -> None:
         if not self.is_lost:
             self._scopes[scope] = stall_only
         elif self.stalled or not stall_only:
             scope.cancel()
 
-    def unwatch(self, scope: anyio.CancelScope) -> None:
+    def unwatch(self, scope: Cancellable) -> None:
         self._scopes.pop(scope, None)
 
     def lost(self) -> None:

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
+from gateway.http.inflight import Cancellable
 from gateway.http.wire import gateway_error_response
 
 SHUTTING_DOWN = "the gateway is shutting down; retry on another replica or later"
@@ -30,7 +31,9 @@ class Drain:
         self.in_flight = 0
         self.cancel = anyio.Event()  # set when the drain budget is spent
         self.ending = anyio.Event()  # set when the drain starts waiting: listen streams end gracefully
-        self.scopes: set[anyio.CancelScope] = set()  # responses to end when it is
+        # Responses to end when it is: their cancel scopes, or what tells an answer's machine
+        # (gateway.protocol.answer: BUDGET_SPENT).
+        self.scopes: set[Cancellable] = set()
         self._idle = anyio.Event()
 
     def begin(self) -> None:

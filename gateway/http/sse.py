@@ -10,7 +10,9 @@ out through this module:
   (a test's fake ASGI server, another server) is a task started to wait for
   ``http.disconnect``. ``drain.scopes`` holds the scope so the drain can end it when its
   budget is spent; a stream that ends at the drain's start (a listen, a GET stream) gets one
-  task waiting for that.
+  task waiting for that. A request's answer (``LazyStream``) has the watch *tell* its
+  answer machine (``gateway.protocol.answer``) what happened instead, and the machine
+  decides whether the body ends.
 - ``SseWriter`` writes the frames: ``data: <one JSON line>`` per event (orjson never writes
   a newline, so that is the whole framing), a ``: keep-alive`` comment while quiet.
 - ``pump`` moves events from a source to the writer: it waits for one (a keep-alive comment
@@ -40,11 +42,15 @@ from starlette.types import Receive, Scope, Send
 from gateway.http import replies
 from gateway.http.connection import HANGUP, Hangup
 from gateway.http.drain import DRAIN, Drain
+from gateway.http.inflight import Cancellable
+from gateway.protocol import answer
 from gateway.protocol.jsonrpc import JsonObject
 
 log = logging.getLogger("gateway.http")
 
 T = TypeVar("T")
+Feed = Callable[[answer.Event], None]
+"""Where a watch tells a request's answer machine what happened (``LazyStream``)."""
 
 KEEPALIVE_SECONDS: Final = 15.0
 """Idle time after which an event stream gets a comment line, so proxies keep it open."""
@@ -87,12 +93,32 @@ class Watch:
     ``drained`` says so (a listen answers with its graceful result, a GET stream just ends).
     ``outlives_client``: a disconnect does not end the body (a legacy request: L-TR §Sending
     Messages, a disconnect is not a cancellation), but a connection reset for not reading
-    does. ``cancel()`` ends it from outside (a POSTed ``notifications/cancelled``)."""
+    does. ``cancel()`` ends it from outside (a POSTed ``notifications/cancelled``).
 
-    __slots__ = ("_end_on_drain", "_outlives_client", "_receive", "cancel_scope", "drain", "drained", "hangup")
+    ``feed``: a request's answer machine (``gateway.protocol.answer``) is told instead, and it
+    decides what ends the body: the connection's loss (``CLIENT_GONE``, ``WRITE_STALLED``), the
+    drain's start (``DRAIN_BEGINS``, watched only with ``end_on_drain``) and its spent budget
+    (``BUDGET_SPENT``) are fed to it where they would cancel the scope; ``drained`` is not set."""
+
+    __slots__ = (
+        "_end_on_drain",
+        "_feed",
+        "_outlives_client",
+        "_receive",
+        "cancel_scope",
+        "drain",
+        "drained",
+        "hangup",
+    )
 
     def __init__(
-        self, scope: Scope, receive: Receive, *, end_on_drain: bool = False, outlives_client: bool = False
+        self,
+        scope: Scope,
+        receive: Receive,
+        *,
+        end_on_drain: bool = False,
+        outlives_client: bool = False,
+        feed: Feed | None = None,
     ) -> None:
         self.cancel_scope = anyio.CancelScope()
         drain = scope.get(DRAIN)
@@ -103,6 +129,7 @@ class Watch:
         self._receive = receive
         self._end_on_drain = end_on_drain
         self._outlives_client = outlives_client
+        self._feed = feed
 
     @property
     def left(self) -> bool:
@@ -114,12 +141,15 @@ class Watch:
 
     async def run(self, body: Callable[[], Awaitable[None]], *also: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """``body()`` under the watch; ``also`` run beside it and end with it."""
-        drain, hangup, scope = self.drain, self.hangup, self.cancel_scope
+        drain, hangup, scope, feed = self.drain, self.hangup, self.cancel_scope, self._feed
+        # Where the drain and the connection push: the scope itself, or the answer's machine.
+        spent: Cancellable = scope if feed is None else _Told(feed, answer.Event.BUDGET_SPENT)
+        lost: Cancellable = scope if feed is None or hangup is None else _ToldLoss(feed, hangup)
         with scope:
             if drain is not None:
-                drain.scopes.add(scope)  # cancelled when the drain budget is spent
+                drain.scopes.add(spent)  # cancelled when the drain budget is spent
             if hangup is not None:
-                hangup.watch(scope, stall_only=self._outlives_client)
+                hangup.watch(lost, stall_only=self._outlives_client and feed is None)
             watch_receive = hangup is None and not self._outlives_client
             try:
                 if watch_receive or also or (self._end_on_drain and drain is not None):
@@ -136,19 +166,52 @@ class Watch:
                     await body()
             finally:
                 if drain is not None:
-                    drain.scopes.discard(scope)
+                    drain.scopes.discard(spent)
                 if hangup is not None:
-                    hangup.unwatch(scope)
+                    hangup.unwatch(lost)
 
     async def _watch_disconnect(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
             pass
-        self.cancel_scope.cancel()
+        if self._feed is not None:
+            self._feed(answer.Event.CLIENT_GONE)
+        else:
+            self.cancel_scope.cancel()
 
     async def _watch_drain(self, drain: Drain) -> None:
         await drain.ending.wait()
-        self.drained = True
-        self.cancel_scope.cancel()
+        if self._feed is not None:
+            self._feed(answer.Event.DRAIN_BEGINS)
+        else:
+            self.drained = True
+            self.cancel_scope.cancel()
+
+
+class _Told:
+    """Registered where a cancel scope would be: ``cancel()`` tells the answer's machine ``event``."""
+
+    __slots__ = ("_event", "_feed")
+
+    def __init__(self, feed: Feed, event: answer.Event) -> None:
+        self._feed = feed
+        self._event = event
+
+    def cancel(self) -> None:
+        self._feed(self._event)
+
+
+class _ToldLoss:
+    """Registered with the connection's ``Hangup``: its loss told to the answer's machine, as a
+    reset for not reading (``WRITE_STALLED``) or a plain disconnect (``CLIENT_GONE``)."""
+
+    __slots__ = ("_feed", "_hangup")
+
+    def __init__(self, feed: Feed, hangup: Hangup) -> None:
+        self._feed = feed
+        self._hangup = hangup
+
+    def cancel(self) -> None:
+        self._feed(answer.Event.WRITE_STALLED if self._hangup.stalled else answer.Event.CLIENT_GONE)
 
 
 class SseWriter:

@@ -15,19 +15,21 @@ process's budget for large replies (``gateway.http.replies``); a client that sto
 reset by the connection's write timeout (``gateway.http.connection``).
 
 The exchange runs in the response's own task: no task group, no queue, no background task.
-A modern client's disconnect cancels it (``gateway.http.sse.Watch``: the connection cancels
-the response's scope, no task waits for it) and closes the iterator, so the child is sent
-``notifications/cancelled``. A legacy client's disconnect is **not** a cancellation (L-TR
-§Sending Messages: "SHOULD NOT"): its exchange (``LegacyCall``) goes on to its end, nothing
-more is sent, and the access log says the client left (499); only a connection reset for
-not reading (``gateway.http.connection``) cancels it. The session cancels it through its
-``CancelHandle``: without an answer after the client's own ``notifications/cancelled``, with
-``on_cancel()`` as the final answer after a ``DELETE`` or expiry.
-
-A request the client cancelled (a legacy ``notifications/cancelled``, or a modern one that
-``cancel()`` names) gets no answer: its event stream ends without a final response, or,
-when nothing was sent yet, the answer is an SSE stream that ends at once (a POSTed request
-must be answered with JSON or SSE, and JSON would need a response object).
+Who ends an answer and what the client then gets is decided by its machine
+(``gateway.protocol.answer``, where the rules are): this module feeds it the exchange's
+first event, its final and its end, and carries out the actions it returns. What happens to
+the request from outside is fed to the same machine where it happens: the connection's loss
+and the drain by the ``Watch`` (``gateway.http.sse``), the session's cancel by its
+``CancelHandle``, a POSTed ``notifications/cancelled`` by ``cancel()``
+(``gateway.http.inflight``). A leading ``STOP`` cancels the response's scope at once, which
+closes the exchange (a modern child is sent ``notifications/cancelled``); the rest is done
+here once the exchange is over. In short: a modern client's disconnect cancels; a legacy
+client's does not (L-TR §Sending Messages: "SHOULD NOT"; its exchange, ``LegacyCall``, goes
+on to its end, nothing more is sent, and the access log says the client left, 499), but a
+reset for not reading does; the client's own cancel gets no answer (an empty event stream
+if nothing was sent yet); the session's ``DELETE`` or expiry gets ``on_cancel()`` as the
+final answer; a spent drain budget gets -31004 as JSON or as the last event; a forwarded
+listen ends with its graceful result when the drain starts or its lifetime is over.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import Any
 
 import anyio
 import orjson
+from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
@@ -47,8 +50,9 @@ from gateway.http.drain import SHUTTING_DOWN
 from gateway.http.inflight import InFlight
 from gateway.http.observe import note_answer, note_cancelled
 from gateway.http.resume import Resumable
-from gateway.http.sse import SSE_HEADERS, SseWriter, Watch
+from gateway.http.sse import SSE_HEADERS, Feed, SseWriter, Watch
 from gateway.http.wire import gateway_error_response, rejection_response
+from gateway.protocol.answer import Action, Actions, Answer, Event, Kind, State
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
 from gateway.relay.exchange import Rejected
@@ -97,6 +101,26 @@ class Unbatched:
         return pending
 
 
+class _PolledWriter(SseWriter):
+    """A legacy answer's writer: when a polling stream's connection is closed (its response
+    ended while the call goes on, ``gateway.http.resume``), the answer's machine is told."""
+
+    __slots__ = ("_feed",)
+
+    def __init__(self, send: Send, feed: Feed) -> None:
+        super().__init__(send)
+        self._feed = feed
+
+    async def end(self) -> None:
+        if not self.ended:
+            self._feed(Event.POLL_CLOSED)
+        await super().end()
+
+
+def _shutting_down() -> GatewayUnavailableError:
+    return GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
+
+
 @dataclass(frozen=True, slots=True)
 class LegacyCall:
     """A legacy request's hooks: ``handle`` (the session cancels it), ``on_cancel`` (the final
@@ -108,6 +132,28 @@ class LegacyCall:
 
 
 class LazyStream:
+    __slots__ = (
+        "_closing",
+        "_error_statuses",
+        "_events",
+        "_exchange",
+        "_graceful_end",
+        "_headers",
+        "_in_flight",
+        "_keepalive",
+        "_legacy",
+        "_machine",
+        "_max_seconds",
+        "_principal",
+        "_receive",
+        "_request_id",
+        "_resumable",
+        "_scope",
+        "_send",
+        "_watch",
+        "_writer",
+    )
+
     def __init__(
         self,
         exchange: AsyncIterator[events.Emitted],
@@ -130,18 +176,19 @@ class LazyStream:
         # Where a POSTed notifications/cancelled finds this request (modern requests only).
         self._in_flight = in_flight
         self._principal = principal
-        self._watch: Watch | None = None
-        self._cancelled = False  # by the client's notifications/cancelled: no answer follows
         self._legacy = legacy
         # A legacy session's SSE answer: event ids, kept for a resume (gateway.http.resume).
         self._resumable = resumable
-        # A forwarded subscriptions/listen: when the gateway drains, the stream ends with this
-        # (the graceful result) at once, instead of waiting out the drain budget.
+        # A forwarded subscriptions/listen (a modern answer): when the gateway drains, the stream
+        # ends with this (the graceful result) at once, instead of waiting out the drain budget;
+        # so it does after its lifetime (--max-stream-seconds, ``max_seconds``).
         self._graceful_end = graceful_end
-        # A forwarded subscriptions/listen's lifetime (--max-stream-seconds): then it ends the same way.
         self._max_seconds = max_seconds
+        kind = Kind.LEGACY if legacy is not None else Kind.CALL if graceful_end is None else Kind.LISTEN
+        self._machine = Answer(kind)
+        self._closing: Actions = ()  # actions of events from outside, done once the exchange is over
+        self._watch: Watch | None = None
         self._request_id = request_id
-        self._finished = False  # the final answer sent
         # Modern Streamable HTTP maps some errors to statuses: "method not implemented" is 404 with
         # -32601, so a client can tell it from a legacy HTTP+SSE host's bare 404 (SHTTP §Protocol
         # Version Header); a missing client capability is 400 with -32021 (basic/index §_meta).
@@ -149,11 +196,22 @@ class LazyStream:
         self._headers = headers or []
 
     def cancel(self) -> None:
-        """The client cancelled this request: stop the exchange (the child is told, with
-        its own id) and end the answer without a final message."""
-        self._cancelled = True
-        if self._watch is not None:
-            self._watch.cancel()
+        """The client cancelled this request (a POSTed ``notifications/cancelled``)."""
+        self._feed(Event.POSTED_CANCEL)
+
+    def _feed(self, event: Event) -> None:
+        """What happened to the request, from outside its task: a leading ``STOP`` is done now,
+        the rest once the exchange is over."""
+        actions = self._machine.step(event)
+        if actions and actions[0] is Action.STOP:
+            if self._watch is not None:
+                self._watch.cancel()
+            actions = actions[1:]
+        if actions:
+            self._closing += actions
+
+    def _session_cancelled(self, reply: bool) -> None:
+        self._feed(Event.SESSION_CANCEL_REPLY if reply else Event.SESSION_CANCEL)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         in_flight, legacy = self._in_flight, self._legacy
@@ -169,125 +227,105 @@ class LazyStream:
                 in_flight.discard(key, self)
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
-        legacy = self._legacy
+        legacy, machine = self._legacy, self._machine
         watch = self._watch = Watch(
-            scope, receive, end_on_drain=self._graceful_end is not None, outlives_client=legacy is not None
+            scope,
+            receive,
+            end_on_drain=machine.kind is Kind.LISTEN,
+            outlives_client=legacy is not None,
+            feed=self._feed,
         )
-        if self._cancelled:
-            watch.cancel()
-        expired = False
         if legacy is None:
-            writer = SseWriter(send)
+            self._writer = SseWriter(send)
             if self._max_seconds is not None:
                 watch.cancel_scope.deadline = anyio.current_time() + self._max_seconds
-            await watch.run(lambda: self._respond(scope, receive, send, writer))
-            expired = (
-                self._max_seconds is not None
-                and watch.cancel_scope.cancelled_caught
-                and anyio.current_time() >= watch.cancel_scope.deadline
-            )
         else:
             send = _unless_gone(watch, send)
-            writer = SseWriter(send)
-            handle = legacy.handle
-            handle.attach(watch.cancel_scope)  # the session cancels it through the watch's scope
-            await watch.run(lambda: self._respond(scope, receive, send, writer))
-            if handle.cancelled and not self._finished:
-                await self._legacy_cancelled(scope, receive, send, writer, legacy)
-            if watch.left:
-                note_cancelled(scope)  # its work went on to the end; the client was not there for it
-        if self._finished:
+            self._writer = SseWriter(send) if self._resumable is None else _PolledWriter(send, self._feed)
+            legacy.handle.attach(watch.cancel_scope, self._session_cancelled)  # may decide it at once
+        self._scope, self._receive, self._send = scope, receive, send
+        if machine.state is State.WAITING:  # not cancelled before it began
+            await watch.run(self._respond)
+        if not (machine.is_live or self._closing or watch.cancel_scope.cancel_called):
             # The usual end: nothing cancels this task here (the watch's scope is closed, the
             # drain cancels only that), so closing the exchange (its lease) needs no shield.
             await self._exchange.aclose()  # type: ignore[attr-defined]
             return
-        drain = watch.drain
-        shut_down = drain is not None and drain.cancel.is_set()
         with anyio.CancelScope(shield=True):
             await self._exchange.aclose()  # type: ignore[attr-defined]
-            if (watch.drained or expired) and self._graceful_end is not None and (writer.started or expired):
-                self._finished = True
-                if not writer.started:
-                    await writer.start([*SSE_HEADERS, *self._headers])
-                await writer.write_message(self._graceful_end)
-                await writer.end()
-            elif shut_down:
-                await self._shutdown_answer(scope, receive, send, writer)
-            elif self._cancelled:
-                note_cancelled(scope)  # by the client's notifications/cancelled: no answer
-                self._finished = True
-                if not writer.started:
-                    await writer.start([*SSE_HEADERS, *self._headers])
-                await writer.end()
-            else:
-                note_cancelled(scope)  # the client left first (for a modern one, the child was told)
+            closing, self._closing = self._closing, ()
+            if machine.is_live:  # stopped, and the machine was not told why
+                expired = watch.cancel_scope.deadline <= anyio.current_time()
+                closing += machine.step(Event.DEADLINE if expired else Event.STOPPED)
+            await self._do(closing)
 
-    async def _legacy_cancelled(
-        self, scope: Scope, receive: Receive, send: Send, writer: SseWriter, legacy: LegacyCall
-    ) -> None:
-        """The session cancelled the request before its answer: none after the client's own
-        ``notifications/cancelled``; ``on_cancel()`` after a ``DELETE`` or expiry."""
-        if not legacy.handle.reply:  # the client's own notifications/cancelled: no answer
-            self._cancelled = True
-            return
-        self._finished = True  # ended by the gateway (DELETE, expiry): the client is told
-        final = legacy.on_cancel()
-        if writer.ended:  # a polling stream's connection was closed already
-            return
-        if writer.started:
-            note_answer(scope, final)
-            await writer.write_message(final)
-            await writer.end()
-        else:
-            await self._json(scope, receive, send, events.Final(final))
-
-    async def _shutdown_answer(self, scope: Scope, receive: Receive, send: Send, writer: SseWriter) -> None:
-        """The drain budget ran out: end this request with a clear error, not a dropped connection."""
-        error = GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
-        note_answer(scope, {"error": error.error_object()})
-        if writer.ended:
-            return
-        if not writer.started:
-            await gateway_error_response(error, self._request_id)(scope, receive, send)
-            return
-        final = {"jsonrpc": "2.0", "id": self._request_id, "error": error.error_object()}
-        await writer.write_message(final)
-        await writer.end()
-
-    async def _respond(self, scope: Scope, receive: Receive, send: Send, writer: SseWriter) -> None:
+    async def _respond(self) -> None:
+        step = self._machine.step
         try:
             first = await self._events.__anext__()
         except GatewayUnavailableError as exc:
-            self._finished = True
-            await gateway_error_response(exc, self._request_id)(scope, receive, send)
+            await self._do(step(Event.REFUSED), refusal=gateway_error_response(exc, self._request_id))
             return
         except Rejected as exc:
-            self._finished = True
-            await rejection_response(exc.rejection)(scope, receive, send)
+            await self._do(step(Event.REFUSED), refusal=rejection_response(exc.rejection))
             return
-        except StopAsyncIteration:
-            # Cancelled by the client before any answer: a cancelled request gets none, so
-            # the answer is an event stream that ends at once, with no message in it.
-            note_cancelled(scope)
-            self._finished = True
-            await writer.start([*SSE_HEADERS, *self._headers])
-            await writer.end()
+        except StopAsyncIteration:  # ended before any answer (cancelled): none is given
+            await self._do(step(Event.EXHAUSTED))
             return
-        if type(first) is events.Final:
-            self._finished = True
-            await self._json(scope, receive, send, first)
-            return
-        if self._resumable is not None and self._watch is not None:
-            headers = [*SSE_HEADERS, *self._headers]
-            last = await self._resumable.run(writer, self._events, first, self._watch, headers)
-        else:
-            await writer.start([*SSE_HEADERS, *self._headers])
-            last = await self._stream(writer, first)
-        if last is not None:
-            note_answer(scope, last.message)
-            self._finished = True
-        await writer.end()
-        self._finished = True
+        await self._do(step(Event.FIRST_FINAL if type(first) is events.Final else Event.FIRST_NOTE), first)
+
+    async def _do(self, actions: Actions, event: events.Event | None = None, refusal: Response | None = None) -> None:
+        """Carry out the machine's ``actions`` in order (``event``: the exchange's, they are about)."""
+        writer = self._writer
+        for action in actions:
+            if action is Action.SEND_JSON:
+                assert isinstance(event, events.Final)
+                await self._json(event)
+            elif action is Action.STREAM:
+                assert event is not None
+                last = await self._stream_answer(event)
+                await self._do(self._machine.step(Event.EXHAUSTED if last is None else Event.FINAL), last)
+            elif action is Action.END_SSE:
+                await writer.end()
+            elif action is Action.NOTE_ANSWER:
+                assert event is not None
+                note_answer(self._scope, event.message)
+            elif action is Action.NOTE_CANCELLED:
+                note_cancelled(self._scope)
+            elif action is Action.START_SSE:
+                await writer.start([*SSE_HEADERS, *self._headers])
+            elif action is Action.SEND_REFUSAL:
+                assert refusal is not None
+                await refusal(self._scope, self._receive, self._send)
+            elif action is Action.WRITE_GRACEFUL:
+                assert self._graceful_end is not None
+                await writer.write_message(self._graceful_end)
+            elif action is Action.NOTE_SHUTDOWN:
+                note_answer(self._scope, {"error": _shutting_down().error_object()})
+            elif action is Action.SHUTDOWN_JSON:
+                await gateway_error_response(_shutting_down(), self._request_id)(self._scope, self._receive, self._send)
+            elif action is Action.SHUTDOWN_EVENT:
+                error = _shutting_down().error_object()
+                await writer.write_message({"jsonrpc": "2.0", "id": self._request_id, "error": error})
+            elif action is Action.REPLY_JSON:
+                assert self._legacy is not None
+                await self._json(events.Final(self._legacy.on_cancel()))
+            elif action is Action.REPLY_EVENT:
+                assert self._legacy is not None
+                final = self._legacy.on_cancel()
+                note_answer(self._scope, final)
+                await writer.write_message(final)
+            else:  # pragma: no cover - STOP is done where the event came from (_feed)
+                raise AssertionError(action)
+
+    async def _stream_answer(self, first: events.Event) -> events.Event | None:
+        """``Action.STREAM``: open the event stream, write up to the ``Final`` (returned; None: none came)."""
+        headers = [*SSE_HEADERS, *self._headers]
+        if self._resumable is not None:
+            assert self._watch is not None
+            return await self._resumable.run(self._writer, self._events, first, self._watch, headers)
+        await self._writer.start(headers)
+        return await self._stream(self._writer, first)
 
     async def _stream(self, writer: SseWriter, first: events.Event) -> events.Event | None:
         """The events after ``first`` as they come, up to the ``Final`` (returned; None: none came).
@@ -325,11 +363,12 @@ class LazyStream:
                 tg.cancel_scope.cancel()
         return last
 
-    async def _json(self, scope: Scope, receive: Receive, send: Send, final: events.Final) -> None:
+    async def _json(self, final: events.Final) -> None:
+        scope, send = self._scope, self._send
         note_answer(scope, final.message)
         body = orjson.dumps(final.message)
         if not replies.reserve(body):
-            await gateway_error_response(replies.over_budget(), self._request_id)(scope, receive, send)
+            await gateway_error_response(replies.over_budget(), self._request_id)(scope, self._receive, send)
             return
         code = final.error_code
         start = {

@@ -62,12 +62,13 @@ class CancelHandle:
     receiver SHOULD NOT respond), but yes when the gateway ends the request (``DELETE``,
     expiry, shutdown), so that a waiting client is told why."""
 
-    __slots__ = ("_scope", "cancelled", "reply")
+    __slots__ = ("_scope", "_tell", "cancelled", "reply")
 
     def __init__(self) -> None:
         self.reply = True
         self.cancelled = False
         self._scope: anyio.CancelScope | None = None
+        self._tell: Callable[[bool], None] | None = None
 
     @property
     def scope(self) -> anyio.CancelScope:
@@ -77,17 +78,25 @@ class CancelHandle:
         assert self._scope is not None
         return self._scope
 
-    def attach(self, scope: anyio.CancelScope) -> None:
+    def attach(self, scope: anyio.CancelScope, tell: Callable[[bool], None] | None = None) -> None:
         """Cancel ``scope`` (a response's own, so no second scope per request), at once if
-        the request was cancelled already."""
+        the request was cancelled already. ``tell``: call ``tell(reply)`` instead, and let it
+        decide (a response's answer machine, ``gateway.protocol.answer``: ``SESSION_CANCEL``,
+        ``SESSION_CANCEL_REPLY``)."""
         self._scope = scope
+        self._tell = tell
         if self.cancelled:
-            scope.cancel()
+            self._end()
 
     def cancel(self, *, reply: bool) -> None:
         self.reply = reply
         self.cancelled = True
-        if self._scope is not None:
+        self._end()
+
+    def _end(self) -> None:
+        if self._tell is not None:
+            self._tell(self.reply)
+        elif self._scope is not None:
             self._scope.cancel()
 
 

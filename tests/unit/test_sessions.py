@@ -67,3 +67,17 @@ async def test_a_cancel_handle_cancels_the_scope_it_is_attached_to_even_when_can
     assert late_scope.cancel_called
     assert late.reply
     assert late.scope is late_scope  # no second scope of its own
+
+
+async def test_a_cancel_handle_attached_with_tell_tells_instead_of_cancelling() -> None:
+    early, late = CancelHandle(), CancelHandle()
+    early.cancel(reply=False)
+    told: list[tuple[str, bool]] = []
+    early_scope, late_scope = anyio.CancelScope(), anyio.CancelScope()
+    early.attach(early_scope, lambda reply: told.append(("early", reply)))  # told on attaching
+    late.attach(late_scope, lambda reply: told.append(("late", reply)))
+    assert told == [("early", False)]
+    late.cancel(reply=True)  # DELETE, expiry
+    assert told == [("early", False), ("late", True)]
+    assert not early_scope.cancel_called  # the answer's machine decides whether it stops
+    assert not late_scope.cancel_called
