@@ -1,0 +1,101 @@
+"""Who owns which task, over fake children (issue #27, "structured concurrency throughout").
+
+- A router opens a pool with ``TaskGroup.start`` (``gateway.relay.pools``): the pool is entered
+  inside the started task, so a failure to enter it reaches the request that asked, and no
+  pool that never ran is returned or kept; a request that waited for that pool opens one
+  itself; a request cancelled while its pool opens leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from gateway.relay.router import Isolation, Router, ServerConfig
+from gateway.stdio.pool import Pool, PoolSettings
+from tests.component.fakechild import FakeBackend, fake_backend
+from tests.component.harness import FAKE_SPEC
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 20.0
+
+
+class EnteringRefused(Exception):
+    """What a pool raises on entering, in these tests."""
+
+
+def principal_router(backend: FakeBackend) -> Router:
+    """A router whose pools are opened on demand (one per principal): none pre-warms."""
+    return Router(ServerConfig("test", FAKE_SPEC, PoolSettings(), Isolation.PRINCIPAL), backend=backend)
+
+
+def refuse_first_entry(monkeypatch: pytest.MonkeyPatch, entering: anyio.Event, go_on: anyio.Event) -> None:
+    """The first pool entered signals ``entering``, waits for ``go_on`` and raises; the others run."""
+    original = Pool._run
+    entries = 0
+
+    @asynccontextmanager
+    async def run(self: Pool) -> AsyncIterator[Pool]:
+        nonlocal entries
+        entries += 1
+        if entries == 1:
+            entering.set()
+            await go_on.wait()
+            raise EnteringRefused(self.label)
+        async with original(self) as pool:
+            yield pool
+
+    monkeypatch.setattr(Pool, "_run", run)
+
+
+async def test_a_pool_that_fails_to_enter_raises_to_its_caller_and_is_not_kept_and_a_waiter_opens_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entering, go_on = anyio.Event(), anyio.Event()
+    refuse_first_entry(monkeypatch, entering, go_on)
+    outcomes: dict[str, object] = {}
+    with anyio.fail_after(BOUND):
+        async with fake_backend() as backend, principal_router(backend) as router:
+
+            async def ask(who: str) -> None:
+                try:
+                    outcomes[who] = await router.pool_for("alice", None, {})
+                except EnteringRefused as exc:
+                    outcomes[who] = exc
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask, "first")
+                await entering.wait()  # the first request's pool is being entered
+                assert len(router.pools) == 1  # registered while it opens, so others wait for it
+                tg.start_soon(ask, "waiter")
+                await anyio.wait_all_tasks_blocked()  # the waiter waits for that opening
+                assert "waiter" not in outcomes
+                go_on.set()
+            assert isinstance(outcomes["first"], EnteringRefused)
+            opened = outcomes["waiter"]
+            assert isinstance(opened, Pool)  # its own, opened once the first had failed
+            assert list(router.pools.values()) == [opened]
+            async with opened.lease() as child:  # it runs: a child serves it
+                assert child.info is not None
+
+
+async def test_a_request_cancelled_while_its_pool_opens_leaves_no_pool_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    entering, never = anyio.Event(), anyio.Event()
+    refuse_first_entry(monkeypatch, entering, never)
+    with anyio.fail_after(BOUND):
+        async with fake_backend() as backend, principal_router(backend) as router:
+            async with anyio.create_task_group() as tg:
+
+                async def ask() -> None:
+                    await router.pool_for("alice", None, {})
+
+                tg.start_soon(ask)
+                await entering.wait()
+                tg.cancel_scope.cancel()  # the client went away while its pool was being entered
+            assert router.pools == {}
+            pool = await router.pool_for("alice", None, {})  # a new request opens a new pool
+            assert list(router.pools.values()) == [pool]
