@@ -4,24 +4,31 @@
   inside the started task, so a failure to enter it reaches the request that asked, and no
   pool that never ran is returned or kept; a request that waited for that pool opens one
   itself; a request cancelled while its pool opens leaves nothing behind.
+- A parked MRTR call's keeper is a task of the service's task group
+  (``gateway.relay.service``): when the app's lifespan ends, the keeper ends the call, while
+  its child still runs (the routers' groups close after the service's).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
 import pytest
 
+from gateway.protocol.handshake import META_CLIENT_CAPABILITIES
 from gateway.relay.router import Isolation, Router, ServerConfig
 from gateway.stdio.pool import Pool, PoolSettings
-from tests.component.fakechild import FakeBackend, fake_backend
-from tests.component.harness import FAKE_SPEC
+from tests.component.fakechild import FakeBackend, FakeChild, Script, fake_backend
+from tests.component.harness import FAKE_SPEC, in_process_gateway
+from tests.gateway_server import modern_call, modern_headers
 
 pytestmark = pytest.mark.anyio
 
 BOUND = 20.0
+SAMPLE = {"messages": [{"role": "user", "content": {"type": "text", "text": "say hi"}}], "maxTokens": 5}
 
 
 class EnteringRefused(Exception):
@@ -99,3 +106,38 @@ async def test_a_request_cancelled_while_its_pool_opens_leaves_no_pool_behind(mo
             assert router.pools == {}
             pool = await router.pool_for("alice", None, {})  # a new request opens a new pool
             assert list(router.pools.values()) == [pool]
+
+
+class KeeperWatch(logging.Handler):
+    """Notes, when the keeper of a parked call says it ended, why, and whether its child runs."""
+
+    def __init__(self, child: FakeChild) -> None:
+        super().__init__()
+        self.child = child
+        self.ended: list[tuple[str, bool]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "parked tools/call ended" in message:
+            self.ended.append((message, self.child.is_running))
+
+
+async def test_a_parked_call_is_ended_by_its_keeper_when_the_lifespan_ends_while_its_child_still_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    call = modern_call(1, "ask", {"method": "sampling/createMessage", "params": SAMPLE})
+    call["params"]["_meta"][META_CLIENT_CAPABILITIES] = {"sampling": {}}
+    mrtr = logging.getLogger("gateway.mrtr")
+    caplog.set_level(logging.INFO, logger="gateway.mrtr")  # the keeper says so at INFO
+    with anyio.fail_after(BOUND):
+        async with fake_backend(Script(era="legacy")) as backend:
+            async with in_process_gateway(backend) as gw:
+                first = (await gw.http.post(gw.url, headers=modern_headers("tools/call", "ask"), json=call)).json()
+                assert first["result"]["resultType"] == "input_required"
+                [parked] = backend.running_calls("ask")  # held at the child: its question is unanswered
+                watch = KeeperWatch(parked.child)
+                mrtr.addHandler(watch)
+            mrtr.removeHandler(watch)
+            # The service's task group (the keeper's) closed before the routers' (the child's).
+            assert watch.ended == [("test: parked tools/call ended: the gateway is stopping", True)]
+            assert not parked.child.is_running  # and then the child was stopped
