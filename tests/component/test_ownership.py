@@ -7,19 +7,28 @@
 - A parked MRTR call's keeper is a task of the service's task group
   (``gateway.relay.service``): when the app's lifespan ends, the keeper ends the call, while
   its child still runs (the routers' groups close after the service's).
+- The drain a signal starts is a task of the server's main loop (``gateway.server``), not a
+  task nobody holds: it ends when the main loop does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio
 import pytest
+import uvicorn
+from starlette.types import Receive, Scope, Send
 
+from gateway.http.drain import Drain
 from gateway.protocol.handshake import META_CLIENT_CAPABILITIES
 from gateway.relay.router import Isolation, Router, ServerConfig
+from gateway.server import DrainingServer
 from gateway.stdio.pool import Pool, PoolSettings
 from tests.component.fakechild import FakeBackend, FakeChild, Script, fake_backend
 from tests.component.harness import FAKE_SPEC, in_process_gateway
@@ -141,3 +150,32 @@ async def test_a_parked_call_is_ended_by_its_keeper_when_the_lifespan_ends_while
             # The service's task group (the keeper's) closed before the routers' (the child's).
             assert watch.ended == [("test: parked tools/call ended: the gateway is stopping", True)]
             assert not parked.child.is_running  # and then the child was stopped
+
+
+async def asgi_app(scope: Scope, receive: Receive, send: Send) -> None:
+    raise AssertionError("never called: the test runs the server's main loop without a socket")
+
+
+def drain_tasks() -> list[asyncio.Task[Any]]:
+    """The tasks running the drain: named for it (anyio's), or a bare task of its coroutine."""
+    return [task for task in asyncio.all_tasks() if "_drain_then_exit" in f"{task.get_name()} {task.get_coro()!r}"]
+
+
+async def test_the_drain_a_signal_starts_ends_with_the_servers_main_loop() -> None:
+    drain = Drain()
+    drain.enter()  # a request in flight that never ends: the drain waits for it
+    config = uvicorn.Config(asgi_app, lifespan="off", log_level="warning")
+    config.load()
+    server = DrainingServer(config, drain, budget=3600)
+    try:
+        with anyio.fail_after(BOUND):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(server.main_loop)
+                await anyio.wait_all_tasks_blocked()
+                server.handle_exit(signal.SIGTERM, None)  # the first signal: drain
+                await drain.ending.wait()  # the drain runs: it waits for the request in flight
+                assert drain_tasks() != []
+                server.handle_exit(signal.SIGTERM, None)  # the second: stop now (main_loop returns)
+            assert drain_tasks() == []  # the drain ended with the main loop, not left pending
+    finally:
+        drain.leave()
