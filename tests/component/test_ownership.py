@@ -7,6 +7,9 @@
 - A parked MRTR call's keeper is a task of the service's task group
   (``gateway.relay.service``): when the app's lifespan ends, the keeper ends the call, while
   its child still runs (the routers' groups close after the service's).
+- No lock is held across a child's answer: a child that never answers ``resources/subscribe``
+  holds up no other client's listen (the subscription counts once held one lock per server
+  across it, with no timeout).
 - The drain a signal starts is a task of the server's main loop (``gateway.server``), not a
   task nobody holds: it ends when the main loop does.
 """
@@ -30,9 +33,9 @@ from gateway.protocol.handshake import META_CLIENT_CAPABILITIES
 from gateway.relay.router import Isolation, Router, ServerConfig
 from gateway.server import DrainingServer
 from gateway.stdio.pool import Pool, PoolSettings
-from tests.component.fakechild import FakeBackend, FakeChild, Script, fake_backend
+from tests.component.fakechild import FakeBackend, FakeChild, JsonObject, Script, fake_backend
 from tests.component.harness import FAKE_SPEC, in_process_gateway
-from tests.gateway_server import modern_call, modern_headers
+from tests.gateway_server import MODERN_META, modern_call, modern_headers
 
 pytestmark = pytest.mark.anyio
 
@@ -150,6 +153,49 @@ async def test_a_parked_call_is_ended_by_its_keeper_when_the_lifespan_ends_while
             # The service's task group (the keeper's) closed before the routers' (the child's).
             assert watch.ended == [("test: parked tools/call ended: the gateway is stopping", True)]
             assert not parked.child.is_running  # and then the child was stopped
+
+
+IDENTITY: dict[str, Any] = {"principal_header": "X-User", "trusted_proxies": ["127.0.0.0/8"]}
+SUBSCRIBING: JsonObject = {"tools": {"listChanged": True}, "resources": {"subscribe": True}}
+
+
+def listen_request(listen_id: str, uri: str) -> JsonObject:
+    params = {"notifications": {"resourceSubscriptions": [uri]}, "_meta": MODERN_META}
+    return {"jsonrpc": "2.0", "id": listen_id, "method": "subscriptions/listen", "params": params}
+
+
+async def test_a_child_that_does_not_answer_subscribe_holds_up_no_other_clients_listen() -> None:
+    stuck_arrived, release_stuck = anyio.Event(), anyio.Event()
+    subscribed: list[FakeChild] = []
+
+    async def subscribe(child: FakeChild, params: JsonObject) -> JsonObject:
+        subscribed.append(child)
+        if len(subscribed) == 1:  # the first child asked (alice's) answers only when released
+            stuck_arrived.set()
+            await release_stuck.wait()
+        return {}
+
+    script = Script(era="legacy", capabilities=SUBSCRIBING, on_request={"resources/subscribe": subscribe})
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend(script) as backend,
+            in_process_gateway(backend, isolation=Isolation.PRINCIPAL, **IDENTITY) as gw,
+        ):
+            headers = modern_headers("subscriptions/listen")
+            alice = gw.open(listen_request("a", "file:///x"), {**headers, "X-User": "alice"})
+            async with alice as stuck:
+                await stuck_arrived.wait()  # alice's child holds her subscribe (a per-server lock would be held now)
+                async with gw.open(listen_request("b", "file:///x"), {**headers, "X-User": "bob"}) as fine:
+                    ack = await fine.next_message()  # bob's child answers at once: his listen goes on
+                    assert ack is not None
+                    assert ack["method"] == "notifications/subscriptions/acknowledged"
+                    assert ack["params"]["notifications"] == {"resourceSubscriptions": ["file:///x"]}
+                    assert stuck.sent_nothing()  # alice's is still waiting for her child
+                    assert subscribed[0] is not subscribed[1]  # each on a child of their own pool
+                release_stuck.set()
+                late = await stuck.next_message()
+                assert late is not None
+                assert late["params"]["notifications"] == {"resourceSubscriptions": ["file:///x"]}
 
 
 async def asgi_app(scope: Scope, receive: Receive, send: Send) -> None:
