@@ -4,9 +4,9 @@
   inside the started task, so a failure to enter it reaches the request that asked, and no
   pool that never ran is returned or kept; a request that waited for that pool opens one
   itself; a request cancelled while its pool opens leaves nothing behind.
-- A parked MRTR call's keeper is a task of the service's task group
-  (``gateway.relay.service``): when the app's lifespan ends, the keeper ends the call, while
-  its child still runs (the routers' groups close after the service's).
+- A parked MRTR call's keeper and a call running as a task are tasks of the service's task
+  group (``gateway.relay.service``): they end with the app's lifespan, the keeper while its
+  child still runs (the routers' groups close after the service's).
 - No lock is held across a child's answer: a child that never answers ``resources/subscribe``
   holds up no other client's listen (the subscription counts once held one lock per server
   across it, with no timeout).
@@ -24,22 +24,25 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
 from gateway.http.drain import Drain
+from gateway.protocol import tasks as task_rules
 from gateway.protocol.handshake import META_CLIENT_CAPABILITIES
 from gateway.relay.router import Isolation, Router, ServerConfig
 from gateway.server import DrainingServer
 from gateway.stdio.pool import Pool, PoolSettings
 from tests.component.fakechild import FakeBackend, FakeChild, JsonObject, Script, fake_backend
-from tests.component.harness import FAKE_SPEC, in_process_gateway
-from tests.gateway_server import MODERN_META, modern_call, modern_headers
+from tests.component.harness import FAKE_SPEC, in_process_gateway, lifespan
+from tests.gateway_server import MODERN_META, app_for, modern_call, modern_headers
 
 pytestmark = pytest.mark.anyio
 
 BOUND = 20.0
+BASE_URL = "http://127.0.0.1"
 SAMPLE = {"messages": [{"role": "user", "content": {"type": "text", "text": "say hi"}}], "maxTokens": 5}
 
 
@@ -153,6 +156,28 @@ async def test_a_parked_call_is_ended_by_its_keeper_when_the_lifespan_ends_while
             # The service's task group (the keeper's) closed before the routers' (the child's).
             assert watch.ended == [("test: parked tools/call ended: the gateway is stopping", True)]
             assert not parked.child.is_running  # and then the child was stopped
+
+
+async def test_a_call_running_as_a_task_ends_with_the_lifespan_not_after_it() -> None:
+    server = ServerConfig("test", FAKE_SPEC, PoolSettings(), task_tools=("hold",))
+    call = modern_call(1, "hold")
+    call["params"]["_meta"][META_CLIENT_CAPABILITIES] = {"extensions": {task_rules.EXTENSION: {}}}
+    with anyio.fail_after(BOUND):
+        async with fake_backend(Script(era="modern")) as backend:
+            app = app_for(Router(server, backend=backend))
+            async with lifespan(app):
+                store = app.state.service.by_name["test"].relay.tasks
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL) as http:
+                    reply = await http.post("/mcp", headers=modern_headers("tools/call", "hold"), json=call)
+                    created = reply.json()["result"]
+                    assert created["resultType"] == "task"  # at once; the call goes on as a task
+                [held] = await backend.wait_calls(1, "hold")
+                assert store.live() == 1
+            # The run was a task of the service's group: it ended (failed: the gateway stopped)
+            # when the lifespan did, its call at the child never answered.
+            assert store.status(created["taskId"]) == "failed"
+            assert store.live() == 0
+            assert not held.is_released
 
 
 IDENTITY: dict[str, Any] = {"principal_header": "X-User", "trusted_proxies": ["127.0.0.0/8"]}
