@@ -14,7 +14,6 @@ ended too (``process.sweep_descendants``). Exit code 0. A second signal skips th
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import logging
 import shlex
@@ -24,6 +23,7 @@ import sys
 from types import FrameType
 from typing import Final
 
+import anyio
 import uvicorn
 from starlette.applications import Starlette
 
@@ -132,13 +132,15 @@ def build_app(
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn, but the first signal drains before the server stops."""
+    """uvicorn, but the first signal drains before the server stops. The drain runs in a task
+    group beside uvicorn's main loop (``main_loop``), so it has an owner and ends with it."""
 
     def __init__(self, config: uvicorn.Config, drain: Drain, budget: float) -> None:
         super().__init__(config)
         self.drain = drain
         self.budget = budget
         self._signals = 0
+        self._signalled: anyio.Event | None = None  # made in the event loop (main_loop)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self._signals += 1
@@ -148,9 +150,20 @@ class DrainingServer(uvicorn.Server):
             return
         log.info("received %s: draining (up to %.0f s)", signal.Signals(sig).name, self.budget)
         self.drain.begin()
-        asyncio.get_running_loop().create_task(self._drain_then_exit())
+        if self._signalled is not None:  # else main_loop has not begun yet: it sees _signals
+            self._signalled.set()
 
-    async def _drain_then_exit(self) -> None:
+    async def main_loop(self) -> None:
+        self._signalled = anyio.Event()
+        if self._signals:  # a signal came while the app started
+            self._signalled.set()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._drain_then_exit, self._signalled)
+            await super().main_loop()  # until should_exit: the drain's end, or a second signal
+            tg.cancel_scope.cancel()
+
+    async def _drain_then_exit(self, signalled: anyio.Event) -> None:
+        await signalled.wait()
         if await self.drain.wait_idle(self.budget):
             log.info("drained: every request finished")
         else:

@@ -22,6 +22,15 @@ The layers, innermost first (``docs/architecture.md`` draws them):
 ``gateway/protocol/`` is also checked for purity: no I/O, concurrency or clock module
 (``IO_MODULES``), no ``async def`` and no ``await``.
 
+All of ``gateway/`` is checked for tasks without an owner and locks held across a wait
+(``unowned_tasks``, issue #27): a task group is made only as an ``async with`` item (never
+``create_task_group()`` kept to be entered later) and never entered by hand
+(``tg.__aenter__()``); no task is started with ``create_task`` or ``ensure_future`` and its
+handle dropped; no ``async with`` of a lock (``self._lock``, ``anyio.Lock()``, a semaphore or
+limiter) awaits or yields inside. An object that owns a task group runs it in an ``async
+with`` of its own (``Pool._run``, ``RunningPools.running``) and, when it is itself a context
+manager, enters that one.
+
 Every import counts, also one inside a function (a function-local import that hides a cycle
 is still a cycle); only imports under ``if TYPE_CHECKING:`` are left out.
 """
@@ -29,6 +38,7 @@ is still a cycle); only imports under ``if TYPE_CHECKING:`` are left out.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -238,9 +248,77 @@ def impurities(root: Path = ROOT) -> list[str]:
     return found
 
 
+TASK_GROUP_NAME = re.compile(r"(?:^|_)(?:tg|task_group|group)$")
+"""What a task group held in a variable or attribute is called (``tg``, ``self._task_group``)."""
+SPAWNS = frozenset({"create_task", "ensure_future"})
+LOCK_NAME = re.compile(r"(?i)(?:lock|semaphore|limiter|mutex)$")
+"""What an async lock held in a variable or attribute is called."""
+
+
+def _called(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _names_task_group(node: ast.expr) -> bool:
+    if isinstance(node, ast.Call):
+        return _called(node) == "create_task_group"
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return bool(TASK_GROUP_NAME.search(name))
+
+
+def _names_lock(node: ast.expr) -> bool:
+    """``self._lock``, ``lock``, ``anyio.Lock()``, ``limiter`` (a semaphore or capacity limiter too)."""
+    if isinstance(node, ast.Call):
+        return _called(node) in ("Lock", "Semaphore", "CapacityLimiter", "Condition")
+    name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+    return bool(LOCK_NAME.search(name))
+
+
+def _waits(body: list[ast.stmt]) -> bool:
+    """Whether ``body`` awaits or yields (not counting functions defined in it)."""
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Await, ast.Yield, ast.YieldFrom, ast.AsyncFor, ast.AsyncWith)):
+            return True
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            pending.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def unowned_tasks(root: Path = ROOT) -> list[str]:
+    """Tasks and task groups without an owner, and locks held across a wait, anywhere in
+    ``root`` (the module docstring); in each file by line."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        where = module_name(path) if root == ROOT else path.relative_to(root).with_suffix("").as_posix()
+        withs = [node for node in ast.walk(tree) if isinstance(node, ast.AsyncWith)]
+        in_async_with = {id(item.context_expr) for node in withs for item in node.items}
+        dropped = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)}
+        problems = [
+            (held.lineno, "holds a lock across an await (decide under it, wait after)")
+            for held in withs
+            if any(_names_lock(item.context_expr) for item in held.items) and _waits(held.body)
+        ]
+        for node in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+            called = _called(node)
+            if called == "create_task_group" and id(node) not in in_async_with:
+                problems.append((node.lineno, "makes a task group outside `async with` (enter it there)"))
+            elif called in ("__aenter__", "__aexit__") and isinstance(node.func, ast.Attribute):
+                if _names_task_group(node.func.value):
+                    problems.append((node.lineno, f"enters a task group by hand ({called}; use `async with`)"))
+            elif called in SPAWNS and id(node) in dropped:
+                problems.append((node.lineno, f"starts a task nobody holds ({called}; start it in a task group)"))
+        found += [f"{where}:{line} {problem}" for line, problem in sorted(problems)]
+    return found
+
+
 def main() -> int:
     edges = graph()
     problems = crossings(edges) + [" -> ".join(cycle) + " (import cycle)" for cycle in cycles(edges)] + impurities()
+    problems += unowned_tasks()
     for problem in problems:
         print(problem)
     return 1 if problems else 0

@@ -123,12 +123,25 @@ async def _granian_serving(app: Any, sock: socket.socket | None, *, http: Any, *
                 await finished.wait()
 
 
+class _Server(uvicorn.Server):
+    """uvicorn, telling when its startup (the app's lifespan startup included) is done."""
+
+    def __init__(self, config: uvicorn.Config, started: anyio.Event) -> None:
+        super().__init__(config)
+        self.started_event = started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.started_event.set()
+
+
 @asynccontextmanager
 async def serving(
     app: Any, sock: socket.socket | None = None, *, http: type[asyncio.Protocol] = GuardedHttpTools, **config: Any
 ) -> AsyncIterator[str]:
     """Serve any ASGI app on a pre-bound 127.0.0.1 socket (``sock``, or a new one); yield its base
-    URL (always http://, also when ``config`` holds uvicorn's TLS options).
+    URL (always http://, also when ``config`` holds uvicorn's TLS options) once the app's
+    lifespan has started (what it opens, such as ``app.state.task_stores``, is there).
 
     ``http``: the protocol class, the gateway's own by default (``GuardedHttpTools.configured``
     gives it other limits)."""
@@ -138,20 +151,23 @@ async def serving(
         return
     sock = sock or loopback_socket()
     port = sock.getsockname()[1]
-    uv = uvicorn.Server(
-        uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5, http=http, **config)
+    started, finished = anyio.Event(), anyio.Event()
+    uv = _Server(
+        uvicorn.Config(app, lifespan="on", log_level="warning", timeout_graceful_shutdown=5, http=http, **config),
+        started,
     )
-    finished = anyio.Event()
 
     async def serve() -> None:
         try:
             await uv.serve([sock])
         finally:
+            started.set()  # also when it never started: the wait below must not hang
             finished.set()
 
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve)
+            await started.wait()  # the app's lifespan has started: what it opened is there
             try:
                 yield f"http://127.0.0.1:{port}"
             finally:

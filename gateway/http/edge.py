@@ -44,6 +44,7 @@ from gateway.http.cors import CorsPolicy, add_cors_headers
 from gateway.http.drain import Drain, draining_refusal
 from gateway.http.endpoint import BODY_TIMEOUT
 from gateway.http.forward_accept import AcceptForwards
+from gateway.http.lanes import Lane
 from gateway.http.limits import PrincipalQuotas, Slots, header_problem, header_refusal
 from gateway.http.observe import MAX_PARSED_ERROR_BYTES, PROBE_PATHS, ProbeAnswers, error_code_of, observe
 from gateway.http.operator import OperatorAccess
@@ -60,7 +61,7 @@ class Edge:
         self,
         app: ASGIApp,
         *,
-        lanes: Mapping[str, tuple[str, ASGIApp]],
+        lanes: Mapping[str, Lane],
         origins: OriginPolicy,
         quotas: PrincipalQuotas,
         drain: Drain,
@@ -72,8 +73,8 @@ class Edge:
         operator: OperatorAccess | None = None,
     ) -> None:
         """``app``: Starlette's own stack (its error and exception middleware, its router).
-        ``lanes``: MCP endpoint path → (server name, the endpoint's app, which the drain
-        check here guards)."""
+        ``lanes``: MCP endpoint path → its server's lane (``gateway.http.lanes``: the server's
+        name, and its endpoint's app, which the drain check here guards)."""
         self.app = app
         self.lanes = dict(lanes)
         self.origins = origins
@@ -100,7 +101,7 @@ class Edge:
         scope["gateway.drain"] = self.drain
         self.drain.enter()
         try:
-            await lane[1](scope, receive, send)
+            await lane.app(scope, receive, send)
         finally:
             self.drain.leave()
 
@@ -110,7 +111,7 @@ class Edge:
             return
         started = time.monotonic()  # the event loop's clock (anyio.current_time), read directly
         lane = self.lanes.get(scope["path"])
-        server = lane[0] if lane is not None else None
+        server = lane.server if lane is not None else None
         fields: dict[str, Any] = scope.setdefault("gateway.log", {})
         status = 0
         error_code: int | None = None
@@ -180,7 +181,7 @@ class Edge:
                 drain = scope["gateway.drain"] = self.drain
                 drain.enter()
                 try:
-                    await lane[1](scope, receive, send_edge)
+                    await lane.app(scope, receive, send_edge)
                 finally:
                     drain.leave()
         except Exception:  # a bug

@@ -30,13 +30,12 @@ from typing import Any, Final
 
 import anyio
 import orjson
-from anyio.abc import TaskGroup
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import CODE_CANCELLED, GatewayError
-from gateway.http import wire
+from gateway.http import session_requests, wire
 from gateway.http.connection import BODY_RECEIVED
 from gateway.http.inflight import InFlight
 from gateway.http.limits import SLOTS, Slots, client_key
@@ -48,8 +47,7 @@ from gateway.http.tasklisten import TaskListenStream
 from gateway.http.wire import rejection_response
 from gateway.protocol import eventlog, ingress, subscriptions
 from gateway.protocol import tasks as task_rules
-from gateway.protocol.eventlog import Unknown
-from gateway.protocol.headers import LAST_EVENT_ID, MCP_SESSION_ID
+from gateway.protocol.headers import MCP_SESSION_ID
 from gateway.protocol.jsonrpc import (
     METHOD_NOT_FOUND,
     MISSING_CLIENT_CAPABILITY,
@@ -63,14 +61,11 @@ from gateway.protocol.outcome import Accepted, Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import events
 from gateway.relay.client import ClientContext
-from gateway.relay.exchange import Relay, response
+from gateway.relay.exchange import response
 from gateway.relay.legacy import local_answer, open_session
-from gateway.relay.listens import Listens, open_listen
-from gateway.relay.session_listen import SessionListens
-from gateway.relay.sessions import CancelHandle, LegacySession, SessionStore
-from gateway.relay.shared_settings import SharedSettings
-from gateway.relay.streams import Lost
-from gateway.relay.unsolicited import Unsolicited
+from gateway.relay.listens import open_listen
+from gateway.relay.service import Served
+from gateway.relay.sessions import CancelHandle, LegacySession
 
 log = logging.getLogger("gateway.http")
 
@@ -118,8 +113,7 @@ async def read_body(headers: dict[str, str], receive: Receive, limit: int) -> by
 class McpEndpoint:
     def __init__(
         self,
-        relay: Relay,
-        sessions: SessionStore,
+        served: Served,
         *,
         max_body_bytes: int = MAX_BODY_BYTES,
         max_stream_seconds: float = MAX_STREAM_SECONDS,
@@ -127,19 +121,17 @@ class McpEndpoint:
         max_batch_size: int = ingress.MAX_BATCH_MESSAGES,
         sse_poll_seconds: float = SSE_POLL_SECONDS,
     ) -> None:
-        self.relay = relay
+        """``served``: the server's relay and sessions, finished (``gateway.relay.service``)."""
+        self.relay = served.relay
         self.sse_poll_seconds = sse_poll_seconds
-        self.sessions = sessions
-        relay.settings = settings = SharedSettings(sessions.on_child)  # per-client settings on shared children
+        self.sessions = served.sessions
         self.max_body_bytes = max_body_bytes
         self.body_timeout = body_timeout
         self.max_batch_size = max_batch_size
         self.max_stream_seconds = max_stream_seconds
-        self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs session listens
-        self.listens = Listens()  # emulated subscriptions/listen streams (legacy children)
+        self.listens = served.listens  # emulated subscriptions/listen streams (legacy children)
         self.in_flight = InFlight()  # modern requests being answered: a POSTed cancelled names one
-        self.session_listens = SessionListens()  # legacy sessions' resource subscriptions on modern children
-        self.unsolicited = Unsolicited(sessions, self.listens, settings)  # create_app attaches it to the router
+        self.session_listens = served.session_listens  # legacy sessions' resource subscriptions on modern children
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The endpoint as a pure ASGI app (no ``Request`` object, no exception wrapper: it
@@ -159,10 +151,16 @@ class McpEndpoint:
         owner = client_key(scope)  # whose limits, crash strikes and cancels (the principal, or the peer)
         if method == "GET":
             scope.setdefault("gateway.log", {}).update(method="GET stream", era="legacy")
-            return self._get(headers, principal)
+            return session_requests.stream(
+                headers,
+                principal,
+                self.sessions,
+                max_stream_seconds=self.max_stream_seconds,
+                sse_poll_seconds=self.sse_poll_seconds,
+            )
         if method == "DELETE":
             scope.setdefault("gateway.log", {}).update(method="DELETE session", era="legacy")
-            return self._delete(headers, principal)
+            return session_requests.end(headers, principal, self.sessions)
         if method != "POST":
             return wire.error_response(
                 405,
@@ -302,13 +300,13 @@ class McpEndpoint:
         if session is None or session.principal != principal:
             return rejection_response(ingress.unknown_session())
         if accepted.is_batch:
-            refusal = self._batch_slots(accepted.messages, scope.get(SLOTS))
+            refusal = session_requests.batch_slots(accepted.messages, scope.get(SLOTS))
             if refusal is not None:
                 return refusal
             return await self._batch(session, accepted.messages, headers)
         message = accepted.messages[0]
         if isinstance(message, Request):
-            local = await local_answer(session, message, self.session_listens, self.task_group)
+            local = await local_answer(session, message, self.session_listens)
             if local is not None:
                 note_answer(scope, local)
                 return wire.json_response(local)
@@ -356,29 +354,12 @@ class McpEndpoint:
             exchange, request_id=message.id, legacy=LegacyCall(handle, cancelled, forget), resumable=resumable
         )
 
-    @staticmethod
-    def _batch_slots(messages: tuple[Message, ...], slots: object) -> Response | None:
-        """Each request of a batch is a call in flight: the batch takes a slot per request
-        beyond the one its HTTP request holds, or is refused (429) before any of it runs."""
-        extra = sum(isinstance(message, Request) for message in messages) - 1
-        if extra <= 0 or not isinstance(slots, Slots) or slots.take(extra):
-            return None
-        return wire.error_response(
-            429,
-            error_object(
-                -32600,
-                f"a batch of {extra + 1} requests needs as many of this client's {slots.limit} requests "
-                f"in flight; {slots.in_use()} are in use",
-            ),
-            retry_after=1,
-        )
-
     async def _batch(self, session: LegacySession, messages: tuple[Message, ...], headers: dict[str, str]) -> Response:
         """2025-03-26 batches: notifications and responses are taken, requests answered in one array."""
         answers: list[JsonObject] = []
 
         async def answer(message: Request) -> None:
-            local = await local_answer(session, message, self.session_listens, self.task_group)
+            local = await local_answer(session, message, self.session_listens)
             if local is not None:
                 answers.append(local)
                 return
@@ -413,51 +394,3 @@ class McpEndpoint:
         if not answers:
             return wire.accepted()
         return Response(orjson.dumps(answers), media_type="application/json")
-
-    # -- GET / DELETE -------------------------------------------------------------------
-
-    def _get(
-        self, headers: dict[str, str], principal: str | None
-    ) -> Response | EventStream | ResumedStream | LostStream:
-        """A legacy session's stream of unsolicited messages (``list_changed``), or with
-        ``Last-Event-ID`` the resume of the stream that id names (``gateway.relay.streams``)."""
-        outcome = ingress.check_get(headers, session_version=self.sessions.version_of)
-        if isinstance(outcome, Rejection):
-            return rejection_response(outcome)
-        assert outcome.session_id is not None
-        session = self.sessions.get(outcome.session_id)
-        if session is None or session.principal != principal:
-            return rejection_response(ingress.unknown_session())
-        last_event_id = headers.get(LAST_EVENT_ID)
-        if last_event_id is not None:
-            return self._resume(session, last_event_id)
-        # Bounded: after max_stream_seconds the stream ends and the client reconnects (a
-        # stream that lives forever would pin memory and a connection per forgotten tab).
-        return EventStream(session.open_stream(), max_seconds=self.max_stream_seconds)
-
-    def _resume(
-        self, session: LegacySession, last_event_id: str
-    ) -> Response | EventStream | ResumedStream | LostStream:
-        """Only this session's streams are looked in (another session's id is unknown here)."""
-        found = session.streams.resume(last_event_id)
-        if isinstance(found, Unknown):
-            return wire.error_response(
-                400, error_object(-32600, f"cannot resume: {found.reason}; send the request again")
-            )
-        if isinstance(found, Lost):
-            return LostStream(found)
-        if found.stream.is_request:
-            poll = self.sse_poll_seconds if eventlog.primes(session.version) else 0.0
-            return ResumedStream(found, poll_seconds=poll)
-        return EventStream(found, max_seconds=self.max_stream_seconds)
-
-    def _delete(self, headers: dict[str, str], principal: str | None) -> Response:
-        outcome = ingress.check_delete(headers, session_version=self.sessions.version_of)
-        if isinstance(outcome, Rejection):
-            return rejection_response(outcome)
-        assert outcome.session_id is not None
-        session = self.sessions.get(outcome.session_id)
-        if session is None or session.principal != principal:
-            return rejection_response(ingress.unknown_session())
-        self.sessions.end(session.id)
-        return Response(status_code=204)

@@ -84,10 +84,10 @@ class OAuthGate:
         self._stack: AsyncExitStack | None = None
 
     async def __aenter__(self) -> OAuthGate:
-        stack = AsyncExitStack()
-        for keys in self.key_sets.values():
-            await stack.enter_async_context(keys)
-        self._stack = stack
+        async with AsyncExitStack() as stack:  # a key set that fails to enter leaves the others
+            for keys in self.key_sets.values():
+                await stack.enter_async_context(keys)
+            self._stack = stack.pop_all()
         return self
 
     async def __aexit__(

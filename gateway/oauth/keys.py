@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -157,21 +158,33 @@ class KeySet:
         self._next_attempt = -math.inf  # a failed fetch is not tried again before then
         self._next_kid_refresh = -math.inf  # an unknown kid may cause a fetch again from then
         self._running: anyio.Event | None = None  # set when the fetch under way ends
-        self._task_group: TaskGroup | None = None
+        self._task_group: TaskGroup | None = None  # while in ``async with``: runs the fetches
+        self._lifetime: AbstractAsyncContextManager[None] | None = None
 
     async def __aenter__(self) -> KeySet:
-        group = anyio.create_task_group()
-        await group.__aenter__()
-        self._task_group = group
+        running = self._running_fetches()
+        await running.__aenter__()
+        self._lifetime = running
         return self
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool | None:
-        assert self._task_group is not None
-        group, self._task_group = self._task_group, None
-        group.cancel_scope.cancel()  # a fetch under way ends with the app
-        return await group.__aexit__(kind, exc, tb)
+        running, self._lifetime = self._lifetime, None
+        assert running is not None
+        return await running.__aexit__(kind, exc, tb)
+
+    @asynccontextmanager
+    async def _running_fetches(self) -> AsyncIterator[None]:
+        """The task group the fetches run in, owned by ``async with``; a fetch under way ends
+        with the block."""
+        async with anyio.create_task_group() as group:
+            self._task_group = group
+            try:
+                yield
+            finally:
+                self._task_group = None
+                group.cancel_scope.cancel()
 
     def is_due(self) -> bool:
         """The held keys are old enough (or missing) to be fetched again."""

@@ -94,7 +94,8 @@ _CHILD_COUNTERS: Final = {
 
 
 class GatewayMetrics:
-    def __init__(self, routers: Sequence[Router], sessions: Callable[[str], SessionStore]) -> None:
+    def __init__(self, routers: Sequence[Router], sessions: Callable[[str], SessionStore | None]) -> None:
+        """``sessions(server)``: that server's legacy sessions (None: none yet, the service is not open)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = RequestMetrics()
         self.registry.register(self.requests)
@@ -184,7 +185,7 @@ def method_label(method: str) -> str:
 
 
 class _PoolCollector(Collector):
-    def __init__(self, routers: Sequence[Router], sessions: Callable[[str], SessionStore]) -> None:
+    def __init__(self, routers: Sequence[Router], sessions: Callable[[str], SessionStore | None]) -> None:
         self.routers = routers
         self.sessions = sessions
 
@@ -202,8 +203,9 @@ class _PoolCollector(Collector):
         for router in self.routers:
             name = router.server.name
             store = self.sessions(name)
-            sessions.add_metric([name], len(store))
-            streams.add_metric([name], store.open_streams())
+            if store is not None:
+                sessions.add_metric([name], len(store))
+                streams.add_metric([name], store.open_streams())
             # Pools are aggregated by kind (shared, principal, session): a label per principal,
             # session or credential would put identities on an unauthenticated endpoint and
             # grow without bound.

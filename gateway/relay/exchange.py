@@ -120,18 +120,20 @@ class Relay:
         self,
         router: Router,
         *,
+        suspensions: Suspensions,
+        tasks: TaskStore,
+        settings: SharedSettings,
         gateway_version: str = "0",
-        suspensions: Suspensions | None = None,
-        tasks: TaskStore | None = None,
     ) -> None:
+        """Built by ``gateway.relay.service.open_service``, its collaborators with it."""
         self.router = router
         self.catalog = ToolCatalog(gateway_version)
         self.gateway_version = gateway_version
-        self.suspensions = suspensions if suspensions is not None else Suspensions(router.server.name)
+        self.suspensions = suspensions
         # Calls that became tasks, and tasks/* (the Tasks extension, served for every child).
-        self.tasks = tasks if tasks is not None else TaskStore(router.server.name, router.server.task_policy())
-        # Per-client settings on shared legacy children (log level, roots); the HTTP edge sets it.
-        self.settings: SharedSettings | None = None
+        self.tasks = tasks
+        # Per-client settings on shared legacy children (log level, roots).
+        self.settings = settings
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from anyio.abc import TaskGroup
-
 from gateway.errors import GatewayError
 from gateway.protocol import bridge, loglevels, subscriptions, versions
 from gateway.protocol.jsonrpc import INVALID_PARAMS, JsonObject, Request, error_object
@@ -65,14 +63,11 @@ async def open_session(
         raise
 
 
-async def local_answer(
-    session: LegacySession, message: Request, listens: SessionListens, task_group: TaskGroup | None
-) -> JsonObject | None:
-    """The gateway's answer to ``message``, or None when it goes to the child. ``task_group``
-    (the app's) runs the child listens of ``listens``."""
+async def local_answer(session: LegacySession, message: Request, listens: SessionListens) -> JsonObject | None:
+    """The gateway's answer to ``message``, or None when it goes to the child (``listens``: the
+    session subscriptions served by child listens on a modern child)."""
     if message.method in subscriptions.SUBSCRIBE_METHODS and is_served_by_modern_child(session):
-        assert task_group is not None
-        return await listens.handle(session, message, task_group)
+        return await listens.handle(session, message)
     if message.method == "ping":
         return response(message.id, result={})
     if message.method == loglevels.SET_LEVEL:

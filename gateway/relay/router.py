@@ -62,13 +62,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
-import anyio
 import orjson
-from anyio.abc import TaskGroup
 
 from gateway.errors import GatewayUnavailableError
 from gateway.oauth.validation import OAuthPolicy
@@ -78,7 +77,8 @@ from gateway.protocol.roots import Roots, roots_key
 from gateway.protocol.tasks import DEFAULT_TTL as DEFAULT_TASK_TTL
 from gateway.protocol.tasks import TaskPolicy
 from gateway.protocol.versions import Era
-from gateway.relay.poolkey import SHARED_KEY, SHARED_LEGACY_KEY, PoolKey, credential_env, fingerprint
+from gateway.relay.poolkey import SHARED_KEY, PoolKey, credential_env, fingerprint
+from gateway.relay.pools import RunningPools
 from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
@@ -147,52 +147,49 @@ class Router:
         if server.dual_era is DualEra.LEGACY:
             server = replace(server, spec=replace(server.spec, handshake=INITIALIZE_FIRST))
         self.server = server
-        self.pools: dict[PoolKey, Pool] = {}
         self.children = children
         self.crashes = CrashLedger()
         self.backend = backend
-        self._gateway_version = gateway_version
-        self._listeners: list[PoolListener] = [on_notification] if on_notification else []
-        self._loss_listeners: list[LossListener] = []
-        self._request_handlers: list[PoolRequestHandler] = []
-        self._tg: TaskGroup | None = None
-        self._stops: dict[PoolKey, anyio.Event] = {}
-        self._entered: dict[PoolKey, anyio.Event] = {}  # set once the pool runs (requests may lease)
+        self._pools = RunningPools(
+            server.name,
+            server.pool,
+            gateway_version=gateway_version,
+            budget=children,
+            crashes=self.crashes,
+            backend=backend,
+        )
+        self.pools = self._pools.by_key  # running (or opening) pools by key: read by status and metrics
+        if on_notification is not None:
+            self._pools.add_listener(on_notification)
+        self._running: AbstractAsyncContextManager[None] | None = None
         self.single_era = server.dual_era is not DualEra.PER_CLIENT  # no legacy partition needed
         self._probed_era: Era | None = None  # the era of the server's first probed child, once one is up
         self._told_sets: dict[bytes, tuple[str, dict[str, object] | None]] = {}  # declaration → what is told
 
     def add_listener(self, listener: PoolListener) -> None:
-        self._listeners.append(listener)
-        for pool in self.pools.values():
-            pool.add_listener(listener)
+        self._pools.add_listener(listener)
 
     def add_loss_listener(self, listener: LossListener) -> None:
         """``listener(pool)`` when a child of a pool crashes or the pool closes (``Pool.add_loss_listener``)."""
-        self._loss_listeners.append(listener)
-        for pool in self.pools.values():
-            pool.add_loss_listener(listener)
+        self._pools.add_loss_listener(listener)
 
     def add_request_handler(self, handler: PoolRequestHandler) -> None:
         """``handler(pool, request)`` for a child's unattributable requests (``Pool.add_request_handler``)."""
-        self._request_handlers.append(handler)
-        for pool in self.pools.values():
-            pool.add_request_handler(handler)
+        self._pools.add_request_handler(handler)
 
     async def __aenter__(self) -> Router:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        if self.server.isolation is Isolation.SHARED and not self.server.env_from_headers:
-            await self._open(SHARED_KEY, self.server.spec)  # pre-warm before traffic
-        self._tg.start_soon(self._drop_empty_pools)
+        """Run this server's pools (``RunningPools.running``: one task group, entered in its
+        ``async with``); the shared pool pre-warms its children before traffic."""
+        prewarm = self.server.isolation is Isolation.SHARED and not self.server.env_from_headers
+        running = self._pools.running(self.server.spec if prewarm else None)
+        await running.__aenter__()  # raises (nothing kept) when the shared pool cannot be opened
+        self._running = running
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        for stop in self._stops.values():
-            stop.set()
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()  # the maintenance loop; children stop shielded (process.stop)
-        await self._tg.__aexit__(None, None, None)
+    async def __aexit__(self, *exc_info: Any) -> None:
+        running, self._running = self._running, None
+        assert running is not None
+        await running.__aexit__(*exc_info)
 
     def key_for(
         self,
@@ -350,18 +347,15 @@ class Router:
         if main is not None and (era is Era.LEGACY or capabilities is not None):
             await main.wait_started()
         key = self._refine(base, era, capabilities, roots)
-        pool = self.pools.get(key)
-        if pool is None and key.roots and sum(1 for k in self.pools if k.roots) >= MAX_ROOTS_SETS:
+        pool = await self._pools.get(key)  # waits while another request opens it
+        if pool is not None:
+            return pool
+        if key.roots and sum(1 for k in self.pools if k.roots) >= MAX_ROOTS_SETS:
             raise GatewayUnavailableError(
                 f"{self.server.name}: {MAX_ROOTS_SETS} distinct client roots sets have children now "
                 "(MAX_ROOTS_SETS); a call with another set waits until one of them is idle",
                 retry_after=max(1, int(MAINTENANCE_TICK)),
             )
-        if pool is not None:
-            entered = self._entered[key]
-            if not entered.is_set():  # another request is opening it right now (a set Event still yields)
-                await entered.wait()
-            return pool
         env = credential_env(self.server.env_from_headers, headers)
         spec = self.server.spec
         if env:
@@ -374,74 +368,10 @@ class Router:
             spec = replace(spec, client_capabilities=self.told_for(capabilities))
         if key.roots and roots is not None:
             spec = replace(spec, roots=roots)  # the gateway answers its children's roots/list with these only
-        return await self._open(key, spec)
-
-    async def _open(self, key: PoolKey, spec: ChildSpec) -> Pool:
-        assert self._tg is not None
-        settings = self.server.pool
-        if key not in (SHARED_KEY, SHARED_LEGACY_KEY):
-            # Dedicated pools start empty and grow on demand: a principal or session that
-            # never comes back must not keep a child alive.
-            settings = replace(settings, min_size=0)
-        if key.scope.startswith("session:"):
-            settings = replace(settings, max_size=1, asking_max=0)  # one child for the session's lifetime
-        else:  # shared by clients: no client is asked for this child's roots (module doc)
-            spec = replace(spec, answers_roots=True)
-        pool = Pool(
-            spec,
-            settings,
-            gateway_version=self._gateway_version,
-            label=key.label(self.server.name),
-            budget=self.children,
-            crashes=self.crashes,
-            backend=self.backend,
-        )
-        for listener in self._listeners:
-            pool.add_listener(listener)
-        for loss in self._loss_listeners:
-            pool.add_loss_listener(loss)
-        for handler in self._request_handlers:
-            pool.add_request_handler(handler)
-        if key.scope.startswith("session:"):
-            pool.session_id = key.scope.removeprefix("session:")
-        self.pools[key] = pool
-        stop = self._stops[key] = anyio.Event()
-        entered = self._entered[key] = anyio.Event()
-
-        async def run() -> None:
-            try:
-                async with pool:
-                    entered.set()
-                    await stop.wait()
-            finally:
-                entered.set()
-                if self.pools.get(key) is pool:
-                    del self.pools[key]
-                    self._stops.pop(key, None)
-                    self._entered.pop(key, None)
-
-        self._tg.start_soon(run)
-        await entered.wait()
-        log.info("pool opened: %s", pool.label)
-        return pool
+        return await self._pools.open(key, spec)  # what entering it raised propagates
 
     def end_session(self, session_id: str) -> None:
-        for key in [k for k in self.pools if k.scope == f"session:{session_id}"]:
-            del self.pools[key]
-            self._entered.pop(key, None)
-            self._stops.pop(key).set()
-
-    async def _drop_empty_pools(self) -> None:
-        while True:
-            await anyio.sleep(MAINTENANCE_TICK)
-            for key, pool in list(self.pools.items()):
-                # The legacy clients' pool of a server later found to speak one era stays: the
-                # sessions it served hold its children (and it) for their subscriptions and asks.
-                # New legacy sessions share the main pool; this one idles down to its minimum.
-                if key not in (SHARED_KEY, SHARED_LEGACY_KEY) and pool.is_idle():
-                    del self.pools[key]  # first, so no new request is handed a closing pool
-                    self._entered.pop(key, None)
-                    self._stops.pop(key).set()
+        self._pools.end_session(session_id)
 
     # -- health -------------------------------------------------------------------------
 

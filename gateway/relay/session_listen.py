@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 import anyio
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 
 from gateway.errors import ChildError, GatewayError
 from gateway.protocol import bridge, subscriptions
@@ -73,7 +73,7 @@ class _Open:
     def __init__(self, child: StdioChild) -> None:
         self.child = child
         self.scope = anyio.CancelScope()
-        self.ready = anyio.Event()
+        self.acknowledged = False  # the child acknowledged the listen (``SessionListen._run``)
         self.uris: list[str] = []
         self.error: JsonObject | None = None
         self.on_purpose = False  # closed by the gateway: nothing to re-open
@@ -177,11 +177,11 @@ class SessionListen:
         if not isinstance(resources, dict) or resources.get("subscribe") is not True:
             return error_object(METHOD_NOT_FOUND, "this server does not support resource subscriptions")
         opened = _Open(child)
-        self._tg.start_soon(self._run, opened, wanted)
-        with anyio.move_on_after(ACK_TIMEOUT):
-            await opened.ready.wait()
-        if not opened.ready.is_set():
-            opened.close()
+        with anyio.move_on_after(ACK_TIMEOUT) as waiting:
+            # Returns at the acknowledgement, or once the listen failed; the listen runs on in
+            # the session listens' task group. A wait cut short cancels it (TaskGroup.start).
+            await self._tg.start(self._run, opened, wanted)
+        if waiting.cancelled_caught:
             return error_object(-32603, f"the server did not acknowledge the subscription within {ACK_TIMEOUT:g} s")
         if opened.error is not None:
             opened.close()
@@ -205,7 +205,9 @@ class SessionListen:
             self.session.child = leased
             return leased
 
-    async def _run(self, opened: _Open, uris: list[str]) -> None:
+    async def _run(self, opened: _Open, uris: list[str], *, task_status: TaskStatus[None]) -> None:
+        """The child listen, reported started at its acknowledgement (or, failed, at its end:
+        ``opened.error`` says why)."""
         info = opened.child.info
         assert info is not None
         session = self.session
@@ -221,21 +223,22 @@ class SessionListen:
                     async for note in ex:
                         if not isinstance(note, Notification):  # never: the listen takes no asks
                             continue
-                        if note.method == subscriptions.ACKNOWLEDGED and not opened.ready.is_set():
+                        if note.method == subscriptions.ACKNOWLEDGED and not opened.acknowledged:
                             opened.uris = subscriptions.acknowledged_uris(note.params)
                             self._latest = opened  # from now on the previous listen's copies are dropped
-                            opened.ready.set()
+                            opened.acknowledged = True
+                            task_status.started()
                         elif self._delivers(opened, note):
                             session.offer(subscriptions.untagged(note.method, note.params))
                     reply = ex.reply()
-                    if not opened.ready.is_set():
+                    if not opened.acknowledged:
                         opened.error = getattr(reply, "error", None) or error_object(
                             -32603, "the server ended the subscription before acknowledging it"
                         )
             except ChildError as exc:
                 opened.error = exc.error_object()
-            finally:
-                opened.ready.set()
+        if not opened.acknowledged:  # failed before the acknowledgement: the caller reads why
+            task_status.started()
         opened.ended = True
         self._lost(opened)
 
@@ -275,15 +278,17 @@ class SessionListen:
 
 
 class SessionListens:
-    """The ``SessionListen`` of each legacy session that subscribed on a modern child."""
+    """The ``SessionListen`` of each legacy session that subscribed on a modern child; their
+    child listens run in ``task_group`` (the service's, ``gateway.relay.service``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, task_group: TaskGroup) -> None:
+        self._tg = task_group
         self._by_session: dict[str, SessionListen] = {}
 
-    async def handle(self, session: LegacySession, request: Request, task_group: TaskGroup) -> JsonObject:
+    async def handle(self, session: LegacySession, request: Request) -> JsonObject:
         listen = self._by_session.get(session.id)
         if listen is None:
-            listen = self._by_session[session.id] = SessionListen(session, task_group)
+            listen = self._by_session[session.id] = SessionListen(session, self._tg)
 
             def forget() -> None:
                 self._by_session.pop(session.id, None)

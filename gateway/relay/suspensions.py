@@ -5,8 +5,8 @@ client can only be asked by ending its response with ``input_required``. So the 
 *parks* the call here — the child exchange with its pool lease, as ``Holdings`` — and
 hands the client a signed ``requestState`` (``gateway.protocol.requeststate``).
 
-- ``park`` stores the call under a random state id, starts its keeper in the app's task
-  group and returns the token. The keeper waits ``timeout`` seconds for the retry; if none
+- ``park`` stores the call under a random state id, starts its keeper in the service's task
+  group (``gateway.relay.service``) and returns the token. The keeper waits ``timeout`` seconds for the retry; if none
   comes (or the gateway stops) it answers the child's questions with an error and closes
   the call, which sends the child ``notifications/cancelled``.
 - ``take`` verifies a retry's token (signature, expiry, principal, server, method, params
@@ -139,12 +139,21 @@ class ParkedQuota(Protocol):
 
 class Suspensions:
     def __init__(
-        self, server: str, secret: bytes | None = None, *, clock: Callable[[], float] = time.time, owner: str = ""
+        self,
+        server: str,
+        secret: bytes | None = None,
+        *,
+        task_group: TaskGroup,
+        quota: ParkedQuota | None = None,
+        clock: Callable[[], float] = time.time,
+        owner: str = "",
     ) -> None:
+        """``task_group`` runs the keepers (the service's: parked calls end with it); ``quota``:
+        parked calls count as their principal's requests in flight (the HTTP edge's limits)."""
         self.server = server
         self.owner = owner  # named in each token, so any replica can route the retry here
-        self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs the keepers
-        self.quota: ParkedQuota | None = None  # parked calls count as their principal's requests (HTTP edge)
+        self.task_group = task_group
+        self.quota = quota
         self._secret = secret if secret is not None else secrets.token_bytes(SECRET_BYTES)
         self._shared_secret = secret is not None
         self._clock = clock
@@ -156,7 +165,7 @@ class Suspensions:
 
     @property
     def can_park(self) -> bool:
-        return self.task_group is not None and len(self._held) < MAX_PARKED
+        return len(self._held) < MAX_PARKED
 
     def park(
         self,
@@ -171,7 +180,6 @@ class Suspensions:
         """Hold ``call`` until its retry or ``timeout``; return the ``requestState`` for the client.
         ``charged``: whose requests in flight it counts as (the client key: an anonymous client's
         peer address), else the principal."""
-        assert self.task_group is not None
         if not self._shared_secret:
             self._shared_secret = True  # warn once
             log.warning(

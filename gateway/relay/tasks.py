@@ -6,8 +6,8 @@ states and wire shapes); this module runs them:
 - ``Relay.exchange`` asks ``wants`` once it holds a child for a modern ``tools/call``; when
   the call becomes a task, it opens the child exchange as usual and hands it (with the pool
   lease) to ``create``, which answers the HTTP request with the ``CreateTaskResult`` at once.
-  The call goes on in a task of the app's task group (``task_group``, set by the lifespan),
-  outside any HTTP request, so no proxy limit can cut it.
+  The call goes on in a task of the service's task group (``task_group``, given by
+  ``gateway.relay.service``), outside any HTTP request, so no proxy limit can cut it.
 - The run drives the exchange as the relay does for any modern call (``Relay.drive``):
   progress becomes the task's ``statusMessage``; a question of the child (or a modern
   child's ``input_required``) parks the call for an MRTR round exactly as for a client that
@@ -95,13 +95,15 @@ class TaskStore:
         server: str,
         policy: TaskPolicy | None = None,
         *,
+        task_group: TaskGroup,
         owner: Owner | None = None,
         key: bytes = b"",
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``task_group`` runs the tasks (the service's: they end with it)."""
         self.server = server
         self.policy = policy if policy is not None else TaskPolicy()
-        self.task_group: TaskGroup | None = None  # set by the app's lifespan; runs the tasks
+        self.task_group = task_group
         self._owner = owner
         self._key = key
         self._clock = clock
@@ -173,7 +175,7 @@ class TaskStore:
 
     def wants(self, request: Request, client: ClientContext, task_support: str | None) -> bool:
         """Whether this call becomes a task (rule 2), within the bounds."""
-        if self.task_group is None or request.method not in rules.TASK_METHODS:
+        if request.method not in rules.TASK_METHODS:
             return False
         name = (request.params or {}).get("name")
         if not isinstance(name, str) or not rules.opted_in(client.capabilities):

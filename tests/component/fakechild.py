@@ -10,7 +10,9 @@ behind them an MCP server speaking newline-delimited JSON-RPC, scripted by a ``S
 - **tools** (``DEFAULT_TOOLS``): ``echo``; ``whoami`` (the fake pid); ``progress`` (``count``
   notifications tagged ``tag``, then ``hold`` if asked); ``hold`` (until the test releases or
   the gateway cancels it); ``ask`` (``method``/``params`` to the client, its answer returned);
-  ``crash`` (``stderr`` lines, then exit with ``code``, the call unanswered);
+  ``crash`` (``stderr`` lines, then exit with ``code``, the call unanswered); other requests
+  answered by ``on_request`` handlers (``resources/subscribe``, say), notifications handled by
+  ``on_notification``;
 - **process**: ``exit_at_start`` (code, after ``stderr_at_start``), ``silent`` (reads, never
   writes), ``ignore_stdin_close`` / ``ignore_terminate`` (for the stop ladder).
 
@@ -44,6 +46,7 @@ __all__ = ["DEFAULT_TOOLS", "WAIT", "Call", "CallCancelled", "Era", "FakeBackend
 
 Era = Literal["legacy", "modern", "dual"]
 NotificationHandler = Callable[["FakeChild", JsonObject], Awaitable[None]]
+RequestHandler = Callable[["FakeChild", JsonObject], Awaitable[JsonObject]]
 
 MODERN: Final = "2026-07-28"
 LEGACY_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -69,6 +72,9 @@ class Script:
     # What the child does on a notification from the gateway (run as a task of the server):
     # e.g. ``notifications/roots/list_changed`` → ask ``roots/list`` again, as a caching server does.
     on_notification: Mapping[str, NotificationHandler] = field(default_factory=dict)
+    # The result of another request (run as a task of the server, so it may wait, or never
+    # answer): e.g. ``resources/subscribe``; an unlisted one gets -32601.
+    on_request: Mapping[str, RequestHandler] = field(default_factory=dict)
 
 
 class FakeChild:
@@ -284,6 +290,8 @@ class FakeChild:
             self.calls.append(call)
             self.backend.changes.changed()
             tg.start_soon(self._run_call, call, handler)
+        elif (answer := self.script.on_request.get(method)) is not None:
+            tg.start_soon(self._answer_with, answer, request_id, params, modern)
         else:
             await self._error(request_id, -32601, f"method not found: {method}")
 
@@ -297,6 +305,11 @@ class FakeChild:
         await self._result(call.id, result, call.modern)
         call.answered = True
         self.backend.changes.changed()
+
+    async def _answer_with(
+        self, answer: RequestHandler, request_id: int | str, params: JsonObject, modern: bool
+    ) -> None:
+        await self._result(request_id, await answer(self, params), modern)
 
     async def ask(self, method: str, params: JsonObject | None) -> JsonObject:
         self._ask_ids += 1

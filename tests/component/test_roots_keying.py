@@ -21,12 +21,11 @@ import anyio
 import pytest
 from starlette.applications import Starlette
 
-from gateway.http.drain import DrainGuard
-from gateway.http.endpoint import McpEndpoint
 from gateway.protocol.jsonrpc import Notification, Request, Result
 from gateway.relay import events
 from gateway.relay import router as router_module
 from gateway.relay.client import ClientContext
+from gateway.relay.service import Served, Service
 from gateway.relay.sessions import LegacySession
 from tests.component.fakechild import Call, FakeChild, JsonObject, Script, fake_backend, text
 from tests.component.harness import Gateway, in_process_gateway
@@ -78,17 +77,16 @@ def held(message: JsonObject) -> Any:
     return json.loads(message["result"]["content"][0]["text"])
 
 
-def endpoint_of(app: Starlette) -> McpEndpoint:
-    for route in app.routes:
-        lane = getattr(route, "endpoint", None)
-        if isinstance(lane, DrainGuard) and isinstance(lane.app, McpEndpoint):
-            return lane.app
-    raise AssertionError("no MCP endpoint in the app")
+def served_of(app: Starlette) -> Served:
+    """The one server's sessions and relay, as the app's lifespan opened them."""
+    service: Service = app.state.service
+    [served] = service.served
+    return served
 
 
 async def open_session(gw: Gateway, capabilities: dict[str, Any]) -> LegacySession:
     headers = await open_legacy_session(gw.http, gw.url, capabilities=capabilities)
-    session = endpoint_of(gw.app).sessions.get(headers["mcp-session-id"])
+    session = served_of(gw.app).sessions.get(headers["mcp-session-id"])
     assert session is not None
     return session
 
@@ -99,7 +97,7 @@ async def legacy(gw: Gateway, session: LegacySession, request_id: int, roots: An
     were asked."""
     request = Request(request_id, "tools/call", {"name": "cached", "arguments": {}})
     asked = 0
-    async for event in endpoint_of(gw.app).relay.exchange(request, ClientContext.of_session(session)):
+    async for event in served_of(gw.app).relay.exchange(request, ClientContext.of_session(session)):
         if isinstance(event, events.Ask):
             assert event.message["method"] == "roots/list"
             asked += 1

@@ -8,6 +8,9 @@ by name, instead of degrading quietly:
   the attributes it reads, the names it adds (which a new uvicorn must not define, or one side
   would silently replace the other: the mTLS class once shadowed ``_peer`` so that every
   refusal raised), ``STATUS_LINE``, how uvicorn calls its ``http`` class, ``get_remote_addr``;
+- uvicorn's ``Server`` (``DrainingServer`` subclasses it): ``handle_exit``, the signal
+  handler, and ``main_loop``, the coroutine the drain task runs beside (so the drain has an
+  owner), with the names ``DrainingServer`` adds not among uvicorn's;
 - anyio's process stdin (``PipeWriter.over`` reads its ``_stream``): a real child's stdin is
   a ``PipeWriter``, and anything else is refused loudly;
 - the TLS protocols of asyncio and uvloop (``TlsHandshake``): exercised on both loops by
@@ -33,7 +36,9 @@ from uvicorn.protocols.utils import get_remote_addr
 from uvicorn.server import ServerState
 
 from gateway.http.connection import GuardedHttpTools
+from gateway.http.drain import Drain
 from gateway.http.tls import PeerSubjects, TlsHandshake, peer_protocol
+from gateway.server import DrainingServer
 from gateway.stdio.backend import PROCESS_BACKEND, PipeWriter
 from tests.conftest import server_spec
 
@@ -115,6 +120,23 @@ async def test_no_name_the_gateway_adds_to_the_httptools_protocol_is_one_of_uvic
     assert added, "nothing found to check"
     assert not added & (theirs | set(dir(GuardedHttpTools))), sorted(added & (theirs | set(dir(GuardedHttpTools))))
     assert issubclass(TlsHandshake, asyncio.Protocol)
+
+
+def test_uvicorns_server_still_has_what_the_draining_server_overrides_and_none_of_its_names() -> None:
+    base = uvicorn.Server
+    assert list(inspect.signature(base.handle_exit).parameters) == ["self", "sig", "frame"]
+    assert inspect.iscoroutinefunction(base.main_loop), "uvicorn.Server.main_loop is gone or no longer a coroutine"
+    assert list(inspect.signature(base.main_loop).parameters) == ["self"]
+    assert "await self.main_loop()" in inspect.getsource(base._serve), "uvicorn no longer runs main_loop"
+    for name in ("handle_exit", "main_loop"):
+        assert name in vars(DrainingServer), name  # overridden there, so a rename upstream is caught above
+    config = uvicorn.Config(lambda scope, receive, send: None, lifespan="off", log_level="warning")
+    theirs = set(dir(base)) | set(vars(base(config)))
+    ours = {name for name in vars(DrainingServer(config, Drain(), 1.0)) if name not in vars(base(config))}
+    ours |= set(vars(DrainingServer)) - {"__module__", "__doc__", "__init__", "handle_exit", "main_loop"}
+    ours -= {"__annotations__", "__firstlineno__", "__static_attributes__", "__qualname__"}
+    assert ours, "nothing found to check"
+    assert not ours & theirs, f"uvicorn.Server now defines names DrainingServer adds: {sorted(ours & theirs)}"
 
 
 async def test_a_real_childs_stdin_is_written_through_the_pipe_writer() -> None:

@@ -1,4 +1,4 @@
-"""The layer rule and the no-cycle rule (scripts/check_layers.py) hold for gateway/."""
+"""The layer rule, the no-cycle rule and the task-ownership rule (scripts/check_layers.py) hold for gateway/."""
 
 from __future__ import annotations
 
@@ -84,4 +84,42 @@ def test_the_purity_check_sees_io_a_clock_and_async(tmp_path: Path) -> None:
         "bad:3 imports os.path (gateway.protocol is sans-IO)",
         "bad:4 is async (gateway.protocol is sans-IO)",
         "bad:5 is async (gateway.protocol is sans-IO)",
+    ]
+
+
+def test_every_task_and_task_group_in_the_gateway_has_an_owner() -> None:
+    assert layers.unowned_tasks() == []
+
+
+def test_the_ownership_check_sees_a_kept_task_group_a_hand_entry_a_dropped_task_and_a_held_lock(tmp_path: Path) -> None:
+    (tmp_path / "bad.py").write_text(
+        "import asyncio, anyio\n"
+        "async def f(self):\n"
+        "    group = anyio.create_task_group()\n"
+        "    await group.__aenter__()\n"
+        "    await self._tg.__aexit__(None, None, None)\n"
+        "    asyncio.get_running_loop().create_task(g())\n"
+        "    asyncio.ensure_future(g())\n"
+        "    async with self._lock:\n"
+        "        await g()\n"
+    )
+    (tmp_path / "good.py").write_text(
+        "import asyncio, anyio\n"
+        "async def f(self, running):\n"
+        "    async with anyio.create_task_group() as tg:\n"
+        "        tg.start_soon(g)\n"
+        "    await running.__aenter__()\n"  # a context manager of the object's own, not a task group
+        "    self._task = asyncio.get_running_loop().create_task(g())\n"  # held: its owner ends it
+        "    async with self._lock:\n"
+        "        self.count += 1\n"  # decided under the lock, no wait
+        "        async def later():\n"
+        "            await g()\n"  # defined, not awaited here
+    )
+    assert layers.unowned_tasks(tmp_path) == [
+        "bad:3 makes a task group outside `async with` (enter it there)",
+        "bad:4 enters a task group by hand (__aenter__; use `async with`)",
+        "bad:5 enters a task group by hand (__aexit__; use `async with`)",
+        "bad:6 starts a task nobody holds (create_task; start it in a task group)",
+        "bad:7 starts a task nobody holds (ensure_future; start it in a task group)",
+        "bad:8 holds a lock across an await (decide under it, wait after)",
     ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -87,18 +89,20 @@ def request(name: str = "read") -> Request:
     return Request(1, "tools/call", {"name": name, "arguments": {}})
 
 
-def test_the_gateways_round_is_bound_to_its_request_and_principal() -> None:
+@pytest.mark.anyio
+async def test_the_gateways_round_is_bound_to_its_request_and_principal() -> None:
     now = [1000.0]
-    suspensions = Suspensions("fs", b"k" * 32, clock=lambda: now[0])
-    token = suspensions.mint_round(request(), "alice", 300)
-    assert suspensions.check_round(token, request(), "alice") is True
-    assert suspensions.check_round(token, request(), "alice") is True  # not single-use: it holds nothing
-    for other, principal in [(request("write"), "alice"), (request(), "bob")]:
-        refused = suspensions.check_round(token, other, principal)
-        assert isinstance(refused, Rejection)
-        assert refused.status == 400
-    now[0] += 301
-    assert isinstance(suspensions.check_round(token, request(), "alice"), Rejection)  # expired
+    async with anyio.create_task_group() as tg:  # the keepers' (none runs: a round parks nothing)
+        suspensions = Suspensions("fs", b"k" * 32, task_group=tg, clock=lambda: now[0])
+        token = suspensions.mint_round(request(), "alice", 300)
+        assert suspensions.check_round(token, request(), "alice") is True
+        assert suspensions.check_round(token, request(), "alice") is True  # not single-use: it holds nothing
+        for other, principal in [(request("write"), "alice"), (request(), "bob")]:
+            refused = suspensions.check_round(token, other, principal)
+            assert isinstance(refused, Rejection)
+            assert refused.status == 400
+        now[0] += 301
+        assert isinstance(suspensions.check_round(token, request(), "alice"), Rejection)  # expired
 
 
 def test_a_retry_gives_roots_under_the_rounds_key_and_the_child_never_sees_the_round() -> None:

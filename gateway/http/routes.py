@@ -1,0 +1,177 @@
+"""The app's routes: the MCP endpoints' lanes and the pages beside them.
+
+``build_routes`` makes Starlette's routes: every MCP endpoint path (``/servers/NAME/mcp``, and
+``/mcp`` when there is one server) to its server's lane (``gateway.http.lanes``) behind the
+drain check, ``/healthz`` (the process and its event loop answer), ``/readyz`` (a child is
+ready and no pool is failing; 503 naming the servers that are not, without the reason: it is
+open to anyone), ``/status`` (JSON for humans: pools, children, their pids, eras, load,
+stderr tails, sessions, listens, parked calls and the recent warnings and errors), ``/ui``
+(the same, as an HTML page for operators; both take the operator's credential,
+``gateway.http.operator``, and ``POST /ui/login`` exchanges it for a cookie), the RFC 9728
+metadata when OAuth guards an endpoint, and ``/metrics`` unless ``--no-metrics``. The edge
+(``gateway.http.edge``) sends the MCP paths straight to their lane; the routes answer what
+reaches Starlette anyway, such as a path with a root_path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from gateway import __version__
+from gateway.http import ui, wire
+from gateway.http.auth import LOGIN_PATH
+from gateway.http.drain import Drain, DrainGuard
+from gateway.http.lanes import Serving
+from gateway.http.operator import OperatorAccess
+from gateway.http.resource import METADATA_PATH, ResourceMetadata
+from gateway.ops.metrics import GatewayMetrics
+from gateway.ops.recent import RecentErrors
+from gateway.protocol.jsonrpc import error_object
+from gateway.relay.owner import OwnerRouting
+from gateway.relay.router import Router
+
+MAX_LISTED_ENDPOINTS: Final = 20
+"""Server names a 404 lists at most: a hint, not an inventory of a big config file."""
+SHOWN_PATH_CHARS: Final = 200
+"""How much of an unknown path a 404 repeats back."""
+
+
+def mcp_paths(routers: Sequence[Router]) -> dict[str, str]:
+    """Every MCP endpoint path and the server it serves."""
+    paths = {f"/servers/{r.server.name}/mcp": r.server.name for r in routers}
+    if len(routers) == 1:
+        paths["/mcp"] = routers[0].server.name
+    return paths
+
+
+def served_endpoints(names: Sequence[str]) -> str:
+    """``/mcp``, or ``/servers/{a,b,…}/mcp``: what an unknown path's 404 points to."""
+    if len(names) == 1:
+        return f"/mcp (also /servers/{names[0]}/mcp)"
+    shown = ",".join(names[:MAX_LISTED_ENDPOINTS])
+    more = f" and {len(names) - MAX_LISTED_ENDPOINTS} more" if len(names) > MAX_LISTED_ENDPOINTS else ""
+    return f"/servers/{{{shown}}}/mcp{more}"
+
+
+def http_error_handler(names: Sequence[str]) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """Starlette's own errors (unknown path, wrong method) as JSON-RPC errors too; a 404
+    names the endpoints this gateway does serve."""
+    where = served_endpoints(names)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = exc.detail
+        if exc.status_code == 404:
+            message = f"{exc.detail}: nothing at {request.url.path[:SHOWN_PATH_CHARS]}; this gateway serves {where}"
+        return wire.error_response(exc.status_code, error_object(-32600, message), headers=dict(exc.headers or {}))
+
+    return http_error
+
+
+def readiness_word(router: Router) -> str:
+    """``NAME failing`` (a pool gave up retrying for now) or ``NAME starting``: no details."""
+    failing = any(pool.failing for pool in router.pools.values())
+    return f"{router.server.name} {'failing' if failing else 'starting'}"
+
+
+def status_document(
+    routers: Sequence[Router], serving: Serving, routing: OwnerRouting | None, recent_errors: RecentErrors
+) -> dict[str, Any]:
+    """What ``/status`` answers and ``/ui`` shows."""
+    servers = []
+    service = serving.service
+    for served in service.served:
+        server = served.router.status()
+        server["sessions"] = len(served.sessions)
+        server["listens"] = len(served.listens.open)
+        server["parked_calls"] = len(served.relay.suspensions)
+        server["tasks"] = {"running": served.relay.tasks.live(), "kept": len(served.relay.tasks)}
+        servers.append(server)
+    budget = routers[0].children  # one budget is shared by every router (server.build_app)
+    children = (
+        {"children": {"in_service": budget.in_service(), "max": budget.capacity, "evicted": budget.evictions}}
+        if budget is not None
+        else {}
+    )
+    return {
+        "version": __version__,
+        **({"instance": routing.describe()} if routing is not None else {}),
+        "sessions": sum(len(served.sessions) for served in service.served),
+        **children,
+        "servers": servers,
+        "recent_errors": recent_errors.snapshot(),
+    }
+
+
+def build_routes(
+    routers: Sequence[Router],
+    serving: Serving,
+    *,
+    drain: Drain,
+    routing: OwnerRouting | None,
+    recent_errors: RecentErrors,
+    resources: ResourceMetadata,
+    metrics: GatewayMetrics | None,
+    operator: OperatorAccess,
+) -> list[Route]:
+    """Starlette's routes over ``serving``'s lanes and the service it has open."""
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def readyz(request: Request) -> Response:
+        """Open to anyone (probes): a status and server names only. Why a server is not ready
+        (its last error, which quotes the child's stderr) stays on ``/status``."""
+        if drain.draining:
+            return PlainTextResponse("not ready: draining\n", status_code=503)
+        problems = [readiness_word(router) for router in routers if router.readiness_problem() is not None]
+        if not problems:
+            return PlainTextResponse("ready\n")
+        return PlainTextResponse("not ready: " + "; ".join(problems) + "\n", status_code=503)
+
+    async def status(request: Request) -> Response:
+        return wire.json_response(status_document(routers, serving, routing, recent_errors))
+
+    async def ui_page(request: Request) -> Response:
+        headers = {"content-security-policy": ui.CONTENT_SECURITY_POLICY, "cache-control": "no-store"}
+        document = status_document(routers, serving, routing, recent_errors)
+        return HTMLResponse(ui.render_page(document), headers=headers)
+
+    async def protected_resource(request: Request) -> Response:
+        """RFC 9728 metadata, so MCP clients can discover where to log in."""
+        document = resources.document(request.path_params.get("path", ""), request.scope)
+        if document is None:
+            return wire.error_response(404, error_object(-32600, "no MCP endpoint at this path"))
+        return wire.json_response(document)
+
+    # Every HTTP method reaches the endpoint, which answers those MCP does not use with a
+    # JSON-RPC 405 (Starlette's own would be text/plain).
+    routes = [
+        Route(path, DrainGuard(serving.lanes[name], drain=drain), methods=None)
+        for path, name in mcp_paths(routers).items()
+    ]
+    routes += [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/status", status, methods=["GET"]),
+        Route("/ui", ui_page, methods=["GET"]),
+    ]
+    if resources.enabled:
+        routes.append(Route(METADATA_PATH, protected_resource, methods=["GET"]))
+        routes.append(Route(METADATA_PATH + "{path:path}", protected_resource, methods=["GET"]))
+    if metrics is not None:
+        registry = metrics.registry
+
+        async def metrics_page(request: Request) -> Response:
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+        routes.append(Route("/metrics", metrics_page, methods=["GET"]))
+    routes.append(Route(LOGIN_PATH, operator.login, methods=["POST"]))
+    return routes

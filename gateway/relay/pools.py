@@ -1,0 +1,202 @@
+"""The running pools of one server, by key: opened on demand, dropped when idle, one task group.
+
+``RunningPools`` is what ``gateway.relay.router.Router`` keeps its pools in; the router decides
+*which* key a request needs, this module runs the pool for it:
+
+- ``running(prewarm)`` (the router's ``async with``) owns the task group every pool of the server runs
+  in, beside the maintenance loop that drops idle pools; on leaving it every pool is stopped
+  (children stop shielded, ``gateway.stdio.process``).
+- ``open(key, spec)`` starts a pool's task with ``TaskGroup.start`` and returns the
+  pool once it runs (``Pool.__aenter__`` is done inside that task, before
+  ``task_status.started()``). When entering the pool fails, or the caller is cancelled first,
+  the error reaches the caller and nothing of the pool is kept: no pool is ever returned, or
+  left in ``by_key``, that did not run.
+- ``get(key)`` is the pool for ``key``, waiting while another request opens it (None when
+  there is none, or its opening failed: the caller opens one itself).
+- A dedicated pool (a principal's, a session's) is dropped once it has been empty (no child,
+  no waiter) for a maintenance tick; a session's pool when its session ends (``end_session``).
+
+Every pool gets the listeners registered here (``add_listener`` and the like), also the
+pools opened before a listener came.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from gateway.relay.poolkey import SHARED_KEY, SHARED_LEGACY_KEY, PoolKey
+from gateway.stdio.backend import ChildBackend
+from gateway.stdio.budget import ChildBudget
+from gateway.stdio.crashes import CrashLedger
+from gateway.stdio.pool import MAINTENANCE_TICK, LossListener, Pool, PoolListener, PoolRequestHandler, PoolSettings
+from gateway.stdio.spec import ChildSpec
+
+log = logging.getLogger("gateway.relay.router")
+
+SESSION_PREFIX = "session:"
+"""A session's own pool's key scope starts with this (``isolation: session``)."""
+
+
+def pool_plan(key: PoolKey, spec: ChildSpec, settings: PoolSettings) -> tuple[ChildSpec, PoolSettings]:
+    """The spec and settings of ``key``'s pool, from the server's: a dedicated pool starts empty
+    and grows on demand (a principal or session that never comes back must not keep a child
+    alive); a session's own has one child for the session's lifetime; a pool shared by clients
+    answers its children's ``roots/list`` itself (no client is asked for a shared child's roots)."""
+    if key not in (SHARED_KEY, SHARED_LEGACY_KEY):
+        settings = replace(settings, min_size=0)
+    if key.scope.startswith(SESSION_PREFIX):
+        settings = replace(settings, max_size=1, asking_max=0)
+    else:
+        spec = replace(spec, answers_roots=True)
+    return spec, settings
+
+
+class RunningPools:
+    def __init__(
+        self,
+        server: str,
+        settings: PoolSettings,
+        *,
+        gateway_version: str,
+        budget: ChildBudget | None,
+        crashes: CrashLedger,
+        backend: ChildBackend,
+    ) -> None:
+        self.server = server
+        self._settings = settings  # the server's; each pool's follow from them (``pool_plan``)
+        self.by_key: dict[PoolKey, Pool] = {}  # running, or being opened (``_opening``)
+        self._gateway_version = gateway_version
+        self._budget = budget
+        self._crashes = crashes
+        self._backend = backend
+        self._listeners: list[PoolListener] = []
+        self._loss_listeners: list[LossListener] = []
+        self._request_handlers: list[PoolRequestHandler] = []
+        self._stops: dict[PoolKey, anyio.Event] = {}
+        self._opening: dict[PoolKey, anyio.Event] = {}  # set once the pool runs, or failed to
+        self._tg: TaskGroup | None = None  # while ``running``: the pools' task group
+
+    # -- listeners ------------------------------------------------------------------------
+
+    def add_listener(self, listener: PoolListener) -> None:
+        self._listeners.append(listener)
+        for pool in self.by_key.values():
+            pool.add_listener(listener)
+
+    def add_loss_listener(self, listener: LossListener) -> None:
+        self._loss_listeners.append(listener)
+        for pool in self.by_key.values():
+            pool.add_loss_listener(listener)
+
+    def add_request_handler(self, handler: PoolRequestHandler) -> None:
+        self._request_handlers.append(handler)
+        for pool in self.by_key.values():
+            pool.add_request_handler(handler)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self, prewarm: ChildSpec | None = None) -> AsyncIterator[None]:
+        """The pools' task group around the block, with the maintenance loop; the shared pool
+        (``prewarm``, when given) runs before the block does. Leaving stops every pool."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                if prewarm is not None:
+                    await self.open(SHARED_KEY, prewarm)  # before traffic
+                tg.start_soon(self._drop_empty_pools)
+                yield
+            finally:
+                self._tg = None
+                for stop in self._stops.values():
+                    stop.set()
+                tg.cancel_scope.cancel()  # the maintenance loop; children stop shielded (process.stop)
+
+    async def get(self, key: PoolKey) -> Pool | None:
+        """The pool for ``key``, once it runs; None: there is none (or its opening failed and
+        no other request opens one now). The caller opens one then, with no await in between
+        (another request would open a second)."""
+        while (pool := self.by_key.get(key)) is not None:
+            opening = self._opening.get(key)
+            if opening is None:
+                return pool
+            await opening.wait()  # another request is opening it right now
+            if self.by_key.get(key) is pool:
+                return pool
+            # That opening failed; another waiter may be opening the key's pool again: look again.
+        return None
+
+    async def open(self, key: PoolKey, spec: ChildSpec) -> Pool:
+        """Open ``key``'s pool of children of ``spec`` (``pool_plan``) and return it running.
+        Not for a key that has a pool (``get`` first). Raises what entering the pool raised,
+        and nothing of the pool is kept then."""
+        if self._tg is None:
+            raise RuntimeError(f"{self.server}: no pool runs outside the router's `async with`")
+        if key in self.by_key:
+            raise RuntimeError(f"{key.label(self.server)}: a pool runs for this key already (``get`` it)")
+        spec, settings = pool_plan(key, spec, self._settings)
+        pool = Pool(
+            spec,
+            settings,
+            gateway_version=self._gateway_version,
+            label=key.label(self.server),
+            budget=self._budget,
+            crashes=self._crashes,
+            backend=self._backend,
+        )
+        for listener in self._listeners:
+            pool.add_listener(listener)
+        for loss in self._loss_listeners:
+            pool.add_loss_listener(loss)
+        for handler in self._request_handlers:
+            pool.add_request_handler(handler)
+        if key.scope.startswith(SESSION_PREFIX):
+            pool.session_id = key.scope.removeprefix(SESSION_PREFIX)
+        self.by_key[key] = pool
+        stop = self._stops[key] = anyio.Event()
+        opening = self._opening[key] = anyio.Event()
+        try:
+            await self._tg.start(self._run_pool, key, pool, stop)
+        except BaseException:
+            self._forget(key, pool)
+            raise
+        finally:
+            opening.set()
+            if self._opening.get(key) is opening:
+                del self._opening[key]
+        log.info("pool opened: %s", pool.label)
+        return pool
+
+    async def _run_pool(self, key: PoolKey, pool: Pool, stop: anyio.Event, *, task_status: TaskStatus[None]) -> None:
+        try:
+            async with pool:
+                task_status.started()
+                await stop.wait()
+        finally:
+            self._forget(key, pool)
+
+    def _forget(self, key: PoolKey, pool: Pool) -> None:
+        if self.by_key.get(key) is pool:
+            del self.by_key[key]
+            self._stops.pop(key).set()
+
+    def end_session(self, session_id: str) -> None:
+        scope = SESSION_PREFIX + session_id
+        for key in [k for k in self.by_key if k.scope == scope]:
+            self._forget(key, self.by_key[key])
+
+    async def _drop_empty_pools(self) -> None:
+        while True:
+            await anyio.sleep(MAINTENANCE_TICK)
+            for key, pool in list(self.by_key.items()):
+                # The legacy clients' pool of a server later found to speak one era stays: the
+                # sessions it served hold its children (and it) for their subscriptions and asks.
+                # New legacy sessions share the main pool; this one idles down to its minimum.
+                if key not in (SHARED_KEY, SHARED_LEGACY_KEY) and key not in self._opening and pool.is_idle():
+                    self._forget(key, pool)  # first, so no new request is handed a closing pool
