@@ -57,7 +57,7 @@ async def run_task(store: TaskStore, relay: Relay, run: Run, call: Call) -> None
         with anyio.CancelScope() as run.scope:
             if task.is_terminal:  # cancelled before the run began
                 return
-            async with call.stack:  # a parked round takes the holdings over (Relay._park)
+            async with call.stack:  # a parked round takes the holdings over (asks.park)
                 final = await _consume(store, run, relay.drive(call, run.request, run.client))
             while final is not None and not task.is_terminal:
                 result = final.get("result")
