@@ -153,6 +153,14 @@ class StdioServer:
             self._cancels_changed.wait_for(lambda: len(self._cancelled_ids) >= count, timeout)
             return list(self._cancelled_ids)
 
+    def wait_in_flight(self, count: int, timeout: float) -> int:
+        """How many tool calls are in flight, once at most ``count`` are (or after ``timeout``
+        seconds): a call leaves when its tool has returned and its reply was written (or not,
+        when it was cancelled)."""
+        with self._idle:
+            self._idle.wait_for(lambda: len(self._in_flight) <= count, timeout)
+            return len(self._in_flight)
+
     # -- output -------------------------------------------------------------------------------
 
     def send(self, message: Any) -> None:
