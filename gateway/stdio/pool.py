@@ -43,9 +43,10 @@ from gateway.protocol.jsonrpc import Result
 from gateway.protocol.versions import Era
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
-from gateway.stdio.child import StdioChild, open_child
+from gateway.stdio.child import StdioChild
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.handshake import StartWait
+from gateway.stdio.launch import open_child
 from gateway.stdio.member import Action, Member, PoolHooks, member_status
 from gateway.stdio.member import LossListener as LossListener
 from gateway.stdio.member import PoolListener as PoolListener
