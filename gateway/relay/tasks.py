@@ -8,9 +8,14 @@ states and wire shapes); this module runs them:
   lease) to ``create``, which answers the HTTP request with the ``CreateTaskResult`` at once.
   The call goes on in a task of the app's task group (``task_group``, set by the lifespan),
   outside any HTTP request, so no proxy limit can cut it.
-- The run (``gateway.relay.task_run``) drives the exchange as the relay does for any modern
-  call: progress becomes the task's ``statusMessage``; a question of the child parks the call
-  for an MRTR round, shown as the task's ``inputRequests`` until ``tasks/update`` answers it.
+- The run drives the exchange as the relay does for any modern call (``Relay.drive``):
+  progress becomes the task's ``statusMessage``; a question of the child (or a modern
+  child's ``input_required``) parks the call for an MRTR round exactly as for a client that
+  retries, and the task shows the round's ``inputRequests`` (under task-level keys) until
+  ``tasks/update`` answers every one; the run then retries with the answers
+  (``Relay.exchange`` with ``inputResponses`` and the round's ``requestState``). Unanswered
+  within the server's ``--input-timeout``: the task fails (-31007), and the parked call ends
+  at the child as for any abandoned retry (the run: ``gateway.relay.task_run``).
 - ``tasks/cancel`` cancels the run: the child exchange is left, which sends
   ``notifications/cancelled``; a parked round is taken and closed at once.
 - **Pass-through** (rule 7): a modern child that serves the extension itself keeps its tasks;
