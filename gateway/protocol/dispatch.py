@@ -261,17 +261,13 @@ class Dispatcher(Generic[C]):
         """Rule 6: the request of ``lease`` ended."""
         member, principal = lease.member, lease.principal
         assert member.child is not None
-        if lease.asking:
-            member.asking_leases -= 1
-            _drop(member.askers, principal)
         if not member.child.is_alive():
-            member.note_death()
+            member.note_death()  # before the lease leaves: its principal was in flight
         elif lease.alone:
             self.suspects.pop(principal, None)  # it ran alone and the child lived: cleared
         if lease.alone:
             member.exclusive = False
-        _drop(member.principals, principal)
-        member.leases -= 1
+        member.leave(principal, lease.asking)
         member.last_used = now
         s = self.settings
         actions: list[Action[C]] = []
@@ -394,11 +390,3 @@ class Dispatcher(Generic[C]):
         log.warning("%s: child pid %s failed its liveness check (%s); recycling", self.label, pid, problem)
         self.retire(member, "failed liveness check")
         return [StopChild(member)]
-
-
-def _drop(counter: dict[str, int], key: str) -> None:
-    left = counter.get(key, 0) - 1
-    if left > 0:
-        counter[key] = left
-    else:
-        counter.pop(key, None)

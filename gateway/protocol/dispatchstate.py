@@ -153,6 +153,15 @@ class Member(Generic[C]):
         if self.crashed_with is None:
             self.crashed_with = frozenset(p for p, n in self.principals.items() if n > 0)
 
+    def leave(self, principal: str, asking: bool) -> None:
+        """A lease of ``principal`` (an asker's, if ``asking``) ended: its counts go down, a
+        principal's at zero removed."""
+        if asking:
+            self.asking_leases -= 1
+            _drop(self.askers, principal)
+        _drop(self.principals, principal)
+        self.leases -= 1
+
 
 @dataclass(slots=True, eq=False)
 class Ticket(Generic[C]):
@@ -230,3 +239,11 @@ class Waiting(Generic[C]):
 Action = StartChild[C] | StopChild[C] | CheckLiveness[C] | RestartAfter | Wake | Lost
 Decision = Lease[C] | Waiting[C]
 """A try of ``Dispatcher.try_acquire``: the lease granted, or how long to wait."""
+
+
+def _drop(counter: dict[str, int], key: str) -> None:
+    left = counter.get(key, 0) - 1
+    if left > 0:
+        counter[key] = left
+    else:
+        counter.pop(key, None)

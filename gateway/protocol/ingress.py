@@ -54,23 +54,25 @@ from typing import Any, Final, TypeAlias
 
 from gateway.protocol import headers as h
 from gateway.protocol import versions
+
+# Rungs 4 and 6 live in ingressbody.py; re-exported for the ladder's callers.
+from gateway.protocol.ingressbody import MAX_JSON_DEPTH as MAX_JSON_DEPTH
+from gateway.protocol.ingressbody import NOTIFICATION_PREFIX as NOTIFICATION_PREFIX
+from gateway.protocol.ingressbody import check_depth as check_depth
+from gateway.protocol.ingressbody import exceeds_depth as exceeds_depth
+from gateway.protocol.ingressbody import parse_body as parse_body
+from gateway.protocol.ingressbody import parse_single as parse_single
 from gateway.protocol.jsonrpc import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
-    PARSE_ERROR,
     UNSUPPORTED_PROTOCOL_VERSION,
     ErrorReply,
-    InvalidMessage,
     JsonId,
     Message,
-    ParseError,
     Request,
     Result,
-    decode,
-    is_id,
-    parse_message,
 )
 
 # Rung 9 and the message helpers live in mirrored.py; re-exported for the ladder's callers.
@@ -96,14 +98,7 @@ REMOVED_METHODS: Final = frozenset(
 SERVER_TO_CLIENT_METHODS: Final = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
 # The only client→server notification of 2026-07-28 (digest §1, "Inventory").
 MODERN_CLIENT_NOTIFICATIONS: Final = frozenset({"notifications/cancelled"})
-# Methods under this prefix are notifications in every revision; sent with an id they are refused.
-NOTIFICATION_PREFIX: Final = "notifications/"
 
-MAX_JSON_DEPTH: Final = 128
-"""Deepest nesting of arrays and objects in a POST body. orjson reads 1,024 levels but
-writes only about 255, and every message is written again (to the child, to the client,
-inside envelopes of the gateway's own), so deeper input would fail late as a 500. No MCP
-payload comes near 128; half of orjson's limit leaves room for the envelopes."""
 MAX_BATCH_MESSAGES: Final = 64
 """Messages in one 2025-03-26 batch (``--max-batch-size``). Each request in it is a child
 call in flight; clients batch a handful, and 64 stays well under the per-principal limit."""
@@ -160,66 +155,6 @@ def check_body_size(body: bytes, max_body_bytes: int) -> Rejection | None:
     if len(body) <= max_body_bytes:
         return None
     return reject(413, INVALID_REQUEST, f"request body is larger than {max_body_bytes} bytes")
-
-
-def parse_body(body: bytes) -> Any:
-    """The decoded JSON value, or a 400/-32700 ``Rejection``."""
-    try:
-        return decode(body)
-    except ParseError as exc:
-        return reject(400, PARSE_ERROR, str(exc))
-
-
-def check_depth(body: bytes, value: Any, limit: int = MAX_JSON_DEPTH) -> Rejection | None:
-    """Rung 4's nesting bound. Cheap on the hot path: a value cannot nest deeper than the
-    body has ``[`` and ``{`` bytes (counted in C), so the walk runs only for bodies with more
-    than ``limit`` of them, and then iteratively (no recursion limit to hit)."""
-    if body.count(b"{") + body.count(b"[") <= limit:
-        return None
-    if not exceeds_depth(value, limit):
-        return None
-    raw_id = value.get("id") if isinstance(value, dict) else None
-    return reject(
-        400,
-        INVALID_REQUEST,
-        f"the JSON is nested more than {limit} levels deep",
-        id=raw_id if is_id(raw_id) else None,
-        data={"maxDepth": limit},
-    )
-
-
-def exceeds_depth(value: Any, limit: int) -> bool:
-    """True when arrays and objects nest more than ``limit`` levels (the outermost is level 1).
-
-    Level by level, without recursion; ``type() is`` because orjson makes exact dicts and lists."""
-    level = [value] if type(value) is dict or type(value) is list else []
-    depth = 1
-    while level:
-        deeper = []
-        for item in level:
-            for child in item.values() if type(item) is dict else item:
-                if type(child) is dict or type(child) is list:
-                    deeper.append(child)
-        if deeper and depth >= limit:
-            return True
-        level = deeper
-        depth += 1
-    return False
-
-
-def parse_single(value: Any) -> Message | Rejection:
-    try:
-        message = parse_message(value)
-    except InvalidMessage as exc:
-        return reject(400, INVALID_REQUEST, exc.reason, id=exc.id)
-    if isinstance(message, Request) and message.method.startswith(NOTIFICATION_PREFIX):
-        return reject(
-            400,
-            INVALID_REQUEST,
-            f"{describe(message.method)} is a notification: send it without an id (it was not forwarded)",
-            id=message.id,
-        )
-    return message
 
 
 def check_batch(

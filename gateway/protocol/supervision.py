@@ -86,7 +86,8 @@ class Supervision:
         """Rule 3's delay for the current streak (0 when there is none)."""
         if self.quick_failures == 0:
             return 0.0
-        return float(min(BACKOFF_FIRST * 2.0 ** (self.quick_failures - 1), BACKOFF_MAX))
+        doublings = min(self.quick_failures - 1, 64)  # past BACKOFF_MAX long before; 2.0 ** 1024 overflows
+        return float(min(BACKOFF_FIRST * 2.0**doublings, BACKOFF_MAX))
 
     def started(self) -> bool:
         """A child completed its handshake; True if the pool was failing until now."""

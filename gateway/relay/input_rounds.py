@@ -32,7 +32,7 @@ MAX_INPUT_ROUNDS: Final = 10
 this the request ends with an error (a child that never completes must not loop forever)."""
 
 NextRound = Callable[[Call, Request, ClientContext, int], AsyncGenerator[Emitted]]
-"""How the relay streams the child's retry (round number given): ``Relay._drive``."""
+"""How the relay streams the child's retry (round number given): ``Relay.next_round``."""
 
 
 async def input_round(

@@ -15,7 +15,7 @@ states and wire shapes); this module runs them:
   ``tasks/update`` answers every one; the run then retries with the answers
   (``Relay.exchange`` with ``inputResponses`` and the round's ``requestState``). Unanswered
   within the server's ``--input-timeout``: the task fails (-31007), and the parked call ends
-  at the child as for any abandoned retry.
+  at the child as for any abandoned retry (the run: ``gateway.relay.task_run``).
 - ``tasks/cancel`` cancels the run: the child exchange is left, which sends
   ``notifications/cancelled``; a parked round is taken and closed at once.
 - **Pass-through** (rule 7): a modern child that serves the extension itself keeps its tasks;
@@ -32,9 +32,9 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import aclosing, suppress
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -42,15 +42,15 @@ import orjson
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
-from gateway.errors import CODE_INPUT_TIMEOUT, GATEWAY_NAME, ChildError, GatewayError
+from gateway.errors import GATEWAY_NAME, ChildError
 from gateway.protocol import tasks as rules
 from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, ErrorReply, JsonObject, Request, error_object
 from gateway.protocol.owner import Owner
 from gateway.protocol.tasks import Task, TaskPolicy
-from gateway.relay import events
+from gateway.relay import task_run
 from gateway.relay.client import ClientContext
-from gateway.relay.rejected import Rejected
-from gateway.relay.suspensions import Call, Suspension
+from gateway.relay.suspensions import Call
+from gateway.relay.task_run import Run as _Run
 from gateway.relay.translate import response
 from gateway.stdio.child import StdioChild
 
@@ -64,19 +64,6 @@ PASS_THROUGH_TIMEOUT: Final = 30.0
 TASK_PROGRESS_PREFIX: Final = "gateway-task:"
 """The progressToken the gateway gives a task's call when the client gave none: the child's
 progress then reaches the task's ``statusMessage``."""
-
-
-@dataclass
-class _Run:
-    """A task and what its run needs: the cancel scope, the parked round, the answers."""
-
-    task: Task
-    request: Request
-    client: ClientContext
-    scope: anyio.CancelScope | None = None
-    state: str | None = None  # the parked round's requestState
-    answers: dict[str, JsonObject] | None = None
-    answered: anyio.Event = field(default_factory=anyio.Event)
 
 
 @dataclass
@@ -122,6 +109,9 @@ class TaskStore:
     def enabled(self) -> bool:
         return self.policy.enabled
 
+    def now(self) -> float:
+        return self._clock()
+
     def live(self) -> int:
         return sum(self._live.values())
 
@@ -138,7 +128,7 @@ class TaskStore:
         """Return at the next change of any task (what a status notification would follow)."""
         await self._change.wait()
 
-    def _touch(self, task: Task | None = None) -> None:
+    def touch(self, task: Task | None = None) -> None:
         self._change.set()
         self._change = anyio.Event()
         if task is None:
@@ -220,7 +210,7 @@ class TaskStore:
         self._runs[task_id] = run
         self._live[task.principal] = self._live.get(task.principal, 0) + 1
         self._next_expiry = min(self._next_expiry, task.expires_at())
-        self.task_group.start_soon(self._run, relay, run, call)
+        self.task_group.start_soon(task_run.run_task, self, relay, run, call)
         log.info("%s: %s runs as task %s…", self.server, (request.params or {}).get("name"), task_id[:14])
         return response(request.id, result=task.created_result())
 
@@ -270,11 +260,11 @@ class TaskStore:
             if answers is not None:
                 run.answers = answers
                 run.answered.set()
-                self._touch(task)
+                self.touch(task)
             return response(request.id, result={"resultType": "complete"})
         if not task.is_terminal:  # tasks/cancel; idempotent on an ended task
             task.cancel(now)
-            self._ended(task)
+            self.ended(task)
             if run.scope is not None:
                 run.scope.cancel()
             log.info("%s: task %s… cancelled by the client", self.server, task_id[:14])
@@ -297,83 +287,7 @@ class TaskStore:
             result["taskId"] = task_id
         return response(request.id, result=result)
 
-    # -- the run ----------------------------------------------------------------------------
-
-    async def _run(self, relay: Relay, run: _Run, call: Call) -> None:
-        task = run.task
-        try:
-            with anyio.CancelScope() as run.scope:
-                if task.is_terminal:  # cancelled before the run began
-                    return
-                async with call.stack:  # a parked round takes the holdings over (Relay._park)
-                    final = await self._consume(run, relay.drive(call, run.request, run.client))
-                while final is not None and not task.is_terminal:
-                    result = final.get("result")
-                    if not _is_round(result):
-                        self._settle(task, final)
-                        return
-                    assert isinstance(result, dict)
-                    final = await self._input_round(relay, run, call, result)
-        except Rejected as exc:  # a round's retry refused (its parked call ended meanwhile)
-            self._settle(task, response(run.request.id, error=exc.rejection.error))
-        except GatewayError as exc:  # no child for a retry (503, 429), or the command cannot start
-            self._settle(task, response(run.request.id, error=exc.error_object()))
-        except Exception:  # never into the app's task group: the task fails, with the reason logged
-            log.exception("%s: task %s… failed in the gateway", self.server, task.task_id[:14])
-            failure = error_object(-31000, "the gateway failed to run the task")
-            self._settle(task, response(run.request.id, error=failure))
-        finally:
-            run.scope = None
-            if not task.is_terminal:  # the gateway is stopping
-                task.fail(error_object(-31000, "the gateway stopped before the task ended"), 0, self._clock())
-                self._ended(task)
-            if run.state is not None:  # a round still parked: end it now (cancelled, or stopping)
-                await self._release(relay, run)
-
-    async def _input_round(self, relay: Relay, run: _Run, call: Call, result: JsonObject) -> JsonObject | None:
-        """Show the round's questions on the task, wait for ``tasks/update``, retry with the answers."""
-        task = run.task
-        wanted = result.get("inputRequests")
-        run.state = result.get("requestState") if isinstance(result.get("requestState"), str) else None
-        task.ask(wanted if isinstance(wanted, dict) else {}, self._clock())
-        self._touch(task)
-        timeout = call.child.spec.input_timeout
-        run.answers, run.answered = None, anyio.Event()
-        with anyio.move_on_after(timeout):
-            await run.answered.wait()
-        if run.answers is None:
-            task.fail(
-                error_object(
-                    CODE_INPUT_TIMEOUT,
-                    f"the client did not answer the task's input requests within {timeout:g} s",
-                    {"source": GATEWAY_NAME, "timeout_seconds": timeout},
-                ),
-                0,
-                self._clock(),
-            )
-            self._ended(task)
-            return None  # the parked round ends at its own timeout (or now, in the finally)
-        params = dict(run.request.params or {})
-        params["inputResponses"] = run.answers
-        if run.state is not None:
-            params["requestState"] = run.state
-        run.state = None  # the retry takes the round over
-        retry = Request(run.request.id, run.request.method, params)
-        return await self._consume(run, relay.exchange(retry, run.client))
-
-    async def _consume(self, run: _Run, exchange: AsyncIterator[events.Emitted]) -> JsonObject | None:
-        """The exchange's final message; its progress becomes the task's ``statusMessage``."""
-        async with aclosing(exchange):  # type: ignore[type-var]
-            async for event in exchange:
-                if type(event) is events.Final:
-                    return event.message
-                for note in event.notes if type(event) is events.Batch else (event,):
-                    if type(note) is events.Progress:
-                        run.task.note(_progress_text(note.message), self._clock())
-                        self._touch(run.task)
-        return None
-
-    def _settle(self, task: Task, final: JsonObject) -> None:
+    def settle(self, task: Task, final: JsonObject) -> None:
         now = self._clock()
         body = final.get("result") if "result" in final else final.get("error")
         size = len(orjson.dumps(body))
@@ -392,24 +306,12 @@ class TaskStore:
             task.fail(final["error"], size, now)
         elif isinstance(final.get("result"), dict):
             task.complete(final["result"], size, now)
-        self._ended(task)
+        self.ended(task)
         log.info("%s: task %s… %s", self.server, task.task_id[:14], task.status)
-
-    async def _release(self, relay: Relay, run: _Run) -> None:
-        """End a parked round at once (the task was cancelled, or the gateway stops)."""
-        state, run.state = run.state, None
-        assert state is not None
-        taken = relay.suspensions.take(state, run.request, run.client.principal)
-        if not isinstance(taken, Suspension):
-            return  # already ended at its own timeout
-        for ask in taken.asks.values():
-            ask.answer_error(CODE_INPUT_TIMEOUT, "the task was cancelled")
-        with anyio.CancelScope(shield=True):
-            await taken.call.stack.aclose()
 
     # -- bookkeeping ------------------------------------------------------------------------
 
-    def _ended(self, task: Task) -> None:
+    def ended(self, task: Task) -> None:
         """A task reached its terminal state: it no longer counts as live; its outcome is kept."""
         self._live[task.principal] = count = self._live.get(task.principal, 1) - 1
         if count <= 0:
@@ -418,7 +320,7 @@ class TaskStore:
         self._next_expiry = min(self._next_expiry, task.expires_at())
         if kept > rules.MAX_BYTES_PER_PRINCIPAL:
             self._shed(task.principal)
-        self._touch(task)
+        self.touch(task)
 
     def _shed(self, principal: str) -> None:
         """Drop this principal's oldest ended tasks until its kept bytes fit (rule: nobody else's)."""
@@ -458,19 +360,3 @@ class TaskStore:
 
 def _owner_of(client: ClientContext) -> str:
     return client.principal or ""
-
-
-def _is_round(result: object) -> bool:
-    """An MRTR ``input_required`` (the gateway's parked call, or a modern child's own round),
-    to run as a task's round."""
-    return isinstance(result, dict) and result.get("resultType") == "input_required"
-
-
-def _progress_text(message: JsonObject) -> str:
-    params = message.get("params")
-    params = params if isinstance(params, dict) else {}
-    progress, total, text = params.get("progress"), params.get("total"), params.get("message")
-    done = f"{progress:g}/{total:g}" if isinstance(progress, int | float) and isinstance(total, int | float) else None
-    if done is None and isinstance(progress, int | float):
-        done = f"{progress:g}"
-    return " — ".join(part for part in (done, text if isinstance(text, str) else None) if part) or "working"

@@ -1,9 +1,8 @@
 """One stdio MCP child: the anyio pump around the sans-IO session machine.
 
-``open_child(spec)`` starts the child through its ``ChildBackend`` (a real process unless
-told otherwise, ``gateway.stdio.backend``), starts the pumps, runs the era probe and
-handshake (``gateway.stdio.handshake``), and yields a ready ``StdioChild``; leaving the
-context stops the child with the spec's ladder (``ChildProcess.stop``). Requests go through ``child.exchange(...)``:
+``open_child(spec)`` (``gateway.stdio.launch``) starts the child through its ``ChildBackend``,
+starts these pumps, runs the handshake and yields a ready ``StdioChild`` (what the rest of the
+gateway reads of it: ``gateway.stdio.readings``). Requests go through ``child.exchange(...)``:
 
     async with child.exchange("tools/call", params, timeout=30) as ex:
         async for note in ex:          # request-scoped notifications (progress), client token restored
@@ -34,8 +33,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Callable, Coroutine, Mapping
+from contextlib import suppress
 from typing import Final
 
 import anyio
@@ -43,7 +42,6 @@ from anyio.abc import TaskGroup
 
 from gateway.errors import ChildError, ChildExitedError, GatewayUnavailableError
 from gateway.protocol import jsonrpc
-from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.childactions import (
     Action,
     Answered,
@@ -60,17 +58,16 @@ from gateway.protocol.childsession import ChildSession
 from gateway.protocol.framing import LineFramer, OversizedLine
 from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import JsonObject, Notification, Reply
-from gateway.protocol.versions import Era
 from gateway.stdio import process
-from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend, ChildProcess
+from gateway.stdio.backend import ChildProcess
 from gateway.stdio.exchange import Exchange, ExchangeItem
-from gateway.stdio.handshake import StartWatcher, run_handshake
 from gateway.stdio.questions import Questions, RequestHandler
+from gateway.stdio.readings import ChildReadings
 from gateway.stdio.spec import ChildSpec
 from gateway.stdio.timer import DeadlineTimer
 from gateway.stdio.writer import BrokenPipe, LineWriter, StdinFull, StdinStalled
 
-__all__ = ["ChangeHandler", "Exchange", "ExchangeItem", "NotificationHandler", "StdioChild", "open_child"]
+__all__ = ["ChangeHandler", "Exchange", "ExchangeItem", "NotificationHandler", "StdioChild"]
 
 log = logging.getLogger("gateway.child")
 
@@ -82,7 +79,10 @@ NotificationHandler = Callable[[Notification], None]
 ChangeHandler = Callable[[], None]
 
 
-class StdioChild:
+class StdioChild(ChildReadings):
+    """A running child (the module doc); what the rest of the gateway reads of it is
+    ``ChildReadings``'s (``gateway.stdio.readings``)."""
+
     def __init__(
         self,
         spec: ChildSpec,
@@ -127,107 +127,6 @@ class StdioChild:
     def __repr__(self) -> str:
         state = "dead" if self.death else "alive"
         return f"<StdioChild {self.spec.label} pid={self.pid} {state} in_flight={self.in_flight}>"
-
-    # -- what the rest of the gateway reads -------------------------------------------------
-
-    @property
-    def info(self) -> ChildInfo | None:
-        return self._info
-
-    @info.setter
-    def info(self, info: ChildInfo | None) -> None:
-        self._info = info
-        self._session.legacy = self.is_legacy
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
-
-    @property
-    def in_flight(self) -> int:
-        return self._session.in_flight
-
-    @property
-    def stderr_tail(self) -> list[str]:
-        return self._stderr.lines
-
-    @property
-    def stdout_noise(self) -> Sequence[str]:
-        """The last stdout lines that were not JSON-RPC (what ``inspect`` and hints quote)."""
-        return self._session.noise
-
-    @property
-    def non_json_lines(self) -> int:
-        return self._session.non_json_lines
-
-    @property
-    def oversized_lines(self) -> int:
-        return self._session.oversized_lines
-
-    @property
-    def tools_generation(self) -> int:
-        """Bumped by ``notifications/tools/list_changed`` (tool caches key on it)."""
-        return self._session.tools_generation
-
-    @property
-    def tools(self) -> ToolLearning | None:
-        """The pool's learning of which tools ask (attribution rule 5)."""
-        return self._session.tools
-
-    @tools.setter
-    def tools(self, tools: ToolLearning | None) -> None:
-        self._session.tools = tools
-
-    def counters(self) -> dict[str, int]:
-        """For metrics, folded into the pool's totals when the child exits."""
-        session = self._session
-        return {
-            "non_json_lines": session.non_json_lines,
-            "oversized_lines": session.oversized_lines,
-            "cancels_sent": session.cancels_sent,
-            "timeouts": session.timeouts,
-            "bytes_in": self.bytes_in,
-            "bytes_out": self._stdin.written,
-            "questions_to_clients": self.questions.to_clients,
-            "questions_answered_by_gateway": self.questions.answered_by_gateway,
-        }
-
-    @property
-    def stdin_queued(self) -> int:
-        """Bytes waiting for its stdin behind the write in progress (at most ``max_stdin_queue_bytes``)."""
-        return self._stdin.queued
-
-    @property
-    def awaiting_input(self) -> int:
-        """Child requests waiting for a client's answer (the child's silence is then no stall)."""
-        return self.questions.awaiting_input
-
-    @property
-    def has_asked(self) -> bool:
-        return self._session.has_asked
-
-    @property
-    def open_questions(self) -> int:
-        """Questions handed to a client and not answered, plus those held as ambiguous."""
-        return self._session.open_questions
-
-    @property
-    def is_legacy(self) -> bool:
-        """Spoken to in the legacy era: its questions are requests on stdio (a modern child's
-        MRTR ``input_required`` needs no attribution, so it teaches rule 5 nothing)."""
-        return self._info is not None and self._info.era is Era.LEGACY
-
-    def is_alive(self) -> bool:
-        return self._session.death is None
-
-    @property
-    def death(self) -> ChildError | None:
-        return self._session.death
-
-    async def wait_exited(self) -> ChildError:
-        await self._exited.wait()
-        assert self._session.death is not None
-        return self._session.death
 
     # -- requests -------------------------------------------------------------------
 
@@ -488,53 +387,3 @@ class ChildCall:
     async def __aexit__(self, *exc_info: object) -> None:
         assert self.ex is not None
         self.child._close(self.ex)
-
-
-@asynccontextmanager
-async def open_child(
-    spec: ChildSpec,
-    *,
-    gateway_version: str = "0",
-    on_request: RequestHandler | None = None,
-    on_notification: NotificationHandler | None = None,
-    on_change: ChangeHandler | None = None,
-    backend: ChildBackend = PROCESS_BACKEND,
-    on_start: StartWatcher | None = None,
-) -> AsyncIterator[StdioChild]:
-    """Start (``backend``: a real process by default), handshake, yield a ready child; stop
-    it on exit. Raises ``ChildStartError``. ``on_start`` is told what the handshake waits for."""
-    proc = await backend.open(spec)
-    # Exceptions are carried out of the task group by hand: anyio would wrap them in an
-    # ExceptionGroup, and callers should catch ChildStartError (or their own errors) plainly.
-    failure: Exception | None = None
-    async with anyio.create_task_group() as tg:
-        child = StdioChild(spec, proc, tg, on_request, on_notification, on_change)
-        tg.start_soon(child.pump_stdout)
-        tg.start_soon(child.pump_stdin)
-        tg.start_soon(child.pump_deadlines)
-        tg.start_soon(child.pump_stderr)
-        tg.start_soon(child.watch_exit)
-        try:
-            child.info = await run_handshake(child, gateway_version, on_start)
-        except Exception as exc:
-            failure = exc
-        if failure is None:
-            log.info(
-                "child %s (pid %d) ready: %s era, protocol %s",
-                spec.label,
-                child.pid,
-                child.info.era.value if child.info else "?",
-                child.info.version if child.info else "?",
-            )
-            try:
-                yield child
-            except Exception as exc:
-                failure = exc
-            finally:
-                await child.stop()
-                tg.cancel_scope.cancel()
-        else:
-            await child.stop()
-            tg.cancel_scope.cancel()
-    if failure is not None:
-        raise failure

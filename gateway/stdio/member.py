@@ -1,22 +1,27 @@
 """A pool's settings and its members, as the stdio edge names them: ``PoolSettings`` and
 ``Member`` (``gateway.protocol.dispatchstate``: one child of the pool from its start to its
-exit, with its leases and who holds them), and the callbacks a pool offers its users.
+exit, with its leases and who holds them; ``member_status``: what ``/status`` shows of one), and
+the callbacks a pool offers its users.
 ``gateway.stdio.pool`` re-exports them; the pool's rules are in ``gateway.protocol.dispatch``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
 
 from gateway.protocol import dispatchstate
 from gateway.protocol.dispatchstate import PoolSettings as PoolSettings
 from gateway.protocol.jsonrpc import Notification, Reply, Request
 from gateway.stdio.child import StdioChild
+from gateway.stdio.handshake import StartWait
 from gateway.stdio.questions import RequestHandler
 
 if TYPE_CHECKING:
     from gateway.stdio.pool import Pool
+
+STATUS_STDERR_LINES: Final = 5
+"""Last stderr lines of each child shown by /status and /ui (the full tail goes into errors)."""
 
 Member: TypeAlias = dispatchstate.Member[StdioChild]
 Lease: TypeAlias = dispatchstate.Lease[StdioChild]
@@ -74,3 +79,21 @@ class PoolHooks:
     def _broadcast(self, notification: Notification) -> None:
         for listener in self._listeners:
             listener(self._pool(), notification)
+
+
+def member_status(m: Member, now: float, start: StartWait | None) -> dict[str, Any]:
+    """One child of a pool as ``/status`` (and ``/ui``) show it; ``start``: what its handshake
+    waits for, while it starts."""
+    return {
+        "pid": m.child.pid if m.child else None,
+        "state": "retiring" if m.retiring else "ready" if m.is_live else "starting",
+        "era": m.child.info.era.value if m.child and m.child.info else None,
+        "protocol_version": m.child.info.version if m.child and m.child.info else None,
+        "in_flight": m.leases,
+        "asking": m.asking_leases,
+        "questions_open": m.child.open_questions if m.child else 0,
+        "served": m.served,
+        "uptime_seconds": round(now - m.started_at, 3),
+        "stderr": m.child.stderr_tail[-STATUS_STDERR_LINES:] if m.child else [],
+        "waiting_for": start.describe() if m.child is None and start is not None else None,
+    }

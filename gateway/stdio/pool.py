@@ -43,10 +43,11 @@ from gateway.protocol.jsonrpc import Result
 from gateway.protocol.versions import Era
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
-from gateway.stdio.child import StdioChild, open_child
+from gateway.stdio.child import StdioChild
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.handshake import StartWait
-from gateway.stdio.member import Action, Member, PoolHooks
+from gateway.stdio.launch import open_child
+from gateway.stdio.member import Action, Member, PoolHooks, member_status
 from gateway.stdio.member import LossListener as LossListener
 from gateway.stdio.member import PoolListener as PoolListener
 from gateway.stdio.member import PoolRequestHandler as PoolRequestHandler
@@ -60,8 +61,6 @@ MAINTENANCE_TICK: Final = 1.0
 """Seconds between idle, age and liveness checks."""
 START_SAMPLES: Final = 100
 """Cold-start durations kept per pool for metrics."""
-STATUS_STDERR_LINES: Final = 5
-"""Last stderr lines of each child shown by /status and /ui (the full tail goes into errors)."""
 
 
 class Pool(PoolHooks):
@@ -218,24 +217,7 @@ class Pool(PoolHooks):
             "spawns": self.spawns,
             "restarts": self.restarts,
             "waiting": self.dispatch.waiting,
-            "children": [
-                {
-                    "pid": m.child.pid if m.child else None,
-                    "state": "retiring" if m.retiring else "ready" if m.is_live else "starting",
-                    "era": m.child.info.era.value if m.child and m.child.info else None,
-                    "protocol_version": m.child.info.version if m.child and m.child.info else None,
-                    "in_flight": m.leases,
-                    "asking": m.asking_leases,
-                    "questions_open": m.child.open_questions if m.child else 0,
-                    "served": m.served,
-                    "uptime_seconds": round(now - m.started_at, 3),
-                    "stderr": m.child.stderr_tail[-STATUS_STDERR_LINES:] if m.child else [],
-                    "waiting_for": (
-                        self._start_waits[m].describe() if m.child is None and m in self._start_waits else None
-                    ),
-                }
-                for m in self.members
-            ],
+            "children": [member_status(m, now, self._start_waits.get(m)) for m in self.members],
         }
 
     # -- leasing ------------------------------------------------------------------------

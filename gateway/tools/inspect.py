@@ -45,8 +45,9 @@ from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import JsonObject, Reply
 from gateway.protocol.versions import Era
 from gateway.protocol.xmcpheader import InvalidToolAnnotation, tool_header_params
-from gateway.stdio.child import StdioChild, open_child
+from gateway.stdio.child import StdioChild
 from gateway.stdio.handshake import StartWait, StartWatcher
+from gateway.stdio.launch import open_child
 from gateway.stdio.spec import HANDSHAKE_TIMEOUT, PROBE_TIMEOUT, ChildSpec
 from gateway.tools.call.tools import ArgumentInfo, Listing, argument_summary, first_line, walk_pages
 

@@ -12,7 +12,7 @@ import pytest
 from gateway.errors import ChildExitedError, ChildStartError
 from gateway.protocol.jsonrpc import Result
 from gateway.protocol.versions import Era
-from gateway.stdio.child import open_child
+from gateway.stdio.launch import open_child
 from tests.component.fakechild import Era as FakeEra
 from tests.component.fakechild import Script, fake_backend
 from tests.component.harness import FAKE_SPEC

@@ -8,18 +8,16 @@ legacy client's POSTed cancellation, a legacy client's disconnect that does not 
 component tests (tests/component/test_streams.py), where the fake child says when a call
 arrives and when a cancel names it.
 
-How the tests know, without sleeping, what the child is doing: the test server runs every
-``tools/call`` on a thread of its own, while ``tools/list`` is answered on its reader thread.
-So the child's thread count (``/proc/PID/task``) rises by one exactly when it starts working
-on a call and falls back when that work ends; it is polled between real ``tools/list``
-round trips through the gateway, and every wait is bounded by ``fail_after``. The child-side
-id is never known to the client, but a cancellation that names the wrong id does not stop
-the child's work, so "the thread count fell back" proves the id was the child's.
+How the tests know, without sleeping or polling, what the child is doing: the test server
+keeps its tool calls in flight until each has ended, and its ``await_idle`` tool answers once
+it is the only one left (it waits on the server's own condition, in the child: one round trip
+through the gateway). Every wait is bounded by ``fail_after``. The child-side id is never
+known to the client, but a cancellation that names the wrong id does not stop the child's
+work, so "no other call is in flight" proves the id was the child's.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -45,15 +43,11 @@ CHILD_ERAS = ["modern", "legacy"]
 
 
 class Child:
-    """The gateway's one child, watched from outside through real traffic and /proc."""
+    """The gateway's one child, watched from outside through real traffic."""
 
-    def __init__(self, http: httpx.AsyncClient, url: str, pid: int, access: Records) -> None:
-        self.http, self.url, self.pid = http, url, pid
-        self.idle_threads = 0
+    def __init__(self, http: httpx.AsyncClient, url: str, access: Records) -> None:
+        self.http, self.url = http, url
         self.access = access  # the gateway's access lines
-
-    def threads(self) -> int:
-        return len(os.listdir(f"/proc/{self.pid}/task"))
 
     async def round_trip(self) -> None:
         """A ``tools/list`` through the gateway: real traffic that starts no tool thread."""
@@ -64,11 +58,11 @@ class Child:
         )
         assert reply.status_code == 200, reply.text
 
-    async def wait_threads(self, extra: int) -> None:
-        """Until the child runs exactly ``extra`` tool calls (bounded)."""
+    async def wait_idle(self) -> None:
+        """Until the child runs no tool call but the one asking (bounded, in the child too)."""
         with anyio.fail_after(WAIT_SECONDS):
-            while self.threads() != self.idle_threads + extra:
-                await self.round_trip()
+            body = await self.call("idle", "await_idle", {"timeout_ms": int(WAIT_SECONDS * 1000) - 1000})
+        assert body["result"]["structuredContent"]["others"] == 0, body
 
     async def call(self, request_id: Any, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         reply = await self.http.post(
@@ -102,10 +96,9 @@ async def watched_child(child_era: str) -> AsyncIterator[Child]:
             running_gateway(server_spec("--era", child_era, client_capabilities={}), pool_size=1) as url,
             httpx.AsyncClient(timeout=WAIT_SECONDS) as http,
         ):
-            child = Child(http, url, 0, access)
-            await child.round_trip()  # the pool is ready and no tool thread has ever run
-            [child.pid] = [pid for pid, _ in server_processes()]
-            child.idle_threads = child.threads()
+            child = Child(http, url, access)
+            await child.round_trip()  # the pool is ready
+            assert len(server_processes()) == 1
             yield child
 
 
@@ -143,7 +136,7 @@ async def test_a_modern_client_closing_its_sse_stream_cancels_the_call_at_the_ch
             assert first["method"] == "notifications/progress"
             assert first["params"]["progressToken"] == "p"
 
-            await child.wait_threads(extra=0)  # the countdown stopped long before its 30 s
+            await child.wait_idle()  # the countdown stopped long before its 30 s
             assert_exactly_one_child_side_id(await child.wait_cancelled_ids())
             await assert_the_gateway_still_serves(child)
             assert_exactly_one_child_side_id(await child.cancelled_ids())

@@ -16,7 +16,8 @@ from gateway.errors import ChildExitedError, ChildProtocolError, ChildStartError
 from gateway.protocol.jsonrpc import ErrorReply, Notification, Request, Result
 from gateway.protocol.versions import Era
 from gateway.stdio.ask import ChildAsk
-from gateway.stdio.child import StdioChild, open_child
+from gateway.stdio.child import StdioChild
+from gateway.stdio.launch import open_child
 from gateway.stdio.spec import INITIALIZE_FIRST, ChildSpec
 from tests.conftest import call_params, server_spec
 from tests.logrecords import recording

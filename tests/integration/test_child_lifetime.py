@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -134,8 +133,7 @@ async def ended(pid: int) -> None:
     except ProcessLookupError:
         return
     try:
-        while not (await anyio.to_thread.run_sync(select.select, [pidfd], [], [], 1.0))[0]:
-            pass
+        await anyio.wait_readable(pidfd)  # the event loop's poller wakes at its end
     finally:
         os.close(pidfd)
 

@@ -33,7 +33,7 @@ from gateway.errors import CODE_INPUT_TIMEOUT, CODE_NO_CLIENT_INPUT
 from gateway.http.auth import TokenStore
 from gateway.protocol.jsonrpc import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
 from gateway.protocol.requeststate import StateClaims, encode_state, params_digest
-from gateway.relay import exchange
+from gateway.relay import asks
 from gateway.relay.exchange import MAX_INPUT_ROUNDS
 from gateway.relay.router import Isolation
 from gateway.stdio.spec import ChildSpec
@@ -417,7 +417,7 @@ async def test_three_questions_asked_at_once_from_threads_reach_a_modern_client_
     a loaded machine's thread scheduling cannot split the round (measured spread: docs).
     (Not roots: a shared child's ``roots/list`` is answered by the gateway with its pool's
     roots, test_roots_keying.)"""
-    monkeypatch.setattr(exchange, "ASK_GATHER_WINDOW", 0.5)
+    monkeypatch.setattr(asks, "ASK_GATHER_WINDOW", 0.5)
     second = {"method": "elicitation/create", "params": {**ELICITATION["params"], "message": "Your city?"}}
     asked_for = [ELICITATION, SAMPLING, second]
     call = modern_ask(1, asked_for, {"sampling": {}, "elicitation": {}})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -218,13 +219,30 @@ async def test_a_child_that_fails_its_liveness_check_is_recycled() -> None:
     assert all(pid != frozen for pid, _ in server_processes())
 
 
+class PoolClock:
+    """``gateway.stdio.pool``'s ``time``: the real module, but a ``monotonic`` the test moves
+    forward (past a restart backoff, instead of waiting it out or calling until it is over)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
 async def test_a_failing_pool_without_a_minimum_recovers_once_the_command_works(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import gateway.protocol.supervision as supervision
+    import gateway.stdio.pool as pool_module
 
-    monkeypatch.setattr(supervision, "BACKOFF_FIRST", 0.01)  # keep the five failures quick
+    monkeypatch.setattr(supervision, "BACKOFF_FIRST", 0.01)  # the restart timers' sleeps stay short
     monkeypatch.setattr(supervision, "BACKOFF_MAX", 0.05)
+    clock = PoolClock()  # moved past each backoff: every call starts the command (none fails fast)
+    monkeypatch.setattr(pool_module, "time", clock)
     ready = tmp_path / "ready"
     script = tmp_path / "server.sh"
     script.write_text(f'#!/bin/sh\n[ -e "{ready}" ] || {{ echo "not yet" >&2; exit 1; }}\nexec "$@"\n')
@@ -233,10 +251,12 @@ async def test_a_failing_pool_without_a_minimum_recovers_once_the_command_works(
     settings = PoolSettings(min_size=0, max_size=1)
     with anyio.fail_after(30), recording("gateway.pool") as records:
         async with running_gateway(spec, pool=settings) as url, httpx.AsyncClient(timeout=30) as http:
-            while not records.matching(lambda r: "failing after" in r.getMessage()):  # each call makes a start fail
+            for failures in range(1, supervision.CRASH_LOOP + 1):  # each call makes a start fail
                 assert "not yet" in (await call(http, url, "echo", {"message": "x"})).json()["error"]["message"]
+                assert len(records.matching(lambda r: "child failed to start" in r.getMessage())) == failures
+                clock.offset += 1.0  # the backoff is over
+            await records.wait_for_text(f"failing after {supervision.CRASH_LOOP} quick failures")
             ready.touch()  # the operator fixes the server
-            while "result" not in (reply := await call(http, url, "echo", {"message": "back"})).json():
-                pass  # requests fail fast during the backoff, then one starts the fixed command
-            assert reply.json()["result"]["content"][0]["text"] == "back"
+            reply = await call(http, url, "echo", {"message": "back"})  # it starts the fixed command
+            assert reply.json()["result"]["content"][0]["text"] == "back", reply.text
             assert not any(p["failing"] for p in (await status(http, url))["pools"].values())

@@ -20,7 +20,7 @@ from anyio.streams.text import TextReceiveStream
 
 from gateway.errors import ChildStartError
 from gateway.stdio import handshake as stdio_handshake
-from gateway.stdio.child import open_child
+from gateway.stdio.launch import open_child
 from gateway.stdio.pool import Pool, PoolSettings
 from tests.conftest import TEST_SERVER, server_spec
 

@@ -336,6 +336,11 @@ def add_test_tools(server: StdioServer) -> None:
         timeout = int_arg(args, "timeout_ms", minimum=1, default=10_000) / 1000
         return _json_result("ids", server.wait_cancelled(count, timeout))
 
+    def await_idle(ctx: ToolContext, args: JsonObject) -> JsonObject:
+        """How many other tool calls are in flight, once none is (or after ``timeout_ms``)."""
+        timeout = int_arg(args, "timeout_ms", minimum=1, default=10_000) / 1000
+        return _json_result("others", server.wait_in_flight(1, timeout) - 1)
+
     def wait_gate(ctx: ToolContext, args: JsonObject) -> JsonObject:
         """Report progress, then wait until the file ``gate`` exists (or the call is cancelled):
         a test opens the gate by creating the file, whichever child or replica runs the call."""
@@ -402,6 +407,12 @@ def add_test_tools(server: StdioServer) -> None:
             "Return the cancelled request ids once there are at least count (or after timeout_ms).",
             object_schema({"count": _int("count"), "timeout_ms": _int("timeout_ms")}),
             await_cancelled,
+        ),
+        (
+            "await_idle",
+            "Return how many other tool calls are in flight, once none is (or after timeout_ms).",
+            object_schema({"timeout_ms": _int("timeout_ms")}),
+            await_idle,
         ),
         (
             "wait_gate",

@@ -39,6 +39,14 @@ def test_start_failures_back_off_doubling_up_to_the_maximum() -> None:
     assert delays[-1] == BACKOFF_MAX
 
 
+def test_a_streak_of_any_length_keeps_the_maximum_delay() -> None:
+    # 2,000 start failures: a command broken for about 17 h at 30 s apart. The doubling used to
+    # overflow a float at the 1,025th (OverflowError in the pool's exit handler).
+    policy = Supervision()
+    delays = [start_failure(policy).delay for _ in range(2000)]
+    assert delays[-1] == BACKOFF_MAX
+
+
 def test_the_pool_fails_after_a_streak_and_says_so_once() -> None:
     policy = Supervision()
     verdicts = [start_failure(policy) for _ in range(CRASH_LOOP + 2)]

@@ -50,7 +50,6 @@ import itertools
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
@@ -61,11 +60,11 @@ from gateway import __version__
 from gateway.protocol import handshake, jsonrpc, tasks, versions
 from gateway.protocol import headers as h
 from gateway.protocol.handshake import ChildInfo, HandshakeError
-from gateway.protocol.ingress import NAME_PARAMS
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Request, Result
 from gateway.protocol.versions import Era
+from gateway.tools.call import wire
 from gateway.tools.call.errors import ConnectionFailed
-from gateway.tools.call.refusals import REDIRECTS, SHOWN_BODY_CHARS, refusal, suggested_url
+from gateway.tools.call.refusals import SHOWN_BODY_CHARS, refusal, suggested_url
 from gateway.tools.call.sse import sse_events
 
 __all__ = ["McpConnection", "Mode", "open_connection", "refusal", "suggested_url"]
@@ -92,22 +91,6 @@ class Mode(StrEnum):
     AUTO = "auto"
     MODERN = "modern"
     LEGACY = "legacy"
-
-
-@dataclass(slots=True)
-class _Cursor:
-    """Where a legacy call's event stream stands: the last event id seen, the last retry hint."""
-
-    last_id: str | None = None
-    retry_ms: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Answer:
-    status: int
-    headers: httpx.Headers
-    reply: Reply | None
-    text: str = ""
 
 
 class McpConnection:
@@ -150,7 +133,7 @@ class McpConnection:
         (``/mcp/`` → ``/mcp``) is retried once at the new URL, named in ``redirected_from``."""
         try:
             return await self._open(mode)
-        except _Redirect as redirect:
+        except wire.Redirect as redirect:
             self.redirected_from, self.url = self.url, redirect.url
             return await self._open(mode)
 
@@ -178,15 +161,15 @@ class McpConnection:
         if info is not None and info.version == self.info.version:
             self.info = info
 
-    async def _discover(self) -> _Answer:
+    async def _discover(self) -> wire.Answer:
         request = Request(next(self._ids), handshake.DISCOVER, handshake.probe_params(__version__))
-        headers = self._modern_headers(request, versions.LATEST_MODERN)
+        headers = wire.modern_headers(request, versions.LATEST_MODERN, self._extra)
         return await self._post(request.to_dict(), headers, None)
 
     async def _initialize(self) -> ChildInfo:
         params = handshake.initialize_params(__version__, self._capabilities)
         request = Request(next(self._ids), handshake.INITIALIZE, params)
-        answer = await self._post(request.to_dict(), self._base_headers(), None)
+        answer = await self._post(request.to_dict(), wire.base_headers(self._extra), None)
         self._check_refusal(answer, handshake.INITIALIZE)
         if answer.reply is None:
             raise ConnectionFailed(self._not_mcp(answer, handshake.INITIALIZE))
@@ -222,7 +205,7 @@ class McpConnection:
         """One request; a first answer that redirects to the same origin is followed once."""
         try:
             return await self._request(method, params, meta, param_headers, on_notification)
-        except _Redirect as redirect:
+        except wire.Redirect as redirect:
             self.redirected_from, self.url = self.url, redirect.url
             return await self._request(method, params, meta, param_headers, on_notification)
 
@@ -242,7 +225,9 @@ class McpConnection:
             modern[handshake.META_PROTOCOL_VERSION] = info.version
             body_params["_meta"] = {**modern, **(meta or {})}
             request = Request(next(self._ids), method, body_params)
-            headers = _merged(self._modern_headers(request, info.version), param_headers or {}, self._extra)
+            headers = wire.merged(
+                wire.modern_headers(request, info.version, self._extra), param_headers or {}, self._extra
+            )
         else:
             if meta:
                 body_params["_meta"] = dict(meta)
@@ -254,12 +239,12 @@ class McpConnection:
             raise ConnectionFailed(self._not_mcp(answer, method))
         return answer.reply
 
-    def _check_refusal(self, answer: _Answer, method: str) -> None:
+    def _check_refusal(self, answer: wire.Answer, method: str) -> None:
         """Raise ``ConnectionFailed`` when the endpoint refused us rather than the request."""
-        target = _location(self.url, answer.status, answer.headers)
+        target = wire.location(self.url, answer.status, answer.headers)
         unfollowed = self.redirected_from is None and self.session_id is None
-        if target is not None and unfollowed and _same_origin(target, self.url):
-            raise _Redirect(target)  # same origin only: the --header values (tokens) stay where they were sent
+        if target is not None and unfollowed and wire.same_origin(target, self.url):
+            raise wire.Redirect(target)  # same origin only: the --header values (tokens) stay where they were sent
         problem = refusal(
             self.url,
             answer.status,
@@ -268,49 +253,24 @@ class McpConnection:
             method=method,
             has_token=any(name.lower() == h.AUTHORIZATION for name in self._extra),
             in_session=self.session_id is not None,
-            location=_location(self.url, answer.status, answer.headers),
+            location=wire.location(self.url, answer.status, answer.headers),
         )
         if problem is not None:
             raise ConnectionFailed(problem)
 
-    def _base_headers(self) -> httpx.Headers:
-        base = {h.CONTENT_TYPE: h.JSON_MEDIA_TYPE, h.ACCEPT: f"{h.JSON_MEDIA_TYPE}, {h.SSE_MEDIA_TYPE}"}
-        return _merged(base, self._extra)
-
-    def _modern_headers(self, request: Request, version: str) -> httpx.Headers:
-        headers = {
-            h.CONTENT_TYPE: h.JSON_MEDIA_TYPE,
-            h.ACCEPT: f"{h.JSON_MEDIA_TYPE}, {h.SSE_MEDIA_TYPE}",
-            h.MCP_PROTOCOL_VERSION: version,
-            h.MCP_METHOD: request.method,
-        }
-        name_key = NAME_PARAMS.get(request.method)
-        name = (request.params or {}).get(name_key) if name_key else None
-        if isinstance(name, str):
-            headers[h.MCP_NAME] = h.encode_header_value(name)
-        return _merged(headers, self._extra)
-
     def _legacy_headers(self) -> httpx.Headers:
-        info = self._info()
-        headers = {
-            h.CONTENT_TYPE: h.JSON_MEDIA_TYPE,
-            h.ACCEPT: f"{h.JSON_MEDIA_TYPE}, {h.SSE_MEDIA_TYPE}",
-            h.MCP_PROTOCOL_VERSION: info.version,
-        }
-        if self.session_id is not None:
-            headers[h.MCP_SESSION_ID] = self.session_id
-        return _merged(headers, self._extra)
+        return wire.legacy_headers(self._info().version, self.session_id, self._extra)
 
     # -- the wire -------------------------------------------------------------------------
 
     async def _post(
         self, payload: JsonObject, headers: Mapping[str, str], on_notification: NotificationHandler | None
-    ) -> _Answer:
+    ) -> wire.Answer:
         try:
             async with self._http.stream("POST", self.url, content=jsonrpc.encode(payload), headers=headers) as resp:
                 kind = h.media_type(resp.headers.get(h.CONTENT_TYPE, ""))
                 if kind == h.SSE_MEDIA_TYPE:
-                    cursor = _Cursor()
+                    cursor = wire.Cursor()
                     try:
                         reply = await self._read_stream(resp, on_notification, cursor)
                     except httpx.HTTPError:
@@ -319,21 +279,21 @@ class McpConnection:
                         reply = None
                     if reply is None:
                         reply = await self._resume(str(payload["method"]), cursor, on_notification)
-                    return _Answer(resp.status_code, resp.headers, reply)
+                    return wire.Answer(resp.status_code, resp.headers, reply)
                 body = await resp.aread()
         except httpx.HTTPError as exc:
-            raise ConnectionFailed(f"cannot reach {self.url}: {_describe_http_error(exc)}") from exc
-        reply = _reply_from_json(body) if kind == h.JSON_MEDIA_TYPE else None
-        return _Answer(resp.status_code, resp.headers, reply, body[:SHOWN_BODY_CHARS].decode("utf-8", "replace"))
+            raise ConnectionFailed(f"cannot reach {self.url}: {wire.describe_http_error(exc)}") from exc
+        reply = wire.reply_from_json(body) if kind == h.JSON_MEDIA_TYPE else None
+        return wire.Answer(resp.status_code, resp.headers, reply, body[:SHOWN_BODY_CHARS].decode("utf-8", "replace"))
 
-    async def _resume(self, method: str, cursor: _Cursor, on_notification: NotificationHandler | None) -> Reply:
+    async def _resume(self, method: str, cursor: wire.Cursor, on_notification: NotificationHandler | None) -> Reply:
         """Resume a cut legacy stream (``GET`` + ``Last-Event-ID``) until its reply comes."""
         for _ in range(MAX_RESUMES):
             if cursor.last_id is None or self.session_id is None:
                 break
             delay = RESUME_DELAY if cursor.retry_ms is None else min(cursor.retry_ms / 1000, MAX_RETRY_SECONDS)
             await anyio.sleep(delay)
-            headers = _merged(self._legacy_headers(), {h.ACCEPT: h.SSE_MEDIA_TYPE, h.LAST_EVENT_ID: cursor.last_id})
+            headers = wire.merged(self._legacy_headers(), {h.ACCEPT: h.SSE_MEDIA_TYPE, h.LAST_EVENT_ID: cursor.last_id})
             try:
                 async with self._http.stream("GET", self.url, headers=headers) as resp:
                     if (
@@ -353,7 +313,7 @@ class McpConnection:
         raise ConnectionFailed(f"{self.url} ended the event stream before answering {method}")
 
     async def _read_stream(
-        self, resp: httpx.Response, on_notification: NotificationHandler | None, cursor: _Cursor | None = None
+        self, resp: httpx.Response, on_notification: NotificationHandler | None, cursor: wire.Cursor | None = None
     ) -> Reply | None:
         async for event_id, retry_ms, data in sse_events(resp.aiter_lines()):
             if cursor is not None:
@@ -388,7 +348,7 @@ class McpConnection:
         with suppress(httpx.HTTPError):
             await self._http.post(self.url, content=jsonrpc.encode(reply), headers=self._legacy_headers())
 
-    def _not_mcp(self, answer: _Answer, method: str) -> str:
+    def _not_mcp(self, answer: wire.Answer, method: str) -> str:
         body = " ".join(answer.text.split())
         shown = f": {body}" if body else ""
         return f"{self.url} did not answer {method} as an MCP server (HTTP {answer.status}){shown}"
@@ -415,45 +375,3 @@ async def open_connection(
             yield connection
         finally:
             await connection.close()
-
-
-class _Redirect(Exception):
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.url = url
-
-
-def _location(url: str, status: int, headers: httpx.Headers) -> str | None:
-    """Where a redirect points, as an absolute URL; None for any other answer."""
-    location = headers.get("location") if status in REDIRECTS else None
-    return str(httpx.URL(url).join(location)) if location else None
-
-
-def _same_origin(one: str, other: str) -> bool:
-    a, b = httpx.URL(one), httpx.URL(other)
-    return (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port)
-
-
-def _merged(*layers: Mapping[str, str]) -> httpx.Headers:
-    """Later layers replace earlier ones, whatever the case of the names."""
-    merged = httpx.Headers()
-    for layer in layers:
-        merged.update(layer)
-    return merged
-
-
-def _reply_from_json(body: bytes) -> Reply | None:
-    try:
-        message = jsonrpc.parse_message(jsonrpc.decode(body))
-    except (jsonrpc.ParseError, jsonrpc.InvalidMessage):
-        return None
-    return message if isinstance(message, (Result, ErrorReply)) else None
-
-
-def _describe_http_error(exc: httpx.HTTPError) -> str:
-    if isinstance(exc, httpx.TimeoutException):
-        return "timed out connecting"
-    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
-        return f"{exc}; to trust this server's certificate, pass --cacert FILE (or set SSL_CERT_FILE)"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

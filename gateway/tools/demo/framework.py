@@ -31,41 +31,30 @@ Imports: standard library only, so the servers start fast and run anywhere.
 
 from __future__ import annotations
 
-import itertools
 import json
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import IO, Any
 
+from gateway.tools.demo import answers
 from gateway.tools.demo.context import Tool as Tool
 from gateway.tools.demo.context import ToolContext as ToolContext
 from gateway.tools.demo.context import ToolHandler as ToolHandler
-from gateway.tools.demo.context import Waiter
+from gateway.tools.demo.listens import Listens
+from gateway.tools.demo.outgoing import Outgoing
 from gateway.tools.demo.rpc import (
     EOF_GRACE_SECONDS,
     INVALID_PARAMS,
     INVALID_REQUEST,
-    LATEST_LEGACY,
-    LEGACY_VERSIONS,
-    LISTEN_TYPES,
     METHOD_NOT_FOUND,
-    MODERN_ONLY_METHODS,
-    MODERN_VERSIONS,
     PARSE_ERROR,
-    PROTOCOL_VERSION_KEY,
-    RESOURCES_UPDATED,
     SEND_REQUEST_TIMEOUT,
-    SERVER_INFO_KEY,
-    SUBSCRIPTION_ID_KEY,
     Era,
     LineSource,
     RequestId,
-    check_modern_meta,
     id_key,
     is_request_id,
-    result_of,
 )
 from gateway.tools.demo.rpc import (
     JsonObject as JsonObject,
@@ -122,19 +111,16 @@ class StdioServer:
         self._lock = threading.Lock()  # guards the tables below; never held during I/O
         self._idle = threading.Condition(self._lock)
         self._in_flight: dict[tuple[type, Any], ToolContext] = {}
-        self._waiting: dict[tuple[type, Any], Waiter] = {}
         self._cancelled_ids: list[Any] = []
         self._cancels_changed = threading.Condition(self._lock)
         # Extra handling of client notifications by method (run on the reader thread, in order).
         self.notification_handlers: dict[str, Callable[[JsonObject], None]] = {}
         # Extra requests answered inline, by method (params → result, or RpcError).
         self.request_handlers: dict[str, Callable[[JsonObject], JsonObject]] = {}
-        # Modern listens: id → (listen id, notification methods, resource URIs) granted.
-        self._listens: dict[tuple[type, Any], tuple[RequestId, frozenset[str], tuple[str, ...]]] = {}
-        self._out_ids = itertools.count(1)
+        self._listens = Listens(self.send)  # modern subscriptions/listen
+        self._outgoing = Outgoing(self.send, self._write)  # requests to the client
         self._legacy_version: str | None = None
         self.client_capabilities: JsonObject = {}  # what the client declared at initialize (legacy era)
-        self._eof = False
 
     # -- registration -------------------------------------------------------------------------
 
@@ -153,6 +139,14 @@ class StdioServer:
             self._cancels_changed.wait_for(lambda: len(self._cancelled_ids) >= count, timeout)
             return list(self._cancelled_ids)
 
+    def wait_in_flight(self, count: int, timeout: float) -> int:
+        """How many tool calls are in flight, once at most ``count`` are (or after ``timeout``
+        seconds): a call leaves when its tool has returned and its reply was written (or not,
+        when it was cancelled)."""
+        with self._idle:
+            self._idle.wait_for(lambda: len(self._in_flight) <= count, timeout)
+            return len(self._in_flight)
+
     # -- output -------------------------------------------------------------------------------
 
     def send(self, message: Any) -> None:
@@ -167,79 +161,18 @@ class StdioServer:
         self._write(text.encode("utf-8", "replace") + b"\n")
 
     def notify(self, method: str, params: JsonObject | None = None) -> None:
-        """Send a notification; while modern listens are open, a ``list_changed`` goes to each
-        listen that opted in, tagged with its ``subscriptionId``, instead, and so does a
-        ``resources/updated`` to each listen whose ``resourceSubscriptions`` cover its URI."""
-        with self._lock:
-            listens = list(self._listens.values())
-        uri = (params or {}).get("uri")
-        covering = [
-            listen_id
-            for listen_id, _, uris in listens
-            if method == RESOURCES_UPDATED and any(uri == held or str(uri).startswith(held + "/") for held in uris)
-        ]
-        if covering or (listens and method in LISTEN_TYPES.values()):
-            for listen_id in covering or [listen_id for listen_id, methods, _ in listens if method in methods]:
-                body = dict(params or {})
-                body["_meta"] = {**body.get("_meta", {}), SUBSCRIPTION_ID_KEY: listen_id}
-                self.send({"jsonrpc": "2.0", "method": method, "params": body})
-            return
-        message: JsonObject = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(message)
+        """Send a notification (to the open modern listens that take it, if any: ``Listens``)."""
+        self._listens.notify(method, params)
 
     def end_listens(self, *, cancelled: bool = False) -> int:
-        """End every open listen with the graceful result (or, ``cancelled``, with
-        ``notifications/cancelled`` naming it); return how many there were."""
-        with self._lock:
-            listens = list(self._listens.values())
-            self._listens.clear()
-        for listen_id, _, _ in listens:
-            if cancelled:
-                params = {"requestId": listen_id, "reason": "the server ends the subscription"}
-                self.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
-                continue
-            result = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: listen_id}}
-            self.send({"jsonrpc": "2.0", "id": listen_id, "result": result})
-        return len(listens)
-
-    def _listen(self, request_id: RequestId, params: JsonObject) -> None:
-        requested = params.get("notifications")
-        requested = requested if isinstance(requested, dict) else {}
-        granted: JsonObject = {key: True for key in LISTEN_TYPES if requested.get(key) is True}
-        methods = frozenset(LISTEN_TYPES[key] for key in granted)
-        wanted = requested.get("resourceSubscriptions")
-        resources = self.capabilities.get("resources")
-        uris: tuple[str, ...] = ()
-        if isinstance(resources, dict) and resources.get("subscribe") is True and isinstance(wanted, list):
-            # "bad:" URIs are refused, as for legacy resources/subscribe: the ack leaves them out.
-            uris = tuple(u for u in wanted if isinstance(u, str) and u and not u.startswith("bad:"))
-            granted["resourceSubscriptions"] = list(uris)
-        with self._lock:
-            self._listens[id_key(request_id)] = (request_id, methods, uris)
-        ack = {"notifications": granted, "_meta": {SUBSCRIPTION_ID_KEY: request_id}}
-        self.send({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": ack})
+        """End every open listen (``Listens.end``); return how many there were."""
+        return self._listens.end(cancelled=cancelled)
 
     def send_request(
         self, method: str, params: JsonObject | None = None, timeout: float = SEND_REQUEST_TIMEOUT
     ) -> JsonObject:
         """Send a server→client request and wait for its result (see ``ToolContext.send_request``)."""
-        waiter = Waiter()
-        with self._lock:
-            if self._eof:
-                raise ConnectionError("stdin is closed: the client can no longer reply")
-            request_id = f"s-{next(self._out_ids)}"
-            self._waiting[id_key(request_id)] = waiter
-        message: JsonObject = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(message)
-        if not waiter.event.wait(timeout):
-            with self._lock:
-                self._waiting.pop(id_key(request_id), None)
-            raise TimeoutError(f"no reply to {method} ({request_id}) within {timeout} s")
-        return result_of(waiter.message)
+        return self._outgoing.request(method, params, timeout)
 
     def send_requests(
         self,
@@ -247,38 +180,9 @@ class StdioServer:
         timeout: float = SEND_REQUEST_TIMEOUT,
         lead: Sequence[JsonObject] = (),
     ) -> list[JsonObject | Exception]:
-        """Several server→client requests written as one chunk; wait for every answer.
-        ``lead``: messages written first in the same chunk (a reply the requests follow at once)."""
-        waiters: list[tuple[str, Waiter]] = []
-        lines = [
-            json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n" for message in lead
-        ]
-        with self._lock:
-            if self._eof:
-                raise ConnectionError("stdin is closed: the client can no longer reply")
-            for method, params in requests:
-                request_id = f"s-{next(self._out_ids)}"
-                waiter = Waiter()
-                self._waiting[id_key(request_id)] = waiter
-                waiters.append((request_id, waiter))
-                message: JsonObject = {"jsonrpc": "2.0", "id": request_id, "method": method}
-                if params is not None:
-                    message["params"] = params
-                lines.append(json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n")
-        self._write(b"".join(lines))
-        answers: list[JsonObject | Exception] = []
-        deadline = time.monotonic() + timeout
-        for (request_id, waiter), (method, _) in zip(waiters, requests, strict=True):
-            if not waiter.event.wait(max(0.0, deadline - time.monotonic())):
-                with self._lock:
-                    self._waiting.pop(id_key(request_id), None)
-                answers.append(TimeoutError(f"no reply to {method} ({request_id}) within {timeout} s"))
-                continue
-            try:
-                answers.append(result_of(waiter.message))
-            except (RpcError, ConnectionError) as exc:
-                answers.append(exc)
-        return answers
+        """Several server→client requests written as one chunk; wait for every answer
+        (``Outgoing.requests``; ``lead``: messages written first in the same chunk)."""
+        return self._outgoing.requests(requests, timeout, lead)
 
     def log(self, text: str) -> None:
         sys.stderr.write(f"{self.server_info['name']}: {text}\n")
@@ -306,12 +210,7 @@ class StdioServer:
             self._on_eof()
 
     def _on_eof(self) -> None:
-        with self._lock:
-            self._eof = True
-            waiters = list(self._waiting.values())
-            self._waiting.clear()
-        for waiter in waiters:
-            waiter.resolve(None)
+        self._outgoing.close()
         with self._idle:
             self._idle.wait_for(lambda: not self._in_flight, timeout=self.eof_grace)
         with self.stdout_lock:
@@ -367,20 +266,14 @@ class StdioServer:
         with self._lock:
             self._cancelled_ids.append(request_id)
             self._cancels_changed.notify_all()
-            if is_request_id(request_id):
-                self._listens.pop(id_key(request_id), None)  # a listen ends without a response
             ctx = self._in_flight.get(id_key(request_id)) if is_request_id(request_id) else None
+        self._listens.drop(request_id)  # a listen ends without a response
         if ctx is not None:
             ctx._cancel()
 
     def _on_response(self, message: JsonObject) -> None:
-        response_id = message["id"]
-        with self._lock:
-            waiter = self._waiting.pop(id_key(response_id), None) if is_request_id(response_id) else None
-        if waiter is None:
-            self.log(f"ignoring a response to unknown request id {response_id!r}")
-        else:
-            waiter.resolve(message)
+        if not self._outgoing.resolve(message):
+            self.log(f"ignoring a response to unknown request id {message['id']!r}")
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -388,40 +281,18 @@ class StdioServer:
         if method in self.silent_methods:
             return
         try:
-            era = self._era_of(method, params)
+            era = answers.era_of(self.eras, self._legacy_version is not None, method, params)
             if method == "tools/call":
                 self._start_tool_call(request_id, era, params)
                 return
             if method == "subscriptions/listen" and era == "modern":
-                self._listen(request_id, params)
+                self._listens.open(request_id, params, self.capabilities)
                 return
             result = self._answer(era, method, params)
         except RpcError as exc:
             self._send_error(request_id, exc)
             return
         self.send({"jsonrpc": "2.0", "id": request_id, "result": self._decorate(era, result)})
-
-    def _era_of(self, method: str, params: JsonObject) -> Era:
-        """Which era serves this request, or the RpcError that refuses it (the era ladder)."""
-        if method == "initialize":
-            if "legacy" in self.eras:
-                return "legacy"
-            versions = ", ".join(MODERN_VERSIONS)
-            raise RpcError(
-                METHOD_NOT_FOUND,
-                f"initialize is not supported: this server speaks only {versions}; use server/discover",
-                {"supported": list(MODERN_VERSIONS)},
-            )
-        meta = params.get("_meta")
-        marked_modern = isinstance(meta, dict) and PROTOCOL_VERSION_KEY in meta
-        if "legacy" not in self.eras or ("modern" in self.eras and (marked_modern or method in MODERN_ONLY_METHODS)):
-            check_modern_meta(meta)
-            return "modern"
-        if method in MODERN_ONLY_METHODS:
-            raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
-        if self._legacy_version is None and method != "ping":
-            raise RpcError(INVALID_REQUEST, "not initialized: send initialize first")
-        return "legacy"
 
     def _answer(self, era: Era, method: str, params: JsonObject) -> JsonObject:
         """The result of a request that is answered inline (everything but ``tools/call``)."""
@@ -437,59 +308,28 @@ class StdioServer:
         if method == "logging/setLevel" and era == "legacy":
             self.log_level = params.get("level")
             return {}
+        hints = answers.cache_hints(self.ttl_ms, self.cache_scope)
         if method == "server/discover":
-            result: JsonObject = {"supportedVersions": list(MODERN_VERSIONS), "capabilities": self.capabilities}
-            if self.instructions is not None:
-                result["instructions"] = self.instructions
-            return result | self._cache_hints()
+            return answers.discover_result(self.capabilities, self.instructions) | hints
         if method == "tools/list":
-            tools: JsonObject = self._tools_page(params.get("cursor"))
-            return tools | self._cache_hints() if era == "modern" else tools
+            tools = answers.tools_page(list(self._tools.values()), self.page_size, params.get("cursor"))
+            return tools | hints if era == "modern" else tools
         handler = self.request_handlers.get(method)
         if handler is not None:
             return handler(params)
         raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
 
-    def _tools_page(self, cursor: Any) -> JsonObject:
-        """One page of tools; the cursor is the index of the page's first tool."""
-        described = [tool.describe() for tool in list(self._tools.values())]
-        if self.page_size is None:
-            return {"tools": described}
-        start = int(cursor) if isinstance(cursor, str) and cursor.isdigit() else 0
-        page: JsonObject = {"tools": described[start : start + self.page_size]}
-        if start + self.page_size < len(described):
-            page["nextCursor"] = str(start + self.page_size)
-        return page
-
     def _initialize(self, params: JsonObject) -> JsonObject:
-        requested = params.get("protocolVersion")
-        if not isinstance(requested, str):
-            raise RpcError(INVALID_PARAMS, "initialize: params.protocolVersion must be a string")
-        # Echo a supported version, else offer our latest (2025-11-25/basic/lifecycle).
-        version = requested if requested in LEGACY_VERSIONS else LATEST_LEGACY
-        capabilities = params.get("capabilities")
+        version, capabilities, result = answers.initialize_result(
+            params, self.capabilities, self.server_info, self.instructions
+        )
         with self._lock:
             self._legacy_version = version
-            self.client_capabilities = capabilities if isinstance(capabilities, dict) else {}
-        result: JsonObject = {
-            "protocolVersion": version,
-            "capabilities": self.capabilities,
-            "serverInfo": self.server_info,
-        }
-        if self.instructions is not None:
-            result["instructions"] = self.instructions
+            self.client_capabilities = capabilities
         return result
-
-    def _cache_hints(self) -> JsonObject:
-        return {"ttlMs": self.ttl_ms, "cacheScope": self.cache_scope}
 
     def _decorate(self, era: Era, result: JsonObject) -> JsonObject:
-        """Add the fields every modern result carries. Legacy results pass through untouched."""
-        if era == "modern":
-            result.setdefault("resultType", "complete")
-            meta = result.get("_meta")
-            result["_meta"] = {**(meta if isinstance(meta, dict) else {}), SERVER_INFO_KEY: self.server_info}
-        return result
+        return answers.decorate(era, result, self.server_info)
 
     def _send_error(self, request_id: RequestId | None, error: RpcError) -> None:
         self.send({"jsonrpc": "2.0", "id": request_id, "error": error.to_json()})

@@ -1,0 +1,191 @@
+"""The child's questions in an exchange, and the MRTR rounds of a modern client.
+
+**Questions from the child** (sampling, elicitation; roots on a session's own child) that the
+child attributed to an exchange (``gateway.stdio.child``) go to the client when it declared
+the capability (``gateway.protocol.inputs``), else the gateway answers them itself. Each read
+of the exchange (``Relay.run``), in this order:
+
+1. the client's notifications and the child's questions among what was read (``sort_items``);
+2. for a modern client's ``tools/call``, ``prompts/get`` or ``resources/read``: the questions
+   the child sends within ``ASK_GATHER_WINDOW`` of the first (``stragglers``), so that those
+   sent together go out in one round;
+3. a shared child's ``roots/list`` is answered with its pool's roots, never a client's
+   (``answer_pool_roots``);
+4. the others go to the client:
+
+   - a *legacy* client gets each as a JSON-RPC request on this request's stream, with a
+     gateway id (``g-N``, unique in its session); its POSTed response is handed to the child
+     under the child's own id (``LegacySession.answer_ask``; ``ask_legacy_client``);
+   - a *modern* client gets an MRTR round (``ask_modern_client``): the response ends with
+     ``input_required`` and a signed ``requestState`` while the child call stays parked
+     (``park``, ``gateway.relay.suspensions``); the retry answers the child and the rest of
+     the call is streamed on the retry, under its id (``resume``). A sampling or elicitation
+     request the client's ``clientCapabilities`` do not cover ends the call with -32021
+     (``requiredCapabilities``) and cancels it at the child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Iterable
+from contextlib import aclosing
+from typing import Final
+
+import anyio
+
+from gateway.protocol import inputs
+from gateway.protocol.jsonrpc import JsonObject, Request
+from gateway.relay import events, translate
+from gateway.relay.client import ClientContext
+from gateway.relay.events import Emitted
+from gateway.relay.suspensions import Call, Suspension, Suspensions, input_responses
+from gateway.relay.translate import response
+from gateway.relay.turn import Turn
+from gateway.stdio.ask import ChildAsk
+from gateway.stdio.child import StdioChild
+from gateway.stdio.exchange import Exchange, ExchangeItem
+
+ASK_GATHER_WINDOW: Final = 0.010
+"""Seconds a modern client's MRTR round waits, after a child's first question, for the others
+the child sends with it: questions written at once (from threads, or one after another
+without waiting) but read apart then go out in one ``InputRequiredResult``. Measured on the
+shared 2-core test machine (docs/bridging.md): three questions a Python child sends from
+three threads at once were read together in 4 of 20 runs, and otherwise within 0.2–4.1 ms
+(median 0.8 ms) of the first; 10 ms covers that with room, and is all a round costs more. A
+legacy client gets each question at once, without this wait."""
+
+
+def sort_items(
+    items: Iterable[ExchangeItem], request: Request, resumed: bool
+) -> tuple[list[events.Progress | events.Notification], list[ChildAsk]]:
+    """The client's notifications and the child's questions among ``items``."""
+    notes: list[events.Progress | events.Notification] = []
+    asks: list[ChildAsk] = []
+    for got in items:
+        if isinstance(got, ChildAsk):
+            asks.append(got)
+        elif (note := translate.note_for_client(got, request, resumed)) is not None:
+            notes.append(events.notification(note))
+    return notes, asks
+
+
+async def stragglers(ex: Exchange) -> list[ExchangeItem]:
+    """What the child sends within ``ASK_GATHER_WINDOW`` of a question (more questions, most
+    likely, written apart from it by a child that asks several at once); nothing is lost
+    when the window closes mid-wait (the inbox keeps it for the next read)."""
+    got: list[ExchangeItem] = []
+    with anyio.move_on_after(ASK_GATHER_WINDOW):  # read at call time (a test widens it)
+        while True:
+            try:
+                got.append(await ex.__anext__())
+            except StopAsyncIteration:
+                break
+            got += ex.ready()
+    return got
+
+
+def answer_pool_roots(ask: ChildAsk, child: StdioChild) -> bool:
+    """Answer a shared child's ``roots/list`` with its pool's roots (``Router``: the roots set
+    of its pool's key, else the configured roots, else an error); False for other questions."""
+    if ask.method != inputs.ROOTS:
+        return False
+    reason = "a shared child is given its pool's roots only" if child.spec.roots is not None else "no roots configured"
+    ask.answer_locally(inputs.local_answer(ask.request, child.spec.roots, reason), reason)
+    return True
+
+
+def ask_legacy_client(ask: ChildAsk, client: ClientContext, call: Call) -> JsonObject | None:
+    """The request to put on a legacy client's stream, or None when the gateway answered."""
+    session = client.session
+    if session is None or not client.accepts_requests:
+        reason = "the client's request cannot carry a request back (a batch)"
+    elif not inputs.is_declared(client.capabilities, ask.method, ask.params):
+        reason = f"the client did not declare the {translate.capability_name(ask)} capability"
+    else:
+        gateway_id: str = session.track_ask(ask)
+        return Request(gateway_id, ask.method, ask.params).to_dict()
+    # A clear error, not a made-up answer: this client is there, it just cannot be asked.
+    ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason, decline=False), reason)
+    return None
+
+
+def ask_modern_client(
+    suspensions: Suspensions,
+    asks: list[ChildAsk],
+    request: Request,
+    client: ClientContext,
+    call: Call,
+    waited: float = 0.0,
+) -> JsonObject | None:
+    """An MRTR round: the final message (``input_required`` or -32021), or None when the
+    gateway answered every question itself and the call goes on."""
+    roots = call.child.spec.roots
+    forward: dict[str, ChildAsk] = {}
+    missing: list[ChildAsk] = []
+    for ask in asks:
+        if request.method not in inputs.MRTR_METHODS:
+            reason = f"{request.method} cannot return input_required to a 2026-07-28 client"
+        elif inputs.is_declared(client.capabilities, ask.method, ask.params):
+            forward[f"k{len(forward) + 1}"] = ask
+            continue
+        elif ask.method == inputs.ROOTS:  # roots have a local answer: never fail the call over them
+            reason = "the request's clientCapabilities do not declare roots"
+        else:
+            missing.append(ask)
+            continue
+        ask.answer_locally(inputs.local_answer(ask.request, roots, reason), reason)
+    if missing:
+        # The caller returns after this final message: the call is cancelled at the child,
+        # and its end answers every question still open.
+        required = inputs.merge_capabilities(*(inputs.required_capability(a.method, a.params) for a in missing))
+        return response(request.id, error=inputs.missing_capability_error(missing[0].method, required))
+    if not forward:
+        return None
+    if not suspensions.can_park:
+        for ask in forward.values():
+            reason = "the gateway holds too many calls for input now"
+            ask.answer_locally(inputs.local_answer(ask.request, roots, reason), reason)
+        return None
+    return park(suspensions, call, forward, request, client, waited)
+
+
+def park(
+    suspensions: Suspensions,
+    call: Call,
+    asks: dict[str, ChildAsk],
+    request: Request,
+    client: ClientContext,
+    waited: float = 0.0,
+) -> JsonObject:
+    """Hold the call for the retry, until the input timeout counted from the first
+    question (``waited``: seconds since, spent gathering the others)."""
+    parked = Call(call.child, call.ex, call.stack.pop_all())  # the lease and exchange now outlive this response
+    timeout = max(call.child.spec.input_timeout - waited, 0.0)
+    token = suspensions.park(parked, asks, request, client.principal, timeout, charged=client.charged)
+    wanted = {key: inputs.input_request(ask.method, ask.params) for key, ask in asks.items()}
+    return response(request.id, result=inputs.input_required_result(wanted, token))
+
+
+async def resume(turn: Turn, taken: Suspension) -> AsyncGenerator[Emitted]:
+    """A modern retry of a parked call (``taken``): answer its questions, then stream the rest."""
+    request, client, suspensions = turn.request, turn.client, turn.relay.suspensions
+    call = taken.call
+    client.bind(call.child)
+    turn.on(call).resumed = True
+    async with call.stack:
+        given = input_responses(request.params)
+        unanswered: dict[str, ChildAsk] = {}
+        for key, ask in taken.asks.items():
+            if key in given:
+                ask.answer_result(given[key])
+            elif not ask.is_answered:
+                unanswered[key] = ask
+        if unanswered and suspensions.can_park:  # MRTR §Error Handling: ask again, no error
+            yield events.Final(park(suspensions, call, unanswered, request, client))
+            return
+        for ask in unanswered.values():
+            reason = "the retry left it unanswered"
+            ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason), reason)
+        driven = turn.relay.run(turn)
+        async with aclosing(driven):
+            async for message in driven:
+                yield message

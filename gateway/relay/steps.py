@@ -1,0 +1,388 @@
+"""The steps of one exchange, in order: which requests each is for, and what it does.
+
+``Relay.exchange`` (``gateway.relay.exchange``) runs this sequence for a request. Each step
+names the client eras and methods it is for (sorted once, at import, into a ``Plan`` per era
+and method, so a request only meets the steps that can apply to it) and, where needed, a
+predicate over the ``Turn`` (``gateway.relay.turn``). Its action lets the exchange go on (it
+noted something on the turn, or checked something: a refusal raises before anything is
+yielded) or answers the client, which ends the exchange (all but ``roots_asked``).
+
+Before a child (``BEFORE_CHILD``):
+
+1. ``tasks``: a modern ``tasks/get``, ``tasks/update`` or ``tasks/cancel``: the task store
+   answers it (a task of the gateway's, or a child's own; ``TaskStore.answer``).
+2. ``retry``: a modern request whose ``requestState`` is one of the gateway's: a parked call's
+   retry resumes that call (``asks.resume``: no lease, no new child exchange); the retry of
+   the gateway's own roots round starts its call now, with the roots it carries and without
+   the round's ``inputResponses`` and ``requestState``; a state that fails its checks is a 400.
+3. ``quota``: a client whose calls hold too many unanswered questions
+   (``--max-parked-per-principal``; not the roots round's retry): 429.
+4. ``roots_round``: a modern ``tools/call``, ``prompts/get`` or ``resources/read`` of a client
+   that declares roots, where its calls run on children given its roots set
+   (``Router.keys_roots``; ``gateway.relay.client_roots``): the roots the round's retry
+   carries, else the gateway's own MRTR round for them (``input_required``).
+5. ``roots_asked``: the same for a legacy session: asked for its roots on this call's stream
+   when it must be (``client_roots.needs_asking``), then the steps go on.
+
+Then the lease: ``router.pool_for`` → ``pool.lease`` → ``client.bind``. From here a child that
+cannot start or keeps dying (``ChildError``) ends the exchange with its error (for a modern
+``server/discover``: a discover result that names it, ``bridge.unavailable_discover``).
+
+On the child (``ON_CHILD``):
+
+6. ``discover``: a modern ``server/discover`` on a legacy child: the bridge answers it.
+7. ``set_level``: a legacy ``logging/setLevel`` where children are shared: kept on the session
+   (the HTTP edge did), answered ``{}``.
+8. ``param_headers``: a modern ``tools/call`` over HTTP: its ``Mcp-Param-*`` headers against
+   the tool's schema, and a tool hidden from HTTP clients (``Rejected``: 400).
+9. ``task``: a modern ``tools/call`` that becomes a task (the client opted in, the tool allows
+   it, the child keeps no tasks itself; ``TaskStore.wants``): given a progressToken, its
+   child exchange opened and handed to the task store; the answer is the ``CreateTaskResult``.
+
+Then the child exchange (``open_call``: a shared child's settings made to fit this client,
+the params for the child's era, ``child.exchange``) and ``Relay.run``: the child's
+notifications and questions (``gateway.relay.asks``), then its reply.
+
+On the reply (``ON_REPLY``):
+
+10. ``visible_tools``: a ``tools/list`` result: tools invalid over HTTP left out
+    (``ToolCatalog.visible_tools``).
+11. ``input_round``: a modern child's ``input_required``, for a legacy client: asked on the
+    client's stream, the child retried with the answers (``gateway.relay.input_rounds``).
+12. ``translate``: the reply in the client's era, under its id (``translate.reply_for_client``).
+13. ``discover_tasks``: a modern ``server/discover`` result: the Tasks extension advertised.
+14. ``adopt_task``: a modern child's own task handle, for a modern client: under a gateway id.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import aclosing
+from typing import Final
+
+from gateway.errors import ChildError, ClientThrottledError
+from gateway.protocol import bridge, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
+from gateway.protocol import tasks as task_rules
+from gateway.protocol.inputs import MRTR_METHODS, ROOTS_CAPABILITY
+from gateway.protocol.jsonrpc import JsonObject, Result
+from gateway.protocol.outcome import Rejection
+from gateway.protocol.versions import Era
+from gateway.relay import asks, client_roots, events, input_rounds, translate
+from gateway.relay.events import Emitted
+from gateway.relay.rejected import Rejected
+from gateway.relay.suspensions import Call
+from gateway.relay.translate import response
+from gateway.relay.turn import Answer, Plan, ReplyStep, Step, Turn
+
+INPUT_REQUIRED: Final = "input_required"
+DISCOVER: Final = "server/discover"
+MODERN: Final = frozenset({Era.MODERN})
+LEGACY: Final = frozenset({Era.LEGACY})
+BOTH: Final = frozenset(Era)
+
+
+async def only(message: Emitted) -> AsyncGenerator[Emitted]:
+    """An answer of one event."""
+    yield message
+
+
+# -- before a child -------------------------------------------------------------------------
+
+
+async def answer_tasks(turn: Turn) -> Answer:
+    return only(events.Final(await turn.relay.tasks.answer(turn.request, turn.client)))
+
+
+def carries_gateway_state(turn: Turn) -> bool:
+    return requeststate.is_gateway_state((turn.request.params or {}).get("requestState"))
+
+
+async def take_retry(turn: Turn) -> Answer | None:
+    request, client, suspensions = turn.request, turn.client, turn.relay.suspensions
+    state = (request.params or {}).get("requestState")
+    assert isinstance(state, str)
+    checked = suspensions.check_round(state, request, client.principal)
+    if isinstance(checked, Rejection):
+        raise Rejected(checked)
+    if checked:  # the gateway's own roots round: its inputResponses and state are not the child's
+        turn.round_retry = True
+        turn.round_roots = client_roots.from_retry(request)
+        turn.request = client_roots.without_round(request)
+        return None
+    taken = suspensions.take(state, request, client.principal)
+    if isinstance(taken, Rejection):
+        raise Rejected(taken)
+    return asks.resume(turn, taken)
+
+
+def over_quota(turn: Turn) -> bool:
+    quota = turn.relay.suspensions.quota  # its parked calls count (not the round's retry)
+    return not turn.round_retry and quota is not None and quota.over_limit(turn.client.charged) is not None
+
+
+async def refuse_over_quota(turn: Turn) -> None:
+    quota = turn.relay.suspensions.quota
+    assert quota is not None
+    over = quota.over_limit(turn.client.charged)
+    assert over is not None
+    raise ClientThrottledError(over, retry_after=1)
+
+
+def declares_roots(turn: Turn) -> bool:
+    """Whether the client declares roots (``Router.keys_roots`` asks the rest)."""
+    return ROOTS_CAPABILITY in turn.client.capabilities
+
+
+async def _keys_roots(turn: Turn) -> bool:
+    client = turn.client
+    return await turn.relay.router.keys_roots(
+        client.principal, client.session_id, turn.headers or {}, client.era, client.capabilities
+    )
+
+
+async def roots_round(turn: Turn) -> Answer | None:
+    if not await _keys_roots(turn):
+        return None
+    found = turn.round_roots
+    if isinstance(found, Rejection):
+        raise Rejected(found)
+    if found is None:  # the gateway's own round first: the client's roots for this request
+        relay = turn.relay
+        result = client_roots.round_result(
+            turn.request, turn.client, relay.suspensions, relay.router.server.spec.input_timeout
+        )
+        return only(events.Final(response(turn.request.id, result=result)))
+    turn.roots = found
+    return None
+
+
+async def roots_asked(turn: Turn) -> Answer | None:
+    if not await _keys_roots(turn):
+        return None
+    session = turn.client.session
+    if client_roots.needs_asking(turn.client):
+        return _ask_session(turn)
+    turn.roots = session.roots if session is not None else None
+    return None
+
+
+async def _ask_session(turn: Turn) -> AsyncGenerator[Emitted]:
+    asking = client_roots.ask_session(turn.client, turn.relay.router.server.spec.input_timeout)
+    async with aclosing(asking):
+        async for question in asking:
+            yield events.Ask(question)
+    session = turn.client.session
+    turn.roots = session.roots if session is not None else None
+
+
+BEFORE_CHILD: Final = (
+    Step("tasks", MODERN, task_rules.METHODS, None, answer_tasks),
+    Step("retry", MODERN, None, carries_gateway_state, take_retry),
+    Step("quota", BOTH, None, over_quota, refuse_over_quota),
+    Step("roots_round", MODERN, MRTR_METHODS, declares_roots, roots_round),
+    Step("roots_asked", LEGACY, MRTR_METHODS, declares_roots, roots_asked, ends=False),
+)
+
+
+# -- on the child ---------------------------------------------------------------------------
+
+
+def on_legacy_child(turn: Turn) -> bool:
+    return turn.info.era is Era.LEGACY
+
+
+async def answer_discover(turn: Turn) -> Answer:
+    result = turn.relay.discovered(bridge.discover_result(turn.info))
+    return only(events.Final(response(turn.request.id, result=result)))
+
+
+def children_shared(turn: Turn) -> bool:
+    return turn.info.era is Era.MODERN or turn.relay.settings is not None
+
+
+async def answer_set_level(turn: Turn) -> Answer:
+    # Stored on the session (the HTTP edge did): a modern child gets it as logLevel with each
+    # request, a legacy one the most verbose of its sessions' (prepare).
+    settings = turn.relay.settings
+    if settings is not None:
+        await settings.prepare(turn.child, turn.client, turn.request.method)
+    return only(events.Final(response(turn.request.id, result={})))
+
+
+def over_http(turn: Turn) -> bool:
+    return turn.headers is not None
+
+
+async def check_param_headers(turn: Turn) -> None:
+    request, headers, catalog = turn.request, turn.headers, turn.relay.catalog
+    assert headers is not None
+    params = request.params or {}
+    name = params.get("name")
+    if not isinstance(name, str):
+        return  # the child answers a call without a tool name
+    header_params = await catalog.header_params(turn.child, name)
+    hidden = catalog.hidden_reason(turn.child, name)
+    if hidden is not None:  # not in the tools/list HTTP clients get, so not callable either
+        error = jsonrpc.error_object(
+            jsonrpc.INVALID_PARAMS, f"tool {name!r} is not available over HTTP: {hidden}", {"tool": name}
+        )
+        raise Rejected(Rejection(200, error, request.id))
+    arguments = params.get("arguments")
+    rejection = xmcpheader.check_param_headers(
+        header_params, arguments if isinstance(arguments, dict) else None, headers, request_id=request.id
+    )
+    if rejection is not None:
+        raise Rejected(rejection)
+
+
+def becomes_task(turn: Turn) -> bool:
+    relay = turn.relay
+    return (
+        turn.headers is not None
+        and not task_rules.child_serves(turn.info.capabilities)
+        and relay.tasks.wants(turn.request, turn.client, relay.catalog.task_support(turn.child, turn.request.params))
+    )
+
+
+async def start_task(turn: Turn) -> Answer:
+    relay = turn.relay
+    turn.request = relay.tasks.with_progress(turn.request)
+    failed = await open_call(turn)
+    if failed is not None:
+        return only(failed)
+    # The call goes on in the task store, with the lease; the client gets the handle.
+    call = Call(turn.child, turn.ex, turn.stack.pop_all())
+    return only(events.Final(relay.tasks.create(relay, call, turn.request, turn.client)))
+
+
+ON_CHILD: Final = (
+    Step("discover", MODERN, frozenset({DISCOVER}), on_legacy_child, answer_discover),
+    Step("set_level", LEGACY, frozenset({loglevels.SET_LEVEL}), children_shared, answer_set_level),
+    Step("param_headers", MODERN, frozenset({"tools/call"}), over_http, check_param_headers),
+    Step("task", MODERN, task_rules.TASK_METHODS, becomes_task, start_task),
+)
+
+
+async def open_call(turn: Turn) -> events.Final | None:
+    """Begin the child exchange (``turn.ex``, held by ``turn.stack``); the error, as the
+    client's final message, when the child cannot take it."""
+    request, client, child = turn.request, turn.client, turn.child
+    log_level = translate.log_level(request, client)
+    settings = turn.relay.settings
+    if settings is not None:  # last before the request: what the child holds fits this client
+        await settings.prepare(child, client, request.method, log_level, turn.pool)
+    params = translate.params_for_child(request.params, client, turn.info)
+    # The server's request timeout applies; the child's questions come to us (asks=True).
+    # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
+    timeout = math.inf if request.method == subscriptions.LISTEN else None
+    try:
+        turn.ex = await turn.stack.enter(
+            child.exchange(request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=turn.tool)
+        )
+    except ChildError as exc:
+        return events.Final(response(request.id, error=exc.error_object()))
+    return None
+
+
+# -- on the reply ---------------------------------------------------------------------------
+
+
+def replied_result(turn: Turn) -> bool:
+    return isinstance(turn.reply, Result)
+
+
+def show_visible_tools(turn: Turn) -> None:
+    reply = turn.reply
+    assert isinstance(reply, Result)
+    turn.reply = Result(reply.id, turn.relay.catalog.visible_tools(turn.child, reply.result))
+
+
+def wants_input(turn: Turn) -> bool:
+    reply = turn.reply
+    return (
+        turn.info.era is Era.MODERN and isinstance(reply, Result) and reply.result.get("resultType") == INPUT_REQUIRED
+    )
+
+
+def input_round(turn: Turn) -> Answer:
+    reply = turn.reply
+    assert isinstance(reply, Result)
+    relay = turn.relay
+    return input_rounds.input_round(relay.next_round, turn.child, turn.request, turn.client, reply.result, turn.rounds)
+
+
+def translate_reply(turn: Turn) -> None:
+    assert turn.reply is not None
+    turn.final = translate.reply_for_client(turn.request, turn.reply, turn.client, turn.info)
+
+
+def _result(turn: Turn) -> object:
+    assert turn.final is not None
+    return turn.final.get("result")
+
+
+def _with_result(turn: Turn, result: JsonObject) -> None:
+    assert turn.final is not None
+    turn.final = {**turn.final, "result": result}
+
+
+def tasks_served(turn: Turn) -> bool:
+    return turn.relay.tasks.enabled and isinstance(_result(turn), dict)
+
+
+def advertise_tasks(turn: Turn) -> None:
+    result = _result(turn)
+    assert isinstance(result, dict)
+    _with_result(turn, task_rules.advertise(result))
+
+
+def child_task(turn: Turn) -> bool:
+    # A discover result is never adopted (discover_tasks has it).
+    return turn.info.era is Era.MODERN and turn.request.method != DISCOVER and task_rules.is_task_result(_result(turn))
+
+
+def adopt_task(turn: Turn) -> None:
+    result = _result(turn)
+    assert isinstance(result, dict)
+    _with_result(turn, turn.relay.tasks.adopt(turn.child, result, turn.client))
+
+
+ON_REPLY: Final = (
+    ReplyStep("visible_tools", BOTH, frozenset({"tools/list"}), replied_result, show_visible_tools),
+    ReplyStep("input_round", LEGACY, None, wants_input, input_round),
+    ReplyStep("translate", BOTH, None, None, translate_reply),
+    ReplyStep("discover_tasks", MODERN, frozenset({DISCOVER}), tasks_served, advertise_tasks),
+    ReplyStep("adopt_task", MODERN, None, child_task, adopt_task),
+)
+
+
+# -- plans ----------------------------------------------------------------------------------
+
+
+def _fits(step: Step | ReplyStep, era: Era, method: str | None) -> bool:
+    return era in step.eras and (step.methods is None or method in step.methods)
+
+
+def _plan(era: Era, method: str | None) -> Plan:
+    return Plan(
+        tuple((step.when, step.act, step.ends) for step in BEFORE_CHILD if _fits(step, era, method)),
+        tuple((step.when, step.act, step.ends) for step in ON_CHILD if _fits(step, era, method)),
+        tuple((step.when, step.act) for step in ON_REPLY if _fits(step, era, method)),
+    )
+
+
+def _plans(steps: Sequence[Step | ReplyStep]) -> Mapping[Era, Mapping[str | None, Plan]]:
+    """Each era's plans: one per method a step names, and (under None) one for every other method."""
+    named = {method for step in steps for method in step.methods or ()}
+    return {era: {method: _plan(era, method) for method in (*sorted(named), None)} for era in Era}
+
+
+STEPS: Final[tuple[Step | ReplyStep, ...]] = (*BEFORE_CHILD, *ON_CHILD, *ON_REPLY)
+PLANS: Final = _plans(STEPS)
+
+
+def plan_for(era: Era, method: str) -> Plan:
+    """The steps for a request of ``method`` from a client of ``era``."""
+    plans = PLANS[era]
+    return plans.get(method) or plans[None]

@@ -1,0 +1,109 @@
+"""What ``call``'s MCP connection (``gateway.tools.call.connection``) sends and reads on the
+wire, apart from the connection's state: each era's request headers (the user's ``--header``
+values last, so they win), an answer as the connection keeps it (``Answer``; ``Cursor``: where a
+legacy call's event stream stands), a JSON body's reply, redirects, and ``httpx`` errors in
+words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import httpx
+
+from gateway.protocol import headers as h
+from gateway.protocol import jsonrpc
+from gateway.protocol.ingress import NAME_PARAMS
+from gateway.protocol.jsonrpc import ErrorReply, Reply, Request, Result
+from gateway.tools.call.refusals import REDIRECTS
+
+ACCEPT: Final = f"{h.JSON_MEDIA_TYPE}, {h.SSE_MEDIA_TYPE}"
+
+
+@dataclass(slots=True)
+class Cursor:
+    """Where a legacy call's event stream stands: the last event id seen, the last retry hint."""
+
+    last_id: str | None = None
+    retry_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    headers: httpx.Headers
+    reply: Reply | None
+    text: str = ""
+
+
+def base_headers(extra: Mapping[str, str]) -> httpx.Headers:
+    base = {h.CONTENT_TYPE: h.JSON_MEDIA_TYPE, h.ACCEPT: ACCEPT}
+    return merged(base, extra)
+
+
+def modern_headers(request: Request, version: str, extra: Mapping[str, str]) -> httpx.Headers:
+    """A modern request's headers: the version and the mirrored ``Mcp-Method`` and ``Mcp-Name``
+    (Base64-sentinel-encoded when not header-safe); ``extra`` (the user's) last."""
+    headers = {
+        h.CONTENT_TYPE: h.JSON_MEDIA_TYPE,
+        h.ACCEPT: ACCEPT,
+        h.MCP_PROTOCOL_VERSION: version,
+        h.MCP_METHOD: request.method,
+    }
+    name_key = NAME_PARAMS.get(request.method)
+    name = (request.params or {}).get(name_key) if name_key else None
+    if isinstance(name, str):
+        headers[h.MCP_NAME] = h.encode_header_value(name)
+    return merged(headers, extra)
+
+
+def legacy_headers(version: str, session_id: str | None, extra: Mapping[str, str]) -> httpx.Headers:
+    """A legacy message's headers: the negotiated version and the session, if any."""
+    headers = {h.CONTENT_TYPE: h.JSON_MEDIA_TYPE, h.ACCEPT: ACCEPT, h.MCP_PROTOCOL_VERSION: version}
+    if session_id is not None:
+        headers[h.MCP_SESSION_ID] = session_id
+    return merged(headers, extra)
+
+
+class Redirect(Exception):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.url = url
+
+
+def location(url: str, status: int, headers: httpx.Headers) -> str | None:
+    """Where a redirect points, as an absolute URL; None for any other answer."""
+    location = headers.get("location") if status in REDIRECTS else None
+    return str(httpx.URL(url).join(location)) if location else None
+
+
+def same_origin(one: str, other: str) -> bool:
+    a, b = httpx.URL(one), httpx.URL(other)
+    return (a.scheme, a.host, a.port) == (b.scheme, b.host, b.port)
+
+
+def merged(*layers: Mapping[str, str]) -> httpx.Headers:
+    """Later layers replace earlier ones, whatever the case of the names."""
+    merged = httpx.Headers()
+    for layer in layers:
+        merged.update(layer)
+    return merged
+
+
+def reply_from_json(body: bytes) -> Reply | None:
+    try:
+        message = jsonrpc.parse_message(jsonrpc.decode(body))
+    except (jsonrpc.ParseError, jsonrpc.InvalidMessage):
+        return None
+    return message if isinstance(message, (Result, ErrorReply)) else None
+
+
+def describe_http_error(exc: httpx.HTTPError) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return "timed out connecting"
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return f"{exc}; to trust this server's certificate, pass --cacert FILE (or set SSL_CERT_FILE)"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
