@@ -197,16 +197,14 @@ async def answer_discover(turn: Turn) -> Answer:
     return only(events.Final(response(turn.request.id, result=result)))
 
 
-def children_shared(turn: Turn) -> bool:
-    return turn.info.era is Era.MODERN or turn.relay.settings is not None
+def always(turn: Turn) -> bool:
+    return True
 
 
 async def answer_set_level(turn: Turn) -> Answer:
     # Stored on the session (the HTTP edge did): a modern child gets it as logLevel with each
     # request, a legacy one the most verbose of its sessions' (prepare).
-    settings = turn.relay.settings
-    if settings is not None:
-        await settings.prepare(turn.child, turn.client, turn.request.method)
+    await turn.relay.settings.prepare(turn.child, turn.client, turn.request.method)
     return only(events.Final(response(turn.request.id, result={})))
 
 
@@ -258,7 +256,7 @@ async def start_task(turn: Turn) -> Answer:
 
 ON_CHILD: Final = (
     Step("discover", MODERN, frozenset({DISCOVER}), on_legacy_child, answer_discover),
-    Step("set_level", LEGACY, frozenset({loglevels.SET_LEVEL}), children_shared, answer_set_level),
+    Step("set_level", LEGACY, frozenset({loglevels.SET_LEVEL}), always, answer_set_level),
     Step("param_headers", MODERN, frozenset({"tools/call"}), over_http, check_param_headers),
     Step("task", MODERN, task_rules.TASK_METHODS, becomes_task, start_task),
 )
@@ -269,9 +267,8 @@ async def open_call(turn: Turn) -> events.Final | None:
     client's final message, when the child cannot take it."""
     request, client, child = turn.request, turn.client, turn.child
     log_level = translate.log_level(request, client)
-    settings = turn.relay.settings
-    if settings is not None:  # last before the request: what the child holds fits this client
-        await settings.prepare(child, client, request.method, log_level, turn.pool)
+    # Last before the request: what the child holds fits this client.
+    await turn.relay.settings.prepare(child, client, request.method, log_level, turn.pool)
     params = translate.params_for_child(request.params, client, turn.info)
     # The server's request timeout applies; the child's questions come to us (asks=True).
     # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
