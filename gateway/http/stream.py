@@ -18,18 +18,12 @@ The exchange runs in the response's own task: no task group, no queue, no backgr
 Who ends an answer and what the client then gets is decided by its machine
 (``gateway.protocol.answer``, where the rules are): this module feeds it the exchange's
 first event, its final and its end, and carries out the actions it returns. What happens to
-the request from outside is fed to the same machine where it happens: the connection's loss
-and the drain by the ``Watch`` (``gateway.http.sse``), the session's cancel by its
-``CancelHandle``, a POSTed ``notifications/cancelled`` by ``cancel()``
-(``gateway.http.inflight``). A leading ``STOP`` cancels the response's scope at once, which
-closes the exchange (a modern child is sent ``notifications/cancelled``); the rest is done
-here once the exchange is over. In short: a modern client's disconnect cancels; a legacy
-client's does not (L-TR §Sending Messages: "SHOULD NOT"; its exchange, ``LegacyCall``, goes
-on to its end, nothing more is sent, and the access log says the client left, 499), but a
-reset for not reading does; the client's own cancel gets no answer (an empty event stream
-if nothing was sent yet); the session's ``DELETE`` or expiry gets ``on_cancel()`` as the
-final answer; a spent drain budget gets -31004 as JSON or as the last event; a forwarded
-listen ends with its graceful result when the drain starts or its lifetime is over.
+the request from outside is fed to it where it happens: the connection's loss and the drain
+by the ``Watch`` (``gateway.http.sse``), the session's cancel by its ``CancelHandle``, a
+POSTed ``notifications/cancelled`` by ``cancel()``. A leading ``STOP`` cancels the response's
+scope at once (a modern child is sent ``notifications/cancelled``); the rest is done here
+once the exchange is over. A legacy client's disconnect is no cancellation (L-TR §Sending
+Messages): its ``LegacyCall`` goes on, nothing more is sent, the access log says 499.
 """
 
 from __future__ import annotations
@@ -46,13 +40,14 @@ from starlette.types import Message, Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
 from gateway.http import replies, sse
+from gateway.http.connection import Hangup
 from gateway.http.drain import SHUTTING_DOWN
 from gateway.http.inflight import InFlight
 from gateway.http.observe import note_answer, note_cancelled
 from gateway.http.resume import Resumable
-from gateway.http.sse import SSE_HEADERS, Feed, SseWriter, Watch
+from gateway.http.sse import SSE_HEADERS, SseWriter, Watch
 from gateway.http.wire import gateway_error_response, rejection_response
-from gateway.protocol.answer import Action, Actions, Answer, Event, Kind, State
+from gateway.protocol.answer import DECIDED, LIVE, Action, Actions, Answer, Event, Kind, State
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
 from gateway.relay.exchange import Rejected
@@ -68,11 +63,14 @@ def _is_final(event: events.Event) -> bool:
     return type(event) is events.Final
 
 
-def _unless_gone(watch: Watch, send: Send) -> Send:
-    """``send``, until the client has gone: then nothing (so the access log says 499)."""
+def _unless_gone(hangup: Hangup | None, send: Send) -> Send:
+    """``send``, until the client has gone (``Watch.left``): then nothing (so the access log
+    says 499). Only the connection knows that it has."""
+    if hangup is None:
+        return send
 
     async def sender(message: Message) -> None:
-        if not watch.left:
+        if not hangup.is_lost:
             await send(message)
 
     return sender
@@ -103,17 +101,19 @@ class Unbatched:
 
 class _PolledWriter(SseWriter):
     """A legacy answer's writer: when a polling stream's connection is closed (its response
-    ended while the call goes on, ``gateway.http.resume``), the answer's machine is told."""
+    ended while the call goes on, ``gateway.http.resume``), the answer's machine is told. It
+    holds the machine, not the ``LazyStream`` (no cycle to leave to the garbage collector)."""
 
-    __slots__ = ("_feed",)
+    __slots__ = ("_machine",)
 
-    def __init__(self, send: Send, feed: Feed) -> None:
+    def __init__(self, send: Send, machine: Answer) -> None:
         super().__init__(send)
-        self._feed = feed
+        self._machine = machine
 
     async def end(self) -> None:
         if not self.ended:
-            self._feed(Event.POLL_CLOSED)
+            actions = self._machine.step(Event.POLL_CLOSED)
+            assert not actions, actions  # the answer's own event: it only changes the state
         await super().end()
 
 
@@ -133,6 +133,7 @@ class LegacyCall:
 
 class LazyStream:
     __slots__ = (
+        "__weakref__",
         "_closing",
         "_error_statuses",
         "_events",
@@ -220,7 +221,11 @@ class LazyStream:
         try:
             await self._answer(scope, receive, send)
         finally:
+            # What told the machine (the watch, the session's handle) refers back to this
+            # object: let go of it, so no cycle is left to the garbage collector.
+            self._watch = None
             if legacy is not None:
+                legacy.handle.detach()
                 legacy.on_end()
             if key is not None:
                 assert in_flight is not None
@@ -231,7 +236,7 @@ class LazyStream:
         watch = self._watch = Watch(
             scope,
             receive,
-            end_on_drain=machine.kind is Kind.LISTEN,
+            end_on_drain=self._graceful_end is not None,  # a listen
             outlives_client=legacy is not None,
             feed=self._feed,
         )
@@ -240,13 +245,13 @@ class LazyStream:
             if self._max_seconds is not None:
                 watch.cancel_scope.deadline = anyio.current_time() + self._max_seconds
         else:
-            send = _unless_gone(watch, send)
-            self._writer = SseWriter(send) if self._resumable is None else _PolledWriter(send, self._feed)
+            send = _unless_gone(watch.hangup, send)
+            self._writer = SseWriter(send) if self._resumable is None else _PolledWriter(send, machine)
             legacy.handle.attach(watch.cancel_scope, self._session_cancelled)  # may decide it at once
         self._scope, self._receive, self._send = scope, receive, send
         if machine.state is State.WAITING:  # not cancelled before it began
             await watch.run(self._respond)
-        if not (machine.is_live or self._closing or watch.cancel_scope.cancel_called):
+        if machine.state in DECIDED and not self._closing:
             # The usual end: nothing cancels this task here (the watch's scope is closed, the
             # drain cancels only that), so closing the exchange (its lease) needs no shield.
             await self._exchange.aclose()  # type: ignore[attr-defined]
@@ -254,7 +259,7 @@ class LazyStream:
         with anyio.CancelScope(shield=True):
             await self._exchange.aclose()  # type: ignore[attr-defined]
             closing, self._closing = self._closing, ()
-            if machine.is_live:  # stopped, and the machine was not told why
+            if machine.state in LIVE:  # stopped, and the machine was not told why
                 expired = watch.cancel_scope.deadline <= anyio.current_time()
                 closing += machine.step(Event.DEADLINE if expired else Event.STOPPED)
             await self._do(closing)

@@ -86,10 +86,10 @@ from enum import Enum, IntEnum
 from typing import Final
 
 
-class Kind(Enum):
-    CALL = "a modern request"
-    LISTEN = "a forwarded subscriptions/listen"
-    LEGACY = "a legacy session's request"
+class Kind(IntEnum):
+    CALL = 0  # a modern request
+    LISTEN = 1  # a forwarded subscriptions/listen
+    LEGACY = 2  # a legacy session's request
 
 
 class State(IntEnum):
@@ -264,7 +264,8 @@ def _table(kind: Kind) -> tuple[tuple[Rule | None, ...], ...]:
     )
 
 
-_TABLES: Final = {kind: _table(kind) for kind in Kind}
+_TABLES: Final = tuple(_table(kind) for kind in Kind)
+"""Indexed by kind, state and event (all ``IntEnum``: a rule is three tuple lookups)."""
 
 
 def step(kind: Kind, state: State, event: Event) -> Rule:

@@ -88,6 +88,10 @@ class CancelHandle:
         if self.cancelled:
             self._end()
 
+    def detach(self) -> None:
+        """The response is over: nothing is told any more (and nothing refers back to it)."""
+        self._tell = None
+
     def cancel(self, *, reply: bool) -> None:
         self.reply = reply
         self.cancelled = True

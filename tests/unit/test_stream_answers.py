@@ -4,6 +4,9 @@ a POSTed cancel, the session's cancel. Driven with test_sse's fake ASGI peer and
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import anyio
 import orjson
 import pytest
@@ -138,3 +141,24 @@ async def test_a_legacy_call_cancelled_before_it_began_is_answered_without_readi
     await answer(LazyStream(exchange, request_id=1, legacy=call), lean_scope(), client)
     assert client.bodies() == [b""]
     assert exchange.queued == [events.Final(final())]
+
+
+@pytest.mark.parametrize("kind", ["json", "sse", "legacy", "cancelled"])
+async def test_an_answer_leaves_no_cycle_to_the_garbage_collector(kind: str) -> None:
+    """What tells the machine (the watch, the session's handle, the writer) refers back to the
+    answer: once it is over it is freed at once, not by a collection (which costs every call)."""
+    client = Client()
+    first = events.Notification(note(1)) if kind == "sse" else events.Final(final())
+    exchange = Exchange(first, events.Final(final()))
+    legacy = legacy_call([]) if kind == "legacy" else None
+    stream = LazyStream(exchange, request_id=1, legacy=legacy)
+    if kind == "cancelled":
+        stream.cancel()
+    gone = weakref.ref(stream)
+    gc.disable()
+    try:
+        await answer(stream, lean_scope(), client)
+        del stream
+        assert gone() is None
+    finally:
+        gc.enable()
