@@ -107,7 +107,10 @@ async def _granian_serving(app: Any, sock: socket.socket | None, *, http: Any, *
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(serve)
-        for _ in range(200):  # Granian binds in its own time: wait until it accepts
+        # Granian listens in its own time and says nothing when it does (its embedded server's
+        # startup hook runs before its worker listens): the one probe loop of the tier, only for
+        # GATEWAY_TEST_ENGINE=granian, bounded at 200 tries.
+        for _ in range(200):
             try:
                 probe = await anyio.connect_tcp("127.0.0.1", port)
             except OSError:
