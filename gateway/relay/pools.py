@@ -118,6 +118,12 @@ class RunningPools:
                     stop.set()
                 tg.cancel_scope.cancel()  # the maintenance loop; children stop shielded (process.stop)
 
+    def ready(self, key: PoolKey) -> Pool | None:
+        """The pool for ``key`` when it runs and no request is opening it (the usual case,
+        answered without a coroutine); else None (``get`` waits for it, or there is none)."""
+        pool = self.by_key.get(key)
+        return pool if pool is not None and self._opening.get(key) is None else None
+
     async def get(self, key: PoolKey) -> Pool | None:
         """The pool for ``key``, once it runs; None: there is none (or its opening failed and
         no other request opens one now). The caller opens one then, with no await in between

@@ -344,10 +344,12 @@ class Router:
         # capabilities) is known once its first child is up.
         base = self._scope_key(principal, session_id, headers)
         main = self.pools.get(base)
-        if main is not None and (era is Era.LEGACY or capabilities is not None):
-            await main.wait_started()
+        if main is not None and (era is Era.LEGACY or capabilities is not None) and main.is_starting():
+            await main.wait_started()  # (the usual case, a child up, without a coroutine)
         key = self._refine(base, era, capabilities, roots)
-        pool = await self._pools.get(key)  # waits while another request opens it
+        pool = self._pools.ready(key)
+        if pool is None:
+            pool = await self._pools.get(key)  # waits while another request opens it
         if pool is not None:
             return pool
         if key.roots and sum(1 for k in self.pools if k.roots) >= MAX_ROOTS_SETS:

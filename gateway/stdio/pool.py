@@ -196,10 +196,14 @@ class Pool(PoolHooks):
     def is_ready(self) -> bool:
         return not self.failing and bool(self.children())
 
+    def is_starting(self) -> bool:
+        """No child is up yet, and one may still come: ``wait_started`` would wait."""
+        return self.dispatch.may_start()
+
     async def wait_started(self) -> None:
         """Until a child has started (or starting failed), at most ``STARTUP_WAIT``: what the
         handshake learnt of the server (its era) is then known."""
-        if not self.dispatch.may_start():  # the usual case: no cancel scope to enter
+        if not self.dispatch.may_start():  # no cancel scope to enter
             return
         with anyio.move_on_after(STARTUP_WAIT):
             while self.dispatch.may_start():
