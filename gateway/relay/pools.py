@@ -71,6 +71,9 @@ class RunningPools:
         self.server = server
         self._settings = settings  # the server's; each pool's follow from them (``pool_plan``)
         self.by_key: dict[PoolKey, Pool] = {}  # running, or being opened (``_opening``)
+        # Bumped when a pool comes or goes and when a child of one has started: what is learnt
+        # from the pools' children (``Router``'s eras) is looked for again only then.
+        self.generation = 0
         self._gateway_version = gateway_version
         self._budget = budget
         self._crashes = crashes
@@ -118,6 +121,12 @@ class RunningPools:
                     stop.set()
                 tg.cancel_scope.cancel()  # the maintenance loop; children stop shielded (process.stop)
 
+    def ready(self, key: PoolKey) -> Pool | None:
+        """The pool for ``key`` when it runs and no request is opening it (the usual case,
+        answered without a coroutine); else None (``get`` waits for it, or there is none)."""
+        pool = self.by_key.get(key)
+        return pool if pool is not None and self._opening.get(key) is None else None
+
     async def get(self, key: PoolKey) -> Pool | None:
         """The pool for ``key``, once it runs; None: there is none (or its opening failed and
         no other request opens one now). The caller opens one then, with no await in between
@@ -149,6 +158,7 @@ class RunningPools:
             budget=self._budget,
             crashes=self._crashes,
             backend=self._backend,
+            on_started=self._bump,
         )
         for listener in self._listeners:
             pool.add_listener(listener)
@@ -159,6 +169,7 @@ class RunningPools:
         if key.scope.startswith(SESSION_PREFIX):
             pool.session_id = key.scope.removeprefix(SESSION_PREFIX)
         self.by_key[key] = pool
+        self._bump()
         stop = self._stops[key] = anyio.Event()
         opening = self._opening[key] = anyio.Event()
         try:
@@ -181,9 +192,13 @@ class RunningPools:
         finally:
             self._forget(key, pool)
 
+    def _bump(self) -> None:
+        self.generation += 1
+
     def _forget(self, key: PoolKey, pool: Pool) -> None:
         if self.by_key.get(key) is pool:
             del self.by_key[key]
+            self._bump()
             self._stops.pop(key).set()
 
     def end_session(self, session_id: str) -> None:

@@ -164,6 +164,7 @@ class Router:
         self._running: AbstractAsyncContextManager[None] | None = None
         self.single_era = server.dual_era is not DualEra.PER_CLIENT  # no legacy partition needed
         self._probed_era: Era | None = None  # the era of the server's first probed child, once one is up
+        self._eras_looked_at = -1  # the pools' generation when _learn_eras last looked
         self._told_sets: dict[bytes, tuple[str, dict[str, object] | None]] = {}  # declaration → what is told
 
     def add_listener(self, listener: PoolListener) -> None:
@@ -308,8 +309,9 @@ class Router:
     def _learn_eras(self) -> None:
         """A probed child that is legacy, or an ``initialize``-first child that is modern, shows
         that the server speaks one era only: legacy clients need no children of their own."""
-        if self.single_era:
-            return
+        if self.single_era or self._eras_looked_at == self._pools.generation:
+            return  # (no child started, no pool came or went, since it last looked)
+        self._eras_looked_at = self._pools.generation
         # Legacy sessions already on legacy children of their own keep them (their state is there).
         split_already = any(key.era for key in self.pools)
         for pool in self.pools.values():
@@ -344,10 +346,12 @@ class Router:
         # capabilities) is known once its first child is up.
         base = self._scope_key(principal, session_id, headers)
         main = self.pools.get(base)
-        if main is not None and (era is Era.LEGACY or capabilities is not None):
-            await main.wait_started()
+        if main is not None and (era is Era.LEGACY or capabilities is not None) and main.is_starting():
+            await main.wait_started()  # (the usual case, a child up, without a coroutine)
         key = self._refine(base, era, capabilities, roots)
-        pool = await self._pools.get(key)  # waits while another request opens it
+        pool = self._pools.ready(key)
+        if pool is None:
+            pool = await self._pools.get(key)  # waits while another request opens it
         if pool is not None:
             return pool
         if key.roots and sum(1 for k in self.pools if k.roots) >= MAX_ROOTS_SETS:

@@ -238,6 +238,8 @@ def becomes_task(turn: Turn) -> bool:
     relay = turn.relay
     return (
         turn.headers is not None
+        # A client that does not opt in (most calls) is told apart before the tool is looked up.
+        and task_rules.opted_in(turn.client.capabilities)
         and not task_rules.child_serves(turn.info.capabilities)
         and relay.tasks.wants(turn.request, turn.client, relay.catalog.task_support(turn.child, turn.request.params))
     )

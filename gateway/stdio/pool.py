@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final
 
@@ -76,8 +76,10 @@ class Pool(PoolHooks):
         budget: ChildBudget | None = None,
         crashes: CrashLedger | None = None,
         backend: ChildBackend = PROCESS_BACKEND,
+        on_started: Callable[[], None] | None = None,
     ) -> None:
-        """``backend``: how children are started (real processes unless a test passes a fake)."""
+        """``backend``: how children are started (real processes unless a test passes a fake);
+        ``on_started``: called when a child has completed its handshake and serves."""
         if settings is None:
             settings = PoolSettings(min_size=size or 1, max_size=size or 1)
         self.spec = spec
@@ -92,6 +94,7 @@ class Pool(PoolHooks):
         self.retired: Counter[str] = Counter()  # counters of children that are gone
         self._gateway_version = gateway_version
         self._backend = backend
+        self._on_started = on_started
         PoolHooks.__init__(self, on_request)
         self.session_id: str | None = None  # the one legacy session this pool is dedicated to, if any
         self.budget = budget
@@ -196,10 +199,14 @@ class Pool(PoolHooks):
     def is_ready(self) -> bool:
         return not self.failing and bool(self.children())
 
+    def is_starting(self) -> bool:
+        """No child is up yet, and one may still come: ``wait_started`` would wait."""
+        return self.dispatch.may_start()
+
     async def wait_started(self) -> None:
         """Until a child has started (or starting failed), at most ``STARTUP_WAIT``: what the
         handshake learnt of the server (its era) is then known."""
-        if not self.dispatch.may_start():  # the usual case: no cancel scope to enter
+        if not self.dispatch.may_start():  # no cancel scope to enter
             return
         with anyio.move_on_after(STARTUP_WAIT):
             while self.dispatch.may_start():
@@ -285,6 +292,8 @@ class Pool(PoolHooks):
                 child.tools = self.dispatch.tools
                 self._record_start(time.monotonic() - member.started_at)
                 self._apply(self.dispatch.started(member, child, time.monotonic()))
+                if self._on_started is not None:
+                    self._on_started()
                 async with anyio.create_task_group() as tg:
 
                     async def watch_exit() -> None:
