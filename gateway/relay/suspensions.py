@@ -263,11 +263,14 @@ class Suspensions:
                 self._held.pop(suspension.state_id, None)
                 self._spend(suspension.state_id, suspension.expires_at, self._clock())
                 why = "the gateway is stopping" if stopping else f"no retry came within {timeout:g} s"
-                log.info("%s: parked %s ended: %s", self.server, suspension.call.method, why)
                 for ask in suspension.asks.values():
                     ask.answer_error(CODE_INPUT_TIMEOUT, f"the client did not answer {ask.method}: {why}")
-                with anyio.CancelScope(shield=True):
-                    await suspension.call.stack.aclose()
+                try:
+                    with anyio.CancelScope(shield=True):
+                        await suspension.call.stack.aclose()
+                finally:
+                    # Once the call is closed: its cancel is queued to the child, its lease released.
+                    log.info("%s: parked %s ended: %s", self.server, suspension.call.method, why)
 
     # -- the gateway's own round: a modern client's roots, before a child is chosen ---------
 
