@@ -24,7 +24,7 @@ from gateway.protocol import eventlog, ingress
 from gateway.protocol.eventlog import Unknown
 from gateway.protocol.headers import LAST_EVENT_ID
 from gateway.protocol.jsonrpc import Message, Request, error_object
-from gateway.protocol.outcome import Rejection
+from gateway.protocol.outcome import Accepted, Rejection
 from gateway.relay.sessions import LegacySession, SessionStore
 from gateway.relay.streams import Lost
 
@@ -38,13 +38,9 @@ def stream(
     sse_poll_seconds: float,
 ) -> Response | EventStream | ResumedStream | LostStream:
     """The answer to a ``GET``: the session's stream, or the resume ``Last-Event-ID`` names."""
-    outcome = ingress.check_get(headers, session_version=sessions.version_of)
-    if isinstance(outcome, Rejection):
-        return rejection_response(outcome)
-    assert outcome.session_id is not None
-    session = sessions.get(outcome.session_id)
-    if session is None or session.principal != principal:
-        return rejection_response(ingress.unknown_session())
+    session = _owned(ingress.check_get(headers, session_version=sessions.version_of), principal, sessions)
+    if isinstance(session, Response):
+        return session
     last_event_id = headers.get(LAST_EVENT_ID)
     if last_event_id is not None:
         return resume(session, last_event_id, max_stream_seconds=max_stream_seconds, sse_poll_seconds=sse_poll_seconds)
@@ -70,13 +66,9 @@ def resume(
 
 def end(headers: dict[str, str], principal: str | None, sessions: SessionStore) -> Response:
     """The answer to a ``DELETE``: the session ends (204)."""
-    outcome = ingress.check_delete(headers, session_version=sessions.version_of)
-    if isinstance(outcome, Rejection):
-        return rejection_response(outcome)
-    assert outcome.session_id is not None
-    session = sessions.get(outcome.session_id)
-    if session is None or session.principal != principal:
-        return rejection_response(ingress.unknown_session())
+    session = _owned(ingress.check_delete(headers, session_version=sessions.version_of), principal, sessions)
+    if isinstance(session, Response):
+        return session
     sessions.end(session.id)
     return Response(status_code=204)
 
@@ -96,3 +88,15 @@ def batch_slots(messages: tuple[Message, ...], slots: object) -> Response | None
         ),
         retry_after=1,
     )
+
+
+def _owned(outcome: Accepted | Rejection, principal: str | None, sessions: SessionStore) -> LegacySession | Response:
+    """The session a GET or DELETE names, if it is live and this principal's; else the refusal
+    (another principal's session is as unknown as an ended one)."""
+    if isinstance(outcome, Rejection):
+        return rejection_response(outcome)
+    assert outcome.session_id is not None
+    session = sessions.get(outcome.session_id)
+    if session is None or session.principal != principal:
+        return rejection_response(ingress.unknown_session())
+    return session
