@@ -36,8 +36,8 @@ import orjson
 from starlette.types import Scope
 
 from gateway.errors import CODE_CANCELLED
-from gateway.ops.logs import log_fast
 from gateway.ops.metrics import GatewayMetrics
+from gateway.ops.records import log_fast
 from gateway.relay.router import ANONYMOUS
 
 log = logging.getLogger("gateway.access")

@@ -30,7 +30,6 @@ import sys
 import time
 from datetime import UTC, datetime
 from functools import lru_cache
-from types import CodeType
 from typing import IO, Any, Final
 
 import orjson
@@ -216,58 +215,6 @@ class FlushingQueueListener(logging.handlers.QueueListener):
         super().stop()
         for handler in self.handlers:
             handler.flush()
-
-
-_MAKE_RECORD: Final = logging.Logger.makeRecord
-MAX_REMEMBERED_LINES: Final = 64
-"""Call sites of ``log_fast`` whose line number is remembered: they are fixed lines of the
-gateway, so this is never reached (the memo is emptied if it is)."""
-_lines: dict[tuple[int, int], tuple[CodeType, int]] = {}
-"""(id of a code object, offset of the call in it) → (that code object, kept alive, and the line)."""
-
-
-def log_fast(logger: logging.Logger, level: int, msg: str, args: tuple[Any, ...], extra: dict[str, Any]) -> None:
-    """``logger.log(level, msg, *args, extra=extra)`` for a line written on every request: the
-    caller's file, line and function are read from its frame, not searched for up the stack.
-    The caller checks ``logger.isEnabledFor(level)``.
-
-    The line of a call is a function of its code object and its offset in it, so it is
-    remembered by those: ``f_lineno`` scans the code's line table from its start each time
-    (about 9k instructions for the access line, at the end of a long function). The memo
-    holds the code object itself, so its id cannot be another code's while it is remembered
-    (a code object's own hash would hash its bytecode and constants on every call).
-
-    The record is made afresh by the record factory, as ``Logger.makeRecord`` makes it (so the
-    factory, the thread, the process and, on Python 3.12 and later, the asyncio task are each
-    record's own), and ``extra`` is checked and added as ``makeRecord`` does, with set
-    operations instead of its loop over the keys: that loop was half the cost of the record
-    (bench.instructions: about 10k instructions of a request). A logger whose class makes its
-    records its own way (``makeRecord`` overridden) still makes them. Records copied from a
-    template per call site were cheaper still but froze the fields that are each record's
-    own: every access line carried the first request's ``taskName``."""
-    caller = sys._getframe(1)
-    code = caller.f_code
-    site = (id(code), caller.f_lasti)
-    known = _lines.get(site)
-    if known is not None:
-        line = known[1]
-    else:
-        line = caller.f_lineno
-        if len(_lines) >= MAX_REMEMBERED_LINES:
-            _lines.clear()
-        _lines[site] = (code, line)
-    if type(logger).makeRecord is not _MAKE_RECORD:
-        record = logger.makeRecord(logger.name, level, code.co_filename, line, msg, args, None, code.co_name, extra)
-    else:
-        record = logging.getLogRecordFactory()(
-            logger.name, level, code.co_filename, line, msg, args, None, code.co_name, None
-        )
-        fields = record.__dict__
-        if "message" in extra or "asctime" in extra or not fields.keys().isdisjoint(extra):
-            key = next(key for key in extra if key in ("message", "asctime") or key in fields)
-            raise KeyError(f"Attempt to overwrite {key!r} in LogRecord")  # makeRecord's refusal
-        fields.update(extra)
-    logger.handle(record)
 
 
 def configure(level: str, fmt: str) -> logging.handlers.QueueListener:

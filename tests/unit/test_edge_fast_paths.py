@@ -13,16 +13,15 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from gateway.ops import logs
 from gateway.ops.logs import (
     BatchedStreamHandler,
     DeferredQueueHandler,
     FlushingQueueListener,
     JsonFormatter,
     TextFormatter,
-    log_fast,
 )
 from gateway.ops.metrics import LATENCY_BUCKETS, GatewayMetrics
+from gateway.ops.records import MAX_REMEMBERED_LINES, log_fast
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 OBSERVATIONS = [
@@ -303,7 +302,7 @@ def test_each_fast_record_carries_the_line_of_its_own_call_however_often_it_is_m
         exec(compile("\n" * blank_lines + "log_fast(logger, logging.INFO, 'm', (), {})", "<site>", "exec"))
         expected.append(blank_lines + 1)
     assert [record.lineno for record in keep.records] == expected
-    for many in range(logs.MAX_REMEMBERED_LINES + 1):  # past the memo's bound: still right
+    for many in range(MAX_REMEMBERED_LINES + 1):  # past the memo's bound: still right
         exec(compile("\n" * many + "log_fast(logger, logging.INFO, 'm', (), {})", "<site>", "exec"))
         assert keep.records[-1].lineno == many + 1
 
