@@ -200,10 +200,19 @@ async def test_a_real_childs_stdin_is_written_through_the_pipe_writer() -> None:
         try:
             assert isinstance(child.stdin, PipeWriter), "anyio's process stdin changed: PipeWriter.over refused it"
             await child.stdin.send(b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n')
-            line = b""
-            while not line.endswith(b"\n"):
-                line += await child.stdout.receive()
-            assert orjson.loads(line) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+            read = bytearray()
+            answered = anyio.Event()
+
+            def deliver(chunk: bytes) -> None:
+                read.extend(chunk)
+                if read.endswith(b"\n"):
+                    answered.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(child.read_stdout, deliver)
+                await answered.wait()
+                tg.cancel_scope.cancel()
+            assert orjson.loads(read) == {"jsonrpc": "2.0", "id": 1, "result": {}}
         finally:
             await child.stop()
 
