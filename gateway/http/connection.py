@@ -18,6 +18,9 @@ count is one addition per read while a head is open).
   modern request is cancelled at the child; ``WRITE_TIMED_OUT`` in the scope tells the
   stream to cancel a legacy one too).
 
+The transport uvicorn writes through is a ``HeldHead`` (``gateway.http.heldhead``): a
+response's head leaves with its body in one write.
+
 ``Hangup`` (in the scope under ``HANGUP``) tells a response the moment its connection is
 lost: a stream registers its cancel scope there instead of running a task that waits for
 ``http.disconnect`` (``gateway.http.sse``), so an answer that is ready at once costs no task.
@@ -37,6 +40,7 @@ from typing import Any, ClassVar, Final
 import orjson
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from gateway.http.heldhead import HeldHead
 from gateway.http.inflight import Cancellable
 from gateway.http.limits import MAX_HEADER_BYTES
 from gateway.protocol.jsonrpc import error_object
@@ -109,6 +113,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     max_head_bytes: ClassVar[int] = MAX_HEAD_BYTES
     header_timeout: ClassVar[float] = HEADER_TIMEOUT
     write_timeout: ClassVar[float] = WRITE_TIMEOUT
+    _held_head: HeldHead  # the connection's transport, from connection_made
 
     @classmethod
     def configured(
@@ -137,6 +142,9 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # Every write of uvicorn's (and of this class) goes through it: a response's head and
+        # body leave in one write (gateway.http.heldhead). Flow control keeps the real one.
+        self.transport = self._held_head = HeldHead(transport, self.loop)
         delay = max(self.head_deadline - self.loop.time(), 0.0)
         self._head_timer = self.loop.call_later(delay, self._head_timed_out)
 
@@ -181,6 +189,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
         super().on_headers_complete()
+        self._held_head.hold_next()  # the next write is this request's response head
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

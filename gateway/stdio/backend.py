@@ -22,6 +22,8 @@ Imports: anyio and ``gateway.stdio`` (``process``, ``spec``) only.
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Callable
 from typing import Final, Protocol
 
 import anyio
@@ -44,9 +46,10 @@ class ChildProcess(Protocol):
         """Lines to the child; closing it is the first rung of the stop ladder."""
         ...
 
-    @property
-    def stdout(self) -> ByteReceiveStream:
-        """The child's JSON-RPC lines; end of stream once it has exited (or closed it)."""
+    async def read_stdout(self, deliver: Callable[[bytes], None]) -> None:
+        """Hand each piece of the child's stdout (its JSON-RPC lines) to ``deliver`` as it is
+        read, until the end of the stream (it has exited, or closed it); at most once. An
+        exception ``deliver`` raises ends the reading and is raised here."""
         ...
 
     @property
@@ -138,14 +141,14 @@ class PipeWriter(ByteSendStream):
 class OsProcess:
     """A real OS process as a ``ChildProcess``: anyio's ``Process`` plus the group-wide stop."""
 
-    def __init__(self, proc: Process, spec: ChildSpec) -> None:
-        # spawn pipes all three
+    def __init__(self, proc: Process, stdout: int, spec: ChildSpec) -> None:
+        # spawn pipes all three, stdout through a pipe of its own (``stdout``: the read end)
         assert proc.stdin is not None
-        assert proc.stdout is not None
         assert proc.stderr is not None
         self._proc = proc
         self._spec = spec
-        self._stdin, self._stdout, self._stderr = PipeWriter.over(proc.stdin), proc.stdout, proc.stderr
+        self._stdin, self._stderr = PipeWriter.over(proc.stdin), proc.stderr
+        self._stdout: int | None = stdout  # until read_stdout takes it
 
     def __repr__(self) -> str:
         return f"<OsProcess {self._spec.label} pid={self.pid} returncode={self.returncode}>"
@@ -158,9 +161,31 @@ class OsProcess:
     def stdin(self) -> ByteSendStream:
         return self._stdin
 
-    @property
-    def stdout(self) -> ByteReceiveStream:
-        return self._stdout
+    async def read_stdout(self, deliver: Callable[[bytes], None]) -> None:
+        fd, self._stdout = self._stdout, None
+        if fd is None:
+            raise RuntimeError("a child's stdout is read once")
+        loop = asyncio.get_running_loop()
+        try:
+            pipe = os.fdopen(fd, "rb", buffering=0)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            transport, reader = await loop.connect_read_pipe(lambda: StdoutReader(deliver, loop), pipe)
+        except BaseException:
+            pipe.close()
+            raise
+        try:
+            await reader.ended
+        finally:
+            transport.close()
+
+    def close_stdout(self) -> None:
+        """The read end of stdout closed, if it was never read (the child did not get as far)."""
+        fd, self._stdout = self._stdout, None
+        if fd is not None:
+            os.close(fd)
 
     @property
     def stderr(self) -> ByteReceiveStream:
@@ -180,17 +205,48 @@ class OsProcess:
         self._proc.kill()
 
     async def stop(self) -> int | None:
-        return await process.stop(self._proc, self._spec)
+        try:
+            return await process.stop(self._proc, self._spec)
+        finally:
+            self.close_stdout()
 
     async def clear_group(self) -> None:
         await process.clear_group(self._proc.pid, self._spec)
+
+
+class StdoutReader(asyncio.Protocol):
+    """A child's stdout, read by the event loop and handed over in its read callback.
+
+    Read this way, a line is with the session machine in the loop turn the pipe became
+    readable: through anyio's process stream it took two more (the subprocess transport's
+    deferred ``pipe_data_received``, then the reading task's wake-up)."""
+
+    def __init__(self, deliver: Callable[[bytes], None], loop: asyncio.AbstractEventLoop) -> None:
+        self._deliver = deliver
+        self.ended: asyncio.Future[None] = loop.create_future()
+
+    def data_received(self, data: bytes) -> None:
+        if self.ended.done():
+            return
+        try:
+            self._deliver(data)
+        except Exception as exc:  # carried to read_stdout, which raises it
+            self.ended.set_exception(exc)
+
+    def eof_received(self) -> bool:
+        return False  # the transport closes itself: connection_lost ends the reading
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
 
 
 class ProcessBackend:
     """Children as OS processes: argv run directly (never a shell) in a new session."""
 
     async def open(self, spec: ChildSpec) -> ChildProcess:
-        return OsProcess(await process.spawn(spec), spec)
+        proc, stdout = await process.spawn(spec)
+        return OsProcess(proc, stdout, spec)
 
 
 PROCESS_BACKEND: Final[ChildBackend] = ProcessBackend()

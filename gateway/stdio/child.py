@@ -13,7 +13,9 @@ Every decision is the machine's (``gateway.protocol.childsession``, rules at its
 exchange a line belongs to, deadlines, cancel-on-abandon, the attribution of the child's
 questions and logs, tool learning, the exit error. This module only moves bytes and time:
 
-- ``pump_stdout``: stdout → ``LineFramer`` → ``ChildSession.receive_line`` → actions;
+- ``pump_stdout``: stdout → ``LineFramer`` → ``ChildSession.receive_line`` → actions, in the
+  event loop's read callback (``pump_actions`` carries out those that need a task:
+  ``gateway.stdio.carried``);
 - ``pump_stdin``: the ``LineWriter`` (``gateway.stdio.writer``) writes the lines queued behind
   a write in progress, whole and in order; a child that stops reading its stdin is stopped,
   so its requests fail;
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import suppress
 from typing import Final
 
@@ -60,6 +62,7 @@ from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import JsonObject, Notification, Reply
 from gateway.stdio import process
 from gateway.stdio.backend import ChildProcess
+from gateway.stdio.carried import Carried
 from gateway.stdio.exchange import Exchange, ExchangeItem
 from gateway.stdio.questions import Questions, RequestHandler
 from gateway.stdio.readings import ChildReadings
@@ -119,6 +122,7 @@ class StdioChild(ChildReadings):
         self._exited = anyio.Event()
         self._stopping = False
         self._timer = DeadlineTimer(self._session.next_deadline, self._tick)
+        self._carried = Carried(self._apply)
 
     def start_soon(self, func: Callable[[], Coroutine[object, object, None]]) -> None:
         """Run ``func()`` in the child's task group: it ends with the child at the latest."""
@@ -237,7 +241,7 @@ class StdioChild(ChildReadings):
 
     # -- the machine's actions ------------------------------------------------------------
 
-    def _apply(self, actions: list[Action[Exchange]]) -> None:
+    def _apply(self, actions: Sequence[Action[Exchange]]) -> None:
         for action in actions:
             if isinstance(action, Answered):
                 action.owner.finish(reply=action.reply)
@@ -264,26 +268,31 @@ class StdioChild(ChildReadings):
     # -- pumps ----------------------------------------------------------------------
 
     async def pump_stdout(self) -> None:
-        assert self._proc.stdout is not None
         framer = LineFramer(self.spec.max_line_bytes)
         session = self._session
+
+        take = self._carried.take
+
+        def deliver(chunk: bytes) -> None:  # in the loop's read callback (gateway.stdio.carried)
+            now = self.last_output = time.monotonic()
+            self.bytes_in += len(chunk)
+            for item in framer.feed(chunk):
+                if isinstance(item, OversizedLine):
+                    take(session.receive_oversized(item))
+                else:
+                    take(session.receive_line(item, now))
+
         try:
-            while True:
-                try:
-                    chunk = await self._proc.stdout.receive(READ_CHUNK)
-                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    break
-                now = self.last_output = time.monotonic()
-                self.bytes_in += len(chunk)
-                for item in framer.feed(chunk):
-                    if isinstance(item, OversizedLine):
-                        self._apply(session.receive_oversized(item))
-                    else:
-                        self._apply(session.receive_line(item, now))
+            await self._proc.read_stdout(deliver)
+            self._carried.flush()  # what the action task had not reached comes before the end
         finally:
             self._stdout_done.set()
             with anyio.CancelScope(shield=True):
                 await self._on_stdout_closed()
+
+    async def pump_actions(self) -> None:
+        """Carries out the actions a read callback cannot (``gateway.stdio.carried``)."""
+        await self._carried.run()
 
     async def pump_stdin(self) -> None:
         """Write queued lines until a write fails; a child that stops reading its stdin while it

@@ -42,6 +42,7 @@ async def open_child(
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:
         child = StdioChild(spec, proc, tg, on_request, on_notification, on_change)
+        tg.start_soon(child.pump_actions)
         tg.start_soon(child.pump_stdout)
         tg.start_soon(child.pump_stdin)
         tg.start_soon(child.pump_deadlines)

@@ -158,8 +158,10 @@ def find_program(spec: ChildSpec, env: Mapping[str, str]) -> str:
     raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), command)
 
 
-async def spawn(spec: ChildSpec) -> Process:
-    """Start the process or raise ``ChildStartError('cannot start PROGRAM: REASON')``."""
+async def spawn(spec: ChildSpec) -> tuple[Process, int]:
+    """Start the process, or raise ``ChildStartError('cannot start PROGRAM: REASON')``; the
+    process and the read end of its stdout, a pipe of the gateway's own (not inheritable, so
+    no other child holds it), which the caller reads and closes (``gateway.stdio.backend``)."""
     check_spec(spec)
     env = child_environment(spec)
     try:
@@ -167,7 +169,15 @@ async def spawn(spec: ChildSpec) -> Process:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), spec.cwd)
         program = find_program(spec, env)
         argv = [sys.executable, "-I", "-S", "-c", LAUNCHER, str(os.getpid()), program, *spec.argv]
-        return await anyio.open_process(argv, env=env, cwd=spec.cwd, start_new_session=True)
+        stdout_read, stdout_write = os.pipe()
+        try:
+            proc = await anyio.open_process(argv, env=env, cwd=spec.cwd, start_new_session=True, stdout=stdout_write)
+        except BaseException:
+            os.close(stdout_read)
+            raise
+        finally:
+            os.close(stdout_write)  # the child's end: only the child holds it now
+        return proc, stdout_read
     except OSError as exc:
         reason = exc.strerror or str(exc)
         hint = None

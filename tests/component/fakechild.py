@@ -27,6 +27,8 @@ The tools and ``Call`` live in ``fakecalls``, the in-memory pipes in ``memstream
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -117,9 +119,27 @@ class FakeChild:
     def stdin(self) -> ByteSendStream:
         return self._stdin
 
-    @property
-    def stdout(self) -> ByteReceiveStream:
-        return self._stdout
+    async def read_stdout(self, deliver: Callable[[bytes], None]) -> None:
+        # As a real child's: ``deliver`` runs in a loop callback, outside any task and in an
+        # empty context (where anyio can start no task), and what it raises ends the reading.
+        loop = asyncio.get_running_loop()
+
+        def run(chunk: bytes, done: asyncio.Future[None]) -> None:
+            try:
+                deliver(chunk)
+            except Exception as exc:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+
+        while True:
+            try:
+                chunk = await self._stdout.receive()
+            except (anyio.EndOfStream, anyio.ClosedResourceError):
+                return
+            done = loop.create_future()
+            loop.call_soon(run, chunk, done, context=contextvars.Context())  # no task, no anyio run's context
+            await done
 
     @property
     def stderr(self) -> ByteReceiveStream:

@@ -8,6 +8,8 @@ by name, instead of degrading quietly:
   the attributes it reads, the names it adds (which a new uvicorn must not define, or one side
   would silently replace the other: the mTLS class once shadowed ``_peer`` so that every
   refusal raised), ``STATUS_LINE``, how uvicorn calls its ``http`` class, ``get_remote_addr``;
+- that uvicorn writes a response through the protocol's ``transport`` (``GuardedHttpTools``
+  puts ``HeldHead`` there, so a head and its body leave in one write);
 - uvicorn's ``Server`` (``DrainingServer`` subclasses it): ``handle_exit``, the signal
   handler, and ``main_loop``, the coroutine the drain task runs beside (so the drain has an
   owner), with the names ``DrainingServer`` adds not among uvicorn's;
@@ -23,6 +25,7 @@ import asyncio
 import inspect
 import sys
 import tomllib
+from collections.abc import Awaitable, Callable
 from importlib.metadata import version
 from pathlib import Path
 
@@ -111,7 +114,8 @@ async def test_no_name_the_gateway_adds_to_the_httptools_protocol_is_one_of_uvic
     guarded = GuardedHttpTools(instance.config, ServerState(), {}, _loop=asyncio.get_running_loop())
     ours = (set(vars(GuardedHttpTools)) | set(vars(guarded))) - set(vars(instance)) - set(OVERRIDDEN)
     ours -= {"__module__", "__doc__", "__init__", "__annotations__", "__dict__", "__weakref__"}
-    assert ours, "nothing found to check"
+    ours |= set(GuardedHttpTools.__annotations__)  # set later than __init__ (``_held_head``)
+    assert "_held_head" in ours
     assert not ours & theirs, f"uvicorn now defines names GuardedHttpTools adds: {sorted(ours & theirs)}"
     # The mTLS protocol adds its own too: none may shadow a name of the classes below it.
     mutual = peer_protocol(PeerSubjects())
@@ -120,6 +124,53 @@ async def test_no_name_the_gateway_adds_to_the_httptools_protocol_is_one_of_uvic
     assert added, "nothing found to check"
     assert not added & (theirs | set(dir(GuardedHttpTools))), sorted(added & (theirs | set(dir(GuardedHttpTools))))
     assert issubclass(TlsHandshake, asyncio.Protocol)
+
+
+class Written(asyncio.Transport):
+    """A connection's transport that keeps what is written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.written = asyncio.Event()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+        self.written.set()
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def test_uvicorn_writes_the_response_through_the_protocols_transport_head_and_body_at_once() -> None:
+    Send = Callable[[dict[str, object]], Awaitable[None]]
+
+    async def app(scope: dict[str, object], receive: object, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    config = uvicorn.Config(app, lifespan="off", log_level="warning")
+    protocol = GuardedHttpTools(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+    transport = Written()
+    protocol.connection_made(transport)
+    try:
+        protocol.data_received(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+        with anyio.fail_after(10):
+            await transport.written.wait()
+        assert len(transport.writes) == 1, transport.writes  # not the head, then the body
+        assert transport.writes[0].startswith(b"HTTP/1.1 200 OK\r\n")
+        assert transport.writes[0].endswith(b"\r\n\r\n{}")
+    finally:
+        protocol.connection_lost(None)
 
 
 def test_uvicorns_server_still_has_what_the_draining_server_overrides_and_none_of_its_names() -> None:
@@ -149,10 +200,19 @@ async def test_a_real_childs_stdin_is_written_through_the_pipe_writer() -> None:
         try:
             assert isinstance(child.stdin, PipeWriter), "anyio's process stdin changed: PipeWriter.over refused it"
             await child.stdin.send(b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n')
-            line = b""
-            while not line.endswith(b"\n"):
-                line += await child.stdout.receive()
-            assert orjson.loads(line) == {"jsonrpc": "2.0", "id": 1, "result": {}}
+            read = bytearray()
+            answered = anyio.Event()
+
+            def deliver(chunk: bytes) -> None:
+                read.extend(chunk)
+                if read.endswith(b"\n"):
+                    answered.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(child.read_stdout, deliver)
+                await answered.wait()
+                tg.cancel_scope.cancel()
+            assert orjson.loads(read) == {"jsonrpc": "2.0", "id": 1, "result": {}}
         finally:
             await child.stop()
 
