@@ -349,7 +349,10 @@ class LazyStream:
                     except StopAsyncIteration:
                         return
                     for item in (event, *self._events.ready()):
-                        await send.send(item)
+                        try:  # no checkpoint per event: the writer then takes what is queued in one send
+                            send.send_nowait(item)
+                        except anyio.WouldBlock:
+                            await send.send(item)
                     if type(event) is events.Final:
                         return
 
