@@ -17,7 +17,9 @@ from gateway.protocol.jsonrpc import Notification, Reply, Request
 OwnerT = TypeVar("OwnerT")
 
 
-@dataclass(frozen=True, slots=True)
+# The actions are values, made for every line and never changed after, but not frozen: a frozen
+# dataclass's __init__ sets each field through object.__setattr__ (``gateway.protocol.jsonrpc``).
+@dataclass(slots=True)
 class Sent:
     """What ``send`` returns: the child id minted, the whole line for stdin, and the request's
     deadline (None: none), so the edge can wake its timer when it is the earliest."""
@@ -27,7 +29,7 @@ class Sent:
     deadline: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Deliver(Generic[OwnerT]):
     """A notification for a request's stream (progress, an attributed log, a listen's)."""
 
@@ -35,26 +37,26 @@ class Deliver(Generic[OwnerT]):
     notification: Notification
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Answered(Generic[OwnerT]):
     owner: OwnerT
     reply: Reply
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Failed(Generic[OwnerT]):
     owner: OwnerT
     error: ChildError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Write:
     """A line for the child's stdin (``notifications/cancelled``)."""
 
     line: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ask(Generic[OwnerT]):
     """Hand the child's question to ``owner``'s client; report back with ``ask_closed``."""
 
@@ -63,7 +65,7 @@ class Ask(Generic[OwnerT]):
     request: Request
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Unattributed:
     """A child request no request carries: the edge (a handler, else local answers) answers it."""
 
@@ -71,14 +73,14 @@ class Unattributed:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Broadcast:
     """A notification that belongs to no request."""
 
     notification: Notification
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Log:
     """A line for the gateway's log, formatted lazily like ``logging``'s own arguments."""
 
@@ -87,7 +89,7 @@ class Log:
     args: tuple[object, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Changed:
     """``open_questions`` may have dropped: the pool may now place a request that may ask."""
 

@@ -51,6 +51,8 @@ OwnerT = TypeVar("OwnerT")
 CANCELLED = "notifications/cancelled"
 
 
+# The outcomes are values, made for every line and never changed after, but not frozen: a frozen
+# dataclass's __init__ sets each field through object.__setattr__ (``gateway.protocol.jsonrpc``).
 @dataclass(slots=True)
 class Pending(Generic[OwnerT]):
     child_id: int
@@ -59,31 +61,31 @@ class Pending(Generic[OwnerT]):
     client_token: JsonId | None  # the progressToken the client chose, restored on the way out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReplyFor(Generic[OwnerT]):
     pending: Pending[OwnerT]
     reply: Reply
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProgressFor(Generic[OwnerT]):
     pending: Pending[OwnerT]
     notification: Notification  # with the client's token restored
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Late:
     """A reply or progress for an id that is not (or no longer) pending: drop it."""
 
     message: Message
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChildRequest:
     request: Request
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Unsolicited:
     notification: Notification
 

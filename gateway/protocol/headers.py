@@ -113,6 +113,8 @@ def has_invalid_header_chars(value: str) -> bool:
     ASGI servers hand header bytes over as latin-1, so a raw non-ASCII byte shows up as a
     character above U+007F. HTAB is the only control character allowed (RFC 9110 §5.5).
     """
+    if value.isascii() and value.isprintable():  # the usual value, all of it U+0020..U+007E:
+        return False  # two string scans instead of a regular expression's match (three per call)
     return _PLAIN_SAFE.fullmatch(value) is None
 
 

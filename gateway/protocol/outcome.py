@@ -41,12 +41,13 @@ class Rejection:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is made per POST, and a frozen __init__ costs ~3k instructions more
 class Accepted:
     """Serve the request. ``messages`` is empty for GET/DELETE, several for a batch.
 
     ``session_id`` is None for modern requests and for ``initialize`` (the caller mints
     one); ``version`` is then the version the client asked for, still to be negotiated.
+    Made by the ingress ladder and only read after.
     """
 
     era: Era

@@ -74,6 +74,15 @@ class ToolCatalog:
                 entry.loading = None
         return entry.params.get(tool, ())
 
+    def known(self, child: StdioChild, tool: str) -> tuple[tuple[HeaderParam, ...], str | None] | None:
+        """``tool``'s annotated parameters and why it is hidden from HTTP clients, when the list
+        of ``child``'s tools is loaded for its current generation (else None: ``header_params``
+        loads it). Every call over HTTP asks this, so it is one lookup and no coroutine."""
+        entry = self._entries.get(child)
+        if entry is None or entry.generation != child.tools_generation:
+            return None
+        return entry.params.get(tool, ()), entry.hidden.get(tool)
+
     def task_support(self, child: StdioChild, params: JsonObject | None) -> str | None:
         """The called tool's ``execution.taskSupport`` as the child declared it (after
         ``header_params`` loaded the list): ``forbidden``, ``optional``, ``required`` or None."""

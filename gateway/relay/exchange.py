@@ -136,9 +136,11 @@ class Relay:
                     yield failed
                     return
                 driven = self.run(turn)
-                async with aclosing(driven):  # closed in this task: the lease and exchange are left here
+                try:
                     async for message in driven:
                         yield message
+                finally:  # closed in this task: the lease and exchange are left here
+                    await driven.aclose()
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
             if client.era is Era.MODERN and request.method == "server/discover":
                 # The probe succeeds and the next request carries the reason (bridge.unavailable_discover).

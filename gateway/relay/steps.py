@@ -219,13 +219,17 @@ async def check_param_headers(turn: Turn) -> None:
     name = params.get("name")
     if not isinstance(name, str):
         return  # the child answers a call without a tool name
-    header_params = await catalog.header_params(turn.child, name)
-    hidden = catalog.hidden_reason(turn.child, name)
+    known = catalog.known(turn.child, name)  # the usual case: the child's tools are listed already
+    if known is None:
+        known = await catalog.header_params(turn.child, name), catalog.hidden_reason(turn.child, name)
+    header_params, hidden = known
     if hidden is not None:  # not in the tools/list HTTP clients get, so not callable either
         error = jsonrpc.error_object(
             jsonrpc.INVALID_PARAMS, f"tool {name!r} is not available over HTTP: {hidden}", {"tool": name}
         )
         raise Rejected(Rejection(200, error, request.id))
+    if not header_params:  # most tools declare none
+        return
     arguments = params.get("arguments")
     rejection = xmcpheader.check_param_headers(
         header_params, arguments if isinstance(arguments, dict) else None, headers, request_id=request.id

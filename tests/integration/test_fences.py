@@ -15,6 +15,8 @@ by name, instead of degrading quietly:
   owner), with the names ``DrainingServer`` adds not among uvicorn's;
 - anyio's process stdin (``PipeWriter.over`` reads its ``_stream``): a real child's stdin is
   a ``PipeWriter``, and anything else is refused loudly;
+- anyio's asyncio cancel scope (``Watch`` makes ``anyio._backends._asyncio.CancelScope``
+  directly): it is what ``anyio.CancelScope()`` makes on asyncio, and it cancels as one;
 - the TLS protocols of asyncio and uvloop (``TlsHandshake``): exercised on both loops by
   ``test_tls_limits.py``.
 """
@@ -33,6 +35,7 @@ import anyio
 import orjson
 import pytest
 import uvicorn
+from anyio._backends._asyncio import CancelScope as AsyncioCancelScope
 from packaging.requirements import Requirement
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.utils import get_remote_addr
@@ -40,6 +43,7 @@ from uvicorn.server import ServerState
 
 from gateway.http.connection import GuardedHttpTools
 from gateway.http.drain import Drain
+from gateway.http.sse import Watch
 from gateway.http.tls import PeerSubjects, TlsHandshake, peer_protocol
 from gateway.server import DrainingServer
 from gateway.stdio.backend import PROCESS_BACKEND, PipeWriter
@@ -221,6 +225,21 @@ async def test_a_stdin_that_is_not_anyios_asyncio_stream_is_refused_not_used_ano
     send, receive = anyio.create_memory_object_stream[bytes](1)
     with send, receive, pytest.raises(TypeError, match=r"docs/architecture\.md"):
         PipeWriter.over(send)  # type: ignore[arg-type]
+
+
+async def test_the_watchs_cancel_scope_is_the_one_anyio_makes_on_asyncio_and_cancels_as_one() -> None:
+    assert type(anyio.CancelScope()) is AsyncioCancelScope, "anyio's asyncio CancelScope moved: see sse.Watch"
+    watch = Watch({"type": "http"}, receive=lambda: None)  # type: ignore[arg-type,return-value]
+    scope = watch.cancel_scope
+    assert type(scope) is AsyncioCancelScope
+    assert scope.deadline == float("inf")
+    assert not scope.shield
+    assert not scope.cancel_called
+    with anyio.fail_after(5):
+        with scope:
+            scope.cancel()
+            await anyio.sleep(5)
+    assert scope.cancelled_caught
 
 
 def test_the_fence_list_in_the_architecture_page_names_every_fenced_library() -> None:

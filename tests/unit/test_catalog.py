@@ -86,3 +86,23 @@ async def test_invalid_tools_are_hidden_with_their_reason() -> None:
     assert catalog.hidden_reason(child, "good") is None  # type: ignore[arg-type]
     visible = catalog.visible_tools(child, {"tools": [tool("good"), tool("bad", bad)]})  # type: ignore[arg-type]
     assert [t["name"] for t in visible["tools"]] == ["good"]
+
+
+async def test_what_is_known_of_a_tool_is_read_only_while_the_list_is_current() -> None:
+    bad = {"type": "object", "properties": {"n": {"type": "number", "x-mcp-header": "N"}}}
+    child = FakeChild({None: ([tool("b", ANNOTATED), tool("bad", bad)], None)})
+    catalog = ToolCatalog()
+    assert catalog.known(child, "b") is None  # type: ignore[arg-type]  # not listed yet: header_params lists
+    await catalog.header_params(child, "b")  # type: ignore[arg-type]
+    known = catalog.known(child, "b")  # type: ignore[arg-type]
+    assert known is not None
+    assert [p.header for p in known[0]] == ["Region"]
+    assert known[1] is None
+    bad_known = catalog.known(child, "bad")  # type: ignore[arg-type]
+    assert bad_known is not None
+    assert bad_known[0] == ()
+    assert "number" in (bad_known[1] or "")
+    assert catalog.known(child, "missing") == ((), None)  # type: ignore[arg-type]
+    child.tools_generation += 1  # notifications/tools/list_changed: listed again before it is known
+    assert catalog.known(child, "b") is None  # type: ignore[arg-type]
+    assert child.calls == [None]

@@ -132,6 +132,14 @@ def test_cr_lf_nul_controls_del_and_non_ascii_are_invalid(value: str) -> None:
     assert has_invalid_header_chars(value)
 
 
+def test_exactly_htab_and_u0020_to_u007e_are_valid_alone_and_after_a_plain_value() -> None:
+    allowed = {"\t", *map(chr, range(0x20, 0x7F))}
+    for code in range(0x300):  # ASCII, Latin-1 (how ASGI hands header bytes over) and beyond
+        char = chr(code)
+        for value in (char, "plain" + char, char + "\t"):
+            assert has_invalid_header_chars(value) is (char not in allowed), repr(value)
+
+
 # --- Accept and Content-Type ----------------------------------------------------------------
 
 
