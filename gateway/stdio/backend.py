@@ -181,7 +181,7 @@ class OsProcess:
         finally:
             transport.close()
 
-    def close_stdout(self) -> None:
+    def _close_stdout(self) -> None:
         """The read end of stdout closed, if it was never read (the child did not get as far)."""
         fd, self._stdout = self._stdout, None
         if fd is not None:
@@ -208,7 +208,7 @@ class OsProcess:
         try:
             return await process.stop(self._proc, self._spec)
         finally:
-            self.close_stdout()
+            self._close_stdout()
 
     async def clear_group(self) -> None:
         await process.clear_group(self._proc.pid, self._spec)

@@ -38,10 +38,11 @@ class Carried:
         if not self._later:
             for n, action in enumerate(actions):
                 if not isinstance(action, INLINE):
+                    self._apply(actions[:n])
                     actions = actions[n:]
                     break
-                self._apply((action,))
             else:
+                self._apply(actions)
                 return
         self._later.extend(actions)
         waiter = self._waiter
