@@ -9,7 +9,6 @@ import logging.handlers
 import queue
 import re
 import sys
-from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -22,6 +21,7 @@ from gateway.ops.logs import (
 )
 from gateway.ops.metrics import LATENCY_BUCKETS, GatewayMetrics
 from gateway.ops.records import MAX_REMEMBERED_LINES, log_fast
+from tests.unit.test_log_records import refusal
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 OBSERVATIONS = [
@@ -249,15 +249,6 @@ def test_a_custom_record_factory_still_makes_the_fast_records() -> None:
     assert records == made
     assert records[0].tagged  # type: ignore[attr-defined]
     assert records[0].status == 1  # type: ignore[attr-defined]
-
-
-def refusal(call: Callable[[], object]) -> str | None:
-    """The text of the KeyError ``call`` raises, or None when it raises none."""
-    try:
-        call()
-    except KeyError as exc:
-        return str(exc)
-    return None
 
 
 def test_an_extra_that_would_overwrite_a_record_field_is_refused_as_make_record_refuses_it() -> None:

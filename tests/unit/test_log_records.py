@@ -96,6 +96,19 @@ def assert_same(before: logging.LogRecord, fast: logging.LogRecord, after: loggi
     assert 0.0 <= fast.msecs < 1000.0
 
 
+def count_record_inits(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The ``msg`` of every ``LogRecord.__init__`` from now on (the record factory's work)."""
+    inits: list[object] = []
+    init = logging.LogRecord.__init__
+
+    def counted(self: logging.LogRecord, *args: Any, **kwargs: Any) -> None:
+        inits.append(args[4])
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(logging.LogRecord, "__init__", counted)
+    return inits
+
+
 def test_the_named_fields_are_every_field_of_a_record_on_this_python() -> None:
     """Fails on a Python whose records have a field ``records`` does not name as the site's
     or the call's (or lack one it names): the template would copy it from another call."""
@@ -110,14 +123,7 @@ def test_a_known_site_makes_its_records_without_the_record_factory(
     logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     made_and_fast(logger)  # the site is known, its template made
-    inits = []
-    init = logging.LogRecord.__init__
-
-    def counted(self: logging.LogRecord, *args: Any, **kwargs: Any) -> None:
-        inits.append(args[4])
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(logging.LogRecord, "__init__", counted)
+    inits = count_record_inits(monkeypatch)
     made_and_fast(logger, msg="template %s", args=("made",))
     assert inits == ["template %s"] * 2  # makeRecord's two only
     assert kept(logger)[-1].getMessage() == "template made"
@@ -349,14 +355,7 @@ def test_a_python_whose_records_have_other_fields_makes_every_record_with_the_fa
 ) -> None:
     monkeypatch.setattr(records, "TEMPLATES_FIT", False)
     site = compile("for _ in range(3): log_fast(logger, logging.INFO, 'm %s', ('x',), {})", "<fit>", "exec")
-    inits = []
-    init = logging.LogRecord.__init__
-
-    def counted(self: logging.LogRecord, *args: Any, **kwargs: Any) -> None:
-        inits.append(args[4])
-        init(self, *args, **kwargs)
-
-    monkeypatch.setattr(logging.LogRecord, "__init__", counted)
+    inits = count_record_inits(monkeypatch)
     exec(site, {"log_fast": log_fast, "logger": logger, "logging": logging})
     assert inits == ["m %s"] * 3
     assert [record.getMessage() for record in kept(logger)] == ["m x"] * 3
