@@ -1,9 +1,9 @@
-"""Validate messages against the official MCP JSON Schemas in ``shared/spec``.
+"""Validate messages against the official MCP JSON Schemas in ``tests/spec``.
 
 ``validate(message, "JSONRPCErrorResponse")`` raises ``jsonschema.ValidationError`` when
 ``message`` is not an instance of that ``$defs`` entry of the schema for ``revision``.
-Each schema file is loaded once. The repository and ``shared/`` are siblings (locally
-``/work/main`` and ``/work/shared``; CI clones main beside shared), hence ``parents[2]``.
+Each schema file is loaded once. The schemas are the spec's published files, copied
+unchanged into the repository (``tests/spec/README.md``): the tests read nothing outside it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-SPEC_DIR = Path(__file__).resolve().parents[2] / "shared" / "spec"
+SPEC_DIR = Path(__file__).resolve().parent / "spec"
 
 
 @functools.cache

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The other Pythons we ship, from a fresh clone with nothing beside it (issue #41).
+#
+#   scripts/other-pythons.sh [VERSION …]     # default: 3.12 3.13
+#
+# For each version: a clone of HEAD in a temporary directory (no ../shared, no untracked
+# file), a virtual environment of that interpreter, `pip install -e '.[dev]'`, then mypy for
+# that version and the quick tier (unit + component) plus the tests whose code branches per
+# Python: TLS (CPython's sslproto callback order), the fences on library internals, the
+# emitted-schema checks and the access-log records (ops/records.py). The full suite runs on
+# the machine's python3 in .ci/run. The interpreter is found on PATH (python3.X) or under
+# pyenv; without it the script fails when CI is set (a green run must not hide a missing
+# interpreter) and says so otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+versions=("$@")
+[ ${#versions[@]} -gt 0 ] || versions=(3.12 3.13)
+
+find_python() {
+    local version=$1 found
+    found=$(command -v "python$version" 2>/dev/null || true)
+    if [ -z "$found" ] && command -v pyenv >/dev/null 2>&1; then
+        found=$(ls -d "$(pyenv root)"/versions/"$version".*/bin/python"$version" 2>/dev/null | sort -V | tail -n 1)
+    fi
+    [ -n "$found" ] && "$found" -c 'import sys' 2>/dev/null && echo "$found"
+}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+git clone -q --no-hardlinks "$PWD" "$work/main"
+cd "$work/main"
+
+status=0
+for version in "${versions[@]}"; do
+    python=$(find_python "$version" || true)
+    if [ -z "$python" ]; then
+        echo "other-pythons: no Python $version on this machine" >&2
+        [ -n "${CI:-}" ] && status=1
+        continue
+    fi
+    echo "== Python $version ($python), fresh clone at $(git rev-parse --short HEAD)"
+    venv="$work/venv-$version"
+    "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e '.[dev]'
+    "$venv/bin/python" -m mypy --python-version "$version" --cache-dir "$work/mypy-$version" || status=1
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider -m 'not npm and not container' \
+        tests/unit tests/component \
+        tests/integration/test_tls.py tests/integration/test_tls_limits.py \
+        tests/integration/test_fences.py tests/integration/test_emitted_schemas.py \
+        tests/integration/test_access_log.py || status=1
+done
+exit $status
