@@ -17,12 +17,16 @@ versions=("$@")
 [ ${#versions[@]} -gt 0 ] || versions=(3.12 3.13)
 
 find_python() {
-    local version=$1 found
-    found=$(command -v "python$version" 2>/dev/null || true)
-    if [ -z "$found" ] && command -v pyenv >/dev/null 2>&1; then
-        found=$(ls -d "$(pyenv root)"/versions/"$version".*/bin/python"$version" 2>/dev/null | sort -V | tail -n 1)
-    fi
-    [ -n "$found" ] && "$found" -c 'import sys' 2>/dev/null && echo "$found"
+    # python3.X on PATH (a pyenv shim there fails unless that version is selected), else pyenv's.
+    local version=$1 candidate
+    for candidate in "$(command -v "python$version" 2>/dev/null)" \
+        $(command -v pyenv >/dev/null 2>&1 && ls -d "$(pyenv root)"/versions/"$version".*/bin/python"$version" 2>/dev/null | sort -V -r); do
+        if [ -n "$candidate" ] && "$candidate" -c 'import sys' >/dev/null 2>&1; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    return 1
 }
 
 work=$(mktemp -d)

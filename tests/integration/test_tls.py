@@ -45,6 +45,19 @@ HTTP_TIMEOUT = TEST_BOUND
 of seconds, and a shorter per-request timeout would fail a test that is merely slow."""
 
 
+CA_KEY_USAGE = x509.KeyUsage(
+    digital_signature=False,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=True,
+    crl_sign=True,
+    encipher_only=False,
+    decipher_only=False,
+)
+
+
 @dataclass
 class Authority:
     """A CA that issues server and client certificates."""
@@ -57,21 +70,13 @@ class Authority:
         self.cert = (
             self._builder(subject, self.key.public_key())
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(CA_KEY_USAGE, critical=True)  # Python 3.13's strict verification asks it
             .sign(self.key, hashes.SHA256())
         )
 
     def _builder(self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
-        now = datetime.datetime.now(datetime.UTC)
         issuer = subject if not hasattr(self, "cert") else self.cert.subject
-        return (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(issuer)
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-        )
+        return certificate_builder(subject, issuer, public_key, self.key.public_key())
 
     def issue(self, common_name: str, *, server: bool) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
         key = ec.generate_private_key(ec.SECP256R1())
@@ -98,6 +103,28 @@ class Authority:
     def client_context(self) -> ssl.SSLContext:
         context = ssl.create_default_context(cadata=self.cert.public_bytes(serialization.Encoding.PEM).decode())
         return context
+
+
+def certificate_builder(
+    subject: x509.Name,
+    issuer: x509.Name,
+    public_key: ec.EllipticCurvePublicKey,
+    issuer_key: ec.EllipticCurvePublicKey,
+) -> x509.CertificateBuilder:
+    """A day's certificate with the key identifiers Python 3.13's strict verification requires
+    (``VERIFY_X509_STRICT``: "Missing Authority Key Identifier" without them)."""
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key), critical=False)
+    )
 
 
 def write_pair(cert: x509.Certificate, key: ec.EllipticCurvePrivateKey, cert_path: Path, key_path: Path) -> None:
@@ -245,16 +272,9 @@ def self_signed(tmp_path: Path) -> tuple[Path, Path]:
     """A server certificate signed by its own key (no CA), for localhost and 127.0.0.1."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "self-signed gateway")])
-    now = datetime.datetime.now(datetime.UTC)
     names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
+        certificate_builder(name, name, key.public_key(), key.public_key())
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .sign(key, hashes.SHA256())
     )
