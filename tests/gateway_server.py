@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 from gateway.http.app import create_app
 from gateway.http.connection import GuardedHttpTools
 from gateway.http.edge_settings import EdgeSettings
-from gateway.relay.router import DualEra, Isolation, Router, ServerConfig
+from gateway.relay.router import CapabilityKeying, DualEra, Isolation, RootsKeying, Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 
@@ -193,13 +193,24 @@ async def running_gateway(
     pool_size: int | None = None,
     http: type[asyncio.Protocol] = GuardedHttpTools,
     dual_era: DualEra = DualEra.PER_CLIENT,
+    capability_keying: CapabilityKeying = CapabilityKeying.SHARED,
+    roots_keying: RootsKeying = RootsKeying.AUTO,
     **app_options: Any,
 ) -> AsyncIterator[str]:
     """Serve ``spec`` behind the gateway; yield the MCP endpoint URL. ``dual_era=MODERN`` keeps
     legacy and modern clients of the (dual by default) test server on the same children."""
     if pool_size is not None:
         pool = PoolSettings(min_size=pool_size, max_size=pool_size, asking_max=0)  # exactly that many
-    server = ServerConfig("test", spec, pool or PoolSettings(), isolation, env_from_headers or {}, dual_era=dual_era)
+    server = ServerConfig(
+        "test",
+        spec,
+        pool or PoolSettings(),
+        isolation,
+        env_from_headers or {},
+        dual_era=dual_era,
+        capability_keying=capability_keying,
+        roots_keying=roots_keying,
+    )
     app = app_for(Router(server), **app_options)
     async with serving(app, http=http) as base:
         yield f"{base}/mcp"

@@ -164,6 +164,12 @@ class Relay:
         """A ``server/discover`` result as modern clients get it: with the Tasks extension."""
         return task_rules.advertise(result) if self.tasks.enabled else result
 
+    def _gives_pool_roots(self, client: ClientContext) -> bool:
+        """Whether a shared child's ``roots/list`` during a call gets its pool's roots: unless
+        the server keeps none (``Router.roots_kept``) and the call's client declared roots,
+        which is then asked like any question (exact per call, nothing kept)."""
+        return self.router.roots_kept is not False or inputs.ROOTS_CAPABILITY not in client.capabilities
+
     async def run(self, turn: Turn) -> AsyncGenerator[Emitted]:
         """The child's notifications and questions, then its reply, for the turn's client.
 
@@ -188,7 +194,9 @@ class Relay:
                     yield notes[0]
                 elif notes:
                     yield events.Batch(tuple(notes))
-                if child.spec.answers_roots:  # a shared child is given its pool's roots, never a client's
+                if child.spec.answers_roots and self._gives_pool_roots(client):
+                    # A shared child of a server that keeps roots is given its pool's roots, never
+                    # a client's; one that keeps none asks this call's client (Router.roots_kept).
                     questions = [ask for ask in questions if not asks.answer_pool_roots(ask, child)]
                 if not questions:
                     continue

@@ -61,18 +61,21 @@ share one ``ChildBudget`` (the global child cap, ``gateway.stdio.budget``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
+import anyio
 import orjson
 
 from gateway.errors import GatewayUnavailableError
 from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol import inputs
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
+from gateway.protocol.jsonrpc import Reply, Request
 from gateway.protocol.roots import Roots, roots_key
 from gateway.protocol.tasks import DEFAULT_TTL as DEFAULT_TASK_TTL
 from gateway.protocol.tasks import TaskPolicy
@@ -96,6 +99,11 @@ MAX_ROOTS_SETS: Final = 16
 ``--pool-max``, each child ~68 MiB for the npm servers): clients choose their roots, so a stream
 of new sets must not start a child each without bound. Past it, a call that needs a new set gets
 503 + ``Retry-After`` until a pool of another set has been idle for a maintenance tick."""
+ROOTS_LEARN_WAIT: Final = 5.0
+"""Seconds after a server's first child is up in which a call of a client that declares roots
+waits to learn whether the server keeps roots (its children fetch them outside any call: the npm
+servers that do, server-filesystem and server-everything, within ~10 ms of ``initialized``).
+A server none of whose children asked by then is taken not to keep them, until one asks."""
 ANONYMOUS: Final = "anonymous"
 """The principal of requests that carry no identity (no token, no trusted identity header)."""
 
@@ -112,6 +120,21 @@ class DualEra(StrEnum):
     LEGACY = "legacy"
 
 
+class CapabilityKeying(StrEnum):
+    """What a server's legacy children are told of their clients' capabilities."""
+
+    SHARED = "shared"  # the configured set: one pool serves every client, each question checked per call
+    EXACT = "exact"  # each client's own set within the configured one: a pool per set told
+
+
+class RootsKeying(StrEnum):
+    """Whether a client's roots set gets children of its own."""
+
+    AUTO = "auto"  # learned: once a child fetches roots outside any call (it keeps them)
+    ALWAYS = "always"  # the server keeps roots (a filesystem server: roots are access rights)
+    NEVER = "never"  # the server reads roots only inside a call, from that call's client
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """One stdio server behind the gateway, with its pool and isolation policy."""
@@ -125,6 +148,8 @@ class ServerConfig:
     max_batch_size: int = MAX_BATCH_MESSAGES  # messages in one 2025-03-26 batch
     oauth: OAuthPolicy | None = None  # access tokens checked against an issuer (gateway.oauth)
     dual_era: DualEra = DualEra.PER_CLIENT
+    capability_keying: CapabilityKeying = CapabilityKeying.SHARED
+    roots_keying: RootsKeying = RootsKeying.AUTO
     task_tools: tuple[str, ...] = ()  # tool-name patterns whose calls become tasks (gateway.protocol.tasks)
     task_ttl: float = DEFAULT_TASK_TTL  # seconds a task and its outcome are kept
 
@@ -166,6 +191,10 @@ class Router:
         self._probed_era: Era | None = None  # the era of the server's first probed child, once one is up
         self._eras_looked_at = -1  # the pools' generation when _learn_eras last looked
         self._told_sets: dict[bytes, tuple[str, dict[str, object] | None]] = {}  # declaration → what is told
+        # Whether this server keeps roots between calls (RootsKeying): None until learnt.
+        self.roots_kept: bool | None = {RootsKeying.ALWAYS: True, RootsKeying.NEVER: False}.get(server.roots_keying)
+        self._roots_fetched = anyio.Event()  # a child fetched roots outside any call
+        self._pools.add_request_handler(self._note_roots_fetch)
 
     def add_listener(self, listener: PoolListener) -> None:
         self._pools.add_listener(listener)
@@ -231,9 +260,23 @@ class Router:
             key = PoolKey(key.scope, key.fingerprint, "legacy")
         if capabilities is None or key.scope.startswith("session:") or not self._tells_capabilities(key):
             return key  # a session's own pool is told its session's capabilities already (pool_for)
-        told, told_set = self._told(capabilities)
-        given = roots_key(roots) if roots is not None and self._tells_roots(told_set) else ""
+        told, told_set = self._told(capabilities) if self._exact else ("", None)
+        given = roots_key(roots) if roots is not None and self._gives_roots(roots, told_set) else ""
         return key._replace(told=told, roots=given) if told or given else key
+
+    @property
+    def _exact(self) -> bool:
+        """Whether children are told each client's own capability set (``CapabilityKeying``)."""
+        return self.server.capability_keying is CapabilityKeying.EXACT
+
+    def _gives_roots(self, roots: Roots, told: Mapping[str, object] | None) -> bool:
+        """Whether a client with ``roots`` needs children given that set: they are told roots,
+        and the set is not what the usual children are given already (the configured roots, or
+        none for an empty set)."""
+        configured = self.server.spec.roots
+        if roots == (configured or ()):
+            return False
+        return self._tells_roots(told)
 
     def _tells_roots(self, told: Mapping[str, object] | None) -> bool:
         """Whether children told ``told`` (None: the configured set) are told roots."""
@@ -249,8 +292,9 @@ class Router:
     ) -> bool:
         """Whether a call of this client runs on children given its own roots set (so the
         caller must learn the set first, and pass it to ``pool_for``): its children are legacy,
-        shared (not a session's own) and told roots, because the client declared them."""
-        if "roots" not in capabilities:
+        shared (not a session's own) and told roots, because the client declared them, and
+        the server keeps roots between calls (``RootsKeying``; ``_keeps_roots``)."""
+        if "roots" not in capabilities or self.roots_kept is False:
             return False
         base = self._scope_key(principal, session_id, headers)
         if base.scope.startswith("session:"):
@@ -261,7 +305,44 @@ class Router:
         key = self._refine(base, era, capabilities)
         if key.scope.startswith("session:") or not self._tells_capabilities(key):
             return False
-        return self._tells_roots(self._told(capabilities)[1])
+        if not self._tells_roots(self._told(capabilities)[1] if self._exact else None):
+            return False
+        return await self._keeps_roots(main)
+
+    async def _keeps_roots(self, main: Pool | None) -> bool:
+        """Whether this server keeps roots: configured, learnt, or learnt now by waiting out what
+        is left of ``ROOTS_LEARN_WAIT`` since its first child came up (once per server). With no
+        child up to learn from, a client's roots set gets children of its own (the safe side)."""
+        if self.roots_kept is not None:
+            return self.roots_kept
+        started = [member.started_at for member in main.members if member.is_live] if main is not None else []
+        if not started:
+            return True
+        left = min(started) + ROOTS_LEARN_WAIT - time.monotonic()
+        if left > 0:
+            with anyio.move_on_after(left):
+                await self._roots_fetched.wait()
+        if self.roots_kept is None:
+            self.roots_kept = False
+            log.info(
+                "%s: its children fetch no roots outside a call (they keep none): every client shares them, "
+                "and a roots/list asked during a call goes to that call's client",
+                self.server.name,
+            )
+        return self.roots_kept
+
+    async def _note_roots_fetch(self, pool: Pool, request: Request) -> Reply | None:
+        """A shared child's ``roots/list`` outside any call: the server keeps roots (``auto``)."""
+        if request.method == inputs.ROOTS and pool.spec.answers_roots and not self.roots_kept:
+            if self.server.roots_keying is RootsKeying.AUTO:
+                self.roots_kept = True
+                self._roots_fetched.set()
+                log.info(
+                    "%s: its children fetch roots outside a call (they keep them): each client roots set "
+                    "gets children of its own",
+                    self.server.name,
+                )
+        return None
 
     def told_for(self, capabilities: Mapping[str, object]) -> dict[str, object] | None:
         """What a legacy child serving a client of ``capabilities`` is told at ``initialize``

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Final
 
 from gateway.protocol.attribution import AskPolicy
-from gateway.relay.router import DualEra, Isolation
+from gateway.relay.router import CapabilityKeying, DualEra, Isolation, RootsKeying
 from gateway.settings import convert
 from gateway.settings.declaration import POOL, Setting, rule
 from gateway.stdio.pool import PoolSettings
@@ -171,6 +171,32 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "initialize (so tools that ask the legacy way work for them), modern clients children opened with "
         "server/discover; modern = every child opened with server/discover; legacy = every child opened with "
         "initialize, modern clients bridged (their questions become MRTR rounds) (default: %(default)s)",
+    ),
+    Setting(
+        "--capability-keying",
+        convert=CapabilityKeying,
+        key="capabilityKeying",
+        target="server.capability_keying",
+        default=CapabilityKeying.SHARED.value,
+        choices=tuple(c.value for c in CapabilityKeying),
+        section=POOL,
+        help="what legacy children are told of their clients' capabilities: shared = the configured set, so "
+        "one warm pool serves every client and each question a child asks during a call is checked against "
+        "that call's client (refused when it did not declare the capability); exact = each client's own set, "
+        "a pool per distinct set (for a server whose behaviour depends on it) (default: %(default)s)",
+    ),
+    Setting(
+        "--roots-keying",
+        convert=RootsKeying,
+        key="rootsKeying",
+        target="server.roots_keying",
+        default=RootsKeying.AUTO.value,
+        choices=tuple(r.value for r in RootsKeying),
+        section=POOL,
+        help="whether a client's roots set gets children of its own: auto = once a child fetches roots "
+        "outside any call (the server keeps them: server-filesystem, server-everything), else a roots/list "
+        "during a call asks that call's client; always = the server keeps roots (roots are access rights); "
+        "never = it reads them only during a call (default: %(default)s)",
     ),
     Setting(
         "--isolation",

@@ -25,7 +25,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from starlette.applications import Starlette
 
 from gateway.http.connection import HANGUP, Hangup
-from gateway.relay.router import DualEra, Isolation, Router, ServerConfig
+from gateway.relay.router import CapabilityKeying, DualEra, Isolation, RootsKeying, Router, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 from tests.component.fakechild import FakeBackend
@@ -233,10 +233,20 @@ async def in_process_gateway(
     pool: PoolSettings | None = None,
     isolation: Isolation = Isolation.SHARED,
     dual_era: DualEra = DualEra.PER_CLIENT,
+    roots_keying: RootsKeying = RootsKeying.AUTO,
+    capability_keying: CapabilityKeying = CapabilityKeying.SHARED,
     **app_options: Any,
 ) -> AsyncIterator[Gateway]:
     """The gateway's app over ``backend``'s children, lifespan running, with a client."""
-    server = ServerConfig("test", spec, pool or PoolSettings(), isolation, dual_era=dual_era)
+    server = ServerConfig(
+        "test",
+        spec,
+        pool or PoolSettings(),
+        isolation,
+        dual_era=dual_era,
+        roots_keying=roots_keying,
+        capability_keying=capability_keying,
+    )
     app = app_for(Router(server, backend=backend), **app_options)
     async with lifespan(app):
         transport = httpx.ASGITransport(app=app)

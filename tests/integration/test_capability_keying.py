@@ -1,6 +1,8 @@
-"""Legacy children are told exactly their client's capabilities (issue #23).
+"""What legacy children are told of their clients' capabilities (issues #23, #36).
 
-A legacy child is told its client's capabilities once, at ``initialize``, and a server may
+By default (``--capability-keying shared``) every legacy child is told the configured set, so
+one pool serves every client, and a question a child asks during a call is checked against
+that call's client: -32021 for one that did not declare it. With ``exact``, a legacy child is told its client's capabilities once, at ``initialize``, and a server may
 decide what to do from them before it asks anything. So a child serving a modern call is
 handshaken with what that call declared (``_meta`` clientCapabilities), a legacy session's
 child with what the session declared, and children told different sets never serve the same
@@ -17,6 +19,7 @@ import httpx
 import pytest
 
 from gateway.protocol.jsonrpc import MISSING_CLIENT_CAPABILITY
+from gateway.relay.router import CapabilityKeying
 from tests.conftest import server_spec
 from tests.gateway_server import modern_call, modern_headers, open_legacy_session, parse_sse, running_gateway
 from tests.schemas import validate
@@ -70,10 +73,14 @@ async def legacy_client(http: httpx.AsyncClient, url: str, capabilities: dict[st
     raise AssertionError("the call's stream ended without an answer")
 
 
-async def test_clients_that_declare_sampling_and_clients_that_do_not_each_meet_a_child_told_their_own() -> None:
+async def four_clients(keying: CapabilityKeying) -> tuple[dict[str, Any], list[str]]:
+    """Modern and legacy clients with and without sampling, at once, on one gateway: their
+    answers, and the server's pool labels."""
     got: dict[str, Any] = {}
     with anyio.fail_after(WAIT):
-        async with running_gateway(server_spec("--era", "legacy")) as url, httpx.AsyncClient(timeout=WAIT) as http:
+        spec = server_spec("--era", "legacy")
+        gateway = running_gateway(spec, capability_keying=keying)
+        async with gateway as url, httpx.AsyncClient(timeout=WAIT) as http:
 
             async def run(name: str, era: str, capabilities: dict[str, Any]) -> None:
                 client = modern_client if era == "modern" else legacy_client
@@ -85,6 +92,29 @@ async def test_clients_that_declare_sampling_and_clients_that_do_not_each_meet_a
                 tg.start_soon(run, "legacy without sampling", "legacy", {"roots": {}})
                 tg.start_soon(run, "legacy with sampling", "legacy", {"sampling": {}})
             status = (await http.get(url.removesuffix("/mcp") + "/status")).json()
+    [server] = status["servers"]
+    return got, sorted(server["pools"])
+
+
+async def test_by_default_every_client_shares_one_pool_and_each_question_is_checked_per_call() -> None:
+    got, labels = await four_clients(CapabilityKeying.SHARED)
+    assert labels == ["test"]
+    refused = got["modern without sampling"]
+    assert refused.status_code == 400
+    validate(refused.json(), "JSONRPCErrorResponse")
+    assert refused.json()["error"]["code"] == MISSING_CLIENT_CAPABILITY
+    assert refused.json()["error"]["data"] == {"requiredCapabilities": {"sampling": {}}}
+    assert "sampling" in refused.json()["error"]["message"]
+    # A legacy client without sampling: the child's question is refused by the gateway, and
+    # the child's tool says so; never another client's answer.
+    assert "result" not in got["legacy without sampling"] or "sampled" not in str(got["legacy without sampling"])
+    for name in ("modern with sampling", "legacy with sampling"):
+        answer = got[name].json() if name.startswith("modern") else got[name]
+        assert answer["result"]["structuredContent"] == {"sampled": SAMPLED}, name
+
+
+async def test_with_exact_keying_each_client_meets_a_child_told_its_own() -> None:
+    got, labels = await four_clients(CapabilityKeying.EXACT)
     refused = got["modern without sampling"]
     assert refused.status_code == 400
     validate(refused.json(), "JSONRPCErrorResponse")
@@ -103,8 +133,6 @@ async def test_clients_that_declare_sampling_and_clients_that_do_not_each_meet_a
     }
     assert got["legacy with sampling"]["result"]["structuredContent"] == {"sampled": SAMPLED}
     # One pool per capability set told (legacy clients of a legacy-only server share its pools).
-    [server] = status["servers"]
-    labels = sorted(server["pools"])
     assert "test capabilities=elicitation" in labels
     assert "test capabilities=sampling" in labels
-    assert any(label.startswith("test capabilities=roots roots=") for label in labels), labels  # and its roots set
+    assert "test capabilities=roots" in labels  # no roots set of its own: the test server keeps no roots

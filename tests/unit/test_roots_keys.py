@@ -16,7 +16,7 @@ from gateway.protocol.roots import MAX_ROOTS_PER_SET, roots_key, roots_of_answer
 from gateway.protocol.versions import Era
 from gateway.relay import client_roots
 from gateway.relay.poolkey import PoolKey
-from gateway.relay.router import DualEra, Isolation, Router, ServerConfig
+from gateway.relay.router import CapabilityKeying, DualEra, Isolation, Router, ServerConfig
 from gateway.relay.suspensions import Suspensions
 from gateway.stdio.spec import ChildSpec
 
@@ -70,8 +70,29 @@ def test_clients_with_other_roots_sets_get_other_pools_and_the_same_set_the_same
     assert alice.roots == roots_key(ALICE)
     assert router.key_for("q", None, {}, Era.MODERN, WITH_ROOTS, ALICE) == alice  # era and principal aside
     assert router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS, BOB) != alice
-    assert router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS, ()).roots == roots_key(())
     assert router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS).roots == ""  # not learned: no client's roots
+
+
+def test_a_roots_set_the_usual_children_are_given_already_needs_no_pool_of_its_own() -> None:
+    # No roots configured: an empty set is what the usual children have (the SDK client's).
+    assert legacy_router().key_for("p", None, {}, Era.LEGACY, WITH_ROOTS, ()) == PoolKey("shared")
+    # Roots configured: a client giving exactly those shares the usual children too.
+    router = legacy_router(roots=ALICE)
+    assert router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS, ALICE) == PoolKey("shared")
+    assert router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS, ()).roots == roots_key(())
+    assert router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS, BOB).roots == roots_key(BOB)
+
+
+def test_children_are_told_the_configured_capabilities_unless_keying_is_exact() -> None:
+    # Shared (the default): whatever a client declares, one pool serves it (issue #36).
+    shared = legacy_router()
+    for declared in ({}, {"sampling": {}}, {"elicitation": {"form": {}}}, WITH_ROOTS):
+        assert shared.key_for("p", None, {}, Era.LEGACY, declared) == PoolKey("shared")
+    # Exact: each declaration its own told set, as before.
+    child = ChildSpec("node")
+    exact = Router(ServerConfig("fs", child, dual_era=DualEra.LEGACY, capability_keying=CapabilityKeying.EXACT))
+    told = {exact.key_for("p", None, {}, Era.LEGACY, declared).told for declared in ({}, {"sampling": {}}, WITH_ROOTS)}
+    assert told == {"none", "sampling", ""}  # WITH_ROOTS is the configured set itself
 
 
 def test_children_told_no_roots_are_never_keyed_by_a_roots_set() -> None:
