@@ -135,25 +135,25 @@ async def test_a_legacy_client_gets_each_question_on_its_requests_stream_and_its
             async with http.stream("POST", url, headers=headers, json=legacy_ask(7, [SAMPLING, ROOTS])) as reply:
                 assert reply.headers["content-type"].startswith("text/event-stream")
                 stream = sse(reply)
-                # The gateway's own question first: the session's roots, before a child is chosen
-                # (shared children are keyed by their roots set, gateway.relay.client_roots).
+                # The child's questions, in its order, each on this request's stream: the server
+                # keeps no roots (it fetches none outside a call), so its roots/list during the
+                # call is this client's to answer, as its sampling is (issue #36).
                 first = await anext(stream)
-                assert first == {"jsonrpc": "2.0", "id": "g-1", "method": "roots/list"}
-                validate(first, "ListRootsRequest", "2025-11-25")
-                posted = await http.post(
-                    url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": CLIENT_ROOTS}
-                )
+                assert first == {"jsonrpc": "2.0", "id": "g-1", **SAMPLING}
+                validate(first, "CreateMessageRequest", "2025-11-25")
+                refusal = {"code": -1, "message": "no sampling for you", "data": {"why": "test"}}
+                posted = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "error": refusal})
                 assert posted.status_code == 202
                 second = await anext(stream)
-                assert second == {"jsonrpc": "2.0", "id": "g-2", **SAMPLING}  # ids never reused
-                validate(second, "CreateMessageRequest", "2025-11-25")
-                refusal = {"code": -1, "message": "no sampling for you", "data": {"why": "test"}}
-                posted = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-2", "error": refusal})
+                assert second == {"jsonrpc": "2.0", "id": "g-2", "method": "roots/list"}  # ids never reused
+                validate(second, "ListRootsRequest", "2025-11-25")
+                posted = await http.post(
+                    url, headers=headers, json={"jsonrpc": "2.0", "id": "g-2", "result": CLIENT_ROOTS}
+                )
                 assert posted.status_code == 202
                 final = await anext(stream)
     assert final["id"] == 7
-    # The client's error, code and data kept; the child's roots/list answered by the gateway
-    # with the session's own roots (the set its child was keyed by), never asked of it again.
+    # The client's error, code and data kept; the child's roots/list answered with its answer.
     assert answers(final) == [{"error": refusal}, {"result": CLIENT_ROOTS}]
 
 
@@ -492,9 +492,10 @@ async def test_a_retry_by_another_principal_is_refused_and_the_owner_can_still_r
     call = modern_ask(1, [ROOTS], {"roots": {}})
     with anyio.fail_after(WAIT):
         async with running_gateway(legacy_child(), tokens=tokens) as url, httpx.AsyncClient(timeout=WAIT) as http:
-            [ended] = messages(await post(http, url, call, **alice))  # the gateway's own roots round
-            assert ended["result"]["inputRequests"] == {"roots": {"method": "roots/list", "params": {}}}
-            retry = retry_of(call, 2, ended["result"]["requestState"], {"roots": CLIENT_ROOTS})
+            [ended] = messages(await post(http, url, call, **alice))  # the child's roots/list, as a round
+            [(key, asked)] = ended["result"]["inputRequests"].items()
+            assert asked["method"] == "roots/list"
+            retry = retry_of(call, 2, ended["result"]["requestState"], {key: CLIENT_ROOTS})
             stolen = await post(http, url, retry, **bob)
             owned = await post(http, url, retry, **alice)
     assert stolen.status_code == 400
