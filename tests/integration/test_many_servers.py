@@ -1,4 +1,5 @@
-"""Several servers from one config: each at /servers/NAME/mcp, failing independently."""
+"""Several servers from one config: each at /servers/NAME/mcp, failing independently; a broken
+one is reported by readiness, and holds the replica only when the operator requires it."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ async def test_each_server_has_its_endpoint_and_a_broken_one_does_not_affect_the
             assert fine.json()["result"]["content"][0]["text"] == "still here"
             assert (await http.post(f"{base}/mcp", json={})).status_code == 404  # no single-server alias
             readiness = await http.get(f"{base}/readyz")
-            assert readiness.status_code == 503
-            assert "broken" in readiness.text
+            assert readiness.status_code == 200  # alpha and beta serve: one broken server is reported
+            assert readiness.text.startswith("ready; degraded: broken ")  # starting (backing off) or failing
             status = (await http.get(f"{base}/status")).json()
             assert [s["name"] for s in status["servers"]] == ["alpha", "beta", "broken"]
