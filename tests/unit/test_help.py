@@ -39,7 +39,7 @@ def test_the_main_help_is_short_and_starts_with_the_subcommands(monkeypatch: pyt
     monkeypatch.setenv("COLUMNS", "80")
     text = cli.build_parser().format_help()
     head = text.splitlines()[:6]
-    assert len(text.splitlines()) <= 70
+    assert len(text.splitlines()) <= 72  # 70 until --ready-requires wrapped the "more options" list a line longer
     assert any("mcp-stdio-gateway call URL TOOL" in line for line in head)
     assert any("mcp-stdio-gateway inspect -- COMMAND" in line for line in head)
     assert "Arguments after COMMAND go to the server, not the gateway" in text
