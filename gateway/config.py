@@ -10,7 +10,7 @@ here are the ones between fields.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Final
 
@@ -45,6 +45,8 @@ def flag_of(field_name: str) -> str:
     return next((str(s.flag) for s in GATEWAY_WIDE if s.field == field_name), field_name)
 
 
+MAX_NAMED_SERVERS: Final = 20
+"""Server names an unknown ``--ready-requires`` name's error lists at most: a hint, not the config."""
 SECRET_FLAG: Final = flag_of("state_secret_file")
 ADVERTISE_FLAG: Final = flag_of("advertise_url")
 
@@ -75,6 +77,7 @@ class Settings:
     operator_tokens: tuple[str, ...] = ()
     operator_scope: str | None = None
     drain_timeout: float = DRAIN_TIMEOUT
+    ready_requires: tuple[str, ...] = ()  # server names (or comma-separated lists of them)
     max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL
     max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL
     max_children: int = 0  # over all pools; 0 = sized to the machine (gateway.stdio.budget)
@@ -99,6 +102,7 @@ class Settings:
             problem = setting.problem(getattr(self, str(setting.field)))
             if problem is not None:
                 raise ConfigError(setting.flag, problem)
+        self._require_ready(names)
         for server in self.servers:
             if server.max_sessions_per_principal < 1:
                 raise ConfigError(f"--max-sessions-per-principal (server {server.name})", "must be at least 1")
@@ -110,6 +114,19 @@ class Settings:
             raise ConfigError(flag_of("tls_client_ca_file"), "mutual TLS needs --tls-cert-file and --tls-key-file")
         if self.advertise_url is not None:
             self._check_advertise_url(self.advertise_url)
+
+    def _require_ready(self, names: list[str]) -> None:
+        """Mark the servers ``--ready-requires`` names as ``ready_required`` (the file's
+        ``readyRequired`` may have marked others already); an unknown name is refused."""
+        required = {name.strip() for item in self.ready_requires for name in item.split(",") if name.strip()}
+        unknown = sorted(required - set(names))
+        if unknown:
+            shown = ", ".join(names[:MAX_NAMED_SERVERS]) + (", …" if len(names) > MAX_NAMED_SERVERS else "")
+            what = "is not a configured server" if len(unknown) == 1 else "are not configured servers"
+            raise ConfigError(flag_of("ready_requires"), f"{', '.join(map(repr, unknown))} {what} (servers: {shown})")
+        if required:
+            servers = tuple(replace(s, ready_required=True) if s.name in required else s for s in self.servers)
+            object.__setattr__(self, "servers", servers)  # frozen: the one derived field, set once here
 
     def _check_advertise_url(self, url: str) -> None:
         scheme, sep, rest = url.partition("://")

@@ -26,7 +26,10 @@ legacy child is told the client can do: an object with ``sampling``, ``elicitati
 ``roots``; ``{}`` or ``"none"`` for nothing; by default all three), ``roots`` (paths or
 ``file://`` URIs, or ``{"uri", "name"}`` objects: the gateway's answer to the child's
 ``roots/list`` when no client can give one)
-and ``inputTimeout``. Keys not given take the command line's values. Unknown keys are
+and ``inputTimeout``; ``readyRequired: true`` makes the replica unready while this server is
+not ready (as ``--ready-requires NAME`` does; by default a server that is not ready is reported
+and the replica stays ready while another server is, ``gateway.relay.readiness``).
+Keys not given take the command line's values. Unknown keys are
 refused, so a typo never silently does nothing; ``disabled: true`` skips a server.
 Every problem is a ``ConfigError`` naming the key path, e.g. ``mcpServers.files.pool.max``.
 """
@@ -63,7 +66,7 @@ _PLAIN: Final = tuple(s for s in PER_SERVER if s.key and "." not in s.key and no
 checked and converted as declared, with no code of their own here."""
 FLAG_KEYS: Final = {s.flag: s.key for s in PER_SERVER if s.key}
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
-_KNOWN: Final = {"command", "args", "env", "cwd", "inheritEnv", "disabled", "type"} | {
+_KNOWN: Final = {"command", "args", "env", "cwd", "inheritEnv", "disabled", "type", "readyRequired"} | {
     str(s.key).split(".")[0] for s in PER_SERVER
 }
 """Every key a server entry may have: the per-server settings' top-level keys and the child's own."""
@@ -132,6 +135,8 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
             raise ConfigError(f"{where}.roots", "must be a list of paths, file:// URIs or {uri, name} objects")
         spec = replace(spec, roots=tuple(parse_root(root, f"{where}.roots[{i}]") for i, root in enumerate(roots)))
     config = replace(base, name=name, spec=spec)
+    if "readyRequired" in body:
+        config = replace(config, ready_required=_bool(body["readyRequired"], f"{where}.readyRequired"))
     if "pool" in body:
         config = replace(config, pool=_pool(body["pool"], base.pool, f"{where}.pool"))
     for setting in _PLAIN:  # after "pool": childAsks lands in the pool

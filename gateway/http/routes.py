@@ -2,9 +2,10 @@
 
 ``build_routes`` makes Starlette's routes: every MCP endpoint path (``/servers/NAME/mcp``, and
 ``/mcp`` when there is one server) to its server's lane (``gateway.http.lanes``) behind the
-drain check, ``/healthz`` (the process and its event loop answer), ``/readyz`` (a child is
-ready and no pool is failing; 503 naming the servers that are not, without the reason: it is
-open to anyone), ``/status`` (JSON for humans: pools, children, their pids, eras, load,
+drain check, ``/healthz`` (the process and its event loop answer), ``/readyz`` (whether this
+replica can serve, by ``gateway.relay.readiness``'s rules: 503 when draining, when a required
+server is not ready, when none is; the servers that are not ready are named either way,
+without the reason: it is open to anyone), ``/status`` (JSON for humans: pools, children, their pids, eras, load,
 stderr tails, sessions, listens, parked calls and the recent warnings and errors), ``/ui``
 (the same, as an HTML page for operators; both take the operator's credential,
 ``gateway.http.operator``, and ``POST /ui/login`` exchanges it for a cookie), the RFC 9728
@@ -35,6 +36,7 @@ from gateway.ops.metrics import GatewayMetrics
 from gateway.ops.recent import RecentErrors
 from gateway.protocol.jsonrpc import error_object
 from gateway.relay.owner import OwnerRouting
+from gateway.relay.readiness import Readiness, replica_readiness, required_names
 from gateway.relay.router import Router
 
 MAX_LISTED_ENDPOINTS: Final = 20
@@ -75,10 +77,10 @@ def http_error_handler(names: Sequence[str]) -> Callable[[Request, Exception], A
     return http_error
 
 
-def readiness_word(router: Router) -> str:
-    """``NAME failing`` (a pool gave up retrying for now) or ``NAME starting``: no details."""
-    failing = any(pool.failing for pool in router.pools.values())
-    return f"{router.server.name} {'failing' if failing else 'starting'}"
+def readiness(routers: Sequence[Router]) -> Readiness:
+    """Whether this replica can serve, by ``gateway.relay.readiness``'s rules (the drain aside)."""
+    required = required_names([(r.server.name, r.server.ready_required) for r in routers])
+    return replica_readiness([r.readiness(required=r.server.name in required) for r in routers])
 
 
 def status_document(
@@ -87,8 +89,10 @@ def status_document(
     """What ``/status`` answers and ``/ui`` shows."""
     servers = []
     service = serving.service
+    required = required_names([(r.server.name, r.server.ready_required) for r in routers])
     for served in service.served:
         server = served.router.status()
+        server["ready_required"] = served.router.server.name in required
         server["sessions"] = len(served.sessions)
         server["listens"] = len(served.listens.open)
         server["parked_calls"] = len(served.relay.suspensions)
@@ -127,14 +131,12 @@ def build_routes(
         return PlainTextResponse("ok\n")
 
     async def readyz(request: Request) -> Response:
-        """Open to anyone (probes): a status and server names only. Why a server is not ready
-        (its last error, which quotes the child's stderr) stays on ``/status``."""
+        """Open to anyone (probes): a status, server names and their states only. Why a server
+        is not ready (its last error, which quotes the child's stderr) stays on ``/status``."""
         if drain.draining:
             return PlainTextResponse("not ready: draining\n", status_code=503)
-        problems = [readiness_word(router) for router in routers if router.readiness_problem() is not None]
-        if not problems:
-            return PlainTextResponse("ready\n")
-        return PlainTextResponse("not ready: " + "; ".join(problems) + "\n", status_code=503)
+        answer = readiness(routers)
+        return PlainTextResponse(answer.text, status_code=200 if answer.ready else 503)
 
     async def status(request: Request) -> Response:
         return wire.json_response(status_document(routers, serving, routing, recent_errors))

@@ -104,7 +104,9 @@ def _pool(label: str, pool: Mapping[str, Any]) -> str:
 
 def _server(server: Mapping[str, Any]) -> str:
     name = server.get("name")
-    ready = _badge("ready", "ok") if server.get("ready") else _badge("not ready", "bad")
+    ready = _state_badge(server.get("state") or ("ready" if server.get("ready") else "not ready"))
+    if server.get("ready_required"):
+        ready += " " + _badge("required", "dim")
     command = " ".join(str(part) for part in server.get("command") or [])
     counts = (
         f'<p class="meta counts">isolation: {_e(server.get("isolation"))} · sessions: {_e(server.get("sessions"))} · '

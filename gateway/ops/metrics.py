@@ -19,6 +19,7 @@ Each app has its own registry (several gateways can live in one process, as in t
 | ``mcp_gateway_non_json_lines_total``, ``mcp_gateway_child_bytes_{in,out}_total`` | server, pool |
 | ``mcp_gateway_child_questions_to_clients_total``, ``…_answered_by_gateway_total`` | server, pool |
 | ``mcp_gateway_sessions``, ``mcp_gateway_session_streams`` | server |
+| ``mcp_gateway_server_state`` (1 for its state, else 0) | server, state (``ready``, ``starting``, ``failing``) |
 
 Every label value comes from a fixed set or from the configuration (server names), never
 from a client: a JSON-RPC method outside ``METHOD_LABELS`` counts as ``other`` (a client
@@ -51,6 +52,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
+from gateway.relay.readiness import ServerState
 from gateway.relay.router import Router
 from gateway.relay.sessions import SessionStore
 from gateway.stdio.pool import Pool
@@ -200,8 +202,16 @@ class _PoolCollector(Collector):
         counters = {key: CounterMetricFamily(name, doc, labels=labels) for key, (name, doc) in _CHILD_COUNTERS.items()}
         sessions = GaugeMetricFamily("mcp_gateway_sessions", "Open legacy sessions", labels=["server"])
         streams = GaugeMetricFamily("mcp_gateway_session_streams", "Open legacy GET streams", labels=["server"])
+        server_states = GaugeMetricFamily(
+            "mcp_gateway_server_state",
+            "1 for the state each server is in (ready, starting, failing), 0 for the others",
+            labels=["server", "state"],
+        )
         for router in self.routers:
             name = router.server.name
+            current = router.state()
+            for server_state in ServerState:
+                server_states.add_metric([name, server_state.value], 1 if server_state is current else 0)
             store = self.sessions(name)
             if store is not None:
                 sessions.add_metric([name], len(store))
@@ -236,3 +246,4 @@ class _PoolCollector(Collector):
                 for counter_key, family in counters.items():
                     family.add_metric(key, totals.get(counter_key, 0))
         yield from (children, waiting, spawns, restarts, exits, starts, *counters.values(), sessions, streams)
+        yield server_states

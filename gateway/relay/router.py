@@ -82,6 +82,7 @@ from gateway.protocol.tasks import TaskPolicy
 from gateway.protocol.versions import Era
 from gateway.relay.poolkey import SHARED_KEY, PoolKey, credential_env, fingerprint
 from gateway.relay.pools import RunningPools
+from gateway.relay.readiness import ServerReadiness, ServerState
 from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
@@ -152,6 +153,7 @@ class ServerConfig:
     roots_keying: RootsKeying = RootsKeying.AUTO
     task_tools: tuple[str, ...] = ()  # tool-name patterns whose calls become tasks (gateway.protocol.tasks)
     task_ttl: float = DEFAULT_TASK_TTL  # seconds a task and its outcome are kept
+    ready_required: bool = False  # not ready, it makes the replica unready (gateway.relay.readiness)
 
     def task_policy(self) -> TaskPolicy:
         return TaskPolicy(tools=self.task_tools, ttl=self.task_ttl)
@@ -195,6 +197,7 @@ class Router:
         self.roots_kept: bool | None = {RootsKeying.ALWAYS: True, RootsKeying.NEVER: False}.get(server.roots_keying)
         self._roots_fetched = anyio.Event()  # a child fetched roots outside any call
         self._pools.add_request_handler(self._note_roots_fetch)
+        self._started_once = False  # a child of this server started or failed to start (is_first_start)
 
     def add_listener(self, listener: PoolListener) -> None:
         self._pools.add_listener(listener)
@@ -333,15 +336,15 @@ class Router:
 
     async def _note_roots_fetch(self, pool: Pool, request: Request) -> Reply | None:
         """A shared child's ``roots/list`` outside any call: the server keeps roots (``auto``)."""
-        if request.method == inputs.ROOTS and pool.spec.answers_roots and not self.roots_kept:
-            if self.server.roots_keying is RootsKeying.AUTO:
-                self.roots_kept = True
-                self._roots_fetched.set()
-                log.info(
-                    "%s: its children fetch roots outside a call (they keep them): each client roots set "
-                    "gets children of its own",
-                    self.server.name,
-                )
+        learning = self.server.roots_keying is RootsKeying.AUTO and not self.roots_kept
+        if learning and request.method == inputs.ROOTS and pool.spec.answers_roots:
+            self.roots_kept = True
+            self._roots_fetched.set()
+            log.info(
+                "%s: its children fetch roots outside a call (they keep them): each client roots set "
+                "gets children of its own",
+                self.server.name,
+            )
         return None
 
     def told_for(self, capabilities: Mapping[str, object]) -> dict[str, object] | None:
@@ -466,13 +469,30 @@ class Router:
             return shared.is_ready()
         return not any(pool.failing for pool in self.pools.values())
 
-    def readiness_problem(self) -> str | None:
+    def state(self) -> ServerState:
+        """``ready``, ``starting`` or ``failing`` (``gateway.relay.readiness``)."""
         if self.is_ready():
-            return None
-        failing = [p for p in self.pools.values() if p.failing or not p.is_ready()]
-        if failing and failing[0].last_error is not None:
-            return f"{self.server.name}: {failing[0].last_error.message}"
-        return f"{self.server.name}: no child is ready yet"
+            return ServerState.READY
+        if any(pool.failing for pool in self.pools.values()):
+            return ServerState.FAILING
+        return ServerState.STARTING
+
+    def is_first_start(self) -> bool:
+        """No child of this server has started or failed to start yet (readiness rule 3).
+        Latched: once a start has ended either way, never again (a pool that has gone takes
+        its start times with it)."""
+        if not self._started_once:
+            self._started_once = any(
+                pool.start_seconds or pool.last_error is not None or pool.failing for pool in self.pools.values()
+            )
+        return not self._started_once
+
+    def readiness(self, *, required: bool) -> ServerReadiness:
+        """This server as the replica's readiness rule sees it (``required``: rule 1)."""
+        state = self.state()
+        return ServerReadiness(
+            self.server.name, state, required, first_start=state is ServerState.STARTING and self.is_first_start()
+        )
 
     def status(self) -> dict[str, Any]:
         return {
@@ -480,6 +500,7 @@ class Router:
             "command": [self.server.spec.command, *self.server.spec.args],
             "isolation": self.server.isolation.value,
             "ready": self.is_ready(),
+            "state": self.state().value,
             "throttled_for_crashes": self.crashes.throttled,  # requests refused with 429
             "pools": {pool.label: pool.status() for pool in self.pools.values()},
         }

@@ -1,5 +1,5 @@
 """Settings that say what to serve and how the process runs: ``--config``, ``--command``,
-the log format, the drain on SIGTERM, ``/metrics``.
+the log format, the servers readiness waits for, the drain on SIGTERM, ``/metrics``.
 
 Declared as ``gateway.settings.declaration.Setting``; ``gateway.settings`` gathers them."""
 
@@ -31,6 +31,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default="text",
         choices=("text", "json"),
         help="one line per event as human text or JSON (default: %(default)s)",
+    ),
+    Setting(
+        "--ready-requires",
+        field="ready_requires",
+        repeat=True,
+        metavar="NAME",
+        help="/readyz fails while this server is not ready (repeatable, or comma-separated; in a --config file, "
+        "readyRequired: true on the server). Other servers that are not ready are named in /readyz's answer, "
+        "on /status and in mcp_gateway_server_state, but keep the replica ready as long as one server is; "
+        "the only server of a replica is always required",
     ),
     Setting(
         "--drain-timeout",

@@ -2,7 +2,8 @@
 
 ``in_process_gateway(backend, ...)`` builds the app the way ``gateway.server`` does (a
 ``Router`` per server, ``create_app``) with the fake backend, runs its lifespan, and yields a
-``Gateway``:
+``Gateway`` (``in_process_servers(routers)``: the same for several servers, each router with a
+fake backend of its own):
 
 - ``gw.http``: an ``httpx.AsyncClient`` over ``httpx.ASGITransport``, for answers that can be
   read whole (JSON, or an SSE body that ends);
@@ -247,8 +248,18 @@ async def in_process_gateway(
         roots_keying=roots_keying,
         capability_keying=capability_keying,
     )
-    app = app_for(Router(server, backend=backend), **app_options)
+    async with in_process_servers([Router(server, backend=backend)], **app_options) as gw:
+        yield gw
+
+
+@asynccontextmanager
+async def in_process_servers(routers: list[Router], **app_options: Any) -> AsyncIterator[Gateway]:
+    """The gateway's app over ``routers`` (each with its own fake backend, so each server's
+    children may be scripted apart), lifespan running, with a client. With several servers
+    ``gw.url`` is the first one's ``/servers/NAME/mcp``."""
+    app = app_for(routers, **app_options)
+    url = URL if len(routers) == 1 else f"http://127.0.0.1/servers/{routers[0].server.name}/mcp"
     async with lifespan(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=WAIT) as http:
-            yield Gateway(app, http)
+            yield Gateway(app, http, url)

@@ -23,8 +23,14 @@ from gateway.relay.client import ClientContext
 from gateway.relay.router import RootsKeying
 from tests.component.fakechild import FakeChild, JsonObject, Script, fake_backend
 from tests.component.harness import Gateway, in_process_gateway
-from tests.component.test_roots_keying import CAPABILITIES_KEY, ROOTS, WITH_ROOTS, caching_script, open_session
-from tests.component.test_roots_keying import served_of
+from tests.component.test_roots_keying import (
+    CAPABILITIES_KEY,
+    ROOTS,
+    WITH_ROOTS,
+    caching_script,
+    open_session,
+    served_of,
+)
 from tests.gateway_server import modern_call, modern_headers, parse_sse
 
 pytestmark = pytest.mark.anyio
@@ -76,7 +82,9 @@ async def test_every_declaration_is_served_by_the_prestarted_child(script: Any, 
                 final = await post(gw, body, tool)
                 if final.get("result", {}).get("resultType") == "input_required":  # a keeping server asks
                     assert "roots" in declared
-                    body["params"].update(inputResponses={"roots": {"roots": []}}, requestState=final["result"]["requestState"])
+                    body["params"].update(
+                        inputResponses={"roots": {"roots": []}}, requestState=final["result"]["requestState"]
+                    )
                     final = await post(gw, body, tool)
                 assert "result" in final, final
                 pids.add(final["result"]["structuredContent"]["pid"])

@@ -2,7 +2,8 @@
 
 By default (``--capability-keying shared``) every legacy child is told the configured set, so
 one pool serves every client, and a question a child asks during a call is checked against
-that call's client: -32021 for one that did not declare it. With ``exact``, a legacy child is told its client's capabilities once, at ``initialize``, and a server may
+that call's client: -32021 for one that did not declare it. With ``exact``: a legacy child
+is told its client's capabilities once, at ``initialize``, and a server may
 decide what to do from them before it asks anything. So a child serving a modern call is
 handshaken with what that call declared (``_meta`` clientCapabilities), a legacy session's
 child with what the session declared, and children told different sets never serve the same

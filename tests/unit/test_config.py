@@ -114,6 +114,7 @@ def test_a_config_file_gives_each_server_its_own_settings(tmp_path: Path) -> Non
         ({"mcpServers": {"x": {"command": "a", "inputTimeout": "soon"}}}, "mcpServers.x.inputTimeout"),
         ({"mcpServers": {"x": {"command": "a", "maxBatchSize": 0}}}, "mcpServers.x.maxBatchSize"),
         ({"mcpServers": {"x": {"command": "a", "maxBatchSize": 2.5}}}, "mcpServers.x.maxBatchSize"),
+        ({"mcpServers": {"x": {"command": "a", "readyRequired": "yes"}}}, "mcpServers.x.readyRequired"),
     ],
 )
 def test_an_invalid_config_fails_at_start_naming_the_key(tmp_path: Path, body: object, key: str) -> None:
@@ -349,3 +350,31 @@ def test_an_oauth_endpoint_without_an_audience_names_the_flag() -> None:
     settings = parse_settings(["--oauth-issuer", "https://issuer.example"], environ={})
     with pytest.raises(ConfigError, match=r"^--oauth-audience: needs --public-url or --oauth-audience"):
         server.build_app(settings)
+
+
+def test_the_servers_readiness_requires_come_from_the_flag_the_environment_or_the_file(tmp_path: Path) -> None:
+    servers = {name: {"command": "a"} for name in ("files", "github", "time", "search")}
+    servers["search"]["readyRequired"] = True
+    config = write(tmp_path, {"mcpServers": servers})
+
+    def required(argv: list[str], environ: dict[str, str] | None = None) -> list[str]:
+        settings = parse_settings(["--config", config, *argv], environ=environ or {})
+        return [server.name for server in settings.servers if server.ready_required]
+
+    assert required([]) == ["search"]  # the file's own
+    assert required(["--ready-requires", "files", "--ready-requires", "time"]) == ["files", "time", "search"]
+    assert required(["--ready-requires", "files, github"]) == ["files", "github", "search"]  # comma-separated
+    assert required([], {env_name("--ready-requires"): "github,time"}) == ["github", "time", "search"]
+    single = parse_settings(["--ready-requires", "default", "--", "npx", "x"], environ={})
+    assert single.servers[0].ready_required  # the command line's one server is named "default"
+    assert not parse_settings(["--", "npx", "x"], environ={}).servers[0].ready_required  # (required anyway: alone)
+
+
+def test_an_unknown_server_in_ready_requires_is_refused_naming_the_servers(tmp_path: Path) -> None:
+    config = write(tmp_path, {"mcpServers": {"files": {"command": "a"}, "github": {"command": "b"}}})
+    with pytest.raises(ConfigError) as info:
+        parse_settings(["--config", config, "--ready-requires", "files,gihtub"], environ={})
+    assert info.value.key == "--ready-requires"
+    assert info.value.message == "--ready-requires: 'gihtub' is not a configured server (servers: files, github)"
+    with pytest.raises(ConfigError, match="'default' is not a configured server"):
+        parse_settings(["--config", config, "--ready-requires", "default"], environ={})

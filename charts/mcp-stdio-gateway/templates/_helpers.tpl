@@ -199,6 +199,10 @@ env:
   - name: MCP_GATEWAY_PRINCIPAL_HEADER
     value: {{ $g.principalHeader | quote }}
   {{- end }}
+  {{- if $g.readyRequires }}
+  - name: MCP_GATEWAY_READY_REQUIRES
+    value: {{ join "," $g.readyRequires | quote }}
+  {{- end }}
   {{- if $g.trustedProxies }}
   - name: MCP_GATEWAY_TRUSTED_PROXY
     value: {{ join "," $g.trustedProxies | quote }}
