@@ -34,12 +34,13 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
-from gateway.errors import ChildError, GatewayError
+from gateway.errors import ChildError, ChildFaultError, GatewayError
 from gateway.protocol import dispatchstate as ds
 from gateway.protocol.dispatch import STARTUP_WAIT as STARTUP_WAIT
 from gateway.protocol.dispatch import Dispatcher
 from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import Result
+from gateway.protocol.supervision import ExitKind
 from gateway.protocol.versions import Era
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
@@ -61,6 +62,8 @@ MAINTENANCE_TICK: Final = 1.0
 """Seconds between idle, age and liveness checks."""
 START_SAMPLES: Final = 100
 """Cold-start durations kept per pool for metrics."""
+GATEWAY_FAULT: Final = ExitKind.GATEWAY_FAULT.value
+"""The exit reason counted for a child the gateway failed on (``ChildFaultError``)."""
 
 
 class Pool(PoolHooks):
@@ -89,7 +92,7 @@ class Pool(PoolHooks):
         self.room: ds.Room = budget.room_for(self) if budget is not None else ds.NoBudget()
         self.spawns = 0
         self.restarts = 0
-        self.exits: Counter[str] = Counter()  # "code 0", "SIGKILL", "start failure"
+        self.exits: Counter[str] = Counter()  # "code 0", "SIGKILL", "start failure", "gateway fault"
         self.start_seconds: list[float] = []  # recent cold starts (bounded)
         self.retired: Counter[str] = Counter()  # counters of children that are gone
         self._gateway_version = gateway_version
@@ -223,6 +226,7 @@ class Pool(PoolHooks):
             "last_error": self.last_error.message if self.last_error else None,
             "spawns": self.spawns,
             "restarts": self.restarts,
+            "gateway_faults": self.exits[GATEWAY_FAULT],
             "waiting": self.dispatch.waiting,
             "children": [member_status(m, now, self._start_waits.get(m)) for m in self.members],
         }
@@ -330,6 +334,9 @@ class Pool(PoolHooks):
             self.exits["start failure"] += 1
             return
         self.retired.update(member.child.counters())
+        if isinstance(error, ChildFaultError):  # the gateway failed on it, and stopped it
+            self.exits[GATEWAY_FAULT] += 1
+            return
         data = error.data if error is not None else {}
         self.exits[str(data.get("signal") or f"code {data.get('exit_code')}")] += 1
 
