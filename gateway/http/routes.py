@@ -131,6 +131,8 @@ def build_routes(
         (its last error, which quotes the child's stderr) stays on ``/status``."""
         if drain.draining:
             return PlainTextResponse("not ready: draining\n", status_code=503)
+        if not serving.is_open:  # starting, stopped, or the service failed (the process then exits)
+            return PlainTextResponse("not ready: not serving\n", status_code=503)
         problems = [readiness_word(router) for router in routers if router.readiness_problem() is not None]
         if not problems:
             return PlainTextResponse("ready\n")

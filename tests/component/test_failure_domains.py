@@ -140,3 +140,40 @@ async def test_a_listener_that_fails_in_a_childs_action_task_stops_that_child_on
 
             faulty = await fault_one_child_while_others_call(gw, notify_the_listener)
             await the_faulty_child_is_restarted_and_counted(gw, faulty)
+
+
+async def test_when_the_service_fails_after_start_up_readyz_is_503_and_the_serving_says_why() -> None:
+    """The lifespan is the last domain: a failure no inner domain contained ends the service;
+    ``/readyz`` must say so (before, it said ready: no pool was left to be unready), and
+    ``Serving.wait_failed`` wakes the server, which then exits non-zero (``gateway.server``)."""
+    with anyio.fail_after(30):
+        async with fake_backend(Script(era="modern")) as backend:
+            app = app_for(Router(ServerConfig("test", FAKE_SPEC), backend=backend))
+            to_app, app_receive = anyio.create_memory_object_stream[dict[str, Any]](4)
+            app_send, from_app = anyio.create_memory_object_stream[dict[str, Any]](4)
+            scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}, "state": {}}
+            async with to_app, app_receive, app_send, from_app, anyio.create_task_group() as tg:
+
+                async def run_app() -> None:
+                    with pytest.raises(ExceptionGroup):  # Starlette raises it on after telling the server
+                        await app(scope, app_receive.receive, app_send.send)
+
+                tg.start_soon(run_app)
+                await to_app.send({"type": "lifespan.startup"})
+                assert (await from_app.receive())["type"] == "lifespan.startup.complete"
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+
+                    async def raise_in_the_service() -> None:
+                        raise RuntimeError("injected into the service's task group")
+
+                    app.state.service.served[0].relay.tasks.task_group.start_soon(raise_in_the_service)
+                    failure = await app.state.serving.wait_failed()
+                    assert "injected into the service's task group" in repr(failure.exceptions)
+                    assert (await from_app.receive())["type"] == "lifespan.shutdown.failed"
+                    ready = await http.get("/readyz")
+                    assert (ready.status_code, ready.text) == (503, "not ready: not serving\n")
+                    call = await http.post(
+                        "/mcp", headers=modern_headers("tools/call", "echo"), json=modern_call(1, "echo")
+                    )
+                    assert call.status_code == 503
