@@ -20,6 +20,13 @@ pool's change event, bounded by the deadline the dispatcher gives) until the dis
 grants a child or fails the request (503, 429, the last start error). A ``ChildBudget``
 shared by every pool of the gateway bounds the children started on demand
 (``gateway.stdio.budget``).
+
+**A pool is a failure domain.** Its children are domains of their own (``gateway.stdio.child``);
+an unexpected exception in one of the pool's own tasks (a child's task here, maintenance,
+liveness, a restart delay) ends the pool: every child stops, and the requests waiting for a
+child get ``closed_error`` (503, ``Retry-After: 1``). The exception leaves ``async with pool``,
+and its owner (``gateway.relay.pools``) logs it and drops the pool: the next request opens a
+new one.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
-from gateway.errors import ChildError, ChildFaultError, GatewayError
+from gateway.errors import ChildError, ChildFaultError, GatewayError, GatewayUnavailableError
 from gateway.protocol import dispatchstate as ds
 from gateway.protocol.dispatch import STARTUP_WAIT as STARTUP_WAIT
 from gateway.protocol.dispatch import Dispatcher
@@ -106,6 +113,7 @@ class Pool(PoolHooks):
         self._start_waits: dict[Member, StartWait] = {}  # while a child starts: what it has not answered yet
         self._tg: TaskGroup | None = None
         self._closing = False
+        self.closed_error: GatewayUnavailableError | None = None  # once closed: what a waiter gets
         self._changed = anyio.Event()
         self._running: AbstractAsyncContextManager[Pool] | None = None
 
@@ -153,11 +161,21 @@ class Pool(PoolHooks):
                     for stop in self._stops.values():
                         stop.set()
                     tg.cancel_scope.cancel()  # maintenance; children stop shielded (process.stop)
+        except Exception:  # a task of the pool failed (the module doc): its waiters are told why
+            self._close_with(f"{self.label}: the gateway hit an internal error on this pool; retry")
+            raise
         finally:
+            self._close_with(f"{self.label}: this pool has closed; retry")
             if self.budget is not None:
                 self.budget.pools.discard(self)
                 self.budget.waiting.discard(self)
                 self.budget.changed()
+
+    def _close_with(self, message: str) -> None:
+        """Closed: every request waiting for a child, and every later one, gets a 503 now."""
+        if self.closed_error is None:
+            self.closed_error = GatewayUnavailableError(message, retry_after=1, server=self.label)
+        self._notify()
 
     def _notify(self) -> None:
         self._changed.set()
@@ -172,8 +190,10 @@ class Pool(PoolHooks):
         self._apply(self.dispatch.retire(member, why))
 
     def _apply(self, actions: list[Action] | tuple[Action, ...]) -> None:
-        """Carry out the dispatcher's actions, in order."""
+        """Carry out the dispatcher's actions, in order (once closed, nothing is started)."""
         for action in actions:
+            if self.closed_error is not None and isinstance(action, (ds.StartChild, ds.CheckLiveness, ds.RestartAfter)):
+                continue
             if isinstance(action, ds.Wake):
                 self._notify()
             elif isinstance(action, ds.StopChild):
@@ -251,6 +271,8 @@ class Pool(PoolHooks):
         ticket = dispatch.ticket(request.principal, request.method, request.tool, request.prefer, time.monotonic())
         try:
             while True:
+                if self.closed_error is not None:
+                    raise self.closed_error
                 now = time.monotonic()
                 decision = dispatch.try_acquire(ticket, now, self.room)  # 429 / 503 propagate
                 if isinstance(decision, ds.Lease):

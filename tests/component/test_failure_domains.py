@@ -177,3 +177,62 @@ async def test_when_the_service_fails_after_start_up_readyz_is_503_and_the_servi
                         "/mcp", headers=modern_headers("tools/call", "echo"), json=modern_call(1, "echo")
                     )
                     assert call.status_code == 503
+
+
+async def test_a_pool_whose_own_task_fails_is_dropped_its_waiters_get_503_and_the_next_request_opens_a_new_one() -> (
+    None
+):
+    one_at_a_time = PoolSettings(min_size=1, max_size=1, max_in_flight=1, child_asks=AskPolicy.NEVER)
+    with anyio.fail_after(30):
+        async with fake_backend(Script(era="modern")) as test, fake_backend(Script(era="modern")) as other:
+            routers = [
+                Router(ServerConfig("test", FAKE_SPEC, one_at_a_time), backend=test),
+                Router(ServerConfig("other", FAKE_SPEC, PoolSettings()), backend=other),
+            ]
+            app = app_for(routers, operator_tokens=operator_tokens(), **IDENTITY)
+            async with (
+                lifespan(app),
+                httpx.AsyncClient(
+                    transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=WAIT
+                ) as http,
+            ):
+                gw = TwoServers(http, test, other, routers)
+                [pool] = routers[0].pools.values()
+
+                def fail_in_the_pools_task(*args: Any) -> Any:  # its child's task reports the exit
+                    raise RuntimeError("injected into the pool's child task")
+
+                pool.dispatch.exited = fail_in_the_pools_task  # type: ignore[method-assign]
+                answers: dict[str, httpx.Response] = {}
+
+                async def calling(user: str, tool: str, args: dict[str, Any] | None = None) -> None:
+                    answers[user] = await gw.call("test", user, tool, args)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(calling, "alice", "hold")
+                    await test.wait_calls(1, "hold")
+                    bob_asked = anyio.Event()
+                    ticket = pool.dispatch.ticket
+
+                    def noting_bob(*args: Any) -> Any:
+                        bob_asked.set()  # his request then waits, before this test runs again
+                        return ticket(*args)
+
+                    pool.dispatch.ticket = noting_bob  # type: ignore[method-assign]
+                    tg.start_soon(calling, "bob", "echo", {"message": "waiting"})
+                    await bob_asked.wait()
+                    assert pool.dispatch.waiting == 1  # for the one child
+                    await test.running_calls("hold")[0].child.exit(3)  # its pool's task then fails
+                assert answers["alice"].json()["error"]["code"] == -31001  # her child died
+                waiter = answers["bob"]
+                assert waiter.status_code == 503
+                assert "internal error on this pool" in waiter.json()["error"]["message"]
+                assert pool not in routers[0].pools.values()
+                again = await gw.call("test", "carol", "echo", {"message": "a new pool"})
+                assert again.json()["result"]["content"][0]["text"] == "a new pool"
+                [new_pool] = routers[0].pools.values()
+                assert new_pool is not pool
+                elsewhere = await gw.call("other", "dave", "echo", {"message": "elsewhere"})
+                assert elsewhere.json()["result"]["content"][0]["text"] == "elsewhere"
+                ready = await http.get("/readyz")
+                assert (ready.status_code, ready.text) == (200, "ready\n")
