@@ -12,6 +12,7 @@ Gateway-local codes sit outside the spec-reserved range -32768..-32000 (digest �
     ├── ChildError                  the stdio child failed the request (HTTP 502-ish, sent as 200 + error)
     │   ├── ChildStartError         the command could not be started (missing, not executable, bad cwd, NUL byte)
     │   ├── ChildExitedError        the child exited (or closed stdout) with the request in flight
+    │   │   └── ChildFaultError     the gateway hit an internal error on the child, and stopped it
     │   ├── ChildTimeoutError       no reply within the request's timeout; the child was sent notifications/cancelled
     │   └── ChildProtocolError      the child answered with something that is not a valid reply
     └── GatewayUnavailableError     no child can take the request now (starting, draining, overloaded): 503
@@ -88,6 +89,12 @@ class ChildExitedError(ChildError):
     """The child exited, or closed its stdout, while the request was in flight."""
 
     code = CODE_CHILD_EXITED
+
+
+class ChildFaultError(ChildExitedError):
+    """The gateway's own code failed on this child (a bug, contained to the child: its failure
+    domain, ``gateway.stdio.boundary``): the child was stopped and is restarted with the pool's
+    backoff. Same code as any exit (-31001): for the client, the child went away."""
 
 
 class ChildTimeoutError(ChildError):

@@ -10,6 +10,11 @@ rest are ended with a clear error; then uvicorn stops and the lifespan stops eve
 the spec's order (stdin close, SIGTERM, SIGKILL to its group); last, any process a child
 started that is still running below the gateway (it left its group with ``setsid()``) is
 ended too (``process.sweep_descendants``). Exit code 0. A second signal skips the wait.
+
+The service failing after start-up (an exception no inner failure domain contained, which
+ended the app's lifespan) stops uvicorn at once and the process exits with
+``EXIT_SERVICE_FAILED``: uvicorn alone would go on answering 503 to every MCP request, and a
+supervisor (the ``--workers`` one, Kubernetes, systemd) replaces a process that exits.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from gateway.http.app import create_app
 from gateway.http.auth import TokenStore, trusted_networks
 from gateway.http.connection import GuardedHttpTools
 from gateway.http.drain import Drain
+from gateway.http.lanes import Serving
 from gateway.http.tls import PeerSubjects, TlsFiles, uvicorn_options
 from gateway.ops import logs
 from gateway.relay.owner import OwnerRouting
@@ -46,6 +52,8 @@ log = logging.getLogger("gateway")
 
 LISTEN_BACKLOG: Final = 2048
 """Connections the kernel queues before uvicorn accepts them (uvicorn's own default)."""
+EXIT_SERVICE_FAILED: Final = 1
+"""The exit code when the service failed after start-up (uvicorn's start-up failure is 3)."""
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
@@ -132,13 +140,16 @@ def build_app(
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn, but the first signal drains before the server stops. The drain runs in a task
-    group beside uvicorn's main loop (``main_loop``), so it has an owner and ends with it."""
+    """uvicorn, but the first signal drains before the server stops, and the service failing
+    (``serving``) stops it at once (``failed``). Both watches run in a task group beside
+    uvicorn's main loop (``main_loop``), so they have an owner and end with it."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drain, budget: float) -> None:
+    def __init__(self, config: uvicorn.Config, drain: Drain, budget: float, serving: Serving | None = None) -> None:
         super().__init__(config)
         self.drain = drain
         self.budget = budget
+        self.serving = serving
+        self.failed = False  # the service failed after start-up: the process exits non-zero
         self._signals = 0
         self._signalled: anyio.Event | None = None  # made in the event loop (main_loop)
 
@@ -159,6 +170,8 @@ class DrainingServer(uvicorn.Server):
             self._signalled.set()
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._drain_then_exit, self._signalled)
+            if self.serving is not None:
+                tg.start_soon(self._exit_when_failed, self.serving)
             await super().main_loop()  # until should_exit: the drain's end, or a second signal
             tg.cancel_scope.cancel()
 
@@ -169,6 +182,12 @@ class DrainingServer(uvicorn.Server):
         else:
             log.warning("drain budget spent with %d request(s) in flight; ending them", self.drain.in_flight)
             self.drain.cancel_rest()
+        self.should_exit = True
+
+    async def _exit_when_failed(self, serving: Serving) -> None:
+        failure = await serving.wait_failed()
+        log.critical("stopping: the service failed (%r); exit code %d", failure, EXIT_SERVICE_FAILED)
+        self.failed = True
         self.should_exit = True
 
 
@@ -219,15 +238,15 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
     # own orphans, and a dead worker's go to init (or the container's tini).
     become_subreaper()
     try:
-        serve(settings, app if app is not None else build_app(settings), [sock])
+        return serve(settings, app if app is not None else build_app(settings), [sock])
     finally:
         sock.close()
         listener.stop()
-    return 0
 
 
-def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> None:
-    """uvicorn on ``sockets`` (bound already) until a signal has drained it."""
+def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> int:
+    """uvicorn on ``sockets`` (bound already) until a signal has drained it (0) or the service
+    failed (``EXIT_SERVICE_FAILED``): the process's exit code."""
     drain: Drain = app.state.drain
     # TLS (and, under mutual TLS, a protocol that records client certificates) when configured.
     options = uvicorn_options(getattr(app.state, "tls", None), getattr(app.state, "tls_peers", None))
@@ -252,12 +271,14 @@ def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> N
         timeout_graceful_shutdown=5,
         **options,
     )
+    server = DrainingServer(config, drain, settings.drain_timeout, getattr(app.state, "serving", None))
     try:
-        DrainingServer(config, drain, settings.drain_timeout).run(sockets=sockets)
+        server.run(sockets=sockets)
     finally:
         # Every child has stopped; what they started outside their process group (setsid)
         # was re-parented to us (the subreaper) and must not outlive the gateway.
         sweep_descendants()
+    return EXIT_SERVICE_FAILED if server.failed else 0
 
 
 def worker_main(settings: Settings, sock: socket.socket, secret: bytes, index: int, count: int) -> None:
@@ -271,7 +292,9 @@ def worker_main(settings: Settings, sock: socket.socket, secret: bytes, index: i
     routing = OwnerRouting(url, secret, max_body_bytes=settings.max_body_bytes, label=f"worker {index + 1} of {count}")
     workers.log.info("worker %d of %d: serving, other workers reach it at %s", index + 1, count, url)
     try:
-        serve(settings, build_app(settings, owner_routing=routing), [sock, own])
+        code = serve(settings, build_app(settings, owner_routing=routing), [sock, own])
     finally:
         own.close()
         listener.stop()
+    if code:
+        sys.exit(code)  # the supervisor starts the worker again

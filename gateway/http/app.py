@@ -16,11 +16,14 @@ them (``gateway.http.routes``). It builds the HTTP side only:
   the service's task group), builds each server's ``McpEndpoint`` from the finished
   ``Served`` and opens ``Serving`` with them. On shutdown it closes them in reverse: the
   lanes answer 503, every session and parked call ends, and every child stops in the spec's
-  order. ``Drain.cancel`` (the drain budget spent) ends every session at once.
+  order. ``Drain.cancel`` (the drain budget spent) ends every session at once. A failure
+  that ends the service after start-up is logged, told to ``Serving`` (``fail``: ``/readyz``
+  answers 503 and ``gateway.server`` exits non-zero) and raised on to the ASGI server.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -57,6 +60,8 @@ from gateway.relay.router import Router
 from gateway.relay.service import Served, open_service
 
 DEFAULT_EDGE: Final = EdgeSettings()
+
+log = logging.getLogger("gateway")
 
 if TYPE_CHECKING:  # gateway.http.tls sees uvicorn; the app only passes the subjects on
     from gateway.http.tls import PeerSubjects
@@ -143,26 +148,38 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            stack.enter_context(recent_errors.attached())
-            if routing is not None:
-                await stack.enter_async_context(routing)  # closes the forwarding client last
-            await stack.enter_async_context(gate)  # runs the issuers' key fetches
-            service = await stack.enter_async_context(
-                open_service(
-                    routers,
-                    gateway_version=__version__,
-                    state_secret=state_secret,
-                    routing=routing,
-                    quota=quotas,  # a parked call counts as its principal's request in flight
-                    resume_window=settings.stream_resume_seconds,
-                    end_sessions_when=drain.cancel,  # GET streams close; legacy requests end with an error
-                )
+        started = False
+        try:
+            async with AsyncExitStack() as stack:
+                await open_all(app, stack)
+                started = True
+                yield
+        except Exception as exc:  # the last failure domain: the process is to end (gateway.server)
+            if started:
+                log.critical("the service failed after start-up; the gateway stops", exc_info=exc)
+                serving.fail(exc)
+            raise
+
+    async def open_all(app: Starlette, stack: AsyncExitStack) -> None:
+        """What the lifespan opens, in order; ``stack`` closes it in reverse."""
+        stack.enter_context(recent_errors.attached())
+        if routing is not None:
+            await stack.enter_async_context(routing)  # closes the forwarding client last
+        await stack.enter_async_context(gate)  # runs the issuers' key fetches
+        service = await stack.enter_async_context(
+            open_service(
+                routers,
+                gateway_version=__version__,
+                state_secret=state_secret,
+                routing=routing,
+                quota=quotas,  # a parked call counts as its principal's request in flight
+                resume_window=settings.stream_resume_seconds,
+                end_sessions_when=drain.cancel,  # GET streams close; legacy requests end with an error
             )
-            stack.enter_context(serving.open(service, endpoint_app))
-            app.state.service = service  # for tests and tools that look inside
-            app.state.task_stores = {served.name: served.relay.tasks for served in service.served}
-            yield
+        )
+        stack.enter_context(serving.open(service, endpoint_app))
+        app.state.service = service  # for tests and tools that look inside
+        app.state.task_stores = {served.name: served.relay.tasks for served in service.served}
 
     routes = build_routes(
         routers,
@@ -194,6 +211,7 @@ def create_app(
     )
     app.state.routers = routers
     app.state.drain = drain
+    app.state.serving = serving
     return app
 
 

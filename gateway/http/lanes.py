@@ -6,6 +6,11 @@ app's lifespan opens. So every MCP endpoint path leads to its server's ``Lane``,
 lifespan opens ``Serving`` with the finished service: each lane's ``app`` is then set, once, to
 the endpoint built for its server, and put back to ``not_serving`` (503) when the service
 closes. ``/status``, ``/ui`` and ``/metrics`` read the service through ``Serving`` too.
+``/readyz`` is 503 whenever no service is open (``is_open``).
+
+The service failing after start-up is the last failure domain: the lifespan tells ``Serving``
+(``fail``), and the server, waiting on ``wait_failed``, ends the process with a non-zero code
+(``gateway.server``), so that a supervisor replaces it.
 
 The edge calls ``lane.app`` itself (``gateway.http.edge``: no frame more on the hot path);
 Starlette's routes call the lane.
@@ -16,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+import anyio
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
@@ -50,6 +56,26 @@ class Serving:
     def __init__(self, servers: Sequence[str]) -> None:
         self.lanes = {server: Lane(server) for server in servers}
         self._service: Service | None = None
+        self.failure: BaseException | None = None  # what ended the service after start-up
+        self._failed = anyio.Event()
+
+    @property
+    def is_open(self) -> bool:
+        """A service is open: the lanes lead to its endpoints (else they answer 503)."""
+        return self._service is not None
+
+    def fail(self, failure: BaseException) -> None:
+        """The open service failed (the lifespan's domain, the last one): nothing restarts it
+        in this process, so the process must end (``wait_failed``)."""
+        if self.failure is None:
+            self.failure = failure
+            self._failed.set()
+
+    async def wait_failed(self) -> BaseException:
+        """Until the service has failed after start-up; what failed it."""
+        await self._failed.wait()
+        assert self.failure is not None
+        return self.failure
 
     @contextmanager
     def open(self, service: Service, endpoint: Callable[[Served], ASGIApp]) -> Iterator[None]:

@@ -135,6 +135,8 @@ def build_routes(
         is not ready (its last error, which quotes the child's stderr) stays on ``/status``."""
         if drain.draining:
             return PlainTextResponse("not ready: draining\n", status_code=503)
+        if not serving.is_open:  # starting, stopped, or the service failed (the process then exits)
+            return PlainTextResponse("not ready: not serving\n", status_code=503)
         answer = readiness(routers)
         return PlainTextResponse(answer.text, status_code=200 if answer.ready else 503)
 

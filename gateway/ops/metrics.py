@@ -13,7 +13,7 @@ Each app has its own registry (several gateways can live in one process, as in t
 | ``mcp_gateway_queue_waiting`` | server, pool (``shared``, ``principal`` or ``session``: summed by kind) |
 | ``mcp_gateway_children`` | server, pool, state |
 | ``mcp_gateway_child_spawns_total`` / ``_restarts_total`` | server, pool |
-| ``mcp_gateway_child_exits_total`` | server, pool, reason (``code 0``, ``SIGKILL``, ``start failure``) |
+| ``mcp_gateway_child_exits_total`` | server, pool, reason (``code 0``, ``SIGKILL``, ``start failure``, …) |
 | ``mcp_gateway_child_start_seconds`` (summary of recent cold starts) | server, pool |
 | ``mcp_gateway_cancellations_sent_total``, ``mcp_gateway_timeouts_total``, | server, pool |
 | ``mcp_gateway_non_json_lines_total``, ``mcp_gateway_child_bytes_{in,out}_total`` | server, pool |

@@ -4,6 +4,8 @@
 asyncio convention); ``exit_error`` builds the ``ChildExitedError`` that fails every request
 still in flight on the child, quoting the last lines of its stderr. Pure: the stdio edge
 passes in the return code, the stderr tail, and whether the gateway stopped the child itself.
+``fault_error`` is the error when the gateway's own code failed on the child (its failure
+domain, ``gateway.stdio.boundary``): the child is stopped for it, not by its own doing.
 
 Imports: standard library and ``gateway.errors`` only.
 """
@@ -14,7 +16,7 @@ import signal
 from collections.abc import Sequence
 from typing import Final
 
-from gateway.errors import ChildExitedError
+from gateway.errors import ChildExitedError, ChildFaultError
 
 STDERR_QUOTED_LINES: Final = 3
 """Lines of the stderr tail quoted in the message (all of them go in ``data.stderr``)."""
@@ -45,3 +47,15 @@ def exit_error(
     if tail:
         message += "; stderr: " + " | ".join(tail[-STDERR_QUOTED_LINES:])
     return ChildExitedError(message, exit_code=code, signal=signame, pid=pid, stderr=tail or None, command=command)
+
+
+def fault_error(label: str, pid: int, where: str, *, command: str) -> ChildFaultError:
+    """The error for the requests in flight on a child the gateway failed on (``where``: which
+    of its tasks). The traceback goes to the log only: what failed inside is not the client's."""
+    return ChildFaultError(
+        f"{label} (pid {pid}) was stopped: the gateway hit an internal error on this child (in its {where}); "
+        "it is restarted",
+        pid=pid,
+        command=command,
+        gateway_fault=where,
+    )

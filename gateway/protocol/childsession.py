@@ -43,7 +43,9 @@ Rules (digest §4.1, §7.3, §8):
    question marks its owner's tool (or all its candidates' when unresolved) asking.
 7. **Exit.** ``exited`` builds the one ``ChildExitedError`` (exit code or signal, stderr
    tail) and fails everything pending with it; held questions are dropped. After it, ``send``
-   raises that error and nothing is pending.
+   raises that error and nothing is pending. ``faulted`` is the same end when the gateway's own
+   code failed on the child (``childexit.fault_error``, a ``ChildFaultError``): the edge stops
+   the process after it, and its exit then changes nothing.
 
 Imports: standard library, orjson, ``gateway.protocol`` and ``gateway.errors`` only; no I/O,
 no clock.
@@ -247,17 +249,29 @@ class ChildSession(Generic[OwnerT]):
         """Stdout closed and the process is gone (rule 7)."""
         if self.death is not None:
             return []
-        self.death = childexit.exit_error(
+        death = childexit.exit_error(
             self.label, self.pid, returncode, stderr_tail=stderr_tail, stopping=stopping, command=self.command
         )
+        actions = self._die(death)
+        if not stopping:
+            actions.append(Log(logging.WARNING, "%s", (death.message,)))
+        return actions
+
+    def faulted(self, where: str) -> list[Action[OwnerT]]:
+        """The gateway's own code failed on this child, in its ``where`` (rule 7): the same end
+        as an exit, with ``childexit.fault_error``. The edge logs the traceback."""
+        if self.death is not None:
+            return []
+        return self._die(childexit.fault_error(self.label, self.pid, where, command=self.command))
+
+    def _die(self, death: ChildExitedError) -> list[Action[OwnerT]]:
+        self.death = death
         actions: list[Action[OwnerT]] = []
         for pending in self._correlator.drain():
             pending.owner.settled = True
-            actions.append(Failed(pending.owner.owner, self.death))
+            actions.append(Failed(pending.owner.owner, death))
         self._questions.clear()
         self._deadlines.clear()
-        if not stopping:
-            actions.append(Log(logging.WARNING, "%s", (self.death.message,)))
         return actions
 
     # -- internals ------------------------------------------------------------------------

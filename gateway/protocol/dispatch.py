@@ -41,7 +41,8 @@ Rules:
    that died serving charges the principals in flight (``Ledger.record``) and makes them
    suspects; the next start waits out the backoff; a replacement is started (``RestartAfter``)
    when the pool is below ``min_size`` or requests wait. During a backoff with no child at all,
-   requests fail at once with the last error.
+   requests fail at once with the last error. A gateway fault (``ChildFaultError``) charges
+   nobody and is restarted after the backoff (supervision rule 6).
 
 Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only; no I/O, no clock.
 """
@@ -51,7 +52,7 @@ from __future__ import annotations
 import logging
 from typing import Final, Generic
 
-from gateway.errors import ClientThrottledError, GatewayError, GatewayUnavailableError
+from gateway.errors import ChildFaultError, ClientThrottledError, GatewayError, GatewayUnavailableError
 from gateway.protocol import attribution
 from gateway.protocol.attribution import ChildLoad
 from gateway.protocol.dispatchstate import (
@@ -319,7 +320,10 @@ class Dispatcher(Generic[C]):
         started = member.child is not None
         uptime = now - member.started_at
         planned, charged_any = member.retiring, bool(charged)
-        verdict = self.supervision.exited(planned=planned, started=started, uptime=uptime, charged=charged_any)
+        fault = isinstance(error, ChildFaultError)
+        verdict = self.supervision.exited(
+            planned=planned, started=started, uptime=uptime, charged=charged_any, fault=fault
+        )
         actions: list[Action[C]] = []
         if verdict.kind is not ExitKind.PLANNED:
             if member.child is not None:

@@ -16,6 +16,11 @@ Rules (``gateway.stdio.pool`` applies them; the clock is the caller's):
 5. **Failing**: ``CRASH_LOOP`` start failures in a row mark the pool failing (requests then
    fail at once with the last error, readiness reports it), until a start succeeds
    (``started``).
+6. **A gateway fault** (the gateway's own code failed on the child, and stopped it:
+   ``ChildFaultError``) is unplanned but nobody's doing: no principal is charged. It counts in
+   the streak as a start failure does, so a fault that comes back each time is restarted
+   after the same doubling backoff, never in a spin, and can make the pool failing. A
+   planned exit during which the gateway failed is a fault too.
 
 Imports: standard library only. No I/O, clock or async.
 """
@@ -41,11 +46,15 @@ class ExitKind(Enum):
     DIED_SERVING = "died serving"  # rule 2
     START_FAILURE = "start failure"  # rule 3
     SERVED = "served"  # rule 4
+    GATEWAY_FAULT = "gateway fault"  # rule 6
 
 
-def classify(*, planned: bool, started: bool, uptime: float, charged: bool) -> ExitKind:
+def classify(*, planned: bool, started: bool, uptime: float, charged: bool, fault: bool = False) -> ExitKind:
     """Which rule an exit falls under. ``started``: the handshake completed; ``uptime``: seconds
-    since then; ``charged``: requests were in flight when the child died."""
+    since then; ``charged``: requests were in flight when the child died; ``fault``: the
+    gateway failed on the child (rule 6)."""
+    if fault:
+        return ExitKind.GATEWAY_FAULT
     if planned and started:
         return ExitKind.PLANNED
     if charged:
@@ -71,10 +80,10 @@ class Supervision:
         self.quick_failures = 0
         self.failing = False
 
-    def exited(self, *, planned: bool, started: bool, uptime: float, charged: bool) -> Verdict:
-        kind = classify(planned=planned, started=started, uptime=uptime, charged=charged)
+    def exited(self, *, planned: bool, started: bool, uptime: float, charged: bool, fault: bool = False) -> Verdict:
+        kind = classify(planned=planned, started=started, uptime=uptime, charged=charged, fault=fault)
         now_failing = False
-        if kind is ExitKind.START_FAILURE:
+        if kind in (ExitKind.START_FAILURE, ExitKind.GATEWAY_FAULT):
             self.quick_failures += 1
             if self.quick_failures >= CRASH_LOOP and not self.failing:
                 self.failing = now_failing = True

@@ -15,6 +15,10 @@
   there is none, or its opening failed: the caller opens one itself).
 - A dedicated pool (a principal's, a session's) is dropped once it has been empty (no child,
   no waiter) for a maintenance tick; a session's pool when its session ends (``end_session``).
+- **A pool is a failure domain**: a pool that fails once it runs (an unexpected exception in
+  one of its tasks, ``gateway.stdio.pool``) is logged with its traceback and dropped here; its
+  waiters got a 503, and the next request for its key opens a new one. The idle-pool sweep
+  runs again after a fault of its own (``boundary.keep_running``).
 
 Every pool gets the listeners registered here (``add_listener`` and the like), also the
 pools opened before a listener came.
@@ -32,6 +36,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from gateway.relay.poolkey import SHARED_KEY, SHARED_LEGACY_KEY, PoolKey
 from gateway.stdio.backend import ChildBackend
+from gateway.stdio.boundary import keep_running
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.pool import MAINTENANCE_TICK, LossListener, Pool, PoolListener, PoolRequestHandler, PoolSettings
@@ -113,7 +118,7 @@ class RunningPools:
             try:
                 if prewarm is not None:
                     await self.open(SHARED_KEY, prewarm)  # before traffic
-                tg.start_soon(self._drop_empty_pools)
+                tg.start_soon(keep_running, self._drop_empty_pools, log, f"{self.server}'s idle-pool sweep")
                 yield
             finally:
                 self._tg = None
@@ -185,10 +190,21 @@ class RunningPools:
         return pool
 
     async def _run_pool(self, key: PoolKey, pool: Pool, stop: anyio.Event, *, task_status: TaskStatus[None]) -> None:
+        running = False
         try:
             async with pool:
                 task_status.started()
+                running = True
                 await stop.wait()
+        except Exception as exc:
+            if not running:
+                raise  # to the request that opened it (``open``)
+            log.error(  # the pool's failure domain ends here: the router and its other pools run on
+                "the gateway failed in pool %s: %r; it is dropped, and the next request opens a new one",
+                pool.label,
+                exc,
+                exc_info=exc,
+            )
         finally:
             self._forget(key, pool)
 

@@ -32,6 +32,7 @@ closes its child exchange and lease while its pool still runs), then the pools s
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -50,6 +51,9 @@ from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.suspensions import ParkedQuota, Suspensions
 from gateway.relay.tasks import TaskStore
 from gateway.relay.unsolicited import Unsolicited
+from gateway.stdio.boundary import contained
+
+log = logging.getLogger("gateway.relay.service")
 
 
 @dataclass(frozen=True, eq=False)
@@ -179,5 +183,6 @@ async def open_service(
 
 
 async def _end_sessions_when(event: anyio.Event, service: Service) -> None:
-    await event.wait()
-    service.end_all_sessions()
+    with contained(log, "the watch that ends the sessions at the drain's end", "they end with the service"):
+        await event.wait()
+        service.end_all_sessions()

@@ -37,6 +37,7 @@ from gateway.protocol.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, JsonObjec
 from gateway.protocol.versions import Era
 from gateway.relay.exchange import response
 from gateway.relay.sessions import LegacySession
+from gateway.stdio.boundary import keep_running
 from gateway.stdio.child import StdioChild
 
 log = logging.getLogger("gateway.relay.session_listen")
@@ -237,6 +238,14 @@ class SessionListen:
                         )
             except ChildError as exc:
                 opened.error = exc.error_object()
+            except Exception as exc:  # this listen's failure domain: it ends (and opens again), the rest runs on
+                log.error(
+                    "the gateway failed in legacy session %s…'s child listen: %r; it is opened again",
+                    session.id[:8],
+                    exc,
+                    exc_info=exc,
+                )
+                opened.error = error_object(-32603, "the gateway failed on the server's subscription")
         if not opened.acknowledged:  # failed before the acknowledgement: the caller reads why
             task_status.started()
         opened.ended = True
@@ -246,7 +255,8 @@ class SessionListen:
         if not opened.on_purpose and opened is self._current:
             log.info("legacy session %s…: the child's listen ended; opening it again", self.session.id[:8])
             self._current = None
-            self._tg.start_soon(self._reopen)
+            what = f"legacy session {self.session.id[:8]}…'s listen re-open"
+            self._tg.start_soon(keep_running, self._reopen, log, what)
 
     def _delivers(self, opened: _Open, note: Notification) -> bool:
         """Only the latest acknowledged listen delivers, and only updates of what it was granted."""

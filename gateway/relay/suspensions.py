@@ -38,6 +38,7 @@ from gateway.protocol.jsonrpc import INVALID_PARAMS, JsonId, JsonObject, Request
 from gateway.protocol.outcome import Rejection, reject
 from gateway.protocol.requeststate import StateClaims, StateError
 from gateway.stdio.ask import ChildAsk
+from gateway.stdio.boundary import contained
 from gateway.stdio.child import ChildCall, Exchange, StdioChild
 from gateway.stdio.pool import PoolLease as Lease
 
@@ -201,7 +202,7 @@ class Suspensions:
         if self.quota is not None:
             suspension.release = self.quota.hold(charged or principal or "anonymous")
         self._held[state_id] = suspension
-        self.task_group.start_soon(self._keep, suspension, timeout)
+        self.task_group.start_soon(self._keeper, suspension, timeout)
         log.info(
             "%s: %s parked for the client's input (%s), up to %g s",
             self.server,
@@ -249,6 +250,11 @@ class Suspensions:
             while len(self._used) >= USED_IDS_MAX:  # all still live: forget the oldest
                 del self._used[next(iter(self._used))]
         self._used[state_id] = expires_at
+
+    async def _keeper(self, suspension: Suspension, timeout: float) -> None:
+        """``_keep`` in its own failure domain: a fault ends this parked call only."""
+        with contained(log, f"{self.server}: the keeper of a parked {suspension.call.method}", "that call is dropped"):
+            await self._keep(suspension, timeout)
 
     async def _keep(self, suspension: Suspension, timeout: float) -> None:
         stopping = True

@@ -29,6 +29,12 @@ questions and logs, tool learning, the exit error. This module only moves bytes 
 An ``Exchange`` is one request's side of it: a queue of notifications and ``ChildAsk`` items
 that never blocks the pump (``inbox``), then exactly one outcome. A request to a child that
 could not start or has died fails at once, never hangs.
+
+**A child is a failure domain** (``gateway.stdio.boundary``): an unexpected exception in any
+of its pumps, its action task (and so the listeners it calls) or a task it starts is logged
+with its traceback, fails the child's pending requests with a ``ChildFaultError`` (the
+machine's ``faulted``), and stops the child (the stop ladder); the pool counts the exit as a
+gateway fault and restarts it after its backoff. Nothing of it reaches the pool's task group.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from contextlib import suppress
+from contextlib import AbstractContextManager, suppress
 from typing import Final
 
 import anyio
@@ -62,6 +68,7 @@ from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import JsonObject, Notification, Reply
 from gateway.stdio import process
 from gateway.stdio.backend import ChildProcess
+from gateway.stdio.boundary import Guarded, contained
 from gateway.stdio.carried import Carried
 from gateway.stdio.exchange import Exchange, ExchangeItem
 from gateway.stdio.questions import Questions, RequestHandler
@@ -77,6 +84,7 @@ log = logging.getLogger("gateway.child")
 READ_CHUNK: Final = 256 * 1024
 STDERR_DRAIN_GRACE: Final = 1.0
 """Seconds to let stderr finish after the child exits, so the error quotes its last words."""
+FAULT_THEN: Final = "its requests fail, it is stopped and then restarted"
 
 NotificationHandler = Callable[[Notification], None]
 ChangeHandler = Callable[[], None]
@@ -115,7 +123,10 @@ class StdioChild(ChildReadings):
         )
         assert proc.stdin is not None
         self._stdin = LineWriter(proc.stdin, spec.max_stdin_queue_bytes, spec.stdin_stall_timeout)
-        self.questions = Questions(spec, tg, self._write_line, on_request, self._ask_closed)
+        self._faulted = False  # the gateway failed on this child: it is being stopped
+        what = f"a task of child {spec.label} (pid {proc.pid})"
+        self._tasks = Guarded(tg, log, what, FAULT_THEN, self._fault_in("task"))
+        self.questions = Questions(spec, self._tasks, self._write_line, on_request, self._ask_closed)
         self._stderr = process.StderrTail(spec.stderr_tail_lines, spec.stderr_line_chars)
         self._stderr_done = anyio.Event()
         self._stdout_done = anyio.Event()
@@ -125,8 +136,9 @@ class StdioChild(ChildReadings):
         self._carried = Carried(self._apply)
 
     def start_soon(self, func: Callable[[], Coroutine[object, object, None]]) -> None:
-        """Run ``func()`` in the child's task group: it ends with the child at the latest."""
-        self._tg.start_soon(func)
+        """Run ``func()`` in the child's task group: it ends with the child at the latest (and a
+        failure in it is the child's: it is stopped)."""
+        self._tasks.start_soon(func)
 
     def __repr__(self) -> str:
         state = "dead" if self.death else "alive"
@@ -283,20 +295,29 @@ class StdioChild(ChildReadings):
                     take(session.receive_line(item, now))
 
         try:
-            await self._proc.read_stdout(deliver)
-            self._carried.flush()  # what the action task had not reached comes before the end
+            with self._domain("stdout pump"):
+                await self._proc.read_stdout(deliver)
+                if not self._faulted:
+                    self._carried.flush()  # what the action task had not reached comes before the end
         finally:
             self._stdout_done.set()
             with anyio.CancelScope(shield=True):
-                await self._on_stdout_closed()
+                with self._domain("exit handling"):
+                    await self._on_stdout_closed()
+                self._exited.set()
 
     async def pump_actions(self) -> None:
         """Carries out the actions a read callback cannot (``gateway.stdio.carried``)."""
-        await self._carried.run()
+        with self._domain("action task"):
+            await self._carried.run()
 
     async def pump_stdin(self) -> None:
         """Write queued lines until a write fails; a child that stops reading its stdin while it
         lives on can answer nothing more, so it is stopped (its requests then fail)."""
+        with self._domain("stdin pump"):
+            await self._pump_stdin()
+
+    async def _pump_stdin(self) -> None:
         await self._stdin.run()
         if isinstance(self._stdin.broken, StdinStalled):  # alive, but its stdin stays full: recycle it now
             if not self._stopping:
@@ -315,7 +336,8 @@ class StdioChild(ChildReadings):
 
     async def pump_deadlines(self) -> None:
         """Sleep until the machine's next deadline (or an earlier one is set), then tick."""
-        await self._timer.run()
+        with self._domain("deadline pump"):
+            await self._timer.run()
 
     def _tick(self, now: float) -> None:
         self._apply(self._session.tick(now))
@@ -324,6 +346,10 @@ class StdioChild(ChildReadings):
         """When the process exits, make sure stdout ends too: a grandchild that inherited the
         pipes (``npx`` → ``node``, or a server's helper) would otherwise hold it open, and the
         requests in flight would never be failed."""
+        with self._domain("exit watch"):
+            await self._watch_exit()
+
+    async def _watch_exit(self) -> None:
         await self._proc.wait()
         with anyio.move_on_after(STDERR_DRAIN_GRACE):
             await self._stdout_done.wait()
@@ -334,12 +360,13 @@ class StdioChild(ChildReadings):
     async def pump_stderr(self) -> None:
         assert self._proc.stderr is not None
         try:
-            while True:
-                try:
-                    chunk = await self._proc.stderr.receive(READ_CHUNK)
-                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    break
-                self._stderr.feed(chunk)
+            with self._domain("stderr pump"):
+                while True:
+                    try:
+                        chunk = await self._proc.stderr.receive(READ_CHUNK)
+                    except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        break
+                    self._stderr.feed(chunk)
         finally:
             self._stderr.close()
             self._stderr_done.set()
@@ -353,7 +380,25 @@ class StdioChild(ChildReadings):
         with anyio.move_on_after(STDERR_DRAIN_GRACE):
             await self._stderr_done.wait()
         self._apply(self._session.exited(self._proc.returncode, stderr_tail=self.stderr_tail, stopping=self._stopping))
-        self._exited.set()
+
+    # -- the failure domain ---------------------------------------------------------------
+
+    def _domain(self, where: str) -> AbstractContextManager[None]:
+        """A boundary around one of the child's tasks (the module doc, ``gateway.stdio.boundary``)."""
+        what = f"the {where} of child {self.spec.label} (pid {self.pid})"
+        return contained(log, what, FAULT_THEN, self._fault_in(where))
+
+    def _fault_in(self, where: str) -> Callable[[Exception], None]:
+        return lambda exc: self._fault(where)
+
+    def _fault(self, where: str) -> None:
+        """The gateway failed in the child's ``where``: its requests fail now (a ``ChildFaultError``),
+        and it is stopped; its exit is then a gateway fault for the pool. Once."""
+        if self._faulted:
+            return
+        self._faulted = True
+        self._tg.start_soon(self._proc.stop)  # the stop ladder, shielded; stdout then ends
+        self._apply(self._session.faulted(where))
 
     async def stop(self) -> None:
         """Stop the child (idempotent, shielded) and wait until the pumps have finished."""

@@ -20,6 +20,13 @@ pool's change event, bounded by the deadline the dispatcher gives) until the dis
 grants a child or fails the request (503, 429, the last start error). A ``ChildBudget``
 shared by every pool of the gateway bounds the children started on demand
 (``gateway.stdio.budget``).
+
+**A pool is a failure domain.** Its children are domains of their own (``gateway.stdio.child``);
+an unexpected exception in one of the pool's own tasks (a child's task here, maintenance,
+liveness, a restart delay) ends the pool: every child stops, and the requests waiting for a
+child get ``closed_error`` (503, ``Retry-After: 1``). The exception leaves ``async with pool``,
+and its owner (``gateway.relay.pools``) logs it and drops the pool: the next request opens a
+new one.
 """
 
 from __future__ import annotations
@@ -34,12 +41,13 @@ from typing import Any, Final
 import anyio
 from anyio.abc import TaskGroup
 
-from gateway.errors import ChildError, GatewayError
+from gateway.errors import ChildError, ChildFaultError, GatewayError, GatewayUnavailableError
 from gateway.protocol import dispatchstate as ds
 from gateway.protocol.dispatch import STARTUP_WAIT as STARTUP_WAIT
 from gateway.protocol.dispatch import Dispatcher
 from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import Result
+from gateway.protocol.supervision import ExitKind
 from gateway.protocol.versions import Era
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
@@ -61,6 +69,8 @@ MAINTENANCE_TICK: Final = 1.0
 """Seconds between idle, age and liveness checks."""
 START_SAMPLES: Final = 100
 """Cold-start durations kept per pool for metrics."""
+GATEWAY_FAULT: Final = ExitKind.GATEWAY_FAULT.value
+"""The exit reason counted for a child the gateway failed on (``ChildFaultError``)."""
 
 
 class Pool(PoolHooks):
@@ -89,7 +99,7 @@ class Pool(PoolHooks):
         self.room: ds.Room = budget.room_for(self) if budget is not None else ds.NoBudget()
         self.spawns = 0
         self.restarts = 0
-        self.exits: Counter[str] = Counter()  # "code 0", "SIGKILL", "start failure"
+        self.exits: Counter[str] = Counter()  # "code 0", "SIGKILL", "start failure", "gateway fault"
         self.start_seconds: list[float] = []  # recent cold starts (bounded)
         self.retired: Counter[str] = Counter()  # counters of children that are gone
         self._gateway_version = gateway_version
@@ -103,6 +113,7 @@ class Pool(PoolHooks):
         self._start_waits: dict[Member, StartWait] = {}  # while a child starts: what it has not answered yet
         self._tg: TaskGroup | None = None
         self._closing = False
+        self.closed_error: GatewayUnavailableError | None = None  # once closed: what a waiter gets
         self._changed = anyio.Event()
         self._running: AbstractAsyncContextManager[Pool] | None = None
 
@@ -150,11 +161,21 @@ class Pool(PoolHooks):
                     for stop in self._stops.values():
                         stop.set()
                     tg.cancel_scope.cancel()  # maintenance; children stop shielded (process.stop)
+        except Exception:  # a task of the pool failed (the module doc): its waiters are told why
+            self._close_with(f"{self.label}: the gateway hit an internal error on this pool; retry")
+            raise
         finally:
+            self._close_with(f"{self.label}: this pool has closed; retry")
             if self.budget is not None:
                 self.budget.pools.discard(self)
                 self.budget.waiting.discard(self)
                 self.budget.changed()
+
+    def _close_with(self, message: str) -> None:
+        """Closed: every request waiting for a child, and every later one, gets a 503 now."""
+        if self.closed_error is None:
+            self.closed_error = GatewayUnavailableError(message, retry_after=1, server=self.label)
+        self._notify()
 
     def _notify(self) -> None:
         self._changed.set()
@@ -169,8 +190,10 @@ class Pool(PoolHooks):
         self._apply(self.dispatch.retire(member, why))
 
     def _apply(self, actions: list[Action] | tuple[Action, ...]) -> None:
-        """Carry out the dispatcher's actions, in order."""
+        """Carry out the dispatcher's actions, in order (once closed, nothing is started)."""
         for action in actions:
+            if self.closed_error is not None and isinstance(action, (ds.StartChild, ds.CheckLiveness, ds.RestartAfter)):
+                continue
             if isinstance(action, ds.Wake):
                 self._notify()
             elif isinstance(action, ds.StopChild):
@@ -223,6 +246,7 @@ class Pool(PoolHooks):
             "last_error": self.last_error.message if self.last_error else None,
             "spawns": self.spawns,
             "restarts": self.restarts,
+            "gateway_faults": self.exits[GATEWAY_FAULT],
             "waiting": self.dispatch.waiting,
             "children": [member_status(m, now, self._start_waits.get(m)) for m in self.members],
         }
@@ -247,6 +271,8 @@ class Pool(PoolHooks):
         ticket = dispatch.ticket(request.principal, request.method, request.tool, request.prefer, time.monotonic())
         try:
             while True:
+                if self.closed_error is not None:
+                    raise self.closed_error
                 now = time.monotonic()
                 decision = dispatch.try_acquire(ticket, now, self.room)  # 429 / 503 propagate
                 if isinstance(decision, ds.Lease):
@@ -330,6 +356,9 @@ class Pool(PoolHooks):
             self.exits["start failure"] += 1
             return
         self.retired.update(member.child.counters())
+        if isinstance(error, ChildFaultError):  # the gateway failed on it, and stopped it
+            self.exits[GATEWAY_FAULT] += 1
+            return
         data = error.data if error is not None else {}
         self.exits[str(data.get("signal") or f"code {data.get('exit_code')}")] += 1
 

@@ -21,12 +21,12 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 
 import anyio
-from anyio.abc import TaskGroup
 
 from gateway.errors import CODE_INPUT_TIMEOUT, ChildError
 from gateway.protocol import inputs, jsonrpc
 from gateway.protocol.jsonrpc import ErrorReply, Reply, Request
 from gateway.stdio.ask import ChildAsk
+from gateway.stdio.boundary import TaskStarter
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.child")
@@ -39,7 +39,7 @@ class Questions:
     def __init__(
         self,
         spec: ChildSpec,
-        tg: TaskGroup,
+        tg: TaskStarter,
         write: Callable[[bytes], None],
         handler: RequestHandler | None,
         closed: Callable[[int], None],

@@ -13,6 +13,8 @@ behind them an MCP server speaking newline-delimited JSON-RPC, scripted by a ``S
   ``crash`` (``stderr`` lines, then exit with ``code``, the call unanswered); other requests
   answered by ``on_request`` handlers (``resources/subscribe``, say), notifications handled by
   ``on_notification``;
+- **faults**: ``break_stderr(exc)`` makes the gateway's read of the child's stderr raise
+  ``exc`` (a bug in the gateway's pump, for the failure-domain tests);
 - **process**: ``exit_at_start`` (code, after ``stderr_at_start``), ``silent`` (reads, never
   writes), ``ignore_stdin_close`` / ``ignore_terminate`` (for the stop ladder).
 
@@ -188,6 +190,12 @@ class FakeChild:
         ]
         for end in ends:
             end.close()
+
+    def break_stderr(self, fault: Exception) -> None:
+        """Make the gateway's stderr pump of this child fail with ``fault`` now (an exception
+        the gateway does not expect, at its read of the child's stderr)."""
+        self._stderr.fault = fault
+        self._stderr_send.send_nowait(b"")  # wakes the pump's pending read
 
     # -- what tests wait on ---------------------------------------------------------------
 

@@ -47,10 +47,13 @@ class ByteReceive(ByteReceiveStream):
     def __init__(self, stream: MemoryObjectReceiveStream[bytes]) -> None:
         self._stream = stream
         self._rest = b""
+        self.fault: Exception | None = None  # raised by the next receive (a fault injected by a test)
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
         if not self._rest:
             self._rest = await self._stream.receive()  # EndOfStream once the writer closed
+        if self.fault is not None:
+            raise self.fault
         chunk, self._rest = self._rest[:max_bytes], self._rest[max_bytes:]
         return chunk
 

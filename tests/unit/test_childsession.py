@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.errors import ChildExitedError, ChildProtocolError, ChildTimeoutError
+from gateway.errors import ChildExitedError, ChildFaultError, ChildProtocolError, ChildTimeoutError
 from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.childactions import (
     Action,
@@ -456,6 +456,27 @@ def test_the_exit_fails_everything_pending_with_one_error_naming_the_exit() -> N
     with pytest.raises(ChildExitedError):
         session.send("ping", None, "c", now=1)
     assert session.exited(0) == []
+
+
+def test_a_fault_of_the_gateway_fails_everything_pending_and_the_later_exit_changes_nothing() -> None:
+    session = make()
+    session.send("tools/call", call("x"), "a", now=0, timeout=3)
+    session.send("tools/call", call("y"), "b", now=0)
+    actions = session.faulted("stderr pump")
+    failed = of(Failed, actions)
+    assert [a.owner for a in failed] == ["a", "b"]
+    error = failed[0].error
+    assert isinstance(error, ChildFaultError)
+    assert error.message == (
+        "srv (pid 42) was stopped: the gateway hit an internal error on this child (in its stderr pump); "
+        "it is restarted"
+    )
+    assert error.data["gateway_fault"] == "stderr pump"
+    assert of(Log, actions) == []  # the edge logs it, with the traceback
+    assert (session.in_flight, session.next_deadline()) == (0, None)
+    assert session.exited(-15) == []
+    assert session.death is error
+    assert session.faulted("stdout pump") == []
 
 
 def test_a_child_the_gateway_stopped_exits_quietly() -> None:

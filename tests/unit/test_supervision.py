@@ -31,6 +31,15 @@ def test_an_exit_is_classified_by_the_rules() -> None:
     assert classify(planned=True, started=False, uptime=0.0, charged=False) is ExitKind.START_FAILURE
 
 
+def test_a_gateway_fault_charges_nobody_and_backs_off_like_a_start_failure() -> None:
+    assert classify(planned=True, started=True, uptime=99.0, charged=True, fault=True) is ExitKind.GATEWAY_FAULT
+    policy = Supervision()
+    verdicts = [policy.exited(planned=False, started=True, uptime=99.0, charged=True, fault=True) for _ in range(3)]
+    assert [v.kind for v in verdicts] == [ExitKind.GATEWAY_FAULT] * 3
+    assert [v.delay for v in verdicts] == [BACKOFF_FIRST, 2 * BACKOFF_FIRST, 4 * BACKOFF_FIRST]
+    assert policy.exited(planned=False, started=True, uptime=99.0, charged=True).delay == 0.0  # died serving
+
+
 def test_start_failures_back_off_doubling_up_to_the_maximum() -> None:
     policy = Supervision()
     delays = [start_failure(policy).delay for _ in range(12)]
