@@ -106,6 +106,7 @@ class PoolModel:
     tickets: list[Ticket[Kid]] = field(default_factory=list)  # waiting, in arrival order
     starting: list[Member[Kid]] = field(default_factory=list)
     arrivals: dict[Ticket[Kid], tuple[int, str]] = field(default_factory=dict)  # order, kind
+    blocked: bool = False  # a waiter's start was held back by the cap (in ``ChildBudget.waiting``)
 
 
 class DispatchMachine(RuleBasedStateMachine):
@@ -179,8 +180,9 @@ class DispatchMachine(RuleBasedStateMachine):
         return next(pool for pool in self.pools if pool.d is d)
 
     def budget_changed(self) -> None:
-        """A child went idle or left service: the pools serve their waiters (``ChildBudget.changed``)."""
-        for pool in self.pools:
+        """A child went idle or left service: the pools with a start held back by the cap serve
+        their waiters (``ChildBudget.changed``; only those, as ``ChildBudget.waiting``)."""
+        for pool in [pool for pool in self.pools if pool.blocked]:
             self.apply(pool, pool.d.changed(self.now, pool.room))
 
     def try_ticket(self, pool: PoolModel, ticket: Ticket[Kid]) -> None:
@@ -204,6 +206,7 @@ class DispatchMachine(RuleBasedStateMachine):
         else:
             if decision.blocked:
                 event("a start held back by the budget")
+                pool.blocked = True
             self.apply(pool, decision.actions)
 
     def assert_first_served(self, pool: PoolModel, granted: Ticket[Kid]) -> None:
@@ -220,6 +223,8 @@ class DispatchMachine(RuleBasedStateMachine):
     def leave(self, pool: PoolModel, ticket: Ticket[Kid]) -> None:
         pool.tickets.remove(ticket)
         self.apply(pool, pool.d.leave(ticket, self.now, pool.room))
+        if not pool.d.waiting:
+            pool.blocked = False
 
     @rule(n=POOLS, principal=PRINCIPALS, kind=KINDS)
     def arrive(self, n: int, principal: str, kind: str) -> None:
