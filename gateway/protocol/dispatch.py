@@ -353,7 +353,8 @@ class Dispatcher(Generic[C]):
             actions += self.retire(member, f"served {member.served} requests")
         elif member.retiring and member.leases == 0:
             actions.append(StopChild(member))
-        actions += self._serve(now, room)
+        if self.queue:  # the next waiter it can serve gets the child now (rule 0)
+            actions += self._serve(now, room)
         return actions
 
     # -- children: start, retire, exit ----------------------------------------------------
