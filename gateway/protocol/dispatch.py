@@ -1,12 +1,23 @@
 """A pool's dispatcher: who gets which child, when children start and stop, pure.
 
-``gateway.stdio.pool`` owns the task group, the waits and the processes; it asks this machine
-with the time now and carries out the actions it returns (``gateway.protocol.dispatchstate``:
-``StartChild``, ``StopChild``, ``CheckLiveness``, ``RestartAfter``, ``Wake``, ``Lost``).
-Decisions are synchronous, so nothing can interleave a check and its update.
+``gateway.stdio.pool`` owns the task group, the waits and the processes; it tells this machine
+what happened (a request arrived or gave up, a lease ended, a child started, exited, or its
+questions changed, the global budget freed room) with the time now, and carries out the actions
+it returns (``gateway.protocol.dispatchstate``: ``StartChild``, ``StopChild``, ``EvictChild``,
+``CheckLiveness``, ``RestartAfter``, ``Wake``, ``Lost``). Decisions are synchronous, so nothing
+can interleave a check and its update; a decision changes nothing outside this pool (another
+pool's child is evicted by the edge, as ``EvictChild``).
 
 Rules:
 
+0. **Served in arrival order.** A request gets a ``Ticket`` and joins the pool's queue. Every
+   event that can free a child for a waiter (``release``, ``started``, ``exited``, ``changed``)
+   places the waiting tickets in arrival order (``_serve``): each is granted the child rules 1–3
+   pick for it, or may start one (rule 4). So a child that frees up goes to the first waiter it
+   can serve, never to a request that arrives after it, and a request that arrives takes a child
+   at once only when no waiter could take it (a quiet call beside a question an asker must not
+   join: rules 2, 3). A grant or a failure decided while a ticket waits is kept on the ticket and
+   wakes its request alone (``Wake(ticket)``); nobody else looks again.
 1. **Pick** (``try_acquire``): a request leases the live child with the fewest leases that has
    room (below ``max_in_flight``, 0 = unlimited; not running a crash suspect alone), preferring
    the child a legacy session already uses (it waits for that child rather than move, unless
@@ -20,10 +31,11 @@ Rules:
 4. **Growth.** With no child to take, a new one is started if the pool is below its bound and
    not in a restart backoff: ``max_size`` for quiet calls (one start at a time), and for
    askers ``asking_bound`` (``max(max_size, asking_max)``; one start per waiting asker, at most
-   ``MAX_CONCURRENT_STARTS`` at once). Every start on demand claims room in the gateway's child
-   budget (``Room``): refused, the request waits like a saturated one. Otherwise the request
-   waits until a ``Wake``, at most ``queue_timeout`` (``STARTUP_WAIT`` while no child is up
-   yet), and then fails with 503 + ``Retry-After``.
+   ``MAX_CONCURRENT_STARTS`` at once). Every start on demand needs room in the gateway's child
+   budget (``Room``): free room, or another pool's idle child to evict (``EvictChild``); with
+   neither the request waits like a saturated one. Otherwise the request waits until its
+   ``Wake``, at most ``queue_timeout`` (``STARTUP_WAIT`` while no child is up yet), and then
+   fails with 503 + ``Retry-After``.
 5. **A question costs its asker.** A principal with ``max_parked_per_principal`` calls holding
    an unanswered question on the pool's children (a parked MRTR call, a legacy client's open
    ask) gets 429 for its next asking call, before any child is taken; its quiet calls and
@@ -31,7 +43,7 @@ Rules:
    (429) and is a **suspect**: each of its calls runs alone until one ends with the child
    alive (``gateway.stdio.crashes``).
 6. **Release**: a request gives its lease back; a child past ``max_requests`` leases is retired;
-   a retiring child with no lease is stopped; waiters are woken.
+   a retiring child with no lease is stopped; the waiters are served (rule 0).
 7. **Maintenance** (``maintain``, once a tick): children above ``min_size`` idle for
    ``idle_timeout`` retire; a minimum the budget held back is started; a child older than
    ``max_age`` retires; a child with requests pending, none waiting for a client, and silent
@@ -61,6 +73,7 @@ from gateway.protocol.dispatchstate import (
     C,
     CheckLiveness,
     Decision,
+    EvictChild,
     Lease,
     Ledger,
     Lost,
@@ -100,7 +113,7 @@ class Dispatcher(Generic[C]):
         self.suspects: dict[str, float] = {}  # principal → when a crash was last charged to it
         self.learned_asks = False  # a child of this pool asked during a request (attribution rule 3)
         self.tools = attribution.ToolLearning()  # which tools ask, which are quiet (rule 5)
-        self.waiting = 0
+        self.queue: dict[Ticket[C], None] = {}  # waiting tickets, in arrival order (rule 0)
         self.unplaced_askers = 0
         self.next_start = 0.0
 
@@ -108,6 +121,11 @@ class Dispatcher(Generic[C]):
 
     def children(self) -> list[C]:
         return [m.child for m in self.members if m.is_live and m.child is not None]
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a child."""
+        return len(self.queue)
 
     def starting(self) -> int:
         """Members whose child is starting."""
@@ -155,20 +173,66 @@ class Dispatcher(Generic[C]):
     # -- acquire and release ------------------------------------------------------------
 
     def ticket(self, principal: str, method: str | None, tool: str | None, prefer: C | None, now: float) -> Ticket[C]:
+        """A request arrived: its ticket joins the queue (rule 0), to be tried at once."""
         asker = attribution.may_ask(method) and not self.tools.is_quiet(tool)
-        self.waiting += 1
-        return Ticket(principal, method, tool, prefer, now, asker)
+        ticket = Ticket(principal, method, tool, prefer, now, asker)
+        self.queue[ticket] = None
+        return ticket
 
-    def leave(self, ticket: Ticket[C]) -> None:
-        """The ticket's request has a child, failed or went away."""
-        self.waiting -= 1
+    def leave(self, ticket: Ticket[C], now: float, room: Room) -> list[Action[C]]:
+        """The ticket's request has its child, failed or went away. A lease granted to it that
+        its try never took (it went away meanwhile) is given back, to the next waiter."""
+        if ticket.queued:
+            self._dequeue(ticket)
+        lease, ticket.lease = ticket.lease, None
+        return self.release(lease, now, room) if lease is not None else []
+
+    def _dequeue(self, ticket: Ticket[C]) -> None:
+        del self.queue[ticket]
+        ticket.queued = False
         if ticket.unplaced:
             ticket.unplaced = False
             self.unplaced_askers -= 1
 
     def try_acquire(self, ticket: Ticket[C], now: float, room: Room) -> Decision[C]:
-        """Rules 1–5 for one try. Raises ``ClientThrottledError`` (429) or the error to fail
-        with (503, or the last start error during a backoff)."""
+        """The ticket's own try: at its arrival, when woken, at its deadline. Takes the lease or
+        raises the error decided while it waited; else rules 1–5 for it alone (the waiters
+        before it could take no child at the last event, rule 0). Raises ``ClientThrottledError``
+        (429) or the error to fail with (503, or the last start error during a backoff)."""
+        if ticket.queued:
+            actions: list[Action[C]] = []
+            self._place(ticket, now, room, actions)
+            if ticket.queued:
+                return Waiting(ticket.deadline, ticket.blocked, tuple(actions))
+        if ticket.error is not None:
+            raise ticket.error
+        lease, ticket.lease = ticket.lease, None
+        assert lease is not None, "a ticket left the queue without a lease or an error"
+        return lease
+
+    def changed(self, now: float, room: Room) -> list[Action[C]]:
+        """A child's questions opened or closed, or the global budget has room again: rule 0."""
+        return self._serve(now, room)
+
+    def _serve(self, now: float, room: Room) -> list[Action[C]]:
+        """Rule 0: place every waiting ticket in arrival order; wake those decided, and those
+        whose deadline came nearer."""
+        actions: list[Action[C]] = []
+        for ticket in list(self.queue):
+            deadline = ticket.deadline
+            try:
+                self._place(ticket, now, room, actions)
+            except GatewayError as exc:
+                self._dequeue(ticket)
+                ticket.error = exc
+            if not ticket.queued or ticket.deadline < deadline:
+                actions.append(Wake(ticket))
+        return actions
+
+    def _place(self, ticket: Ticket[C], now: float, room: Room, actions: list[Action[C]]) -> None:
+        """Rules 1–5 for one waiting ticket: grant it a lease (it leaves the queue), or start a
+        child for it and set how long it waits (``deadline``, ``blocked``); raise what it fails
+        with. It raises before it adds to ``actions``, so a failure loses no action."""
         if self.crashes is not None:
             self.crashes.check(ticket.principal, now, self.label)
         cap = self.settings.max_parked_per_principal
@@ -183,7 +247,9 @@ class Dispatcher(Generic[C]):
         alone = ticket.principal in self.suspects
         member = self._pick(ticket.prefer, ticket.method, alone, ticket.tool)
         if member is not None:
-            return self._grant(member, ticket, alone, now)
+            self._dequeue(ticket)
+            ticket.lease = self._grant(member, ticket, alone, now)
+            return
         starting = self.starting()
         children = self.children()
         # An asker that the live children would each take alone: the pool grows for it (rule 4).
@@ -195,24 +261,36 @@ class Dispatcher(Generic[C]):
             # Fail fast during the backoff: the command does not start (or keeps dying). After
             # it a request may try again, even when failing: a fixed command must recover.
             raise self.last_error
-        actions: list[Action[C]] = []
-        blocked = False  # by the global child cap
         if alone_needed:
             bound, may = self.settings.asking_bound, starting < min(self.unplaced_askers, MAX_CONCURRENT_STARTS)
         else:
             bound, may = self.settings.max_size, not starting
-        if may and len(self.members) < bound and now >= self.next_start:
-            if room.claim():
-                actions.append(self._start(now))
-            else:
-                blocked = True
-        wait = STARTUP_WAIT if not children and not blocked else self.settings.queue_timeout
-        deadline = ticket.arrived + wait
-        if now >= deadline:
-            if blocked and not children:
+        # Expired before any start: a start for a request that fails now would serve nobody.
+        if now >= ticket.arrived + self._wait(children, ticket.blocked):
+            if ticket.blocked and not children:
                 raise room.full_error(self.label)
             raise self._saturated(bound)
-        return Waiting(deadline, blocked, tuple(actions))
+        ticket.blocked = False  # by the global child cap
+        if may and len(self.members) < bound and now >= self.next_start:
+            if self._claim(room, actions):
+                actions.append(self._start(now))
+            else:
+                ticket.blocked = True
+        ticket.deadline = ticket.arrived + self._wait(children, ticket.blocked)
+
+    def _wait(self, children: list[C], blocked: bool) -> float:
+        return STARTUP_WAIT if not children and not blocked else self.settings.queue_timeout
+
+    def _claim(self, room: Room, actions: list[Action[C]]) -> bool:
+        """Room in the global budget for one more start: free, or made by evicting another
+        pool's idle child (an ``EvictChild`` added to ``actions``; never one already chosen)."""
+        if room.has_room():
+            return True
+        victim = room.victim([a.victim for a in actions if isinstance(a, EvictChild)])
+        if victim is None:
+            return False
+        actions.append(EvictChild(victim))
+        return True
 
     def _pick(self, prefer: C | None, method: str | None, alone: bool, tool: str | None) -> Member[C] | None:
         """``alone``: only a child with no lease will do (a crash suspect's request)."""
@@ -258,7 +336,7 @@ class Dispatcher(Generic[C]):
             server=self.label,
         )
 
-    def release(self, lease: Lease[C], now: float) -> list[Action[C]]:
+    def release(self, lease: Lease[C], now: float, room: Room) -> list[Action[C]]:
         """Rule 6: the request of ``lease`` ended."""
         member, principal = lease.member, lease.principal
         assert member.child is not None
@@ -276,8 +354,8 @@ class Dispatcher(Generic[C]):
             actions += self.retire(member, f"served {member.served} requests")
         elif member.retiring and member.leases == 0:
             actions.append(StopChild(member))
-        if self.waiting:  # only a waiting request looks again
-            actions.append(Wake())
+        if self.queue:  # the next waiter it can serve gets the child now (rule 0)
+            actions += self._serve(now, room)
         return actions
 
     # -- children: start, retire, exit ----------------------------------------------------
@@ -291,14 +369,14 @@ class Dispatcher(Generic[C]):
         """The pool's first children (pre-warmed, started regardless of the budget)."""
         return [self._start(now) for _ in range(self.settings.min_size)]
 
-    def started(self, member: Member[C], child: C, now: float) -> list[Action[C]]:
-        """``member``'s child completed its handshake."""
+    def started(self, member: Member[C], child: C, now: float, room: Room) -> list[Action[C]]:
+        """``member``'s child completed its handshake: the waiters are served (rule 0)."""
         member.child = child
         member.started_at = member.last_used = member.last_check = now
         if self.supervision.started():
             log.info("%s: child pid %d started; no longer failing", self.label, child.pid)
         self.last_error = None
-        return [Wake()]
+        return self._serve(now, room)
 
     def retire(self, member: Member[C], why: str) -> list[Action[C]]:
         """Take ``member`` out of service; its child stops once its last lease ends."""
@@ -313,7 +391,7 @@ class Dispatcher(Generic[C]):
         if member in self.members:
             self.members.remove(member)
 
-    def exited(self, member: Member[C], error: GatewayError | None, now: float) -> list[Action[C]]:
+    def exited(self, member: Member[C], error: GatewayError | None, now: float, room: Room) -> list[Action[C]]:
         """Rule 8: ``member``'s child is gone (or never started), with ``error`` if unplanned."""
         self.forget(member)
         charged = member.crashed_with or frozenset()
@@ -342,7 +420,7 @@ class Dispatcher(Generic[C]):
         self.next_start = now + verdict.delay
         if len(self.members) < self.settings.min_size or self.waiting:
             actions.append(RestartAfter(verdict.delay))
-        actions.append(Wake())
+        actions += self._serve(now, room)  # a start, or the last error during a backoff
         return actions
 
     def restart_due(self, now: float, room: Room) -> list[Action[C]]:
@@ -351,9 +429,10 @@ class Dispatcher(Generic[C]):
         if len(self.members) < s.min_size:
             return [self._start(now)] if room.has_room() else []
         bound = s.asking_bound if self.unplaced_askers else s.max_size
-        if self.waiting and len(self.members) < bound and not self.starting() and room.claim():
-            return [self._start(now)]
-        return []
+        actions: list[Action[C]] = []
+        if self.waiting and len(self.members) < bound and not self.starting() and self._claim(room, actions):
+            actions.append(self._start(now))
+        return actions
 
     # -- maintenance ------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only; no 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -89,10 +90,15 @@ C = TypeVar("C", bound=ChildView)
 
 
 class Room(Protocol):
-    """The gateway's child budget as one pool sees it (``gateway.stdio.budget``)."""
+    """The gateway's child budget as one pool sees it (``gateway.stdio.budget``): asked, never
+    changed, by a decision. A start at the cap takes a ``victim`` (another pool's idle child),
+    which the decision returns as ``EvictChild`` for the stdio edge to retire."""
 
     def has_room(self) -> bool: ...
-    def claim(self) -> bool: ...
+    def victim(self, spared: Collection[object]) -> object | None:
+        """The idle child of another pool to retire for one more start, none of ``spared`` (the
+        victims this decision already chose); None when there is none."""
+
     def full_error(self, label: str) -> GatewayError: ...
 
 
@@ -102,8 +108,8 @@ class NoBudget:
     def has_room(self) -> bool:
         return True
 
-    def claim(self) -> bool:
-        return True
+    def victim(self, spared: Collection[object]) -> object | None:  # pragma: no cover - always room
+        return None
 
     def full_error(self, label: str) -> GatewayError:  # pragma: no cover - never refused
         raise AssertionError("NoBudget never refuses")
@@ -165,7 +171,9 @@ class Member(Generic[C]):
 
 @dataclass(slots=True, eq=False)
 class Ticket(Generic[C]):
-    """One request waiting for a child: asked once, tried at each wake-up."""
+    """One request for a child, queued in arrival order from ``Dispatcher.ticket`` until it is
+    granted a lease, fails, or leaves. Its outcome, when decided while it waits, is kept here
+    for its own try to take (``lease``, ``error``), and it is woken for it (``Wake``)."""
 
     principal: str
     method: str | None
@@ -174,6 +182,11 @@ class Ticket(Generic[C]):
     arrived: float
     asker: bool  # it may ask and its tool is not known quiet: it needs a child to itself
     unplaced: bool = False  # counted among the askers no child could take (each may start one)
+    queued: bool = True  # still in the dispatcher's queue (no lease, no error, not left)
+    deadline: float = math.inf  # when it fails if no child is granted (set at each placing)
+    blocked: bool = False  # the global child cap held back a start for it at its last placing
+    lease: Lease[C] | None = None  # granted while it waited, not yet taken by its try
+    error: GatewayError | None = None  # what it fails with, decided while it waited
 
 
 @dataclass(slots=True, eq=False)
@@ -217,9 +230,20 @@ class RestartAfter:
     delay: float
 
 
-@dataclass(frozen=True, slots=True)
-class Wake:
-    """Waiting requests should look again."""
+@dataclass(frozen=True, slots=True, eq=False)
+class Wake(Generic[C]):
+    """Wake ``ticket``'s request, and only it: it was granted a lease or failed while it waited
+    (its try takes the outcome), or its deadline came nearer (it waits again, less long)."""
+
+    ticket: Ticket[C]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EvictChild:
+    """Retire ``victim`` (another pool's idle child, as ``Room.victim`` named it) to make room in
+    the gateway's child budget for a start this decision made."""
+
+    victim: object
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,14 +253,14 @@ class Lost:
 
 @dataclass(slots=True)
 class Waiting(Generic[C]):
-    """No child yet: wait for a ``Wake`` until ``deadline``, then try again."""
+    """No child yet: wait for the ticket's ``Wake`` until ``deadline``, then try again."""
 
     deadline: float
-    blocked: bool  # the global child cap held back a start: the budget should wake this pool
+    blocked: bool  # the global child cap held back a start: the budget should tell this pool
     actions: tuple[Action[C], ...] = ()
 
 
-Action = StartChild[C] | StopChild[C] | CheckLiveness[C] | RestartAfter | Wake | Lost
+Action = StartChild[C] | StopChild[C] | CheckLiveness[C] | RestartAfter | Wake[C] | Lost | EvictChild
 Decision = Lease[C] | Waiting[C]
 """A try of ``Dispatcher.try_acquire``: the lease granted, or how long to wait."""
 

@@ -4,11 +4,14 @@ Every isolation key (a principal, a legacy session, a credential fingerprint) ge
 pool, and every pool its own children, so without a bound a client could start a process
 per key. ``ChildBudget`` is shared by every pool of every server:
 
-- a pool asks ``claim(pool)`` before it starts a child **on demand**. Below the cap the
-  answer is yes. At the cap, the least recently used **idle** child of another pool (live,
-  no lease, above its pool's minimum) is retired to make room, and the answer is yes;
-  with none to evict the answer is no: the request waits (the pool's queue timeout) for a
-  child anywhere to become idle or stop, then gets ``full_error()`` (503 + ``Retry-After``);
+- a pool's dispatcher asks ``has_room()`` before it starts a child **on demand**. At the cap
+  it asks for a ``victim(pool, spared)``: the least recently used **idle** child of another
+  pool (live, no lease, above its pool's minimum). The decision returns it as an
+  ``EvictChild`` action, and the pool carries it out with ``evict``, which retires the child
+  in its own pool; the budget never changes a pool in the middle of another pool's decision.
+  With no victim the request waits (the pool's queue timeout) for a child anywhere to become
+  idle or stop (``changed``: the waiting pools serve their queues), then gets
+  ``full_error()`` (503 + ``Retry-After``);
 - children in service count (starting or live); a retired child stopping does not, since
   the stop ladder ends it within its graces. Pre-warmed minimums (``pool.min``) are started
   with their pool regardless, and are never evicted; a pool restarting its minimum after a
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -90,31 +95,28 @@ class ChildBudget:
     def has_room(self) -> bool:
         return self.in_service() < self.capacity
 
-    def claim(self, pool: Pool) -> bool:
-        """May ``pool`` start one more child now? At the cap, evict an idle child elsewhere."""
-        if self.has_room():
-            return True
-        victim = self._idle_elsewhere(pool)
-        if victim is None:
-            return False
-        self.evictions += 1
-        owner, member = victim
-        owner.evict(member, f"evicted for {pool.label}: the gateway runs at most {self.capacity} children")
-        return True
-
-    def room_for(self, pool: Pool) -> PoolRoom:
-        """This budget as ``pool``'s dispatcher sees it (``gateway.protocol.dispatchstate.Room``)."""
-        return PoolRoom(self, pool)
-
-    def _idle_elsewhere(self, pool: Pool) -> tuple[Pool, Member] | None:
+    def victim(self, pool: Pool, spared: Collection[object]) -> Victim | None:
+        """The idle child to evict for one more start of ``pool`` at the cap (none of ``spared``):
+        a fact for its decision, which returns it as ``EvictChild``; nothing changes here."""
         candidates = [
-            (other, member)
+            Victim(other, member)
             for other in self.pools
             if other is not pool and len(other.members) > other.settings.min_size
             for member in other.members
             if member.is_live and member.leases == 0
         ]
-        return min(candidates, key=lambda pair: pair[1].last_used, default=None)
+        return min((v for v in candidates if v not in spared), key=lambda v: v.member.last_used, default=None)
+
+    def evict(self, victim: object, pool: Pool) -> None:
+        """Carry out ``pool``'s ``EvictChild``: ``victim``'s pool retires it (and stops it)."""
+        assert isinstance(victim, Victim), victim
+        self.evictions += 1
+        why = f"evicted for {pool.label}: the gateway runs at most {self.capacity} children"
+        victim.pool.evict(victim.member, why)
+
+    def room_for(self, pool: Pool) -> PoolRoom:
+        """This budget as ``pool``'s dispatcher sees it (``gateway.protocol.dispatchstate.Room``)."""
+        return PoolRoom(self, pool)
 
     def full_error(self, label: str) -> GatewayUnavailableError:
         return GatewayUnavailableError(
@@ -126,9 +128,17 @@ class ChildBudget:
         )
 
     def changed(self) -> None:
-        """A child became idle or left service: the pools waiting for room look again."""
+        """A child became idle or left service: the pools waiting for room serve their queues."""
         for pool in list(self.waiting):
             pool.wake()
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """An idle child of ``pool`` that another pool's start may evict (``ChildBudget.victim``)."""
+
+    pool: Pool
+    member: Member
 
 
 class PoolRoom:
@@ -143,8 +153,8 @@ class PoolRoom:
     def has_room(self) -> bool:
         return self.budget.has_room()
 
-    def claim(self) -> bool:
-        return self.budget.claim(self.pool)
+    def victim(self, spared: Collection[object]) -> Victim | None:
+        return self.budget.victim(self.pool, spared)
 
     def full_error(self, label: str) -> GatewayUnavailableError:
         return self.budget.full_error(label)

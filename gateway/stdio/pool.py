@@ -13,13 +13,14 @@ dispatcher with the time now, and carries out the actions it returns:
 - ``CheckLiveness``: a task sends ``ping`` (legacy) or ``server/discover`` (modern) to an
   idle child; a failure is reported back (``liveness_failed``);
 - ``RestartAfter``: a task sleeps the backoff, then asks ``restart_due``;
-- ``Wake``: waiting requests look again; ``Lost``: loss listeners are told.
+- ``EvictChild``: the ``ChildBudget`` retires another pool's idle child (its pool stops it);
+- ``Wake``: the one waiting request it names takes its outcome; ``Lost``: loss listeners are told.
 
-A request leases a child with ``async with pool.lease(...) as child``: it waits (on the
-pool's change event, bounded by the deadline the dispatcher gives) until the dispatcher
-grants a child or fails the request (503, 429, the last start error). A ``ChildBudget``
-shared by every pool of the gateway bounds the children started on demand
-(``gateway.stdio.budget``).
+A request leases a child with ``async with pool.lease(...) as child``: it waits (on its own
+event, bounded by the deadline the dispatcher gives) until the dispatcher grants it a child
+or fails it (503, 429, the last start error). Waiters are served in arrival order (dispatch
+rule 0). A ``ChildBudget`` shared by every pool of the gateway bounds the children started on
+demand (``gateway.stdio.budget``).
 
 **A pool is a failure domain.** Its children are domains of their own (``gateway.stdio.child``);
 an unexpected exception in one of the pool's own tasks (a child's task here, maintenance,
@@ -114,7 +115,8 @@ class Pool(PoolHooks):
         self._tg: TaskGroup | None = None
         self._closing = False
         self.closed_error: GatewayUnavailableError | None = None  # once closed: what a waiter gets
-        self._changed = anyio.Event()
+        self._changed = anyio.Event()  # a child started or left (``wait_started``)
+        self._wakers: dict[ds.Ticket[StdioChild], anyio.Event] = {}  # each waiting request's own
         self._running: AbstractAsyncContextManager[Pool] | None = None
 
     @property
@@ -175,6 +177,8 @@ class Pool(PoolHooks):
         """Closed: every request waiting for a child, and every later one, gets a 503 now."""
         if self.closed_error is None:
             self.closed_error = GatewayUnavailableError(message, retry_after=1, server=self.label)
+        for woken in self._wakers.values():  # each waiting request finds closed_error
+            woken.set()
         self._notify()
 
     def _notify(self) -> None:
@@ -182,8 +186,12 @@ class Pool(PoolHooks):
         self._changed = anyio.Event()
 
     def wake(self) -> None:
-        """Let waiting requests look again (the global child budget has room, or may)."""
-        self._notify()
+        """The global child budget has room, or may: the waiting requests are served in order."""
+        self._apply(self.dispatch.changed(time.monotonic(), self.room))
+
+    def _child_changed(self) -> None:
+        """A child's questions opened or closed: a waiting asker may now fit (attribution rule 3)."""
+        self._apply(self.dispatch.changed(time.monotonic(), self.room))
 
     def evict(self, member: Member, why: str) -> None:
         """Retire ``member`` for another pool (the global child budget)."""
@@ -195,7 +203,9 @@ class Pool(PoolHooks):
             if self.closed_error is not None and isinstance(action, (ds.StartChild, ds.CheckLiveness, ds.RestartAfter)):
                 continue
             if isinstance(action, ds.Wake):
-                self._notify()
+                woken = self._wakers.pop(action.ticket, None)
+                if woken is not None:
+                    woken.set()
             elif isinstance(action, ds.StopChild):
                 stop = self._stops.get(action.member)
                 if stop is not None:
@@ -207,6 +217,9 @@ class Pool(PoolHooks):
             elif isinstance(action, ds.CheckLiveness):
                 assert self._tg is not None
                 self._tg.start_soon(self._check_liveness, action.member)
+            elif isinstance(action, ds.EvictChild):
+                assert self.budget is not None  # only a budget names victims
+                self.budget.evict(action.victim, self)
             elif isinstance(action, ds.RestartAfter):
                 assert self._tg is not None
                 self.restarts += 1
@@ -279,20 +292,24 @@ class Pool(PoolHooks):
                     request.held = decision
                     assert decision.member.child is not None
                     return decision.member.child
+                woken = self._wakers[ticket] = anyio.Event()  # before the actions: one may decide it
                 if decision.actions:
                     self._apply(decision.actions)
                 if decision.blocked and self.budget is not None:
                     self.budget.waiting.add(self)
                 with anyio.move_on_after(decision.deadline - now):
-                    await self._changed.wait()
+                    await woken.wait()
         finally:
-            dispatch.leave(ticket)
+            self._wakers.pop(ticket, None)
+            left = dispatch.leave(ticket, time.monotonic(), self.room)  # a lease granted, never taken
+            if left:
+                self._apply(left)
             if self.budget is not None and not dispatch.waiting:
                 self.budget.waiting.discard(self)
 
     def _give_back(self, request: PoolLease) -> None:
         assert request.held is not None
-        actions = self.dispatch.release(request.held, time.monotonic())
+        actions = self.dispatch.release(request.held, time.monotonic(), self.room)
         if actions:
             self._apply(actions)
         if self.budget is not None and self.budget.waiting:
@@ -310,14 +327,15 @@ class Pool(PoolHooks):
                 gateway_version=self._gateway_version,
                 on_request=self._child_request,
                 on_notification=self._broadcast,
-                on_change=self._notify,
+                on_change=self._child_changed,
                 backend=self._backend,
                 on_start=lambda wait: self._start_waits.__setitem__(member, wait),
             ) as child:
                 self._start_waits.pop(member, None)
                 child.tools = self.dispatch.tools
                 self._record_start(time.monotonic() - member.started_at)
-                self._apply(self.dispatch.started(member, child, time.monotonic()))
+                self._apply(self.dispatch.started(member, child, time.monotonic(), self.room))
+                self._notify()
                 if self._on_started is not None:
                     self._on_started()
                 async with anyio.create_task_group() as tg:
@@ -339,7 +357,7 @@ class Pool(PoolHooks):
             self._start_waits.pop(member, None)
             self._record_exit(member, exit_error)
             # Closing: the member only leaves (its exit is no verdict on the command).
-            actions = [] if self._closing else self.dispatch.exited(member, exit_error, time.monotonic())
+            actions = [] if self._closing else self.dispatch.exited(member, exit_error, time.monotonic(), self.room)
             if self._closing:
                 self.dispatch.forget(member)
             if self.budget is not None:

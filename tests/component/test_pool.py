@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from gateway.relay.router import DualEra
-from gateway.stdio.pool import PoolSettings
+from gateway.stdio.pool import Pool, PoolSettings
 from tests.component.fakechild import Call, Script, fake_backend, text
-from tests.component.harness import Gateway, in_process_gateway, legacy_call
+from tests.component.harness import FAKE_SPEC, Gateway, in_process_gateway, legacy_call
 from tests.gateway_server import modern_call, modern_headers, open_legacy_session
 
 pytestmark = pytest.mark.anyio
@@ -229,3 +229,53 @@ async def test_children_above_the_minimum_stop_when_idle() -> None:
             assert first.returncode == 0  # stopped at stdin close, the ladder's first rung
             assert (await call(gw, "echo", {"message": "again"})).status_code == 200
             assert len(backend.children) == 2
+
+
+async def test_a_request_arriving_as_the_busy_child_frees_up_does_not_overtake_the_waiter() -> None:
+    """Issue #37: B arrives in the very turn the child frees up, before waiter A has run again.
+    The pool is driven directly so that nothing can come between the release and B's arrival
+    (leaving a lease and entering one do not yield when they need not wait)."""
+    served: list[str] = []
+    settings = PoolSettings(min_size=1, max_size=1, max_in_flight=1)
+    with anyio.fail_after(BOUND):
+        async with fake_backend() as backend, Pool(FAKE_SPEC, settings, backend=backend) as pool:
+            await pool.wait_started()
+            busy = pool.lease(principal="busy")
+            child = await busy.__aenter__()
+            async with anyio.create_task_group() as tg:
+
+                async def waiter_a() -> None:
+                    async with pool.lease(principal="a") as mine:
+                        assert mine is child
+                        served.append("a")
+
+                tg.start_soon(waiter_a)
+                await anyio.wait_all_tasks_blocked()
+                assert pool.dispatch.waiting == 1  # A queues
+                await busy.__aexit__(None, None, None)  # the child frees up: granted to A here
+                async with pool.lease(principal="b") as mine:  # B arrives at once, and waits
+                    assert mine is child
+                    served.append("b")
+    assert served == ["a", "b"]
+
+
+async def test_queued_requests_reach_the_child_in_the_order_they_arrived() -> None:
+    settings = PoolSettings(min_size=1, max_size=1, max_in_flight=1)
+    tags = ["a", "b", "c", "d"]
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend() as backend,
+            in_process_gateway(backend, pool=settings) as gw,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(call, gw, "hold", {"tag": "busy"})
+            [held] = await backend.wait_calls(1)
+            for tag in tags:
+                tg.start_soon(call, gw, "hold", {"tag": tag})
+                await anyio.wait_all_tasks_blocked()  # queued in the pool before the next comes
+            for _ in tags:
+                held.release()
+                await backend.until(lambda: len(backend.running_calls()) == 1)
+                [held] = backend.running_calls()
+            held.release()
+    assert [c.arguments["tag"] for c in backend.calls()] == ["busy", *tags]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -14,6 +14,8 @@ from gateway.protocol.dispatchstate import (
     MAX_CONCURRENT_STARTS,
     Action,
     CheckLiveness,
+    Decision,
+    EvictChild,
     Lease,
     Lost,
     Member,
@@ -22,6 +24,7 @@ from gateway.protocol.dispatchstate import (
     RestartAfter,
     StartChild,
     StopChild,
+    Ticket,
     Waiting,
     Wake,
 )
@@ -55,18 +58,16 @@ class Kid:
 
 
 class Budget:
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.claimed = 0
+    """A global child budget at its cap: ``idle`` other pools' children it may evict."""
+
+    def __init__(self, idle: Sequence[object] = ()) -> None:
+        self.idle = list(idle)
 
     def has_room(self) -> bool:
-        return self.claimed < self.capacity
+        return False
 
-    def claim(self) -> bool:
-        if not self.has_room():
-            return False
-        self.claimed += 1
-        return True
+    def victim(self, spared: Collection[object]) -> object | None:
+        return next((v for v in self.idle if v not in spared), None)
 
     def full_error(self, label: str) -> GatewayError:
         return GatewayUnavailableError(f"{label}: the gateway is full")
@@ -91,7 +92,7 @@ def pool(size: int = 1, *, started: int | None = None, **settings: object) -> Di
     for n, action in enumerate(dispatcher.start_minimum(0.0)):
         assert isinstance(action, StartChild)
         if started is None or n < started:
-            dispatcher.started(action.member, Kid(100 + n), 0.0)
+            dispatcher.started(action.member, Kid(100 + n), 0.0, NoBudget())
     return dispatcher
 
 
@@ -103,20 +104,24 @@ def take(
     *,
     now: float = 1.0,
 ) -> Lease[Kid] | Waiting[Kid]:
+    """A request that tries once, and goes away if it must wait (what it started still starts)."""
     ticket = d.ticket(principal, method, tool, None, now)
     decision = d.try_acquire(ticket, now, NoBudget())
-    if isinstance(decision, Lease):
-        d.leave(ticket)
+    d.leave(ticket, now, NoBudget())
     return decision
 
 
-def granted(outcome: Lease[Kid] | Waiting[Kid]) -> Lease[Kid]:
+def granted(outcome: Decision[Kid]) -> Lease[Kid]:
     assert isinstance(outcome, Lease), outcome
     return outcome
 
 
 def stopped(actions: list[Action[Kid]]) -> list[Member[Kid]]:
     return [a.member for a in actions if isinstance(a, StopChild)]
+
+
+def woken(actions: list[Action[Kid]]) -> list[Ticket[Kid]]:
+    return [a.ticket for a in actions if isinstance(a, Wake)]
 
 
 def child_of(lease: Lease[Kid]) -> Kid:
@@ -171,13 +176,13 @@ def test_askers_grow_the_pool_past_its_maximum_up_to_the_asking_bound() -> None:
     [start] = decision.actions
     assert isinstance(start, StartChild)
     assert d.try_acquire(ticket, 1.1, NoBudget()).actions == ()  # one start per waiting asker
-    d.started(start.member, Kid(2), 1.2)
+    d.started(start.member, Kid(2), 1.2, NoBudget())
     assert isinstance(d.try_acquire(ticket, 1.2, NoBudget()), Lease)
-    d.leave(ticket)
+    d.leave(ticket, 1.2, NoBudget())
     third = take(d, "c", now=1.3)
     assert isinstance(third, Waiting)
     assert isinstance(third.actions[0], StartChild)  # the third and last
-    d.started(third.actions[0].member, Kid(3), 1.4)
+    d.started(third.actions[0].member, Kid(3), 1.4, NoBudget())
     granted(take(d, "c", now=1.4))
     assert take(d, "d", now=1.5) == Waiting(1.5 + d.settings.queue_timeout, False, ())
 
@@ -200,19 +205,19 @@ def test_waiting_askers_start_children_at_once_up_to_a_bound() -> None:
     assert starts == MAX_CONCURRENT_STARTS
     assert d.unplaced_askers == len(tickets)
     for ticket in tickets:
-        d.leave(ticket)
+        d.leave(ticket, 1.0, NoBudget())
     assert (d.unplaced_askers, d.waiting) == (0, 0)
 
 
 def test_the_global_budget_refusing_a_start_blocks_and_then_fails_with_its_error() -> None:
     d: Dispatcher[Kid] = Dispatcher(PoolSettings(min_size=0, max_size=1), "srv")
     ticket = d.ticket("a", "tools/list", None, None, 0.0)
-    decision = d.try_acquire(ticket, 0.0, Budget(0))
+    decision = d.try_acquire(ticket, 0.0, Budget())
     assert isinstance(decision, Waiting)
     assert decision.blocked
     assert decision.deadline == d.settings.queue_timeout  # blocked, not cold: the queue timeout
     with pytest.raises(GatewayUnavailableError, match="the gateway is full"):
-        d.try_acquire(ticket, decision.deadline, Budget(0))
+        d.try_acquire(ticket, decision.deadline, Budget())
 
 
 def test_a_principal_at_its_cap_of_parked_questions_gets_429_and_nobody_else_does() -> None:
@@ -222,7 +227,7 @@ def test_a_principal_at_its_cap_of_parked_questions_gets_429_and_nobody_else_doe
         if isinstance(lease, Waiting):
             [start] = lease.actions
             assert isinstance(start, StartChild)
-            d.started(start.member, Kid(10 + n), float(n))
+            d.started(start.member, Kid(10 + n), float(n), NoBudget())
             lease = take(d, "mallory", now=float(n))
         child_of(granted(lease)).open_questions = 1
     assert d.parked("mallory") == 2
@@ -233,17 +238,22 @@ def test_a_principal_at_its_cap_of_parked_questions_gets_429_and_nobody_else_doe
     assert isinstance(take(d, "alice"), Waiting)  # another client's asker: a child is started for it
 
 
-def test_release_retires_a_child_past_max_requests_and_wakes_waiters() -> None:
-    d = pool(1, max_requests=2, child_asks=AskPolicy.NEVER)
+def test_release_grants_the_first_waiter_and_retires_a_child_past_max_requests() -> None:
+    d = pool(1, max_requests=3, max_in_flight=1, child_asks=AskPolicy.NEVER)
     first = granted(take(d))
-    assert d.release(first, 2.0) == []  # nobody waits: nothing to wake
+    assert d.release(first, 2.0, NoBudget()) == []  # nobody waits: nothing to wake
     second = granted(take(d))
-    ticket = d.ticket("w", "ping", None, None, 3.0)
-    actions = d.release(second, 3.0)
-    assert [type(a) for a in actions] == [StopChild, Wake]
-    assert stopped(actions) == [second.member]
-    assert second.member.retiring
-    d.leave(ticket)
+    early, late = (d.ticket(p, "ping", None, None, 3.0) for p in ("early", "late"))
+    for ticket in (early, late):
+        assert isinstance(d.try_acquire(ticket, 3.0, NoBudget()), Waiting)
+    assert woken(d.release(second, 4.0, NoBudget())) == [early]
+    third = granted(d.try_acquire(early, 4.0, NoBudget()))
+    d.leave(early, 4.0, NoBudget())
+    actions = d.release(third, 5.0, NoBudget())  # its third request: retired, and nobody is woken
+    assert [type(a) for a in actions] == [StopChild]
+    assert stopped(actions) == [third.member]
+    assert third.member.retiring
+    assert late.queued
 
 
 def test_maintenance_retires_idle_children_above_the_minimum_and_checks_the_others() -> None:
@@ -253,9 +263,9 @@ def test_maintenance_retires_idle_children_above_the_minimum_and_checks_the_othe
     assert isinstance(extra, Waiting)
     [start] = extra.actions
     assert isinstance(start, StartChild)
-    d.started(start.member, Kid(2), 1.0)
+    d.started(start.member, Kid(2), 1.0, NoBudget())
     lease = granted(take(d, "b", now=1.0))
-    d.release(lease, 1.0)
+    d.release(lease, 1.0, NoBudget())
     actions = d.maintain(12.0, NoBudget())
     assert stopped(actions) == [start.member]
     assert start.member.retiring
@@ -291,12 +301,12 @@ def test_a_child_that_dies_serving_charges_its_principals_and_restarts_at_once()
     )
     [start] = d.start_minimum(0.0)
     assert isinstance(start, StartChild)
-    d.started(start.member, Kid(1), 0.0)
+    d.started(start.member, Kid(1), 0.0, NoBudget())
     alice, bob = granted(take(d, "alice")), granted(take(d, "bob"))
     child_of(alice).alive = False
-    d.release(alice, 20.0)
-    actions = d.exited(start.member, GatewayUnavailableError("died"), 20.0)
-    assert [type(a) for a in actions] == [Lost, RestartAfter, Wake]
+    d.release(alice, 20.0, NoBudget())
+    actions = d.exited(start.member, GatewayUnavailableError("died"), 20.0, NoBudget())
+    assert [type(a) for a in actions] == [Lost, RestartAfter]
     assert RestartAfter(0.0) in actions
     assert ledger.recorded == [frozenset({"alice", "bob"})]
     assert set(d.suspects) == {"alice", "bob"}
@@ -308,7 +318,7 @@ def test_during_a_backoff_with_no_child_requests_fail_at_once_with_the_last_erro
     [start] = d.start_minimum(0.0)
     assert isinstance(start, StartChild)
     error = GatewayUnavailableError("cannot start srv: no such file")
-    actions = d.exited(start.member, error, 0.1)  # never started: a start failure, backoff 0.5 s
+    actions = d.exited(start.member, error, 0.1, NoBudget())  # never started: a start failure, backoff 0.5 s
     assert RestartAfter(0.5) in actions
     with pytest.raises(GatewayUnavailableError, match="no such file"):
         take(d, now=0.2)
@@ -323,3 +333,105 @@ def test_a_member_starting_is_no_child_and_counts_as_starting() -> None:
     assert member.is_starting
     assert not member.is_live
     assert not member.holds_questions()
+
+
+def waiter(d: Dispatcher[Kid], principal: str, method: str | None = "ping", *, now: float = 1.0) -> Ticket[Kid]:
+    """A request that arrives, tries, and waits (its ticket stays queued)."""
+    ticket = d.ticket(principal, method, None if method == "ping" else f"{method} t", None, now)
+    assert isinstance(d.try_acquire(ticket, now, NoBudget()), Waiting)
+    return ticket
+
+
+def test_a_child_that_frees_up_goes_to_the_first_waiter_never_to_a_request_arriving_after() -> None:
+    d = pool(1, max_in_flight=1, child_asks=AskPolicy.NEVER)
+    busy = granted(take(d, "busy"))
+    a = waiter(d, "a")
+    assert woken(d.release(busy, 2.0, NoBudget())) == [a]  # granted at the release, not at a's wake-up
+    b = d.ticket("b", "ping", None, None, 2.0)  # arrives before a's request has run again
+    assert isinstance(d.try_acquire(b, 2.0, NoBudget()), Waiting)
+    assert child_of(granted(d.try_acquire(a, 2.1, NoBudget()))) is child_of(busy)
+    assert list(d.queue) == [b]
+
+
+def test_waiters_are_granted_in_arrival_order_each_woken_alone() -> None:
+    d = pool(1, max_in_flight=1, child_asks=AskPolicy.NEVER)
+    lease = granted(take(d, "busy"))
+    tickets = [waiter(d, f"w{n}", now=1.0 + n) for n in range(4)]
+    for n, ticket in enumerate(tickets):
+        assert woken(d.release(lease, 10.0 + n, NoBudget())) == [ticket]
+        lease = granted(d.try_acquire(ticket, 10.0 + n, NoBudget()))
+        d.leave(ticket, 10.0 + n, NoBudget())
+    assert d.release(lease, 20.0, NoBudget()) == []
+
+
+def test_a_quiet_call_passes_a_waiting_asker_that_the_child_cannot_take() -> None:
+    d = pool(1, asking_max=0)
+    parked = granted(take(d, "alice"))
+    child_of(parked).open_questions = 1  # parked: an asker may not join it (rule 3)
+    asker = waiter(d, "bob", "tools/call")
+    quiet = d.ticket("carol", "tools/list", None, None, 2.0)
+    assert child_of(granted(d.try_acquire(quiet, 2.0, NoBudget()))) is child_of(parked)
+    d.leave(quiet, 2.0, NoBudget())
+    assert list(d.queue) == [asker]
+
+
+def test_a_question_closing_is_an_event_that_grants_the_waiting_asker() -> None:
+    d = pool(1, asking_max=0)
+    quiet = granted(take(d, "alice", "tools/list", None))
+    child_of(quiet).open_questions = 1  # held as ambiguous
+    asker = waiter(d, "bob", "tools/call")
+    assert d.changed(2.0, NoBudget()) == []  # still open: nothing to grant, nobody woken
+    child_of(quiet).open_questions = 0
+    assert woken(d.changed(3.0, NoBudget())) == [asker]
+    assert granted(d.try_acquire(asker, 3.0, NoBudget())).asking
+
+
+def test_a_waiter_that_leaves_after_its_grant_hands_the_child_to_the_next() -> None:
+    d = pool(1, max_in_flight=1, child_asks=AskPolicy.NEVER)
+    busy = granted(take(d, "busy"))
+    a, b = waiter(d, "a"), waiter(d, "b")
+    assert woken(d.release(busy, 2.0, NoBudget())) == [a]
+    assert woken(d.leave(a, 2.1, NoBudget())) == [b]  # cancelled before it took its lease
+    assert granted(d.try_acquire(b, 2.1, NoBudget())).member is busy.member
+
+
+def test_a_failure_decided_while_waiting_wakes_its_request_which_raises_it() -> None:
+    d: Dispatcher[Kid] = Dispatcher(PoolSettings(min_size=1, max_size=1), "srv")
+    [start] = d.start_minimum(0.0)
+    assert isinstance(start, StartChild)
+    ticket = waiter(d, "a", now=0.0)
+    error = GatewayUnavailableError("cannot start srv: no such file")
+    assert woken(d.exited(start.member, error, 0.1, NoBudget())) == [ticket]  # in the backoff: fail now
+    assert not ticket.queued
+    with pytest.raises(GatewayUnavailableError, match="no such file"):
+        d.try_acquire(ticket, 0.1, NoBudget())
+    assert d.leave(ticket, 0.1, NoBudget()) == []
+
+
+def test_a_start_at_the_global_cap_evicts_another_pools_idle_child_as_an_action() -> None:
+    d = pool(1, asking_max=8)
+    granted(take(d, "a"))
+    budget = Budget(idle=["lru", "next"])
+    starts: list[Action[Kid]] = []
+    for principal in ("b", "c", "d"):
+        ticket = d.ticket(principal, "tools/call", "tools/call t", None, 1.0)
+        decision = d.try_acquire(ticket, 1.0, budget)
+        assert isinstance(decision, Waiting)
+        starts += decision.actions
+        for action in decision.actions:  # the edge carries the eviction out: the victim is retired
+            if isinstance(action, EvictChild):
+                budget.idle.remove(action.victim)
+    # Each start on demand comes after the eviction that makes its room: one victim each, and
+    # the third, with no idle child left, is held back by the cap (blocked).
+    assert [type(a) for a in starts] == [EvictChild, StartChild, EvictChild, StartChild]
+    assert [a.victim for a in starts if isinstance(a, EvictChild)] == ["lru", "next"]
+    assert decision.blocked
+    # In one decision (an event serving every waiter) victims are never chosen twice.
+    d2 = pool(1, asking_max=8)
+    granted(take(d2, "a"))
+    tickets = [waiter(d2, p, "tools/call") for p in ("b", "c")]
+    for member in [m for m in d2.members if m.child is None]:
+        d2.forget(member)  # their starts failed silently: both wait again, nobody starting
+    actions = d2.changed(2.0, Budget(idle=["v1", "v2", "v3"]))
+    assert [a.victim for a in actions if isinstance(a, EvictChild)] == ["v1", "v2"]
+    assert all(t.queued for t in tickets)

@@ -1,9 +1,19 @@
-"""The pool's dispatcher under random event orders (hypothesis stateful testing).
+"""Two pools' dispatchers under random event orders (hypothesis stateful testing).
 
-Requests of several principals (askers, quiet tools, lists) arrive, wait, give up; children
-start, ask, get answered, die, exit; leases end; maintenance ticks as the clock moves. The
-dispatcher is driven as ``gateway.stdio.pool`` drives it, and after every step:
+Requests of several principals (askers, quiet tools, lists) arrive at either pool, wait, give
+up; children start, ask, get answered, die, exit; leases end; maintenance ticks as the clock
+moves. The two pools share a global child budget (``SharedBudget``, modelled on
+``gateway.stdio.budget``): a start on demand at the cap evicts the other pool's idle child, as an
+``EvictChild`` action carried out here the way ``gateway.stdio.pool`` carries it out. The
+dispatchers are driven as the pool drives them (each event that frees a child for a waiter is
+told to the dispatcher; a ``Wake`` makes its request try again), and after every step:
 
+- waiters are served in arrival order: a request is never granted a child while one that
+  arrived before it at the same pool, of the same kind and principal standing, still waits;
+- every request decided while it waited (granted or failed) was woken, and only such a request
+  or one whose deadline came nearer is woken;
+- the children in service over both pools never exceed the budget; an evicted child was
+  another pool's, idle, live and above its pool's minimum;
 - a child never runs two askers at once, and no asker was given a child with a question open;
 - a principal at its cap of parked questions was never given a child for an asker;
 - the pool never holds more members than its bound for askers (nor than its minimum);
@@ -14,60 +24,173 @@ dispatcher is driven as ``gateway.stdio.pool`` drives it, and after every step:
 
 from __future__ import annotations
 
-from hypothesis import settings
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, GatewayUnavailableError
 from gateway.protocol.dispatch import Dispatcher
 from gateway.protocol.dispatchstate import (
     Action,
+    EvictChild,
     Lease,
     Member,
-    NoBudget,
     PoolSettings,
     StartChild,
     StopChild,
     Ticket,
+    Wake,
 )
 from tests.unit.test_dispatch import Kid
 
 PRINCIPALS = st.sampled_from(["alice", "bob", "carol"])
 KINDS = st.sampled_from(["asker", "quiet", "list"])
+POOLS = st.integers(min_value=0, max_value=1)
 CAP = 1
 BOUND = 4
+CAPACITY = 2
+"""Children in service over both pools: below either pool's bound, so the cap is reached."""
+
+
+class SharedBudget:
+    """The global child budget over both pools (``gateway.stdio.budget.ChildBudget``'s rules)."""
+
+    def __init__(self) -> None:
+        self.pools: list[Dispatcher[Kid]] = []
+
+    def in_service(self) -> int:
+        return sum(1 for d in self.pools for m in d.members if not m.retiring)
+
+    def room_for(self, d: Dispatcher[Kid]) -> Room:
+        return Room(self, d)
+
+
+@dataclass(frozen=True)
+class Victim:
+    pool: Dispatcher[Kid]
+    member: Member[Kid]
+
+
+@dataclass
+class Room:
+    budget: SharedBudget
+    pool: Dispatcher[Kid]
+
+    def has_room(self) -> bool:
+        return self.budget.in_service() < CAPACITY
+
+    def victim(self, spared: Collection[object]) -> object | None:
+        candidates = [
+            Victim(other, m)
+            for other in self.budget.pools
+            if other is not self.pool and len(other.members) > other.settings.min_size
+            for m in other.members
+            if m.is_live and m.leases == 0
+        ]
+        return min((v for v in candidates if v not in spared), key=lambda v: v.member.last_used, default=None)
+
+    def full_error(self, label: str) -> GatewayError:
+        return GatewayUnavailableError(f"{label}: the gateway is full")
+
+
+@dataclass(eq=False)
+class PoolModel:
+    """One pool's dispatcher and what its edge would hold."""
+
+    d: Dispatcher[Kid]
+    room: Room
+    leases: list[Lease[Kid]] = field(default_factory=list)
+    tickets: list[Ticket[Kid]] = field(default_factory=list)  # waiting, in arrival order
+    starting: list[Member[Kid]] = field(default_factory=list)
+    arrivals: dict[Ticket[Kid], tuple[int, str]] = field(default_factory=dict)  # order, kind
+    blocked: bool = False  # a waiter's start was held back by the cap (in ``ChildBudget.waiting``)
 
 
 class DispatchMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.settings = PoolSettings(min_size=1, max_size=1, asking_max=BOUND, max_parked_per_principal=CAP)
-        self.d: Dispatcher[Kid] = Dispatcher(self.settings, "srv")
-        self.d.tools.note_quiet("tools/call quiet")
+        self.budget = SharedBudget()
+        self.settings = [
+            # One request per child: quiet calls grow the pools too, so each may evict the other's
+            # idle child; the first never below its minimum.
+            PoolSettings(min_size=1, max_size=2, max_in_flight=1, asking_max=BOUND, max_parked_per_principal=CAP),
+            PoolSettings(min_size=0, max_size=2, max_in_flight=1, asking_max=BOUND, max_parked_per_principal=CAP),
+        ]
+        self.pools: list[PoolModel] = []
+        for n, s in enumerate(self.settings):
+            d: Dispatcher[Kid] = Dispatcher(s, f"srv{n}")
+            d.tools.note_quiet("tools/call quiet")
+            self.budget.pools.append(d)
+            self.pools.append(PoolModel(d, self.budget.room_for(d)))
         self.now = 0.0
         self.pids = 0
-        self.leases: list[Lease[Kid]] = []
-        self.tickets: list[Ticket[Kid]] = []
-        self.starting: list[Member[Kid]] = []
+        self.arrived = 0
+        self.evictions = 0
         self.stopped: set[int] = set()  # ids of members told to stop
-        self.apply(self.d.start_minimum(self.now))
+        for pool in self.pools:
+            self.apply(pool, pool.d.start_minimum(self.now))
+        self.ready(self.pools[0])
+        self.warm(self.pools[1])  # the budget starts at its cap, with an idle child to evict
 
-    def apply(self, actions: list[Action[Kid]] | tuple[Action[Kid], ...]) -> None:
+    def ready(self, pool: PoolModel) -> None:
+        while pool.starting:
+            self.pids += 1
+            self.apply(pool, pool.d.started(pool.starting.pop(), Kid(self.pids), self.now, pool.room))
+
+    def warm(self, pool: PoolModel) -> None:
+        """One request served to its end on ``pool``: a child started on demand, now idle."""
+        self.arrive(self.pools.index(pool), "alice", "list")
+        self.ready(pool)
+        [lease] = pool.leases
+        pool.leases.remove(lease)
+        self.apply(pool, pool.d.release(lease, self.now, pool.room))
+
+    def apply(self, pool: PoolModel, actions: list[Action[Kid]] | tuple[Action[Kid], ...]) -> None:
         for action in actions:
             if isinstance(action, StartChild):
-                assert action.member in self.d.members
-                self.starting.append(action.member)
+                assert action.member in pool.d.members
+                pool.starting.append(action.member)
             elif isinstance(action, StopChild):
-                assert action.member in self.d.members
+                assert action.member in pool.d.members
                 self.stopped.add(id(action.member))
+            elif isinstance(action, EvictChild):
+                victim = action.victim
+                assert isinstance(victim, Victim)
+                owner = self.model_of(victim.pool)
+                assert owner is not pool, "a pool evicted its own child"
+                member = victim.member
+                assert member in owner.d.members
+                assert member.is_live
+                assert member.leases == 0, "evicted a busy child"
+                assert len(owner.d.members) > owner.d.settings.min_size, "evicted a minimum"
+                self.evictions += 1
+                event("a child of the other pool evicted")
+                self.apply(owner, owner.d.retire(member, "evicted"))
+            elif isinstance(action, Wake):
+                ticket = action.ticket
+                assert ticket in pool.tickets, "woke a request that does not wait"
+                if not ticket.queued:  # decided while it waited: its request takes the outcome
+                    event("granted while waiting" if ticket.lease is not None else "failed while waiting")
+                    self.try_ticket(pool, ticket)
 
-    def try_ticket(self, ticket: Ticket[Kid]) -> None:
-        parked_before = self.d.parked(ticket.principal)
+    def model_of(self, d: Dispatcher[Kid]) -> PoolModel:
+        return next(pool for pool in self.pools if pool.d is d)
+
+    def budget_changed(self) -> None:
+        """A child went idle or left service: the pools with a start held back by the cap serve
+        their waiters (``ChildBudget.changed``; only those, as ``ChildBudget.waiting``)."""
+        for pool in [pool for pool in self.pools if pool.blocked]:
+            self.apply(pool, pool.d.changed(self.now, pool.room))
+
+    def try_ticket(self, pool: PoolModel, ticket: Ticket[Kid]) -> None:
+        parked_before = pool.d.parked(ticket.principal)
         try:
-            decision = self.d.try_acquire(ticket, self.now, NoBudget())
+            decision = pool.d.try_acquire(ticket, self.now, pool.room)
         except GatewayError:
-            self.d.leave(ticket)
-            self.tickets.remove(ticket)
+            self.leave(pool, ticket)
             return
         if isinstance(decision, Lease):
             lease = decision
@@ -77,115 +200,168 @@ class DispatchMachine(RuleBasedStateMachine):
                 assert child.open_questions == 0, "an asker joined a child with a question open"
                 assert lease.member.asking_leases == 1, "two askers on one child"
                 assert parked_before < CAP, "a principal past its cap got a child for an asker"
-            self.d.leave(ticket)
-            self.tickets.remove(ticket)
-            self.leases.append(lease)
+            self.assert_first_served(pool, ticket)
+            pool.leases.append(lease)
+            self.leave(pool, ticket)
         else:
-            self.apply(decision.actions)
+            if decision.blocked:
+                event("a start held back by the budget")
+                pool.blocked = True
+            self.apply(pool, decision.actions)
 
-    @rule(principal=PRINCIPALS, kind=KINDS)
-    def arrive(self, principal: str, kind: str) -> None:
+    def assert_first_served(self, pool: PoolModel, granted: Ticket[Kid]) -> None:
+        """No request that arrived before ``granted`` and would take any child it takes still waits."""
+        order, kind = pool.arrivals[granted]
+        suspect = granted.principal in pool.d.suspects
+        for other in pool.d.queue:
+            before, other_kind = pool.arrivals[other]
+            alike = other.principal == granted.principal or (other.principal in pool.d.suspects) == suspect
+            assert not (before < order and other_kind == kind and alike), (
+                f"request {order} ({kind}, {granted.principal}) overtook request {before} ({other.principal})"
+            )
+
+    def leave(self, pool: PoolModel, ticket: Ticket[Kid]) -> None:
+        pool.tickets.remove(ticket)
+        self.apply(pool, pool.d.leave(ticket, self.now, pool.room))
+        if not pool.d.waiting:
+            pool.blocked = False
+
+    @rule(n=POOLS, principal=PRINCIPALS, kind=KINDS)
+    def arrive(self, n: int, principal: str, kind: str) -> None:
+        pool = self.pools[n]
         method, tool = {
             "asker": ("tools/call", "tools/call ask"),
             "quiet": ("tools/call", "tools/call quiet"),
             "list": ("tools/list", None),
         }[kind]
-        ticket = self.d.ticket(principal, method, tool, None, self.now)
-        self.tickets.append(ticket)
-        self.try_ticket(ticket)
+        ticket = pool.d.ticket(principal, method, tool, None, self.now)
+        self.arrived += 1
+        pool.arrivals[ticket] = (self.arrived, kind)
+        pool.tickets.append(ticket)
+        self.try_ticket(pool, ticket)
 
-    @precondition(lambda self: self.tickets)
+    @precondition(lambda self: any(pool.tickets for pool in self.pools))
     @rule(data=st.data())
     def retry(self, data: st.DataObject) -> None:
-        self.try_ticket(data.draw(st.sampled_from(self.tickets)))
+        """A waiter's own try at any moment (its deadline, say): it must not overtake either."""
+        pool = data.draw(st.sampled_from([pool for pool in self.pools if pool.tickets]))
+        self.try_ticket(pool, data.draw(st.sampled_from(pool.tickets)))
 
-    @precondition(lambda self: self.tickets)
+    @precondition(lambda self: any(pool.tickets for pool in self.pools))
     @rule(data=st.data())
     def give_up(self, data: st.DataObject) -> None:
-        ticket = data.draw(st.sampled_from(self.tickets))
-        self.d.leave(ticket)
-        self.tickets.remove(ticket)
+        pool = data.draw(st.sampled_from([pool for pool in self.pools if pool.tickets]))
+        self.leave(pool, data.draw(st.sampled_from(pool.tickets)))
 
-    @precondition(lambda self: self.starting)
+    @precondition(lambda self: any(pool.starting for pool in self.pools))
     @rule(data=st.data())
     def child_ready(self, data: st.DataObject) -> None:
-        member = data.draw(st.sampled_from(self.starting))
-        self.starting.remove(member)
+        pool = data.draw(st.sampled_from([pool for pool in self.pools if pool.starting]))
+        member = data.draw(st.sampled_from(pool.starting))
+        pool.starting.remove(member)
         self.pids += 1
-        self.apply(self.d.started(member, Kid(self.pids, last_output=self.now), self.now))
+        self.apply(pool, pool.d.started(member, Kid(self.pids, last_output=self.now), self.now, pool.room))
 
-    @precondition(lambda self: any(lease.asking for lease in self.leases))
+    def leases_where(self, asking: bool) -> list[tuple[PoolModel, Lease[Kid]]]:
+        return [(pool, lease) for pool in self.pools for lease in pool.leases if lease.asking == asking]
+
+    @precondition(lambda self: self.leases_where(asking=True))
     @rule(data=st.data())
     def child_asks(self, data: st.DataObject) -> None:
-        lease = data.draw(st.sampled_from([lease for lease in self.leases if lease.asking]))
+        pool, lease = data.draw(st.sampled_from(self.leases_where(asking=True)))
         assert lease.member.child is not None
         lease.member.child.open_questions = 1
         lease.member.child.has_asked = True
+        self.apply(pool, pool.d.changed(self.now, pool.room))  # the child's ``Changed``
 
-    @precondition(lambda self: any(not lease.asking for lease in self.leases))
+    @precondition(lambda self: self.leases_where(asking=False))
     @rule(data=st.data())
     def quiet_tool_asks_after_all(self, data: st.DataObject) -> None:
         """Held as ambiguous, or its own: open until the child's last lease ends."""
-        lease = data.draw(st.sampled_from([lease for lease in self.leases if not lease.asking]))
+        pool, lease = data.draw(st.sampled_from(self.leases_where(asking=False)))
         assert lease.member.child is not None
         lease.member.child.open_questions = 1
+        self.apply(pool, pool.d.changed(self.now, pool.room))
 
-    @precondition(lambda self: self.leases)
+    @precondition(lambda self: any(pool.leases for pool in self.pools))
     @rule(data=st.data())
     def lease_ends(self, data: st.DataObject) -> None:
-        lease = data.draw(st.sampled_from(self.leases))
-        self.leases.remove(lease)
+        pool = data.draw(st.sampled_from([pool for pool in self.pools if pool.leases]))
+        lease = data.draw(st.sampled_from(pool.leases))
+        pool.leases.remove(lease)
         child = lease.member.child
         assert child is not None
-        if lease.asking or not any(other.member is lease.member for other in self.leases):
+        if lease.asking or not any(other.member is lease.member for other in pool.leases):
             child.open_questions = 0  # its question ends with it
-        self.apply(self.d.release(lease, self.now))
+        self.apply(pool, pool.d.release(lease, self.now, pool.room))
+        self.budget_changed()
 
-    @precondition(lambda self: any(m.child is not None for m in self.d.members))
+    @precondition(lambda self: any(m.child is not None for pool in self.pools for m in pool.d.members))
     @rule(data=st.data(), crash=st.booleans())
     def child_exits(self, data: st.DataObject, crash: bool) -> None:
-        member = data.draw(st.sampled_from([m for m in self.d.members if m.child is not None]))
+        pool, member = data.draw(
+            st.sampled_from([(pool, m) for pool in self.pools for m in pool.d.members if m.child is not None])
+        )
         assert member.child is not None
         member.child.alive = False
         member.note_death()
-        for lease in [lease for lease in self.leases if lease.member is member]:
-            self.leases.remove(lease)
-            self.apply(self.d.release(lease, self.now))
+        for lease in [lease for lease in pool.leases if lease.member is member]:
+            pool.leases.remove(lease)
+            self.apply(pool, pool.d.release(lease, self.now, pool.room))
         error = GatewayError("child exited") if crash else None
-        self.apply(self.d.exited(member, error, self.now))
+        self.apply(pool, pool.d.exited(member, error, self.now, pool.room))
+        self.budget_changed()
 
-    @precondition(lambda self: self.starting)
-    @rule()
-    def start_fails(self) -> None:
-        member = self.starting.pop(0)
-        self.apply(self.d.exited(member, GatewayError("cannot start"), self.now))
+    @precondition(lambda self: any(pool.starting for pool in self.pools))
+    @rule(n=POOLS)
+    def start_fails(self, n: int) -> None:
+        pool = self.pools[n]
+        if pool.starting:
+            member = pool.starting.pop(0)
+            self.apply(pool, pool.d.exited(member, GatewayError("cannot start"), self.now, pool.room))
+            self.budget_changed()
 
     @rule(seconds=st.floats(min_value=0.0, max_value=400.0))
     def tick(self, seconds: float) -> None:
         self.now += seconds
-        self.apply(self.d.maintain(self.now, NoBudget()))
-        self.apply(self.d.restart_due(self.now, NoBudget()))
+        for pool in self.pools:
+            self.apply(pool, pool.d.maintain(self.now, pool.room))
+            self.apply(pool, pool.d.restart_due(self.now, pool.room))
+
+    @invariant()
+    def within_the_budget(self) -> None:
+        assert self.budget.in_service() <= CAPACITY
+
+    @invariant()
+    def every_decided_request_was_woken(self) -> None:
+        for pool in self.pools:
+            assert all(ticket.queued for ticket in pool.tickets)
+            assert list(pool.d.queue) == pool.tickets  # in arrival order
 
     @invariant()
     def bounded(self) -> None:
-        assert len(self.d.members) <= max(BOUND, self.settings.min_size)
+        for pool in self.pools:
+            assert len(pool.d.members) <= max(BOUND, pool.d.settings.min_size)
 
     @invariant()
     def one_asker_per_child(self) -> None:
-        for member in self.d.members:
-            assert member.asking_leases <= 1
+        for pool in self.pools:
+            for member in pool.d.members:
+                assert member.asking_leases <= 1
 
     @invariant()
     def leases_are_counted_once(self) -> None:
-        for member in self.d.members:
-            mine = [lease for lease in self.leases if lease.member is member]
-            assert member.leases == len(mine)
-            assert member.asking_leases == sum(lease.asking for lease in mine)
-            assert sum(member.principals.values()) == len(mine)
-            assert sum(member.askers.values()) == member.asking_leases
-        assert self.d.waiting == len(self.tickets)
-        assert self.d.unplaced_askers == sum(t.unplaced for t in self.tickets)
-        assert 0 <= self.d.unplaced_askers <= self.d.waiting
+        for pool in self.pools:
+            d = pool.d
+            for member in d.members:
+                mine = [lease for lease in pool.leases if lease.member is member]
+                assert member.leases == len(mine)
+                assert member.asking_leases == sum(lease.asking for lease in mine)
+                assert sum(member.principals.values()) == len(mine)
+                assert sum(member.askers.values()) == member.asking_leases
+            assert d.waiting == len(pool.tickets)
+            assert d.unplaced_askers == sum(t.unplaced for t in pool.tickets)
+            assert 0 <= d.unplaced_askers <= d.waiting
 
 
 DispatchMachine.TestCase.settings = settings(max_examples=400, stateful_step_count=30, deadline=None)
