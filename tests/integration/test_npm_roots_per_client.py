@@ -1,10 +1,11 @@
 """The npm tier: with default flags in front of server-everything, a client that declares no
-roots runs on a child never told roots, so it never sees another client's roots (issue #23).
+roots never sees another client's roots (issues #23, #36).
 
-server-everything fetches roots once per process and offers ``get-roots-list`` only to a
-client that declared roots at ``initialize``. Children are keyed by the capabilities they
-are told (``gateway.relay.router``): a client with roots and a client without, of either era,
-each meet a child of their own kind, at the same time on one gateway.
+server-everything fetches roots once per process (outside any call: the gateway learns that
+it keeps them) and offers ``get-roots-list`` to a client told roots at ``initialize``. Every
+child is told the configured capabilities (roots among them), so the usual children serve
+every client; a client with roots gets children keyed by its set, and the usual ones are
+given no client's roots. Both eras, at the same time, on one gateway.
 """
 
 from __future__ import annotations
@@ -49,20 +50,34 @@ async def test_clients_without_roots_never_meet_a_child_that_holds_another_clien
                 messages, _ = await call(http, url, alice, legacy_call("a", ROOTS_TOOL, {}), ALICE)
                 got["alice"] = messages[-1]["result"]["content"][0]["text"]
 
-            async def rootless_tools() -> None:
-                got["legacy without roots"] = await legacy_tools(http, url, rootless)
-                got["modern without roots"] = await modern_tools(http, url, {"sampling": {}, "elicitation": {}})
-                everything = {"sampling": {}, "elicitation": {}, "roots": {}}
-                got["modern with roots"] = await modern_tools(http, url, everything)
+            async def rootless_roots() -> None:
+                messages, _ = await call(http, url, rootless, legacy_call("r", ROOTS_TOOL, {}), None)
+                got["legacy without roots"] = messages[-1]["result"]["content"][0]["text"]
+                got["modern without roots"] = await modern_roots(http, url, {"sampling": {}, "elicitation": {}})
+                got["tools"] = await modern_tools(http, url, {"sampling": {}, "elicitation": {}})
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(alices_roots)
-                tg.start_soon(rootless_tools)
+                tg.start_soon(rootless_roots)
             status = (await http.get(url.removesuffix("/mcp") + "/status")).json()
     assert "file:///home/alice" in got["alice"], got["alice"]
-    # Told no roots, the children of the clients without roots do not even offer the tool.
-    assert ROOTS_TOOL not in got["legacy without roots"]
-    assert ROOTS_TOOL not in got["modern without roots"]
-    assert ROOTS_TOOL in got["modern with roots"]  # the tool is there for a client that declares roots
+    # The usual children are told roots (the configured set) but given none: the tool is there
+    # for everyone (issue #36: one warm pool whatever a client declares), and shows no one's.
+    assert ROOTS_TOOL in got["tools"]
+    for name in ("legacy without roots", "modern without roots"):
+        assert "file:///home/alice" not in got[name], got[name]
+        assert "no roots" in got[name].lower(), got[name]
     [server] = status["servers"]
-    assert "test capabilities=elicitation,sampling" in server["pools"], sorted(server["pools"])
+    pools = sorted(server["pools"])
+    assert "test" in pools, pools
+    assert sum("roots=" in label for label in pools) == 1, pools  # alice's set only
+
+
+async def modern_roots(http: httpx.AsyncClient, url: str, capabilities: dict[str, Any]) -> str:
+    meta = {**MODERN_META, "io.modelcontextprotocol/clientCapabilities": capabilities}
+    params = {"name": ROOTS_TOOL, "arguments": {}, "_meta": meta}
+    body = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+    reply = await http.post(url, headers=modern_headers("tools/call", ROOTS_TOOL), json=body)
+    assert reply.status_code == 200, reply.text
+    text: str = reply.json()["result"]["content"][0]["text"]
+    return text
