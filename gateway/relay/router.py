@@ -86,6 +86,7 @@ from gateway.relay.readiness import ServerReadiness, ServerState
 from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
+from gateway.stdio.child import StdioChild
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.pool import MAINTENANCE_TICK, LossListener, Pool, PoolListener, PoolRequestHandler, PoolSettings
 from gateway.stdio.spec import INITIALIZE_FIRST, PROBE_FIRST, ChildSpec
@@ -457,6 +458,15 @@ class Router:
         if key.roots and roots is not None:
             spec = replace(spec, roots=roots)  # the gateway answers its children's roots/list with these only
         return await self._pools.open(key, spec)  # what entering it raised propagates
+
+    def started_child(
+        self, principal: str | None, session_id: str | None, headers: Mapping[str, str]
+    ) -> StdioChild | None:
+        """A started child of the pool this client's requests use before any keying (the usual
+        one: what the server offers is learnt from it before a round), or None."""
+        main = self.pools.get(self._scope_key(principal, session_id, headers))
+        children = main.children() if main is not None else []
+        return children[0] if children else None
 
     def end_session(self, session_id: str) -> None:
         self._pools.end_session(session_id)

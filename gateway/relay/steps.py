@@ -74,6 +74,7 @@ from gateway.relay.rejected import Rejected
 from gateway.relay.suspensions import Call
 from gateway.relay.translate import response
 from gateway.relay.turn import Answer, Plan, ReplyStep, Step, Turn
+from gateway.stdio.child import StdioChild
 
 INPUT_REQUIRED: Final = "input_required"
 DISCOVER: Final = "server/discover"
@@ -148,6 +149,7 @@ async def roots_round(turn: Turn) -> Answer | None:
     if isinstance(found, Rejection):
         raise Rejected(found)
     if found is None:  # the gateway's own round first: the client's roots for this request
+        await headers_before_round(turn)
         relay = turn.relay
         result = client_roots.round_result(
             turn.request, turn.client, relay.suspensions, relay.router.server.spec.input_timeout
@@ -155,6 +157,17 @@ async def roots_round(turn: Turn) -> Answer | None:
         return only(events.Final(response(turn.request.id, result=result)))
     turn.roots = found
     return None
+
+
+async def headers_before_round(turn: Turn) -> None:
+    """A ``tools/call``'s ``Mcp-Param-*`` headers checked before any round (issue #36): against
+    the tool as a started child of the server lists it (the same tools whatever the pool)."""
+    if turn.request.method != "tools/call" or turn.headers is None:
+        return
+    client = turn.client
+    child = turn.relay.router.started_child(client.principal, client.session_id, turn.headers)
+    if child is not None:
+        await _check_param_headers(turn, child)
 
 
 async def roots_asked(turn: Turn) -> Answer | None:
@@ -213,15 +226,20 @@ def over_http(turn: Turn) -> bool:
 
 
 async def check_param_headers(turn: Turn) -> None:
+    await _check_param_headers(turn, turn.child)
+
+
+async def _check_param_headers(turn: Turn, child: StdioChild) -> None:
+    """``turn``'s ``Mcp-Param-*`` headers against the tool's schema as ``child`` lists it."""
     request, headers, catalog = turn.request, turn.headers, turn.relay.catalog
     assert headers is not None
     params = request.params or {}
     name = params.get("name")
     if not isinstance(name, str):
         return  # the child answers a call without a tool name
-    known = catalog.known(turn.child, name)  # the usual case: the child's tools are listed already
+    known = catalog.known(child, name)  # the usual case: the child's tools are listed already
     if known is None:
-        known = await catalog.header_params(turn.child, name), catalog.hidden_reason(turn.child, name)
+        known = await catalog.header_params(child, name), catalog.hidden_reason(child, name)
     header_params, hidden = known
     if hidden is not None:  # not in the tools/list HTTP clients get, so not callable either
         error = jsonrpc.error_object(

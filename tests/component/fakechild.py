@@ -79,6 +79,8 @@ class Script:
     # The result of another request (run as a task of the server, so it may wait, or never
     # answer): e.g. ``resources/subscribe``; an unlisted one gets -32601.
     on_request: Mapping[str, RequestHandler] = field(default_factory=dict)
+    # A tool's inputSchema in tools/list (``{"type": "object"}`` for a tool not named here).
+    schemas: Mapping[str, JsonObject] = field(default_factory=dict)
 
 
 class FakeChild:
@@ -307,7 +309,8 @@ class FakeChild:
         elif not modern and self._legacy_version is None:
             await self._error(request_id, -32600, "not initialized: send initialize first")
         elif method == "tools/list":
-            tools = [{"name": name, "inputSchema": {"type": "object"}} for name in self.script.tools]
+            schemas = self.script.schemas
+            tools = [{"name": name, "inputSchema": schemas.get(name, {"type": "object"})} for name in self.script.tools]
             await self._result(request_id, {"tools": tools}, modern)
         elif method == "tools/call":
             call = Call(self, request_id, params, modern)

@@ -184,3 +184,21 @@ async def test_the_operator_can_say_whether_a_server_keeps_roots(keying: RootsKe
     round_asked = final["result"].get("resultType") == "input_required"
     assert round_asked is (keying is RootsKeying.ALWAYS)
     assert backend.children
+
+
+async def test_a_header_mismatch_is_refused_before_the_roots_round() -> None:
+    # A server that keeps roots asks a roots-declaring client for them first; a call whose
+    # Mcp-Param-* header contradicts its arguments is a 400 -32020 before that round.
+    region = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
+    script = caching_script()
+    script.schemas = {"cached": region}
+    with anyio.fail_after(BOUND):
+        async with fake_backend(script) as backend, in_process_gateway(backend) as gw:
+            body = modern_body("m", "cached", {"region": "us"}, WITH_ROOTS)
+            headers = {**modern_headers("tools/call", "cached"), "mcp-param-region": "eu"}
+            mismatch = await gw.http.post(gw.url, headers=headers, json=body)
+            headers["mcp-param-region"] = "us"
+            matching = await gw.http.post(gw.url, headers=headers, json=body)
+    assert mismatch.status_code == 400, mismatch.text
+    assert mismatch.json()["error"]["code"] == -32020
+    assert matching.json()["result"]["resultType"] == "input_required"  # then the round
