@@ -40,7 +40,7 @@ from typing import Final
 
 import anyio
 
-from gateway.errors import ChildError
+from gateway.errors import ChildError, GatewayUnavailableError
 from gateway.protocol import attribution, bridge, inputs
 from gateway.protocol import tasks as task_rules
 from gateway.protocol.jsonrpc import JsonObject, Request
@@ -91,12 +91,14 @@ class Relay:
         ``gateway.relay.steps`` (in order; its plan for the client's era and the method)."""
         plans = PLANS[client.era]
         turn = Turn(self, request, client, headers, plans.get(request.method) or plans[None])
+        streamed = False  # something went to the client already (a legacy session's roots question)
         for when, act, ends in turn.plan.before_child:
             if when is None or when(turn):
                 answer = await act(turn)
                 if answer is not None:
                     async with aclosing(answer):  # closed in this task
                         async for message in answer:
+                            streamed = True
                             yield message
                     if ends:
                         return
@@ -138,9 +140,15 @@ class Relay:
                 driven = self.run(turn)
                 try:
                     async for message in driven:
+                        streamed = True
                         yield message
                 finally:  # closed in this task: the lease and exchange are left here
                     await driven.aclose()
+        except GatewayUnavailableError as exc:
+            if not streamed:
+                raise  # answered by the HTTP edge: 503 or 429, with Retry-After
+            # The answer's stream is open already: the refusal is its last message (issue #36).
+            yield events.Final(response(request.id, error=exc.error_object()))
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
             if client.era is Era.MODERN and request.method == "server/discover":
                 # The probe succeeds and the next request carries the reason (bridge.unavailable_discover).

@@ -27,7 +27,7 @@ pools opened before a listener came.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
@@ -216,6 +216,20 @@ class RunningPools:
             del self.by_key[key]
             self._bump()
             self._stops.pop(key).set()
+
+    def reclaim(self, wanted: Callable[[PoolKey], bool]) -> PoolKey | None:
+        """Drop one unused pool whose key is ``wanted`` (its children stop), the one used least
+        recently; the key dropped, or None when every such pool is in use."""
+        unused = [
+            (max((m.last_used for m in pool.members), default=0.0), key)
+            for key, pool in self.by_key.items()
+            if wanted(key) and key not in self._opening and pool.is_unused()
+        ]
+        if not unused:
+            return None
+        _, key = min(unused, key=lambda pair: pair[0])
+        self._forget(key, self.by_key[key])
+        return key
 
     def end_session(self, session_id: str) -> None:
         scope = SESSION_PREFIX + session_id

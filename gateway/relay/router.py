@@ -99,8 +99,9 @@ declare); past it the set is worked out for each request (a few tens of µs)."""
 MAX_ROOTS_SETS: Final = 16
 """Distinct client roots sets one server runs children for at once (a pool each, growing to
 ``--pool-max``, each child ~68 MiB for the npm servers): clients choose their roots, so a stream
-of new sets must not start a child each without bound. Past it, a call that needs a new set gets
-503 + ``Retry-After`` until a pool of another set has been idle for a maintenance tick."""
+of new sets must not start a child each without bound. At it, a call that needs a new set first
+stops the children of the set used least recently that nothing uses now (no request, no waiter,
+no open question); only when all 16 are in use does it get 503 + ``Retry-After``."""
 ROOTS_LEARN_WAIT: Final = 5.0
 """Seconds after a server's first child is up in which a call of a client that declares roots
 waits to learn whether the server keeps roots (its children fetch them outside any call: the npm
@@ -440,9 +441,13 @@ class Router:
         if pool is not None:
             return pool
         if key.roots and sum(1 for k in self.pools if k.roots) >= MAX_ROOTS_SETS:
+            reclaimed = self._pools.reclaim(lambda k: bool(k.roots))  # an idle set's children stop first
+            if reclaimed is not None:
+                log.info("%s: stopped the idle children of %s for another roots set", self.server.name, reclaimed.roots)
+        if key.roots and sum(1 for k in self.pools if k.roots) >= MAX_ROOTS_SETS:
             raise GatewayUnavailableError(
-                f"{self.server.name}: {MAX_ROOTS_SETS} distinct client roots sets have children now "
-                "(MAX_ROOTS_SETS); a call with another set waits until one of them is idle",
+                f"{self.server.name}: {MAX_ROOTS_SETS} distinct client roots sets have calls running now "
+                "(MAX_ROOTS_SETS); a call with another set waits until one of them is done",
                 retry_after=max(1, int(MAINTENANCE_TICK)),
             )
         env = credential_env(self.server.env_from_headers, headers)

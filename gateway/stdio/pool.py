@@ -251,6 +251,12 @@ class Pool(PoolHooks):
     def is_idle(self) -> bool:
         return not self.members and self.dispatch.waiting == 0
 
+    def is_unused(self) -> bool:
+        """Nothing runs or waits here: no request holds a child, none waits for one, and no
+        child's question waits for a client (its children may be up, idle)."""
+        members = self.members
+        return self.dispatch.waiting == 0 and not any(m.leases or m.holds_questions() for m in members)
+
     def status(self) -> dict[str, Any]:
         now = time.monotonic()
         return {

@@ -27,6 +27,7 @@ from gateway.relay import router as router_module
 from gateway.relay.client import ClientContext
 from gateway.relay.service import Served, Service
 from gateway.relay.sessions import LegacySession
+from tests.component.fakecalls import DEFAULT_TOOLS
 from tests.component.fakechild import Call, FakeChild, JsonObject, Script, fake_backend, text
 from tests.component.harness import Gateway, in_process_gateway
 from tests.gateway_server import modern_call, modern_headers, open_legacy_session, parse_sse
@@ -200,14 +201,53 @@ async def test_a_legacy_session_whose_roots_answer_is_an_error_runs_on_children_
     assert "home" not in json.dumps(held(final)), held(final)  # not alice's: the gateway's own answer
 
 
-async def test_past_max_roots_sets_a_call_with_another_set_gets_503(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_at_max_roots_sets_an_unused_sets_children_make_room_for_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Idle roots pools do not lock new sets out (issue #36): the least recently used one that
+    # nothing uses is stopped for the new set, and the one in use is never taken.
     monkeypatch.setattr(router_module, "MAX_ROOTS_SETS", 1)
     with anyio.fail_after(BOUND):
         async with fake_backend(caching_script()) as backend, in_process_gateway(backend) as gw:
             [_, alices] = await modern(gw, "alice", WITH_ROOTS, {"roots": ROOTS["alice"]})
             [_, bobs] = await modern(gw, "bob", WITH_ROOTS, {"roots": ROOTS["bob"]})
             [_, again] = await modern(gw, "alice2", WITH_ROOTS, {"roots": ROOTS["alice"]})
+            status = (await gw.http.get("/status")).json()
     assert held(alices) == {"roots": ROOTS["alice"]}
+    assert held(bobs) == {"roots": ROOTS["bob"]}  # alice's unused set made room
+    assert held(again) == {"roots": ROOTS["alice"]}  # and bob's for hers again, on a new child
+    [server] = status["servers"]
+    assert sum("roots=" in label for label in server["pools"]) == 1, sorted(server["pools"])
+
+
+async def test_past_max_roots_sets_in_use_a_call_with_another_set_gets_503(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(router_module, "MAX_ROOTS_SETS", 1)
+    script = caching_script()
+    script.tools = {**script.tools, "hold": DEFAULT_TOOLS["hold"]}
+    with anyio.fail_after(BOUND):
+        async with fake_backend(script) as backend, in_process_gateway(backend) as gw:
+            body = modern_call("alice-hold", "hold", {}, **{CAPABILITIES_KEY: WITH_ROOTS})
+            round_ = (await gw.http.post(gw.url, headers=modern_headers("tools/call", "hold"), json=body)).json()
+            body["params"].update(inputResponses={"roots": {"roots": ROOTS["alice"]}})
+            body["params"]["requestState"] = round_["result"]["requestState"]  # its retry holds
+            async with anyio.create_task_group() as tg:
+                holding: list[int] = []
+
+                async def hold() -> None:
+                    reply = await gw.http.post(gw.url, headers=modern_headers("tools/call", "hold"), json=body)
+                    holding.append(reply.status_code)
+
+                tg.start_soon(hold)
+                [call] = await backend.wait_calls(1, "hold")
+                [_, bobs] = await modern(gw, "bob", WITH_ROOTS, {"roots": ROOTS["bob"]})
+                # A legacy session is asked for its roots on its call's stream first: the
+                # refusal then ends that stream as its answer, never as an unhandled error.
+                session = await open_session(gw, WITH_ROOTS)
+                carols, asked = await legacy(gw, session, 9, {"roots": [{"uri": "file:///home/carol"}]})
+                call.release()
     assert bobs["status"] == 503
     assert "MAX_ROOTS_SETS" in bobs["error"]["message"]
-    assert held(again) == {"roots": ROOTS["alice"]}  # the set in use is still served
+    assert asked == 1
+    assert carols["id"] == 9
+    assert "MAX_ROOTS_SETS" in carols["error"]["message"], carols
+    assert holding == [200]  # the set in use kept its child
