@@ -236,9 +236,12 @@ class McpEndpoint:
             # Only notifications get here (the ladder refuses modern responses). Modern
             # cancellation is a disconnect, but a POSTed cancelled is taken leniently: it
             # cancels the one request of this client it names (``gateway.http.inflight``): of
-            # its principal, or for an anonymous client of its peer address.
+            # its principal, or for an anonymous client of its peer address; or, when none is
+            # in flight, the call parked for that request's round (``Suspensions.cancel``).
             if isinstance(message, Notification) and message.method == CANCELLED and message.params:
-                self.in_flight.cancel(owner, message.params.get("requestId"))
+                named = message.params.get("requestId")
+                if not self.in_flight.cancel(owner, named):
+                    self.relay.suspensions.cancel(owner, named)  # a round it abandoned (issue #36)
             return wire.accepted()
         client = ClientContext.of_request(message, accepted.version, principal, headers, log, owner=owner)
         return LazyStream(

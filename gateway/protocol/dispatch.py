@@ -4,7 +4,7 @@
 what happened (a request arrived or gave up, a lease ended, a child started, exited, or its
 questions changed, the global budget freed room) with the time now, and carries out the actions
 it returns (``gateway.protocol.dispatchstate``: ``StartChild``, ``StopChild``, ``EvictChild``,
-``CheckLiveness``, ``RestartAfter``, ``Wake``, ``Lost``). Decisions are synchronous, so nothing
+``CheckLiveness``, ``RestartAfter``, ``Wake``, ``Lost``, ``ReleaseParked``). Decisions are synchronous, so nothing
 can interleave a check and its update; a decision changes nothing outside this pool (another
 pool's child is evicted by the edge, as ``EvictChild``).
 
@@ -41,7 +41,11 @@ Rules:
    ask) gets 429 for its next asking call, before any child is taken; its quiet calls and
    everyone else's go on. A principal a crash is charged to is throttled by the ``Ledger``
    (429) and is a **suspect**: each of its calls runs alone until one ends with the child
-   alive (``gateway.stdio.crashes``).
+   alive (``gateway.stdio.crashes``). **Fair share**: when a waiting asker finds the pool at its
+   asking bound and every live child holding an unanswered question, and one principal holds
+   more of those than the asker's principal plus one, that principal's oldest parked call is
+   ended for it (``ReleaseParked``, once per request; its child then serves the queue in
+   order). Abandoned questions of some principals cannot starve another's asking calls.
 6. **Release**: a request gives its lease back; a child past ``max_requests`` leases is retired;
    a retiring child with no lease is stopped; the waiters are served (rule 0).
 7. **Maintenance** (``maintain``, once a tick): children above ``min_size`` idle for
@@ -62,6 +66,7 @@ Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only; no 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Final, Generic
 
 from gateway.errors import ChildFaultError, ClientThrottledError, GatewayError, GatewayUnavailableError
@@ -79,6 +84,7 @@ from gateway.protocol.dispatchstate import (
     Lost,
     Member,
     PoolSettings,
+    ReleaseParked,
     RestartAfter,
     Room,
     StartChild,
@@ -276,7 +282,27 @@ class Dispatcher(Generic[C]):
                 actions.append(self._start(now))
             else:
                 ticket.blocked = True
+        elif alone_needed and not ticket.reclaimed and len(self.members) >= bound:
+            over = self._over_fair_share(ticket.principal)
+            if over is not None:  # rule 5, fair share: the askers' children hold others' questions
+                ticket.reclaimed = True
+                actions.append(ReleaseParked(over))
         ticket.deadline = ticket.arrived + self._wait(children, ticket.blocked)
+
+    def _over_fair_share(self, principal: str) -> str | None:
+        """Rule 5's fair share: when every live child holds a question its client has not answered, the
+        principal holding the most of them, if that is more than ``principal`` holds plus one
+        (ending one of its calls leaves it at least as many as ``principal`` then holds)."""
+        live = [m for m in self.members if m.is_live]
+        if not live or not all(m.holds_questions() for m in live):
+            return None
+        held: Counter[str] = Counter()
+        for member in live:
+            held.update(member.askers)
+        if not held:
+            return None
+        top, most = held.most_common(1)[0]
+        return top if top != principal and most > held[principal] + 1 else None
 
     def _wait(self, children: list[C], blocked: bool) -> float:
         return STARTUP_WAIT if not children and not blocked else self.settings.queue_timeout

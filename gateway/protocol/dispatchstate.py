@@ -187,6 +187,7 @@ class Ticket(Generic[C]):
     blocked: bool = False  # the global child cap held back a start for it at its last placing
     lease: Lease[C] | None = None  # granted while it waited, not yet taken by its try
     error: GatewayError | None = None  # what it fails with, decided while it waited
+    reclaimed: bool = False  # a parked call of a principal above its fair share was ended for it
 
 
 @dataclass(slots=True, eq=False)
@@ -247,6 +248,15 @@ class EvictChild:
 
 
 @dataclass(frozen=True, slots=True)
+class ReleaseParked:
+    """End the oldest call of ``principal`` parked on this pool's children (its client left a
+    question unanswered): every child that may ask holds an unanswered question, and
+    ``principal`` holds more of them than the waiting asker's principal (fair share)."""
+
+    principal: str
+
+
+@dataclass(frozen=True, slots=True)
 class Lost:
     """A started child exited unplanned: state emulated on the pool's children must end."""
 
@@ -260,7 +270,7 @@ class Waiting(Generic[C]):
     actions: tuple[Action[C], ...] = ()
 
 
-Action = StartChild[C] | StopChild[C] | CheckLiveness[C] | RestartAfter | Wake[C] | Lost | EvictChild
+Action = StartChild[C] | StopChild[C] | CheckLiveness[C] | RestartAfter | Wake[C] | Lost | EvictChild | ReleaseParked
 Decision = Lease[C] | Waiting[C]
 """A try of ``Dispatcher.try_acquire``: the lease granted, or how long to wait."""
 

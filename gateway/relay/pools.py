@@ -39,7 +39,15 @@ from gateway.stdio.backend import ChildBackend
 from gateway.stdio.boundary import keep_running
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
-from gateway.stdio.pool import MAINTENANCE_TICK, LossListener, Pool, PoolListener, PoolRequestHandler, PoolSettings
+from gateway.stdio.pool import (
+    MAINTENANCE_TICK,
+    LossListener,
+    ParkedReleaser,
+    Pool,
+    PoolListener,
+    PoolRequestHandler,
+    PoolSettings,
+)
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.relay.router")
@@ -86,6 +94,7 @@ class RunningPools:
         self._listeners: list[PoolListener] = []
         self._loss_listeners: list[LossListener] = []
         self._request_handlers: list[PoolRequestHandler] = []
+        self._parked_releasers: list[ParkedReleaser] = []
         self._stops: dict[PoolKey, anyio.Event] = {}
         self._opening: dict[PoolKey, anyio.Event] = {}  # set once the pool runs, or failed to
         self._tg: TaskGroup | None = None  # while ``running``: the pools' task group
@@ -106,6 +115,11 @@ class RunningPools:
         self._request_handlers.append(handler)
         for pool in self.by_key.values():
             pool.add_request_handler(handler)
+
+    def add_parked_releaser(self, releaser: ParkedReleaser) -> None:
+        self._parked_releasers.append(releaser)
+        for pool in self.by_key.values():
+            pool.add_parked_releaser(releaser)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -171,6 +185,8 @@ class RunningPools:
             pool.add_loss_listener(loss)
         for handler in self._request_handlers:
             pool.add_request_handler(handler)
+        for releaser in self._parked_releasers:
+            pool.add_parked_releaser(releaser)
         if key.scope.startswith(SESSION_PREFIX):
             pool.session_id = key.scope.removeprefix(SESSION_PREFIX)
         self.by_key[key] = pool

@@ -88,7 +88,15 @@ from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.child import StdioChild
 from gateway.stdio.crashes import CrashLedger
-from gateway.stdio.pool import MAINTENANCE_TICK, LossListener, Pool, PoolListener, PoolRequestHandler, PoolSettings
+from gateway.stdio.pool import (
+    MAINTENANCE_TICK,
+    LossListener,
+    ParkedReleaser,
+    Pool,
+    PoolListener,
+    PoolRequestHandler,
+    PoolSettings,
+)
 from gateway.stdio.spec import INITIALIZE_FIRST, PROBE_FIRST, ChildSpec
 
 log = logging.getLogger("gateway.relay.router")
@@ -211,6 +219,10 @@ class Router:
     def add_request_handler(self, handler: PoolRequestHandler) -> None:
         """``handler(pool, request)`` for a child's unattributable requests (``Pool.add_request_handler``)."""
         self._pools.add_request_handler(handler)
+
+    def add_parked_releaser(self, releaser: ParkedReleaser) -> None:
+        """``releaser(pool, principal)`` ends a parked call for a waiting asker (``Pool.add_parked_releaser``)."""
+        self._pools.add_parked_releaser(releaser)
 
     async def __aenter__(self) -> Router:
         """Run this server's pools (``RunningPools.running``: one task group, entered in its

@@ -48,7 +48,7 @@ from gateway.relay.router import Router
 from gateway.relay.session_listen import SessionListens
 from gateway.relay.sessions import SessionStore
 from gateway.relay.shared_settings import SharedSettings
-from gateway.relay.suspensions import ParkedQuota, Suspensions
+from gateway.relay.suspensions import FAIR_SHARE_REASON, ParkedQuota, Suspensions
 from gateway.relay.tasks import TaskStore
 from gateway.relay.unsolicited import Unsolicited
 from gateway.stdio.boundary import contained
@@ -122,6 +122,10 @@ def _served(
     server = parts.router.server
     suspensions = Suspensions(
         server.name, state_secret, task_group=tg, quota=quota, owner=routing.me.key if routing else ""
+    )
+    # Dispatch rule 5's fair share: a principal's abandoned questions give way to another's asker.
+    parts.router.add_parked_releaser(
+        lambda pool, principal: suspensions.release_oldest(principal, pool.children(), FAIR_SHARE_REASON)
     )
     tasks = TaskStore(
         server.name,

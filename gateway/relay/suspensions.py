@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Final, Protocol, overload
 
@@ -53,6 +53,11 @@ timeout, so clients that never retry must not pile them up; past this, the gatew
 the child's questions itself and the call goes on."""
 USED_IDS_MAX: Final = 100_000
 """Spent state ids remembered (until their expiry) to tell a replay from an unknown token."""
+FAIR_SHARE_REASON: Final = (
+    "another client's call needed a child that may ask, and this client held more calls waiting for "
+    "its answers than that client (fair share)"
+)
+"""Why a parked call is ended early for another principal's asker (dispatch rule 5)."""
 ROUND_PREFIX: Final = "round."
 """Marks the state id of the gateway's own round (``mint_round``); parked calls' ids are
 base64url and never contain a dot."""
@@ -129,6 +134,10 @@ class Suspension:
     expires_at: float
     taken: anyio.Event = field(default_factory=anyio.Event)
     release: Callable[[], None] | None = None  # gives back the principal's request slot it holds
+    charged: str = ""  # whose parked call it is (the client key the pool counts it against)
+    request_id: JsonId | None = None  # the id of the client's request that was answered input_required
+    settled: anyio.Event = field(default_factory=anyio.Event)  # taken, or ended early (``ended``)
+    ended: str | None = None  # why it was ended before its retry came (``release_oldest``)
 
 
 class ParkedQuota(Protocol):
@@ -198,9 +207,11 @@ class Suspensions:
             expires_at=expires_at,
             owner=self.owner,
         )
-        suspension = Suspension(state_id, call, asks, expires_at)
+        suspension = Suspension(
+            state_id, call, asks, expires_at, charged=charged or principal or "anonymous", request_id=request.id
+        )
         if self.quota is not None:
-            suspension.release = self.quota.hold(charged or principal or "anonymous")
+            suspension.release = self.quota.hold(suspension.charged)
         self._held[state_id] = suspension
         self.task_group.start_soon(self._keeper, suspension, timeout)
         log.info(
@@ -240,6 +251,7 @@ class Suspensions:
             )
         self._spend(claims.state_id, claims.expires_at, now)
         suspension.taken.set()
+        suspension.settled.set()
         if suspension.release is not None:
             suspension.release()  # the retry holds a slot of its own
         return suspension
@@ -260,7 +272,7 @@ class Suspensions:
         stopping = True
         try:
             with anyio.move_on_after(timeout):
-                await suspension.taken.wait()
+                await suspension.settled.wait()
             stopping = False
         finally:
             if not suspension.taken.is_set():
@@ -268,7 +280,9 @@ class Suspensions:
                     suspension.release()
                 self._held.pop(suspension.state_id, None)
                 self._spend(suspension.state_id, suspension.expires_at, self._clock())
-                why = "the gateway is stopping" if stopping else f"no retry came within {timeout:g} s"
+                why = suspension.ended or (
+                    "the gateway is stopping" if stopping else f"no retry came within {timeout:g} s"
+                )
                 for ask in suspension.asks.values():
                     ask.answer_error(CODE_INPUT_TIMEOUT, f"the client did not answer {ask.method}: {why}")
                 try:
@@ -277,6 +291,41 @@ class Suspensions:
                 finally:
                     # Once the call is closed: its cancel is queued to the child, its lease released.
                     log.info("%s: parked %s ended: %s", self.server, suspension.call.method, why)
+
+    def cancel(self, charged: str, request_id: object) -> bool:
+        """A client's ``notifications/cancelled`` naming the request it abandoned in a round:
+        the one call of ``charged`` parked for that request id (its JSON type too) ends now, as
+        at its timeout. False when none or several match (nothing is ended)."""
+        matching = [
+            s
+            for s in self._held.values()
+            if s.charged == charged
+            and type(s.request_id) is type(request_id)
+            and s.request_id == request_id
+            and not s.settled.is_set()
+        ]
+        if len(matching) != 1:
+            return False
+        [suspension] = matching
+        suspension.ended = "the client cancelled it (notifications/cancelled)"
+        suspension.settled.set()
+        return True
+
+    def release_oldest(self, charged: str, children: Collection[StdioChild], why: str) -> bool:
+        """End the oldest call of ``charged`` parked on one of ``children`` (its keeper answers
+        the child's questions with an error and closes the call, as at its timeout); False
+        when there is none. Its retry then gets the usual "unknown or used" refusal."""
+        parked = [
+            s
+            for s in self._held.values()
+            if s.charged == charged and s.call.child in children and not s.settled.is_set()
+        ]
+        if not parked:
+            return False
+        oldest = min(parked, key=lambda s: s.expires_at)
+        oldest.ended = why
+        oldest.settled.set()
+        return True
 
     # -- the gateway's own round: a modern client's roots, before a child is chosen ---------
 

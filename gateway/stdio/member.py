@@ -7,6 +7,7 @@ the callbacks a pool offers its users.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
 
@@ -32,6 +33,11 @@ LossListener = Callable[["Pool"], None]
 """Called when a started child of the pool exits unplanned (crash), or the pool closes."""
 PoolRequestHandler = Callable[["Pool", Request], Awaitable[Reply | None]]
 """Offered a child's unattributable request (``Pool.add_request_handler``); None: not mine."""
+log = logging.getLogger("gateway.stdio.pool")
+
+ParkedReleaser = Callable[["Pool", str], bool]
+"""Asked to end the oldest call of a principal parked on a pool's children (dispatch rule 5's
+fair share, ``ReleaseParked``); True when it ended one."""
 
 
 class PoolHooks:
@@ -43,6 +49,7 @@ class PoolHooks:
         self._listeners: list[PoolListener] = []
         self._loss_listeners: list[LossListener] = []
         self._request_handlers: list[PoolRequestHandler] = []
+        self._parked_releasers: list[ParkedReleaser] = []
 
     def _pool(self) -> Pool:
         return cast("Pool", self)
@@ -62,6 +69,14 @@ class PoolHooks:
         exchange carries (unattributable); the first reply that is not None answers it, and
         with none the gateway answers locally (``gateway.protocol.inputs.local_answer``)."""
         self._request_handlers.append(handler)
+
+    def add_parked_releaser(self, releaser: ParkedReleaser) -> None:
+        """Ask ``releaser(pool, principal)`` to end a parked call when the dispatcher says so."""
+        self._parked_releasers.append(releaser)
+
+    def _release_parked(self, principal: str) -> None:
+        if not any(releaser(self._pool(), principal) for releaser in self._parked_releasers):
+            log.info("%s: no parked call of %s to end for a waiting asker", self._pool().label, principal)
 
     async def _child_request(self, request: Request) -> Reply | None:
         if self._on_request is not None:

@@ -58,6 +58,7 @@ from gateway.stdio.handshake import StartWait
 from gateway.stdio.launch import open_child
 from gateway.stdio.member import Action, Member, PoolHooks, member_status
 from gateway.stdio.member import LossListener as LossListener
+from gateway.stdio.member import ParkedReleaser as ParkedReleaser
 from gateway.stdio.member import PoolListener as PoolListener
 from gateway.stdio.member import PoolRequestHandler as PoolRequestHandler
 from gateway.stdio.member import PoolSettings as PoolSettings
@@ -224,6 +225,8 @@ class Pool(PoolHooks):
                 assert self._tg is not None
                 self.restarts += 1
                 self._tg.start_soon(self._restart_after, action.delay)
+            elif isinstance(action, ds.ReleaseParked):
+                self._release_parked(action.principal)
             else:  # Lost
                 self._lost()
 

@@ -207,3 +207,77 @@ async def test_a_parked_call_counts_as_its_principals_request_in_flight_until_it
     assert other.status_code == 200
     assert resumed["result"]["resultType"] == "complete"
     assert again.status_code == 200
+
+
+async def test_two_principals_abandoning_questions_do_not_make_a_thirds_asker_wait() -> None:
+    # Every child that may ask holds an abandoned question (alice 3, bob 1): carol's asker gets
+    # a child at once, by the end of alice's oldest parked call (dispatch rule 5, fair share),
+    # not a 503 at the queue timeout. bob, holding no more than carol plus one, keeps his.
+    settings = PoolSettings(max_size=1, asking_max=4, queue_timeout=BOUND)
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend(Script(era="legacy")) as backend,
+            in_process_gateway(backend, pool=settings, **IDENTITY) as gw,
+        ):
+            for request_id in (1, 2, 3):
+                await park(gw, "alice", request_id)
+            await park(gw, "bob", 4)
+            assert len(backend.running_calls("ask")) == 4  # the pool's asking bound, all held
+            carol = (await modern(gw, "carol", asking_call(5))).json()
+    assert carol["result"]["resultType"] == "input_required"  # her own question, at once
+    first_alice = backend.calls("ask")[0]
+    assert first_alice.cancelled.is_set()  # alice's oldest parked call was ended at its child
+    assert not any(c.cancelled.is_set() for c in backend.calls("ask")[1:4])
+    assert len(backend.children) == 4  # none started past the bound: carol's is alice's first child
+
+
+async def test_abandoned_rounds_of_one_anonymous_address_cost_that_address_alone() -> None:
+    # Anonymous clients are counted by address: eight rounds left unanswered from one address
+    # refuse that address's next asker (429), never another address's.
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend(Script(era="legacy")) as backend,
+            in_process_gateway(backend, pool=PoolSettings()) as gw,
+        ):
+
+            async def from_address(address: str, request_id: int) -> httpx.Response:
+                transport = httpx.ASGITransport(app=gw.app, client=(address, 40000 + request_id))
+                async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+                    return await http.post(
+                        gw.url, headers=modern_headers("tools/call", "ask"), json=asking_call(request_id)
+                    )
+
+            for request_id in range(8):
+                parked = (await from_address("127.0.0.2", request_id)).json()
+                assert parked["result"]["resultType"] == "input_required", parked
+            ninth = await from_address("127.0.0.2", 8)
+            other = await from_address("127.0.0.3", 9)
+            assert still_parked(backend, 9)
+    assert ninth.status_code == 429
+    assert "anonymous@127.0.0.2 already holds 8 calls" in ninth.json()["error"]["message"]
+    assert other.json()["result"]["resultType"] == "input_required"  # another address, at once
+
+
+async def test_a_round_the_client_cancels_ends_its_parked_call_and_frees_its_child() -> None:
+    # A modern client abandons its round with notifications/cancelled naming the request that
+    # got input_required: the parked call ends at the child and no longer counts against it.
+    settings = PoolSettings(max_parked_per_principal=1)
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend(Script(era="legacy")) as backend,
+            in_process_gateway(backend, pool=settings, **IDENTITY) as gw,
+        ):
+            await park(gw, "alice", 7)
+            refused = await modern(gw, "alice", asking_call(8))  # at her cap of one
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
+            headers = modern_headers("notifications/cancelled", None, **{"x-user": "alice"})
+            # bob naming alice's request id cancels nothing of hers.
+            bobs = await gw.http.post(gw.url, headers={**headers, "x-user": "bob"}, json=cancel)
+            [parked] = backend.running_calls("ask")
+            assert not parked.cancelled.is_set()
+            accepted = await gw.http.post(gw.url, headers=headers, json=cancel)
+            await parked.cancelled.wait()
+            again = (await modern(gw, "alice", asking_call(9))).json()
+    assert refused.status_code == 429
+    assert bobs.status_code == accepted.status_code == 202
+    assert again["result"]["resultType"] == "input_required"  # her cap has room again

@@ -21,6 +21,7 @@ from gateway.protocol.dispatchstate import (
     Member,
     NoBudget,
     PoolSettings,
+    ReleaseParked,
     RestartAfter,
     StartChild,
     StopChild,
@@ -435,3 +436,39 @@ def test_a_start_at_the_global_cap_evicts_another_pools_idle_child_as_an_action(
     actions = d2.changed(2.0, Budget(idle=["v1", "v2", "v3"]))
     assert [a.victim for a in actions if isinstance(a, EvictChild)] == ["v1", "v2"]
     assert all(t.queued for t in tickets)
+
+
+def parked_pool(holders: Sequence[str]) -> Dispatcher[Kid]:
+    """A pool at its asking bound, each child holding one unanswered question of a holder."""
+    d = pool(1, asking_max=len(holders))
+    for n, principal in enumerate(holders):
+        lease = take(d, principal, now=float(n))
+        if isinstance(lease, Waiting):
+            [start] = [a for a in lease.actions if isinstance(a, StartChild)]
+            d.started(start.member, Kid(10 + n), float(n), NoBudget())
+            lease = take(d, principal, now=float(n))
+        child_of(granted(lease)).open_questions = 1
+    return d
+
+
+def released(decision: Decision[Kid]) -> list[str]:
+    assert isinstance(decision, Waiting), decision
+    return [a.principal for a in decision.actions if isinstance(a, ReleaseParked)]
+
+
+def test_an_asker_facing_only_others_abandoned_questions_gets_one_of_the_top_holders_ended() -> None:
+    d = parked_pool(["alice", "alice", "alice", "bob"])
+    ticket = d.ticket("carol", "tools/call", "tools/call t", None, 9.0)
+    assert released(d.try_acquire(ticket, 9.0, NoBudget())) == ["alice"]  # the most, above carol's + 1
+    assert released(d.try_acquire(ticket, 9.5, NoBudget())) == []  # once per request
+
+
+def test_no_parked_call_is_ended_for_a_principal_holding_about_as_many() -> None:
+    # bob holds 1, carol 0: ending bob's would only move the starvation to him.
+    assert released(take(parked_pool(["bob", "dave"]), "carol", now=9.0)) == []
+    # alice asks for a child while holding as many as bob: nobody's call ends for her.
+    assert released(take(parked_pool(["alice", "alice", "bob", "bob"]), "alice", now=9.0)) == []
+    # A child with no question open is still to come free: nothing is ended.
+    d = parked_pool(["alice", "alice", "alice", "bob"])
+    d.children()[3].open_questions = 0
+    assert released(take(d, "carol", now=9.0)) == []
