@@ -28,26 +28,28 @@ legacy clients are bridged). ``legacy`` opens every child
 with ``initialize``: modern clients are then bridged (their questions become MRTR rounds), for
 servers whose tools ask the legacy way and must ask modern clients too.
 
-**Capabilities told.** A legacy child is told its client's capabilities once, at
-``initialize``, and may act on them before it asks anything. So the children of a legacy
-server (and the legacy clients' share of a dual one) are told exactly what their client
-declared, within what the server is configured to declare (``inputs.told_to_child``: a modern
-request's ``clientCapabilities``, a legacy session's ``initialize`` ones), and the pool key
-carries that set (``told``, e.g. ``elicitation,sampling``) unless it is the configured set
-itself: children told different sets never serve the same client. With ``isolation: session``
+**Capabilities told** (``CapabilityKeying``). A legacy child is told client capabilities once,
+at ``initialize``. By default (``shared``) every child is told the configured set, so one pool
+serves every client; what stays exact is each question a child asks during a call, which goes
+to that call's client and is checked against its declaration (``gateway.relay.asks``). With
+``exact`` the children of a legacy server (and the legacy clients' share of a dual one) are
+told what their client declared, within what the server is configured to declare
+(``inputs.told_to_child``), and the pool key carries that set (``told``, e.g.
+``elicitation,sampling``) unless it is the configured set itself. With ``isolation: session``
 the session's own pool is told that session's set.
 
-**Roots, by construction.** A legacy child may fetch its client's roots once and keep them
-(server-everything caches them; on server-filesystem they are its access rights). So a shared
-legacy child is never given a client's roots by asking that client: every ``roots/list`` it
-asks is answered by the gateway (``ChildSpec.answers_roots``) with its pool's roots. A
-``tools/call``, ``prompts/get`` or ``resources/read`` of a client that declares roots runs in a
-pool whose key holds exactly that client's roots set (``roots``, ``gateway.protocol.roots``;
-``gateway.relay.client_roots`` learns the set first): its children are given that set and no
-other, ever. Other pools' children are given the configured roots (``--root``), or an error
-(the server then keeps its own directories). At most ``MAX_ROOTS_SETS`` such pools per server
-at once; past it such a call gets 503 until one is idle and dropped. A session's own pool
-(``isolation: session``) is exempt: its one client answers its child's questions itself.
+**Roots, where the server keeps them** (``RootsKeying``). A legacy child that fetches roots
+outside any call keeps them (server-everything caches them; on server-filesystem they are its
+access rights): the server is then learnt to keep roots (``_note_roots_fetch``; or configured),
+and a ``tools/call``, ``prompts/get`` or ``resources/read`` of a client that declares roots runs
+in a pool whose key holds exactly that client's roots set (``roots``, ``gateway.protocol.roots``;
+``gateway.relay.client_roots`` learns the set first), unless the set is what the usual
+children are given already (the configured roots, or an empty set). Every ``roots/list`` such a
+shared child asks is answered by the gateway (``ChildSpec.answers_roots``) with its pool's
+roots. A server that keeps none gets no roots keying and no round: its children's in-call
+``roots/list`` goes to the call's client. At most ``MAX_ROOTS_SETS`` roots pools per server at
+once; at the bound the least recently used unused one is dropped first, else 503. A session's
+own pool (``isolation: session``) is exempt: its one client answers its child's questions.
 
 Pools other than the shared one are made on demand and dropped once they have been empty
 (no child, no waiter) for a maintenance tick; their children stop after the pool's idle
