@@ -19,6 +19,7 @@ supervisor (the ``--workers`` one, Kubernetes, systemd) replaces a process that 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import shlex
@@ -154,6 +155,18 @@ class DrainingServer(uvicorn.Server):
         self._signalled: anyio.Event | None = None  # made in the event loop (main_loop)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """uvicorn installs this with ``signal.signal``: it runs between any two bytecodes of
+        whatever the loop was doing. So it only schedules ``_on_signal`` on the running loop
+        (as ``loop.add_signal_handler`` would); the drain and a second signal's cancels then
+        run as a callback of their own, never inside a step of an answer's machine."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop runs (before uvicorn's serve, or after it)
+            self._on_signal(sig, frame)
+            return
+        loop.call_soon_threadsafe(self._on_signal, sig, frame)
+
+    def _on_signal(self, sig: int, frame: FrameType | None) -> None:
         self._signals += 1
         if self._signals > 1:  # impatient operator: stop now
             self.drain.cancel_rest()

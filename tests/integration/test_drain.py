@@ -135,3 +135,32 @@ async def test_sigterm_drains_then_stops_children_and_exits_zero() -> None:
     messages = [line["message"] for line in lines]
     assert any("draining" in m for m in messages)
     assert any("drain budget spent" in m for m in messages)
+
+
+async def test_a_signal_runs_the_drain_as_a_loop_callback_not_inside_the_code_it_interrupted() -> None:
+    # uvicorn installs handle_exit with signal.signal: it may run between any two bytecodes of
+    # a step. Nothing of the drain happens there; it runs as the loop's next callback.
+    import asyncio
+
+    import uvicorn
+    from starlette.applications import Starlette
+
+    from gateway.http.drain import Drain
+    from gateway.server import DrainingServer
+
+    drain = Drain()
+    server = DrainingServer(uvicorn.Config(Starlette(), lifespan="off"), drain, 1.0)
+    loop = asyncio.get_running_loop()
+    server.handle_exit(signal.SIGTERM, None)
+    assert not drain.draining  # not yet: only scheduled
+    after = loop.create_future()
+    loop.call_soon(after.set_result, None)  # queued behind the signal's callback
+    await after
+    assert drain.draining
+    server.handle_exit(signal.SIGTERM, None)  # the second: stop now, on the loop too
+    assert not server.should_exit
+    after = loop.create_future()
+    loop.call_soon(after.set_result, None)
+    await after
+    assert server.should_exit
+    assert drain.cancel.is_set()
