@@ -21,7 +21,7 @@ from gateway.configfile import load_servers
 from gateway.errors import ConfigError
 from gateway.helptext import NOT_SETTINGS
 from gateway.oauth.validation import OAuthPolicy
-from gateway.relay.router import ServerConfig
+from gateway.relay.server_config import ServerConfig
 from gateway.settings import (
     BY_FLAG,
     GATEWAY_WIDE,

@@ -19,7 +19,7 @@ from gateway.http.edge_settings import EdgeSettings
 from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS, SSE_POLL_SECONDS
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.protocol.eventlog import RESUME_WINDOW
-from gateway.relay.router import ServerConfig
+from gateway.relay.server_config import ServerConfig
 from gateway.relay.suspensions import MIN_SECRET_BYTES
 from gateway.settings import (
     DEFAULT_HOST,

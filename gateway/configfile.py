@@ -47,7 +47,7 @@ import orjson
 from gateway.errors import ConfigError
 from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol.roots import parse_root
-from gateway.relay.router import ServerConfig
+from gateway.relay.server_config import ServerConfig
 from gateway.settings import PER_SERVER, Setting
 from gateway.settings.declaration import either
 from gateway.stdio.pool import PoolSettings

@@ -19,7 +19,8 @@ import httpx
 
 from gateway.http.endpoint import MAX_BODY_BYTES
 from gateway.relay.owner import OwnerRouting
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from gateway.stdio.spec import ChildSpec
 from tests.gateway_server import app_for, loopback_socket, serving
 

@@ -21,7 +21,8 @@ from starlette.applications import Starlette
 from gateway.http.app import create_app
 from gateway.http.connection import GuardedHttpTools
 from gateway.http.edge_settings import EdgeSettings
-from gateway.relay.router import CapabilityKeying, DualEra, Isolation, RootsKeying, Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, RootsKeying, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 

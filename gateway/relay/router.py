@@ -66,26 +66,21 @@ import logging
 import time
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 from typing import Any, Final
 
 import anyio
 import orjson
 
 from gateway.errors import GatewayUnavailableError
-from gateway.oauth.validation import OAuthPolicy
 from gateway.protocol import inputs
-from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.protocol.jsonrpc import Reply, Request
 from gateway.protocol.roots import Roots, roots_key
-from gateway.protocol.tasks import DEFAULT_TTL as DEFAULT_TASK_TTL
-from gateway.protocol.tasks import TaskPolicy
 from gateway.protocol.versions import Era
 from gateway.relay.poolkey import SHARED_KEY, PoolKey, credential_env, fingerprint
 from gateway.relay.pools import RunningPools
 from gateway.relay.readiness import ServerReadiness, ServerState
-from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
+from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, RootsKeying, ServerConfig
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.child import StdioChild
@@ -97,9 +92,8 @@ from gateway.stdio.pool import (
     Pool,
     PoolListener,
     PoolRequestHandler,
-    PoolSettings,
 )
-from gateway.stdio.spec import INITIALIZE_FIRST, PROBE_FIRST, ChildSpec
+from gateway.stdio.spec import INITIALIZE_FIRST, PROBE_FIRST
 
 log = logging.getLogger("gateway.relay.router")
 
@@ -119,56 +113,6 @@ servers that do, server-filesystem and server-everything, within ~10 ms of ``ini
 A server none of whose children asked by then is taken not to keep them, until one asks."""
 ANONYMOUS: Final = "anonymous"
 """The principal of requests that carry no identity (no token, no trusted identity header)."""
-
-
-class Isolation(StrEnum):
-    SHARED = "shared"
-    PRINCIPAL = "principal"
-    SESSION = "session"
-
-
-class DualEra(StrEnum):
-    PER_CLIENT = "per-client"
-    MODERN = "modern"
-    LEGACY = "legacy"
-
-
-class CapabilityKeying(StrEnum):
-    """What a server's legacy children are told of their clients' capabilities."""
-
-    SHARED = "shared"  # the configured set: one pool serves every client, each question checked per call
-    EXACT = "exact"  # each client's own set within the configured one: a pool per set told
-
-
-class RootsKeying(StrEnum):
-    """Whether a client's roots set gets children of its own."""
-
-    AUTO = "auto"  # learned: once a child fetches roots outside any call (it keeps them)
-    ALWAYS = "always"  # the server keeps roots (a filesystem server: roots are access rights)
-    NEVER = "never"  # the server reads roots only inside a call, from that call's client
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """One stdio server behind the gateway, with its pool and isolation policy."""
-
-    name: str
-    spec: ChildSpec
-    pool: PoolSettings = field(default_factory=PoolSettings)
-    isolation: Isolation = Isolation.SHARED
-    env_from_headers: Mapping[str, str] = field(default_factory=dict)  # lower-case header → env var
-    max_sessions_per_principal: int = MAX_SESSIONS_PER_PRINCIPAL  # legacy sessions one principal may hold
-    max_batch_size: int = MAX_BATCH_MESSAGES  # messages in one 2025-03-26 batch
-    oauth: OAuthPolicy | None = None  # access tokens checked against an issuer (gateway.oauth)
-    dual_era: DualEra = DualEra.PER_CLIENT
-    capability_keying: CapabilityKeying = CapabilityKeying.SHARED
-    roots_keying: RootsKeying = RootsKeying.AUTO
-    task_tools: tuple[str, ...] = ()  # tool-name patterns whose calls become tasks (gateway.protocol.tasks)
-    task_ttl: float = DEFAULT_TASK_TTL  # seconds a task and its outcome are kept
-    ready_required: bool = False  # not ready, it makes the replica unready (gateway.relay.readiness)
-
-    def task_policy(self) -> TaskPolicy:
-        return TaskPolicy(tools=self.task_tools, ttl=self.task_ttl)
 
 
 class Router:

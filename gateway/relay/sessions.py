@@ -36,6 +36,7 @@ import orjson
 from gateway.errors import ClientThrottledError, GatewayUnavailableError
 from gateway.protocol.eventlog import RESUME_WINDOW
 from gateway.protocol.jsonrpc import ErrorReply, JsonId, JsonObject, Message, Notification, Result
+from gateway.relay.server_config import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.relay.streams import Reader, SessionStreams
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
@@ -47,10 +48,6 @@ SESSION_IDLE_TIMEOUT: Final = 3600.0
 """Seconds without a request after which a legacy session is forgotten."""
 MAX_SESSIONS: Final = 10_000
 """Live sessions per server at most (bounded memory); past this, 503."""
-MAX_SESSIONS_PER_PRINCIPAL: Final = 256
-"""Live sessions one principal may hold per server (as many as the requests it may have in
-flight, ``--max-requests-per-principal``); past this, 429. Anonymous clients are counted by
-peer address (their ``owner``)."""
 FULL_RETRY_AFTER: Final = 60
 """Seconds a client is told to wait when sessions are full: sessions end by DELETE or by
 idling out, both slow."""

@@ -9,7 +9,7 @@ from typing import Final
 from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.oauth.validation import DEFAULT_PRINCIPAL_CLAIM
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
-from gateway.relay.sessions import MAX_SESSIONS_PER_PRINCIPAL
+from gateway.relay.server_config import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.settings import convert
 from gateway.settings.declaration import AT_LEAST_ONE, OAUTH_TLS, SECURITY, Setting
 

@@ -26,7 +26,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from starlette.applications import Starlette
 
 from gateway.http.connection import HANGUP, Hangup
-from gateway.relay.router import CapabilityKeying, DualEra, Isolation, RootsKeying, Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, RootsKeying, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 from tests.component.fakechild import FakeBackend

@@ -18,7 +18,8 @@ import pytest
 
 from gateway.protocol.attribution import AskPolicy
 from gateway.protocol.jsonrpc import Notification
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from gateway.stdio.pool import Pool, PoolSettings
 from tests.component.fakechild import WAIT, FakeBackend, FakeChild, Script, fake_backend
 from tests.component.harness import FAKE_SPEC, lifespan

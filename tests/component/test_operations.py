@@ -11,7 +11,8 @@ import anyio
 import pytest
 
 from gateway.http.drain import Drain
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from gateway.stdio.spec import ChildSpec
 from tests.component.fakechild import FakeBackend, Script, fake_backend
 from tests.component.harness import FAKE_SPEC, Gateway, in_process_gateway, in_process_servers

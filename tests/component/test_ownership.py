@@ -32,7 +32,8 @@ from starlette.types import Receive, Scope, Send
 from gateway.http.drain import Drain
 from gateway.protocol import tasks as task_rules
 from gateway.protocol.handshake import META_CLIENT_CAPABILITIES
-from gateway.relay.router import Isolation, Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import Isolation, ServerConfig
 from gateway.server import DrainingServer
 from gateway.stdio.pool import Pool, PoolSettings
 from tests.component.fakechild import FakeBackend, FakeChild, JsonObject, Script, fake_backend

@@ -14,7 +14,7 @@ import anyio
 import httpx
 import pytest
 
-from gateway.relay.router import DualEra
+from gateway.relay.server_config import DualEra
 from gateway.stdio.pool import Pool, PoolSettings
 from tests.component.fakechild import Call, Script, fake_backend, text
 from tests.component.harness import FAKE_SPEC, Gateway, in_process_gateway, legacy_call

@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 
-from gateway.relay.router import DualEra
+from gateway.relay.server_config import DualEra
 from gateway.stdio.pool import PoolSettings
 from tests.component.fakechild import Era, Script, fake_backend, text
 from tests.component.harness import Gateway, in_process_gateway, legacy_call

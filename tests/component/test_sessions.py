@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.relay.router import DualEra, Isolation
+from gateway.relay.server_config import DualEra, Isolation
 from gateway.stdio.pool import PoolSettings
 from tests.component.fakechild import fake_backend
 from tests.component.harness import in_process_gateway, legacy_call

@@ -20,7 +20,7 @@ from gateway.protocol.jsonrpc import Request, Result
 from gateway.relay import events
 from gateway.relay import router as router_module
 from gateway.relay.client import ClientContext
-from gateway.relay.router import RootsKeying
+from gateway.relay.server_config import RootsKeying
 from tests.component.fakechild import FakeChild, JsonObject, Script, fake_backend
 from tests.component.harness import Gateway, in_process_gateway
 from tests.component.test_roots_keying import (

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
-from gateway.relay.router import DualEra
+from gateway.relay.server_config import DualEra
 from gateway.stdio.pool import PoolSettings
 from tests.component.fakechild import Era, FakeBackend, Script, fake_backend
 from tests.component.harness import Gateway, in_process_gateway, legacy_call

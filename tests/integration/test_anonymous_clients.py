@@ -22,7 +22,8 @@ import anyio
 import httpx
 import pytest
 
-from gateway.relay.router import Isolation, Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import (

@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from gateway.protocol import tasks
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import app_for, serving

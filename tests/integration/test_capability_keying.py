@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from gateway.protocol.jsonrpc import MISSING_CLIENT_CAPABILITY
-from gateway.relay.router import CapabilityKeying
+from gateway.relay.server_config import CapabilityKeying
 from tests.conftest import server_spec
 from tests.gateway_server import modern_call, modern_headers, open_legacy_session, parse_sse, running_gateway
 from tests.schemas import validate

@@ -35,7 +35,7 @@ from gateway.protocol.jsonrpc import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
 from gateway.protocol.requeststate import StateClaims, encode_state, params_digest
 from gateway.relay import asks
 from gateway.relay.exchange import MAX_INPUT_ROUNDS
-from gateway.relay.router import Isolation
+from gateway.relay.server_config import Isolation
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, MODERN, modern_call, modern_headers, parse_sse, running_gateway

@@ -24,7 +24,7 @@ from mcp import Client, types
 from mcp.shared.exceptions import MCPError
 from mcp.types import TextContent
 
-from gateway.relay.router import DualEra
+from gateway.relay.server_config import DualEra
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import TESTS, server_spec
 from tests.gateway_server import MODERN, modern_call, modern_headers, running_gateway

@@ -21,7 +21,8 @@ import pytest
 
 from gateway.http import replies
 from gateway.http.connection import GuardedHttpTools
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import app_for, modern_call, modern_headers, serving

@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from gateway.errors import ClientThrottledError, GatewayUnavailableError
-from gateway.relay.router import Isolation, Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import Isolation, ServerConfig
 from gateway.relay.sessions import SessionStore
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger

@@ -22,7 +22,8 @@ from gateway.ops.logs import JsonFormatter, TextFormatter
 from gateway.protocol.attribution import AskPolicy
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES, MAX_JSON_DEPTH
 from gateway.protocol.jsonrpc import INVALID_PARAMS, INVALID_REQUEST
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.filewatch import wait_until

@@ -31,7 +31,8 @@ from gateway.http import replies
 from gateway.http.connection import MAX_HEAD_BYTES, GuardedHttpTools
 from gateway.http.drain import Drain
 from gateway.protocol.attribution import AskPolicy
-from gateway.relay.router import DualEra, Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import DualEra, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import (

@@ -11,7 +11,7 @@ import anyio
 import httpx
 import pytest
 
-from gateway.relay.router import Isolation
+from gateway.relay.server_config import Isolation
 from tests.conftest import TEST_SERVER, server_spec
 from tests.gateway_server import modern_call, modern_headers, running_gateway
 from tests.integration.test_inspect_cli import inspect

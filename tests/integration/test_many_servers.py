@@ -12,7 +12,8 @@ import orjson
 import pytest
 
 from gateway.cli import parse_settings
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from gateway.server import build_app
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import server_spec

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from gateway.protocol.headers import encode_header_value
-from gateway.relay.router import DualEra
+from gateway.relay.server_config import DualEra
 from tests.conftest import server_spec
 from tests.gateway_server import (
     BASE_HEADERS,
@@ -148,7 +148,7 @@ async def test_legacy_requests_are_not_held_to_mirrored_headers() -> None:
 
 
 async def test_list_changed_reaches_only_the_sessions_the_notifying_pool_serves() -> None:
-    from gateway.relay.router import Isolation
+    from gateway.relay.server_config import Isolation
 
     with anyio.fail_after(20):
         async with (

@@ -23,7 +23,7 @@ from mcp import Client, types
 from mcp.types import TextContent
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from gateway.relay.router import Isolation
+from gateway.relay.server_config import Isolation
 from gateway.stdio.spec import ChildSpec
 from tests.gateway_server import MODERN, MODERN_META, modern_call, modern_headers, parse_sse, running_gateway
 from tests.schemas import validate

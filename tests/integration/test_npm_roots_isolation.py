@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from gateway.configfile import parse_servers
-from gateway.relay.router import ServerConfig
+from gateway.relay.server_config import ServerConfig
 from gateway.settings import convert
 from gateway.stdio.spec import ChildSpec
 from tests.gateway_server import MODERN_META, modern_call, modern_headers, parse_sse, running_gateway

@@ -25,7 +25,8 @@ from gateway.oauth import keys as keys_module
 from gateway.oauth.gate import OAuthGate
 from gateway.oauth.keys import KeySet
 from gateway.oauth.validation import OAuthPolicy
-from gateway.relay.router import Isolation, Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import Isolation, ServerConfig
 from tests.conftest import server_spec
 from tests.gateway_server import (
     BASE_HEADERS,

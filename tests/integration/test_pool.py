@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 
-from gateway.relay.router import Isolation
+from gateway.relay.server_config import Isolation
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import TEST_SERVER, server_processes, server_spec

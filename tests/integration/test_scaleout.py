@@ -25,7 +25,8 @@ from gateway.http.auth import TokenStore
 from gateway.http.endpoint import MAX_BODY_BYTES
 from gateway.protocol import owner as owners
 from gateway.relay.owner import OwnerRouting
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from gateway.server import build_app
 from tests.balancer import SECRET, cluster
 from tests.conftest import server_spec

@@ -25,7 +25,8 @@ from gateway.http.auth import TokenStore
 from gateway.http.endpoint import MAX_BODY_BYTES
 from gateway.protocol import owner as owners
 from gateway.relay.owner import OwnerRouting
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from tests.balancer import SECRET
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, app_for, loopback_socket, open_legacy_session, serving

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from gateway.http.auth import TokenStore, parse_tokens
-from gateway.relay.router import Isolation
+from gateway.relay.server_config import Isolation
 from tests.conftest import server_spec
 from tests.gateway_server import OPERATOR, modern_call, modern_headers, operator_tokens, running_gateway
 

@@ -20,7 +20,7 @@ import anyio
 import httpx
 import pytest
 
-from gateway.relay.router import DualEra
+from gateway.relay.server_config import DualEra
 from tests.conftest import server_spec
 from tests.filewatch import wait_until
 from tests.gateway_server import BASE_HEADERS, legacy_initialize, parse_sse, running_gateway

@@ -26,7 +26,8 @@ import anyio
 import httpx
 import pytest
 
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from gateway.stdio.child import StdioChild
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec

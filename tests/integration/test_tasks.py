@@ -22,7 +22,8 @@ import pytest
 from gateway.http.auth import TokenStore
 from gateway.protocol import tasks as rules
 from gateway.protocol.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from gateway.relay.tasks import TaskStore
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec

@@ -31,7 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway.config import Settings
 from gateway.errors import ConfigError
 from gateway.http.tls import TlsFiles, uvicorn_options
-from gateway.relay.router import Isolation, ServerConfig
+from gateway.relay.server_config import Isolation, ServerConfig
 from gateway.server import build_app
 from tests.conftest import server_spec
 from tests.gateway_server import OPERATOR, OPERATOR_TOKEN, modern_call, modern_headers, serving

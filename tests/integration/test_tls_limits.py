@@ -35,7 +35,8 @@ from anyio.streams.tls import TLSStream
 from gateway.http import replies
 from gateway.http.connection import MAX_HEAD_BYTES, GuardedHttpTools
 from gateway.http.tls import PeerSubjects, TlsFiles, uvicorn_options
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from tests.conftest import server_spec
 from tests.gateway_server import app_for, modern_call, modern_headers, serving
 from tests.integration.test_tls import Authority, write_pair

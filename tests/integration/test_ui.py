@@ -24,7 +24,8 @@ import pytest
 
 from gateway.http.auth import TokenStore
 from gateway.http.ui import render_page
-from gateway.relay.router import Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import OPERATOR, OPERATOR_TOKEN, app_for, operator_tokens, serving

@@ -11,7 +11,7 @@ from gateway.cli import env_name, parse_settings
 from gateway.config import demo_command
 from gateway.errors import ConfigError
 from gateway.protocol.attribution import AskPolicy
-from gateway.relay.router import DualEra, Isolation
+from gateway.relay.server_config import DualEra, Isolation
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

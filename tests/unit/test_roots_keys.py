@@ -16,7 +16,8 @@ from gateway.protocol.roots import MAX_ROOTS_PER_SET, roots_key, roots_of_answer
 from gateway.protocol.versions import Era
 from gateway.relay import client_roots
 from gateway.relay.poolkey import PoolKey
-from gateway.relay.router import CapabilityKeying, DualEra, Isolation, Router, ServerConfig
+from gateway.relay.router import Router
+from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, ServerConfig
 from gateway.relay.suspensions import Suspensions
 from gateway.stdio.spec import ChildSpec
 

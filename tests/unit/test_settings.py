@@ -13,7 +13,7 @@ from gateway.configfile import FLAG_KEYS
 from gateway.errors import ConfigError
 from gateway.http.edge_settings import EdgeSettings
 from gateway.oauth.validation import OAuthPolicy
-from gateway.relay.router import ServerConfig
+from gateway.relay.server_config import ServerConfig
 from gateway.settings import BY_FLAG, GATEWAY_WIDE, PER_SERVER, SETTINGS, Setting
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
