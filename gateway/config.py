@@ -15,9 +15,14 @@ from pathlib import Path
 from typing import Final
 
 from gateway.errors import ConfigError
-from gateway.http.edge_settings import EdgeSettings
-from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS, SSE_POLL_SECONDS
-from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
+from gateway.http.edge_settings import (
+    MAX_BODY_BYTES,
+    MAX_REQUESTS_PER_PRINCIPAL,
+    MAX_STREAM_SECONDS,
+    MAX_STREAMS_PER_PRINCIPAL,
+    SSE_POLL_SECONDS,
+    EdgeSettings,
+)
 from gateway.protocol.eventlog import RESUME_WINDOW
 from gateway.relay.server_config import ServerConfig
 from gateway.relay.suspensions import MIN_SECRET_BYTES

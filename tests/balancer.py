@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import httpx
 
-from gateway.http.endpoint import MAX_BODY_BYTES
+from gateway.http.edge_settings import MAX_BODY_BYTES
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
 from gateway.relay.server_config import ServerConfig

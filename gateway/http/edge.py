@@ -42,7 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gateway.http.auth import OPERATOR_PATHS, Authentication
 from gateway.http.cors import CorsPolicy, add_cors_headers
 from gateway.http.drain import Drain, draining_refusal
-from gateway.http.endpoint import BODY_TIMEOUT
+from gateway.http.edge_settings import BODY_TIMEOUT
 from gateway.http.forward_accept import AcceptForwards
 from gateway.http.lanes import Lane
 from gateway.http.limits import PrincipalQuotas, Slots, header_problem, header_refusal

@@ -4,15 +4,34 @@
 settings, whose declarations (``gateway.settings``) hold every flag, variable and default.
 The defaults here are the same named limits those declarations use
 (``tests/unit/test_settings.py`` checks that they agree).
+
+The edge's configurable limits are named here, with their reasons, rather than in the modules
+that apply them (``endpoint``, ``limits``), so that the settings and ``--help`` read them
+without loading Starlette: this module imports the standard library and pure values only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
-from gateway.http.endpoint import BODY_TIMEOUT, MAX_BODY_BYTES, MAX_STREAM_SECONDS, SSE_POLL_SECONDS
-from gateway.http.limits import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.protocol.eventlog import RESUME_WINDOW
+
+MAX_STREAM_SECONDS: Final = 3600.0
+"""A legacy GET stream ends after this long; clients reconnect (L-TR allows either side to close)."""
+SSE_POLL_SECONDS: Final = 0.0
+"""Off by default: a 2025-11-25 session's request stream stays on its connection to the end.
+When set, the gateway closes that connection after this many seconds (with a ``retry``
+hint), the call going on, and the client resumes with ``Last-Event-ID`` (docs/bridging.md)."""
+MAX_BODY_BYTES: Final = 4 * 1024 * 1024
+"""Largest POST body accepted (413 above): tool arguments, not file uploads."""
+BODY_TIMEOUT: Final = 30.0
+"""Seconds to receive a whole POST body once the headers are in (408 after, and the connection
+is closed): 4 MiB at ~1 Mbit/s. A body that trickles in holds a connection, never a request slot."""
+MAX_REQUESTS_PER_PRINCIPAL: Final = 256
+"""Requests one client key may have in flight at once (``gateway.http.limits``); past it, 429."""
+MAX_STREAMS_PER_PRINCIPAL: Final = 32
+"""Open legacy GET and ``subscriptions/listen`` streams per client key; past it, 429."""
 
 
 @dataclass(frozen=True)

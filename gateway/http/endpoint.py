@@ -37,6 +37,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.errors import CODE_CANCELLED, GatewayError
 from gateway.http import session_requests, wire
 from gateway.http.connection import BODY_RECEIVED
+from gateway.http.edge_settings import BODY_TIMEOUT, MAX_BODY_BYTES, MAX_STREAM_SECONDS, SSE_POLL_SECONDS
 from gateway.http.inflight import InFlight
 from gateway.http.limits import SLOTS, Slots, client_key
 from gateway.http.listen import ListenStream
@@ -75,17 +76,6 @@ Answer = Response | LazyStream | ListenStream | TaskListenStream | EventStream
 MODERN_ERROR_STATUSES: Final = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY: 400}
 """HTTP statuses of a modern final error sent as JSON: the spec maps these two (digest §0.2)."""
 CANCELLED: Final = "notifications/cancelled"
-MAX_STREAM_SECONDS: Final = 3600.0
-"""A legacy GET stream ends after this long; clients reconnect (L-TR allows either side to close)."""
-SSE_POLL_SECONDS: Final = 0.0
-"""Off by default: a 2025-11-25 session's request stream stays on its connection to the end.
-When set, the gateway closes that connection after this many seconds (with a ``retry``
-hint), the call going on, and the client resumes with ``Last-Event-ID`` (docs/bridging.md)."""
-MAX_BODY_BYTES: Final = 4 * 1024 * 1024
-"""Largest POST body accepted (413 above): tool arguments, not file uploads."""
-BODY_TIMEOUT: Final = 30.0
-"""Seconds to receive a whole POST body once the headers are in (408 after, and the connection
-is closed): 4 MiB at ~1 Mbit/s. A body that trickles in holds a connection, never a request slot."""
 
 
 async def read_body(headers: dict[str, str], receive: Receive, limit: int) -> bytes | None:

@@ -54,7 +54,7 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import CODE_UNAVAILABLE, GatewayUnavailableError
-from gateway.http.endpoint import BODY_TIMEOUT
+from gateway.http.edge_settings import BODY_TIMEOUT
 from gateway.http.forward_accept import Answer, header, read_whole_body, replay, target
 from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners

@@ -25,7 +25,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
 from gateway.http.connection import BODY_RECEIVED
-from gateway.http.endpoint import BODY_TIMEOUT, read_body
+from gateway.http.edge_settings import BODY_TIMEOUT
+from gateway.http.endpoint import read_body
 from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners
 from gateway.protocol.jsonrpc import INVALID_REQUEST, error_object

@@ -41,6 +41,7 @@ from typing import Final
 from starlette.responses import Response
 from starlette.types import Scope
 
+from gateway.http.edge_settings import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.http.wire import error_response
 from gateway.protocol.jsonrpc import error_object
 
@@ -50,8 +51,6 @@ MAX_HEADER_BYTES: Final = 64 * 1024
 """All header names and values together."""
 MAX_MCP_HEADER_BYTES: Final = 8 * 1024
 """One Mcp-* value (Mcp-Name, Mcp-Param-*): a tool name or a routing value, never a payload."""
-MAX_REQUESTS_PER_PRINCIPAL: Final = 256
-MAX_STREAMS_PER_PRINCIPAL: Final = 32
 ANONYMOUS: Final = "anonymous"
 """The key of a request with neither a principal nor a peer address (an in-process test client)."""
 ANONYMOUS_PREFIX: Final = "anonymous@"

@@ -50,7 +50,8 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.errors import CODE_UNAVAILABLE
 from gateway.http.auth import LOGIN_PATH, REALM, RETRY_AFTER, TokenStore
-from gateway.http.endpoint import BODY_TIMEOUT, read_body
+from gateway.http.edge_settings import BODY_TIMEOUT
+from gateway.http.endpoint import read_body
 from gateway.http.wire import error_response
 from gateway.oauth.gate import OAuthGate, Unavailable
 from gateway.oauth.validation import Accepted, Refused, challenge

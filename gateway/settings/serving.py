@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from gateway.http.endpoint import MAX_BODY_BYTES, MAX_STREAM_SECONDS, SSE_POLL_SECONDS
+from gateway.http.edge_settings import MAX_BODY_BYTES, MAX_STREAM_SECONDS, SSE_POLL_SECONDS
 from gateway.protocol.eventlog import RESUME_WINDOW
 from gateway.protocol.framing import DEFAULT_MAX_LINE_BYTES
 from gateway.settings import convert

@@ -22,7 +22,7 @@ from mcp import types as sdk
 
 from gateway.config import Settings
 from gateway.http.auth import TokenStore
-from gateway.http.endpoint import MAX_BODY_BYTES
+from gateway.http.edge_settings import MAX_BODY_BYTES
 from gateway.protocol import owner as owners
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
