@@ -21,6 +21,7 @@ from gateway.configfile import load_servers
 from gateway.errors import ConfigError
 from gateway.helptext import NOT_SETTINGS
 from gateway.oauth.validation import OAuthPolicy
+from gateway.protocol.dispatchstate import PoolSettings
 from gateway.relay.server_config import ServerConfig
 from gateway.settings import (
     BY_FLAG,
@@ -32,7 +33,6 @@ from gateway.settings import (
     env_name,
 )
 from gateway.settings.declaration import either
-from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 
 __all__ = ["build_parser", "env_name", "main", "parse_settings"]
@@ -186,11 +186,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from gateway import server  # imported late: --help and --version stay fast
-
     try:
-        settings = parse_settings(argv)
+        settings = parse_settings(argv)  # --help, --version and a bad flag exit here
         settings.state_secret()  # an unreadable or short key file fails here, not at the first MRTR round
+        from gateway import server  # imported once parsed: --help loads no Starlette, uvicorn or httpx
+
         app = server.build_app(settings)  # tokens and proxy addresses are checked here, before binding
     except ConfigError as exc:
         print(f"mcp-stdio-gateway: {exc.message}", file=sys.stderr)

@@ -24,8 +24,8 @@ from gateway.http.edge_settings import (
     EdgeSettings,
 )
 from gateway.protocol.eventlog import RESUME_WINDOW
+from gateway.protocol.requeststate import MIN_SECRET_BYTES
 from gateway.relay.server_config import ServerConfig
-from gateway.relay.suspensions import MIN_SECRET_BYTES
 from gateway.settings import (
     DEFAULT_HOST,
     DEFAULT_PORT,

@@ -46,11 +46,11 @@ import orjson
 
 from gateway.errors import ConfigError
 from gateway.oauth.validation import OAuthPolicy
+from gateway.protocol.dispatchstate import PoolSettings
 from gateway.protocol.roots import parse_root
 from gateway.relay.server_config import ServerConfig
 from gateway.settings import PER_SERVER, Setting
 from gateway.settings.declaration import either
-from gateway.stdio.pool import PoolSettings
 
 NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 """Server names become URL path segments (/servers/NAME/mcp)."""

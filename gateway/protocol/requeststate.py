@@ -30,6 +30,9 @@ import orjson
 
 from gateway.protocol.jsonrpc import JsonObject
 
+MIN_SECRET_BYTES: Final = 16
+"""A shorter key (``--state-secret-file``) is refused: HMAC keys below 128 bits are guessable."""
+
 PREFIX: Final = "mcpgw1."
 """Marks a token as the gateway's own; anything else is a child's and passes untouched."""
 MAX_TOKEN_CHARS: Final = 4096

@@ -45,8 +45,6 @@ from gateway.stdio.pool import PoolLease as Lease
 log = logging.getLogger("gateway.mrtr")
 
 SECRET_BYTES: Final = 32
-MIN_SECRET_BYTES: Final = 16
-"""A shorter ``--state-secret-file`` is refused: HMAC keys below 128 bits are guessable."""
 MAX_PARKED: Final = 1024
 """Parked calls per server at most: each holds a child request open for up to the input
 timeout, so clients that never retry must not pile them up; past this, the gateway answers

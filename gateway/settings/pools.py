@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Final
 
 from gateway.protocol.attribution import AskPolicy
+from gateway.protocol.dispatchstate import PoolSettings
 from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, RootsKeying
 from gateway.settings import convert
 from gateway.settings.declaration import POOL, Setting, rule
-from gateway.stdio.pool import PoolSettings
 
 _POOL: Final = PoolSettings()
 
