@@ -19,12 +19,15 @@ A setting is one of three kinds:
 - **an input** (neither): ``--config`` and ``--command``, which say what to serve.
 
 Defaults are the named limits of the module that owns each (``gateway.stdio.spec``,
-``gateway.http.endpoint``, …), so the reason for a number stays next to the code it bounds;
+``gateway.http.edge_settings``, ``gateway.relay.server_config``, …), so the reason for a
+number stays next to the value it bounds;
 ``tests/unit/test_settings.py`` checks that every dataclass default equals the declared one.
 To add a setting: declare it here, give the dataclass named by ``field``/``target`` the
 field, and use it (docs/architecture.md, "Adding a setting").
 
-Imports the constants it names and nothing that imports it back.
+Imports the constants it names and nothing that imports it back, and only from light modules:
+no Starlette, uvicorn, httpx, router or pool, so ``--help`` loads no server
+(``tests/unit/test_cli_imports.py``).
 """
 
 from __future__ import annotations
