@@ -161,6 +161,58 @@ async def test_forced_legacy_mode_reports_a_401_the_same_way() -> None:
     assert "requires authorization (HTTP 401" in run.err
 
 
+# --- a mistyped tool name --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_mistyped_tool_gets_the_closest_listed_names_suggested(mode: str) -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            run = await call(url, "ecko", "--arg", "message=x", "--mode", mode)
+    assert run.code == 1
+    assert "unknown tool: ecko" in run.err  # the server's own words first
+    assert "'ecko' is not among the tools listed; did you mean echo?" in run.err
+
+
+async def test_a_tool_name_like_none_listed_points_to_the_list() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            run = await call(url, "zzzzzz")
+    assert run.code == 1
+    assert "'zzzzzz' is not among the" in run.err
+    assert "tools listed (see them with --list)" in run.err
+    assert "did you mean" not in run.err
+
+
+async def test_a_listed_tool_that_fails_gets_no_suggestion() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            run = await call(url, "error_reply")
+    assert run.code == 1
+    assert "custom failure" in run.err
+    assert "not among the tools listed" not in run.err
+
+
+async def test_an_unknown_tool_answered_as_a_tool_error_gets_the_suggestion_too() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        message = json.loads(request.content)
+        if message["method"] == "server/discover":
+            result: dict[str, Any] = {"resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {}}
+        elif message["method"] == "tools/list":
+            tools = [{"name": n, "inputSchema": {"type": "object"}} for n in ("list_directory", "read_file")]
+            result = {"resultType": "complete", "tools": tools}
+        else:  # as the Python SDK answers: a tool error, not a JSON-RPC error
+            text = f"Unknown tool: {message['params']['name']}"
+            result = {"resultType": "complete", "isError": True, "content": [{"type": "text", "text": text}]}
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    with anyio.fail_after(10):
+        run = await call("http://modern.test/mcp", "list_dir", transport=httpx.MockTransport(handle))
+    assert run.code == 1
+    assert "Unknown tool: list_dir" in run.err
+    assert "'list_dir' is not among the tools listed; did you mean list_directory?" in run.err
+
+
 # --- output ---------------------------------------------------------------------------------------------
 
 

@@ -284,6 +284,7 @@ class Call:
         self.out = out
         self.err = err
         self.raw = raw
+        self.unlisted = ""  # for a tool not in the list: the closest names, added to its failure
 
     async def run(
         self,
@@ -299,6 +300,8 @@ class Call:
                 "Streamable HTTP clients must not call it"
             )
         tool = next((t for t in kept if t.get("name") == name), None)  # unknown: the server will say so
+        if tool is None and kept:
+            self.unlisted = tools.unlisted_tool_hint(name, kept)
         arguments = tools.build_arguments(base, pairs, tool)
         param_headers: dict[str, str] = {}
         if tool is not None and self.connection.era is Era.MODERN:
@@ -330,7 +333,7 @@ class Call:
                 on_notification=view.on_notification,
             )
         if isinstance(reply, ErrorReply):
-            raise ServerError(render.error_text(reply))
+            raise ServerError(render.error_text(reply) + (f"\n{self.unlisted}" if self.unlisted else ""))
         return reply.result
 
     def _print(self, name: str, result: JsonObject) -> int:
@@ -340,6 +343,8 @@ class Call:
         elif failed:
             self.err.print(Text(f"{name} returned an error:", style="bold red"))
             render.print_result(result, self.err)
+            if self.unlisted:
+                self.err.print(Text(self.unlisted, style="yellow"))
         else:
             render.print_result(result, self.out)
         return EXIT_SERVER_ERROR if failed else EXIT_OK
