@@ -133,6 +133,16 @@ async def test_a_mistyped_path_gets_the_closest_served_endpoint_suggested() -> N
     assert "/mpc/mcp" not in run.err
 
 
+async def test_an_sse_path_gets_the_endpoint_the_gateway_serves_suggested() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            base = url.removesuffix("/mcp")
+            run = await call(base + "/sse", "echo")
+    assert run.code == 2
+    assert f"did you mean {base}/mcp?" in run.err
+    assert "did you mean " + base + "/servers/" not in run.err
+
+
 @pytest.mark.parametrize("mode", ["auto", "modern", "legacy"])
 async def test_a_trailing_slash_is_followed_to_the_endpoint_and_named(mode: str) -> None:
     with anyio.fail_after(30):
