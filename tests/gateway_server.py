@@ -196,10 +196,12 @@ async def running_gateway(
     dual_era: DualEra = DualEra.PER_CLIENT,
     capability_keying: CapabilityKeying = CapabilityKeying.SHARED,
     roots_keying: RootsKeying = RootsKeying.AUTO,
+    sock: socket.socket | None = None,
     **app_options: Any,
 ) -> AsyncIterator[str]:
-    """Serve ``spec`` behind the gateway; yield the MCP endpoint URL. ``dual_era=MODERN`` keeps
-    legacy and modern clients of the (dual by default) test server on the same children."""
+    """Serve ``spec`` behind the gateway (on ``sock``, a listening socket, when given); yield
+    the MCP endpoint URL. ``dual_era=MODERN`` keeps legacy and modern clients of the (dual by
+    default) test server on the same children."""
     if pool_size is not None:
         pool = PoolSettings(min_size=pool_size, max_size=pool_size, asking_max=0)  # exactly that many
     server = ServerConfig(
@@ -213,7 +215,7 @@ async def running_gateway(
         roots_keying=roots_keying,
     )
     app = app_for(Router(server), **app_options)
-    async with serving(app, http=http) as base:
+    async with serving(app, sock, http=http) as base:
         yield f"{base}/mcp"
 
 

@@ -175,6 +175,7 @@ def create_app(
                 quota=quotas,  # a parked call counts as its principal's request in flight
                 resume_window=settings.stream_resume_seconds,
                 end_sessions_when=drain.cancel,  # GET streams close; legacy requests end with an error
+                replicas=not settings.loopback_only,  # reachable by a load balancer: maybe one of several
             )
         )
         stack.enter_context(serving.open(service, endpoint_app))

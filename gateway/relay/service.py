@@ -118,10 +118,16 @@ def _served(
     state_secret: bytes | None,
     routing: OwnerRouting | None,
     quota: ParkedQuota | None,
+    replicas: bool,
 ) -> Served:
     server = parts.router.server
     suspensions = Suspensions(
-        server.name, state_secret, task_group=tg, quota=quota, owner=routing.me.key if routing else ""
+        server.name,
+        state_secret,
+        task_group=tg,
+        quota=quota,
+        owner=routing.me.key if routing else "",
+        replicas=replicas,
     )
     # Dispatch rule 5's fair share: a principal's abandoned questions give way to another's asker.
     parts.router.add_parked_releaser(
@@ -150,13 +156,15 @@ async def open_service(
     quota: ParkedQuota | None = None,
     resume_window: float = RESUME_WINDOW,
     end_sessions_when: anyio.Event | None = None,
+    replicas: bool = False,
 ) -> AsyncIterator[Service]:
     """The service over ``routers`` while the block runs (the routers are run here: not
     entered before). ``state_secret`` signs MRTR ``requestState`` (None: a random one);
     ``routing``: sessions, parked calls and tasks name this instance (its secret wins);
     ``quota``: parked calls count as their principal's requests in flight;
     ``resume_window``: how long a legacy session's SSE stream is kept for a resume;
-    ``end_sessions_when``: every session ends once it is set (the drain's last step)."""
+    ``end_sessions_when``: every session ends once it is set (the drain's last step);
+    ``replicas``: other processes may serve the endpoints (owner routing implies it)."""
     if routing is not None:
         state_secret = routing.state_secret
     parts = [_attached(router, routing, resume_window) for router in routers]
@@ -173,6 +181,7 @@ async def open_service(
                         state_secret=state_secret,
                         routing=routing,
                         quota=quota,
+                        replicas=replicas or routing is not None,
                     )
                     for part in parts
                 )

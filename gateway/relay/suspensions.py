@@ -14,8 +14,10 @@ hands the client a signed ``requestState`` (``gateway.protocol.requeststate``).
   refused as a replay. Every refusal is a ``Rejection`` (400, -32602) saying why.
 
 The secret comes from ``--state-secret-file`` so that replicas can verify each other's
-tokens; without one a random per-process secret is used, and a warning says so the first
-time a token is minted. The parked call itself lives in this process only; with owner
+tokens; without one a random per-process secret is used, and the first token minted says
+so: a WARNING when other processes may serve the endpoint (``replicas``: owner routing, or
+a bind address a load balancer can reach), else at INFO — a single local gateway loses
+only its in-flight rounds on a restart. The parked call itself lives in this process only; with owner
 routing (``--advertise-url``) the token names this instance, and a retry that reaches
 another replica is forwarded here (``gateway.http.forward``).
 """
@@ -155,15 +157,18 @@ class Suspensions:
         quota: ParkedQuota | None = None,
         clock: Callable[[], float] = time.time,
         owner: str = "",
+        replicas: bool = False,
     ) -> None:
         """``task_group`` runs the keepers (the service's: parked calls end with it); ``quota``:
-        parked calls count as their principal's requests in flight (the HTTP edge's limits)."""
+        parked calls count as their principal's requests in flight (the HTTP edge's limits);
+        ``replicas``: other processes may serve this endpoint (module docstring)."""
         self.server = server
         self.owner = owner  # named in each token, so any replica can route the retry here
         self.task_group = task_group
         self.quota = quota
         self._secret = secret if secret is not None else secrets.token_bytes(SECRET_BYTES)
         self._shared_secret = secret is not None
+        self._replicas = replicas
         self._clock = clock
         self._held: dict[str, Suspension] = {}
         self._used: dict[str, float] = {}  # spent state id → its expiry
@@ -188,12 +193,6 @@ class Suspensions:
         """Hold ``call`` until its retry or ``timeout``; return the ``requestState`` for the client.
         ``charged``: whose requests in flight it counts as (the client key: an anonymous client's
         peer address), else the principal."""
-        if not self._shared_secret:
-            self._shared_secret = True  # warn once
-            log.warning(
-                "MRTR requestState is signed with a random per-process secret: other replicas will "
-                "refuse this gateway's tokens, and a restart invalidates them (set --state-secret-file)"
-            )
         state_id = secrets.token_urlsafe(18)
         expires_at = self._clock() + timeout
         claims = StateClaims(
@@ -219,7 +218,26 @@ class Suspensions:
             ", ".join(ask.method for ask in asks.values()),
             timeout,
         )
+        return self._signed(claims)
+
+    def _signed(self, claims: StateClaims) -> str:
+        """``claims`` as a token; the first one signed with a random secret says so (module docstring)."""
+        if not self._shared_secret:
+            self._shared_secret = True  # say it once
+            self._note_random_secret()
         return requeststate.encode_state(claims, self._secret)
+
+    def _note_random_secret(self) -> None:
+        if self._replicas:
+            log.warning(
+                "MRTR requestState is signed with a random per-process secret: other replicas will "
+                "refuse this gateway's tokens, and a restart invalidates them (set --state-secret-file)"
+            )
+        else:
+            log.info(
+                "MRTR requestState is signed with a random per-process secret: a restart invalidates "
+                "the tokens of rounds in flight (--state-secret-file keeps them, and is needed for replicas)"
+            )
 
     def take(self, token: str, request: Request, principal: str | None) -> Suspension | Rejection:
         """The parked call a retry resumes, or why the retry is refused."""
@@ -338,7 +356,7 @@ class Suspensions:
             digest=requeststate.params_digest(request.params),
             expires_at=self._clock() + timeout,
         )
-        return requeststate.encode_state(claims, self._secret)
+        return self._signed(claims)
 
     def check_round(self, token: str, request: Request, principal: str | None) -> bool | Rejection:
         """True: ``token`` is a valid round's of ``mint_round`` for this retry; False: it is a

@@ -3,7 +3,9 @@
 
 A child that is slow to answer is not silent in the log: every ``WAITING_LOG_INTERVAL``
 seconds an INFO line says what it has not answered yet and how long of its budget has
-passed (``still waiting for … to answer server/discover (10 s of 30)``).
+passed (``still waiting for … to answer server/discover (10 s of 30)``). The seconds shown
+never pass the budget: the timeout fires a little after it (the event loop is busy, the
+reply is read) and "7 s of 5" would read as a broken limit.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class StartingChild(Protocol):
 
 class StartWait:
     """Logs, while the handshake lasts, which answer the child still owes; ``describe()``
-    says the same for whoever shows a start in progress (``/status``, ``inspect``)."""
+    says the same for whoever shows a start in progress (``/status``, ``inspect``);
+    ``is_over()`` once the handshake has ended, either way."""
 
     def __init__(self, child: StartingChild) -> None:
         self.child = child
@@ -68,10 +71,16 @@ class StartWait:
     def now_waiting_for(self, method: str, budget: float) -> None:
         self.method, self.budget, self.since = method, budget, time.monotonic()
 
+    def is_over(self) -> bool:
+        return self.scope.cancel_called
+
+    def waited(self) -> float:
+        """Seconds of the current answer's budget used so far, at most the budget."""
+        return min(time.monotonic() - self.since, self.budget)
+
     def describe(self) -> str:
         """``pid 4711 to answer server/discover (10 s of 30)``."""
-        waited = time.monotonic() - self.since
-        return f"pid {self.child.pid} to answer {self.method} ({waited:.0f} s of {self.budget:g})"
+        return f"pid {self.child.pid} to answer {self.method} ({self.waited():.0f} s of {self.budget:g})"
 
     async def run(self) -> None:
         with self.scope:
@@ -82,7 +91,7 @@ class StartWait:
                     self.child.spec.label,
                     self.child.pid,
                     self.method,
-                    time.monotonic() - self.since,
+                    self.waited(),
                     self.budget,
                 )
 

@@ -366,7 +366,9 @@ class Starting:
 
     def __rich__(self) -> Text:
         text = f"starting {self.command} … {time.monotonic() - self.since:.0f} s"
-        if self.wait is not None:
+        if self.wait is not None and self.wait.is_over():
+            text += "; reading its tools, prompts and resources"
+        elif self.wait is not None:
             text += f"; waiting for {self.wait.describe()}"
         return Text(text)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from typing import Any
 
@@ -17,6 +18,7 @@ from tests.conftest import server_spec
 from tests.gateway_server import running_gateway
 from tests.integration.test_call_cli import Run
 from tests.integration.test_call_cli import call as call_wrapped
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -25,6 +27,67 @@ async def call(*argv: str, transport: httpx.AsyncBaseTransport | None = None) ->
     """``call`` with stderr's line wrapping undone (the test console is 120 columns wide)."""
     run = await call_wrapped(*argv, transport=transport)
     return Run(run.code, run.out, " ".join(run.err.split()))
+
+
+# --- a gateway that is not up yet -----------------------------------------------------------------------
+
+
+def unlistening_socket() -> socket.socket:
+    """A socket bound to a free 127.0.0.1 port that does not listen yet: connections are refused."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+async def test_call_started_before_its_gateway_keeps_trying_and_succeeds_once_it_listens() -> None:
+    sock = unlistening_socket()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    runs: list[Run] = []
+    done = anyio.Event()
+
+    async def run_call() -> None:
+        runs.append(await call(url, "echo", "--arg", "message=late", "--connect-timeout", "25"))
+        done.set()
+
+    with anyio.fail_after(30), recording("gateway.tools.call") as records:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run_call)
+            await records.wait_for_text("nothing accepts a connection")  # its first attempt was refused
+            sock.listen(128)
+            async with running_gateway(server_spec(), sock=sock):
+                await done.wait()
+    assert runs[0].code == 0, runs[0].err
+    assert runs[0].out == "late\n"
+
+
+async def test_call_with_nothing_listening_gives_up_asking_whether_the_gateway_runs() -> None:
+    sock = unlistening_socket()
+    port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        with anyio.fail_after(10):
+            run = await call(url, "echo", "--connect-timeout", "0.3")
+    finally:
+        sock.close()
+    assert run.code == 2
+    assert f"cannot reach {url}: nothing accepted a connection for 0.3 s" in run.err
+    assert "Is the gateway running at that URL?" in run.err
+    assert f"Start one with: mcp-stdio-gateway --port {port} -- SERVER-COMMAND" in run.err
+
+
+async def test_an_error_other_than_a_refused_connection_is_not_retried() -> None:
+    attempts: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        attempts.append(request)
+        raise httpx.ReadError("the connection broke", request=request)
+
+    with anyio.fail_after(10):
+        run = await call("http://gateway.test/mcp", "echo", transport=httpx.MockTransport(handle))
+    assert run.code == 2
+    assert len(attempts) == 1
+    assert "cannot reach http://gateway.test/mcp: ReadError: the connection broke" in run.err
 
 
 # --- the probe's own refusal is reported, not an initialize that never ran -----------------------------
@@ -70,6 +133,16 @@ async def test_a_mistyped_path_gets_the_closest_served_endpoint_suggested() -> N
     assert "/mpc/mcp" not in run.err
 
 
+async def test_an_sse_path_gets_the_endpoint_the_gateway_serves_suggested() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            base = url.removesuffix("/mcp")
+            run = await call(base + "/sse", "echo")
+    assert run.code == 2
+    assert f"did you mean {base}/mcp?" in run.err
+    assert "did you mean " + base + "/servers/" not in run.err
+
+
 @pytest.mark.parametrize("mode", ["auto", "modern", "legacy"])
 async def test_a_trailing_slash_is_followed_to_the_endpoint_and_named(mode: str) -> None:
     with anyio.fail_after(30):
@@ -96,6 +169,58 @@ async def test_forced_legacy_mode_reports_a_401_the_same_way() -> None:
             run = await call(url, "echo", "--mode", "legacy")
     assert run.code == 2
     assert "requires authorization (HTTP 401" in run.err
+
+
+# --- a mistyped tool name --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_mistyped_tool_gets_the_closest_listed_names_suggested(mode: str) -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            run = await call(url, "ecko", "--arg", "message=x", "--mode", mode)
+    assert run.code == 1
+    assert "unknown tool: ecko" in run.err  # the server's own words first
+    assert "'ecko' is not among the tools listed; did you mean echo?" in run.err
+
+
+async def test_a_tool_name_like_none_listed_points_to_the_list() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            run = await call(url, "zzzzzz")
+    assert run.code == 1
+    assert "'zzzzzz' is not among the" in run.err
+    assert "tools listed (see them with --list)" in run.err
+    assert "did you mean" not in run.err
+
+
+async def test_a_listed_tool_that_fails_gets_no_suggestion() -> None:
+    with anyio.fail_after(30):
+        async with running_gateway(server_spec()) as url:
+            run = await call(url, "error_reply")
+    assert run.code == 1
+    assert "custom failure" in run.err
+    assert "not among the tools listed" not in run.err
+
+
+async def test_an_unknown_tool_answered_as_a_tool_error_gets_the_suggestion_too() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        message = json.loads(request.content)
+        if message["method"] == "server/discover":
+            result: dict[str, Any] = {"resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {}}
+        elif message["method"] == "tools/list":
+            tools = [{"name": n, "inputSchema": {"type": "object"}} for n in ("list_directory", "read_file")]
+            result = {"resultType": "complete", "tools": tools}
+        else:  # as the Python SDK answers: a tool error, not a JSON-RPC error
+            text = f"Unknown tool: {message['params']['name']}"
+            result = {"resultType": "complete", "isError": True, "content": [{"type": "text", "text": text}]}
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    with anyio.fail_after(10):
+        run = await call("http://modern.test/mcp", "list_dir", transport=httpx.MockTransport(handle))
+    assert run.code == 1
+    assert "Unknown tool: list_dir" in run.err
+    assert "'list_dir' is not among the tools listed; did you mean list_directory?" in run.err
 
 
 # --- output ---------------------------------------------------------------------------------------------

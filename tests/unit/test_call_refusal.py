@@ -44,8 +44,17 @@ def test_the_suggestion_is_the_served_endpoint_closest_to_the_path_typed() -> No
     assert suggested_url("http://h:1/servers/dmeo/mcp", one) == "http://h:1/servers/demo/mcp"
     many = "Not Found: nothing at /servers/fils/mcp; this gateway serves /servers/{alpha,files,github}/mcp and 3 more"
     assert suggested_url("http://h:1/servers/fils/mcp", many) == "http://h:1/servers/files/mcp"
-    served = {f"http://h:1/servers/{n}/mcp" for n in ("alpha", "files", "github")}
-    assert suggested_url("http://h:1/mcp", many) in served
+    served = " or ".join(f"http://h:1/servers/{n}/mcp" for n in ("alpha", "files", "github"))
+    assert suggested_url("http://h:1/mcp", many) == served
+
+
+def test_a_path_like_no_served_one_gets_the_endpoint_itself_not_the_nearest_letters() -> None:
+    # /sse (an HTTP+SSE client's path) shares more letters with /servers/demo/mcp than with /mcp.
+    one = "Not Found: nothing at /sse; this gateway serves /mcp (also /servers/demo/mcp)"
+    assert suggested_url("http://h:1/sse", one) == "http://h:1/mcp"
+    assert suggested_url("http://h:1/", one) == "http://h:1/mcp"
+    two = "Not Found: nothing at /sse; this gateway serves /servers/{demo,files}/mcp"
+    assert suggested_url("http://h:1/sse", two) == "http://h:1/servers/demo/mcp or http://h:1/servers/files/mcp"
 
 
 def test_without_a_list_a_typo_of_mcp_is_replaced_not_appended_to() -> None:

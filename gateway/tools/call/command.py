@@ -40,7 +40,7 @@ from gateway.protocol.versions import Era
 from gateway.protocol.xmcpheader import filter_tools, tool_header_params
 from gateway.tools.call import render, startwatch, tools
 from gateway.tools.call.asks import Asker, AskRefused, ReadLine
-from gateway.tools.call.connection import McpConnection, Mode, ServerRequestHandler, open_connection
+from gateway.tools.call.connection import CONNECT_TIMEOUT, McpConnection, Mode, ServerRequestHandler, open_connection
 from gateway.tools.call.errors import (
     EXIT_OK,
     EXIT_SERVER_ERROR,
@@ -99,7 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="S",
-        help="give up after S seconds (default: no limit; connecting alone gives up after 10 s)",
+        help="give up after S seconds (default: no limit; see --connect-timeout for connecting)",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=CONNECT_TIMEOUT,
+        metavar="S",
+        help=f"while nothing accepts a connection at URL (a gateway still starting), keep trying "
+        f"for S seconds, then ask whether the gateway is running (default: {CONNECT_TIMEOUT:g})",
     )
     parser.add_argument(
         "--raw",
@@ -148,6 +156,9 @@ async def run_call(
     err = err or Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
     if not args.list and not args.tool:
         render.print_error(err, "name a TOOL to call, or use --list")
+        return EXIT_USAGE
+    if not args.connect_timeout > 0:
+        render.print_error(err, f"--connect-timeout must be more than 0 seconds, got {args.connect_timeout:g}")
         return EXIT_USAGE
     try:
         roots = [parse_root(root, "--root") for root in args.root]
@@ -202,6 +213,7 @@ async def _run(
                 verify=verify,
                 capabilities=asker.capabilities(),
                 on_request=_answerer(asker, screen),
+                connect_timeout=args.connect_timeout,
             ) as connection:
 
                 async def fetch(cursor: str | None) -> Reply:
@@ -272,6 +284,7 @@ class Call:
         self.out = out
         self.err = err
         self.raw = raw
+        self.unlisted = ""  # for a tool not in the list: the closest names, added to its failure
 
     async def run(
         self,
@@ -287,6 +300,8 @@ class Call:
                 "Streamable HTTP clients must not call it"
             )
         tool = next((t for t in kept if t.get("name") == name), None)  # unknown: the server will say so
+        if tool is None and kept:
+            self.unlisted = tools.unlisted_tool_hint(name, kept)
         arguments = tools.build_arguments(base, pairs, tool)
         param_headers: dict[str, str] = {}
         if tool is not None and self.connection.era is Era.MODERN:
@@ -318,7 +333,7 @@ class Call:
                 on_notification=view.on_notification,
             )
         if isinstance(reply, ErrorReply):
-            raise ServerError(render.error_text(reply))
+            raise ServerError(render.error_text(reply) + (f"\n{self.unlisted}" if self.unlisted else ""))
         return reply.result
 
     def _print(self, name: str, result: JsonObject) -> int:
@@ -328,6 +343,8 @@ class Call:
         elif failed:
             self.err.print(Text(f"{name} returned an error:", style="bold red"))
             render.print_result(result, self.err)
+            if self.unlisted:
+                self.err.print(Text(self.unlisted, style="yellow"))
         else:
             render.print_result(result, self.out)
         return EXIT_SERVER_ERROR if failed else EXIT_OK

@@ -11,7 +11,12 @@ Contract:
   ``gateway.protocol.handshake.classify_probe``); any other answer — another error, a
   4xx that is not JSON-RPC — means legacy: ``initialize`` (2025-11-25, no client
   capabilities), keep ``Mcp-Session-Id``, send ``notifications/initialized``. A refused
-  connection is not an answer: it fails at once. Nor is a refusal of the probe itself: an
+  connection is not an answer: until the server has answered once, a connection that nothing
+  accepts (``wire.is_unreached``: refused, unanswered; not a name that does not resolve, nor
+  TLS) is tried again every ``RECONNECT_DELAY``… ``MAX_RECONNECT_DELAY`` seconds until
+  ``connect_timeout`` seconds from opening (a gateway started a moment before ``call`` is still
+  binding its port), then fails asking whether the gateway runs there (``wire.not_listening``;
+  each failed attempt is logged at DEBUG). Nor is a refusal of the probe itself: an
   HTTP 401 or 403, a 404 that is not a JSON-RPC "method not found" (a wrong path), or a
   gateway-local error (-31xxx: the gateway cannot start its server) is reported as it is,
   with a hint (``--header 'Authorization: Bearer …'``, "did you mean …/mcp?", the served
@@ -47,6 +52,7 @@ Contract:
 from __future__ import annotations
 
 import itertools
+import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
@@ -70,8 +76,13 @@ from gateway.tools.call.sse import sse_events
 __all__ = ["McpConnection", "Mode", "open_connection", "refusal", "suggested_url"]
 
 CONNECT_TIMEOUT: Final = 10.0
-"""Seconds to open a TCP connection. Reads are not bounded here: a tool may run for minutes
-before its first byte (the answer is committed lazily), so ``--timeout`` bounds a call."""
+"""Seconds ``call`` keeps trying to connect before the server's first answer (``--connect-timeout``).
+Reads are not bounded here: a tool may run for minutes before its first byte (the answer is
+committed lazily), so ``--timeout`` bounds a call."""
+RECONNECT_DELAY: Final = 0.1
+"""Seconds before the first retry of a connection nothing accepted; doubled each time."""
+MAX_RECONNECT_DELAY: Final = 1.0
+"""Longest wait between two connection attempts: a gateway that starts is used within a second."""
 CLOSE_TIMEOUT: Final = 5.0
 """Seconds the ``DELETE`` that ends a legacy session may take; it runs shielded."""
 MAX_RESUMES: Final = 100
@@ -82,6 +93,8 @@ RESUME_DELAY: Final = 0.5
 MAX_RETRY_SECONDS: Final = 30.0
 """Longest ``retry`` hint honoured: a server asking for more gets this."""
 
+
+log = logging.getLogger(__name__)
 
 NotificationHandler = Callable[[Notification], None]
 ServerRequestHandler = Callable[[Request], Awaitable[Reply]]
@@ -102,6 +115,7 @@ class McpConnection:
         *,
         capabilities: JsonObject | None = None,
         on_request: ServerRequestHandler | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
     ) -> None:
         self.url = url
         self.info: ChildInfo | None = None
@@ -112,6 +126,9 @@ class McpConnection:
         self._ids = itertools.count(1)
         self._capabilities = dict(capabilities or {})
         self._on_request = on_request
+        self._connect_timeout = connect_timeout
+        self._connect_deadline = anyio.current_time() + connect_timeout
+        self._answered = False  # the server has answered once: a failed connection is no longer "not yet up"
 
     def __repr__(self) -> str:
         era = self.info.era.value if self.info else "unopened"
@@ -266,23 +283,46 @@ class McpConnection:
     async def _post(
         self, payload: JsonObject, headers: Mapping[str, str], on_notification: NotificationHandler | None
     ) -> wire.Answer:
-        try:
-            async with self._http.stream("POST", self.url, content=jsonrpc.encode(payload), headers=headers) as resp:
-                kind = h.media_type(resp.headers.get(h.CONTENT_TYPE, ""))
-                if kind == h.SSE_MEDIA_TYPE:
-                    cursor = wire.Cursor()
-                    try:
-                        reply = await self._read_stream(resp, on_notification, cursor)
-                    except httpx.HTTPError:
-                        if cursor.last_id is None or self.session_id is None:
-                            raise  # nothing to resume from
-                        reply = None
-                    if reply is None:
-                        reply = await self._resume(str(payload["method"]), cursor, on_notification)
-                    return wire.Answer(resp.status_code, resp.headers, reply)
-                body = await resp.aread()
-        except httpx.HTTPError as exc:
-            raise ConnectionFailed(f"cannot reach {self.url}: {wire.describe_http_error(exc)}") from exc
+        """POST ``payload``; a connection nothing accepts is tried again until the connect
+        deadline, as long as the server has never answered (module docstring)."""
+        delay = RECONNECT_DELAY
+        while True:
+            try:
+                answer = await self._post_once(payload, headers, on_notification)
+            except httpx.HTTPError as exc:
+                if self._answered or not wire.is_unreached(exc):
+                    raise ConnectionFailed(f"cannot reach {self.url}: {wire.describe_http_error(exc)}") from exc
+                left = self._connect_deadline - anyio.current_time()
+                if left <= 0:
+                    raise ConnectionFailed(wire.not_listening(self.url, self._connect_timeout, exc)) from exc
+                log.debug("nothing accepts a connection at %s yet (%s); retrying in %g s", self.url, exc, delay)
+                await anyio.sleep(min(delay, left))
+                delay = min(delay * 2, MAX_RECONNECT_DELAY)
+                continue
+            self._answered = True
+            return answer
+
+    async def _post_once(
+        self, payload: JsonObject, headers: Mapping[str, str], on_notification: NotificationHandler | None
+    ) -> wire.Answer:
+        # Before the first answer, one attempt may not outlast the connect deadline.
+        left = max(self._connect_deadline - anyio.current_time(), RECONNECT_DELAY)
+        timeout = httpx.USE_CLIENT_DEFAULT if self._answered else httpx.Timeout(None, connect=left)
+        content = jsonrpc.encode(payload)
+        async with self._http.stream("POST", self.url, content=content, headers=headers, timeout=timeout) as resp:
+            kind = h.media_type(resp.headers.get(h.CONTENT_TYPE, ""))
+            if kind == h.SSE_MEDIA_TYPE:
+                cursor = wire.Cursor()
+                try:
+                    reply = await self._read_stream(resp, on_notification, cursor)
+                except httpx.HTTPError:
+                    if cursor.last_id is None or self.session_id is None:
+                        raise  # nothing to resume from
+                    reply = None
+                if reply is None:
+                    reply = await self._resume(str(payload["method"]), cursor, on_notification)
+                return wire.Answer(resp.status_code, resp.headers, reply)
+            body = await resp.aread()
         reply = wire.reply_from_json(body) if kind == h.JSON_MEDIA_TYPE else None
         return wire.Answer(resp.status_code, resp.headers, reply, body[:SHOWN_BODY_CHARS].decode("utf-8", "replace"))
 
@@ -364,12 +404,16 @@ async def open_connection(
     verify: ssl.SSLContext | bool = True,
     capabilities: JsonObject | None = None,
     on_request: ServerRequestHandler | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT,
 ) -> AsyncIterator[McpConnection]:
     """Open (detect the era, start a legacy session) and always close. ``verify``: the TLS
-    trust (``--cacert``), as httpx takes it."""
+    trust (``--cacert``), as httpx takes it; ``connect_timeout``: seconds to keep trying to
+    connect before the first answer (``--connect-timeout``)."""
     timeout = httpx.Timeout(None, connect=CONNECT_TIMEOUT)
     async with httpx.AsyncClient(timeout=timeout, transport=transport, verify=verify) as http:
-        connection = McpConnection(http, url, extra_headers, capabilities=capabilities, on_request=on_request)
+        connection = McpConnection(
+            http, url, extra_headers, capabilities=capabilities, on_request=on_request, connect_timeout=connect_timeout
+        )
         try:
             await connection.open(mode)
             yield connection

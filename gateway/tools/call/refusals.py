@@ -9,7 +9,10 @@ Contract:
   gateway, its message names the endpoints it serves (``this gateway serves /mcp (also
   /servers/NAME/mcp)`` or ``/servers/{a,b,…}/mcp``, see ``gateway.http.app.served_endpoints``):
   the suggestion is the served path closest to the typed one (``/mpc`` → ``/mcp``,
-  ``/servers/fils/mcp`` → ``/servers/files/mcp``).
+  ``/servers/fils/mcp`` → ``/servers/files/mcp``) when one is alike (``PATH_LIKENESS``);
+  otherwise, for a path like none of them (``/sse``, an HTTP+SSE client's habit), the endpoint
+  itself: ``/mcp`` when the gateway serves one server, else its ``/servers/NAME/mcp`` paths
+  (the first ``MAX_SUGGESTED_PATHS``).
 * From any other server: a last path segment that looks like a typo of ``mcp`` (``mpc``,
   ``mcpp``) is replaced by ``mcp``; otherwise ``/mcp`` is appended. A path that already ends
   in ``/mcp`` gets no suggestion (there is nothing better to guess).
@@ -32,6 +35,10 @@ from gateway.protocol.jsonrpc import ErrorReply, Reply, Result
 MCP_SEGMENT: Final = "mcp"
 SEGMENT_LIKENESS: Final = 0.6
 """How alike (``difflib`` ratio) a last segment must be to ``mcp`` to be taken for a typo of it."""
+PATH_LIKENESS: Final = 0.6
+"""How alike (``difflib`` ratio) a typed path must be to a served one to be taken for a typo of it."""
+MAX_SUGGESTED_PATHS: Final = 3
+"""Served endpoints offered at most when the typed path is like none of them."""
 MAX_SERVED_PATHS: Final = 100
 """Paths read from one 404 message at most (the gateway lists 20; a hostile body may list more)."""
 
@@ -63,21 +70,30 @@ def served_paths(message: str) -> list[str]:
 
 
 def suggested_url(url: str, said: str = "") -> str | None:
-    """The URL most likely meant, or None when the typed one is already as good a guess."""
+    """The URL most likely meant (several joined by " or " when a gateway serves several and
+    none is like the typed one), or None when the typed one is already as good a guess."""
     parsed = httpx.URL(url)
     path = parsed.path.rstrip("/")
     served = served_paths(said)
     if served:
         if path in served:
             return None
-        best = max(served, key=lambda candidate: difflib.SequenceMatcher(None, path, candidate).ratio())
-        return str(parsed.copy_with(path=best, query=None, fragment=None))
+        return " or ".join(str(parsed.copy_with(path=p, query=None, fragment=None)) for p in _closest(path, served))
     if path.endswith(f"/{MCP_SEGMENT}"):
         return None
     head, _, last = path.rpartition("/")
     if last and difflib.SequenceMatcher(None, last, MCP_SEGMENT).ratio() >= SEGMENT_LIKENESS:
         path = head  # a typo of "mcp": replace it rather than append
     return str(parsed.copy_with(path=f"{path}/{MCP_SEGMENT}", query=None, fragment=None))
+
+
+def _closest(path: str, served: list[str]) -> list[str]:
+    """The served path ``path`` is a typo of, else the endpoint itself: ``/mcp`` when served
+    (it comes first in a gateway's list), else the first few ``/servers/NAME/mcp``."""
+    best = max(served, key=lambda candidate: difflib.SequenceMatcher(None, path, candidate).ratio())
+    if difflib.SequenceMatcher(None, path, best).ratio() >= PATH_LIKENESS:
+        return [best]
+    return ["/mcp"] if "/mcp" in served else served[:MAX_SUGGESTED_PATHS]
 
 
 def refusal(

@@ -16,12 +16,15 @@ Contract:
   required, the headers mirrored from it) for listings.
 * ``walk_pages(fetch, key)`` walks a paginated list (``nextCursor``) with a page cap and a
   guard against a repeated cursor; it reports why it stopped early instead of raising.
+* ``unlisted_tool_hint(name, tools)`` is what to add to a failed call of a tool that is not
+  in the list: the listed names closest to it (``difflib``), or ``--list``.
 
 No I/O of its own: ``walk_pages`` awaits the ``fetch`` it is given.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -38,6 +41,8 @@ MAX_PAGES: Final = 100
 """Pages of a paginated list walked at most: a server that paginates forever cannot hang us."""
 MAX_LABEL_DEPTH: Final = 3
 """How deep a type label looks into ``items`` and ``anyOf``: a listing, not a schema dump."""
+MAX_SUGGESTIONS: Final = 3
+"""Close tool names offered for a mistyped one: a hint, not a listing."""
 
 # --- --arg and --json ---------------------------------------------------------------------------
 
@@ -183,6 +188,19 @@ def type_label(schema: object, depth: int = 0) -> str:
     if isinstance(enum, list) and enum:
         label += " (one of " + ", ".join(describe(v) for v in enum[:8]) + (", …" if len(enum) > 8 else "") + ")"
     return label
+
+
+def unlisted_tool_hint(name: str, tools: Iterable[JsonObject]) -> str:
+    """``'ecko' is not among the tools listed; did you mean echo?`` for a call of ``ecko``."""
+    names = [tool["name"] for tool in tools if isinstance(tool.get("name"), str)]
+    close = difflib.get_close_matches(name, names, n=MAX_SUGGESTIONS)
+    if not close:
+        return f"{name!r} is not among the {len(names)} tools listed (see them with --list)"
+    return f"{name!r} is not among the tools listed; did you mean {_either(close)}?"
+
+
+def _either(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def first_line(text: str) -> str:

@@ -2,11 +2,14 @@
 wire, apart from the connection's state: each era's request headers (the user's ``--header``
 values last, so they win), an answer as the connection keeps it (``Answer``; ``Cursor``: where a
 legacy call's event stream stands), a JSON body's reply, redirects, and ``httpx`` errors in
-words.
+words: ``is_unreached`` tells a connection nothing accepted (worth trying again while a gateway
+starts) from every other failure, and ``not_listening`` asks whether the gateway is running.
 """
 
 from __future__ import annotations
 
+import socket
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -107,3 +110,28 @@ def describe_http_error(exc: httpx.HTTPError) -> str:
         return f"{exc}; to trust this server's certificate, pass --cacert FILE (or set SSL_CERT_FILE)"
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def is_unreached(exc: httpx.HTTPError) -> bool:
+    """True when no connection was made because nothing accepted it (refused, reset or
+    unanswered): a gateway that is still starting will. A name that does not resolve or a
+    TLS handshake that fails will not change by waiting, nor will any later error."""
+    if not isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
+        return False
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, (ssl.SSLError, socket.gaierror)):
+            return False
+        cause = cause.__cause__ or cause.__context__
+    return True
+
+
+def not_listening(url: str, seconds: float, exc: httpx.HTTPError) -> str:
+    """The message when nothing accepted a connection to ``url`` for ``seconds``."""
+    parsed = httpx.URL(url)
+    port = f" --port {parsed.port}" if parsed.port is not None else ""
+    return (
+        f"cannot reach {url}: nothing accepted a connection for {seconds:g} s ({describe_http_error(exc)}). "
+        f"Is the gateway running at that URL? Start one with: mcp-stdio-gateway{port} -- SERVER-COMMAND "
+        "(or wait longer with --connect-timeout S)"
+    )
