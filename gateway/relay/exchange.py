@@ -202,6 +202,8 @@ class Relay:
                     yield notes[0]
                 elif notes:
                     yield events.Batch(tuple(notes))
+                if child.spec.answers_roots and any(ask.method == inputs.ROOTS for ask in questions):
+                    self.router.note_roots_question(child)  # its start-up fetch, maybe (learning)
                 if child.spec.answers_roots and self._gives_pool_roots(client):
                     # A shared child of a server that keeps roots is given its pool's roots, never
                     # a client's; one that keeps none asks this call's client (Router.roots_kept).

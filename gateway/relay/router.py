@@ -296,16 +296,34 @@ class Router:
 
     async def _note_roots_fetch(self, pool: Pool, request: Request) -> Reply | None:
         """A shared child's ``roots/list`` outside any call: the server keeps roots (``auto``)."""
-        learning = self.server.roots_keying is RootsKeying.AUTO and not self.roots_kept
-        if learning and request.method == inputs.ROOTS and pool.spec.answers_roots:
-            self.roots_kept = True
-            self._roots_fetched.set()
-            log.info(
-                "%s: its children fetch roots outside a call (they keep them): each client roots set "
-                "gets children of its own",
-                self.server.name,
-            )
+        if request.method == inputs.ROOTS and pool.spec.answers_roots:
+            self._learn_keeps_roots("outside a call")
         return None
+
+    def note_roots_question(self, child: StdioChild) -> None:
+        """A shared child asked ``roots/list`` during a call. Within ``ROOTS_LEARN_WAIT`` of its
+        start that may be its start-up fetch, attributed to a call that happened to be in flight
+        (a client without roots calling at once): it is taken as keeping roots, the safe side (a
+        server that reads roots in its first calls only is keyed needlessly, never shared wrongly)."""
+        if not child.spec.answers_roots or self.roots_kept is not None:
+            return
+        now = time.monotonic()
+        for pool in self.pools.values():
+            for member in pool.members:
+                if member.child is child and now - member.started_at < ROOTS_LEARN_WAIT:
+                    self._learn_keeps_roots("right after it started, while a call was in flight")
+                    return
+
+    def _learn_keeps_roots(self, when: str) -> None:
+        if self.server.roots_keying is not RootsKeying.AUTO or self.roots_kept:
+            return
+        self.roots_kept = True
+        self._roots_fetched.set()
+        log.info(
+            "%s: its children fetch roots %s (they keep them): each client roots set gets children of its own",
+            self.server.name,
+            when,
+        )
 
     def told_for(self, capabilities: Mapping[str, object]) -> dict[str, object] | None:
         """What a legacy child serving a client of ``capabilities`` is told at ``initialize``

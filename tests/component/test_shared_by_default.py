@@ -11,6 +11,7 @@ round trip, and a ``roots/list`` the child asks during a call goes to that call'
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anyio
@@ -21,6 +22,7 @@ from gateway.relay import events
 from gateway.relay import router as router_module
 from gateway.relay.client import ClientContext
 from gateway.relay.server_config import RootsKeying
+from tests.component.fakecalls import DEFAULT_TOOLS
 from tests.component.fakechild import FakeChild, JsonObject, Script, fake_backend
 from tests.component.harness import Gateway, in_process_gateway
 from tests.component.test_roots_keying import (
@@ -202,3 +204,37 @@ async def test_a_header_mismatch_is_refused_before_the_roots_round() -> None:
     assert mismatch.status_code == 400, mismatch.text
     assert mismatch.json()["error"]["code"] == -32020
     assert matching.json()["result"]["resultType"] == "input_required"  # then the round
+
+
+async def test_a_start_up_fetch_attributed_to_a_call_in_flight_still_teaches_that_roots_are_kept() -> None:
+    # A server fetches its roots at start, but a client without roots called at once: the fetch
+    # arrives while that call is in flight and is attributed to it. Within ROOTS_LEARN_WAIT of
+    # the child's start, that is taken as keeping roots (the safe side), so the next client
+    # with roots still gets a child given its own set. (Seen in CI with server-everything.)
+    gate = anyio.Event()
+    held: dict[int, Any] = {}
+
+    async def fetch_late(child: FakeChild, params: JsonObject) -> None:
+        await gate.wait()
+        reply = await child.ask("roots/list", None)
+        held[child.pid] = reply.get("result", reply.get("error"))
+
+    async def cached(call: Any) -> JsonObject:
+        return {"content": [{"type": "text", "text": json.dumps(held.get(call.child.pid))}]}
+
+    script = Script(
+        era="legacy",
+        tools={"cached": cached, "hold": DEFAULT_TOOLS["hold"]},
+        on_notification={"notifications/initialized": fetch_late},
+    )
+    with anyio.fail_after(BOUND):
+        async with fake_backend(script) as backend, in_process_gateway(backend) as gw:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(post, gw, modern_body("none", "hold", {}, {"sampling": {}}), "hold")
+                [call] = await backend.wait_calls(1, "hold")
+                gate.set()  # the fetch comes now, while the call without roots is in flight
+                with_roots = await post(gw, modern_body("alice", "cached", {}, WITH_ROOTS), "cached")
+                call.release()
+            router = served_of(gw.app).relay.router
+    assert router.roots_kept is True
+    assert with_roots["result"]["inputRequests"] == {"roots": {"method": "roots/list", "params": {}}}
