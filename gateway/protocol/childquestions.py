@@ -47,6 +47,9 @@ class QuestionDesk(Generic[OwnerT]):
         self._held: list[Held[OwnerT]] = []
         self._asks: dict[int, Request] = {}  # handed to a client, not closed yet
         self._ask_ids = itertools.count(1)
+        # Methods the gateway answers alike whoever asked (a keeping server's roots, from its
+        # pool): never held as ambiguous, since holding them could only stall their askers.
+        self.answered_alike: Callable[[str], bool] = lambda method: False
 
     @property
     def open(self) -> int:
@@ -65,6 +68,9 @@ class QuestionDesk(Generic[OwnerT]):
                 self.has_asked = True
                 self._asked([decision.owner], actions)
                 self._give(decision.owner, request, actions)
+                return
+            if isinstance(decision, Ambiguous) and self.answered_alike(request.method):
+                actions.append(self._unattributed(request))  # the same answer for every candidate
                 return
             if isinstance(decision, Ambiguous):
                 self.has_asked = True

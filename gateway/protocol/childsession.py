@@ -56,7 +56,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Generic, TypeVar
 
 import orjson
@@ -121,6 +121,10 @@ class ChildSession(Generic[OwnerT]):
     @property
     def in_flight(self) -> int:
         return len(self._correlator)
+
+    def answer_alike(self, answered_alike: Callable[[str], bool]) -> None:
+        """Questions of these methods are answered alike whoever asked: never held (rule 5)."""
+        self._questions.answered_alike = answered_alike
 
     @property
     def open_questions(self) -> int:

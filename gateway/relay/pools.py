@@ -95,6 +95,7 @@ class RunningPools:
         self._loss_listeners: list[LossListener] = []
         self._request_handlers: list[PoolRequestHandler] = []
         self._parked_releasers: list[ParkedReleaser] = []
+        self.answered_alike: Callable[[str], bool] | None = None  # (``Router``: a keeping server's roots)
         self._stops: dict[PoolKey, anyio.Event] = {}
         self._opening: dict[PoolKey, anyio.Event] = {}  # set once the pool runs, or failed to
         self._tg: TaskGroup | None = None  # while ``running``: the pools' task group
@@ -187,6 +188,7 @@ class RunningPools:
             pool.add_request_handler(handler)
         for releaser in self._parked_releasers:
             pool.add_parked_releaser(releaser)
+        pool.answered_alike = self.answered_alike
         if key.scope.startswith(SESSION_PREFIX):
             pool.session_id = key.scope.removeprefix(SESSION_PREFIX)
         self.by_key[key] = pool

@@ -153,6 +153,7 @@ class Router:
         self.roots_kept: bool | None = {RootsKeying.ALWAYS: True, RootsKeying.NEVER: False}.get(server.roots_keying)
         self._roots_fetched = anyio.Event()  # a child fetched roots outside any call
         self._pools.add_request_handler(self._note_roots_fetch)
+        self._pools.answered_alike = self._answered_alike
         self._started_once = False  # a child of this server started or failed to start (is_first_start)
 
     def add_listener(self, listener: PoolListener) -> None:
@@ -286,6 +287,10 @@ class Router:
             with anyio.move_on_after(left):
                 await self._roots_fetched.wait()
         if self.roots_kept is None:
+            if main is not None and any(m.is_live and m.holds_questions() for m in main.members):
+                # A question of a child is still open (held as ambiguous, or with a client): it
+                # may be its start-up fetch, met by calls in flight. Undecided: keyed for now.
+                return True
             self.roots_kept = False
             log.info(
                 "%s: its children fetch no roots outside a call (they keep none): every client shares them, "
@@ -299,6 +304,11 @@ class Router:
         if request.method == inputs.ROOTS and pool.spec.answers_roots:
             self._learn_keeps_roots("outside a call")
         return None
+
+    def _answered_alike(self, method: str) -> bool:
+        """A shared child's ``roots/list`` is answered from its pool whoever asked, unless the
+        server is known to keep no roots (then the call's own client is asked)."""
+        return method == inputs.ROOTS and self.roots_kept is not False
 
     def note_roots_question(self, child: StdioChild) -> None:
         """A shared child asked ``roots/list`` during a call. Within ``ROOTS_LEARN_WAIT`` of its

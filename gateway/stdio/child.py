@@ -133,6 +133,7 @@ class StdioChild(ChildReadings):
         self._exited = anyio.Event()
         self._stopping = False
         self._timer = DeadlineTimer(self._session.next_deadline, self._tick)
+        self.answer_alike = self._session.answer_alike  # set by its pool (``Pool.answered_alike``)
         self._carried = Carried(self._apply)
 
     def start_soon(self, func: Callable[[], Coroutine[object, object, None]]) -> None:

@@ -116,6 +116,7 @@ class Pool(PoolHooks):
         self._tg: TaskGroup | None = None
         self._closing = False
         self.closed_error: GatewayUnavailableError | None = None  # once closed: what a waiter gets
+        self.answered_alike: Callable[[str], bool] | None = None  # questions its shared children need not attribute
         self._changed = anyio.Event()  # a child started or left (``wait_started``)
         self._wakers: dict[ds.Ticket[StdioChild], anyio.Event] = {}  # each waiting request's own
         self._running: AbstractAsyncContextManager[Pool] | None = None
@@ -342,6 +343,8 @@ class Pool(PoolHooks):
             ) as child:
                 self._start_waits.pop(member, None)
                 child.tools = self.dispatch.tools
+                if self.answered_alike is not None and self.spec.answers_roots:
+                    child.answer_alike(self.answered_alike)
                 self._record_start(time.monotonic() - member.started_at)
                 self._apply(self.dispatch.started(member, child, time.monotonic(), self.room))
                 self._notify()

@@ -344,6 +344,21 @@ def test_an_ambiguous_question_is_held_until_one_candidate_is_left() -> None:
     assert session.tick(10) == []  # settled: its deadline is skipped
 
 
+def test_a_question_answered_alike_whoever_asked_is_never_held() -> None:
+    # A keeping server's roots/list is answered from the pool whichever call asked: holding it
+    # as ambiguous could only stall both calls (each waiting for it) until the input timeout.
+    session = make()
+    session.answer_alike(lambda method: method == "roots/list")
+    session.send("tools/call", call("x"), "a", now=0, asks=True)
+    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    [roots] = session.receive_line(question(method="roots/list"), now=0)
+    assert isinstance(roots, Unattributed)
+    assert session.open_questions == 0
+    [held] = session.receive_line(question(91), now=0)  # sampling is still the asker's alone
+    assert isinstance(held, Log)
+    assert "held" in held.template
+
+
 def test_a_held_question_goes_to_the_last_of_its_candidates_not_to_a_later_request() -> None:
     session = make()
     child_ids = [session.send("tools/call", call(n), n, now=0, asks=True).child_id for n in "abc"]
