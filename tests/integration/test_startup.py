@@ -41,9 +41,10 @@ async def test_a_port_in_use_exits_2_with_one_line_naming_port_before_starting_a
 
 
 @asynccontextmanager
-async def gateway_process(*argv: str) -> AsyncIterator[tuple[Process, list[str]]]:
-    """``python -m gateway ARGV`` on port 0; yields it once started (every start-up line logged)."""
-    command = [sys.executable, "-m", "gateway", "--port", "0", *argv]
+async def gateway_process(*argv: str, module: str = "gateway") -> AsyncIterator[tuple[Process, list[str]]]:
+    """``python -m MODULE ARGV`` on port 0; yields it once started (every line it logs is
+    appended to the list, as it comes)."""
+    command = [sys.executable, "-m", module, "--port", "0", *argv]
     lines: list[str] = []
     listening = anyio.Event()
     async with await anyio.open_process(command, stdout=subprocess.DEVNULL) as process:
@@ -65,7 +66,8 @@ async def gateway_process(*argv: str) -> AsyncIterator[tuple[Process, list[str]]
                 await listening.wait()
                 yield process, lines
             finally:
-                process.terminate()
+                if process.returncode is None:
+                    process.terminate()
                 await process.wait()
 
 
