@@ -176,7 +176,7 @@ class Relay:
         """Whether a shared child's ``roots/list`` during a call gets its pool's roots: unless
         the server keeps none (``Router.roots_kept``) and the call's client declared roots,
         which is then asked like any question (exact per call, nothing kept)."""
-        return self.router.roots_kept is not False or inputs.ROOTS_CAPABILITY not in client.capabilities
+        return self.router.pool_gives_roots or inputs.ROOTS_CAPABILITY not in client.capabilities
 
     async def run(self, turn: Turn) -> AsyncGenerator[Emitted]:
         """The child's notifications and questions, then its reply, for the turn's client.
@@ -204,10 +204,10 @@ class Relay:
                     yield events.Batch(tuple(notes))
                 if child.spec.answers_roots and any(ask.method == inputs.ROOTS for ask in questions):
                     self.router.note_roots_question(child)  # its start-up fetch, maybe (learning)
-                if child.spec.answers_roots and self._gives_pool_roots(client):
-                    # A shared child of a server that keeps roots is given its pool's roots, never
-                    # a client's; one that keeps none asks this call's client (Router.roots_kept).
-                    questions = [ask for ask in questions if not asks.answer_pool_roots(ask, child)]
+                    if self._gives_pool_roots(client):
+                        # A shared child of a server that keeps roots is given its pool's roots,
+                        # never a client's; one that keeps none asks this call's client.
+                        questions = [ask for ask in questions if not asks.answer_pool_roots(ask, child)]
                 if not questions:
                     continue
                 if client.era is Era.LEGACY:

@@ -305,10 +305,14 @@ class Router:
             self._learn_keeps_roots("outside a call")
         return None
 
+    @property
+    def pool_gives_roots(self) -> bool:
+        """A shared child's ``roots/list`` gets its pool's roots whoever asked, unless the server
+        is known to keep no roots (then a call's own client is asked, when it declared roots)."""
+        return self.roots_kept is not False
+
     def _answered_alike(self, method: str) -> bool:
-        """A shared child's ``roots/list`` is answered from its pool whoever asked, unless the
-        server is known to keep no roots (then the call's own client is asked)."""
-        return method == inputs.ROOTS and self.roots_kept is not False
+        return method == inputs.ROOTS and self.pool_gives_roots
 
     def note_roots_question(self, child: StdioChild) -> None:
         """A shared child asked ``roots/list`` during a call. Within ``ROOTS_LEARN_WAIT`` of its
