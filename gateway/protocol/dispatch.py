@@ -48,7 +48,10 @@ Rules:
    order). Abandoned questions of some principals cannot starve another's asking calls.
 6. **Release**: a request gives its lease back; a child past ``max_requests`` leases is retired;
    a retiring child with no lease is stopped; the waiters are served (rule 0).
-7. **Maintenance** (``maintain``, once a tick): children above ``min_size`` idle for
+7. **Maintenance** (``maintain``, once a tick): a child whose stdin write has waited
+   ``stall_notice`` (``STDIN_STALL_NOTICE``) is **stalled**: it gets no new request and is not
+   counted against the pool's bounds, so its waiters take or start another child (and a
+   minimum is restored) until its write goes through; children above ``min_size`` idle for
    ``idle_timeout`` retire; a minimum the budget held back is started; a child older than
    ``max_age`` retires; a child with requests pending, none waiting for a client, and silent
    for ``stall_timeout`` is stopped at once; an idle child unchecked for ``liveness_interval``
@@ -157,7 +160,7 @@ class Dispatcher(Generic[C]):
 
     def has_room(self, member: Member[C], method: str | None = None, tool: str | None = None) -> bool:
         limit = self.settings.max_in_flight
-        if not member.is_live or member.exclusive or (limit != 0 and member.leases >= limit):
+        if not member.is_live or member.stalled or member.exclusive or (limit != 0 and member.leases >= limit):
             return False
         if not attribution.may_ask(method):  # rule 2: lists, ping, listens
             return True
@@ -167,6 +170,10 @@ class Dispatcher(Generic[C]):
         exclusive = member.asking_leases > 0 and not quiet and self.is_exclusive(child, tool)
         load = ChildLoad(member.asking_leases, child.open_questions)
         return attribution.admits(load, method, exclusive=exclusive, quiet=quiet)  # rules 2, 3
+
+    def counted(self) -> int:
+        """Members counted against the pool's bounds: a child whose stdin stalled is not (rule 7)."""
+        return sum(1 for m in self.members if not m.stalled)
 
     def parked(self, principal: str) -> int:
         """Calls of ``principal`` holding a question its client has not answered (rule 5)."""
@@ -277,12 +284,12 @@ class Dispatcher(Generic[C]):
                 raise room.full_error(self.label)
             raise self._saturated(bound)
         ticket.blocked = False  # by the global child cap
-        if may and len(self.members) < bound and now >= self.next_start:
+        if may and self.counted() < bound and now >= self.next_start:
             if self._claim(room, actions):
                 actions.append(self._start(now))
             else:
                 ticket.blocked = True
-        elif alone_needed and not ticket.reclaimed and len(self.members) >= bound:
+        elif alone_needed and not ticket.reclaimed and self.counted() >= bound:
             over = self._over_fair_share(ticket.principal)
             if over is not None:  # rule 5, fair share: the askers' children hold others' questions
                 ticket.reclaimed = True
@@ -452,11 +459,11 @@ class Dispatcher(Generic[C]):
     def restart_due(self, now: float, room: Room) -> list[Action[C]]:
         """A ``RestartAfter`` came due: a minimum takes free room (never evicts); waiters claim it."""
         s = self.settings
-        if len(self.members) < s.min_size:
+        if self.counted() < s.min_size:
             return [self._start(now)] if room.has_room() else []
         bound = s.asking_bound if self.unplaced_askers else s.max_size
         actions: list[Action[C]] = []
-        if self.waiting and len(self.members) < bound and not self.starting() and self._claim(room, actions):
+        if self.waiting and self.counted() < bound and not self.starting() and self._claim(room, actions):
             actions.append(self._start(now))
         return actions
 
@@ -466,11 +473,13 @@ class Dispatcher(Generic[C]):
         """Rule 7, once a tick."""
         s = self.settings
         actions: list[Action[C]] = []
+        if self._note_stalls(now):  # a stalled child's waiters may take or start another now
+            actions += self._serve(now, room)
         idle = [m for m in self.members if m.is_live and m.leases == 0 and now - m.last_used > s.idle_timeout]
         for member in idle[: max(0, len(self.members) - s.min_size)]:
             actions += self.retire(member, f"idle for {now - member.last_used:.0f} s")
-        if (  # a minimum the global cap held back
-            len(self.members) < s.min_size and now >= self.next_start and not self.starting() and room.has_room()
+        if (  # a minimum the global cap held back, or a stalled child's replacement
+            self.counted() < s.min_size and now >= self.next_start and not self.starting() and room.has_room()
         ):
             actions.append(self._start(now))
         for member in list(self.members):
@@ -491,6 +500,31 @@ class Dispatcher(Generic[C]):
                 member.last_check = now
                 actions.append(CheckLiveness(member))
         return actions
+
+    def _note_stalls(self, now: float) -> bool:
+        """Rule 7: a live child whose stdin write has waited ``stall_notice`` seconds is stalled
+        (no new request, not counted against the bounds); one whose write went through rejoins.
+        Whether any changed."""
+        changed = False
+        for member in self.members:
+            child = member.child
+            if child is None or not member.is_live:
+                continue
+            since = child.stdin_waiting_since
+            stalled = since is not None and now - since >= self.settings.stall_notice
+            if stalled != member.stalled:
+                member.stalled, changed = stalled, True
+                if stalled:
+                    log.warning(
+                        "%s: child pid %d has read nothing of its stdin for %.0f s; new requests go to "
+                        "other children (it is stopped at the stdin stall timeout)",
+                        self.label,
+                        child.pid,
+                        now - since if since is not None else 0.0,
+                    )
+                else:
+                    log.info("%s: child pid %d reads its stdin again; it takes requests again", self.label, child.pid)
+        return changed
 
     def liveness_failed(self, member: Member[C], problem: str) -> list[Action[C]]:
         if not member.is_live:

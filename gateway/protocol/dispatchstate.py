@@ -29,6 +29,11 @@ MAX_PARKED_PER_PRINCIPAL: Final = 8
 or a legacy client's open ask), per pool: each holds a child for up to ``--input-timeout``.
 Past it the principal's next asking call gets 429; eight concurrent interactive clients behind
 one address (one anonymous principal) still each get their question."""
+STDIN_STALL_NOTICE: Final = 2.0
+"""Seconds a write to a child's stdin may wait for the pipe before the pool stops giving that
+child new requests and may start another beside it (dispatch rule 7). A healthy child takes a
+4 MiB line in milliseconds; one that waits this long has stopped reading for now. It is stopped
+only at ``--stdin-stall-timeout`` (60 s): until then it may read again and rejoin."""
 MAX_CONCURRENT_STARTS: Final = 4
 """Children a pool starts at once for waiting askers: a node server's cold start is CPU-bound,
 and four at once already fill a small machine."""
@@ -49,6 +54,7 @@ class PoolSettings:
     child_asks: AskPolicy = AskPolicy.AUTO  # whether requests that may ask get a child to themselves
     asking_max: int = ASKING_CHILDREN  # children at most for askers (never fewer than max_size)
     max_parked_per_principal: int = MAX_PARKED_PER_PRINCIPAL  # 0: no cap
+    stall_notice: float = STDIN_STALL_NOTICE  # seconds a stdin write waits before routing around
 
     def __post_init__(self) -> None:
         if self.min_size < 0 or self.max_size < 1 or self.min_size > self.max_size:
@@ -83,6 +89,8 @@ class ChildView(Protocol):
     def has_asked(self) -> bool: ...
     @property
     def last_output(self) -> float: ...
+    @property
+    def stdin_waiting_since(self) -> float | None: ...
     def is_alive(self) -> bool: ...
 
 
@@ -135,6 +143,7 @@ class Member(Generic[C]):
     last_check: float = 0.0
     retiring: bool = False
     exclusive: bool = False  # a crash suspect's request runs on it alone
+    stalled: bool = False  # its stdin has taken nothing for ``stall_notice``: no new requests
     principals: Counter[str] = field(default_factory=Counter)  # leases held, by principal
     askers: Counter[str] = field(default_factory=Counter)  # asking leases held, by principal
     crashed_with: frozenset[str] | None = None  # who held leases when its child died

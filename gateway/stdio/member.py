@@ -101,7 +101,7 @@ def member_status(m: Member, now: float, start: StartWait | None) -> dict[str, A
     waits for, while it starts."""
     return {
         "pid": m.child.pid if m.child else None,
-        "state": "retiring" if m.retiring else "ready" if m.is_live else "starting",
+        "state": "retiring" if m.retiring else "stalled" if m.stalled else "ready" if m.is_live else "starting",
         "era": m.child.info.era.value if m.child and m.child.info else None,
         "protocol_version": m.child.info.version if m.child and m.child.info else None,
         "in_flight": m.leases,

@@ -102,6 +102,12 @@ class ChildReadings:
         return self._stdin.queued
 
     @property
+    def stdin_waiting_since(self) -> float | None:
+        """Since when (``time.monotonic``) a write to its stdin has waited for the pipe; None when
+        none waits (the dispatcher routes around a child whose write waits long)."""
+        return self._stdin.waiting_since
+
+    @property
     def awaiting_input(self) -> int:
         """Child requests waiting for a client's answer (the child's silence is then no stall)."""
         return self.questions.awaiting_input

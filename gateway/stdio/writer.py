@@ -21,10 +21,13 @@ each of whole lines, in the order they were sent or put.
 So a child that stops reading its stdin holds at most the batch being written (in the pipe's
 transport) and ``max_queued`` bytes behind it, about twice the bound, whatever its clients do.
 
-**Stalled.** A write the pipe has not taken within ``stall_timeout`` seconds
-(``STDIN_STALL_TIMEOUT``, ``--stdin-stall-timeout``) breaks the writer with ``StdinStalled``:
-the child has kept its stdin full that long, so it is stopped (``StdioChild.pump_stdin``) and
-its pool replaces it; its requests fail with the exit error, and what it held is freed.
+**Slow, then stalled.** While a write waits for the pipe, ``waiting_since`` says since when:
+once that is longer than ``STDIN_STALL_NOTICE``, the pool gives the child no new request and
+starts another beside it (``gateway.protocol.dispatch`` rule 7). A write the pipe has not
+taken within ``stall_timeout`` seconds (``STDIN_STALL_TIMEOUT``, ``--stdin-stall-timeout``)
+breaks the writer with ``StdinStalled``: the child has kept its stdin full that long, so it
+is stopped (``StdioChild.pump_stdin``) and its pool replaces it; its requests fail with the
+exit error, and what it held is freed.
 
 When a write fails (the child closed its stdin or is gone), ``broken`` is set, ``run``
 returns, and later ``send`` and ``put`` calls raise ``BrokenPipe`` for the edge to translate.
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import Final
 
 import anyio
@@ -88,6 +92,9 @@ class LineWriter:
         # transport's, so ``run`` waits for the pipe to take them before anything else goes.
         self._unsettled = False
         self._wake = anyio.Event()
+        # When the write in progress began waiting for the pipe (``time.monotonic``), None when
+        # no write waits: the pool routes new requests around a child whose write waits long.
+        self.waiting_since: float | None = None
 
     @property
     def queued(self) -> int:
@@ -180,8 +187,12 @@ class LineWriter:
             if takes_at_once is not None and takes_at_once(len(data)):
                 await stream.send(data)  # it cannot wait: no stall timer (a cancel scope costs per line)
             else:
-                with anyio.fail_after(self.stall_timeout or math.inf):
-                    await stream.send(data)
+                self.waiting_since = time.monotonic()
+                try:
+                    with anyio.fail_after(self.stall_timeout or math.inf):
+                        await stream.send(data)
+                finally:
+                    self.waiting_since = None
         except TimeoutError:
             self.broken = StdinStalled(f"its stdin took no data for {self.stall_timeout:g} s")
             self._wake.set()

@@ -31,8 +31,8 @@ from gateway.relay.server_config import ServerConfig
 from gateway.stdio.child import StdioChild
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
-from tests.gateway_server import app_for, modern_call, modern_headers, serving
-from tests.integration.test_hostile_edge import AccessLog, access_log
+from tests.gateway_server import app_for, modern_call, modern_headers, open_legacy_session, serving
+from tests.integration.test_hostile_edge import AccessLog, access_log, legacy_call
 
 pytestmark = pytest.mark.anyio
 
@@ -157,3 +157,44 @@ async def test_a_child_whose_stdin_stays_full_past_the_stall_timeout_is_stopped_
             assert served.status_code == 200
             assert "error" not in served.json(), served.text
             assert only_child(router) is not deaf
+
+
+async def test_while_a_childs_stdin_is_stalled_other_clients_are_served_by_another_child() -> None:
+    """Issue #37 item 4: the pool (at most one child) routes around a child that stopped reading
+    (it waits for the pipe past ``STDIN_STALL_NOTICE``) instead of holding every call until the
+    stall timeout, here never (0): a modern and a legacy client are answered by a new child."""
+    with anyio.fail_after(90):
+        async with AsyncExitStack() as stack:
+            notes = await stack.enter_async_context(keep_records("gateway.pool"))
+            router, url = await deafened_gateway(stack, stdin_stall_timeout=0)
+            stuck_client, modern, legacy = [http async for http in clients(stack, 3)]
+            assert (await call(stuck_client, url, 0, "deafen", {})).status_code == 200
+            deaf = only_child(router)
+            async with anyio.create_task_group() as tg:
+                # A call larger than the pipe: its write waits, and stays waiting.
+                tg.start_soon(call, stuck_client, url, 1, "echo", {"message": "z" * CALL_BYTES})
+                routed = await wait_for_record(notes, "has read nothing of its stdin")
+                assert str(deaf.pid) in routed
+                reply = await call(modern, url, 2, "echo", {"message": "modern"})
+                assert reply.status_code == 200, reply.text
+                assert reply.json()["result"]["content"][0]["text"] == "modern"
+                session = await open_legacy_session(legacy, url)
+                sent = legacy_call(3, "echo", {"message": "legacy"})
+                legacy_reply = await legacy.post(url, headers=session, json=sent)
+                assert legacy_reply.status_code == 200, legacy_reply.text
+                assert "legacy" in legacy_reply.text
+                pool = next(iter(router.pools.values()))
+                live = [m.child for m in pool.members if m.child is not None]
+                assert len(live) == 2
+                assert deaf in live
+                assert deaf.is_alive()
+                tg.cancel_scope.cancel()  # the stuck client leaves
+
+
+async def wait_for_record(log: AccessLog, text: str) -> str:
+    while True:
+        changed = log._changed
+        for record in log.records:
+            if text in (message := record.getMessage()):
+                return message
+        await changed.wait()

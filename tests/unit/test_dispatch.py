@@ -48,6 +48,7 @@ class Kid:
     awaiting_input: int = 0
     has_asked: bool = False
     last_output: float = 0.0
+    stdin_waiting_since: float | None = None
     alive: bool = True
 
     @property
@@ -472,3 +473,49 @@ def test_no_parked_call_is_ended_for_a_principal_holding_about_as_many() -> None
     d = parked_pool(["alice", "alice", "alice", "bob"])
     d.children()[3].open_questions = 0
     assert released(take(d, "carol", now=9.0)) == []
+
+
+def test_a_child_whose_stdin_stalls_takes_no_new_request_and_a_replacement_starts() -> None:
+    d = pool(1, child_asks=AskPolicy.NEVER)
+    held = granted(take(d, "alice", now=1.0))
+    stuck = child_of(held)
+    stuck.stdin_waiting_since = 1.0  # its write waits for the pipe from now on
+    assert d.maintain(1.0 + d.settings.stall_notice / 2, NoBudget()) == []  # slow, not yet stalled
+    assert child_of(granted(take(d, "bob", now=2.0))) is stuck
+    actions = d.maintain(1.0 + d.settings.stall_notice, NoBudget())
+    [start] = [a for a in actions if isinstance(a, StartChild)]  # the minimum, counted without it
+    assert held.member.stalled
+    assert d.counted() == 1
+    waiting = take(d, "carol", now=4.0)  # no new request for the stalled child
+    assert isinstance(waiting, Waiting)
+    d.started(start.member, Kid(200), 4.0, NoBudget())
+    assert child_of(granted(take(d, "carol", now=4.1))).pid == 200
+    stuck.stdin_waiting_since = None  # it reads again: it rejoins, the pool is one over its bound
+    d.maintain(5.0, NoBudget())
+    assert not held.member.stalled
+    assert d.counted() == 2
+    assert child_of(granted(take(d, "dave", now=5.1))).pid == 200  # fewest leases (two each now)
+    assert child_of(granted(take(d, "erin", now=5.2))) is stuck  # it serves again
+
+
+def test_a_stalled_childs_waiter_is_served_by_the_child_started_beside_it() -> None:
+    d = pool(1, max_in_flight=1, child_asks=AskPolicy.NEVER)
+    held = granted(take(d, "alice"))
+    ticket = d.ticket("bob", "tools/call", "tools/call t", None, 1.0)
+    assert isinstance(d.try_acquire(ticket, 1.0, NoBudget()), Waiting)  # the pool is full
+    child_of(held).stdin_waiting_since = 1.0
+    actions = d.maintain(1.0 + d.settings.stall_notice, NoBudget())
+    [start] = [a for a in actions if isinstance(a, StartChild)]
+    woken_now = woken(d.started(start.member, Kid(300), 3.5, NoBudget()))
+    assert woken_now == [ticket]
+    assert child_of(granted(d.try_acquire(ticket, 3.5, NoBudget()))).pid == 300
+
+
+def test_a_legacy_session_waits_for_its_own_stalled_child() -> None:
+    d = pool(1, child_asks=AskPolicy.NEVER)
+    held = granted(take(d, "alice"))
+    mine = child_of(held)
+    mine.stdin_waiting_since = 0.0
+    d.maintain(d.settings.stall_notice, NoBudget())
+    ticket = d.ticket("alice", "tools/call", "tools/call t", mine, 3.0)
+    assert isinstance(d.try_acquire(ticket, 3.0, NoBudget()), Waiting)  # its state lives there

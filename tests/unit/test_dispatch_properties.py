@@ -1,8 +1,8 @@
 """Two pools' dispatchers under random event orders (hypothesis stateful testing).
 
 Requests of several principals (askers, quiet tools, lists) arrive at either pool, wait, give
-up; children start, ask, get answered, die, exit; leases end; maintenance ticks as the clock
-moves. The two pools share a global child budget (``SharedBudget``, modelled on
+up; children start, ask, get answered, die, exit, stop reading stdin and read again; leases
+end; maintenance ticks as the clock moves. The two pools share a global child budget (``SharedBudget``, modelled on
 ``gateway.stdio.budget``): a start on demand at the cap evicts the other pool's idle child, as an
 ``EvictChild`` action carried out here the way ``gateway.stdio.pool`` carries it out. The
 dispatchers are driven as the pool drives them (each event that frees a child for a waiter is
@@ -16,7 +16,8 @@ told to the dispatcher; a ``Wake`` makes its request try again), and after every
   another pool's, idle, live and above its pool's minimum;
 - a child never runs two askers at once, and no asker was given a child with a question open;
 - a principal at its cap of parked questions was never given a child for an asker;
-- the pool never holds more members than its bound for askers (nor than its minimum);
+- the pool never holds more members than its bound for askers (nor than its minimum), not
+  counting children whose stdin stalled, which are given no request;
 - every lease is counted once: leases, asking leases and the per-principal tables agree with
   the leases held; the waiting and unplaced counts agree with the tickets waiting;
 - every ``StopChild`` names a member of the pool that is retiring or whose child must go.
@@ -200,6 +201,7 @@ class DispatchMachine(RuleBasedStateMachine):
                 assert child.open_questions == 0, "an asker joined a child with a question open"
                 assert lease.member.asking_leases == 1, "two askers on one child"
                 assert parked_before < CAP, "a principal past its cap got a child for an asker"
+            assert not lease.member.stalled, "a child whose stdin stalled was given a request"
             self.assert_first_served(pool, ticket)
             pool.leases.append(lease)
             self.leave(pool, ticket)
@@ -321,12 +323,25 @@ class DispatchMachine(RuleBasedStateMachine):
             self.apply(pool, pool.d.exited(member, GatewayError("cannot start"), self.now, pool.room))
             self.budget_changed()
 
+    def live_children(self) -> list[tuple[PoolModel, Kid]]:
+        return [(pool, m.child) for pool in self.pools for m in pool.d.members if m.child is not None and m.is_live]
+
+    @precondition(lambda self: self.live_children())
+    @rule(data=st.data(), flowing=st.booleans())
+    def stdin_stalls_or_flows(self, data: st.DataObject, flowing: bool) -> None:
+        """A write to a child's stdin starts waiting for the pipe, or goes through; the next
+        ticks route around the child while it waits past the notice."""
+        _, child = data.draw(st.sampled_from(self.live_children()))
+        child.stdin_waiting_since = None if flowing else self.now
+
     @rule(seconds=st.floats(min_value=0.0, max_value=400.0))
     def tick(self, seconds: float) -> None:
         self.now += seconds
         for pool in self.pools:
             self.apply(pool, pool.d.maintain(self.now, pool.room))
             self.apply(pool, pool.d.restart_due(self.now, pool.room))
+            if any(m.stalled for m in pool.d.members):
+                event("a child whose stdin stalled routed around")
 
     @invariant()
     def within_the_budget(self) -> None:
@@ -341,7 +356,9 @@ class DispatchMachine(RuleBasedStateMachine):
     @invariant()
     def bounded(self) -> None:
         for pool in self.pools:
-            assert len(pool.d.members) <= max(BOUND, pool.d.settings.min_size)
+            assert pool.d.counted() <= max(BOUND, pool.d.settings.min_size)
+            stalled = sum(m.stalled for m in pool.d.members)
+            assert len(pool.d.members) <= max(BOUND, pool.d.settings.min_size) + stalled
 
     @invariant()
     def one_asker_per_child(self) -> None:
