@@ -18,13 +18,21 @@ by name, instead of degrading quietly:
 - anyio's asyncio cancel scope (``Watch`` makes ``anyio._backends._asyncio.CancelScope``
   directly): it is what ``anyio.CancelScope()`` makes on asyncio, and it cancels as one;
 - the TLS protocols of asyncio and uvloop (``TlsHandshake``): exercised on both loops by
-  ``test_tls_limits.py``.
+  ``test_tls_limits.py``;
+- Starlette's ``middleware_stack`` (``http/app.py`` puts the gateway's edge there): built once
+  and called by ``Starlette.__call__``;
+- prometheus-client's ``_use_created`` (``PROMETHEUS_DISABLE_CREATED_SERIES``, read by the
+  request counter's collector) and ``utils.floatToGoString`` (the histogram's bound labels);
+- the standard library's ``QueueListener``: ``dequeue(block)`` (overridden by
+  ``ops/logs.py``'s batching listener) and its ``_sentinel``, which ``_monitor`` compares.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging.handlers
+import queue
 import sys
 import tomllib
 from collections.abc import Awaitable, Callable
@@ -37,7 +45,11 @@ import pytest
 import uvicorn
 from anyio._backends._asyncio import CancelScope as AsyncioCancelScope
 from packaging.requirements import Requirement
+from prometheus_client import metrics as prometheus_metrics
+from prometheus_client.utils import floatToGoString
+from starlette.applications import Starlette
 from uvicorn.protocols.http import httptools_impl
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.utils import get_remote_addr
 from uvicorn.server import ServerState
 
@@ -52,7 +64,7 @@ from tests.conftest import server_spec
 pytestmark = pytest.mark.anyio
 
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
-FENCED = ("uvicorn", "httptools", "anyio", "uvloop")
+FENCED = ("uvicorn", "httptools", "anyio", "uvloop", "starlette", "prometheus-client")
 """The libraries whose internals the gateway touches (docs/architecture.md)."""
 
 OVERRIDDEN = (
@@ -66,8 +78,9 @@ OVERRIDDEN = (
     "resume_writing",
 )
 """HttpToolsProtocol methods GuardedHttpTools overrides (each calls the base's)."""
-READ = ("loop", "transport", "cycle", "scope", "client")
-"""HttpToolsProtocol attributes GuardedHttpTools reads (and of the cycle: ``scope``, ``response_complete``)."""
+READ = ("loop", "transport", "cycle", "scope", "client", "pipeline")
+"""HttpToolsProtocol attributes GuardedHttpTools reads (and of the cycle: ``scope``,
+``response_complete``; ``flow``, set by ``connection_made``)."""
 
 
 def pinned() -> dict[str, Requirement]:
@@ -102,6 +115,8 @@ async def test_the_httptools_protocol_still_has_what_the_guarded_protocol_overri
     instance = await base_protocol()
     for name in READ:
         assert name in vars(instance), f"HttpToolsProtocol().{name} is gone"
+    assert "self.flow = FlowControl(transport)" in inspect.getsource(base.connection_made)
+    assert callable(getattr(FlowControl, "resume_reading", None))
     cycle = inspect.getsource(httptools_impl.RequestResponseCycle.__init__)
     assert "self.scope = scope" in cycle
     assert "self.response_complete = " in cycle
@@ -249,3 +264,31 @@ def test_the_fence_list_in_the_architecture_page_names_every_fenced_library() ->
     for name in FENCED:
         assert f"`{name}`" in section, name
     assert sys.version_info >= (3, 11)
+
+
+async def test_starlette_calls_the_middleware_stack_the_app_puts_its_edge_in() -> None:
+    seen: list[str] = []
+
+    async def edge(scope: dict[str, object], receive: object, send: object) -> None:
+        seen.append(str(scope["type"]))
+
+    app = Starlette()
+    assert "middleware_stack" in vars(app), "Starlette() no longer has middleware_stack"
+    assert callable(app.build_middleware_stack)
+    app.middleware_stack = edge  # what http/app.py does with the gateway's edge
+    await app({"type": "http"}, None, None)  # type: ignore[arg-type]
+    assert seen == ["http"], "Starlette.__call__ no longer calls middleware_stack"
+
+
+def test_prometheus_client_still_has_the_created_switch_and_go_float_format() -> None:
+    assert isinstance(getattr(prometheus_metrics, "_use_created", None), bool), "_use_created is gone"
+    assert [floatToGoString(v) for v in (0.005, 1.0, 2.5, float("inf"))] == ["0.005", "1.0", "2.5", "+Inf"]
+
+
+def test_the_queue_listener_still_reads_through_dequeue_and_stops_at_its_sentinel() -> None:
+    listener = logging.handlers.QueueListener(queue.SimpleQueue())
+    assert hasattr(listener, "_sentinel"), "QueueListener._sentinel is gone"
+    assert list(inspect.signature(listener.dequeue).parameters) == ["block"]
+    monitor = inspect.getsource(logging.handlers.QueueListener._monitor)
+    assert "self.dequeue(True)" in monitor
+    assert "is self._sentinel" in monitor
