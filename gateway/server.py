@@ -140,7 +140,7 @@ def build_app(
     return app
 
 
-class DrainingServer(uvicorn.Server):
+class DrainingServer(uvicorn.Server):  # fenced: uvicorn.Server
     """uvicorn, but the first signal drains before the server stops, and the service failing
     (``serving``) stops it at once (``failed``). Both watches run in a task group beside
     uvicorn's main loop (``main_loop``), so they have an owner and end with it."""

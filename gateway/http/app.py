@@ -194,7 +194,7 @@ def create_app(
     )
     handlers: dict[Any, Any] = {HTTPException: http_error_handler([r.server.name for r in routers])}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
-    app.middleware_stack = build_edge(
+    app.middleware_stack = build_edge(  # fenced: Starlette.middleware_stack
         app.build_middleware_stack(),
         routers,
         serving,

@@ -109,7 +109,7 @@ def _refusal(status: int, message: str) -> bytes:
     )
 
 
-class GuardedHttpTools(HttpToolsProtocol):
+class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
     max_head_bytes: ClassVar[int] = MAX_HEAD_BYTES
     header_timeout: ClassVar[float] = HEADER_TIMEOUT
     write_timeout: ClassVar[float] = WRITE_TIMEOUT
@@ -162,7 +162,7 @@ class GuardedHttpTools(HttpToolsProtocol):
             # pipelined requests, whose heads are counted afresh).
             room = self.max_head_bytes - self._head_bytes
             heads_done = self._heads_done
-            super().data_received(data[:room])
+            super().data_received(data[:room])  # fenced: httptools.feed_data
             if self.transport.is_closing():
                 return
             if self._heads_done == heads_done:
@@ -199,7 +199,7 @@ class GuardedHttpTools(HttpToolsProtocol):
         # in the app's next receive(), which an endpoint that has its body never makes: the
         # client's hang-up (EOF) would never be read, so a large call held at a child would
         # not be cancelled when its client left. A pipelined request still pauses reading.
-        if not self.pipeline:
+        if not self.pipeline:  # fenced: HttpToolsProtocol
             self.flow.resume_reading()
 
     # -- flow control ---------------------------------------------------------------------

@@ -36,7 +36,7 @@ from typing import Any, Final, TypeVar
 
 import anyio
 import orjson
-from anyio._backends._asyncio import CancelScope as AsyncioCancelScope
+from anyio._backends._asyncio import CancelScope as AsyncioCancelScope  # fenced: anyio.CancelScope
 from anyio.streams.memory import MemoryObjectReceiveStream
 from starlette.types import Receive, Scope, Send
 

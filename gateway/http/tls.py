@@ -222,7 +222,7 @@ class TlsHandshake(asyncio.Protocol):
             self._ciphertext = []
         self._tcp = None  # from here on, what arrives here is the TLS transport's plaintext
         try:
-            secured = await loop.start_tls(
+            secured = await loop.start_tls(  # fenced: loop.start_tls
                 tcp,
                 self,
                 self.tls.context,
@@ -243,7 +243,7 @@ class TlsHandshake(asyncio.Protocol):
             http.data_received(early)
 
 
-def _replay(tcp: asyncio.Transport, ciphertext: bytes) -> None:
+def _replay(tcp: asyncio.Transport, ciphertext: bytes) -> None:  # fenced: loop.start_tls
     """Give ``ciphertext`` to the TLS protocol ``start_tls`` put on ``tcp`` (a buffered protocol,
     in asyncio and in uvloop), as if the transport had just read it."""
     protocol = tcp.get_protocol()

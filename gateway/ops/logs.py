@@ -207,6 +207,7 @@ class FlushingQueueListener(logging.handlers.QueueListener):
         for handler in self.handlers:  # the burst is over: write it
             handler.flush()
         record = records.get()  # the first record of a burst wakes the thread
+        # fenced: QueueListener._sentinel
         if record is not self._sentinel:  # type: ignore[attr-defined]
             time.sleep(LOG_BATCH_SECONDS)  # the rest of the burst is put without waking it
         return record

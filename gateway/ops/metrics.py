@@ -50,7 +50,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
-from prometheus_client.utils import floatToGoString
+from prometheus_client.utils import floatToGoString  # fenced: prometheus_client.floatToGoString
 
 from gateway.relay.readiness import ServerState
 from gateway.relay.router import Router
@@ -156,6 +156,7 @@ class RequestMetrics(Collector):
         latencies.sum += seconds
 
     def collect(self) -> Iterator[Metric]:
+        # fenced: prometheus_client._use_created
         created = getattr(prometheus_client.metrics, "_use_created", True)  # PROMETHEUS_DISABLE_CREATED_SERIES
         requests = CounterMetricFamily(
             "mcp_gateway_requests",

@@ -50,6 +50,7 @@ TEMPLATES_FIT: Final = (
 )
 """Whether this Python's records have exactly the fields named above (else no templates)."""
 _TASKS: Final = sys.version_info >= (3, 12)
+# fenced: logging.LogRecord
 _START: Final[float] = logging._startTime  # type: ignore[attr-defined]  # seconds, on 3.13 nanoseconds
 
 MAX_REMEMBERED_LINES: Final = 64
@@ -59,7 +60,7 @@ _sites: dict[tuple[int, int], tuple[CodeType, int, dict[str, Any] | None]] = {}
 """(id of a code object, offset of the call in it) → (that code object, kept alive, its line,
 and the fields of a record made there, or None when that record was not the standard one)."""
 _MAKE_RECORD: Final = logging.Logger.makeRecord
-_new: Final = logging.LogRecord.__new__
+_new: Final = logging.LogRecord.__new__  # fenced: logging.LogRecord
 _Mapping: Final = collections.abc.Mapping
 
 

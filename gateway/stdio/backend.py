@@ -110,6 +110,7 @@ class PipeWriter(ByteSendStream):
 
     @classmethod
     def over(cls, stream: ByteSendStream) -> PipeWriter:
+        # fenced: anyio.StreamWriterWrapper
         writer = getattr(stream, "_stream", None)  # anyio's StreamWriterWrapper keeps it there
         if not isinstance(writer, asyncio.StreamWriter):
             raise TypeError(

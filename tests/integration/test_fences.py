@@ -33,6 +33,7 @@ import asyncio
 import inspect
 import logging.handlers
 import queue
+import re
 import sys
 import tomllib
 from collections.abc import Awaitable, Callable
@@ -292,3 +293,58 @@ def test_the_queue_listener_still_reads_through_dequeue_and_stops_at_its_sentine
     monitor = inspect.getsource(logging.handlers.QueueListener._monitor)
     assert "self.dequeue(True)" in monitor
     assert "is self._sentinel" in monitor
+
+
+GATEWAY = PYPROJECT.parent / "gateway"
+INTERNALS = {
+    "uvicorn.Server": "subclasses `uvicorn.Server`",
+    "HttpToolsProtocol": "subclasses `uvicorn.protocols.http.httptools_impl.HttpToolsProtocol`",
+    "httptools.feed_data": "calls `on_headers_complete` / `on_message_complete` synchronously inside `feed_data`",
+    "anyio.CancelScope": "`anyio._backends._asyncio.CancelScope`",
+    "anyio.StreamWriterWrapper": "`StreamWriterWrapper._stream`",
+    "logging.LogRecord": "`LogRecord`'s fields",
+    "loop.start_tls": "`loop.start_tls` on a server transport",
+    "Starlette.middleware_stack": "`Starlette.middleware_stack`",
+    "prometheus_client._use_created": "`prometheus_client.metrics._use_created`",
+    "prometheus_client.floatToGoString": "`prometheus_client.utils.floatToGoString`",
+    "QueueListener._sentinel": "`QueueListener._sentinel`",
+}
+"""Each internal the code reads (its ``# fenced: KEY`` marker) → how the table names it."""
+MARKER = re.compile(r"#\s*fenced:\s*([\w.]+)")
+UNMARKED_INTERNAL = re.compile(
+    r"^\s*(from|import)\s+\w+(\.\w+)*\._\w+"  # a private module of a library
+    r"|getattr\([^,]+,\s*[\"']_"  # a private attribute read by name
+    r"|\b(logging|asyncio|anyio|uvicorn|starlette|prometheus_client|httptools|uvloop)(\.\w+)*\._[a-zA-Z]"
+    r"|\.middleware_stack\s*="
+)
+"""Lines that read a library's internals: each needs a marker on it or on the line above."""
+
+
+def marked_lines() -> tuple[dict[str, list[str]], list[str]]:
+    """Markers found in gateway/ (key → where), and unmarked lines that look like internals."""
+    found: dict[str, list[str]] = {}
+    unmarked: list[str] = []
+    for path in sorted(GATEWAY.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines, 1):
+            where = f"{path.relative_to(PYPROJECT.parent)}:{number}"
+            for key in MARKER.findall(line):
+                found.setdefault(key, []).append(where)
+            code = line.split("#", 1)[0] if not line.lstrip().startswith(("'", '"')) else ""
+            if UNMARKED_INTERNAL.search(code) and not (
+                MARKER.search(line) or (number > 1 and MARKER.search(lines[number - 2]))
+            ):
+                unmarked.append(f"{where}: {line.strip()}")
+    return found, unmarked
+
+
+def test_the_table_names_every_internal_the_code_marks_and_the_code_marks_every_internal_it_reads() -> None:
+    found, unmarked = marked_lines()
+    assert not unmarked, "library internals read without a `# fenced:` marker (add it, a row, a test):\n" + "\n".join(
+        unmarked
+    )
+    assert set(found) == set(INTERNALS), f"markers in the code {sorted(found)} != the fenced list {sorted(INTERNALS)}"
+    page = (PYPROJECT.parent / "docs" / "architecture.md").read_text()
+    table = page.split("## Library internals the gateway touches", 1)[1].split("\n## ", 1)[0]
+    for key, named in INTERNALS.items():
+        assert named in table, f"{key} (used at {found[key]}) has no row in docs/architecture.md's table"
