@@ -17,7 +17,8 @@
   no waiter) for a maintenance tick; a session's pool when its session ends (``end_session``).
 - **A pool is a failure domain**: a pool that fails once it runs (an unexpected exception in
   one of its tasks, ``gateway.stdio.pool``) is logged with its traceback and dropped here; its
-  waiters got a 503, and the next request for its key opens a new one. The idle-pool sweep
+  waiters got a 503, and the next request for its key opens a new one; the pre-warmed shared
+  pool is opened again ``RESTART_PAUSE`` later without waiting for one. The idle-pool sweep
   runs again after a fault of its own (``boundary.keep_running``).
 
 Every pool gets the listeners registered here (``add_listener`` and the like), also the
@@ -34,9 +35,10 @@ from dataclasses import replace
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from gateway.errors import GatewayError
 from gateway.relay.poolkey import SHARED_KEY, SHARED_LEGACY_KEY, PoolKey
 from gateway.stdio.backend import ChildBackend
-from gateway.stdio.boundary import keep_running
+from gateway.stdio.boundary import RESTART_PAUSE, contained, keep_running
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.pool import (
@@ -99,6 +101,7 @@ class RunningPools:
         self._stops: dict[PoolKey, anyio.Event] = {}
         self._opening: dict[PoolKey, anyio.Event] = {}  # set once the pool runs, or failed to
         self._tg: TaskGroup | None = None  # while ``running``: the pools' task group
+        self._prewarm: ChildSpec | None = None  # the shared pool's spec, when it is pre-warmed
 
     # -- listeners ------------------------------------------------------------------------
 
@@ -130,6 +133,7 @@ class RunningPools:
         (``prewarm``, when given) runs before the block does. Leaving stops every pool."""
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            self._prewarm = prewarm
             try:
                 if prewarm is not None:
                     await self.open(SHARED_KEY, prewarm)  # before traffic
@@ -223,8 +227,24 @@ class RunningPools:
                 exc,
                 exc_info=exc,
             )
+            if key == SHARED_KEY and self._prewarm is not None and self._tg is not None:
+                self._tg.start_soon(self._warm_again)
         finally:
             self._forget(key, pool)
+
+    async def _warm_again(self) -> None:
+        """The pre-warmed shared pool failed and was dropped: open it again, ``RESTART_PAUSE``
+        later (a pool that fails at once each time costs a log line a second), so the next
+        request finds warm children as the first one did, unless a request opened it first."""
+        await anyio.sleep(RESTART_PAUSE)
+        spec = self._prewarm
+        if spec is None or self._tg is None or SHARED_KEY in self.by_key:
+            return
+        with contained(log, f"{self.server}: opening the shared pool again", "the next request opens it"):
+            try:
+                await self.open(SHARED_KEY, spec)
+            except GatewayError as exc:
+                log.warning("%s: the shared pool could not be opened again: %s", self.server, exc.message)
 
     def _bump(self) -> None:
         self.generation += 1
