@@ -51,7 +51,8 @@ Rules:
 7. **Maintenance** (``maintain``, once a tick): a child whose stdin write has waited
    ``stall_notice`` (``STDIN_STALL_NOTICE``) is **stalled**: it gets no new request and is not
    counted against the pool's bounds, so its waiters take or start another child (and a
-   minimum is restored) until its write goes through; children above ``min_size`` idle for
+   minimum is restored) until its write goes through (then it rejoins, unless the pool is at
+   its bound for askers without it: it stays out and retires when idle); children above ``min_size`` idle for
    ``idle_timeout`` retire; a minimum the budget held back is started; a child older than
    ``max_age`` retires; a child with requests pending, none waiting for a client, and silent
    for ``stall_timeout`` is stopped at once; an idle child unchecked for ``liveness_interval``
@@ -512,6 +513,8 @@ class Dispatcher(Generic[C]):
                 continue
             since = child.stdin_waiting_since
             stalled = since is not None and now - since >= self.settings.stall_notice
+            if member.stalled and not stalled and self.counted() >= self.settings.asking_bound:
+                continue  # reads again, but the pool grew in its place: it retires when idle (rule 7)
             if stalled != member.stalled:
                 member.stalled, changed = stalled, True
                 if stalled:
