@@ -75,6 +75,7 @@ class Settings:
     log_level: str = "info"
     log_format: str = "text"
     principal_header: str | None = None
+    principal_header_required: str = "auto"  # yes, no, or auto: yes when it is the only authentication
     trusted_proxies: tuple[str, ...] = ()
     auth_token_file: str | None = None
     auth_tokens: tuple[str, ...] = ()
@@ -113,6 +114,8 @@ class Settings:
                 raise ConfigError(f"--max-sessions-per-principal (server {server.name})", "must be at least 1")
         if self.trusted_proxies and self.principal_header is None:
             raise ConfigError("--trusted-proxy", "only means something with --principal-header")
+        if self.principal_header_required == "yes" and self.principal_header is None:
+            raise ConfigError("--principal-header-required", "only means something with --principal-header")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ConfigError(flag_of("tls_cert_file"), "--tls-cert-file and --tls-key-file go together")
         if self.tls_client_ca_file and not self.tls_cert_file:

@@ -251,6 +251,7 @@ def build_edge(
         auth=Authentication(
             tokens=tokens,
             principal_header=settings.principal_header,
+            header_required=header_required(settings, others=tokens.enabled or oauth.enabled or tls_peers is not None),
             trusted_proxies=list(settings.trusted_proxies),
             metadata=resources,
             oauth=oauth,
@@ -264,3 +265,12 @@ def build_edge(
         body_timeout=settings.body_timeout,
         operator=operator,
     )
+
+
+def header_required(settings: EdgeSettings, *, others: bool) -> bool:
+    """Whether a request without the principal header from a trusted proxy gets 401
+    (``--principal-header-required``): ``auto`` is yes when nothing else authenticates
+    clients (``others``: tokens, OAuth, client certificates), so a proxy-authenticated
+    gateway fails closed instead of serving the request as ``anonymous``."""
+    policy = settings.principal_header_required
+    return settings.principal_header is not None and (policy == "yes" or (policy == "auto" and not others))

@@ -23,7 +23,10 @@
   authenticating reverse proxy becomes the principal — only when configured, and only from
   ``--trusted-proxy`` addresses (by default loopback: a proxy in the same pod or host); from
   anyone else it is ignored, so a client that reaches the gateway directly cannot claim to
-  be anyone.
+  be anyone. When the header is the only authentication (no tokens, OAuth or client
+  certificates), a request without it from a trusted proxy, or from anyone else, gets 401
+  (``--principal-header-required auto``; ``yes`` always, ``no`` serves it under its other
+  credentials, or as ``anonymous``).
 
 The principal is put in the ASGI scope as ``gateway.principal``. Client credentials are
 never forwarded to children: children get credentials only through an explicit
@@ -179,6 +182,7 @@ class Authentication:
         *,
         tokens: TokenStore,
         principal_header: str | None = None,
+        header_required: bool = False,
         trusted_proxies: Iterable[str] = (),
         metadata: ResourceMetadata | None = None,
         oauth: OAuthGate | None = None,
@@ -186,6 +190,8 @@ class Authentication:
     ) -> None:
         self.tokens = tokens
         self.principal_header = principal_header.lower().encode("latin-1") if principal_header else None
+        self.header_name = principal_header or ""
+        self.header_required = header_required and principal_header is not None
         # Without --trusted-proxy only a proxy on this host (loopback, the sidecar case) is
         # believed: anyone else could simply send the header themselves.
         self.trusted = trusted_networks(trusted_proxies) or trusted_networks(LOOPBACK_NETWORKS)
@@ -244,10 +250,25 @@ class Authentication:
                 await self._refuse(scope, receive, send, invalid(why), why)
                 return False
             principal = found
-        if identity and self._from_trusted_proxy(scope):
-            principal = identity.decode("latin-1").strip() or principal
+        if named is not None:
+            trusted = self._from_trusted_proxy(scope)
+            named_as = identity.decode("latin-1").strip() if trusted else ""
+            if named_as:
+                principal = named_as
+            elif self.header_required:
+                why = self._untrusted(scope) if not trusted else f"no {self.header_name} header from the proxy"
+                await self._refuse(scope, receive, send, None, why)
+                return False
         scope["gateway.principal"] = principal
         return True
+
+    def _untrusted(self, scope: Scope) -> str:
+        client = scope.get("client")
+        peer = client[0] if client else "an unknown address"
+        return (
+            f"{self.header_name} is taken only from a trusted proxy (--trusted-proxy; by default "
+            f"loopback), and this request came from {peer}"
+        )
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, refused: Refused | None, why: str) -> None:
         """401 (or 403 for a missing scope) with the RFC 6750 / RFC 9728 challenge."""

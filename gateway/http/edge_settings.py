@@ -45,6 +45,7 @@ class EdgeSettings:
     allowed_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
     principal_header: str | None = None  # trusted from trusted_proxies only
+    principal_header_required: str = "auto"  # 401 without it: yes, no, auto (when nothing else authenticates)
     trusted_proxies: tuple[str, ...] = ()
     cors_origins: tuple[str, ...] = ()
     authorization_servers: tuple[str, ...] = ()  # named in the RFC 9728 metadata

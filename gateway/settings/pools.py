@@ -217,6 +217,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         help="trust this header (set by an authenticating reverse proxy) as the principal",
     ),
     Setting(
+        "--principal-header-required",
+        field="principal_header_required",
+        default="auto",
+        choices=("auto", "yes", "no"),
+        section=POOL,
+        help="answer 401 to a request without --principal-header from a trusted proxy; auto: yes "
+        "when the header is the only client authentication (no tokens, OAuth or client "
+        "certificates) (default: %(default)s)",
+    ),
+    Setting(
         "--env-from-header",
         convert=convert.env_mappings,
         key="envFromHeaders",

@@ -168,7 +168,9 @@ async def test_children_started_for_askers_stop_after_the_idle_timeout() -> None
             fake_backend(Script(era="legacy")) as backend,
             in_process_gateway(backend, spec=ELICITING, pool=settings, **IDENTITY) as gw,
         ):
-            session = await open_legacy_session(gw.http, gw.url, capabilities={"elicitation": {}})
+            session = await open_legacy_session(
+                gw.http, gw.url, headers={"x-user": "alice"}, capabilities={"elicitation": {}}
+            )
             async with (
                 gw.open(legacy_call(1, "ask", ASK), session) as first,
                 gw.open(legacy_call(2, "ask", ASK), session) as second,

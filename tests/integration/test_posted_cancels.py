@@ -182,7 +182,7 @@ async def test_a_posted_cancel_cancels_only_the_one_request_of_its_principal_tha
 
     with anyio.fail_after(40):
         async with (
-            running_gateway(spec, principal_header="x-user", pool_size=1) as url,
+            running_gateway(spec, principal_header="x-user", principal_header_required="no", pool_size=1) as url,
             httpx.AsyncClient(timeout=30) as http,
             anyio.create_task_group() as tg,
         ):

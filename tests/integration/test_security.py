@@ -172,26 +172,45 @@ async def test_two_tokens_map_to_two_principals() -> None:
             assert ALICE not in status.text
 
 
-async def test_the_identity_header_counts_only_from_a_trusted_proxy() -> None:
-    async def principal_pools(trusted: list[str]) -> str:
+async def test_the_identity_header_counts_only_from_a_trusted_proxy_and_fails_closed_without_it() -> None:
+    """#39 item 8: with the header as the only authentication, a request without it from a
+    trusted proxy, or with it from anyone else, gets 401 (``--principal-header-required
+    auto``); ``no`` serves such a request as ``anonymous`` (the old behaviour, opted into)."""
+
+    async def principal_pools(trusted: list[str], required: str, *, named: bool = True) -> tuple[int, str, str]:
         async with (
             running_gateway(
                 server_spec(),
                 isolation=Isolation.PRINCIPAL,
                 principal_header="X-User",
+                principal_header_required=required,
                 trusted_proxies=trusted,
                 operator_tokens=operator_tokens(),
             ) as url,
             httpx.AsyncClient() as http,
         ):
             headers, body = tool_call("pid")
-            await http.post(url, headers={**headers, "x-user": "carol"}, json=body)
+            sent = {**headers, "x-user": "carol"} if named else headers
+            reply = await http.post(url, headers=sent, json=body)
             status = await http.get(url.replace("/mcp", "/status"), headers=OPERATOR)
-            return " ".join(status.json()["servers"][0]["pools"])
+            message = reply.json()["error"]["message"] if reply.status_code != 200 else ""
+            return reply.status_code, message, " ".join(status.json()["servers"][0]["pools"])
 
-    with anyio.fail_after(30):
-        assert "principal=carol" in await principal_pools(["127.0.0.0/8"])
-        assert "principal=anonymous" in await principal_pools(["10.0.0.0/8"])
+    with anyio.fail_after(60):
+        code, _, pools = await principal_pools(["127.0.0.0/8"], "auto")
+        assert code == 200
+        assert "principal=carol" in pools
+        code, message, pools = await principal_pools(["10.0.0.0/8"], "auto")  # from an untrusted peer
+        assert code == 401
+        assert "X-User is taken only from a trusted proxy" in message
+        assert "127.0.0.1" in message
+        assert pools == ""  # no child was started for it
+        code, message, _ = await principal_pools(["127.0.0.0/8"], "auto", named=False)
+        assert code == 401
+        assert "no X-User header from the proxy" in message
+        code, _, pools = await principal_pools(["10.0.0.0/8"], "no")
+        assert code == 200
+        assert "principal=anonymous" in pools
 
 
 async def test_cors_preflight_reflects_mcp_param_headers_and_exposes_the_session_id() -> None:
