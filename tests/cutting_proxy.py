@@ -1,7 +1,9 @@
 """A reverse proxy for tests that cuts every response ``cut_after`` seconds after its request
 came, as a proxy or load balancer with a response timeout does (issues #26, #30): the upstream
 request is closed, so the gateway sees its client leave, and the client sees its response end
-without the rest (a 504 when not even the head came in time).
+without the rest (a 504 when not even the head came in time). With ``head_limit`` the cut
+counts from the head instead, so a loaded machine that is slow to answer cannot turn a
+streamed response into a 504 (the resumption tests cut streams, not heads).
 
 Loopback only: serve it with ``tests.gateway_server.serving``. ``cuts`` counts the responses
 it cut; ``methods`` records each request's method and ``Last-Event-ID`` header.
@@ -22,6 +24,10 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "host",
 class CuttingProxy:
     backend: str  # base URL, e.g. http://127.0.0.1:PORT
     cut_after: float
+    # None: the head's wait counts towards ``cut_after`` (nginx's proxy_read_timeout; a slow
+    # synchronous answer gets 504). Else the head may take this long, and the body is cut
+    # ``cut_after`` after the head came: a busy machine delays a stream's head, never its cut.
+    head_limit: float | None = None
     cuts: int = 0
     requests: list[tuple[str, str | None]] = field(default_factory=list)  # (method, Last-Event-ID)
     _client: httpx.AsyncClient | None = None
@@ -50,10 +56,12 @@ class CuttingProxy:
         self.requests.append((scope["method"], last.decode() if last else None))
         url = self.backend + scope["path"]
         request = self._client.build_request(scope["method"], url, headers=headers, content=body)
-        deadline = anyio.current_time() + self.cut_after  # the head's wait counts too, as for nginx
+        deadline = anyio.current_time() + (self.cut_after if self.head_limit is None else self.head_limit)
         upstream: httpx.Response | None = None
         with anyio.move_on_at(deadline):
             upstream = await self._client.send(request, stream=True)
+        if upstream is not None and self.head_limit is not None:
+            deadline = anyio.current_time() + self.cut_after
         if upstream is None:  # no head within the limit: the proxy gives up, as a 504
             self.cuts += 1
             await send({"type": "http.response.start", "status": 504, "headers": []})

@@ -32,6 +32,9 @@ from tests.cutting_proxy import CuttingProxy
 from tests.gateway_server import open_legacy_session, running_gateway, serving
 
 CUT = 2.0
+HEAD_LIMIT = 30.0
+"""How long the proxy waits for a response's head before a 504: a stream's head comes at once
+on an idle machine; the cut is counted from it (``CuttingProxy.head_limit``)."""
 COUNTDOWN_STEPS = 20
 INTERVAL_MS = 500  # a 10 s call, progress every 500 ms
 WAIT = 90.0
@@ -133,7 +136,7 @@ def assert_exactly_once_in_order(seen: Resumed, request_id: int, steps: int = CO
 @asynccontextmanager
 async def through_cutting_proxy(backend_url: str, cut_after: float = CUT) -> AsyncIterator[tuple[str, CuttingProxy]]:
     base, _, path = backend_url.partition("/mcp")
-    proxy = CuttingProxy(base, cut_after)
+    proxy = CuttingProxy(base, cut_after, head_limit=HEAD_LIMIT)
     async with serving(proxy) as front:
         yield f"{front}/mcp{path}", proxy
 
