@@ -165,7 +165,7 @@ class _Client:
         await self.conn.open()
         if self.era == "legacy":
             self.session_id = await open_session(self.conn, self.path, self.extra)
-            headers = legacy_headers(self.session_id)
+            headers = legacy_headers(self.session_id, initialized=True)
         else:
             headers = modern_headers()
         self.head = head_bytes(self.conn.host, self.conn.port, self.path, {**headers, **self.extra})

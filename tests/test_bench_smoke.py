@@ -440,3 +440,15 @@ def test_the_gateway_with_a_wrong_answer_misses_and_is_not_compared() -> None:
     assert found["C = 64, modern, default flags: vs the best peer"].passed is False
     assert found["C = 64, modern, default flags: vs the best peer"].measured == verdicts.WRONG_ANSWERS
     assert found["C = 64, legacy, default flags: vs the best peer"].passed is True
+
+
+def test_a_legacy_server_that_assigns_no_session_is_measured_without_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = noop.answer
+
+    def sessionless(body: bytes) -> tuple[int, bytes, bytes]:
+        status, _, payload = plain(body)
+        return status, b"", payload  # initialize answered without mcp-session-id
+
+    monkeypatch.setattr(noop, "answer", sessionless)
+    result = asyncio.run(load_against_noop("legacy", 2, 3))
+    assert (result.ok, result.wrong, result.errors) == (6, {}, 0), result.first_error
