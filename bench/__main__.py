@@ -13,9 +13,12 @@
     python -m bench --engine uvicorn,granian   # the same table once per HTTP engine (default:
                                     #   uvicorn, the gateway's own; granian: bench.granian_gateway)
 
-Peers (supergateway, mcp-proxy from npm, mcp-proxy from PyPI) are installed by
-``bench/install-peers.sh`` into ``bench/.peers/``; a peer that is not installed is named
-as such in the table. Run on an idle machine: the load average before and after is printed.
+Peers (supergateway, mcp-proxy from npm, mcp-proxy from PyPI, IBM ContextForge's stdio
+bridge) are installed by ``bench/install-peers.sh`` into ``bench/.peers/``; a peer that is
+not installed is named as such in the table. Every answer of the load runs is checked: each
+call echoes a message naming its client and call, and a server that hands an answer to the
+wrong client is reported with its count and not compared on speed (``bench/load.py``).
+Run on an idle machine: the load average before and after is printed.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def measure(concurrency: int, calls: int, log_dir: Path) -> list[str]:
             children = len([pid for pid in procs.descendants(gw.pid)])
         rows.append(
             f"| {label} | {concurrency} | {result.rps:,.0f} | {result.percentile_ms(0.5):.2f} | {children} "
-            f"| {result.errors} |"
+            f"| {result.errors + sum(result.wrong.values())} |"
         )
     return rows
 

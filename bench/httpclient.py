@@ -162,10 +162,13 @@ def modern_headers(method: str = "tools/call", name: str | None = "echo") -> dic
     return headers
 
 
-def legacy_headers(session_id: str | None) -> dict[str, str]:
+def legacy_headers(session_id: str | None, *, initialized: bool = False) -> dict[str, str]:
+    """The headers of a legacy request: before initialize answered (``session_id`` None),
+    or after it (with the session's id, or ``initialized`` on a server without sessions)."""
     headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
     if session_id is not None:
         headers["mcp-session-id"] = session_id
+    if session_id is not None or initialized:
         headers["mcp-protocol-version"] = LEGACY
     return headers
 
@@ -194,15 +197,16 @@ INITIALIZE = orjson.dumps(
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
 
 
-async def open_session(conn: Connection, path: str, extra: dict[str, str] | None = None) -> str:
+async def open_session(conn: Connection, path: str, extra: dict[str, str] | None = None) -> str | None:
     """A legacy session on ``conn``: initialize, then notifications/initialized (``extra``:
-    headers sent with both, e.g. ``authorization``)."""
+    headers sent with both, e.g. ``authorization``). Its id, or None from a server that
+    assigns none (the 2025-11-25 transport lets a server go without sessions)."""
     headers = {**legacy_headers(None), **(extra or {})}
     answer = await conn.request(request_bytes(conn.host, conn.port, path, headers, INITIALIZE))
     session_id = answer.headers.get("mcp-session-id")
-    if answer.status != 200 or not session_id:
+    if answer.status != 200 or b'"result"' not in answer.body:
         raise HttpError(f"initialize answered {answer.status}: {answer.body[:200]!r}")
-    headers = {**legacy_headers(session_id), **(extra or {})}
+    headers = {**legacy_headers(session_id, initialized=True), **(extra or {})}
     done = await conn.request(request_bytes(conn.host, conn.port, path, headers, INITIALIZED))
     if done.status not in (200, 202):
         raise HttpError(f"notifications/initialized answered {done.status}: {done.body[:200]!r}")

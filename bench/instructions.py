@@ -69,8 +69,9 @@ def measure(argv: list[str], cwd: Path, health: str, eras: tuple[str, ...], env:
                 control("--zero", proc.pid)
                 load = asyncio.run(http_load(port, era=era, concurrency=concurrency, calls=calls, max_seconds=600))
                 control("--dump", proc.pid)
-                if load.errors or not load.ok:
-                    raise RuntimeError(f"{era} C={concurrency}: {load.errors} errors ({load.first_error})")
+                if load.errors or load.wrong or not load.ok:
+                    wrong = f"; wrong answers {load.wrong} ({load.first_wrong})" if load.wrong else ""
+                    raise RuntimeError(f"{era} C={concurrency}: {load.errors} errors ({load.first_error}){wrong}")
                 results[f"C={concurrency} {era}"] = last_total(out, proc.pid) // load.ok
         return results
     finally:

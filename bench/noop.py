@@ -6,8 +6,8 @@ on uvloop, parsing only what it must) and what any uvicorn-based server can do h
 
     python -m bench.noop --kind raw|uvicorn --port PORT
 
-Both answer ``GET /readyz``; a POST gets the echo reply for its id (``initialize`` gets a
-session id, a notification gets 202).
+Both answer ``GET /readyz``; a POST gets the echo reply for its id, echoing its message
+(``initialize`` gets a session id, a notification gets 202).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any
 import orjson
 
 ID = re.compile(rb'"id":(\d+|"[^"]*")')
+MESSAGE = re.compile(rb'"message":("[^"]*")')
+RESULT_HEAD = b',"result":{"content":[{"type":"text","text":'
 RESULT_TAIL = (
-    b',"result":{"content":[{"type":"text","text":"hello"}],"resultType":"complete",'
-    b'"_meta":{"io.modelcontextprotocol/serverInfo":{"name":"bench-echo","version":"1"}}}}'
+    b'}],"resultType":"complete","_meta":{"io.modelcontextprotocol/serverInfo":{"name":"bench-echo","version":"1"}}}}'
 )
 INIT_RESULT = b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}}'
 SESSION = b"00000000000000000000000000000000"
@@ -35,7 +36,9 @@ def answer(body: bytes) -> tuple[int, bytes, bytes]:
     match = ID.search(body)
     if match is None:
         return 202, b"", b""
-    return 200, b"", b'{"jsonrpc":"2.0","id":' + match.group(1) + RESULT_TAIL
+    message = MESSAGE.search(body, match.end())  # echoed, so the load's answer check passes
+    text = message.group(1) if message is not None else b'""'
+    return 200, b"", b'{"jsonrpc":"2.0","id":' + match.group(1) + RESULT_HEAD + text + RESULT_TAIL
 
 
 def content_length(head: bytes) -> int:

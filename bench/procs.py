@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import shlex
 import signal
 import socket
@@ -309,7 +310,62 @@ def mcp_proxy_npm(log_dir: Path) -> Service | None:
     return Service(MCP_PROXY_NPM, argv, port, log_dir, health_path="/ping")
 
 
-PEER_SERVICES = {"supergateway": supergateway, MCP_PROXY_NPM: mcp_proxy_npm, MCP_PROXY_PY: mcp_proxy}
+CONTEXTFORGE = "ContextForge"
+CONTEXTFORGE_SECRETS = (
+    "JWT_SECRET_KEY",
+    "AUTH_ENCRYPTION_SECRET",
+    "BASIC_AUTH_PASSWORD",
+    "PLATFORM_ADMIN_PASSWORD",
+    "DEFAULT_USER_PASSWORD",
+)
+"""What ``python -m mcpgateway.scripts.init_secrets`` writes: ContextForge's settings refuse
+to load with these unset, placeholder or weak, even for the stdio bridge that uses none of them."""
+
+
+def contextforge_python() -> Path | None:
+    path = PEERS / "contextforge" / "bin" / "python"
+    return path if path.exists() else None
+
+
+def contextforge(log_dir: Path) -> Service | None:
+    """IBM ContextForge's stdio bridge (``mcpgateway.translate``), run as issue #42 ran it:
+    one child shared by every client, each POST's body written to it as is, and the first
+    line from the child with the same JSON-RPC id returned as the answer (1.1.0's
+    ``translate.py``: its own ``POST /mcp`` route answers every POST, so ``--stateless`` and
+    ``--jsonResponse`` change nothing for a call). Its settings demand fresh secrets,
+    generated here per run; it runs in the log directory, so it reads no ``.env`` and
+    writes nothing into the repository, and without this checkout's PYTHONPATH (its venv is
+    another Python). ``--logLevel error``: no access-log line per call, the benefit of the
+    doubt (supergateway runs with ``--logLevel none`` likewise)."""
+    python = contextforge_python()
+    if python is None:
+        return None
+    port = free_port()
+    argv = [
+        str(python),
+        "-m",
+        "mcpgateway.translate",
+        "--stdio",
+        shlex.join(echo_command()),
+        "--expose-streamable-http",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--logLevel",
+        "error",
+    ]
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+    env.update({name: secrets.token_urlsafe(32) for name in CONTEXTFORGE_SECRETS})
+    return Service(CONTEXTFORGE, argv, port, log_dir, health_path="/healthz", cwd=log_dir, env=env)
+
+
+PEER_SERVICES = {
+    "supergateway": supergateway,
+    MCP_PROXY_NPM: mcp_proxy_npm,
+    MCP_PROXY_PY: mcp_proxy,
+    CONTEXTFORGE: contextforge,
+}
 """Every peer by its table name; each factory returns None when the peer is not installed."""
 
 
@@ -328,6 +384,8 @@ def peer_versions() -> dict[str, str]:
         versions[MCP_PROXY_NPM] = version
     for dist in (PEERS / "venv" / "lib").glob("python*/site-packages/mcp_proxy-*.dist-info"):
         versions[MCP_PROXY_PY] = dist.name.split("-")[1].removesuffix(".dist")
+    for dist in (PEERS / "contextforge" / "lib").glob("python*/site-packages/mcp_contextforge_gateway-*.dist-info"):
+        versions[CONTEXTFORGE] = dist.name.split("-")[1].removesuffix(".dist")
     return versions
 
 

@@ -127,7 +127,9 @@ def profile_gateway(log_dir: Path, say: Callable[[str], None] = print, *flags: s
             if not raw.exists():
                 say(f"profile: py-spy failed: {err.decode(errors='replace')[-300:]}")
                 continue
-            headline = f"{era}, C = {CONCURRENCY}: {result.rps:,.0f} req/s while sampled ({result.errors} errors)"
+            wrong = sum(result.wrong.values())
+            headline = f"{era}, C = {CONCURRENCY}: {result.rps:,.0f} req/s while sampled ({result.errors} errors"
+            headline += f", {wrong} wrong answers)" if wrong else ")"
             summaries[era] = headline + "\n" + summarize(raw, top)
             say(f"\nprofile, {summaries[era]}\n(stacks in {raw})")
     return summaries

@@ -41,8 +41,9 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _rps(target: Target | None, era: str, concurrency: int) -> float | None:
+    """A target's answers per second, when every answer was right (``bench.load``'s check)."""
     row = target.row(era, concurrency) if target else None
-    return row.rps if row else None
+    return row.rps if row and not row.wrong else None
 
 
 def _best_peer(results: Results, era: str, concurrency: int) -> tuple[str, float] | None:
@@ -167,11 +168,15 @@ def _row_cells(row: Row) -> list[str]:
     errors = str(row.errors)
     if row.errors and row.first_error:
         errors += f" ({row.first_error[:60].replace('|', '/')})"
+    if row.wrong:
+        errors += f"; {row.answers_line()}"
     per_call = row.cpu / row.rps * 1e6 if row.cpu is not None and row.rps else None
     return [rps, fmt(row.p50_ms, 2), fmt(row.p99_ms, 2), errors, fmt(row.cpu, 2), fmt(per_call)]
 
 
 def _compare(target: Target, era: str, concurrency: int, row: Row, gateway: Target | None) -> str:
+    if row.wrong:
+        return "n/a: wrong answers"
     if target.name == "gateway":
         return ""
     mine = _rps(gateway, era, concurrency) if gateway and era in gateway.eras else None

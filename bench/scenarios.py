@@ -153,12 +153,12 @@ def mb(value: int) -> float:
 
 
 async def mixed_requests(port: int, total: int, concurrency: int) -> tuple[int, int]:
-    """``total`` calls, half modern and half legacy; (ok, errors)."""
+    """``total`` calls, half modern and half legacy; (right answers, errors and wrong answers)."""
     per_client = max(1, total // (2 * concurrency))
     ok = errors = 0
     for era in ("modern", "legacy"):
         result = await http_load(port, era=era, concurrency=concurrency, calls=per_client, max_seconds=600)
-        ok, errors = ok + result.ok, errors + result.errors
+        ok, errors = ok + result.ok, errors + result.errors + sum(result.wrong.values())
     return ok, errors
 
 

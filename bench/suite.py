@@ -453,7 +453,7 @@ async def probe(port: int, era: str, extra: dict[str, str] | None = None) -> str
     try:
         if era == "legacy":
             session_id = await open_session(conn, "/mcp", extra)
-            headers = legacy_headers(session_id)
+            headers = legacy_headers(session_id, initialized=True)
             body = call_body(1, "echo", {"message": "hello"}, modern=False)
         else:
             headers = modern_headers()

@@ -295,10 +295,13 @@ class TargetRun:
                         for other in others:
                             other.resume()
                     server.runs.setdefault(era, []).append(Row.of(result))
-                    per_call = result.cpu_seconds / result.ok * 1e6 if result.cpu_seconds and result.ok else 0.0
+                    answered = result.answered
+                    per_call = result.cpu_seconds / answered * 1e6 if result.cpu_seconds and answered else 0.0
+                    wrong = sum(result.wrong.values())
                     self.say(
                         f"  {name:22} {era:6} {result.rps:8,.0f} req/s  p50 {result.p50_ms:7.2f} ms  "
                         f"CPU {per_call:6,.0f} µs/call  errors {result.errors}"
+                        + (f"  WRONG ANSWERS {wrong:,} of {result.ok + wrong:,}" if wrong else "")
                         + ("  (capped)" if result.capped else "")
                     )
             self.say(f"load: repetition {rep + 1}/{plan.reps} done")

@@ -69,13 +69,34 @@ def cpu_us(row: Row | None) -> float | None:
     return row.cpu / row.rps * 1e6
 
 
-def rps(results: TargetResults, name: str, era: str) -> float | None:
+WRONG_ANSWERS = "n/a: wrong answers"
+"""What a server whose answers were not all right gets instead of a speed ratio."""
+
+
+def load_row(results: TargetResults, name: str, era: str) -> Row | None:
     server = results.servers.get(name)
-    row = server.row(era) if server is not None else None
-    return row.rps if row is not None and row.ok else None
+    return server.row(era) if server is not None else None
+
+
+def rps(results: TargetResults, name: str, era: str) -> float | None:
+    """Answers per second, only for a server that answered every call right: speed is not
+    compared for one that hands answers to the wrong client (``bench.load``'s answer check)."""
+    row = load_row(results, name, era)
+    return row.rps if row is not None and row.ok and not row.wrong else None
+
+
+def wrong_peers(results: TargetResults, era: str) -> list[str]:
+    """The peers measured in ``era`` that were left out of the comparison for wrong answers."""
+    found = []
+    for name in results.servers:
+        row = load_row(results, name, era)
+        if name not in GATEWAYS and name != CEILING and row is not None and row.wrong:
+            found.append(name)
+    return found
 
 
 def best_peer(results: TargetResults, era: str) -> tuple[str, float] | None:
+    """The fastest peer in ``era`` among those whose every answer was right."""
     best: tuple[str, float] | None = None
     for name in results.servers:
         if name in GATEWAYS or name == CEILING:
@@ -94,15 +115,25 @@ def load_verdicts(results: TargetResults) -> list[Verdict]:
         flags = "default flags" if name == GATEWAY else "bearer auth"
         server = results.servers.get(name)
         for era in ("modern", "legacy"):
-            mine = rps(results, name, era)
             where = f"{c}, {era}, {flags}"
+            own = load_row(results, name, era)
+            if own is None or not own.calls:
+                out.append(Verdict(f"{where}: every answer right", "not measured", "all right", None))
+            else:
+                out.append(Verdict(f"{where}: every answer right", own.answers_line(), "all right", not own.wrong))
+            mine = rps(results, name, era)
             peer = best_peer(results, era)
+            left_out = wrong_peers(results, era)
+            aside = f"; not compared, wrong answers: {', '.join(left_out)}" if left_out else ""
             if mine is None or peer is None:
-                why = "no peer measured" if mine is not None else "not measured"
-                out.append(Verdict(f"{where}: vs the best peer", why, f"≥ {PEER_FACTOR:g}×", None))
+                if own is not None and own.wrong:
+                    why, met = WRONG_ANSWERS, False
+                else:
+                    why, met = ("no peer measured" if mine is not None else "not measured"), None
+                out.append(Verdict(f"{where}: vs the best peer", why + aside, f"≥ {PEER_FACTOR:g}×", met))
             else:
                 factor = mine / peer[1]
-                measured = f"{factor:.2f}× ({fmt(mine)} vs {peer[0]} {fmt(peer[1])} req/s)"
+                measured = f"{factor:.2f}× ({fmt(mine)} vs {peer[0]} {fmt(peer[1])} req/s{aside})"
                 met = at_least(factor, PEER_FACTOR)
                 out.append(Verdict(f"{where}: vs the best peer", measured, f"≥ {PEER_FACTOR:g}×", met))
             if mine is None or not ceiling:
@@ -135,7 +166,10 @@ def c1_verdicts(results: TargetResults) -> list[Verdict]:
             continue
         gap = row.p50_ms - floor.p50_ms
         measured = f"{row.p50_ms:.3f} ms = floor {floor.p50_ms:.3f} {gap:+.3f} ms"
-        out.append(Verdict(f"C = 1, {era}: p50", measured, goal, at_most(gap, C1_GAP_MS) and row.errors == 0))
+        if row.wrong:
+            measured += f"; {row.answers_line()}"
+        met = at_most(gap, C1_GAP_MS) and row.errors == 0 and not row.wrong
+        out.append(Verdict(f"C = 1, {era}: p50", measured, goal, met))
     return out
 
 
@@ -225,13 +259,13 @@ def load_table(results: TargetResults) -> str:
     rows = []
     for name, server in results.servers.items():
         if server.problem is not None:
-            rows.append([name, "–", server.problem, "", "", "", "", "", ""])
+            rows.append([name, "–", server.problem, "", "", "", "", "", "", ""])
             continue
         memory = f"{fmt(server.rss_mb)} (+{fmt(server.children_rss_mb)})" if server.rss_mb is not None else "–"
         for era in server.eras:
             if era in server.unsupported:
                 reason = _cell(server.unsupported[era])[:90]
-                rows.append([name, era, f"not supported: {reason}", "", "", "", "", memory, ""])
+                rows.append([name, era, f"not supported: {reason}", "", "", "", "", "", memory, ""])
                 continue
             row = server.row(era)
             if row is None:
@@ -242,6 +276,8 @@ def load_table(results: TargetResults) -> str:
             if name == CEILING:
                 mine_by_era = {e: rps(results, GATEWAY, e) for e in ("modern", "legacy")}
                 versus = ", ".join(f"{e} gateway = {g / row.rps:.1%}" for e, g in mine_by_era.items() if g)
+            if row.wrong:
+                versus = WRONG_ANSWERS
             rows.append(
                 [
                     name,
@@ -250,13 +286,41 @@ def load_table(results: TargetResults) -> str:
                     fmt(row.p50_ms, 2),
                     fmt(row.p99_ms, 2),
                     errors,
+                    f"{row.ok:,}/{row.calls:,}",
                     fmt(cpu_us(row)),
                     memory,
                     versus,
                 ]
             )
-    header = ["server", "era", "req/s", "p50 ms", "p99 ms", "errors", "CPU µs/call", "RSS MB (+children)", "comparison"]
+    header = [
+        "server",
+        "era",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "errors",
+        "answers right",
+        "CPU µs/call",
+        "RSS MB (+children)",
+        "comparison",
+    ]
     return table(header, rows)
+
+
+def answers_section(results: TargetResults) -> str:
+    """Every server's answer check, one line per era: right, or how many went wrong and how."""
+    lines = []
+    for name, server in results.servers.items():
+        for era in server.eras:
+            row = server.row(era)
+            if row is None or not row.calls:
+                continue
+            line = f"- {name}, {era}: {row.answers_line()}"
+            if row.wrong and row.first_wrong:
+                sample = row.first_wrong[:140].replace("`", "'")
+                line += f"; first: `{sample}`"
+            lines.append(line)
+    return "\n".join(lines)
 
 
 def c1_table(results: TargetResults) -> str:
@@ -275,6 +339,7 @@ def terminal(results: TargetResults) -> str:
         parts.append(warning)
     if results.servers:
         parts.append(f"## Load at C = {results.plan.concurrency}\n\n" + load_table(results))
+        parts.append("## Answers checked\n\n" + answers_section(results))
     if results.c1:
         parts.append("## C = 1\n\n" + c1_table(results))
     return "\n\n".join(parts)
@@ -378,8 +443,15 @@ def page(results: TargetResults, command: str) -> str:
             "timed). The raw ceiling is a no-op asyncio HTTP server answering the same JSON: the "
             "load generator's own limit. `CPU µs/call` is the server's own process (children not "
             "included) between the first call and the last answer, per answered call. RSS is "
-            "read after the last run.\n\n" + load_table(results)
+            "read after the last run.\n\n"
+            "Every answer is checked: each client numbers its requests from 1, as a real client "
+            "does, and each call echoes a message naming the client and the call "
+            "(`client 12 call 34`); an answer is right only when it carries that client's "
+            "message for that call. `answers right` counts them; a server with any answer wrong "
+            "(another client's, another call's, none) is shown but not compared on speed "
+            f"(`{WRONG_ANSWERS}`), and is no best peer.\n\n" + load_table(results)
         )
+        sections.append("### Answers checked\n\n" + answers_section(results))
     if results.c1:
         sections.append(
             "## C = 1: the gateway against the stdio floor\n\n"

@@ -7,20 +7,26 @@
   (in two runs, each well inside its time limit).
 * The verdicts (PASS/MISS against each target) and the tables are checked on hand-built
   results, so their arithmetic is tested without running anything.
+* The answer check (``bench.load``): a server that crosses answers between clients, or
+  leaves a call unanswered, is caught and counted, in process against a no-op server, and
+  such a peer is not compared on speed.
 
 None of these measure anything worth reading, and none asserts a speed.
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from bench import verdicts
-from bench.load import Row
+from bench import load, noop, verdicts
+from bench.load import MISSING, NO_ECHO, OTHER_CALL, OTHER_CLIENT, RIGHT, Row, classify, http_load
 from bench.scenarios import StreamResult
 from bench.targets import (
     CEILING,
@@ -92,15 +98,20 @@ def test_the_tiny_load_run_measures_both_gateways_in_both_eras(tmp_path: Path) -
     assert "## Targets (issue #14), plan tiny" in done.stdout
     text = page.read_text()
     labels = target_labels(text)
-    assert len(labels) == 12, labels  # 2 gateways x 2 eras x (vs peers, vs ceiling, CPU per call)
+    assert len(labels) == 16, labels  # 2 gateways x 2 eras x (answers, vs peers, vs ceiling, CPU per call)
     # No peers in a tiny run: only the peer ratios are n/a; everything else was measured.
     not_measured = [name for name, label in labels.items() if label == "n/a"]
     assert not_measured == [name for name in labels if name.endswith("vs the best peer")], labels
     assert all(label in ("PASS", "MISS") for name, label in labels.items() if name not in not_measured)
+    answers = {name: label for name, label in labels.items() if name.endswith("every answer right")}
+    assert len(answers) == 4
+    assert set(answers.values()) == {"PASS"}, answers  # every echo came back to the client that sent it
     for name in ("gateway", "gateway (bearer auth)"):  # every call answered, with and without a token
         for era in ("modern", "legacy"):
             row = next(line for line in text.splitlines() if line.startswith(f"| {name} | {era} |"))
             assert row.split("|")[6].strip() == "0", row  # errors
+            assert row.split("|")[7].strip() == "20/20", row  # answers right: 4 clients x 5 calls
+    assert "- ceiling (raw), modern: 20 of 20 answers right" in text
     assert "### Before" in text
 
 
@@ -287,3 +298,157 @@ def test_the_engine_flag_picks_the_server_module_and_refuses_an_unknown_engine(
     monkeypatch.setattr(procs, "ENGINE", "uvicorn")
     assert procs.gateway("g", tmp_path).argv[1:3] == ["-m", "gateway"]
     assert procs.engine_version("uvicorn").startswith("uvicorn 0.")
+
+
+# -- the answer check ------------------------------------------------------------------------
+
+
+ANSWER = b'{"jsonrpc":"2.0","id":%d,"result":{"content":[{"type":"text","text":"client %d call %d"}]}}'
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (ANSWER % (3, 7, 3), RIGHT),
+        (b'{"id":3,"result":{"content":[{"type":"text", "text": "client 7 call 3"}]}}', RIGHT),  # spaced JSON
+        (ANSWER % (3, 8, 3), OTHER_CLIENT),  # same id, another client's echo: a crossed answer
+        (ANSWER % (2, 7, 2), OTHER_CALL),
+        (ANSWER % (3, 7, 3) + b"\n" + ANSWER % (3, 8, 3), OTHER_CLIENT),  # two echoes in one body
+        (b'{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"hello"}]}}', NO_ECHO),
+        (b"accepted (no response yet)", NO_ECHO),
+        (b"", NO_ECHO),
+    ],
+)
+def test_the_checker_tells_the_right_echo_from_a_crossed_or_missing_one(body: bytes, kind: str) -> None:
+    assert classify(body, 7, 3) == kind
+    assert load.is_right(body, 7, 3) == (body == ANSWER % (3, 7, 3))  # the fast check: compact JSON only
+
+
+@pytest.fixture
+def crossing_server(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[bytes], bytes | None]], object]:
+    """The raw no-op server, in process, with its answers rewritten by a function (None: no
+    answer at all, as when a bridge sends the answer to another connection)."""
+
+    def start(rewrite: Callable[[bytes], bytes | None]) -> object:
+        plain = noop.answer
+
+        def answer(body: bytes) -> tuple[int, bytes, bytes]:
+            status, extra, payload = plain(body)
+            if b'"tools/call"' not in body:
+                return status, extra, payload
+            changed = rewrite(payload)
+            if changed is None:
+                raise _Silent
+            return status, extra, changed
+
+        monkeypatch.setattr(noop, "answer", answer)
+        monkeypatch.setattr(noop.RawProtocol, "data_received", _tolerant(noop.RawProtocol.data_received))
+        return answer
+
+    return start
+
+
+class _Silent(Exception):
+    """Raised by a rewritten answer to send nothing back."""
+
+
+def _tolerant(receive: Callable[[noop.RawProtocol, bytes], None]) -> Callable[[noop.RawProtocol, bytes], None]:
+    def data_received(self: noop.RawProtocol, data: bytes) -> None:
+        try:
+            receive(self, data)
+        except _Silent:
+            self.buffer = b""
+
+    return data_received
+
+
+async def load_against_noop(era: str, concurrency: int, calls: int, max_seconds: float = 5.0) -> load.LoadResult:
+    server = await asyncio.get_running_loop().create_server(noop.RawProtocol, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        return await http_load(port, era=era, concurrency=concurrency, calls=calls, max_seconds=max_seconds)
+
+
+def test_a_plain_echo_gets_every_answer_right_in_both_eras() -> None:
+    for era in ("modern", "legacy"):
+        result = asyncio.run(load_against_noop(era, 4, 5))
+        assert (result.ok, result.wrong, result.errors) == (20, {}, 0), era
+        assert Row.of(result).answers_line() == "20 of 20 answers right"
+
+
+def test_an_answer_handed_to_the_wrong_client_is_caught_and_counted(
+    crossing_server: Callable[[Callable[[bytes], bytes | None]], object],
+) -> None:
+    # Like a byte pipe that matches answers by id on one shared child: every client gets
+    # client 0's answer to the call with its id.
+    crossing_server(lambda payload: re.sub(rb"client \d+ call", b"client 0 call", payload))
+    result = asyncio.run(load_against_noop("modern", 4, 5))
+    assert result.ok == 5  # client 0's own
+    assert result.wrong == {OTHER_CLIENT: 15}
+    assert result.errors == 0
+    assert result.rps > 0  # answers are still counted for speed, just not compared
+    assert result.first_wrong is not None
+    assert '"text":"client 0 call' in result.first_wrong
+    row = Row.of(result)
+    assert row.answers_line() == "15 of 20 answers went to the wrong client (another client's: 15; right: 5)"
+
+
+def test_an_answer_that_never_comes_is_counted_missing_without_hanging_the_run(
+    crossing_server: Callable[[Callable[[bytes], bytes | None]], object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(load, "ANSWER_GRACE", 0.2)
+    crossing_server(lambda payload: None if b"client 1 call 3" in payload else payload)
+    result = asyncio.run(load_against_noop("legacy", 2, 5, max_seconds=0.5))
+    assert result.ok == 5 + 2  # client 0's five, client 1's first two
+    assert result.wrong == {MISSING: 1}
+    assert result.first_wrong == "client 1 call 3: no answer"
+    assert "missing: 1" in Row.of(result).answers_line()
+
+
+def test_a_peer_with_wrong_answers_is_shown_with_its_count_but_not_compared() -> None:
+    crossing = server("ContextForge", 9_000, 9_000)
+    for era in ("modern", "legacy"):
+        crossing.runs[era] = [Row(9_000, 1.0, 2.0, ok=52, errors=0, wrong={OTHER_CLIENT: 2_892})]
+    measured = results(
+        gateway=server(GATEWAY, 3_000, 3_000),
+        auth=server(GATEWAY_AUTH, 3_000, 3_000),
+        crossing=crossing,
+        right=server("mcp-proxy (npm)", 1_000, 1_000),
+    )
+    assert verdicts.best_peer(measured, "modern") == ("mcp-proxy (npm)", 1_000)  # not the faster, wrong one
+    found = by_target(verdicts.load_verdicts(measured))
+    versus = found["C = 64, modern, default flags: vs the best peer"]
+    assert versus.passed is True
+    assert "not compared, wrong answers: ContextForge" in versus.measured
+    assert found["C = 64, modern, default flags: every answer right"].passed is True
+    table = verdicts.load_table(measured)
+    contextforge = next(line for line in table.splitlines() if line.startswith("| ContextForge | modern |"))
+    assert "| 52/2,944 |" in contextforge
+    assert contextforge.rstrip(" |").endswith("n/a: wrong answers")
+    section = verdicts.answers_section(measured)
+    assert "- ContextForge, modern: 2,892 of 2,944 answers went to the wrong client" in section
+    assert "- gateway, modern: 3,000 of 3,000 answers right" in section
+
+
+def test_the_gateway_with_a_wrong_answer_misses_and_is_not_compared() -> None:
+    gateway = server(GATEWAY, 3_000, 3_000)
+    gateway.runs["modern"] = [Row(3_000, 1.0, 2.0, ok=2_999, errors=0, wrong={OTHER_CALL: 1})]
+    measured = results(gateway=gateway, right=server("mcp-proxy (npm)", 500, 500))
+    found = by_target(verdicts.load_verdicts(measured))
+    assert found["C = 64, modern, default flags: every answer right"].passed is False
+    assert "1 of 3,000 answers wrong" in found["C = 64, modern, default flags: every answer right"].measured
+    assert found["C = 64, modern, default flags: vs the best peer"].passed is False
+    assert found["C = 64, modern, default flags: vs the best peer"].measured == verdicts.WRONG_ANSWERS
+    assert found["C = 64, legacy, default flags: vs the best peer"].passed is True
+
+
+def test_a_legacy_server_that_assigns_no_session_is_measured_without_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = noop.answer
+
+    def sessionless(body: bytes) -> tuple[int, bytes, bytes]:
+        status, _, payload = plain(body)
+        return status, b"", payload  # initialize answered without mcp-session-id
+
+    monkeypatch.setattr(noop, "answer", sessionless)
+    result = asyncio.run(load_against_noop("legacy", 2, 3))
+    assert (result.ok, result.wrong, result.errors) == (6, {}, 0), result.first_error
