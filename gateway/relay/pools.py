@@ -179,6 +179,7 @@ class RunningPools:
             crashes=self._crashes,
             backend=self._backend,
             on_started=self._bump,
+            server=self.server,
         )
         for listener in self._listeners:
             pool.add_listener(listener)

@@ -33,15 +33,18 @@ async def open_child(
     on_change: ChangeHandler | None = None,
     backend: ChildBackend = PROCESS_BACKEND,
     on_start: StartWatcher | None = None,
+    server: str | None = None,
+    pool: str | None = None,
 ) -> AsyncIterator[StdioChild]:
     """Start (``backend``: a real process by default), handshake, yield a ready child; stop
-    it on exit. Raises ``ChildStartError``. ``on_start`` is told what the handshake waits for."""
+    it on exit. Raises ``ChildStartError``. ``on_start`` is told what the handshake waits for;
+    ``server`` and ``pool`` name the child in its log records (by default its spec's label)."""
     proc = await backend.open(spec)
     # Exceptions are carried out of the task group by hand: anyio would wrap them in an
     # ExceptionGroup, and callers should catch ChildStartError (or their own errors) plainly.
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:
-        child = StdioChild(spec, proc, tg, on_request, on_notification, on_change)
+        child = StdioChild(spec, proc, tg, on_request, on_notification, on_change, server=server, pool=pool)
         tg.start_soon(child.pump_actions)
         tg.start_soon(child.pump_stdout)
         tg.start_soon(child.pump_stdin)

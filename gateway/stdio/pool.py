@@ -89,14 +89,18 @@ class Pool(PoolHooks):
         crashes: CrashLedger | None = None,
         backend: ChildBackend = PROCESS_BACKEND,
         on_started: Callable[[], None] | None = None,
+        server: str | None = None,
     ) -> None:
         """``backend``: how children are started (real processes unless a test passes a fake);
-        ``on_started``: called when a child has completed its handshake and serves."""
+        ``on_started``: called when a child has completed its handshake and serves;
+        ``server``: the server's name, in the log records of the pool and its children (by
+        default the pool's label)."""
         if settings is None:
             settings = PoolSettings(min_size=size or 1, max_size=size or 1)
         self.spec = spec
         self.settings = settings
         self.label = label or spec.label
+        self.server = server or self.label
         self.dispatch: Dispatcher[StdioChild] = Dispatcher(settings, self.label, crashes=crashes)
         self.room: ds.Room = budget.room_for(self) if budget is not None else ds.NoBudget()
         self.spawns = 0
@@ -340,6 +344,8 @@ class Pool(PoolHooks):
                 on_change=self._child_changed,
                 backend=self._backend,
                 on_start=lambda wait: self._start_waits.__setitem__(member, wait),
+                server=self.server,
+                pool=self.label,
             ) as child:
                 self._start_waits.pop(member, None)
                 child.tools = self.dispatch.tools

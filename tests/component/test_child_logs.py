@@ -1,0 +1,88 @@
+"""What a child writes to stderr reaches the log (issue #39): one record per line with the
+child's server, pool and pid, redacted, rate-limited per child with a count of what was left
+out, and nothing with ``--child-stderr-log off``. Every wait is on a log record or the fake's
+state, bounded by ``fail_after``."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from gateway.relay.server_config import Isolation
+from gateway.stdio.spec import STDERR_LOG_BURST
+from tests.component.fakechild import fake_backend
+from tests.component.harness import FAKE_SPEC, Gateway, in_process_gateway
+from tests.gateway_server import modern_call, modern_headers
+from tests.logrecords import recording
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 20.0
+IDENTITY: dict[str, Any] = {"principal_header": "X-User", "trusted_proxies": ["127.0.0.0/8"]}
+
+
+async def call(gw: Gateway, tool: str, args: dict[str, Any], user: str = "alice") -> httpx.Response:
+    headers = modern_headers("tools/call", tool, **{"x-user": user})
+    return await gw.http.post(gw.url, headers=headers, json=modern_call(1, tool, args))
+
+
+def is_line(record: logging.LogRecord) -> bool:
+    return getattr(record, "event", None) == "stderr"
+
+
+def is_drop_count(record: logging.LogRecord) -> bool:
+    return getattr(record, "event", None) == "stderr_dropped"
+
+
+async def test_each_stderr_line_is_a_record_with_the_childs_server_pool_and_pid() -> None:
+    lines = ["warning: quota at 90%", "retrying with API_KEY=sk-secret-123"]
+    with anyio.fail_after(BOUND), recording("gateway.child.stderr") as records:
+        async with (
+            fake_backend() as backend,
+            in_process_gateway(backend, isolation=Isolation.PRINCIPAL, **IDENTITY) as gw,
+        ):
+            reply = await call(gw, "stderr", {"lines": lines})
+            assert reply.status_code == 200, reply.text
+            await records.wait_for(is_line, count=2)
+            (child,) = backend.children
+    quota, keyed = records.matching(is_line)
+    for record in (quota, keyed):
+        assert record.levelno == logging.INFO
+        assert (record.server, record.pool, record.pid) == ("test", "test principal=alice", child.pid)  # type: ignore[attr-defined]
+    assert quota.line == "warning: quota at 90%"  # type: ignore[attr-defined]
+    assert quota.getMessage() == f"child fake-server (pid {child.pid}) stderr: warning: quota at 90%"
+    assert keyed.line == "retrying with API_KEY=[redacted]"  # type: ignore[attr-defined]
+    assert "sk-secret-123" not in keyed.getMessage()
+
+
+async def test_a_flood_is_cut_to_the_burst_and_what_was_left_out_is_counted_when_stderr_ends() -> None:
+    flood = [f"debug line {n}" for n in range(1000)]
+    with anyio.fail_after(BOUND), recording("gateway.child.stderr") as records:
+        async with fake_backend() as backend, in_process_gateway(backend) as gw:
+            # One chunk: the gateway reads every line at one moment, so the bucket gets no refill.
+            await call(gw, "stderr", {"lines": flood, "one_chunk": True})
+            await records.wait_for(is_line, count=STDERR_LOG_BURST)
+            await call(gw, "crash", {"code": 1})
+            dropped = await records.wait_for(is_drop_count)
+    logged = records.matching(is_line)
+    assert [r.line for r in logged] == flood[:STDERR_LOG_BURST]  # type: ignore[attr-defined]
+    assert dropped.dropped == len(flood) - STDERR_LOG_BURST  # type: ignore[attr-defined]
+    assert (dropped.server, dropped.pool) == ("test", "test")  # type: ignore[attr-defined]
+    assert "900 stderr lines left out of the log before its stderr ended" in dropped.getMessage()
+    assert records.matching(is_drop_count) == [dropped]
+
+
+async def test_with_the_setting_off_no_line_is_logged_but_the_tail_still_keeps_them() -> None:
+    spec = replace(FAKE_SPEC, stderr_log=False)
+    with anyio.fail_after(BOUND), recording("gateway.child") as records:
+        async with fake_backend() as backend, in_process_gateway(backend, spec=spec) as gw:
+            await call(gw, "stderr", {"lines": ["one", "two"]})
+            crashed = await call(gw, "crash", {"code": 3, "stderr": ["three"]})
+            await records.wait_for_text("exited with code 3")  # stderr was drained before the exit was logged
+    assert "one | two | three" in crashed.json()["error"]["message"]
+    assert [r for r in records.records if r.name == "gateway.child.stderr"] == []
