@@ -42,8 +42,10 @@ Rules (digest §4.1, §7.3, §8):
    ends with a result while no question was ever its candidate makes the tool quiet; a
    question marks its owner's tool (or all its candidates' when unresolved) asking.
 7. **Exit.** ``exited`` builds the one ``ChildExitedError`` (exit code or signal, stderr
-   tail) and fails everything pending with it; held questions are dropped. After it, ``send``
-   raises that error and nothing is pending. ``faulted`` is the same end when the gateway's own
+   tail) and fails everything pending with it; held questions are dropped, and the exit is
+   logged (``event`` ``exit``, with ``exit_code``, ``signal`` and ``planned``; the stderr it
+   quotes redacted): a warning, or information when the gateway stopped the child. After it,
+   ``send`` raises that error and nothing is pending. ``faulted`` is the same end when the gateway's own
    code failed on the child (``childexit.fault_error``, a ``ChildFaultError``): the edge stops
    the process after it, and its exit then changes nothing.
 
@@ -79,6 +81,7 @@ from gateway.protocol.childstate import Deadlines, Entry, Held
 from gateway.protocol.correlation import CANCELLED, ChildRequest, Correlator, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import OversizedLine, sniff_id
 from gateway.protocol.jsonrpc import JsonObject, Notification, Reply, Result
+from gateway.protocol.redaction import redact_text
 
 OwnerT = TypeVar("OwnerT")
 
@@ -257,8 +260,14 @@ class ChildSession(Generic[OwnerT]):
             self.label, self.pid, returncode, stderr_tail=stderr_tail, stopping=stopping, command=self.command
         )
         actions = self._die(death)
-        if not stopping:
-            actions.append(Log(logging.WARNING, "%s", (death.message,)))
+        fields: dict[str, object] = {
+            "event": "exit",
+            "exit_code": death.data.get("exit_code"),
+            "signal": death.data.get("signal"),
+            "planned": stopping,  # the gateway stopped it (retired, idle, closing)
+        }
+        # The message quotes the stderr tail: redacted as the child's stderr lines are.
+        actions.append(Log(logging.INFO if stopping else logging.WARNING, "%s", (redact_text(death.message),), fields))
         return actions
 
     def faulted(self, where: str) -> list[Action[OwnerT]]:

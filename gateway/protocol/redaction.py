@@ -32,11 +32,13 @@ SECRET_WORDS: Final = ("authorization", "token", "secret", "password", "api_key"
 """A name containing one of these (lower-cased, ``-`` read as ``_``) is a secret's (rule 1)."""
 REDACTED: Final = "[redacted]"
 
-_PAIR: Final = re.compile(
-    r"""(?P<name>[A-Za-z0-9_.\-]+)(?P<sep>["']?[ \t]*[:=][ \t]*)"""
+_NAMED: Final = re.compile(r"""(?P<name>[A-Za-z0-9_.\-]+)["']?[ \t]*[:=][ \t]*""")
+"""A name and what joins it to its value: ``NAME=``, ``NAME: ``, ``"NAME": `` (rule 2). Only
+this is consumed while looking, so a value can itself be the next name (``stderr: TOKEN=x``)."""
+_VALUE: Final = re.compile(
     r"""(?P<value>"(?:[^"\\\n]|\\.)*"?|'[^'\n]*'?|(?i:(?:bearer|basic|token)[ \t]+)?[^\s"',;&}\]]+)"""
 )
-"""``NAME=VALUE``, ``NAME: VALUE``, ``"NAME": "VALUE"`` (rule 2)."""
+"""The value after a secret name: quoted, or up to a space or a delimiter (rule 2)."""
 _SCHEME: Final = re.compile(r"(?i)(?:bearer|basic|token)[ \t]+")
 _BEARER: Final = re.compile(r"(?i)\b(?P<scheme>bearer[ \t]+)[A-Za-z0-9._~+/\-]+=*")
 _USERINFO: Final = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*):[^/\s@]+@")
@@ -54,19 +56,31 @@ def redact_text(text: str) -> str:
     lowered = text.lower().replace("-", "_")
     if "://" not in lowered and "bearer" not in lowered and not any(word in lowered for word in SECRET_WORDS):
         return text
-    text = _PAIR.sub(_redact_pair, text)
+    text = _redact_pairs(text)
     text = _BEARER.sub(lambda m: m["scheme"] + REDACTED, text)
     return _USERINFO.sub(lambda m: f"{m['head']}:{REDACTED}@", text)
 
 
-def _redact_pair(match: re.Match[str]) -> str:
-    name, sep, value = match["name"], match["sep"], match["value"]
-    if not is_secret(name):
-        return match[0]
-    if value[:1] in "\"'":
+def _redact_pairs(text: str) -> str:
+    """Rule 2: the value after each secret name, left to right."""
+    parts: list[str] = []
+    done = 0  # text before this is in ``parts``
+    for named in _NAMED.finditer(text):
+        if named.start() < done or not is_secret(named["name"]):
+            continue
+        value = _VALUE.match(text, named.end())
+        if value is None:
+            continue
+        parts += (text[done : named.end()], _redacted(value[0]))
+        done = value.end()
+    return "".join(parts) + text[done:] if parts else text
+
+
+def _redacted(value: str) -> str:
+    """``REDACTED`` in place of ``value``, its quotes and authorization scheme kept."""
+    if value[0] in "\"'":
         quote = value[0]
         closed = quote if len(value) > 1 and value.endswith(quote) else ""
-        return f"{name}{sep}{quote}{REDACTED}{closed}"
+        return f"{quote}{REDACTED}{closed}"
     scheme = _SCHEME.match(value)
-    kept = scheme[0] if scheme is not None and scheme.end() < len(value) else ""
-    return f"{name}{sep}{kept}{REDACTED}"
+    return (scheme[0] if scheme is not None and scheme.end() < len(value) else "") + REDACTED

@@ -283,7 +283,8 @@ class StdioChild(ChildReadings):
                 if self._on_notification is not None:
                     self._on_notification(action.notification)
             elif isinstance(action, Log):
-                log.log(action.level, action.template, *action.args)
+                fields = self.log_fields if action.fields is None else {**self.log_fields, **action.fields}
+                log.log(action.level, action.template, *action.args, extra=fields)
             elif isinstance(action, Changed) and self._on_change is not None:
                 self._on_change()
 
@@ -336,12 +337,18 @@ class StdioChild(ChildReadings):
                     self.spec.label,
                     self.pid,
                     self._stdin.broken,
+                    extra={**self.log_fields, "event": "stdin_stalled"},
                 )
                 await self._proc.stop()
             return
         await self._exited_or_timeout()
         if not self._exited.is_set() and not self._stopping:
-            log.warning("child %s (pid %d) stopped reading its stdin; stopping it", self.spec.label, self.pid)
+            log.warning(
+                "child %s (pid %d) stopped reading its stdin; stopping it",
+                self.spec.label,
+                self.pid,
+                extra={**self.log_fields, "event": "stdin_closed"},
+            )
             await self._proc.stop()
 
     async def pump_deadlines(self) -> None:
@@ -364,7 +371,12 @@ class StdioChild(ChildReadings):
         with anyio.move_on_after(STDERR_DRAIN_GRACE):
             await self._stdout_done.wait()
         if not self._stdout_done.is_set():
-            log.warning("child %s (pid %d) exited but its process group holds stdout open", self.spec.label, self.pid)
+            log.warning(
+                "child %s (pid %d) exited but its process group holds stdout open",
+                self.spec.label,
+                self.pid,
+                extra={**self.log_fields, "event": "stdout_held"},
+            )
             await self._proc.clear_group()
 
     async def pump_stderr(self) -> None:

@@ -45,6 +45,7 @@ async def open_child(
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:
         child = StdioChild(spec, proc, tg, on_request, on_notification, on_change, server=server, pool=pool)
+        log.info("child %s (pid %d) started", spec.label, child.pid, extra={**child.log_fields, "event": "start"})
         tg.start_soon(child.pump_actions)
         tg.start_soon(child.pump_stdout)
         tg.start_soon(child.pump_stdin)
@@ -56,12 +57,15 @@ async def open_child(
         except Exception as exc:
             failure = exc
         if failure is None:
+            era = child.info.era.value if child.info else None
+            version = child.info.version if child.info else None
             log.info(
                 "child %s (pid %d) ready: %s era, protocol %s",
                 spec.label,
                 child.pid,
-                child.info.era.value if child.info else "?",
-                child.info.version if child.info else "?",
+                era or "?",
+                version or "?",
+                extra={**child.log_fields, "event": "ready", "era": era, "protocol": version},
             )
             try:
                 yield child

@@ -36,6 +36,8 @@ def test_other_names_are_not(name: str) -> None:
         ("sent header Bearer abc.def-ghi", f"sent header Bearer {REDACTED}"),
         ("fetching https://bob:pa55@example.com/x", f"fetching https://bob:{REDACTED}@example.com/x"),
         ("X-Api-Key: k1", f"X-Api-Key: {REDACTED}"),
+        ("exited with code 2; stderr: TOKEN=abc123", f"exited with code 2; stderr: TOKEN={REDACTED}"),
+        ("a=b password=c token: 'd e' f=g", f"a=b password={REDACTED} token: '{REDACTED}' f=g"),
     ],
 )
 def test_a_secret_value_in_text_is_redacted(line: str, redacted: str) -> None:
