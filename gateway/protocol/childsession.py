@@ -210,7 +210,8 @@ class ChildSession(Generic[OwnerT]):
         except jsonrpc.ParseError:
             text = line[:NOISE_CHARS].decode("utf-8", "replace")
             template = "child %s (pid %d) wrote a non-JSON line on stdout, dropped: %r"
-            return [self._noise(text, template, (self.label, self.pid, text))]
+            # Logged redacted, as its stderr lines are (``noise`` keeps it for /status as it came).
+            return [self._noise(text, template, (self.label, self.pid, redact_text(text)))]
         actions: list[Action[OwnerT]] = []
         # 2025-03-26 peers may batch on stdio; receivers must accept it.
         for obj in decoded if isinstance(decoded, list) else (decoded,):
@@ -316,7 +317,7 @@ class ChildSession(Generic[OwnerT]):
     def _noise(self, text: str, template: str, args: tuple[object, ...]) -> Log:
         self.non_json_lines += 1
         self.noise.append(text)
-        return Log(logging.WARNING, template, args)
+        return Log(logging.WARNING, template, args, {"event": "stdout_dropped"})
 
     def _unsolicited(self, note: Notification, actions: list[Action[OwnerT]]) -> None:
         if note.method == loglevels.LOG_MESSAGE:

@@ -543,3 +543,11 @@ def test_the_exit_record_quotes_the_stderr_tail_redacted_but_the_error_keeps_it(
     assert record.args == ("srv (pid 42) exited with code 1; stderr: fatal: API_KEY=[redacted] refused",)
     assert session.death is not None
     assert session.death.data["stderr"] == ["fatal: API_KEY=sk-123 refused"]  # what clients see is not the log's
+
+
+def test_a_non_json_line_is_logged_redacted_and_kept_as_it_came() -> None:
+    session = make()
+    (warning,) = of(Log, session.receive_line(b"starting with token=abc123", now=0))
+    assert warning.args[-1] == "starting with token=[redacted]"
+    assert warning.fields == {"event": "stdout_dropped"}
+    assert list(session.noise) == ["starting with token=abc123"]  # for the operator's /status
