@@ -21,7 +21,8 @@ Generated from the code by `python -m gateway.reference` (CI fails when this fil
 Every flag can also be set by its environment variable (repeatable flags take comma-separated
 values; switches take `1`/`true`/`yes`/`on`); a flag on the command line wins. The config-file
 key is the per-server key in a `--config` file (`{"mcpServers": {"NAME": {...}}}`), where the
-command line's value is the default for every server.
+command line's value is the default for every server. What the log writes with `--log-format`,
+`--log-level` and `--child-stderr-log`, field by field: [operations](operations.md#logs).
 """
 
 

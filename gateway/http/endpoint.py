@@ -41,7 +41,7 @@ from gateway.http.edge_settings import BODY_TIMEOUT, MAX_BODY_BYTES, MAX_STREAM_
 from gateway.http.inflight import InFlight
 from gateway.http.limits import SLOTS, Slots, client_key
 from gateway.http.listen import ListenStream
-from gateway.http.observe import note_answer
+from gateway.http.observe import note_answer, note_request
 from gateway.http.resume import EventStream, LostStream, Resumable, ResumedStream
 from gateway.http.stream import LazyStream, LegacyCall
 from gateway.http.tasklisten import TaskListenStream
@@ -194,6 +194,8 @@ class McpEndpoint:
         log = scope.setdefault("gateway.log", {})
         first = outcome.messages[0] if outcome.messages else None
         log.update(era=outcome.era.value, method=getattr(first, "method", None) or "response")
+        if isinstance(first, Request):
+            note_request(log, first.id, first.params)
         if outcome.era is Era.MODERN:
             first_message = outcome.messages[0]
             if isinstance(first_message, Request) and first_message.method == subscriptions.LISTEN:

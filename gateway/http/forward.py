@@ -56,6 +56,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.errors import CODE_UNAVAILABLE, GatewayUnavailableError
 from gateway.http.edge_settings import BODY_TIMEOUT
 from gateway.http.forward_accept import Answer, header, read_whole_body, replay, target
+from gateway.http.observe import note_request
 from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners
 from gateway.protocol import requeststate, tasks
@@ -225,7 +226,7 @@ class RouteToOwner:
     ) -> None:
         fields = scope.setdefault("gateway.log", {})
         fields["forwarded_to"] = owner.url
-        fields.setdefault("method", _rpc_method(body))  # the access line's MCP method, not the HTTP verb
+        _note_forwarded(fields, body)  # the access line's MCP method (not the HTTP verb), id and name
         if self.routing.is_gone(owner, time.monotonic()):
             await gone(scope, receive, send)
             return
@@ -380,11 +381,14 @@ def _parked_lost(owner: Owner, request_id: Any) -> Answer:
     return error_response(400, error_object(INVALID_PARAMS, message, {"requestState": "lost"}), valid_id)
 
 
-def _rpc_method(body: bytes) -> str | None:
-    """A forwarded request's JSON-RPC method (None: a response, a batch, or not JSON)."""
+def _note_forwarded(fields: dict[str, Any], body: bytes) -> None:
+    """A forwarded request's JSON-RPC method, and its id and name (``observe.note_request``),
+    for the access line where it came in (nothing for a response, a batch, or not JSON)."""
     try:
         message = orjson.loads(body)
     except orjson.JSONDecodeError:
-        return None
+        message = None
     method = message.get("method") if isinstance(message, dict) else None
-    return method if isinstance(method, str) else None
+    fields.setdefault("method", method if isinstance(method, str) else None)
+    if isinstance(message, dict) and isinstance(method, str) and "id" in message:
+        note_request(fields, message["id"], message.get("params"))

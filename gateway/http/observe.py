@@ -20,15 +20,24 @@ SSE, when the stream ends — and calls ``observe``. What a line says:
 - the third field is the JSON-RPC method (``tools/call``, ``GET stream``), or ``-`` for a
   request refused before its body was read (401, 403, 429…); ``child`` is the pid of the
   child that served it, for legacy sessions as for modern calls.
+- what correlates it with the client's and the child's side (``-`` when unknown): ``client``,
+  the key the limits count it under (``gateway.http.limits.client_key``: the principal, or
+  ``anonymous@ADDRESS`` for an anonymous client), and ``peer``, the TCP peer's address (JSON
+  only); ``name``, the tool, prompt or resource it names (``params.name`` or ``params.uri``,
+  else the ``Mcp-Name`` header); ``id``, its JSON-RPC id (the first of a batch), with its JSON
+  type; ``request_id``, the client's ``X-Request-Id`` (``MAX_REQUEST_ID_CHARS``, only
+  ``REQUEST_ID_CHARS`` kept, any other character written ``_``); ``trace``, the trace id of
+  a valid W3C ``traceparent`` (the header, else the request's ``_meta``).
 
-Client-chosen text (method, path, principal) is cut at ``MAX_LOGGED_CHARS``; control
-characters are escaped by the log formatters (``gateway.ops.logs``). The line carries the
-principal, never a credential.
+Client-chosen text (method, path, principal, name, a string id) is cut at
+``MAX_LOGGED_CHARS``; control characters are escaped by the log formatters
+(``gateway.ops.logs``). The line carries the principal, never a credential.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -36,8 +45,10 @@ import orjson
 from starlette.types import Scope
 
 from gateway.errors import CODE_CANCELLED
+from gateway.http.limits import client_key
 from gateway.ops.metrics import GatewayMetrics
 from gateway.ops.records import log_fast
+from gateway.protocol.headers import MCP_NAME
 from gateway.relay.router import ANONYMOUS
 
 log = logging.getLogger("gateway.access")
@@ -48,6 +59,15 @@ CLIENT_CLOSED: Final = 499
 """The status logged when the client left before the gateway sent one (nginx's convention)."""
 MAX_PARSED_ERROR_BYTES: Final = 65536
 """Error bodies read for their JSON-RPC code; ours are a few hundred bytes."""
+MAX_REQUEST_ID_CHARS: Final = 128
+"""An ``X-Request-Id`` is cut here: proxies send a UUID (36) or a few of them joined."""
+REQUEST_ID_CHARS: Final = re.compile(r"[^A-Za-z0-9._:/+=@\-]")
+"""What an ``X-Request-Id`` may contain in the log (any other character becomes ``_``)."""
+TRACEPARENT: Final = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}(?:-|$)")
+"""W3C trace context: version, trace id, parent id, flags (later versions may add fields)."""
+_X_REQUEST_ID: Final = b"x-request-id"
+_TRACEPARENT: Final = b"traceparent"
+_MCP_NAME: Final = MCP_NAME.encode()
 
 
 PROBE_PATHS: Final = frozenset({"/healthz", "/readyz"})
@@ -84,6 +104,55 @@ def note_answer(scope: Scope, message: Mapping[str, Any]) -> None:
 def note_cancelled(scope: Scope) -> None:
     """The client went away before its answer."""
     scope.setdefault("gateway.log", {})["outcome"] = "cancelled"
+
+
+def note_request(fields: dict[str, Any], request_id: object, params: object) -> None:
+    """Note what correlates a request (the module doc): its JSON-RPC id, the tool, prompt or
+    resource it names, and a ``traceparent`` in its ``_meta``."""
+    fields["rpc_id"] = request_id
+    if not isinstance(params, dict):
+        return
+    name = params.get("name")
+    if not isinstance(name, str):
+        name = params.get("uri")
+    if isinstance(name, str):
+        fields["mcp_name"] = name
+    meta = params.get("_meta")
+    if isinstance(meta, dict):
+        parent = meta.get("traceparent")
+        if isinstance(parent, str):
+            fields["traceparent"] = parent
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id of a valid W3C ``traceparent`` (not version ``ff``, not all zeros)."""
+    if traceparent is None:
+        return None
+    found = TRACEPARENT.match(traceparent.strip())
+    if found is None or found[1] == "ff" or found[2] == "0" * 32:
+        return None
+    return found[2]
+
+
+def request_id_of(value: str | None) -> str | None:
+    """An ``X-Request-Id`` as the log shows it: cut at ``MAX_REQUEST_ID_CHARS``, other
+    characters than ``REQUEST_ID_CHARS`` written ``_`` (None: none, or empty)."""
+    if not value:
+        return None
+    return REQUEST_ID_CHARS.sub("_", value[:MAX_REQUEST_ID_CHARS])
+
+
+def correlation_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str | None]:
+    """(``X-Request-Id``, ``traceparent``, ``Mcp-Name``) as sent, each None when absent."""
+    request_id = traceparent = mcp_name = None
+    for name, value in headers:
+        if name == _X_REQUEST_ID:
+            request_id = value.decode("latin-1")
+        elif name == _TRACEPARENT:
+            traceparent = value.decode("latin-1")
+        elif name == _MCP_NAME:
+            mcp_name = value.decode("latin-1")
+    return request_id, traceparent, mcp_name
 
 
 def cut(text: str) -> str:
@@ -130,10 +199,21 @@ def observe(
     principal = scope.get("gateway.principal") or ANONYMOUS  # as /status and the pool labels say
     rpc_method = cut(method) if method else "-"  # refused before its body was read: no MCP method
     child_pid = fields.get("child_pid")
+    client = cut(client_key(scope))
+    peer = scope.get("client")
+    request_header, traceparent, name_header = correlation_headers(scope["headers"])
+    mcp_name = fields.get("mcp_name") or name_header
+    mcp_name = cut(mcp_name) if mcp_name else None
+    rpc_id = fields.get("rpc_id")
+    if isinstance(rpc_id, str):
+        rpc_id = cut(rpc_id)
+    request_id = request_id_of(request_header)
+    trace_id = trace_id_of(traceparent or fields.get("traceparent"))
     log_fast(
         log,
         level,
-        "%s %s %s %d %.1fms era=%s outcome=%s code=%s principal=%s child=%s",
+        "%s %s %s %d %.1fms era=%s outcome=%s code=%s principal=%s child=%s client=%s name=%s id=%s request_id=%s "
+        "trace=%s",
         (
             cut(scope["method"]),
             cut(scope["path"]),
@@ -145,6 +225,11 @@ def observe(
             "-" if code is None else code,
             cut(principal),
             child_pid or "-",
+            client,
+            mcp_name or "-",
+            "-" if rpc_id is None else rpc_id,
+            request_id or "-",
+            trace_id or "-",
         ),
         {
             "event": "request",
@@ -158,5 +243,11 @@ def observe(
             "principal": principal,
             "child_pid": child_pid,
             "session": fields.get("session"),
+            "client": client,
+            "peer": str(peer[0]) if peer else None,
+            "mcp_name": mcp_name,
+            "rpc_id": rpc_id,
+            "request_id": request_id,
+            "trace_id": trace_id,
         },
     )

@@ -3,7 +3,8 @@
 The JSON formatter writes the standard fields (time, level, logger, message) and every
 ``extra`` the call site gave; keys that look like credentials are redacted, whatever their
 source, as a second line of defence (the gateway never logs tokens or mapped header values
-on purpose).
+on purpose). The rules are ``gateway.protocol.redaction``'s, which also redacts the text the
+gateway logs as someone else wrote it (a child's stderr).
 
 Log lines quote what clients and children send (methods, tool names, paths, principals,
 stderr), so both formatters escape control characters (``escape_controls``): a newline in a
@@ -34,14 +35,15 @@ from typing import IO, Any, Final
 
 import orjson
 
+from gateway.protocol.redaction import REDACTED as REDACTED
+from gateway.protocol.redaction import is_secret as is_secret
+
 # Record attributes that are not extras; uvicorn's color_message repeats the message with ANSI codes.
 _STANDARD: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
     "message",
     "asctime",
     "color_message",
 }
-_SECRET_WORDS: Final = ("authorization", "token", "secret", "password", "api_key", "apikey", "cookie")
-REDACTED: Final = "[redacted]"
 
 # C0 controls, DEL, C1 controls, the Unicode line and paragraph separators, and the
 # bidirectional overrides and isolates (which can make a line read as something else).
@@ -56,11 +58,6 @@ def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
     if text.isprintable():  # the common case: nothing to do, checked in C
         return text
     return text.translate(_ESCAPES_KEEP_NEWLINES if keep_newlines else _ESCAPES)
-
-
-@lru_cache(maxsize=1024)  # record keys come from the code (``extra``), a small fixed set
-def is_secret(key: str) -> bool:
-    return any(word in key.lower() for word in _SECRET_WORDS)
 
 
 def redact(key: str, value: Any) -> Any:

@@ -8,6 +8,7 @@ Imports: standard library, ``gateway.protocol`` and ``gateway.errors`` only.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -82,11 +83,14 @@ class Broadcast:
 
 @dataclass(slots=True)
 class Log:
-    """A line for the gateway's log, formatted lazily like ``logging``'s own arguments."""
+    """A line for the gateway's log, formatted lazily like ``logging``'s own arguments;
+    ``fields``: the record's own fields (``event``, ``exit_code``…), beside the child's
+    ``server``, ``pool`` and ``pid`` the edge adds to every line of a child."""
 
     level: int
     template: str
     args: tuple[object, ...] = ()
+    fields: Mapping[str, object] | None = None
 
 
 @dataclass(slots=True)

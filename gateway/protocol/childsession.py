@@ -42,8 +42,10 @@ Rules (digest §4.1, §7.3, §8):
    ends with a result while no question was ever its candidate makes the tool quiet; a
    question marks its owner's tool (or all its candidates' when unresolved) asking.
 7. **Exit.** ``exited`` builds the one ``ChildExitedError`` (exit code or signal, stderr
-   tail) and fails everything pending with it; held questions are dropped. After it, ``send``
-   raises that error and nothing is pending. ``faulted`` is the same end when the gateway's own
+   tail) and fails everything pending with it; held questions are dropped, and the exit is
+   logged (``event`` ``exit``, with ``exit_code``, ``signal`` and ``planned``; the stderr it
+   quotes redacted): a warning, or information when the gateway stopped the child. After it,
+   ``send`` raises that error and nothing is pending. ``faulted`` is the same end when the gateway's own
    code failed on the child (``childexit.fault_error``, a ``ChildFaultError``): the edge stops
    the process after it, and its exit then changes nothing.
 
@@ -79,6 +81,7 @@ from gateway.protocol.childstate import Deadlines, Entry, Held
 from gateway.protocol.correlation import CANCELLED, ChildRequest, Correlator, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import OversizedLine, sniff_id
 from gateway.protocol.jsonrpc import JsonObject, Notification, Reply, Result
+from gateway.protocol.redaction import redact_text
 
 OwnerT = TypeVar("OwnerT")
 
@@ -207,7 +210,8 @@ class ChildSession(Generic[OwnerT]):
         except jsonrpc.ParseError:
             text = line[:NOISE_CHARS].decode("utf-8", "replace")
             template = "child %s (pid %d) wrote a non-JSON line on stdout, dropped: %r"
-            return [self._noise(text, template, (self.label, self.pid, text))]
+            # Logged redacted, as its stderr lines are (``noise`` keeps it for /status as it came).
+            return [self._noise(text, template, (self.label, self.pid, redact_text(text)))]
         actions: list[Action[OwnerT]] = []
         # 2025-03-26 peers may batch on stdio; receivers must accept it.
         for obj in decoded if isinstance(decoded, list) else (decoded,):
@@ -257,8 +261,14 @@ class ChildSession(Generic[OwnerT]):
             self.label, self.pid, returncode, stderr_tail=stderr_tail, stopping=stopping, command=self.command
         )
         actions = self._die(death)
-        if not stopping:
-            actions.append(Log(logging.WARNING, "%s", (death.message,)))
+        fields: dict[str, object] = {
+            "event": "exit",
+            "exit_code": death.data.get("exit_code"),
+            "signal": death.data.get("signal"),
+            "planned": stopping,  # the gateway stopped it (retired, idle, closing)
+        }
+        # The message quotes the stderr tail: redacted as the child's stderr lines are.
+        actions.append(Log(logging.INFO if stopping else logging.WARNING, "%s", (redact_text(death.message),), fields))
         return actions
 
     def faulted(self, where: str) -> list[Action[OwnerT]]:
@@ -307,7 +317,7 @@ class ChildSession(Generic[OwnerT]):
     def _noise(self, text: str, template: str, args: tuple[object, ...]) -> Log:
         self.non_json_lines += 1
         self.noise.append(text)
-        return Log(logging.WARNING, template, args)
+        return Log(logging.WARNING, template, args, {"event": "stdout_dropped"})
 
     def _unsolicited(self, note: Notification, actions: list[Action[OwnerT]]) -> None:
         if note.method == loglevels.LOG_MESSAGE:

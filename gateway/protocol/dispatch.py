@@ -97,6 +97,7 @@ from gateway.protocol.dispatchstate import (
     Waiting,
     Wake,
 )
+from gateway.protocol.redaction import redact_text
 from gateway.protocol.supervision import ExitKind, Supervision
 from gateway.protocol.versions import Era
 
@@ -113,9 +114,14 @@ PARKED_RETRY_AFTER: Final = 5
 class Dispatcher(Generic[C]):
     """The bookkeeping and rules of one pool (see the module docstring)."""
 
-    def __init__(self, settings: PoolSettings, label: str, *, crashes: Ledger | None = None) -> None:
+    def __init__(
+        self, settings: PoolSettings, label: str, *, crashes: Ledger | None = None, server: str | None = None
+    ) -> None:
+        """``label``: the pool's name; ``server``: its server's (by default the label). Both are
+        fields of the pool's log records (``log_fields``)."""
         self.settings = settings
         self.label = label
+        self.log_fields: dict[str, object] = {"server": server or label, "pool": label}
         self.crashes = crashes
         self.members: list[Member[C]] = []
         self.supervision = Supervision()
@@ -149,7 +155,11 @@ class Dispatcher(Generic[C]):
         """Whether an asking request (for ``tool``) needs ``child`` to itself (attribution rules 3, 5)."""
         if child.has_asked and not self.learned_asks:
             self.learned_asks = True
-            log.info("%s: the server asks its client during requests; such requests now get a child each", self.label)
+            log.info(
+                "%s: the server asks its client during requests; such requests now get a child each",
+                self.label,
+                extra={**self.log_fields, "event": "learned_asks"},
+            )
         legacy = child.info is not None and child.info.era is Era.LEGACY
         return attribution.is_exclusive(
             self.settings.child_asks,
@@ -408,16 +418,23 @@ class Dispatcher(Generic[C]):
         member.child = child
         member.started_at = member.last_used = member.last_check = now
         if self.supervision.started():
-            log.info("%s: child pid %d started; no longer failing", self.label, child.pid)
+            log.info(
+                "%s: child pid %d started; no longer failing",
+                self.label,
+                child.pid,
+                extra={**self.log_fields, "event": "recovered", "pid": child.pid},
+            )
         self.last_error = None
         return self._serve(now, room)
 
-    def retire(self, member: Member[C], why: str) -> list[Action[C]]:
-        """Take ``member`` out of service; its child stops once its last lease ends."""
+    def retire(self, member: Member[C], why: str, *, event: str = "retire") -> list[Action[C]]:
+        """Take ``member`` out of service; its child stops once its last lease ends. ``event``:
+        the log record's (``evict`` when another pool needs the room)."""
         if not member.retiring:
             member.retiring = True
             pid = member.child.pid if member.child else None
-            log.info("%s: retiring child pid %s (%s)", self.label, pid, why)
+            fields = {**self.log_fields, "event": event, "pid": pid, "reason": why}
+            log.info("%s: retiring child pid %s (%s)", self.label, pid, why, extra=fields)
         return [StopChild(member)] if member.leases == 0 else []
 
     def forget(self, member: Member[C]) -> None:
@@ -447,10 +464,15 @@ class Dispatcher(Generic[C]):
             for stale in [p for p, when in self.suspects.items() if when <= now - SUSPECT_MEMORY]:
                 del self.suspects[stale]
             self.suspects.update(dict.fromkeys(charged, now))
-            log.warning("%s: child died serving %s; restarting at once", self.label, ", ".join(sorted(charged)))
+            principals = sorted(charged)
+            fields = {**self.log_fields, "event": "died_serving", "principals": principals, "delay": 0.0}
+            log.warning(
+                "%s: child died serving %s; restarting at once", self.label, ", ".join(principals), extra=fields
+            )
         if verdict.now_failing:
-            last, streak = error.message if error else "?", self.supervision.quick_failures
-            log.error("%s: failing after %d quick failures; last: %s", self.label, streak, last)
+            last, streak = redact_text(error.message) if error else "?", self.supervision.quick_failures
+            fields = {**self.log_fields, "event": "failing", "quick_failures": streak, "error": last}
+            log.error("%s: failing after %d quick failures; last: %s", self.label, streak, last, extra=fields)
         self.next_start = now + verdict.delay
         if len(self.members) < self.settings.min_size or self.waiting:
             actions.append(RestartAfter(verdict.delay))
@@ -524,15 +546,24 @@ class Dispatcher(Generic[C]):
                         self.label,
                         child.pid,
                         now - since if since is not None else 0.0,
+                        extra={**self.log_fields, "event": "routed_around", "pid": child.pid},
                     )
                 else:
-                    log.info("%s: child pid %d reads its stdin again; it takes requests again", self.label, child.pid)
+                    log.info(
+                        "%s: child pid %d reads its stdin again; it takes requests again",
+                        self.label,
+                        child.pid,
+                        extra={**self.log_fields, "event": "rejoined", "pid": child.pid},
+                    )
         return changed
 
     def liveness_failed(self, member: Member[C], problem: str) -> list[Action[C]]:
         if not member.is_live:
             return []
         pid = member.child.pid if member.child else None
-        log.warning("%s: child pid %s failed its liveness check (%s); recycling", self.label, pid, problem)
+        fields = {**self.log_fields, "event": "liveness_failed", "pid": pid, "reason": problem}
+        log.warning(
+            "%s: child pid %s failed its liveness check (%s); recycling", self.label, pid, problem, extra=fields
+        )
         self.retire(member, "failed liveness check")
         return [StopChild(member)]

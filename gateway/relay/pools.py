@@ -183,6 +183,7 @@ class RunningPools:
             crashes=self._crashes,
             backend=self._backend,
             on_started=self._bump,
+            server=self.server,
         )
         for listener in self._listeners:
             pool.add_listener(listener)
@@ -208,7 +209,7 @@ class RunningPools:
             opening.set()
             if self._opening.get(key) is opening:
                 del self._opening[key]
-        log.info("pool opened: %s", pool.label)
+        log.info("pool opened: %s", pool.label, extra={"event": "pool_open", "server": self.server, "pool": pool.label})
         return pool
 
     async def _run_pool(self, key: PoolKey, pool: Pool, stop: anyio.Event, *, task_status: TaskStatus[None]) -> None:

@@ -59,5 +59,10 @@ def env_mappings(items: Sequence[str]) -> dict[str, str]:
     return mappings
 
 
+def on_off(value: str) -> bool:
+    """``on`` / ``off`` (a choice: argparse and the config file check it first) → a switch."""
+    return value == "on"
+
+
 def strings(items: Sequence[str]) -> tuple[str, ...]:
     return tuple(items)

@@ -21,7 +21,14 @@ from gateway.settings.declaration import (
     Setting,
     rule,
 )
-from gateway.stdio.spec import HANDSHAKE_TIMEOUT, INPUT_TIMEOUT, PROBE_TIMEOUT, REQUEST_TIMEOUT
+from gateway.stdio.spec import (
+    HANDSHAKE_TIMEOUT,
+    INPUT_TIMEOUT,
+    PROBE_TIMEOUT,
+    REQUEST_TIMEOUT,
+    STDERR_LOG_BURST,
+    STDERR_LOG_RATE,
+)
 from gateway.stdio.writer import MAX_STDIN_QUEUE_BYTES, STDIN_STALL_TIMEOUT
 
 SETTINGS: Final[tuple[Setting, ...]] = (
@@ -223,5 +230,17 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default="info",
         choices=("debug", "info", "warning", "error"),
         help="least severe log level written (default: %(default)s)",
+    ),
+    Setting(
+        "--child-stderr-log",
+        key="childStderrLog",
+        target="spec.stderr_log",
+        convert=convert.on_off,
+        default="on",
+        choices=("on", "off"),
+        help="log every line a child writes to stderr as a record of its own (logger gateway.child.stderr; at "
+        f"most {STDERR_LOG_BURST} lines at once and {STDERR_LOG_RATE:g} a second per child, the rest counted; "
+        "values that look like credentials redacted); the last lines are kept for errors and /status either "
+        "way (default: %(default)s)",
     ),
 )

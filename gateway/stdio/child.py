@@ -74,6 +74,7 @@ from gateway.stdio.exchange import Exchange, ExchangeItem
 from gateway.stdio.questions import Questions, RequestHandler
 from gateway.stdio.readings import ChildReadings
 from gateway.stdio.spec import ChildSpec
+from gateway.stdio.stderrlog import StderrLog
 from gateway.stdio.timer import DeadlineTimer
 from gateway.stdio.writer import BrokenPipe, LineWriter, StdinFull, StdinStalled
 
@@ -102,8 +103,15 @@ class StdioChild(ChildReadings):
         on_request: RequestHandler | None = None,
         on_notification: NotificationHandler | None = None,
         on_change: ChangeHandler | None = None,
+        *,
+        server: str | None = None,
+        pool: str | None = None,
     ) -> None:
+        """``server``, ``pool``: what its log records name it by (``log_fields``); by default
+        its spec's label."""
         self.spec = spec
+        server = server or spec.label
+        self.log_fields: dict[str, object] = {"server": server, "pool": pool or server, "pid": proc.pid}
         # What it was told at initialize it may ask (read-only here; the spec makes a copy per read).
         self.declared_capabilities: Mapping[str, object] = spec.declared_capabilities
         self.bytes_in = 0
@@ -128,6 +136,7 @@ class StdioChild(ChildReadings):
         self._tasks = Guarded(tg, log, what, FAULT_THEN, self._fault_in("task"))
         self.questions = Questions(spec, self._tasks, self._write_line, on_request, self._ask_closed)
         self._stderr = process.StderrTail(spec.stderr_tail_lines, spec.stderr_line_chars)
+        self._stderr_log = StderrLog(spec.label, self.log_fields, time.monotonic()) if spec.stderr_log else None
         self._stderr_done = anyio.Event()
         self._stdout_done = anyio.Event()
         self._exited = anyio.Event()
@@ -274,7 +283,8 @@ class StdioChild(ChildReadings):
                 if self._on_notification is not None:
                     self._on_notification(action.notification)
             elif isinstance(action, Log):
-                log.log(action.level, action.template, *action.args)
+                fields = self.log_fields if action.fields is None else {**self.log_fields, **action.fields}
+                log.log(action.level, action.template, *action.args, extra=fields)
             elif isinstance(action, Changed) and self._on_change is not None:
                 self._on_change()
 
@@ -327,12 +337,18 @@ class StdioChild(ChildReadings):
                     self.spec.label,
                     self.pid,
                     self._stdin.broken,
+                    extra={**self.log_fields, "event": "stdin_stalled"},
                 )
                 await self._proc.stop()
             return
         await self._exited_or_timeout()
         if not self._exited.is_set() and not self._stopping:
-            log.warning("child %s (pid %d) stopped reading its stdin; stopping it", self.spec.label, self.pid)
+            log.warning(
+                "child %s (pid %d) stopped reading its stdin; stopping it",
+                self.spec.label,
+                self.pid,
+                extra={**self.log_fields, "event": "stdin_closed"},
+            )
             await self._proc.stop()
 
     async def pump_deadlines(self) -> None:
@@ -355,11 +371,18 @@ class StdioChild(ChildReadings):
         with anyio.move_on_after(STDERR_DRAIN_GRACE):
             await self._stdout_done.wait()
         if not self._stdout_done.is_set():
-            log.warning("child %s (pid %d) exited but its process group holds stdout open", self.spec.label, self.pid)
+            log.warning(
+                "child %s (pid %d) exited but its process group holds stdout open",
+                self.spec.label,
+                self.pid,
+                extra={**self.log_fields, "event": "stdout_held"},
+            )
             await self._proc.clear_group()
 
     async def pump_stderr(self) -> None:
+        """Drain stderr into the tail, and each line into the log (``gateway.stdio.stderrlog``)."""
         assert self._proc.stderr is not None
+        stderr_log = self._stderr_log
         try:
             with self._domain("stderr pump"):
                 while True:
@@ -367,9 +390,15 @@ class StdioChild(ChildReadings):
                         chunk = await self._proc.stderr.receive(READ_CHUNK)
                     except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                         break
-                    self._stderr.feed(chunk)
+                    lines = self._stderr.feed(chunk)
+                    if stderr_log is not None:
+                        stderr_log.lines(lines, time.monotonic())
         finally:
-            self._stderr.close()
+            last = self._stderr.close()
+            if stderr_log is not None:
+                with self._domain("stderr pump"):
+                    stderr_log.lines(last, time.monotonic())
+                    stderr_log.close()
             self._stderr_done.set()
 
     async def _on_stdout_closed(self) -> None:

@@ -33,15 +33,19 @@ async def open_child(
     on_change: ChangeHandler | None = None,
     backend: ChildBackend = PROCESS_BACKEND,
     on_start: StartWatcher | None = None,
+    server: str | None = None,
+    pool: str | None = None,
 ) -> AsyncIterator[StdioChild]:
     """Start (``backend``: a real process by default), handshake, yield a ready child; stop
-    it on exit. Raises ``ChildStartError``. ``on_start`` is told what the handshake waits for."""
+    it on exit. Raises ``ChildStartError``. ``on_start`` is told what the handshake waits for;
+    ``server`` and ``pool`` name the child in its log records (by default its spec's label)."""
     proc = await backend.open(spec)
     # Exceptions are carried out of the task group by hand: anyio would wrap them in an
     # ExceptionGroup, and callers should catch ChildStartError (or their own errors) plainly.
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:
-        child = StdioChild(spec, proc, tg, on_request, on_notification, on_change)
+        child = StdioChild(spec, proc, tg, on_request, on_notification, on_change, server=server, pool=pool)
+        log.info("child %s (pid %d) started", spec.label, child.pid, extra={**child.log_fields, "event": "start"})
         tg.start_soon(child.pump_actions)
         tg.start_soon(child.pump_stdout)
         tg.start_soon(child.pump_stdin)
@@ -53,12 +57,15 @@ async def open_child(
         except Exception as exc:
             failure = exc
         if failure is None:
+            era = child.info.era.value if child.info else None
+            version = child.info.version if child.info else None
             log.info(
                 "child %s (pid %d) ready: %s era, protocol %s",
                 spec.label,
                 child.pid,
-                child.info.era.value if child.info else "?",
-                child.info.version if child.info else "?",
+                era or "?",
+                version or "?",
+                extra={**child.log_fields, "event": "ready", "era": era, "protocol": version},
             )
             try:
                 yield child

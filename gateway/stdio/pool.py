@@ -48,6 +48,7 @@ from gateway.protocol.dispatch import STARTUP_WAIT as STARTUP_WAIT
 from gateway.protocol.dispatch import Dispatcher
 from gateway.protocol.handshake import modern_meta
 from gateway.protocol.jsonrpc import Result
+from gateway.protocol.redaction import redact_text
 from gateway.protocol.supervision import ExitKind
 from gateway.protocol.versions import Era
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
@@ -89,15 +90,19 @@ class Pool(PoolHooks):
         crashes: CrashLedger | None = None,
         backend: ChildBackend = PROCESS_BACKEND,
         on_started: Callable[[], None] | None = None,
+        server: str | None = None,
     ) -> None:
         """``backend``: how children are started (real processes unless a test passes a fake);
-        ``on_started``: called when a child has completed its handshake and serves."""
+        ``on_started``: called when a child has completed its handshake and serves;
+        ``server``: the server's name, in the log records of the pool and its children (by
+        default the pool's label)."""
         if settings is None:
             settings = PoolSettings(min_size=size or 1, max_size=size or 1)
         self.spec = spec
         self.settings = settings
         self.label = label or spec.label
-        self.dispatch: Dispatcher[StdioChild] = Dispatcher(settings, self.label, crashes=crashes)
+        self.server = server or self.label
+        self.dispatch: Dispatcher[StdioChild] = Dispatcher(settings, self.label, crashes=crashes, server=self.server)
         self.room: ds.Room = budget.room_for(self) if budget is not None else ds.NoBudget()
         self.spawns = 0
         self.restarts = 0
@@ -197,7 +202,7 @@ class Pool(PoolHooks):
 
     def evict(self, member: Member, why: str) -> None:
         """Retire ``member`` for another pool (the global child budget)."""
-        self._apply(self.dispatch.retire(member, why))
+        self._apply(self.dispatch.retire(member, why, event="evict"))
 
     def _apply(self, actions: list[Action] | tuple[Action, ...]) -> None:
         """Carry out the dispatcher's actions, in order (once closed, nothing is started)."""
@@ -340,6 +345,8 @@ class Pool(PoolHooks):
                 on_change=self._child_changed,
                 backend=self._backend,
                 on_start=lambda wait: self._start_waits.__setitem__(member, wait),
+                server=self.server,
+                pool=self.label,
             ) as child:
                 self._start_waits.pop(member, None)
                 child.tools = self.dispatch.tools
@@ -362,7 +369,9 @@ class Pool(PoolHooks):
                     await stop.wait()
                     tg.cancel_scope.cancel()
         except ChildError as exc:  # could not start: say why now, not only once the pool is failing
-            log.warning("%s: child failed to start: %s", self.label, exc.message)
+            message = redact_text(exc.message)  # it may quote the child's stderr
+            fields = {**self.dispatch.log_fields, "event": "start_failed", "error": message}
+            log.warning("%s: child failed to start: %s", self.label, message, extra=fields)
             exit_error = exc
         finally:
             self._stops.pop(member, None)
@@ -402,7 +411,8 @@ class Pool(PoolHooks):
 
     async def _restart_after(self, delay: float) -> None:
         if delay:
-            log.info("%s: restarting in %.1f s", self.label, delay)
+            fields = {**self.dispatch.log_fields, "event": "restart", "delay": delay}
+            log.info("%s: restarting in %.1f s", self.label, delay, extra=fields)
             await anyio.sleep(delay)
         if not self._closing:
             self._apply(self.dispatch.restart_due(time.monotonic(), self.room))

@@ -72,30 +72,37 @@ class ProcessEntry:
 
 
 class StderrTail:
+    """The last ``lines`` non-empty lines of a child's stderr, each cut at ``line_chars``;
+    ``feed`` and ``close`` return the lines they completed (what the log is given)."""
+
     def __init__(self, lines: int, line_chars: int) -> None:
         self._lines: deque[str] = deque(maxlen=lines)
         self._line_chars = line_chars
         self._partial = bytearray()
 
-    def feed(self, chunk: bytes) -> None:
+    def feed(self, chunk: bytes) -> list[str]:
         self._partial += chunk
         *complete, rest = self._partial.split(b"\n")
-        for raw in complete:
-            self._keep(raw)
+        kept = [text for text in map(self._keep, complete) if text]
         # An endless line must not grow memory: keep only what the tail would show. Leading
         # whitespace is dropped first (``_keep`` strips it anyway), so indentation longer
         # than the bound cannot crowd out the text when the line arrives in pieces.
         self._partial = bytearray(rest.lstrip()[: self._line_chars * 4])
+        return kept
 
-    def close(self) -> None:
-        if self._partial:
-            self._keep(bytes(self._partial))
-            self._partial.clear()
+    def close(self) -> list[str]:
+        """The last line, when stderr ended without a newline."""
+        if not self._partial:
+            return []
+        text = self._keep(bytes(self._partial))
+        self._partial.clear()
+        return [text] if text else []
 
-    def _keep(self, raw: bytes | bytearray) -> None:
-        text = raw.decode("utf-8", "replace").rstrip("\r").strip()
+    def _keep(self, raw: bytes | bytearray) -> str:
+        text = raw.decode("utf-8", "replace").rstrip("\r").strip()[: self._line_chars]
         if text:
-            self._lines.append(text[: self._line_chars])
+            self._lines.append(text)
+        return text
 
     @property
     def lines(self) -> list[str]:

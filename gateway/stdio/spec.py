@@ -47,6 +47,14 @@ children that serve legacy clients of a server that speaks both eras: a dual chi
 serves the legacy way, so its tools that ask (sampling, elicitation) keep a back-channel."""
 STDERR_TAIL_LINES: Final = 20
 STDERR_LINE_CHARS: Final = 500
+"""A stderr line is cut here, in the tail and in the log."""
+STDERR_LOG_RATE: Final = 10.0
+"""Stderr lines a second each child may put in the log (``--child-stderr-log``), after a burst
+of ``STDERR_LOG_BURST``: a server's start-up banner and its warnings pass whole, a child that
+logs in a loop cannot flood the gateway's log (or its log shipper); what it writes faster is
+dropped from the log (the tail still keeps it) and counted in a record of its own."""
+STDERR_LOG_BURST: Final = 100
+"""Stderr lines a child may log at once before ``STDERR_LOG_RATE`` applies."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +69,7 @@ class ChildSpec:
     stdin_stall_timeout: float = STDIN_STALL_TIMEOUT  # a write to its stdin taken by nobody this long: stopped
     stderr_tail_lines: int = STDERR_TAIL_LINES
     stderr_line_chars: int = STDERR_LINE_CHARS
+    stderr_log: bool = True  # each stderr line a log record too (``gateway.stdio.stderrlog``)
     stdin_close_grace: float = STDIN_CLOSE_GRACE
     sigterm_grace: float = SIGTERM_GRACE
     probe_timeout: float = PROBE_TIMEOUT

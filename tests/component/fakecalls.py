@@ -122,6 +122,12 @@ async def _crash(call: Call) -> JsonObject:
     raise CallCancelled  # never reached in practice: the exit cancelled this task
 
 
+async def _stderr(call: Call) -> JsonObject:
+    lines = call.arguments.get("lines", [])
+    await call.child.write_stderr([str(line) for line in lines], one_chunk=bool(call.arguments.get("one_chunk")))
+    return text("written")
+
+
 DEFAULT_TOOLS: Final[Mapping[str, ToolHandler]] = {
     "echo": _echo,
     "whoami": _whoami,
@@ -129,4 +135,5 @@ DEFAULT_TOOLS: Final[Mapping[str, ToolHandler]] = {
     "hold": _hold,
     "ask": _ask,
     "crash": _crash,
+    "stderr": _stderr,
 }

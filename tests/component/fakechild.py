@@ -10,7 +10,8 @@ behind them an MCP server speaking newline-delimited JSON-RPC, scripted by a ``S
 - **tools** (``DEFAULT_TOOLS``): ``echo``; ``whoami`` (the fake pid); ``progress`` (``count``
   notifications tagged ``tag``, then ``hold`` if asked); ``hold`` (until the test releases or
   the gateway cancels it); ``ask`` (``method``/``params`` to the client, its answer returned);
-  ``crash`` (``stderr`` lines, then exit with ``code``, the call unanswered); other requests
+  ``crash`` (``stderr`` lines, then exit with ``code``, the call unanswered); ``stderr``
+  (``lines`` written to stderr, in ``one_chunk`` if asked, then answered); other requests
   answered by ``on_request`` handlers (``resources/subscribe``, say), notifications handled by
   ``on_notification``;
 - **faults**: ``break_stderr(exc)`` makes the gateway's read of the child's stderr raise
@@ -371,10 +372,18 @@ class FakeChild:
             return
         await self._stdout_send.send(orjson.dumps(message) + b"\n")
 
+    async def write_stderr(self, lines: list[str], *, one_chunk: bool = False) -> None:
+        """Write ``lines`` to stderr, each with its newline: each its own chunk, as a child that
+        flushes every line, or all in ``one_chunk`` (the gateway reads them at one moment)."""
+        if one_chunk:
+            await self._stderr_send.send(b"".join(line.encode() + b"\n" for line in lines))
+            return
+        for line in lines:
+            await self._stderr_send.send(line.encode() + b"\n")
+
     async def exit(self, code: int, *, stderr: list[str] | None = None) -> None:
         """Write ``stderr`` lines, then end the process with ``code`` (a crash, from a tool or a test)."""
-        for line in stderr or ():
-            await self._stderr_send.send(line.encode() + b"\n")
+        await self.write_stderr(stderr or [])
         self._end(code)
 
     def _end(self, returncode: int) -> None:

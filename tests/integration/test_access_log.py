@@ -1,6 +1,9 @@
 """The access line names what an operator looks for: the MCP method (``-`` before the body was
 read, never the HTTP verb again), the child for legacy sessions too, and probes only when their
-answer changes (issue #29 item 11). Records are read after the gateway stopped: every line is in."""
+answer changes (issue #29 item 11); and what correlates it (issue #39): the client (the limits'
+key, ``anonymous@ADDRESS`` for an anonymous one) and its address, the tool or resource name, the
+JSON-RPC id, ``X-Request-Id`` and the trace id. Records are read after the gateway stopped:
+every line is in."""
 
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from tests.gateway_server import modern_call, modern_headers, open_legacy_sessio
 pytestmark = pytest.mark.anyio
 
 TOKEN = "alice:" + "s" * 32
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+TRACEPARENT = f"00-{TRACE}-00f067aa0ba902b7-01"
 
 
 def access(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -85,3 +90,50 @@ async def test_a_forwarded_request_logs_its_mcp_method_where_it_came_in(caplog: 
     pings = [r for r in access(caplog) if getattr(r, "rpc_method", None) == "ping"]
     assert len(pings) == 2, [r.getMessage() for r in access(caplog)]  # the entry's line and the owner's
     assert not [r for r in access(caplog) if getattr(r, "rpc_method", None) == "POST"]
+    assert [r.rpc_id for r in pings] == [1, 1]  # type: ignore[attr-defined]  # the id, where it came in too
+
+
+async def test_a_call_line_carries_the_client_name_id_request_id_and_trace(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    correlation = {"x-request-id": "req 42;<b>" + "x" * 300, "traceparent": TRACEPARENT}
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec()) as url, httpx.AsyncClient() as http:
+            headers = modern_headers("tools/call", "echo", **correlation)
+            answer = await http.post(url, headers=headers, json=modern_call("call-1", "echo", {"message": "hi"}))
+            assert answer.status_code == 200, answer.text
+            plain = await http.post(url, headers=modern_headers("tools/call", "echo"), json=modern_call(7, "echo"))
+            assert plain.status_code == 200, plain.text
+    first, second = [r for r in access(caplog) if r.rpc_method == "tools/call"]  # type: ignore[attr-defined]
+    assert (first.client, first.peer, first.principal) == ("anonymous@127.0.0.1", "127.0.0.1", "anonymous")  # type: ignore[attr-defined]
+    assert (first.mcp_name, first.rpc_id) == ("echo", "call-1")  # type: ignore[attr-defined]
+    assert first.request_id == ("req_42__b_" + "x" * 300)[:128]  # type: ignore[attr-defined]
+    assert first.trace_id == TRACE  # type: ignore[attr-defined]
+    message = first.getMessage()
+    assert " client=anonymous@127.0.0.1 name=echo id=call-1 request_id=req_42__b_x" in message
+    assert message.endswith(f" trace={TRACE}")
+    assert (second.rpc_id, second.request_id, second.trace_id) == (7, None, None)  # type: ignore[attr-defined]
+    assert second.getMessage().endswith(" id=7 request_id=- trace=-")
+
+
+async def test_an_authenticated_client_is_its_principal_and_a_meta_traceparent_counts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.access")
+    read = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "pid", "arguments": {}, "_meta": {"traceparent": TRACEPARENT}},
+    }
+    with anyio.fail_after(20):
+        async with (
+            running_gateway(server_spec(), tokens=TokenStore([TOKEN])) as url,
+            httpx.AsyncClient(headers={"authorization": "Bearer " + "s" * 32}) as http,
+        ):
+            session = await open_legacy_session(http, url)
+            answer = await http.post(url, headers=session, json=read)
+            assert answer.status_code == 200, answer.text
+    (line,) = [r for r in access(caplog) if r.rpc_method == "tools/call"]  # type: ignore[attr-defined]
+    assert (line.client, line.principal, line.peer) == ("alice", "alice", "127.0.0.1")  # type: ignore[attr-defined]
+    assert (line.mcp_name, line.rpc_id, line.trace_id) == ("pid", 3, TRACE)  # type: ignore[attr-defined]
+    assert "s" * 32 not in line.getMessage()

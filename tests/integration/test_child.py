@@ -202,6 +202,21 @@ async def test_stderr_is_drained_and_its_last_lines_are_kept_cut_to_the_bound() 
     assert all(len(line) <= 500 for line in tail)
 
 
+async def test_a_real_childs_stderr_flood_is_logged_up_to_its_bound_and_the_rest_is_counted() -> None:
+    lines = [f"line {i} " + "y" * 600 for i in range(3000)]
+    with anyio.fail_after(30), recording("gateway.child.stderr") as records:
+        async with open_child(server_spec(), server="srv", pool="srv principal=bob") as child:
+            await call(child, "stderr", {"lines": lines})
+            await call(child, "stderr", {"lines": ["", "last words"]})
+    # Read once the child has stopped: its stderr was drained to its end, the last count given.
+    logged = [r for r in records.records if getattr(r, "event", None) == "stderr"]
+    counts = [r.dropped for r in records.records if getattr(r, "event", None) == "stderr_dropped"]  # type: ignore[attr-defined]
+    assert len(logged) + sum(counts) == len(lines) + 1  # every non-empty line: logged or counted
+    assert counts  # 3,000 lines through a pipe come far faster than 10 a second
+    assert logged[0].line == lines[0][:500]  # type: ignore[attr-defined]
+    assert {(r.server, r.pool, r.pid) for r in logged} == {("srv", "srv principal=bob", child.pid)}  # type: ignore[attr-defined]
+
+
 # -- failures in flight -----------------------------------------------------------------
 
 

@@ -466,7 +466,9 @@ def test_the_exit_fails_everything_pending_with_one_error_naming_the_exit() -> N
     assert error.message == "srv (pid 42) was killed by SIGKILL; stderr: two | three | four"
     assert error.data["signal"] == "SIGKILL"
     assert error.data["stderr"] == ["one", "two", "three", "four"]
-    assert of(Log, actions)[0].level == logging.WARNING
+    (record,) = of(Log, actions)
+    assert record.level == logging.WARNING
+    assert record.fields == {"event": "exit", "exit_code": None, "signal": "SIGKILL", "planned": False}
     assert (session.in_flight, session.open_questions, session.next_deadline()) == (0, 0, None)
     with pytest.raises(ChildExitedError):
         session.send("ping", None, "c", now=1)
@@ -494,10 +496,13 @@ def test_a_fault_of_the_gateway_fails_everything_pending_and_the_later_exit_chan
     assert session.faulted("stdout pump") == []
 
 
-def test_a_child_the_gateway_stopped_exits_quietly() -> None:
+def test_a_child_the_gateway_stopped_exits_with_a_record_at_info_level() -> None:
     session = make()
     actions = session.exited(0, stopping=True)
-    assert actions == []
+    (record,) = of(Log, actions)
+    assert actions == [record]
+    assert record.level == logging.INFO
+    assert record.fields == {"event": "exit", "exit_code": 0, "signal": None, "planned": True}
     assert session.death is not None
     assert session.death.message == "srv (pid 42) exited with code 0 after the gateway stopped it"
 
@@ -529,3 +534,20 @@ def test_notifications_carry_through_unchanged() -> None:
     session.send("tools/call", call(), "a", now=0)
     [broadcast] = session.receive_line(note("notifications/prompts/list_changed"), now=0)
     assert broadcast == Broadcast(Notification("notifications/prompts/list_changed", {}))
+
+
+def test_the_exit_record_quotes_the_stderr_tail_redacted_but_the_error_keeps_it() -> None:
+    session = make()
+    actions = session.exited(1, stderr_tail=["fatal: API_KEY=sk-123 refused"])
+    (record,) = of(Log, actions)
+    assert record.args == ("srv (pid 42) exited with code 1; stderr: fatal: API_KEY=[redacted] refused",)
+    assert session.death is not None
+    assert session.death.data["stderr"] == ["fatal: API_KEY=sk-123 refused"]  # what clients see is not the log's
+
+
+def test_a_non_json_line_is_logged_redacted_and_kept_as_it_came() -> None:
+    session = make()
+    (warning,) = of(Log, session.receive_line(b"starting with token=abc123", now=0))
+    assert warning.args[-1] == "starting with token=[redacted]"
+    assert warning.fields == {"event": "stdout_dropped"}
+    assert list(session.noise) == ["starting with token=abc123"]  # for the operator's /status

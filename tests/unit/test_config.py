@@ -378,3 +378,20 @@ def test_an_unknown_server_in_ready_requires_is_refused_naming_the_servers(tmp_p
     assert info.value.message == "--ready-requires: 'gihtub' is not a configured server (servers: files, github)"
     with pytest.raises(ConfigError, match="'default' is not a configured server"):
         parse_settings(["--config", config, "--ready-requires", "default"], environ={})
+
+
+def test_child_stderr_logging_is_on_by_default_and_turned_off_by_flag_environment_or_file(tmp_path: Path) -> None:
+    assert parse_settings(["--", "srv"], environ={}).servers[0].spec.stderr_log is True
+    assert parse_settings(["--child-stderr-log", "off", "--", "srv"], environ={}).servers[0].spec.stderr_log is False
+    off = {"MCP_GATEWAY_CHILD_STDERR_LOG": "off"}
+    assert parse_settings(["--", "srv"], environ=off).servers[0].spec.stderr_log is False
+    with pytest.raises(ConfigError, match="--child-stderr-log"):
+        parse_settings(["--", "srv"], environ={"MCP_GATEWAY_CHILD_STDERR_LOG": "no"})
+    path = write(
+        tmp_path, {"mcpServers": {"chatty": {"command": "a", "childStderrLog": "off"}, "quiet": {"command": "b"}}}
+    )
+    servers = {s.name: s for s in parse_settings(["--config", path], environ={}).servers}
+    assert (servers["chatty"].spec.stderr_log, servers["quiet"].spec.stderr_log) == (False, True)
+    bad = write(tmp_path, {"mcpServers": {"chatty": {"command": "a", "childStderrLog": False}}})
+    with pytest.raises(ConfigError, match="childStderrLog"):
+        parse_settings(["--config", bad], environ={})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -519,3 +520,73 @@ def test_a_legacy_session_waits_for_its_own_stalled_child() -> None:
     d.maintain(d.settings.stall_notice, NoBudget())
     ticket = d.ticket("alice", "tools/call", "tools/call t", mine, 3.0)
     assert isinstance(d.try_acquire(ticket, 3.0, NoBudget()), Waiting)  # its state lives there
+
+
+# -- lifecycle records ----------------------------------------------------------------------
+
+
+def events(caplog: pytest.LogCaptureFixture) -> dict[str, list[logging.LogRecord]]:
+    found: dict[str, list[logging.LogRecord]] = {}
+    for record in caplog.records:
+        if record.name == "gateway.pool":
+            found.setdefault(getattr(record, "event", "-"), []).append(record)
+    return found
+
+
+def test_failing_and_recovered_are_records_with_the_pools_fields_and_the_error_redacted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.pool")
+    d: Dispatcher[Kid] = Dispatcher(PoolSettings(min_size=1, max_size=1), "srv principal=bob", server="srv")
+    [start] = d.start_minimum(0.0)
+    error = GatewayUnavailableError("cannot start srv: exited with code 2; stderr: TOKEN=abc123")
+    now = 0.0
+    for _ in range(5):  # CRASH_LOOP start failures in a row
+        assert isinstance(start, StartChild)
+        now += 1.0
+        d.exited(start.member, error, now, NoBudget())
+        now += 100.0
+        [start] = d.restart_due(now, NoBudget())
+    assert isinstance(start, StartChild)
+    d.started(start.member, Kid(7), now, NoBudget())
+    found = events(caplog)
+    (failing,) = found["failing"]
+    assert failing.levelno == logging.ERROR
+    assert (failing.server, failing.pool, failing.quick_failures) == ("srv", "srv principal=bob", 5)  # type: ignore[attr-defined]
+    assert failing.error == "cannot start srv: exited with code 2; stderr: TOKEN=[redacted]"  # type: ignore[attr-defined]
+    assert "abc123" not in failing.getMessage()
+    assert failing.getMessage().startswith("srv principal=bob: failing after 5 quick failures; last: ")
+    (recovered,) = found["recovered"]
+    assert (recovered.server, recovered.pool, recovered.pid) == ("srv", "srv principal=bob", 7)  # type: ignore[attr-defined]
+
+
+def test_retiring_evicting_a_crash_and_a_failed_check_are_records_with_their_fields(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.pool")
+    d = pool(3, liveness_interval=5.0, child_asks=AskPolicy.NEVER)
+    first, second, third = d.members
+    d.retire(first, "idle for 300 s")
+    d.retire(second, "evicted for other: the gateway runs at most 8 children", event="evict")
+    d.liveness_failed(third, "ping timed out")
+    found = events(caplog)
+    retired, recycled = found["retire"]  # the second: the child that failed its check
+    assert (recycled.pid, recycled.reason) == (102, "failed liveness check")  # type: ignore[attr-defined]
+    assert (retired.pid, retired.reason, retired.server, retired.pool) == (100, "idle for 300 s", "srv", "srv")  # type: ignore[attr-defined]
+    (evicted,) = found["evict"]
+    assert evicted.pid == 101  # type: ignore[attr-defined]
+    assert (
+        evicted.getMessage() == "srv: retiring child pid 101 (evicted for other: the gateway runs at most 8 children)"
+    )
+    (failed_check,) = found["liveness_failed"]
+    assert (failed_check.pid, failed_check.reason) == (102, "ping timed out")  # type: ignore[attr-defined]
+    crashy: Dispatcher[Kid] = Dispatcher(PoolSettings(1, 1, child_asks=AskPolicy.NEVER), "srv", crashes=Ledger())
+    [start] = crashy.start_minimum(0.0)
+    assert isinstance(start, StartChild)
+    crashy.started(start.member, Kid(1), 0.0, NoBudget())
+    lease = granted(take(crashy, "mallory"))
+    child_of(lease).alive = False  # it died with mallory's call on it
+    crashy.release(lease, 20.0, NoBudget())
+    crashy.exited(lease.member, GatewayUnavailableError("died"), 20.0, NoBudget())
+    (died,) = events(caplog)["died_serving"]
+    assert (died.principals, died.delay) == (["mallory"], 0.0)  # type: ignore[attr-defined]

@@ -59,7 +59,8 @@ def test_a_per_server_default_is_the_one_its_dataclass_uses(setting: Setting) ->
         assert setting.default is None
         assert used in (None, (), {}), f"{setting.flag}: {used!r} when not given"
     else:
-        assert used == setting.default, f"{setting.target} defaults to {used!r}, {setting.flag} to {setting.default!r}"
+        declared = setting.converted(setting.default)
+        assert used == declared, f"{setting.target} defaults to {used!r}, {setting.flag} to {setting.default!r}"
 
 
 @pytest.mark.parametrize("setting", GATEWAY_WIDE, ids=lambda s: s.flag)

@@ -1,0 +1,67 @@
+"""What the access line correlates a request by (gateway.http.observe): the trace id of a
+``traceparent``, a bounded and sanitized ``X-Request-Id``, the request's id and name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.http.observe import (
+    MAX_REQUEST_ID_CHARS,
+    correlation_headers,
+    note_request,
+    request_id_of,
+    trace_id_of,
+)
+
+TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "trace_id"),
+    [
+        (f"00-{TRACE}-00f067aa0ba902b7-01", TRACE),
+        (f"01-{TRACE}-00f067aa0ba902b7-00-later-fields", TRACE),  # a later version may add fields
+        (f" 00-{TRACE}-00f067aa0ba902b7-01 ", TRACE),
+        (f"ff-{TRACE}-00f067aa0ba902b7-01", None),  # version ff is invalid
+        ("00-" + "0" * 32 + "-00f067aa0ba902b7-01", None),  # so is an all-zero trace id
+        (f"00-{TRACE.upper()}-00f067aa0ba902b7-01", None),  # lower-case hex only
+        (f"00-{TRACE}-00f067aa0ba902b7-01x", None),
+        ("00-abc-def-01", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_the_trace_id_comes_from_a_valid_traceparent_only(traceparent: str | None, trace_id: str | None) -> None:
+    assert trace_id_of(traceparent) == trace_id
+
+
+def test_a_request_id_is_cut_and_keeps_only_plain_characters() -> None:
+    assert request_id_of("3f2a-9b:c/d+e=f@g.h_i") == "3f2a-9b:c/d+e=f@g.h_i"
+    assert request_id_of("a b\nc\x1b[31m\u202e") == "a_b_c__31m_"
+    assert request_id_of("x" * 1000) == "x" * MAX_REQUEST_ID_CHARS
+    assert request_id_of("") is None
+    assert request_id_of(None) is None
+
+
+def test_the_correlation_headers_are_found_in_one_pass() -> None:
+    headers = [(b"x-request-id", b"r1"), (b"accept", b"*/*"), (b"traceparent", b"t"), (b"mcp-name", b"echo")]
+    assert correlation_headers(headers) == ("r1", "t", "echo")
+    assert correlation_headers([(b"accept", b"*/*")]) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("params", "noted"),
+    [
+        ({"name": "echo", "_meta": {"traceparent": "tp"}}, {"rpc_id": 7, "mcp_name": "echo", "traceparent": "tp"}),
+        ({"uri": "file:///a"}, {"rpc_id": 7, "mcp_name": "file:///a"}),
+        ({"name": 3, "uri": "u"}, {"rpc_id": 7, "mcp_name": "u"}),
+        ({"_meta": "not an object"}, {"rpc_id": 7}),
+        (None, {"rpc_id": 7}),
+    ],
+)
+def test_a_request_notes_its_id_its_name_or_uri_and_a_traceparent_in_meta(params: Any, noted: dict[str, Any]) -> None:
+    fields: dict[str, Any] = {}
+    note_request(fields, 7, params)
+    assert fields == noted
