@@ -441,7 +441,7 @@ class Dispatcher(Generic[C]):
             self.suspects.update(dict.fromkeys(charged, now))
             log.warning("%s: child died serving %s; restarting at once", self.label, ", ".join(sorted(charged)))
         if verdict.now_failing:
-            last, streak = error.message if error else "?", self.supervision.quick_failures
+            last, streak = error.detailed if error else "?", self.supervision.quick_failures
             log.error("%s: failing after %d quick failures; last: %s", self.label, streak, last)
         self.next_start = now + verdict.delay
         if len(self.members) < self.settings.min_size or self.waiting:

@@ -266,7 +266,7 @@ class Pool(PoolHooks):
         return {
             "failing": self.failing,
             "crash_suspects": len(self.dispatch.suspects),
-            "last_error": self.last_error.message if self.last_error else None,
+            "last_error": self.last_error.detailed if self.last_error else None,
             "spawns": self.spawns,
             "restarts": self.restarts,
             "gateway_faults": self.exits[GATEWAY_FAULT],
@@ -362,7 +362,7 @@ class Pool(PoolHooks):
                     await stop.wait()
                     tg.cancel_scope.cancel()
         except ChildError as exc:  # could not start: say why now, not only once the pool is failing
-            log.warning("%s: child failed to start: %s", self.label, exc.message)
+            log.warning("%s: child failed to start: %s", self.label, exc.detailed)
             exit_error = exc
         finally:
             self._stops.pop(member, None)
@@ -427,7 +427,7 @@ class Pool(PoolHooks):
                 return
             problem = f"{method} answered an error"
         except ChildError as exc:
-            problem = exc.message
+            problem = exc.detailed
         self._apply(self.dispatch.liveness_failed(member, problem))
 
 

@@ -463,10 +463,12 @@ def test_the_exit_fails_everything_pending_with_one_error_naming_the_exit() -> N
     assert [a.owner for a in failed] == ["a", "b"]
     assert failed[0].error is failed[1].error
     error = failed[0].error
-    assert error.message == "srv (pid 42) was killed by SIGKILL; stderr: two | three | four"
-    assert error.data["signal"] == "SIGKILL"
-    assert error.data["stderr"] == ["one", "two", "three", "four"]
+    assert error.message == "srv was killed by SIGKILL"
+    assert error.detailed == "srv (pid 42) was killed by SIGKILL; stderr: two | three | four"
+    assert error.data == {"signal": "SIGKILL"}
+    assert error.private["stderr"] == ["one", "two", "three", "four"]
     assert of(Log, actions)[0].level == logging.WARNING
+    assert of(Log, actions)[0].args == (error.detailed,)  # the operator's reading
     assert (session.in_flight, session.open_questions, session.next_deadline()) == (0, 0, None)
     with pytest.raises(ChildExitedError):
         session.send("ping", None, "c", now=1)
@@ -482,10 +484,11 @@ def test_a_fault_of_the_gateway_fails_everything_pending_and_the_later_exit_chan
     assert [a.owner for a in failed] == ["a", "b"]
     error = failed[0].error
     assert isinstance(error, ChildFaultError)
-    assert error.message == (
+    assert error.detailed == (
         "srv (pid 42) was stopped: the gateway hit an internal error on this child (in its stderr pump); "
         "it is restarted"
     )
+    assert "pid" not in error.message
     assert error.data["gateway_fault"] == "stderr pump"
     assert of(Log, actions) == []  # the edge logs it, with the traceback
     assert (session.in_flight, session.next_deadline()) == (0, None)
@@ -499,7 +502,8 @@ def test_a_child_the_gateway_stopped_exits_quietly() -> None:
     actions = session.exited(0, stopping=True)
     assert actions == []
     assert session.death is not None
-    assert session.death.message == "srv (pid 42) exited with code 0 after the gateway stopped it"
+    assert session.death.message == "srv exited with code 0 after the gateway stopped it"
+    assert session.death.detailed == "srv (pid 42) exited with code 0 after the gateway stopped it"
 
 
 def test_an_open_ask_is_forgotten_at_the_exit() -> None:
