@@ -43,10 +43,11 @@ Rules (digest §4.1, §7.3, §8):
    question marks its owner's tool (or all its candidates' when unresolved) asking.
 7. **Exit.** ``exited`` builds the one ``ChildExitedError`` (exit code or signal; the stderr
    tail for the operator, and for clients when ``exposed``) and fails everything pending with
-   it; held questions are dropped. After it, ``send`` raises that error and nothing is
-   pending. ``faulted`` is the same end when the gateway's own code failed on the child
-   (``childexit.fault_error``, a ``ChildFaultError``): the edge stops the process after it,
-   and its exit then changes nothing.
+   it; held questions are dropped. Its operator's reading is logged: at WARNING, or at INFO
+   when the gateway stopped the child (then only if requests failed with it). After it,
+   ``send`` raises that error and nothing is pending. ``faulted`` is the same end when the
+   gateway's own code failed on the child (``childexit.fault_error``, a ``ChildFaultError``):
+   the edge stops the process after it, and its exit then changes nothing.
 
 Imports: standard library, orjson, ``gateway.protocol`` and ``gateway.errors`` only; no I/O,
 no clock.
@@ -268,6 +269,8 @@ class ChildSession(Generic[OwnerT]):
         actions = self._die(death)
         if not stopping:
             actions.append(Log(logging.WARNING, "%s", (death.detailed,)))
+        elif actions:  # requests failed with it, and their clients were told the log has the details
+            actions.append(Log(logging.INFO, "%s", (death.detailed,)))
         return actions
 
     def faulted(self, where: str) -> list[Action[OwnerT]]:

@@ -506,6 +506,17 @@ def test_a_child_the_gateway_stopped_exits_quietly() -> None:
     assert session.death.detailed == "srv (pid 42) exited with code 0 after the gateway stopped it"
 
 
+def test_a_child_the_gateway_stopped_with_requests_in_flight_leaves_its_details_in_the_log() -> None:
+    session = make()
+    session.send("tools/call", call("x"), "a", now=0)
+    actions = session.exited(-15, stderr_tail=["last words"], stopping=True)
+    [failed] = of(Failed, actions)
+    assert failed.error.message == "srv was killed by SIGTERM after the gateway stopped it"
+    [log] = of(Log, actions)
+    assert (log.level, log.args) == (logging.INFO, (failed.error.detailed,))
+    assert "last words" in failed.error.detailed
+
+
 def test_an_open_ask_is_forgotten_at_the_exit() -> None:
     session = make()
     session.send("tools/call", call(), "a", now=0, asks=True)
