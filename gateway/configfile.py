@@ -62,7 +62,7 @@ _POOL_KEYS: Final = {
 }
 """``pool`` keys: the ``PoolSettings`` field each sets, and its type (from ``gateway.settings``)."""
 _PLAIN: Final = tuple(s for s in PER_SERVER if s.key and "." not in s.key and not s.repeat)
-"""Per-server keys whose value has the command line's form (a number, or one of the choices):
+"""Per-server keys whose value has the command line's form (a number, a switch, or one of the choices):
 checked and converted as declared, with no code of their own here."""
 FLAG_KEYS: Final = {s.flag: s.key for s in PER_SERVER if s.key}
 """Command-line flags a server entry may override, and the key it uses (the reference doc)."""
@@ -160,7 +160,9 @@ def _server(name: str, body: Mapping[str, Any], base: ServerConfig, where: str) 
 
 def _plain(config: ServerConfig, setting: Setting, value: Any, where: str) -> ServerConfig:
     """``config`` with ``setting`` (of ``_PLAIN``) set from a server entry's ``value``."""
-    if setting.choices:
+    if setting.kind is bool:
+        value = _bool(value, where)
+    elif setting.choices:
         if value not in setting.choices:
             raise ConfigError(where, f"must be {either(setting.choices)}")
     else:

@@ -18,6 +18,14 @@ Gateway-local codes sit outside the spec-reserved range -32768..-32000 (digest �
     └── GatewayUnavailableError     no child can take the request now (starting, draining, overloaded): 503
         └── ClientThrottledError    this client is over one of its own limits (sessions, crashes): 429
 
+**What a client sees.** An error has two readings. ``message`` and ``data`` are what any
+client may read: what failed and its class (an exit code, a signal, a timeout). ``detailed``
+and ``private`` are the operator's: the child's stderr, its command, its pid, paths, hints
+drawn from its output. The log and ``/status`` carry ``detailed``; ``error_object`` (the
+wire) carries the operator's reading only for an error made with ``exposed=True``, which the
+stdio edge sets from the server's ``--expose-child-errors`` (off by default: in a shared
+pool the client that reads a child's stderr may not be the one that caused it).
+
 Errors from the *client* (bad headers, bad JSON) are not exceptions: the ingress ladder
 returns them as ``Rejection`` values (``gateway.protocol.ingress``). A JSON-RPC error the
 child sends on purpose is not an exception either: it is a normal reply, passed through.
@@ -25,9 +33,12 @@ child sends on purpose is not an exception either: it is a normal reply, passed 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, Final
 
 GATEWAY_NAME = "mcp-stdio-gateway"
+WITHHELD: Final = " (details in the gateway's log)"
+"""Appended to a client's message when the operator's reading has more (``GatewayError.withholds``)."""
 
 # Gateway-local JSON-RPC codes (outside -32768..-32000, see the module docstring).
 CODE_CHILD_START = -31000
@@ -48,21 +59,41 @@ class GatewayError(Exception):
     code: ClassVar[int] = -32603
     status: ClassVar[int] = 500
 
-    def __init__(self, message: str, **data: Any) -> None:
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str,
+        *,
+        detailed: str | None = None,
+        private: Mapping[str, Any] | None = None,
+        exposed: bool = False,
+        **data: Any,
+    ) -> None:
+        """``message`` and ``data``: what any client may read; ``detailed`` (the message with
+        what only an operator may read; default ``message``) and ``private`` (data of that
+        kind); ``exposed``: the client reads those too (module docstring)."""
+        super().__init__(detailed or message)
         self.message = message
+        self.detailed = detailed or message
         self.data: dict[str, Any] = {k: v for k, v in data.items() if v is not None}
+        self.private: dict[str, Any] = {k: v for k, v in (private or {}).items() if v is not None}
+        self.exposed = exposed
+
+    @property
+    def withholds(self) -> bool:
+        """The client's reading leaves something out (the log has it)."""
+        return not self.exposed and (self.detailed != self.message or bool(self.private))
 
     def error_object(self) -> dict[str, Any]:
-        """The JSON-RPC error object: a human message and the details under ``data``."""
-        return {
-            "code": self.code,
-            "message": self.message,
-            "data": {"source": GATEWAY_NAME, "kind": type(self).__name__, **self.data},
-        }
+        """The JSON-RPC error object: a human message and the details under ``data``; what only
+        an operator may read is left out unless the error is ``exposed``."""
+        data = {"source": GATEWAY_NAME, "kind": type(self).__name__, **self.data}
+        if self.exposed:
+            return {"code": self.code, "message": self.detailed, "data": {**data, **self.private}}
+        message = self.message + WITHHELD if self.withholds else self.message
+        return {"code": self.code, "message": message, "data": data}
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.message!r})"
+        return f"{type(self).__name__}({self.detailed!r})"
 
 
 class ConfigError(GatewayError):

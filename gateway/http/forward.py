@@ -1,8 +1,9 @@
 """Owner routing: any replica answers any request (DESIGN "Scale-out: any replica, any request").
 
 A legacy session and an MRTR call parked on a legacy child live in one process. With
-``--advertise-url`` (and the replicas' shared ``--state-secret-file``), session ids and
-``requestState`` tokens name the instance that holds them (``gateway.protocol.owner``), and:
+``--advertise-url`` (and the replicas' shared ``--state-secret-file``), session ids, task ids
+and ``requestState`` tokens name the instance that holds them, sealed so that only the
+replicas can read it (``gateway.protocol.owner``), and:
 
 - ``RouteToOwner`` (around each MCP endpoint, after authentication) looks at the
   ``Mcp-Session-Id`` header, or at a POST's ``requestState`` when the body carries one of
@@ -131,7 +132,7 @@ class RouteToOwner:
             await self.app(scope, receive, send)  # not minted with owner routing: the endpoint's 404
             return
         try:
-            owner = owners.session_owner(session_id, self.routing.session_key)
+            owner = owners.session_owner(session_id, self.routing.session_keys)
         except OwnerError as exc:
             log.warning("refused a session id: %s", exc.message)
             await _session_gone(f"unknown session ({exc.message}): initialize a new one")(scope, receive, send)
@@ -140,7 +141,7 @@ class RouteToOwner:
             await self.app(scope, receive, send)
             return
         gone = _session_gone(
-            f"unknown or ended session: the gateway instance that held it ({owner.url}) is gone; initialize a new one"
+            "unknown or ended session: the replica that owns this session is unreachable; initialize a new one"
         )
         if scope.get("gateway.forwarded") or owner.same_address(self.routing.me):
             await gone(scope, receive, send)  # restarted here, or a loop: never forward twice
@@ -165,11 +166,11 @@ class RouteToOwner:
         if owner is None:
             owner = self._task_owner(scope)  # tasks/*: the task id is in Mcp-Name (ext-tasks §Routing Headers)
             if owner is not None:
-                lost = _task_lost(owner, _request_id(body))
+                lost = _task_lost(_request_id(body))
         if owner is None or owner == self.routing.me:
             await self.app(scope, replay(body, receive), send)
             return
-        lost = lost or _parked_lost(owner, request_id)
+        lost = lost or _parked_lost(request_id)
         if scope.get("gateway.forwarded") or owner.same_address(self.routing.me):
             await lost(scope, receive, send)
             return
@@ -181,7 +182,7 @@ class RouteToOwner:
         if header(scope, MCP_METHOD_HEADER) not in tasks.METHODS:
             return None
         task_id = header(scope, MCP_NAME_HEADER)
-        return tasks.check_owner(task_id, self.routing.task_key) if task_id else None
+        return tasks.check_owner(task_id, self.routing.task_keys) if task_id else None
 
     def _parked_owner(self, body: bytes) -> tuple[Owner | None, Any]:
         """The owner a modern retry's verified ``requestState`` names (None: not ours, or no
@@ -196,7 +197,7 @@ class RouteToOwner:
             return None, None
         try:
             claims = requeststate.decode_state(token, self.routing.state_secret, now=time.time())
-            return (Owner.from_key(claims.owner) if claims.owner else None), message.get("id")
+            return (self.routing.unseal_state_owner(claims.owner) if claims.owner else None), message.get("id")
         except (requeststate.StateError, OwnerError):
             return None, None
 
@@ -285,7 +286,7 @@ class RouteToOwner:
                 await gone(scope, receive, send)
                 return
             # It lives, so the session may too: the client retries rather than starting over.
-            failed = error_object(CODE_UNAVAILABLE, f"the gateway instance at {owner.url} failed to answer; retry")
+            failed = error_object(CODE_UNAVAILABLE, "the replica that owns this request failed to answer; retry")
             await error_response(502, failed, retry_after=FORWARD_POOL_RETRY_AFTER)(scope, receive, send)
             return
         if upstream is None:  # accepted, then no answer, and its /healthz does not answer either
@@ -362,20 +363,19 @@ def _request_id(body: bytes) -> Any:
     return message.get("id") if isinstance(message, dict) else None
 
 
-def _task_lost(owner: Owner, request_id: Any) -> Answer:
+def _task_lost(request_id: Any) -> Answer:
     """A task whose owner is gone is a task not found (-32602), saying why."""
     message = (
-        f"the task is held by the gateway instance at {owner.url}, which is gone (stopped or restarted): "
-        "the task is lost; call the tool again"
+        "the replica that owns this task is unreachable (stopped or restarted): the task is lost; call the tool again"
     )
     valid_id = request_id if type(request_id) in (int, str) else None
     return error_response(200, error_object(INVALID_PARAMS, message, {"task": "lost"}), valid_id)
 
 
-def _parked_lost(owner: Owner, request_id: Any) -> Answer:
+def _parked_lost(request_id: Any) -> Answer:
     message = (
-        f"requestState names a call held by the gateway instance at {owner.url}, which is gone (stopped or "
-        "restarted): the call is lost; send the request again without requestState"
+        "the replica that owns this requestState's call is unreachable (stopped or restarted): the call is lost; "
+        "send the request again without requestState"
     )
     valid_id = request_id if type(request_id) in (int, str) else None
     return error_response(400, error_object(INVALID_PARAMS, message, {"requestState": "lost"}), valid_id)

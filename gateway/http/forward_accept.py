@@ -152,6 +152,6 @@ class AcceptForwards:
             received=[(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]],
         )
         if not meant_for.same_address(self.routing.me):
-            raise OwnerError("forged", f"the forwarded request was meant for {meant_for.url}")
+            raise OwnerError("forged", "the forwarded request was meant for another instance")
         self.routing.seen.admit(forward, now)  # before the body: a replay costs no read
         return forward, principal

@@ -41,13 +41,14 @@ Rules (digest §4.1, §7.3, §8):
 6. **Tool learning** (attribution rule 5, legacy children only): a request of a tool that
    ends with a result while no question was ever its candidate makes the tool quiet; a
    question marks its owner's tool (or all its candidates' when unresolved) asking.
-7. **Exit.** ``exited`` builds the one ``ChildExitedError`` (exit code or signal, stderr
-   tail) and fails everything pending with it; held questions are dropped, and the exit is
-   logged (``event`` ``exit``, with ``exit_code``, ``signal`` and ``planned``; the stderr it
-   quotes redacted): a warning, or information when the gateway stopped the child. After it,
-   ``send`` raises that error and nothing is pending. ``faulted`` is the same end when the gateway's own
-   code failed on the child (``childexit.fault_error``, a ``ChildFaultError``): the edge stops
-   the process after it, and its exit then changes nothing.
+7. **Exit.** ``exited`` builds the one ``ChildExitedError`` (exit code or signal; the stderr
+   tail for the operator, and for clients when ``exposed``) and fails everything pending with
+   it; held questions are dropped, and the exit is logged with its operator's reading
+   (``event`` ``exit``, with ``exit_code``, ``signal`` and ``planned``; the stderr it quotes
+   redacted): a warning, or information when the gateway stopped the child. After it,
+   ``send`` raises that error and nothing is pending. ``faulted`` is the same end when the
+   gateway's own code failed on the child (``childexit.fault_error``, a ``ChildFaultError``):
+   the edge stops the process after it, and its exit then changes nothing.
 
 Imports: standard library, orjson, ``gateway.protocol`` and ``gateway.errors`` only; no I/O,
 no clock.
@@ -102,6 +103,7 @@ class ChildSession(Generic[OwnerT]):
         request_timeout: float | None = None,
         max_line_bytes: int = 0,
         command: str = "",
+        exposed: bool = False,
     ) -> None:
         self.label = label
         self.pid = pid
@@ -109,6 +111,7 @@ class ChildSession(Generic[OwnerT]):
         self.request_timeout = request_timeout
         self.max_line_bytes = max_line_bytes
         self.command = command
+        self.exposed = exposed  # clients read its exit's stderr and command (``gateway.errors``)
         self.legacy = False  # spoken to in the legacy era: its tools are learned (rule 6)
         self.death: ChildExitedError | None = None
         self.tools_generation = 0
@@ -258,7 +261,13 @@ class ChildSession(Generic[OwnerT]):
         if self.death is not None:
             return []
         death = childexit.exit_error(
-            self.label, self.pid, returncode, stderr_tail=stderr_tail, stopping=stopping, command=self.command
+            self.label,
+            self.pid,
+            returncode,
+            stderr_tail=stderr_tail,
+            stopping=stopping,
+            command=self.command,
+            exposed=self.exposed,
         )
         actions = self._die(death)
         fields: dict[str, object] = {
@@ -268,7 +277,7 @@ class ChildSession(Generic[OwnerT]):
             "planned": stopping,  # the gateway stopped it (retired, idle, closing)
         }
         # The message quotes the stderr tail: redacted as the child's stderr lines are.
-        actions.append(Log(logging.INFO if stopping else logging.WARNING, "%s", (redact_text(death.message),), fields))
+        actions.append(Log(logging.INFO if stopping else logging.WARNING, "%s", (redact_text(death.detailed),), fields))
         return actions
 
     def faulted(self, where: str) -> list[Action[OwnerT]]:
@@ -276,7 +285,7 @@ class ChildSession(Generic[OwnerT]):
         as an exit, with ``childexit.fault_error``. The edge logs the traceback."""
         if self.death is not None:
             return []
-        return self._die(childexit.fault_error(self.label, self.pid, where, command=self.command))
+        return self._die(childexit.fault_error(self.label, self.pid, where, command=self.command, exposed=self.exposed))
 
     def _die(self, death: ChildExitedError) -> list[Action[OwnerT]]:
         self.death = death

@@ -470,7 +470,7 @@ class Dispatcher(Generic[C]):
                 "%s: child died serving %s; restarting at once", self.label, ", ".join(principals), extra=fields
             )
         if verdict.now_failing:
-            last, streak = redact_text(error.message) if error else "?", self.supervision.quick_failures
+            last, streak = redact_text(error.detailed) if error else "?", self.supervision.quick_failures
             fields = {**self.log_fields, "event": "failing", "quick_failures": streak, "error": last}
             log.error("%s: failing after %d quick failures; last: %s", self.label, streak, last, extra=fields)
         self.next_start = now + verdict.delay

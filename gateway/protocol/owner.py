@@ -5,15 +5,39 @@ An **owner** is an instance's advertised URL (``--advertise-url``, where the oth
 instances reach it) plus a **boot id** minted at each start: an instance restarted at the
 same address is a different owner, so nothing of its predecessor is mistaken for its own.
 
-A **session id** names its owner and is integrity-protected with the replicas' shared
-secret (``--state-secret-file``), so a forged owner is refused before anything is sent
-anywhere::
+**Owner references are opaque.** A session id, a task id or a ``requestState`` names its
+owner, and a client holds it, so the owner is **sealed**: encrypted with a key derived from
+the replicas' shared secret (``--state-secret-file``), readable by the replicas only. No
+address, internal or not, reaches a client in an id or a refusal. The seal, with the standard
+library only (it has no block cipher)::
 
-    o1.<base64url(url)>.<boot>.<base64url(16 random bytes)>.<base64url(HMAC-SHA256(k_s, all before)[:16])>
+    sealed(k, nonce, owner) = pad(owner.key) XOR keystream(k, nonce)
+    keystream(k, nonce)     = HMAC-SHA256(k, nonce || be32(0)) || HMAC-SHA256(k, nonce || be32(1)) || …
+    pad(key)                = be16(len(utf8(key))) || utf8(key) || zero bytes to a multiple of SEAL_BLOCK
 
-Visible ASCII only, as the transport requires (L-TR §Session Management). Ids without the
-``o1.`` prefix (minted without owner routing) name no owner. (MRTR ``requestState`` tokens
-carry their owner in their own signed claims: ``gateway.protocol.requeststate``.)
+HMAC-SHA256 is a pseudorandom function, so run in counter mode it is a stream cipher (as a
+block cipher is in CTR mode): the sealed owner says nothing of the address as long as no
+(key, nonce, counter) repeats. Each nonce is ``SEAL_NONCE_BYTES`` (128) fresh random bits, so a
+repeat is as likely as two equal random session ids. Padding leaves only the address's length
+rounded up to ``SEAL_BLOCK`` bytes. A stream cipher alone is malleable, so a sealed owner is
+only ever read **inside a MAC that covers it** (encrypt-then-MAC): the session or task id's
+own MAC below, or the ``requestState`` HMAC over its claims; both are checked before the
+owner is unsealed. Each use has its own keys, derived from the secret by purpose
+(``derive_key``): one seals, another signs (``IdKeys``), and neither is the ``requestState``
+key or the forward key.
+
+A **session id** names its owner, sealed, and is integrity-protected with the replicas'
+shared secret, so a forged or altered owner is refused before anything is sent anywhere::
+
+    o2.<base64url(R)>.<base64url(sealed(k_seal, R, owner))>.<base64url(HMAC-SHA256(k_mac, all before)[:16])>
+
+R is 16 random bytes: both the id's unguessable part and the seal's nonce. Visible ASCII only,
+as the transport requires (L-TR §Session Management). An ``o1.`` id (an earlier version's,
+which carried the owner's URL in clear base64) is refused as ``outdated``: its client
+initializes a new session. An id with neither prefix was minted without owner routing and
+names no owner. (MRTR ``requestState`` tokens carry their sealed owner in their own signed
+claims: ``gateway.protocol.requeststate``; a task id is ``t.`` + a session id minted with the
+task id keys: ``gateway.protocol.tasks``.)
 
 A **forward** from one instance to the owner carries, in ``x-mcp-gateway-forward``::
 
@@ -47,7 +71,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-SESSION_PREFIX: Final = "o1."
+SESSION_PREFIX: Final = "o2."
+OUTDATED_PREFIXES: Final = ("o1.",)
+"""Owned ids of earlier versions (their owner's URL in clear base64): refused, never read."""
+SEAL_NONCE_BYTES: Final = 16
+"""Random bytes per seal: 128 bits, so a nonce (and so a keystream) never repeats in practice."""
+SEAL_BLOCK: Final = 32
+"""A sealed owner's length is a multiple of this: it tells the address's length only roughly."""
+DIGEST_BYTES: Final = 32
+"""One HMAC-SHA256 block of keystream."""
+MAX_OWNER_KEY_BYTES: Final = 4096
+"""Longest owner key sealed (``pad`` keeps its length in two bytes; a URL is far shorter)."""
 FORWARD_HEADER: Final = "x-mcp-gateway-forward"
 PRINCIPAL_HEADER: Final = "x-mcp-gateway-principal"
 TARGET_HEADER: Final = "x-mcp-gateway-owner"
@@ -77,7 +111,8 @@ MAX_PRINCIPAL_CHARS: Final = 1024
 
 class OwnerError(ValueError):
     """A session id or forward that claims an owner but fails verification (``kind``:
-    ``malformed``, ``forged``, ``stale`` for a forward outside the allowed clock skew)."""
+    ``malformed``, ``forged``, ``outdated`` for an earlier version's id, ``stale`` for a
+    forward outside the allowed clock skew)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -107,39 +142,93 @@ class Owner:
 
 
 def derive_key(secret: bytes, purpose: str) -> bytes:
-    """One key per purpose from the shared secret (session ids, forwards)."""
+    """One key per purpose from the shared secret (session ids, forwards, seals)."""
     return hmac.new(secret, b"mcp-stdio-gateway " + purpose.encode("ascii"), hashlib.sha256).digest()
 
 
-def mint_session_id(owner: Owner, key: bytes, random: bytes) -> str:
-    body = f"{SESSION_PREFIX}{_b64(owner.url.encode('utf-8'))}.{owner.boot}.{_b64(random)}"
-    return f"{body}.{_b64(_mac(key, body))}"
+@dataclass(frozen=True, slots=True)
+class IdKeys:
+    """The keys of one kind of owned id: ``mac`` signs it, ``seal`` hides its owner."""
+
+    mac: bytes
+    seal: bytes
+
+    @classmethod
+    def derive(cls, secret: bytes, purpose: str) -> IdKeys:
+        """``purpose``'s keys: its MAC key is ``derive_key(secret, purpose)`` as before sealing."""
+        return cls(derive_key(secret, purpose), derive_key(secret, purpose + " owner seal"))
+
+
+def seal_owner(owner: Owner, key: bytes, nonce: bytes) -> bytes:
+    """``owner`` sealed with ``key`` under ``nonce`` (module docstring); the caller MACs it."""
+    plain = owner.key.encode("utf-8")
+    if len(plain) > MAX_OWNER_KEY_BYTES:
+        raise ValueError("the owner's key is too long to seal")
+    padded = len(plain).to_bytes(2, "big") + plain
+    padded += bytes(-len(padded) % SEAL_BLOCK)
+    return _xor(padded, _keystream(key, nonce, len(padded)))
+
+
+def unseal_owner(sealed: bytes, key: bytes, nonce: bytes) -> Owner:
+    """The owner ``seal_owner`` sealed; ``OwnerError`` when it does not read as one (only a
+    bug or a leaked key gets here: callers verify the MAC around it first)."""
+    if not sealed or len(sealed) % SEAL_BLOCK:
+        raise OwnerError("malformed", "the sealed owner is not whole")
+    padded = _xor(sealed, _keystream(key, nonce, len(sealed)))
+    size = int.from_bytes(padded[:2], "big")
+    if size > len(padded) - 2 or any(padded[2 + size :]):
+        raise OwnerError("malformed", "the sealed owner does not unseal")
+    try:
+        return Owner.from_key(padded[2 : 2 + size].decode("utf-8"))
+    except UnicodeDecodeError:
+        raise OwnerError("malformed", "the sealed owner does not unseal") from None
+
+
+def seal_owner_text(owner: Owner, key: bytes, nonce: bytes) -> str:
+    """``base64url(nonce || sealed)``: a sealed owner that carries its nonce (``requestState``)."""
+    return _b64(nonce + seal_owner(owner, key, nonce))
+
+
+def unseal_owner_text(text: str, key: bytes) -> Owner:
+    try:
+        raw = _unb64(text)
+    except ValueError:
+        raise OwnerError("malformed", "the sealed owner is not base64url") from None
+    return unseal_owner(raw[SEAL_NONCE_BYTES:], key, raw[:SEAL_NONCE_BYTES])
+
+
+def mint_session_id(owner: Owner, keys: IdKeys, random: bytes) -> str:
+    """A session id naming ``owner``, sealed; ``random`` (``SESSION_RANDOM_BYTES``) is also the seal's nonce."""
+    body = f"{SESSION_PREFIX}{_b64(random)}.{_b64(seal_owner(owner, keys.seal, random))}"
+    return f"{body}.{_b64(_mac(keys.mac, body))}"
 
 
 def is_owned_session_id(session_id: str) -> bool:
-    """True for ids that name an owner (cheap: a prefix check)."""
-    return session_id.startswith(SESSION_PREFIX)
+    """True for ids that claim an owner, of this version or an earlier one (cheap: a prefix check)."""
+    return session_id.startswith(SESSION_PREFIX) or session_id.startswith(OUTDATED_PREFIXES)
 
 
-def session_owner(session_id: str, key: bytes) -> Owner:
-    """The owner a session id names, verified; ``OwnerError`` when it cannot be trusted."""
-    if not is_owned_session_id(session_id) or len(session_id) > MAX_SESSION_ID_CHARS:
+def session_owner(session_id: str, keys: IdKeys) -> Owner:
+    """The owner a session id names, verified and unsealed; ``OwnerError`` when it cannot be trusted."""
+    if session_id.startswith(OUTDATED_PREFIXES):
+        raise OwnerError("outdated", "the session id was minted by an earlier version of the gateway")
+    if not session_id.startswith(SESSION_PREFIX) or len(session_id) > MAX_SESSION_ID_CHARS:
         raise OwnerError("malformed", "the session id names no gateway instance")
     body, _, mac = session_id.rpartition(".")
     parts = body[len(SESSION_PREFIX) :].split(".")
-    if len(parts) != 3:
+    if len(parts) != 2:
         raise OwnerError("malformed", "the session id names no gateway instance")
     try:
         given = _unb64(mac)
     except ValueError:
         raise OwnerError("malformed", "the session id has an unreadable signature") from None
-    if not hmac.compare_digest(given, _mac(key, body)):
+    if not hmac.compare_digest(given, _mac(keys.mac, body)):
         raise OwnerError("forged", "the session id failed verification (altered, or minted with another secret)")
     try:
-        url = _unb64(parts[0]).decode("utf-8")
-    except (ValueError, UnicodeDecodeError):  # pragma: no cover - signed by us, so readable
+        nonce, sealed = _unb64(parts[0]), _unb64(parts[1])
+    except ValueError:  # pragma: no cover - signed by us, so readable
         raise OwnerError("malformed", "the session id names an unreadable owner") from None
-    return Owner(url, parts[1])
+    return unseal_owner(sealed, keys.seal, nonce)
 
 
 def body_digest(body: bytes) -> str:
@@ -288,6 +377,18 @@ def _forward_mac(
     fields = [FORWARD_VERSION, str(now), nonce, method, path, who, owner.key, digest, names]
     fields += [f"{name}:{value}" for name, value in covered]
     return hmac.new(key, "\n".join(fields).encode("utf-8"), hashlib.sha256).digest()
+
+
+def _keystream(key: bytes, nonce: bytes, length: int) -> bytes:
+    """HMAC-SHA256 in counter mode: ``length`` bytes of ``key``'s keystream for ``nonce``."""
+    blocks = -(-length // DIGEST_BYTES)
+    return b"".join(hmac.new(key, nonce + n.to_bytes(4, "big"), hashlib.sha256).digest() for n in range(blocks))[
+        :length
+    ]
+
+
+def _xor(data: bytes, stream: bytes) -> bytes:
+    return (int.from_bytes(data, "big") ^ int.from_bytes(stream, "big")).to_bytes(len(data), "big")
 
 
 def _mac(key: bytes, body: str) -> bytes:

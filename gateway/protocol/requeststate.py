@@ -4,16 +4,20 @@ When a legacy child asks a modern client for input, the gateway answers the clie
 ``input_required`` and a ``requestState`` that selects the child call it keeps suspended.
 A client controls what it sends back, so the token is integrity-protected:
 
-    mcpgw1.<base64url(JSON claims)>.<base64url(HMAC-SHA256(secret, "mcpgw1." + claims part))>
+    mcpgw2.<base64url(JSON claims)>.<base64url(HMAC-SHA256(secret, "mcpgw2." + claims part))>
 
 The claims bind a random state id (which suspended call), the principal, the server, an
 expiry (wall-clock seconds, so replicas sharing the secret agree), the owning instance
-when replicas route to each other (``gateway.protocol.owner``), the method and a
-SHA-256 digest of the original params without ``_meta``, ``inputResponses`` and
+when replicas route to each other, **sealed** (``gateway.protocol.owner.seal_owner_text``:
+opaque to the client, read by the replicas only after this signature verified), the method
+and a SHA-256 digest of the original params without ``_meta``, ``inputResponses`` and
 ``requestState`` (the parts of a retry that legitimately differ). ``decode_state`` checks
 shape, signature and expiry, in that order; ``binding_problem`` checks the claims against
 the retry. Single use is the caller's job: the state id names one suspended call, taken
-once. Nothing here is secret but the key; the claims are readable, never trusted unsigned.
+once. The claims are readable but for the owner (nothing in them is the client's to hide
+from itself), and never trusted unsigned. A ``mcpgw1.`` token (an earlier version's, whose
+owner claim was the owner's URL in clear) is still the gateway's, never a child's, and is
+refused as ``malformed``.
 
 Imports: standard library, orjson and ``gateway.protocol`` only. The clock is injected.
 """
@@ -33,8 +37,10 @@ from gateway.protocol.jsonrpc import JsonObject
 MIN_SECRET_BYTES: Final = 16
 """A shorter key (``--state-secret-file``) is refused: HMAC keys below 128 bits are guessable."""
 
-PREFIX: Final = "mcpgw1."
+PREFIX: Final = "mcpgw2."
 """Marks a token as the gateway's own; anything else is a child's and passes untouched."""
+OUTDATED_PREFIXES: Final = ("mcpgw1.",)
+"""An earlier version's tokens: the gateway's (never passed to a child), refused."""
 MAX_TOKEN_CHARS: Final = 4096
 """Longest token decoded: ours are a few hundred characters."""
 RETRY_ONLY_PARAMS: Final = ("_meta", "inputResponses", "requestState")
@@ -57,7 +63,7 @@ class StateClaims:
     method: str
     digest: str
     expires_at: float  # seconds since the epoch
-    owner: str = ""  # the instance holding the call (``gateway.protocol.owner.Owner.key``); "": no owner routing
+    owner: str = ""  # the instance holding the call, sealed (``owner.seal_owner_text``); "": no owner routing
 
     def to_json(self) -> JsonObject:
         claims: JsonObject = {
@@ -74,7 +80,8 @@ class StateClaims:
 
 
 def is_gateway_state(value: object) -> bool:
-    return isinstance(value, str) and value.startswith(PREFIX)
+    """A token of the gateway's, of this version or an earlier one."""
+    return isinstance(value, str) and (value.startswith(PREFIX) or value.startswith(OUTDATED_PREFIXES))
 
 
 def params_digest(params: JsonObject | None) -> str:
@@ -92,7 +99,11 @@ def decode_state(token: str, secret: bytes, *, now: float) -> StateClaims:
     """The claims of a token this gateway (or a replica with the same secret) minted."""
     # Ours are ASCII (base64url and a prefix): anything else is malformed, checked before the
     # HMAC, which signs the ASCII encoding.
-    if not is_gateway_state(token) or len(token) > MAX_TOKEN_CHARS or not token.isascii():
+    if token.startswith(OUTDATED_PREFIXES):
+        raise StateError(
+            "malformed", "requestState was issued by an earlier version of the gateway; send the request again"
+        )
+    if not token.startswith(PREFIX) or len(token) > MAX_TOKEN_CHARS or not token.isascii():
         raise StateError("malformed", "requestState is not a token this gateway issued")
     body, dot, signature = token.rpartition(".")
     if not dot or not body.startswith(PREFIX):

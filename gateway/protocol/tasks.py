@@ -33,7 +33,8 @@ Rules:
    dropped before a client could read it once.
 6. **Owned**: a task belongs to its principal and server; for anyone else it does not exist
    (-32602, as for an unknown id). With owner routing the id names the owning instance
-   (``mint_task_id``), signed like a session id, so any replica can forward ``tasks/*`` to it.
+   (``mint_task_id``), sealed and signed like a session id (with keys of its own), so any
+   replica can forward ``tasks/*`` to it and no client reads the address.
 8. **Status notifications** (``notifications/tasks``): a ``subscriptions/listen`` that asks for
    ``notifications.taskIds`` and nothing else is the gateway's own listen: it acknowledges the
    ids it holds for that principal and sends each listed task's ``DetailedTask`` whenever it
@@ -59,7 +60,7 @@ from typing import Any, Final
 
 from gateway.protocol import owner as owners
 from gateway.protocol.jsonrpc import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY, JsonObject, error_object
-from gateway.protocol.owner import Owner, OwnerError
+from gateway.protocol.owner import IdKeys, Owner, OwnerError
 
 EXTENSION: Final = "io.modelcontextprotocol/tasks"
 GET: Final = "tasks/get"
@@ -217,15 +218,15 @@ def params_error(method: str, problem: str) -> JsonObject:
 # -- ids ------------------------------------------------------------------------------------------
 
 
-def mint_task_id(owner: Owner | None, key: bytes, random: bytes) -> str:
-    """A task id; with owner routing it names the owning instance (rule 6), signed with ``key``
-    (derived for task ids, so a session id never passes as a task id)."""
-    if owner is None:
+def mint_task_id(owner: Owner | None, keys: IdKeys | None, random: bytes) -> str:
+    """A task id; with owner routing it names the owning instance (rule 6), sealed and signed
+    with ``keys`` (derived for task ids, so a session id never passes as a task id)."""
+    if owner is None or keys is None:
         return TASK_ID_PREFIX + base64.urlsafe_b64encode(random).rstrip(b"=").decode("ascii")
-    return TASK_ID_PREFIX + owners.mint_session_id(owner, key, random)
+    return TASK_ID_PREFIX + owners.mint_session_id(owner, keys, random)
 
 
-def task_owner(task_id: str, key: bytes) -> Owner | None:
+def task_owner(task_id: str, keys: IdKeys) -> Owner | None:
     """The owner a task id names, verified; None for an id that names none. ``OwnerError``
     when it claims an owner but fails verification."""
     if not task_id.startswith(TASK_ID_PREFIX) or len(task_id) > MAX_TASK_ID_CHARS:
@@ -233,7 +234,7 @@ def task_owner(task_id: str, key: bytes) -> Owner | None:
     inner = task_id[len(TASK_ID_PREFIX) :]
     if not owners.is_owned_session_id(inner):
         return None
-    return owners.session_owner(inner, key)
+    return owners.session_owner(inner, keys)
 
 
 # -- a task ---------------------------------------------------------------------------------------
@@ -384,10 +385,10 @@ def task_id_of(params: JsonObject | None) -> str | None:
     return task_id if isinstance(task_id, str) and task_id else None
 
 
-def check_owner(task_id: str, key: bytes) -> Owner | None:
+def check_owner(task_id: str, keys: IdKeys) -> Owner | None:
     """``task_owner`` that treats an id failing verification as naming no owner here (the
     store then answers "not found", as for any id it does not hold)."""
     try:
-        return task_owner(task_id, key)
+        return task_owner(task_id, keys)
     except OwnerError:
         return None

@@ -108,7 +108,7 @@ class ToolCatalog:
                 try:
                     reply = await child.request("tools/list", self._page_params(child, cursor))
                 except ChildError as exc:
-                    log.warning("could not list the tools of %s: %s", child.spec.label, exc.message)
+                    log.warning("could not list the tools of %s: %s", child.spec.label, exc.detailed)
                     break
                 if not isinstance(reply, Result):
                     break

@@ -2,7 +2,8 @@
 the keys derived from the replicas' shared secret, the HTTP client that forwards to other
 instances, and which of them were found unreachable lately.
 
-The rules (session id format, forward signatures) are pure, in ``gateway.protocol.owner``;
+The rules (session id format, the owner's seal, forward signatures) are pure, in
+``gateway.protocol.owner``;
 the forwarding itself is ``gateway.http.forward``.
 """
 
@@ -60,9 +61,10 @@ class OwnerRouting:
         self.label = label  # e.g. "worker 2 of 3", for /status
         self.max_body_bytes = max_body_bytes
         self.state_secret = secret
-        self.session_key = owners.derive_key(secret, "session id")
+        self.session_keys = owners.IdKeys.derive(secret, "session id")
         self.forward_key = owners.derive_key(secret, "forward")
-        self.task_key = owners.derive_key(secret, "task id")  # signs the owner in task ids (Tasks extension)
+        self.task_keys = owners.IdKeys.derive(secret, "task id")  # the owner in task ids (Tasks extension)
+        self.state_seal_key = owners.derive_key(secret, "requestState owner seal")
         self._client: httpx.AsyncClient | None = None
         self._gone: dict[str, float] = {}  # owner key → when it was found unreachable (monotonic)
         self.seen = owners.SeenForwards()  # nonces of the forwards accepted lately (no replays)
@@ -84,7 +86,15 @@ class OwnerRouting:
         self._gone[owner.key] = now
 
     def mint_session_id(self) -> str:
-        return owners.mint_session_id(self.me, self.session_key, secrets.token_bytes(owners.SESSION_RANDOM_BYTES))
+        return owners.mint_session_id(self.me, self.session_keys, secrets.token_bytes(owners.SESSION_RANDOM_BYTES))
+
+    def sealed_me(self) -> str:
+        """This instance, sealed afresh, for a ``requestState``'s owner claim (opaque to clients)."""
+        return owners.seal_owner_text(self.me, self.state_seal_key, secrets.token_bytes(owners.SEAL_NONCE_BYTES))
+
+    def unseal_state_owner(self, sealed: str) -> Owner:
+        """The owner a verified ``requestState`` names; ``OwnerError`` when it does not unseal."""
+        return owners.unseal_owner_text(sealed, self.state_seal_key)
 
     def describe(self) -> dict[str, Any]:
         return {"advertise_url": self.me.url, "boot": self.me.boot, "label": self.label}

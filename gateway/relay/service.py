@@ -126,7 +126,7 @@ def _served(
         state_secret,
         task_group=tg,
         quota=quota,
-        owner=routing.me.key if routing else "",
+        seal_owner=routing.sealed_me if routing else None,
         replicas=replicas,
     )
     # Dispatch rule 5's fair share: a principal's abandoned questions give way to another's asker.
@@ -138,7 +138,7 @@ def _served(
         server.task_policy(),
         task_group=tg,
         owner=routing.me if routing else None,
-        key=routing.task_key if routing else b"",
+        keys=routing.task_keys if routing else None,
     )
     relay = Relay(
         parts.router, suspensions=suspensions, tasks=tasks, settings=parts.settings, gateway_version=gateway_version

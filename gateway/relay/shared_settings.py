@@ -151,6 +151,6 @@ class SharedSettings:
         try:
             reply = await child.request(loglevels.SET_LEVEL, {"level": wanted}, timeout=SET_LEVEL_TIMEOUT)
         except ChildError as exc:
-            log.info("child %s: logging/setLevel %s failed: %s", child.spec.label, wanted, exc.message)
+            log.info("child %s: logging/setLevel %s failed: %s", child.spec.label, wanted, exc.detailed)
             return
         log.debug("child %s: log level %s (the most verbose of its sessions): %r", child.spec.label, wanted, reply)

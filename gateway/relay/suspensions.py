@@ -18,8 +18,8 @@ tokens; without one a random per-process secret is used, and the first token min
 so: a WARNING when other processes may serve the endpoint (``replicas``: owner routing, or
 a bind address a load balancer can reach), else at INFO — a single local gateway loses
 only its in-flight rounds on a restart. The parked call itself lives in this process only; with owner
-routing (``--advertise-url``) the token names this instance, and a retry that reaches
-another replica is forwarded here (``gateway.http.forward``).
+routing (``--advertise-url``) the token names this instance, sealed (no client reads its
+address), and a retry that reaches another replica is forwarded here (``gateway.http.forward``).
 """
 
 from __future__ import annotations
@@ -156,14 +156,15 @@ class Suspensions:
         task_group: TaskGroup,
         quota: ParkedQuota | None = None,
         clock: Callable[[], float] = time.time,
-        owner: str = "",
+        seal_owner: Callable[[], str] | None = None,
         replicas: bool = False,
     ) -> None:
         """``task_group`` runs the keepers (the service's: parked calls end with it); ``quota``:
         parked calls count as their principal's requests in flight (the HTTP edge's limits);
+        ``seal_owner``: this instance, sealed afresh for each token (owner routing);
         ``replicas``: other processes may serve this endpoint (module docstring)."""
         self.server = server
-        self.owner = owner  # named in each token, so any replica can route the retry here
+        self.seal_owner = seal_owner  # named in each token, so any replica can route the retry here
         self.task_group = task_group
         self.quota = quota
         self._secret = secret if secret is not None else secrets.token_bytes(SECRET_BYTES)
@@ -202,7 +203,7 @@ class Suspensions:
             method=request.method,
             digest=requeststate.params_digest(request.params),
             expires_at=expires_at,
-            owner=self.owner,
+            owner=self.seal_owner() if self.seal_owner is not None else "",
         )
         suspension = Suspension(
             state_id, call, asks, expires_at, charged=charged or principal or "anonymous", request_id=request.id

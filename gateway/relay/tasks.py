@@ -45,7 +45,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 from gateway.errors import GATEWAY_NAME, ChildError
 from gateway.protocol import tasks as rules
 from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, ErrorReply, JsonObject, Request, error_object
-from gateway.protocol.owner import Owner
+from gateway.protocol.owner import IdKeys, Owner
 from gateway.protocol.tasks import Task, TaskPolicy
 from gateway.relay import task_run
 from gateway.relay.client import ClientContext
@@ -84,7 +84,7 @@ class TaskStore:
         *,
         task_group: TaskGroup,
         owner: Owner | None = None,
-        key: bytes = b"",
+        keys: IdKeys | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``task_group`` runs the tasks (the service's: they end with it)."""
@@ -92,7 +92,7 @@ class TaskStore:
         self.policy = policy if policy is not None else TaskPolicy()
         self.task_group = task_group
         self._owner = owner
-        self._key = key
+        self._keys = keys  # seal and sign the owner in task ids (``gateway.protocol.tasks`` rule 6)
         self._clock = clock
         self._runs: dict[str, _Run] = {}  # in creation order: the oldest first
         self._passed: dict[str, _Passed] = {}  # children's own tasks, in creation order
@@ -204,7 +204,7 @@ class TaskStore:
         """Make the task, start its run, and return the ``CreateTaskResult`` response."""
         assert self.task_group is not None
         now = self._clock()
-        task_id = rules.mint_task_id(self._owner, self._key, secrets.token_bytes(rules.TASK_RANDOM_BYTES))
+        task_id = rules.mint_task_id(self._owner, self._keys, secrets.token_bytes(rules.TASK_RANDOM_BYTES))
         task = Task(task_id, _owner_of(client), self.server, now, self.policy.ttl)
         run = _Run(task, request, client)
         self._runs[task_id] = run
@@ -222,7 +222,7 @@ class TaskStore:
             mine = [key for key, passed in self._passed.items() if passed.principal == _owner_of(client)]
             if mine:
                 del self._passed[mine[0]]
-        task_id = rules.mint_task_id(self._owner, self._key, secrets.token_bytes(rules.TASK_RANDOM_BYTES))
+        task_id = rules.mint_task_id(self._owner, self._keys, secrets.token_bytes(rules.TASK_RANDOM_BYTES))
         ttl = result.get("ttlMs")
         keep = ttl / 1000 if isinstance(ttl, int) and ttl > 0 else self.policy.ttl
         self._passed[task_id] = _Passed(_owner_of(client), child, str(result["taskId"]), now + keep)

@@ -60,6 +60,18 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "(default: %(default)s)",
     ),
     Setting(
+        "--expose-child-errors",
+        key="exposeChildErrors",
+        target="spec.expose_errors",
+        kind=bool,
+        default=False,
+        section=SECURITY,
+        help="put a failing child's stderr, command, pid and start-up hints in the errors clients get; by default "
+        "clients get what failed and how (exit code, signal, error kind) and only the log and /status carry the "
+        "rest. For local development: in a shared pool the client that reads a child's stderr may not be the "
+        "one that caused it",
+    ),
+    Setting(
         "--auth-token-file",
         field="auth_token_file",
         brief=True,

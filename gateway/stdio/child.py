@@ -128,6 +128,7 @@ class StdioChild(ChildReadings):
             request_timeout=spec.request_timeout,
             max_line_bytes=spec.max_line_bytes,
             command=spec.command,
+            exposed=spec.expose_errors,
         )
         assert proc.stdin is not None
         self._stdin = LineWriter(proc.stdin, spec.max_stdin_queue_bytes, spec.stdin_stall_timeout)

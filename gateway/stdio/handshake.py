@@ -18,7 +18,7 @@ from typing import Final, Protocol
 import anyio
 
 from gateway.errors import ChildExitedError, ChildStartError, ChildTimeoutError
-from gateway.protocol import handshake
+from gateway.protocol import childexit, handshake
 from gateway.protocol.handshake import ChildInfo, HandshakeError
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply
 from gateway.stdio import hints
@@ -134,24 +134,23 @@ async def _handshake(child: StartingChild, gateway_version: str, waiting: StartW
             stdout_noise=list(child.stdout_noise),
             stderr_tail=child.stderr_tail,
         )
-        how = exc.message.split("; stderr: ", 1)
-        message = f"cannot start {spec.command}: {how[0]} during start-up"
-        if len(how) == 2:
-            message += f"; stderr: {how[1]}"
-        if hint:
-            message += f"; hint: {hint}"
-        raise ChildStartError(message, **{**exc.data, "hint": hint}) from exc
+        raise childexit.start_exit_error(spec.label, spec.command, exc, hint, exposed=spec.expose_errors) from exc
     except ChildTimeoutError as exc:
         hint = hints.start_failure(spec.command, timed_out=True, stdout_noise=list(child.stdout_noise))
+        silent = f"no answer to initialize within {spec.handshake_timeout:g} s"
         raise ChildStartError(
-            f"cannot start {spec.command}: no answer to initialize within {spec.handshake_timeout:g} s"
-            + (f"; hint: {hint}" if hint else ""),
-            command=spec.command,
-            stderr=child.stderr_tail or None,
-            hint=hint,
+            f"cannot start {spec.label}: {silent}",
+            detailed=f"cannot start {spec.command}: {silent}" + (f"; hint: {hint}" if hint else ""),
+            private={"command": spec.command, "stderr": child.stderr_tail or None, "hint": hint},
+            exposed=spec.expose_errors,
         ) from exc
     except HandshakeError as exc:
-        raise ChildStartError(f"cannot start {spec.command}: {exc}", command=spec.command) from exc
+        raise ChildStartError(
+            f"cannot start {spec.label}: {exc}",
+            detailed=f"cannot start {spec.command}: {exc}",
+            private={"command": spec.command},
+            exposed=spec.expose_errors,
+        ) from exc
 
 
 async def _initialize(child: StartingChild, gateway_version: str) -> Reply:

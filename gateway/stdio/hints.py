@@ -1,7 +1,9 @@
 """What to try when a child will not start: plain-words hints added to start errors.
 
 Pure functions of what the gateway saw (the command, its exit, its stdout noise and stderr
-tail), so the HTTP client and the log both get the same advice.
+tail). A hint is drawn from the child's output and names its program, so it is the operator's
+(``gateway.errors``): the log has it, and ``inspect``, which runs the child itself; an HTTP
+client reads it only when the server's ``--expose-child-errors`` is on.
 """
 
 from __future__ import annotations

@@ -271,7 +271,7 @@ class Pool(PoolHooks):
         return {
             "failing": self.failing,
             "crash_suspects": len(self.dispatch.suspects),
-            "last_error": self.last_error.message if self.last_error else None,
+            "last_error": self.last_error.detailed if self.last_error else None,
             "spawns": self.spawns,
             "restarts": self.restarts,
             "gateway_faults": self.exits[GATEWAY_FAULT],
@@ -369,7 +369,7 @@ class Pool(PoolHooks):
                     await stop.wait()
                     tg.cancel_scope.cancel()
         except ChildError as exc:  # could not start: say why now, not only once the pool is failing
-            message = redact_text(exc.message)  # it may quote the child's stderr
+            message = redact_text(exc.detailed)  # it may quote the child's stderr
             fields = {**self.dispatch.log_fields, "event": "start_failed", "error": message}
             log.warning("%s: child failed to start: %s", self.label, message, extra=fields)
             exit_error = exc
@@ -437,7 +437,7 @@ class Pool(PoolHooks):
                 return
             problem = f"{method} answered an error"
         except ChildError as exc:
-            problem = exc.message
+            problem = exc.detailed
         self._apply(self.dispatch.liveness_failed(member, problem))
 
 

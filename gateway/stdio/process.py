@@ -187,13 +187,19 @@ async def spawn(spec: ChildSpec) -> tuple[Process, int]:
         return proc, stdout_read
     except OSError as exc:
         reason = exc.strerror or str(exc)
+        public = exc.strerror or "the operating system refused it"  # str(exc) may name a path
         hint = None
         if spec.cwd is not None and not os.path.isdir(spec.cwd):  # noqa: ASYNC240 - error path only
+            public = "its working directory does not exist or is not a directory"
             reason = f"working directory {spec.cwd} does not exist or is not a directory"
         elif isinstance(exc, FileNotFoundError):
             hint = hints.missing_program(spec.command)
-        message = f"cannot start {spec.command}: {reason}" + (f" ({hint})" if hint else "")
-        raise ChildStartError(message, command=spec.command, hint=hint) from exc
+        raise ChildStartError(
+            f"cannot start {spec.label}: {public}",
+            detailed=f"cannot start {spec.command}: {reason}" + (f" ({hint})" if hint else ""),
+            private={"command": spec.command, "hint": hint},
+            exposed=spec.expose_errors,
+        ) from exc
 
 
 def _signal_group(pgid: int, sig: int) -> bool:

@@ -81,6 +81,7 @@ class ChildSpec:
     input_timeout: float = INPUT_TIMEOUT
     name: str = ""
     handshake: str = PROBE_FIRST  # or INITIALIZE_FIRST
+    expose_errors: bool = False  # clients read its stderr, command and hints in errors (``gateway.errors``)
 
     @property
     def argv(self) -> list[str]:
@@ -101,31 +102,41 @@ class ChildSpec:
 
     @property
     def label(self) -> str:
-        """How logs and errors name this child: the configured name or the program."""
+        """How logs and errors name this child: the configured name or the program's file name
+        (never its directory or arguments, so a client may read it)."""
         return self.name or os.path.basename(self.command)
 
 
 def check_spec(spec: ChildSpec) -> None:
-    """Raise ``ChildStartError`` for what ``execve`` cannot take."""
+    """Raise ``ChildStartError`` for what ``execve`` cannot take. The client reads which part
+    is wrong; the operator also reads the program and the variable's name."""
     program = spec.command or "(empty command)"
+
+    def refused(problem: str, detail: str | None = None) -> ChildStartError:
+        return ChildStartError(
+            f"cannot start {spec.label or program}: {problem}",
+            detailed=f"cannot start {program}: {detail or problem}",
+            private={"command": spec.command},
+            exposed=spec.expose_errors,
+        )
+
     if not spec.command:
-        raise ChildStartError("cannot start (empty command): no command given", command=spec.command)
+        raise refused("no command given")
     for index, arg in enumerate(spec.argv):
         if "\x00" in arg:
-            what = "the command" if index == 0 else f"argument {index}"
-            raise ChildStartError(f"cannot start {program}: {what} contains a NUL byte", command=program)
+            raise refused(f"{'the command' if index == 0 else f'argument {index}'} contains a NUL byte")
     for key, value in spec.env.items():
         if not key or "=" in key or "\x00" in key:
-            raise ChildStartError(
-                f"cannot start {program}: environment name {key!r} is empty or contains '=' or NUL",
-                command=program,
+            raise refused(
+                "an environment name is empty or contains '=' or NUL",
+                f"environment name {key!r} is empty or contains '=' or NUL",
             )
         if value is not None and "\x00" in value:
-            raise ChildStartError(
-                f"cannot start {program}: environment variable {key} contains a NUL byte", command=program
+            raise refused(
+                "an environment variable contains a NUL byte", f"environment variable {key} contains a NUL byte"
             )
     if spec.cwd is not None and "\x00" in spec.cwd:
-        raise ChildStartError(f"cannot start {program}: cwd contains a NUL byte", command=program)
+        raise refused("cwd contains a NUL byte")
 
 
 GATEWAY_ENV_PREFIX: Final = "MCP_GATEWAY_"

@@ -158,7 +158,7 @@ async def _list(child: StdioChild, method: str, key: str) -> Listing:
     try:
         return await walk_pages(fetch, key)
     except ChildError as exc:
-        return Listing([], exc.message)
+        return Listing([], exc.detailed)
 
 
 async def _section(child: StdioChild, capability: str, method: str, key: str) -> Section:
@@ -343,7 +343,7 @@ async def run_inspect(argv: Sequence[str], *, out: Console | None = None, err: C
                 on_start=starting.watch,
             )
     except GatewayError as exc:
-        err.print(Text.assemble(("error: ", "bold red"), exc.message))
+        err.print(Text.assemble(("error: ", "bold red"), exc.detailed))
         return EXIT_CANNOT_START
     if args.json:
         out.out(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2).decode(), highlight=False)

@@ -55,9 +55,10 @@ async def test_a_child_that_dies_mid_call_fails_the_call_with_its_exit_code_and_
             with pytest.raises(ChildExitedError) as died:
                 await child.request("tools/call", params)
             assert not child.is_alive()
-    assert died.value.data["exit_code"] == 7
-    assert died.value.data["stderr"] == ["one", "two"]
-    assert f"(pid {backend.children[0].pid}) exited with code 7; stderr: one | two" in died.value.message
+    assert died.value.data == {"exit_code": 7}
+    assert died.value.private["stderr"] == ["one", "two"]
+    assert f"(pid {backend.children[0].pid}) exited with code 7; stderr: one | two" in died.value.detailed
+    assert "one" not in died.value.message  # a client's reading (gateway.errors)
 
 
 @pytest.mark.parametrize(

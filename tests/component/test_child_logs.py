@@ -84,8 +84,9 @@ async def test_with_the_setting_off_no_line_is_logged_but_the_tail_still_keeps_t
         async with fake_backend() as backend, in_process_gateway(backend, spec=spec) as gw:
             await call(gw, "stderr", {"lines": ["one", "two"]})
             crashed = await call(gw, "crash", {"code": 3, "stderr": ["three"]})
-            await records.wait_for_text("exited with code 3")  # stderr was drained before the exit was logged
-    assert "one | two | three" in crashed.json()["error"]["message"]
+            exit_record = await records.wait_for_text("exited with code 3")  # stderr drained before it
+    assert "one | two | three" in exit_record.getMessage()  # the exit's record still quotes the tail
+    assert "one" not in crashed.json()["error"]["message"]  # (which no client sees)
     assert [r for r in records.records if r.name == "gateway.child.stderr"] == []
 
 

@@ -122,7 +122,7 @@ async def test_a_modern_call_with_roots_first_gets_the_gateways_round_then_a_chi
             status = (await gw.http.get("/status")).json()
     for name, (first, second) in got.items():
         assert first["result"]["inputRequests"] == {"roots": {"method": "roots/list", "params": {}}}
-        assert first["result"]["requestState"].startswith("mcpgw1.")
+        assert first["result"]["requestState"].startswith("mcpgw2.")
         assert held(second) == {"roots": ROOTS[name]}  # its own, from the child's fetch at start
     assert got["alice"][1]["result"]["structuredContent"]["pid"] != got["bob"][1]["result"]["structuredContent"]["pid"]
     [server] = status["servers"]

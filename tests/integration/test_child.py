@@ -70,7 +70,7 @@ async def test_a_nul_byte_or_bad_env_name_is_refused_before_spawning(spec: Child
     with pytest.raises(ChildStartError, match=r"^cannot start") as info:
         async with open_child(spec):
             pass  # pragma: no cover - must not be reached
-    assert what in info.value.message
+    assert what in info.value.detailed
 
 
 async def test_environment_is_inherited_overlaid_and_keys_set_to_none_are_removed(
@@ -153,8 +153,8 @@ async def test_a_command_that_cannot_start_fails_at_once_with_the_reason(tmp_pat
     with anyio.fail_after(5), pytest.raises(ChildStartError) as info:
         async with open_child(spec):
             pass  # pragma: no cover
-    assert info.value.message.startswith(f"cannot start {spec.command}: ")
-    assert reason in info.value.message
+    assert info.value.detailed.startswith(f"cannot start {spec.command}: ")
+    assert reason in info.value.detailed
 
 
 async def test_a_child_that_exits_at_start_fails_with_its_exit_code_and_stderr() -> None:
@@ -162,7 +162,7 @@ async def test_a_child_that_exits_at_start_fails_with_its_exit_code_and_stderr()
         async with open_child(server_spec("--exit-at-start", "2")):
             pass  # pragma: no cover
     assert "exited with code 2" in info.value.message
-    assert "fatal: configured to exit" in info.value.message
+    assert "fatal: configured to exit" in info.value.detailed
     assert info.value.data["exit_code"] == 2
 
 
@@ -240,7 +240,7 @@ async def test_a_child_that_exits_fails_every_request_in_flight_with_code_and_st
     for exc in [*errors, info.value]:
         assert isinstance(exc, ChildExitedError)
         assert "exited with code 3" in exc.message
-        assert "boom: disk on fire" in exc.message
+        assert "boom: disk on fire" in exc.detailed
         assert exc.data["exit_code"] == 3
 
 
@@ -466,11 +466,11 @@ async def test_a_server_that_prints_a_banner_and_exits_gets_a_hint_about_stdout(
         async with open_child(ChildSpec(sys.executable, ("-c", code), probe_timeout=5, handshake_timeout=5)):
             pass  # pragma: no cover
     assert "exited with code 1" in info.value.message
-    assert "hint: this server printed 'Server listening on stdio' on stdout" in info.value.message
+    assert "hint: this server printed 'Server listening on stdio' on stdout" in info.value.detailed
 
 
 async def test_a_missing_program_gets_a_hint_about_path() -> None:
     with anyio.fail_after(10), pytest.raises(ChildStartError) as info:
         async with open_child(ChildSpec("no-such-mcp-server-binary")):
             pass  # pragma: no cover
-    assert "on the gateway's PATH" in info.value.message
+    assert "on the gateway's PATH" in info.value.detailed

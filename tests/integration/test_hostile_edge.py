@@ -333,7 +333,7 @@ async def test_params_nested_deeper_than_the_limit_get_400_in_both_eras_and_the_
 # --- Row 9: requestState -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("state", ["mcpgw1.é.AAAA", "mcpgw1.eyJ9.\u00ff\u00ff", "mcpgw1.\U0001f600"])
+@pytest.mark.parametrize("state", ["mcpgw2.é.AAAA", "mcpgw2.eyJ9.\u00ff\u00ff", "mcpgw2.\U0001f600"])
 async def test_a_request_state_with_non_ascii_characters_gets_400_malformed(state: str) -> None:
     # MRTR (and so requestState) exists only for modern clients; a legacy request's params go
     # to the child untouched.

@@ -46,7 +46,7 @@ async def test_each_server_has_its_endpoint_and_a_broken_one_does_not_affect_the
             broken = await http.post(
                 f"{base}/servers/broken/mcp", headers=modern_headers("tools/call", "echo"), json=modern_call(1, "echo")
             )
-            assert broken.json()["error"]["message"].startswith("cannot start /nonexistent/server")
+            assert broken.json()["error"]["message"].startswith("cannot start server: No such file or directory")
             fine = await http.post(
                 f"{base}/servers/alpha/mcp",
                 headers=modern_headers("tools/call", "echo"),

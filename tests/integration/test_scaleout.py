@@ -149,10 +149,10 @@ async def test_a_forged_owner_in_a_session_id_is_refused_and_never_forwarded() -
         async with cluster(server_spec("--era", "legacy")) as c, httpx.AsyncClient() as http:
             init = await http.post(c.instances[0] + "/mcp", headers=BASE_HEADERS, json=legacy_initialize())
             real = init.headers["mcp-session-id"]
-            # Same random part and signature, but the owner swapped for another instance.
-            prefix, _, _boot, rand, mac = real.split(".")
-            other = c.routings[1].me
-            forged = ".".join([prefix, owners._b64(other.url.encode()), other.boot, rand, mac])
+            other = await http.post(c.instances[1] + "/mcp", headers=BASE_HEADERS, json=legacy_initialize())
+            # Same random part and signature, but the sealed owner swapped for another instance's.
+            prefix, rand, _, mac = real.split(".")
+            forged = ".".join([prefix, rand, other.headers["mcp-session-id"].split(".")[2], mac])
             ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
             for target in c.instances:
                 reply = await http.post(target + "/mcp", headers={**BASE_HEADERS, "mcp-session-id": forged}, json=ping)
@@ -233,7 +233,10 @@ async def test_an_owner_gone_or_restarted_at_the_same_address_means_404_and_a_ne
             # A is gone: its session is unknown everywhere, at once (connection refused).
             gone = await http.post(url_b, headers=old, json=ping)
             assert gone.status_code == 404
-            assert base_a in gone.json()["error"]["message"]
+            message = gone.json()["error"]["message"]
+            assert message == (
+                "unknown or ended session: the replica that owns this session is unreachable; initialize a new one"
+            )
             # A restarts at the same address with new state: the old id is still 404, there and via B.
             again = loopback_socket_at(port)
             second = OwnerRouting(base_a, SECRET, max_body_bytes=MAX_BODY_BYTES)
@@ -319,6 +322,6 @@ async def test_advertise_url_from_the_settings_turns_owner_routing_on(tmp_path: 
             status = (await http.get(f"{base}/status")).json()
             init = await http.post(f"{base}/mcp", headers=BASE_HEADERS, json=legacy_initialize())
     assert status["instance"]["advertise_url"] == "http://127.0.0.1:9"
-    owner = owners.session_owner(init.headers["mcp-session-id"], owners.derive_key(b"s" * 32, "session id"))
+    owner = owners.session_owner(init.headers["mcp-session-id"], owners.IdKeys.derive(b"s" * 32, "session id"))
     assert owner.url == "http://127.0.0.1:9"
     assert owner.boot == status["instance"]["boot"]

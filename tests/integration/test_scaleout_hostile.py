@@ -240,7 +240,7 @@ async def test_an_owner_that_accepts_a_forward_and_never_answers_is_gone_after_t
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
     mute = owners.Owner(f"http://127.0.0.1:{port}", "mute")
-    session_id = owners.mint_session_id(mute, owners.derive_key(SECRET, "session id"), secrets.token_bytes(16))
+    session_id = owners.mint_session_id(mute, owners.IdKeys.derive(SECRET, "session id"), secrets.token_bytes(16))
     sock = loopback_socket()
     routing = OwnerRouting(
         f"http://127.0.0.1:{sock.getsockname()[1]}",
@@ -261,7 +261,8 @@ async def test_an_owner_that_accepts_a_forward_and_never_answers_is_gone_after_t
                 )
             tg.cancel_scope.cancel()
     assert gone.status_code == 404
-    assert "is gone" in gone.json()["error"]["message"]
+    assert "the replica that owns this session is unreachable" in gone.json()["error"]["message"]
+    assert str(port) not in gone.text
     assert again.status_code == 404  # remembered as gone: answered at once
     assert connections >= 1  # the forward reached it (and the /healthz probe, which got no answer either)
     assert caplog.text.count("stopped answering") == 1  # the second request asked nobody

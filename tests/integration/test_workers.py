@@ -203,7 +203,7 @@ async def test_killing_a_worker_loses_only_its_sessions_and_calls_on_the_others_
                 ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
                 lost = await http.post(third, headers=doomed, json=ping)
                 assert lost.status_code == 404
-                assert "is gone" in lost.json()["error"]["message"]
+                assert "the replica that owns this session is unreachable" in lost.json()["error"]["message"]
                 again = await open_session(http, third)  # re-initialize: works
                 assert (await http.post(second, headers=again, json=ping)).status_code == 200
                 rest = [line async for line in lines if line.startswith("data: {")]

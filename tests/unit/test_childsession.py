@@ -463,11 +463,13 @@ def test_the_exit_fails_everything_pending_with_one_error_naming_the_exit() -> N
     assert [a.owner for a in failed] == ["a", "b"]
     assert failed[0].error is failed[1].error
     error = failed[0].error
-    assert error.message == "srv (pid 42) was killed by SIGKILL; stderr: two | three | four"
-    assert error.data["signal"] == "SIGKILL"
-    assert error.data["stderr"] == ["one", "two", "three", "four"]
+    assert error.message == "srv was killed by SIGKILL"
+    assert error.detailed == "srv (pid 42) was killed by SIGKILL; stderr: two | three | four"
+    assert error.data == {"signal": "SIGKILL"}
+    assert error.private["stderr"] == ["one", "two", "three", "four"]
     (record,) = of(Log, actions)
     assert record.level == logging.WARNING
+    assert record.args == (error.detailed,)  # the operator's reading
     assert record.fields == {"event": "exit", "exit_code": None, "signal": "SIGKILL", "planned": False}
     assert (session.in_flight, session.open_questions, session.next_deadline()) == (0, 0, None)
     with pytest.raises(ChildExitedError):
@@ -484,10 +486,11 @@ def test_a_fault_of_the_gateway_fails_everything_pending_and_the_later_exit_chan
     assert [a.owner for a in failed] == ["a", "b"]
     error = failed[0].error
     assert isinstance(error, ChildFaultError)
-    assert error.message == (
+    assert error.detailed == (
         "srv (pid 42) was stopped: the gateway hit an internal error on this child (in its stderr pump); "
         "it is restarted"
     )
+    assert "pid" not in error.message
     assert error.data["gateway_fault"] == "stderr pump"
     assert of(Log, actions) == []  # the edge logs it, with the traceback
     assert (session.in_flight, session.next_deadline()) == (0, None)
@@ -504,7 +507,19 @@ def test_a_child_the_gateway_stopped_exits_with_a_record_at_info_level() -> None
     assert record.level == logging.INFO
     assert record.fields == {"event": "exit", "exit_code": 0, "signal": None, "planned": True}
     assert session.death is not None
-    assert session.death.message == "srv (pid 42) exited with code 0 after the gateway stopped it"
+    assert session.death.message == "srv exited with code 0 after the gateway stopped it"
+    assert session.death.detailed == "srv (pid 42) exited with code 0 after the gateway stopped it"
+
+
+def test_a_child_the_gateway_stopped_with_requests_in_flight_leaves_its_details_in_the_log() -> None:
+    session = make()
+    session.send("tools/call", call("x"), "a", now=0)
+    actions = session.exited(-15, stderr_tail=["last words"], stopping=True)
+    [failed] = of(Failed, actions)
+    assert failed.error.message == "srv was killed by SIGTERM after the gateway stopped it"
+    [log] = of(Log, actions)
+    assert (log.level, log.args) == (logging.INFO, (failed.error.detailed,))
+    assert "last words" in failed.error.detailed
 
 
 def test_an_open_ask_is_forgotten_at_the_exit() -> None:
@@ -542,7 +557,8 @@ def test_the_exit_record_quotes_the_stderr_tail_redacted_but_the_error_keeps_it(
     (record,) = of(Log, actions)
     assert record.args == ("srv (pid 42) exited with code 1; stderr: fatal: API_KEY=[redacted] refused",)
     assert session.death is not None
-    assert session.death.data["stderr"] == ["fatal: API_KEY=sk-123 refused"]  # what clients see is not the log's
+    assert session.death.private["stderr"] == ["fatal: API_KEY=sk-123 refused"]  # the operator's /status
+    assert "sk-123" not in session.death.message  # and no client's answer quotes it
 
 
 def test_a_non_json_line_is_logged_redacted_and_kept_as_it_came() -> None:

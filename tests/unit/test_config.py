@@ -115,6 +115,7 @@ def test_a_config_file_gives_each_server_its_own_settings(tmp_path: Path) -> Non
         ({"mcpServers": {"x": {"command": "a", "maxBatchSize": 0}}}, "mcpServers.x.maxBatchSize"),
         ({"mcpServers": {"x": {"command": "a", "maxBatchSize": 2.5}}}, "mcpServers.x.maxBatchSize"),
         ({"mcpServers": {"x": {"command": "a", "readyRequired": "yes"}}}, "mcpServers.x.readyRequired"),
+        ({"mcpServers": {"x": {"command": "a", "exposeChildErrors": 1}}}, "mcpServers.x.exposeChildErrors"),
     ],
 )
 def test_an_invalid_config_fails_at_start_naming_the_key(tmp_path: Path, body: object, key: str) -> None:
@@ -395,3 +396,17 @@ def test_child_stderr_logging_is_on_by_default_and_turned_off_by_flag_environmen
     bad = write(tmp_path, {"mcpServers": {"chatty": {"command": "a", "childStderrLog": False}}})
     with pytest.raises(ConfigError, match="childStderrLog"):
         parse_settings(["--config", bad], environ={})
+
+
+def test_child_errors_reach_clients_only_when_the_flag_the_variable_or_the_config_key_says_so(
+    tmp_path: Path,
+) -> None:
+    assert parse_settings(["--", "srv"], environ={}).servers[0].spec.expose_errors is False
+    assert parse_settings(["--expose-child-errors", "--", "srv"], environ={}).servers[0].spec.expose_errors
+    environ = {"MCP_GATEWAY_EXPOSE_CHILD_ERRORS": "1"}
+    assert parse_settings(["--", "srv"], environ=environ).servers[0].spec.expose_errors
+    body = {"mcpServers": {"dev": {"command": "a", "exposeChildErrors": True}, "prod": {"command": "b"}}}
+    dev, prod = parse_settings(["--config", write(tmp_path, body)], environ={}).servers
+    assert (dev.spec.expose_errors, prod.spec.expose_errors) == (True, False)
+    dev, prod = parse_settings(["--expose-child-errors", "--config", write(tmp_path, body)], environ={}).servers
+    assert (dev.spec.expose_errors, prod.spec.expose_errors) == (True, True)  # the flag is every server's default

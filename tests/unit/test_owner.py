@@ -2,59 +2,124 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+
+import orjson
 import pytest
 
 from gateway.protocol import owner as owners
 from gateway.protocol.owner import Owner, OwnerError
-from gateway.protocol.requeststate import StateClaims, decode_state, encode_state
+from gateway.protocol.requeststate import StateClaims, StateError, decode_state, encode_state, is_gateway_state
 
 SECRET = b"a shared secret of at least 16 bytes"
 ME = Owner("http://10.0.0.7:8000", "b00tA")
 OTHER = Owner("http://10.0.0.8:8000", "b00tB")
-KEY = owners.derive_key(SECRET, "session id")
+KEYS = owners.IdKeys.derive(SECRET, "session id")
 FORWARD_KEY = owners.derive_key(SECRET, "forward")
 RANDOM = bytes(range(16))
 NOW = 1_800_000_000
+SEAL_KEY = owners.derive_key(SECRET, "requestState owner seal")
+ADDRESS_PIECES = (b"10.0.0.7", b":8000", b"http:", b"b00tA", "10.0.0.7".encode("utf-16-be"))
+"""What an owner reference must never show a client, however its parts are decoded."""
+
+
+def decoded_parts(reference: str) -> list[bytes]:
+    """Every dot-separated part of ``reference``, as it is and base64url-decoded where it decodes."""
+    parts = []
+    for part in reference.split("."):
+        parts.append(part.encode())
+        for pad in ("", "=", "=="):
+            try:
+                parts.append(base64.urlsafe_b64decode(part + pad))
+            except (ValueError, binascii.Error):
+                continue
+    return parts
+
+
+def assert_no_address(reference: str) -> None:
+    for part in decoded_parts(reference):
+        for piece in ADDRESS_PIECES:
+            assert piece not in part, (reference, part)
 
 
 def test_a_session_id_names_its_owner_and_is_visible_ascii() -> None:
-    session_id = owners.mint_session_id(ME, KEY, RANDOM)
+    session_id = owners.mint_session_id(ME, KEYS, RANDOM)
+    assert session_id.startswith("o2.")
     assert owners.is_owned_session_id(session_id)
     assert all(0x21 <= ord(ch) <= 0x7E for ch in session_id)
-    assert owners.session_owner(session_id, KEY) == ME
+    assert owners.session_owner(session_id, KEYS) == ME
+
+
+def test_a_session_id_shows_no_address_nor_boot_only_the_replicas_can_read_them() -> None:
+    session_id = owners.mint_session_id(ME, KEYS, RANDOM)
+    assert_no_address(session_id)
+    other = owners.IdKeys.derive(b"another secret, 16+ bytes", "session id")
+    _, rand, sealed, _ = session_id.split(".")
+    with pytest.raises(OwnerError):  # another secret's seal key does not read it
+        owners.unseal_owner(owners._unb64(sealed), other.seal, owners._unb64(rand))
+
+
+def test_the_same_owner_seals_differently_under_each_nonce() -> None:
+    one = owners.seal_owner(ME, KEYS.seal, RANDOM)
+    assert one != owners.seal_owner(ME, KEYS.seal, bytes(16))
+    assert one != owners.seal_owner(ME, owners.derive_key(SECRET, "task id owner seal"), RANDOM)
+    assert len(one) % owners.SEAL_BLOCK == 0
+    assert len(one) == len(owners.seal_owner(Owner("http://10.0.0.77:8000", "b00tA"), KEYS.seal, RANDOM))
+
+
+def test_a_sealed_owner_round_trips_as_text_with_its_nonce() -> None:
+    text = owners.seal_owner_text(ME, KEYS.seal, RANDOM)
+    assert_no_address(text)
+    assert owners.unseal_owner_text(text, KEYS.seal) == ME
+    for broken in ("!!", text[:-4], owners._b64(bytes(16 + 32))):
+        with pytest.raises(OwnerError):
+            owners.unseal_owner_text(broken, KEYS.seal)
 
 
 def test_distinct_random_parts_make_distinct_ids() -> None:
-    assert owners.mint_session_id(ME, KEY, RANDOM) != owners.mint_session_id(ME, KEY, bytes(16))
+    assert owners.mint_session_id(ME, KEYS, RANDOM) != owners.mint_session_id(ME, KEYS, bytes(16))
 
 
 def test_an_id_whose_owner_was_swapped_is_refused_as_forged() -> None:
-    prefix, _, boot, rand, mac = owners.mint_session_id(ME, KEY, RANDOM).split(".")
-    swapped = ".".join([prefix, owners._b64(OTHER.url.encode()), boot, rand, mac])
+    prefix, rand, _, mac = owners.mint_session_id(ME, KEYS, RANDOM).split(".")
+    _, _, other_sealed, _ = owners.mint_session_id(OTHER, KEYS, RANDOM).split(".")
+    swapped = ".".join([prefix, rand, other_sealed, mac])
     with pytest.raises(OwnerError) as caught:
-        owners.session_owner(swapped, KEY)
+        owners.session_owner(swapped, KEYS)
     assert caught.value.kind == "forged"
 
 
 def test_an_id_minted_with_another_secret_is_refused() -> None:
-    foreign = owners.mint_session_id(ME, owners.derive_key(b"another secret, 16+ bytes", "session id"), RANDOM)
+    foreign = owners.mint_session_id(ME, owners.IdKeys.derive(b"another secret, 16+ bytes", "session id"), RANDOM)
     with pytest.raises(OwnerError) as caught:
-        owners.session_owner(foreign, KEY)
+        owners.session_owner(foreign, KEYS)
     assert caught.value.kind == "forged"
+
+
+def test_an_earlier_versions_id_with_its_owner_in_clear_is_refused_as_outdated() -> None:
+    earlier = f"o1.{owners._b64(ME.url.encode())}.{ME.boot}.{owners._b64(RANDOM)}.AAAA"
+    assert owners.is_owned_session_id(earlier)
+    with pytest.raises(OwnerError) as caught:
+        owners.session_owner(earlier, KEYS)
+    assert caught.value.kind == "outdated"
+    assert ME.url not in caught.value.message
 
 
 @pytest.mark.parametrize(
     "session_id",
-    ["plain-random-id", "o1.", "o1.a.b", "o1.a.b.c.d.e", "o1.aHR0cA.boot.rand.!!", "o1." + "a" * 2000],
+    ["plain-random-id", "o2.", "o2.a.b", "o2.a.b.c.d.e", "o2.aHR0cA.boot.!!", "o2." + "a" * 2000, "o1.a.b"],
 )
 def test_malformed_owned_ids_are_refused_without_raising_anything_else(session_id: str) -> None:
     with pytest.raises(OwnerError) as caught:
-        owners.session_owner(session_id, KEY)
-    assert caught.value.kind in ("malformed", "forged")
+        owners.session_owner(session_id, KEYS)
+    assert caught.value.kind in ("malformed", "forged", "outdated")
 
 
-def test_the_session_key_and_the_forward_key_differ() -> None:
-    assert KEY != FORWARD_KEY
+def test_the_session_keys_the_task_keys_and_the_forward_key_all_differ() -> None:
+    tasks = owners.IdKeys.derive(SECRET, "task id")
+    assert len({KEYS.mac, KEYS.seal, tasks.mac, tasks.seal, FORWARD_KEY}) == 5
+    assert KEYS.mac == owners.derive_key(SECRET, "session id")  # the MAC key is the one before sealing
 
 
 def test_an_owner_key_round_trips_and_names_the_boot() -> None:
@@ -197,13 +262,38 @@ def test_a_principal_travels_as_base64url_of_utf8() -> None:
         owners.decode_principal("not base64!")
 
 
-def test_a_request_state_carries_its_owner_and_a_token_without_one_still_reads() -> None:
-    claims = StateClaims("sid", "alice", "files", "tools/call", "d" * 64, NOW + 60, owner=ME.key)
-    assert decode_state(encode_state(claims, SECRET), SECRET, now=NOW).owner == ME.key
+def test_a_request_state_carries_its_owner_sealed_and_a_token_without_one_still_reads() -> None:
+    sealed = owners.seal_owner_text(ME, SEAL_KEY, RANDOM)
+    claims = StateClaims("sid", "alice", "files", "tools/call", "d" * 64, NOW + 60, owner=sealed)
+    token = encode_state(claims, SECRET)
+    assert token.startswith("mcpgw2.")
+    assert_no_address(token)
+    payload = orjson.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
+    assert_no_address(payload["own"])
+    assert owners.unseal_owner_text(decode_state(token, SECRET, now=NOW).owner, SEAL_KEY) == ME
     unowned = StateClaims("sid", "alice", "files", "tools/call", "d" * 64, NOW + 60)
     token = encode_state(unowned, SECRET)
     assert "own" not in unowned.to_json()
     assert decode_state(token, SECRET, now=NOW).owner == ""
+
+
+def test_an_earlier_versions_request_state_is_still_the_gateways_and_refused() -> None:
+    earlier = "mcpgw1." + owners._b64(orjson.dumps({"own": ME.key})) + ".AAAA"
+    assert is_gateway_state(earlier)
+    with pytest.raises(StateError) as caught:
+        decode_state(earlier, SECRET, now=NOW)
+    assert caught.value.kind == "malformed"
+    assert ME.url not in caught.value.message
+
+
+def test_the_routing_seals_itself_afresh_for_each_request_state() -> None:
+    from gateway.relay import owner as forward
+
+    routing = forward.OwnerRouting("http://10.0.0.7:8000", SECRET, max_body_bytes=1024)
+    one, two = routing.sealed_me(), routing.sealed_me()
+    assert one != two
+    assert_no_address(one)
+    assert routing.unseal_state_owner(one) == routing.unseal_state_owner(two) == routing.me
 
 
 def test_an_unreachable_owner_is_remembered_briefly_and_boundedly() -> None:

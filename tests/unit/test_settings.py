@@ -128,4 +128,4 @@ def test_a_per_server_number_or_choice_needs_no_code_of_its_own_in_the_config_fi
     plain = [s for s in PER_SERVER if s.key and "." not in s.key and not s.repeat]
     assert {s.key for s in plain} >= {"requestTimeout", "maxBatchSize", "isolation", "childAsks"}
     for setting in plain:
-        assert setting.choices or setting.kind in (int, float), setting.flag
+        assert setting.choices or setting.kind in (int, float, bool), setting.flag

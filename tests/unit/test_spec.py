@@ -14,7 +14,7 @@ def refusal(spec: ChildSpec) -> ChildStartError:
     with pytest.raises(ChildStartError) as caught:
         check_spec(spec)
     assert caught.value.message.startswith("cannot start")
-    assert str(caught.value) == caught.value.message
+    assert str(caught.value) == caught.value.detailed  # the log's reading
     return caught.value
 
 
@@ -36,7 +36,7 @@ def test_an_empty_command_is_refused() -> None:
 def test_a_nul_byte_in_the_command_is_refused() -> None:
     error = refusal(ChildSpec("/bin/e\x00cho"))
 
-    assert "the command contains a NUL byte" in error.message
+    assert error.message == "cannot start e\x00cho: the command contains a NUL byte"
 
 
 @pytest.mark.parametrize("index", [1, 2, 3])
@@ -47,22 +47,23 @@ def test_a_nul_byte_in_an_argument_is_refused_naming_the_argument(index: int) ->
     error = refusal(ChildSpec("server", tuple(args)))
 
     assert error.message == f"cannot start server: argument {index} contains a NUL byte"
-    assert error.data == {"command": "server"}
+    assert (error.data, error.private) == ({}, {"command": "server"})
 
 
 def test_a_nul_byte_in_an_environment_value_is_refused_naming_the_variable() -> None:
     error = refusal(ChildSpec("server", env={"OK": "fine", "API_KEY": "se\x00cret"}))
 
-    assert error.message == "cannot start server: environment variable API_KEY contains a NUL byte"
-    assert "cret" not in error.message  # the value itself is never echoed
+    assert error.message == "cannot start server: an environment variable contains a NUL byte"
+    assert error.detailed == "cannot start server: environment variable API_KEY contains a NUL byte"
+    assert "cret" not in error.detailed  # the value itself is never echoed, even to the operator
 
 
 @pytest.mark.parametrize("name", ["", "A=B", "=A", "A\x00B"], ids=["empty", "equals", "leading-equals", "nul"])
 def test_a_malformed_environment_name_is_refused(name: str) -> None:
     error = refusal(ChildSpec("server", env={name: "value"}))
 
-    assert "environment name" in error.message
-    assert repr(name) in error.message
+    assert error.message == "cannot start server: an environment name is empty or contains '=' or NUL"
+    assert repr(name) in error.detailed
 
 
 def test_a_malformed_environment_name_is_refused_even_when_it_would_remove_the_variable() -> None:
@@ -81,7 +82,15 @@ def test_the_refusal_is_a_child_start_error_on_the_wire() -> None:
     wire = error.error_object()
     assert wire["code"] == CODE_CHILD_START
     assert wire["data"]["kind"] == "ChildStartError"
-    assert wire["data"]["command"] == "server"
+    assert "command" not in wire["data"]
+
+
+def test_with_expose_child_errors_the_refusal_names_the_command_on_the_wire() -> None:
+    error = refusal(ChildSpec("/opt/srv/server", env={"API_KEY": "se\x00cret"}, expose_errors=True))
+
+    wire = error.error_object()
+    assert wire["data"]["command"] == "/opt/srv/server"
+    assert wire["message"] == "cannot start /opt/srv/server: environment variable API_KEY contains a NUL byte"
 
 
 # --- child_environment ------------------------------------------------------------------

@@ -3,6 +3,10 @@ task's states, keys and wire shapes, and owner-carrying task ids."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -140,14 +144,30 @@ def test_progress_is_the_status_message_while_working_only() -> None:
 
 def test_a_task_id_names_its_owner_verified_and_an_unowned_one_names_none() -> None:
     me = Owner("http://10.0.0.1:8000", "boot1")
-    key = owners.derive_key(b"s" * 32, "task id")
-    task_id = rules.mint_task_id(me, key, b"r" * rules.TASK_RANDOM_BYTES)
-    assert task_id.startswith(rules.TASK_ID_PREFIX)
-    assert rules.task_owner(task_id, key) == me
-    assert rules.task_owner(rules.mint_task_id(None, key, b"r" * 16), key) is None
+    keys = owners.IdKeys.derive(b"s" * 32, "task id")
+    task_id = rules.mint_task_id(me, keys, b"r" * rules.TASK_RANDOM_BYTES)
+    assert task_id.startswith(rules.TASK_ID_PREFIX + owners.SESSION_PREFIX)
+    assert rules.task_owner(task_id, keys) == me
+    assert rules.task_owner(rules.mint_task_id(None, keys, b"r" * 16), keys) is None
     with pytest.raises(OwnerError):  # signed with another key (a session id's, say)
-        rules.task_owner(task_id, owners.derive_key(b"s" * 32, "session id"))
-    assert rules.check_owner(task_id[:-2] + "AA", key) is None
+        rules.task_owner(task_id, owners.IdKeys.derive(b"s" * 32, "session id"))
+    assert rules.check_owner(task_id[:-2] + "AA", keys) is None
+
+
+def test_a_task_id_shows_no_address_of_its_owner() -> None:
+    me = Owner("http://10.0.0.1:8000", "boot1")
+    task_id = rules.mint_task_id(me, owners.IdKeys.derive(b"s" * 32, "task id"), b"r" * rules.TASK_RANDOM_BYTES)
+    for part in task_id.split("."):
+        texts = [part.encode()]
+        with contextlib.suppress(ValueError):
+            texts.append(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+        for text, piece in itertools.product(texts, (b"10.0.0.1", b"boot1", b"http:")):
+            assert piece not in text
+
+
+def test_an_earlier_versions_task_id_names_no_owner_here() -> None:
+    earlier = "t.o1." + base64.urlsafe_b64encode(b"http://10.0.0.1:8000").decode().rstrip("=") + ".boot1.cmFuZA.AAAA"
+    assert rules.check_owner(earlier, owners.IdKeys.derive(b"s" * 32, "task id")) is None  # "not found" here
 
 
 @given(st.lists(st.sampled_from(["ask", "answer", "note", "complete", "fail", "cancel"]), max_size=30))
