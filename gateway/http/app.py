@@ -53,7 +53,7 @@ from gateway.http.routes import build_routes, http_error_handler, mcp_paths
 from gateway.http.routes import served_endpoints as served_endpoints
 from gateway.oauth.gate import OAuthGate
 from gateway.oauth.validation import OAuthPolicy
-from gateway.ops.metrics import GatewayMetrics
+from gateway.ops.metrics import GatewayMetrics, label_value
 from gateway.ops.recent import RecentErrors
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
@@ -111,7 +111,7 @@ def create_app(
             "This instance (1): its advertise URL, boot id and, under --workers, which worker",
             ["advertise_url", "boot", "worker"],
             registry=metrics.registry,
-        ).labels(routing.me.url, routing.me.boot, routing.label or "").set(1)
+        ).labels(routing.me.url, routing.me.boot, label_value(routing.label or "")).set(1)
     protected: dict[str, OAuthPolicy | None] = {f"/servers/{r.server.name}/mcp": r.server.oauth for r in routers}
     if len(routers) == 1:
         protected["/mcp"] = routers[0].server.oauth

@@ -13,7 +13,7 @@ Each app has its own registry (several gateways can live in one process, as in t
 | ``mcp_gateway_queue_waiting`` | server, pool (``shared``, ``principal`` or ``session``: summed by kind) |
 | ``mcp_gateway_children`` | server, pool, state |
 | ``mcp_gateway_child_spawns_total`` / ``_restarts_total`` | server, pool |
-| ``mcp_gateway_child_exits_total`` | server, pool, reason (``code 0``, ``SIGKILL``, ``start failure``, …) |
+| ``mcp_gateway_child_exits_total`` | server, pool, reason (``code_0``, ``SIGKILL``, ``start_failure``, …) |
 | ``mcp_gateway_child_start_seconds`` (summary of recent cold starts) | server, pool |
 | ``mcp_gateway_cancellations_sent_total``, ``mcp_gateway_timeouts_total``, | server, pool |
 | ``mcp_gateway_non_json_lines_total``, ``mcp_gateway_child_bytes_{in,out}_total`` | server, pool |
@@ -35,7 +35,7 @@ import math
 import time
 from bisect import bisect_left
 from collections import Counter as Tally
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from typing import Final
 
@@ -59,23 +59,28 @@ from gateway.stdio.pool import Pool
 
 LATENCY_LABELS: Final = ("server", "method", "era")
 LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-METHOD_LABELS: Final = frozenset(
-    {
-        # MCP requests and notifications a client sends, in every revision (digest §1).
-        "initialize", "ping", "server/discover", "tools/list", "tools/call", "prompts/list", "prompts/get",
-        "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
-        "resources/unsubscribe", "subscriptions/listen", "completion/complete", "logging/setLevel",
-        "tasks/get", "tasks/result", "tasks/list", "tasks/cancel",
-        "notifications/initialized", "notifications/cancelled", "notifications/progress",
-        "notifications/roots/list_changed", "notifications/elicitation/complete",
-        "sampling/createMessage", "elicitation/create", "roots/list",
-        # What the gateway calls requests without a JSON-RPC method.
-        "response", "GET stream", "DELETE session",
-        # Requests refused before their body was read are labelled with the HTTP method.
-        "GET", "POST", "DELETE", "OPTIONS", "HEAD", "PUT", "PATCH",
-    }
+_MCP_METHODS: Final = (
+    # MCP requests and notifications a client sends, in every revision (digest §1).
+    "initialize", "ping", "server/discover", "tools/list", "tools/call", "prompts/list", "prompts/get",
+    "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
+    "resources/unsubscribe", "subscriptions/listen", "completion/complete", "logging/setLevel",
+    "tasks/get", "tasks/result", "tasks/list", "tasks/cancel",
+    "notifications/initialized", "notifications/cancelled", "notifications/progress",
+    "notifications/roots/list_changed", "notifications/elicitation/complete",
+    "sampling/createMessage", "elicitation/create", "roots/list",
+    # What the gateway calls a JSON-RPC response a client POSTs.
+    "response",
+    # Requests refused before their body was read are labelled with the HTTP method.
+    "GET", "POST", "DELETE", "OPTIONS", "HEAD", "PUT", "PATCH",
 )  # fmt: skip
-"""The values of the ``method`` label; any other method is counted as ``other``."""
+METHOD_LABELS: Final[Mapping[str, str]] = {
+    **{method: method for method in _MCP_METHODS},
+    # The gateway's names for a legacy session's requests without a JSON-RPC method (the access
+    # log's words), as label values without spaces.
+    "GET stream": "get_stream",
+    "DELETE session": "delete_session",
+}
+"""The ``method`` label of each method counted by name; any other is counted as ``other``."""
 OUTCOMES: Final = ("ok", "error", "cancelled")
 _CHILD_COUNTERS: Final = {
     "cancels_sent": ("mcp_gateway_cancellations_sent", "notifications/cancelled sent to children"),
@@ -112,7 +117,7 @@ class GatewayMetrics:
         self.requests.in_flight[server] -= 1
 
     def observe(self, server: str, method: str, era: str, status: int, outcome: str, seconds: float) -> None:
-        self.requests.observe(server, method if method in METHOD_LABELS else "other", era, status, outcome, seconds)
+        self.requests.observe(server, METHOD_LABELS.get(method, "other"), era, status, outcome, seconds)
 
 
 class _Latencies:
@@ -182,8 +187,14 @@ class RequestMetrics(Collector):
 
 
 def method_label(method: str) -> str:
-    """``method`` when it is one of ``METHOD_LABELS``, else ``other``."""
-    return method if method in METHOD_LABELS else "other"
+    """``method``'s label (``METHOD_LABELS``), else ``other``."""
+    return METHOD_LABELS.get(method, "other")
+
+
+def label_value(text: str) -> str:
+    """A label value without spaces: an exit reason (``code 0`` → ``code_0``, ``start failure``
+    → ``start_failure``), a worker (``worker 2 of 3`` → ``worker_2_of_3``)."""
+    return text.replace(" ", "_")
 
 
 class _PoolCollector(Collector):
@@ -241,7 +252,7 @@ class _PoolCollector(Collector):
                 spawns.add_metric(key, sum(pool.spawns for pool in pools))
                 restarts.add_metric(key, sum(pool.restarts for pool in pools))
                 for reason, count in exit_reasons.items():
-                    exits.add_metric([*key, reason], count)
+                    exits.add_metric([*key, label_value(reason)], count)
                 starts.add_metric(key, count_value=len(start_seconds), sum_value=sum(start_seconds))
                 for counter_key, family in counters.items():
                     family.add_metric(key, totals.get(counter_key, 0))
