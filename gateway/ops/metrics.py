@@ -2,7 +2,9 @@
 
 Request counters and latency histograms are the only work on the request path (two dict
 lookups and a few additions, ``RequestMetrics``). Pools, children and sessions are read when ``/metrics`` is
-scraped, from the counters they keep anyway, so an idle gateway costs nothing.
+scraped, from the counters they keep anyway, so an idle gateway costs nothing. A server's counters
+include the pools it has dropped (``Router.tallies``, kept by pool kind), so none falls when an
+idle principal's or session's pool goes.
 Each app has its own registry (several gateways can live in one process, as in tests).
 
 | metric | labels |
@@ -14,7 +16,7 @@ Each app has its own registry (several gateways can live in one process, as in t
 | ``mcp_gateway_children`` | server, pool, state |
 | ``mcp_gateway_child_spawns_total`` / ``_restarts_total`` | server, pool |
 | ``mcp_gateway_child_exits_total`` | server, pool, reason (``code_0``, ``SIGKILL``, ``start_failure``, …) |
-| ``mcp_gateway_child_start_seconds`` (summary of recent cold starts) | server, pool |
+| ``mcp_gateway_child_start_seconds`` (histogram: ``gateway.stdio.tally.START_BUCKETS``) | server, pool |
 | ``mcp_gateway_cancellations_sent_total``, ``mcp_gateway_timeouts_total``, | server, pool |
 | ``mcp_gateway_non_json_lines_total``, ``mcp_gateway_child_bytes_{in,out}_total`` | server, pool |
 | ``mcp_gateway_child_questions_to_clients_total``, ``…_answered_by_gateway_total`` | server, pool |
@@ -34,7 +36,6 @@ from __future__ import annotations
 import math
 import time
 from bisect import bisect_left
-from collections import Counter as Tally
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from typing import Final
@@ -46,7 +47,6 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
-    SummaryMetricFamily,
 )
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
@@ -56,6 +56,7 @@ from gateway.relay.readiness import ServerState
 from gateway.relay.router import Router
 from gateway.relay.sessions import SessionStore
 from gateway.stdio.pool import Pool
+from gateway.stdio.tally import START_BUCKETS
 
 LATENCY_LABELS: Final = ("server", "method", "era")
 LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -133,6 +134,7 @@ class _Latencies:
 
 _BOUNDS: Final = (*LATENCY_BUCKETS, math.inf)
 _BOUND_LABELS: Final = tuple(floatToGoString(bound) for bound in _BOUNDS)  # type: ignore[no-untyped-call]
+_START_LES: Final = tuple(floatToGoString(bound) for bound in (*START_BUCKETS, math.inf))  # type: ignore[no-untyped-call]
 
 
 class RequestMetrics(Collector):
@@ -209,7 +211,9 @@ class _PoolCollector(Collector):
         spawns = CounterMetricFamily("mcp_gateway_child_spawns", "Children started", labels=labels)
         restarts = CounterMetricFamily("mcp_gateway_child_restarts", "Children restarted after an exit", labels=labels)
         exits = CounterMetricFamily("mcp_gateway_child_exits", "Child exits by reason", labels=[*labels, "reason"])
-        starts = SummaryMetricFamily("mcp_gateway_child_start_seconds", "Recent cold starts", labels=labels)
+        starts = HistogramMetricFamily(
+            "mcp_gateway_child_start_seconds", "Cold starts: spawn to handshake done", labels=labels
+        )
         counters = {key: CounterMetricFamily(name, doc, labels=labels) for key, (name, doc) in _CHILD_COUNTERS.items()}
         sessions = GaugeMetricFamily("mcp_gateway_sessions", "Open legacy sessions", labels=["server"])
         streams = GaugeMetricFamily("mcp_gateway_session_streams", "Open legacy GET streams", labels=["server"])
@@ -232,29 +236,25 @@ class _PoolCollector(Collector):
             # grow without bound.
             by_kind: dict[str, list[Pool]] = {}
             for pool_key, pool in list(router.pools.items()):
-                by_kind.setdefault(pool_key.scope.partition(":")[0], []).append(pool)
+                by_kind.setdefault(pool_key.kind, []).append(pool)
             for kind, pools in by_kind.items():
-                key = [name, kind]
                 states = {"ready": 0, "starting": 0, "retiring": 0}
-                exit_reasons: Tally[str] = Tally()
-                totals: Tally[str] = Tally()
-                start_seconds: list[float] = []
                 for pool in pools:
-                    status = pool.status()
-                    for child in status["children"]:
+                    for child in pool.status()["children"]:
                         states[child["state"]] += 1
-                    exit_reasons.update(pool.exits)
-                    totals.update(pool.totals())
-                    start_seconds += pool.start_seconds
                 for state, count in states.items():
-                    children.add_metric([*key, state], count)
-                waiting.add_metric(key, sum(pool.status()["waiting"] for pool in pools))
-                spawns.add_metric(key, sum(pool.spawns for pool in pools))
-                restarts.add_metric(key, sum(pool.restarts for pool in pools))
-                for reason, count in exit_reasons.items():
+                    children.add_metric([name, kind, state], count)
+                waiting.add_metric([name, kind], sum(pool.dispatch.waiting for pool in pools))
+            # Counters: the pools gone count too, so none falls when an idle pool is dropped.
+            for kind, tally in router.tallies().items():
+                key = [name, kind]
+                spawns.add_metric(key, tally.spawns)
+                restarts.add_metric(key, tally.restarts)
+                for reason, count in tally.exits.items():
                     exits.add_metric([*key, label_value(reason)], count)
-                starts.add_metric(key, count_value=len(start_seconds), sum_value=sum(start_seconds))
+                buckets = [(le, count) for le, (_, count) in zip(_START_LES, tally.starts.buckets(), strict=True)]
+                starts.add_metric(key, buckets, tally.starts.sum)
                 for counter_key, family in counters.items():
-                    family.add_metric(key, totals.get(counter_key, 0))
+                    family.add_metric(key, tally.children.get(counter_key, 0))
         yield from (children, waiting, spawns, restarts, exits, starts, *counters.values(), sessions, streams)
         yield server_states

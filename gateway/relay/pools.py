@@ -20,6 +20,11 @@
   waiters got a 503, and the next request for its key opens a new one. The idle-pool sweep
   runs again after a fault of its own (``boundary.keep_running``).
 
+- **Counts outlive pools**: a pool's tally (``gateway.stdio.tally``) is folded into ``gone``,
+  by pool kind, once the pool has ended (its children stopped, so its tally is final); until
+  then it is counted among the running (``tallies``), also after it was dropped. So the
+  server's counters per kind never fall when a pool goes.
+
 Every pool gets the listeners registered here (``add_listener`` and the like), also the
 pools opened before a listener came.
 """
@@ -49,6 +54,7 @@ from gateway.stdio.pool import (
     PoolSettings,
 )
 from gateway.stdio.spec import ChildSpec
+from gateway.stdio.tally import PoolTally
 
 log = logging.getLogger("gateway.relay.router")
 
@@ -98,6 +104,10 @@ class RunningPools:
         self.answered_alike: Callable[[str], bool] | None = None  # (``Router``: a keeping server's roots)
         self._stops: dict[PoolKey, anyio.Event] = {}
         self._opening: dict[PoolKey, anyio.Event] = {}  # set once the pool runs, or failed to
+        # Every pool whose task runs (also one dropped and stopping its children), by its kind;
+        # a pool leaves it for ``gone`` once it has ended (``_retire``).
+        self._live: dict[Pool, str] = {}
+        self.gone: dict[str, PoolTally] = {}  # by pool kind: what the pools that ended counted
         self._tg: TaskGroup | None = None  # while ``running``: the pools' task group
 
     # -- listeners ------------------------------------------------------------------------
@@ -192,6 +202,7 @@ class RunningPools:
         if key.scope.startswith(SESSION_PREFIX):
             pool.session_id = key.scope.removeprefix(SESSION_PREFIX)
         self.by_key[key] = pool
+        self._live[pool] = key.kind
         self._bump()
         stop = self._stops[key] = anyio.Event()
         opening = self._opening[key] = anyio.Event()
@@ -199,6 +210,7 @@ class RunningPools:
             await self._tg.start(self._run_pool, key, pool, stop)
         except BaseException:
             self._forget(key, pool)
+            self._retire(pool)  # (done already if its task ran)
             raise
         finally:
             opening.set()
@@ -225,6 +237,27 @@ class RunningPools:
             )
         finally:
             self._forget(key, pool)
+            self._retire(pool)
+
+    def _retire(self, pool: Pool) -> None:
+        """``pool`` has ended: its final tally joins its kind's ``gone`` (once)."""
+        kind = self._live.pop(pool, None)
+        if kind is not None:
+            self.gone.setdefault(kind, PoolTally()).add(pool.tally())
+
+    def live_pools(self) -> list[Pool]:
+        """Every pool whose task runs: those by key, and those dropped that are still stopping."""
+        return list(self._live)
+
+    def tallies(self) -> dict[str, PoolTally]:
+        """What the server's pools have counted, by pool kind: the ended ones' and the running
+        ones' (dropped or not). No count in it is ever less than at an earlier call."""
+        totals: dict[str, PoolTally] = {}
+        for kind, gone in self.gone.items():
+            totals.setdefault(kind, PoolTally()).add(gone)
+        for pool, kind in self._live.items():
+            totals.setdefault(kind, PoolTally()).add(pool.tally())
+        return totals
 
     def _bump(self) -> None:
         self.generation += 1
