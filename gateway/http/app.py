@@ -104,7 +104,7 @@ def create_app(
     )
     serving = Serving([router.server.name for router in routers])
     recent_errors = RecentErrors()
-    metrics = GatewayMetrics(routers, serving.sessions) if settings.metrics else None
+    metrics = GatewayMetrics(routers, serving.sessions, version=__version__) if settings.metrics else None
     if metrics is not None and routing is not None:  # which replica or worker a scrape reached
         Gauge(
             "mcp_gateway_instance",

@@ -22,6 +22,8 @@ Each app has its own registry (several gateways can live in one process, as in t
 | ``mcp_gateway_child_questions_to_clients_total``, ``…_answered_by_gateway_total`` | server, pool |
 | ``mcp_gateway_sessions``, ``mcp_gateway_session_streams`` | server |
 | ``mcp_gateway_server_state`` (1 for its state, else 0) | server, state (``ready``, ``starting``, ``failing``) |
+| ``mcp_gateway_build_info`` (1) | version, python |
+| ``process_*``, ``python_*`` (prometheus_client's default collectors, on this registry) | (``python_info``: its own) |
 
 Every label value comes from a fixed set or from the configuration (server names), never
 from a client: a JSON-RPC method outside ``METHOD_LABELS`` counts as ``other`` (a client
@@ -34,6 +36,7 @@ any was; ``outcome`` is ``ok``, ``error`` (a JSON-RPC error answer, whatever its
 from __future__ import annotations
 
 import math
+import platform
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,7 +44,7 @@ from itertools import accumulate
 from typing import Final
 
 import prometheus_client.metrics
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, Info, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -102,12 +105,22 @@ _CHILD_COUNTERS: Final = {
 
 
 class GatewayMetrics:
-    def __init__(self, routers: Sequence[Router], sessions: Callable[[str], SessionStore | None]) -> None:
-        """``sessions(server)``: that server's legacy sessions (None: none yet, the service is not open)."""
+    def __init__(
+        self, routers: Sequence[Router], sessions: Callable[[str], SessionStore | None], *, version: str = "0"
+    ) -> None:
+        """``sessions(server)``: that server's legacy sessions (None: none yet, the service is not
+        open); ``version``: the gateway's (``mcp_gateway_build_info``)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = RequestMetrics()
         self.registry.register(self.requests)
         self.registry.register(_PoolCollector(routers, sessions))
+        # The default registry's collectors, on this app's own registry: process_* (CPU, memory,
+        # open files, start time of this process) and python_* (the interpreter, its collector).
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        build = Info("mcp_gateway_build", "The gateway's version and the Python it runs on", registry=self.registry)
+        build.info({"version": version, "python": platform.python_version()})
 
     def enter(self, server: str) -> None:
         """A request to ``server`` (a configured name) began: one more in flight."""

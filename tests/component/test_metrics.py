@@ -3,12 +3,15 @@ histogram, label values without spaces, the process and build metrics."""
 
 from __future__ import annotations
 
+import platform
+
 import anyio
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from gateway import __version__
 from gateway.relay.server_config import DualEra, Isolation
 from tests.component.fakechild import fake_backend
 from tests.component.harness import Gateway, in_process_gateway, legacy_call
@@ -95,3 +98,15 @@ async def test_no_label_value_has_a_space() -> None:
     assert value(text, "mcp_gateway_child_exits_total", reason="code_3") == 1
     spaced = {(s.name, k, v) for s in samples(text) for k, v in s.labels.items() if " " in v}
     assert not spaced
+
+
+async def test_process_python_and_build_info_metrics_are_served() -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend() as backend, in_process_gateway(backend) as gw:
+            text = await scrape(gw)
+    names = {s.name for s in samples(text)}
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_start_time_seconds"} <= names
+    assert {"python_info", "python_gc_collections_total"} <= names
+    [build] = [s for s in samples(text) if s.name == "mcp_gateway_build_info"]
+    assert build.value == 1
+    assert build.labels == {"version": __version__, "python": platform.python_version()}
