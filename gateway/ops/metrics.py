@@ -22,6 +22,7 @@ Each app has its own registry (several gateways can live in one process, as in t
 | ``mcp_gateway_child_questions_to_clients_total``, ``…_answered_by_gateway_total`` | server, pool |
 | ``mcp_gateway_sessions``, ``mcp_gateway_session_streams`` | server |
 | ``mcp_gateway_server_state`` (1 for its state, else 0) | server, state (``ready``, ``starting``, ``failing``) |
+| ``mcp_gateway_children_resident_bytes``, ``mcp_gateway_children_cpu_seconds_total`` (Linux) | server |
 | ``mcp_gateway_build_info`` (1) | version, python |
 | ``process_*``, ``python_*`` (prometheus_client's default collectors, on this registry) | (``python_info``: its own) |
 
@@ -58,6 +59,7 @@ from prometheus_client.utils import floatToGoString
 from gateway.relay.readiness import ServerState
 from gateway.relay.router import Router
 from gateway.relay.sessions import SessionStore
+from gateway.stdio import usage
 from gateway.stdio.pool import Pool
 from gateway.stdio.tally import START_BUCKETS
 
@@ -235,6 +237,7 @@ class _PoolCollector(Collector):
             "1 for the state each server is in (ready, starting, failing), 0 for the others",
             labels=["server", "state"],
         )
+        usage_families = self._children_usage() if usage.READABLE else ()
         for router in self.routers:
             name = router.server.name
             current = router.state()
@@ -271,3 +274,36 @@ class _PoolCollector(Collector):
                     family.add_metric(key, tally.children.get(counter_key, 0))
         yield from (children, waiting, spawns, restarts, exits, starts, *counters.values(), sessions, streams)
         yield server_states
+        yield from usage_families
+
+    def _children_usage(self) -> tuple[Metric, Metric]:
+        """Resident memory and CPU time of every server's children, their process groups summed
+        (``gateway.stdio.usage``; one pass over ``/proc``). Each live child keeps its highest CPU
+        reading, which its pool keeps when it exits: the CPU counter never falls."""
+        resident = GaugeMetricFamily(
+            "mcp_gateway_children_resident_bytes",
+            "Resident memory of the server's live children (each child's process group)",
+            labels=["server"],
+        )
+        cpu = CounterMetricFamily(
+            "mcp_gateway_children_cpu_seconds",
+            "CPU time of the server's children (each child's process group), exited children included",
+            labels=["server"],
+        )
+        live = {
+            router.server.name: [m.child for pool in router.live_pools() for m in pool.members if m.child is not None]
+            for router in self.routers
+        }
+        groups = usage.read_groups({child.pid for children in live.values() for child in children})
+        for router in self.routers:
+            name = router.server.name
+            rss = 0
+            for child in live[name]:
+                group = groups.get(child.pid)
+                if group is not None:
+                    child.note_cpu(group.cpu_seconds)
+                    rss += group.rss_bytes
+            resident.add_metric([name], rss)
+            cpu_us = sum(tally.children.get("cpu_us", 0) for tally in router.tallies().values())
+            cpu.add_metric([name], cpu_us / 1_000_000)
+        return resident, cpu
