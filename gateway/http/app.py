@@ -49,7 +49,7 @@ from gateway.http.operator import OperatorAccess
 from gateway.http.origin import OriginPolicy
 from gateway.http.resource import ResourceMetadata
 from gateway.http.routes import MAX_LISTED_ENDPOINTS as MAX_LISTED_ENDPOINTS
-from gateway.http.routes import build_routes, http_error_handler, mcp_paths
+from gateway.http.routes import build_routes, http_error_handler, mcp_paths, ops_app
 from gateway.http.routes import served_endpoints as served_endpoints
 from gateway.oauth.gate import OAuthGate
 from gateway.oauth.validation import OAuthPolicy
@@ -213,6 +213,7 @@ def create_app(
     app.state.routers = routers
     app.state.drain = drain
     app.state.serving = serving
+    app.state.ops_app = ops_app(routers, serving, drain=drain, metrics=metrics)  # served with --ops-listen
     return app
 
 
