@@ -1,37 +1,42 @@
 """Prometheus metrics: request metrics observed as requests end, everything else read at scrape.
 
 Request counters and latency histograms are the only work on the request path (two dict
-lookups and a few additions, ``RequestMetrics``). Pools, children and sessions are read when ``/metrics`` is
-scraped, from the counters they keep anyway, so an idle gateway costs nothing. A server's counters
-include the pools it has dropped (``Router.tallies``, kept by pool kind), so none falls when an
-idle principal's or session's pool goes.
-Each app has its own registry (several gateways can live in one process, as in tests).
+lookups and a few additions, ``RequestMetrics``). Pools, children and sessions are read when
+``/metrics`` is scraped, from the counters they keep anyway, so an idle gateway costs nothing.
+Each app has its own registry (several gateways can live in one process, as in tests), with
+prometheus_client's process, platform and GC collectors registered on it. docs/operations.md
+lists every metric with its type, labels and label values; this is the short form:
 
-| metric | labels |
-|---|---|
-| ``mcp_gateway_requests_total`` | server, method, era, status, outcome |
-| ``mcp_gateway_request_seconds`` (histogram) | server, method, era |
-| ``mcp_gateway_requests_in_flight`` | server |
-| ``mcp_gateway_queue_waiting`` | server, pool (``shared``, ``principal`` or ``session``: summed by kind) |
-| ``mcp_gateway_children`` | server, pool, state |
-| ``mcp_gateway_child_spawns_total`` / ``_restarts_total`` | server, pool |
-| ``mcp_gateway_child_exits_total`` | server, pool, reason (``code_0``, ``SIGKILL``, ``start_failure``, …) |
-| ``mcp_gateway_child_start_seconds`` (histogram: ``gateway.stdio.tally.START_BUCKETS``) | server, pool |
-| ``mcp_gateway_cancellations_sent_total``, ``mcp_gateway_timeouts_total``, | server, pool |
-| ``mcp_gateway_non_json_lines_total``, ``mcp_gateway_child_bytes_{in,out}_total`` | server, pool |
-| ``mcp_gateway_child_questions_to_clients_total``, ``…_answered_by_gateway_total`` | server, pool |
-| ``mcp_gateway_sessions``, ``mcp_gateway_session_streams`` | server |
-| ``mcp_gateway_server_state`` (1 for its state, else 0) | server, state (``ready``, ``starting``, ``failing``) |
-| ``mcp_gateway_children_resident_bytes``, ``mcp_gateway_children_cpu_seconds_total`` (Linux) | server |
-| ``mcp_gateway_build_info`` (1) | version, python |
-| ``process_*``, ``python_*`` (prometheus_client's default collectors, on this registry) | (``python_info``: its own) |
+| metric | type | labels |
+|---|---|---|
+| ``mcp_gateway_requests_total`` | counter | server, method, era, status, outcome |
+| ``mcp_gateway_request_seconds`` | histogram (``LATENCY_BUCKETS``) | server, method, era |
+| ``mcp_gateway_requests_in_flight`` | gauge | server |
+| ``mcp_gateway_queue_waiting``, ``mcp_gateway_children`` (+ state) | gauge | server, pool |
+| ``mcp_gateway_child_spawns_total``, ``…_restarts_total``, ``…_exits_total`` (+ reason) | counter | server, pool |
+| ``mcp_gateway_child_start_seconds`` | histogram (``gateway.stdio.tally.START_BUCKETS``) | server, pool |
+| ``_CHILD_COUNTERS``' (cancels, timeouts, non-JSON and oversized lines, bytes, questions) | counter | server, pool |
+| ``mcp_gateway_children_resident_bytes`` (Linux) | gauge | server |
+| ``mcp_gateway_children_cpu_seconds_total`` (Linux) | counter | server |
+| ``mcp_gateway_sessions``, ``mcp_gateway_session_streams`` | gauge | server |
+| ``mcp_gateway_server_state`` (1 for its state, else 0) | gauge | server, state |
+| ``mcp_gateway_build_info`` (1) | gauge | version, python |
+| ``process_*``, ``python_*`` | prometheus_client's | theirs |
 
-Every label value comes from a fixed set or from the configuration (server names), never
-from a client: a JSON-RPC method outside ``METHOD_LABELS`` counts as ``other`` (a client
-sending unique names would otherwise grow the registry, and the unauthenticated page,
-without bound). ``status`` is the HTTP status sent, or ``499`` when the client left before
-any was; ``outcome`` is ``ok``, ``error`` (a JSON-RPC error answer, whatever its status) or
-``cancelled`` (the client went away, or cancelled the request, before the answer).
+**Counters never fall.** A server's child counters include the pools it has dropped
+(``Router.tallies``: a pool's tally is kept by pool kind once it has ended), so none falls when
+an idle principal's or session's pool goes; a child's CPU time is the highest its process group
+was read at (``gateway.stdio.usage``), kept when it exits.
+
+**Label values are bounded and have no spaces.** Every one comes from a fixed set or from the
+configuration (server names), never from a client: a JSON-RPC method outside ``METHOD_LABELS``
+counts as ``other`` (a client sending unique names would otherwise grow the registry, and the
+unauthenticated page, without bound); ``pool`` is the pool's kind (``shared``, ``principal``,
+``session``), never a principal or session. ``status`` is the HTTP status sent, or ``499`` when
+the client left before any was; ``outcome`` is ``ok``, ``error`` (a JSON-RPC error answer,
+whatever its status) or ``cancelled`` (the client went away, or cancelled the request, before
+the answer); ``reason`` is ``code_N``, a signal's name, ``start_failure`` or ``gateway_fault``
+(``label_value``).
 """
 
 from __future__ import annotations
