@@ -34,6 +34,7 @@ from gateway.settings import (
     MAX_WORKERS,
     demo_command,
 )
+from gateway.settings.running import listen_address
 from gateway.stdio.spec import ChildSpec
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "DRAIN_TIMEOUT", "MAX_WORKERS", "Settings", "demo_command", "demo_server"]
@@ -88,6 +89,7 @@ class Settings:
     max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL
     max_children: int = 0  # over all pools; 0 = sized to the machine (gateway.stdio.budget)
     metrics: bool = True
+    ops_listen: str | None = None  # HOST:PORT of the ops listener (gateway.http.routes.ops_app)
     cors_origins: tuple[str, ...] = ()
     oauth_authorization_servers: tuple[str, ...] = ()
     public_url: str | None = None
@@ -196,6 +198,11 @@ class Settings:
     @property
     def is_demo(self) -> bool:
         return len(self.servers) == 1 and self.servers[0].spec.argv == list(demo_command())
+
+    @property
+    def ops_address(self) -> tuple[str, int] | None:
+        """``ops_listen`` as (host, port) to bind; None: no ops listener."""
+        return None if self.ops_listen is None else listen_address(self.ops_listen)
 
     @property
     def scheme(self) -> str:

@@ -20,12 +20,14 @@ supervisor (the ``--workers`` one, Kubernetes, systemd) replaces a process that 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import shlex
 import signal
 import socket
 import sys
+from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Final
 
@@ -34,7 +36,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from gateway import __version__
-from gateway.config import Settings
+from gateway.config import Settings, flag_of
 from gateway.errors import ConfigError
 from gateway.http.app import create_app
 from gateway.http.auth import TokenStore, trusted_networks
@@ -55,11 +57,16 @@ LISTEN_BACKLOG: Final = 2048
 """Connections the kernel queues before uvicorn accepts them (uvicorn's own default)."""
 EXIT_SERVICE_FAILED: Final = 1
 """The exit code when the service failed after start-up (uvicorn's start-up failure is 3)."""
+OPS_FLAG: Final = flag_of("ops_listen")
+OPS_SHUTDOWN_GRACE: Final = 2
+"""Seconds a scrape or probe in progress on the ops listener gets to finish when the gateway
+has stopped (its answers are small; the main listener has drained long before)."""
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
+def listen_socket(host: str, port: int, flag: str | None = None) -> socket.socket:
     """The bound, listening socket uvicorn will serve on; ``ConfigError`` naming the flag
-    to change when it cannot be had (checked before any child is spawned)."""
+    to change when it cannot be had (checked before any child is spawned): ``--port`` and
+    ``--host``, or ``flag`` (``--ops-listen``) for both."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted sockets only then.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -70,19 +77,27 @@ def listen_socket(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         where = f"{host}:{port}"
+        port_flag, host_flag = (flag, flag) if flag else ("--port", "--host")
         if exc.errno == errno.EADDRINUSE:
-            raise ConfigError("--port", f"{where} is already in use; choose another port with --port") from exc
+            raise ConfigError(port_flag, f"{where} is already in use; choose another port with {port_flag}") from exc
         if exc.errno == errno.EACCES:
             raise ConfigError(
-                "--port", f"not allowed to listen on {where}; choose a port above 1023 with --port"
+                port_flag, f"not allowed to listen on {where}; choose a port above 1023 with {port_flag}"
             ) from exc
-        raise ConfigError("--host", f"cannot listen on {where}: {exc.strerror or exc}; check --host") from exc
+        raise ConfigError(host_flag, f"cannot listen on {where}: {exc.strerror or exc}; check {host_flag}") from exc
     return sock
 
 
 def base_url(settings: Settings, port: int) -> str:
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     return f"{settings.scheme}://{host}:{port}"
+
+
+def ops_urls(settings: Settings, sock: socket.socket) -> list[str]:
+    """What the ops listener on ``sock`` serves, as URLs (plain HTTP, TLS or not)."""
+    host, port = sock.getsockname()[:2]
+    base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return [base + path for path in ("/healthz", "/readyz", *(["/metrics"] if settings.metrics else []))]
 
 
 def endpoint_urls(settings: Settings, port: int) -> list[str]:
@@ -140,16 +155,60 @@ def build_app(
     return app
 
 
+class OpsServer(uvicorn.Server):  # fenced: uvicorn.Server
+    """The ops listener (``--ops-listen``): a second uvicorn server in the same event loop,
+    serving ``gateway.http.routes.ops_app`` (``/healthz``, ``/readyz``, ``/metrics``) on its own
+    sockets, over plain HTTP whatever TLS the main listener has (a kubelet or a scraper holds
+    no client certificate). It never takes the process's signals: the main server handles them
+    (``capture_signals`` does nothing here), and ``DrainingServer.serve`` runs this one beside
+    itself and stops it when it has stopped."""
+
+    @classmethod
+    def over(cls, app: Starlette, sockets: Sequence[socket.socket], log_level: str) -> OpsServer:
+        config = uvicorn.Config(
+            app,
+            log_level=log_level,
+            lifespan="off",  # the main server's lifespan opens what these pages read
+            http=GuardedHttpTools,  # the same head size and time bounds as the main listener
+            log_config=None,
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            timeout_graceful_shutdown=OPS_SHUTDOWN_GRACE,
+        )
+        server = cls(config)
+        server.ops_sockets = list(sockets)
+        return server
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ops_sockets: list[socket.socket] = []
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the main server's handle_exit keeps the signals (it drains, then stops this one)
+
+
 class DrainingServer(uvicorn.Server):  # fenced: uvicorn.Server
     """uvicorn, but the first signal drains before the server stops, and the service failing
     (``serving``) stops it at once (``failed``). Both watches run in a task group beside
-    uvicorn's main loop (``main_loop``), so they have an owner and end with it."""
+    uvicorn's main loop (``main_loop``), so they have an owner and end with it. The ops
+    listener (``ops``), when there is one, runs beside the whole server (``serve``): it answers
+    while the app starts and while it stops, and is stopped once the server has."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drain, budget: float, serving: Serving | None = None) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        drain: Drain,
+        budget: float,
+        serving: Serving | None = None,
+        ops: OpsServer | None = None,
+    ) -> None:
         super().__init__(config)
         self.drain = drain
         self.budget = budget
         self.serving = serving
+        self.ops = ops
         self.failed = False  # the service failed after start-up: the process exits non-zero
         self._signals = 0
         self._signalled: anyio.Event | None = None  # made in the event loop (main_loop)
@@ -176,6 +235,18 @@ class DrainingServer(uvicorn.Server):  # fenced: uvicorn.Server
         self.drain.begin()
         if self._signalled is not None:  # else main_loop has not begun yet: it sees _signals
             self._signalled.set()
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        ops = self.ops
+        if ops is None:
+            await super().serve(sockets)
+            return
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ops.serve, ops.ops_sockets)
+            try:
+                await super().serve(sockets)
+            finally:
+                ops.should_exit = True  # its main loop sees it within a tick; its shutdown is awaited here
 
     async def main_loop(self) -> None:
         self._signalled = anyio.Event()
@@ -204,12 +275,23 @@ class DrainingServer(uvicorn.Server):  # fenced: uvicorn.Server
         self.should_exit = True
 
 
+def _refused(exc: ConfigError) -> int:
+    print(f"mcp-stdio-gateway: {exc.message}", file=sys.stderr)
+    return 2
+
+
 def run(settings: Settings, app: Starlette | None = None) -> int:
     try:
         sock = listen_socket(settings.host, settings.port)
     except ConfigError as exc:
-        print(f"mcp-stdio-gateway: {exc.message}", file=sys.stderr)
-        return 2
+        return _refused(exc)
+    ops_sockets: list[socket.socket] = []
+    if settings.ops_address is not None:
+        try:
+            ops_sockets.append(listen_socket(*settings.ops_address, flag=OPS_FLAG))
+        except ConfigError as exc:
+            sock.close()
+            return _refused(exc)
     listener = logs.configure(settings.log_level, settings.log_format)
     if settings.is_demo:
         log.info("no command given: serving the built-in demo server (tools: echo, countdown, fail, crash)")
@@ -233,6 +315,8 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
     for url in urls:
         log.info("MCP endpoint: %s", url)
     log.info("operations: %s", " ".join(operations_urls(settings, port)))
+    for ops in ops_sockets:
+        log.info("ops listener: %s", " ".join(ops_urls(settings, ops)))
     if settings.is_demo:
         # A self-signed certificate is trusted by nobody yet: the try line names it for call.
         cacert = f" --cacert {shlex.quote(settings.tls_cert_file)}" if settings.tls_cert_file else ""
@@ -243,24 +327,32 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         from gateway import workers  # imported late: only --workers needs multiprocessing
 
         try:
-            return workers.supervise(settings, sock, worker_main)
+            return workers.supervise(settings, sock, worker_main, ops_sockets)
         finally:
             sock.close()
+            for ops in ops_sockets:
+                ops.close()
             listener.stop()
     # Not in a --workers supervisor: it waits for its workers only, so each worker adopts its
     # own orphans, and a dead worker's go to init (or the container's tini).
     become_subreaper()
     try:
-        return serve(settings, app if app is not None else build_app(settings), [sock])
+        return serve(settings, app if app is not None else build_app(settings), [sock], ops_sockets)
     finally:
         sock.close()
+        for ops in ops_sockets:
+            ops.close()
         listener.stop()
 
 
-def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> int:
+def serve(
+    settings: Settings, app: Starlette, sockets: list[socket.socket], ops_sockets: Sequence[socket.socket] = ()
+) -> int:
     """uvicorn on ``sockets`` (bound already) until a signal has drained it (0) or the service
-    failed (``EXIT_SERVICE_FAILED``): the process's exit code."""
+    failed (``EXIT_SERVICE_FAILED``): the process's exit code. ``ops_sockets``: the ops
+    listener's (``--ops-listen``), served the app's ``ops_app`` beside it (``OpsServer``)."""
     drain: Drain = app.state.drain
+    ops = OpsServer.over(app.state.ops_app, ops_sockets, settings.log_level) if ops_sockets else None
     # TLS (and, under mutual TLS, a protocol that records client certificates) when configured.
     options = uvicorn_options(getattr(app.state, "tls", None), getattr(app.state, "tls_peers", None))
     config = uvicorn.Config(
@@ -284,7 +376,7 @@ def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> i
         timeout_graceful_shutdown=5,
         **options,
     )
-    server = DrainingServer(config, drain, settings.drain_timeout, getattr(app.state, "serving", None))
+    server = DrainingServer(config, drain, settings.drain_timeout, getattr(app.state, "serving", None), ops)
     try:
         server.run(sockets=sockets)
     finally:
@@ -294,9 +386,17 @@ def serve(settings: Settings, app: Starlette, sockets: list[socket.socket]) -> i
     return EXIT_SERVICE_FAILED if server.failed else 0
 
 
-def worker_main(settings: Settings, sock: socket.socket, secret: bytes, index: int, count: int) -> None:
-    """One ``--workers`` worker: the shared socket, its own loopback port (its advertise URL),
-    its own pools. Started by ``workers.supervise`` in a fresh interpreter."""
+def worker_main(
+    settings: Settings,
+    sock: socket.socket,
+    secret: bytes,
+    index: int,
+    count: int,
+    ops_sockets: Sequence[socket.socket] = (),
+) -> None:
+    """One ``--workers`` worker: the shared socket (and the ops listener's, shared too), its own
+    loopback port (its advertise URL), its own pools. Started by ``workers.supervise`` in a
+    fresh interpreter."""
     from gateway import workers
 
     listener = workers.enter_worker(settings, index + 1)
@@ -305,7 +405,7 @@ def worker_main(settings: Settings, sock: socket.socket, secret: bytes, index: i
     routing = OwnerRouting(url, secret, max_body_bytes=settings.max_body_bytes, label=f"worker {index + 1} of {count}")
     workers.log.info("worker %d of %d: serving, other workers reach it at %s", index + 1, count, url)
     try:
-        code = serve(settings, build_app(settings, owner_routing=routing), [sock, own])
+        code = serve(settings, build_app(settings, owner_routing=routing), [sock, own], ops_sockets)
     finally:
         own.close()
         listener.stop()

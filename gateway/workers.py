@@ -36,7 +36,7 @@ import secrets
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
@@ -59,13 +59,16 @@ SECRET_BYTES: Final = 32
 PDEATHSIG: Final = 1  # prctl PR_SET_PDEATHSIG
 
 
-WorkerMain = Callable[[Settings, socket.socket, bytes, int, int], None]
-"""A worker's body: settings, the shared socket, the shared secret, its index, the count.
-A module-level function, so that ``multiprocessing`` spawn can name it."""
+WorkerMain = Callable[[Settings, socket.socket, bytes, int, int, Sequence[socket.socket]], None]
+"""A worker's body: settings, the shared socket, the shared secret, its index, the count, the
+ops listener's shared sockets. A module-level function, so that ``multiprocessing`` spawn can name it."""
 
 
-def supervise(settings: Settings, sock: socket.socket, target: WorkerMain) -> int:
-    """Run ``settings.workers`` workers (``target``) on ``sock`` until a signal has stopped them all."""
+def supervise(
+    settings: Settings, sock: socket.socket, target: WorkerMain, ops_sockets: Sequence[socket.socket] = ()
+) -> int:
+    """Run ``settings.workers`` workers (``target``) on ``sock`` (and the ops listener's
+    ``ops_sockets``, shared the same way) until a signal has stopped them all."""
     secret = settings.state_secret() or secrets.token_bytes(SECRET_BYTES)
     context = multiprocessing.get_context("spawn")
     count = settings.workers
@@ -76,7 +79,9 @@ def supervise(settings: Settings, sock: socket.socket, target: WorkerMain) -> in
 
     def start(index: int) -> None:
         process = context.Process(
-            target=target, args=(settings, sock, secret, index, count), name=f"gateway-worker-{index + 1}"
+            target=target,
+            args=(settings, sock, secret, index, count, list(ops_sockets)),
+            name=f"gateway-worker-{index + 1}",
         )
         process.start()
         workers[index] = process

@@ -13,7 +13,8 @@ Two layers, both needed because a schema alone passes manifests that cannot work
    read-only root with writable HOME and /tmp, no privilege escalation, all capabilities
    dropped), has startup/liveness/readiness probes on /readyz and /healthz with a startup
    budget long enough for an ``npx`` cold start, probes it can answer (exec, not HTTP, when
-   bound to loopback), a termination grace longer than its drain, and sets only
+   bound to loopback; plain HTTP GETs on the ops listener's port, bound where the kubelet
+   reaches it, when that is on), a termination grace longer than its drain, and sets only
    ``MCP_GATEWAY_*`` variables the gateway's CLI defines (``--known-env``).
 
 Runs with the tools venv of scripts/check-deploy.sh (kubernetes-validate, jsonschema, PyYAML).
@@ -227,12 +228,16 @@ def gateway_problems(
     tls = bool(env.get("MCP_GATEWAY_TLS_CERT_FILE"))
     mutual_tls = bool(env.get("MCP_GATEWAY_TLS_CLIENT_CA_FILE"))
     scheme = "HTTPS" if tls else "HTTP"
+    ops = env.get("MCP_GATEWAY_OPS_LISTEN")  # HOST:PORT of the ops listener: plain HTTP, probes and scrapes
+    ports = {port.get("name"): port.get("containerPort") for port in container.get("ports", [])}
     for probe_name, path in (("startupProbe", "/readyz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         probe = container.get(probe_name)
         if probe is None:
             yield f"no {probe_name}"
             continue
-        if mutual_tls:
+        if probe.get("httpGet", {}).get("port") == "ops":
+            yield from ops_probe_problems(probe_name, probe["httpGet"], path, ops, ports.get("ops"))
+        elif mutual_tls:
             # Clients need a certificate the kubelet does not have: only a TCP check can pass.
             if "tcpSocket" not in probe:
                 yield f"{probe_name} cannot pass: mutual TLS is on and the probe is not a tcpSocket check"
@@ -261,6 +266,25 @@ def gateway_problems(
     if grace < sleep + drain + CHILD_STOP_SECONDS:
         needed = f"preStop {sleep} + drain {drain:g} + children's stop {CHILD_STOP_SECONDS}"
         yield f"terminationGracePeriodSeconds {grace} < {needed}"
+
+
+def ops_probe_problems(
+    probe_name: str, get: dict[str, Any], path: str, ops: str | None, port: int | None
+) -> Iterator[str]:
+    """A probe on the ops listener's port: it must exist, be reachable by the kubelet and speak
+    plain HTTP (the ops listener never serves TLS)."""
+    if not ops:
+        yield f"{probe_name} GETs the ops port but MCP_GATEWAY_OPS_LISTEN is not set"
+        return
+    host, _, ops_port = ops.rpartition(":")
+    if get.get("path") != path:
+        yield f"{probe_name} GETs {get.get('path')}, not {path}"
+    if host.strip("[]").startswith("127.") or host.strip("[]") == "::1":
+        yield f"{probe_name} GETs the ops listener, which binds loopback ({ops}): the kubelet cannot reach it"
+    if str(port) != ops_port:
+        yield f"the container port named ops ({port}) is not the one MCP_GATEWAY_OPS_LISTEN binds ({ops})"
+    if get.get("scheme", "HTTP") != "HTTP":
+        yield f"{probe_name} speaks {get['scheme']} to the ops listener, which serves plain HTTP"
 
 
 def scale_out_problems(entries: list[Resource], env: dict[str, Any]) -> Iterator[str]:

@@ -49,11 +49,11 @@ from gateway.http.operator import OperatorAccess
 from gateway.http.origin import OriginPolicy
 from gateway.http.resource import ResourceMetadata
 from gateway.http.routes import MAX_LISTED_ENDPOINTS as MAX_LISTED_ENDPOINTS
-from gateway.http.routes import build_routes, http_error_handler, mcp_paths
+from gateway.http.routes import build_routes, http_error_handler, mcp_paths, ops_app
 from gateway.http.routes import served_endpoints as served_endpoints
 from gateway.oauth.gate import OAuthGate
 from gateway.oauth.validation import OAuthPolicy
-from gateway.ops.metrics import GatewayMetrics
+from gateway.ops.metrics import GatewayMetrics, label_value
 from gateway.ops.recent import RecentErrors
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
@@ -104,14 +104,14 @@ def create_app(
     )
     serving = Serving([router.server.name for router in routers])
     recent_errors = RecentErrors()
-    metrics = GatewayMetrics(routers, serving.sessions) if settings.metrics else None
+    metrics = GatewayMetrics(routers, serving.sessions, version=__version__) if settings.metrics else None
     if metrics is not None and routing is not None:  # which replica or worker a scrape reached
         Gauge(
             "mcp_gateway_instance",
             "This instance (1): its advertise URL, boot id and, under --workers, which worker",
             ["advertise_url", "boot", "worker"],
             registry=metrics.registry,
-        ).labels(routing.me.url, routing.me.boot, routing.label or "").set(1)
+        ).labels(routing.me.url, routing.me.boot, label_value(routing.label or "")).set(1)
     protected: dict[str, OAuthPolicy | None] = {f"/servers/{r.server.name}/mcp": r.server.oauth for r in routers}
     if len(routers) == 1:
         protected["/mcp"] = routers[0].server.oauth
@@ -213,6 +213,7 @@ def create_app(
     app.state.routers = routers
     app.state.drain = drain
     app.state.serving = serving
+    app.state.ops_app = ops_app(routers, serving, drain=drain, metrics=metrics)  # served with --ops-listen
     return app
 
 

@@ -9,7 +9,8 @@ without the reason: it is open to anyone), ``/status`` (JSON for humans: pools, 
 stderr tails, sessions, listens, parked calls and the recent warnings and errors), ``/ui``
 (the same, as an HTML page for operators; both take the operator's credential,
 ``gateway.http.operator``, and ``POST /ui/login`` exchanges it for a cookie), the RFC 9728
-metadata when OAuth guards an endpoint, and ``/metrics`` unless ``--no-metrics``. The edge
+metadata when OAuth guards an endpoint, and ``/metrics`` unless ``--no-metrics``. ``ops_app`` is
+the ops listener's app (``--ops-listen``): ``/healthz``, ``/readyz`` and ``/metrics`` alone. The edge
 (``gateway.http.edge``) sends the MCP paths straight to their lane; the routes answer what
 reaches Starlette anyway, such as a path with a root_path.
 """
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
@@ -127,19 +129,6 @@ def build_routes(
 ) -> list[Route]:
     """Starlette's routes over ``serving``'s lanes and the service it has open."""
 
-    async def healthz(request: Request) -> Response:
-        return PlainTextResponse("ok\n")
-
-    async def readyz(request: Request) -> Response:
-        """Open to anyone (probes): a status, server names and their states only. Why a server
-        is not ready (its last error, which quotes the child's stderr) stays on ``/status``."""
-        if drain.draining:
-            return PlainTextResponse("not ready: draining\n", status_code=503)
-        if not serving.is_open:  # starting, stopped, or the service failed (the process then exits)
-            return PlainTextResponse("not ready: not serving\n", status_code=503)
-        answer = readiness(routers)
-        return PlainTextResponse(answer.text, status_code=200 if answer.ready else 503)
-
     async def status(request: Request) -> Response:
         return wire.json_response(status_document(routers, serving, routing, recent_errors))
 
@@ -161,21 +150,60 @@ def build_routes(
         Route(path, DrainGuard(serving.lanes[name], drain=drain), methods=None)
         for path, name in mcp_paths(routers).items()
     ]
-    routes += [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        Route("/status", status, methods=["GET"]),
-        Route("/ui", ui_page, methods=["GET"]),
-    ]
+    probes, scrape = probe_routes(routers, serving, drain=drain, metrics=metrics)
+    routes += [*probes, Route("/status", status, methods=["GET"]), Route("/ui", ui_page, methods=["GET"])]
     if resources.enabled:
         routes.append(Route(METADATA_PATH, protected_resource, methods=["GET"]))
         routes.append(Route(METADATA_PATH + "{path:path}", protected_resource, methods=["GET"]))
-    if metrics is not None:
-        registry = metrics.registry
-
-        async def metrics_page(request: Request) -> Response:
-            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
-
-        routes.append(Route("/metrics", metrics_page, methods=["GET"]))
+    routes += scrape
     routes.append(Route(LOGIN_PATH, operator.login, methods=["POST"]))
     return routes
+
+
+def probe_routes(
+    routers: Sequence[Router], serving: Serving, *, drain: Drain, metrics: GatewayMetrics | None
+) -> tuple[list[Route], list[Route]]:
+    """``/healthz`` and ``/readyz``; ``/metrics`` (none with ``--no-metrics``): what both the
+    main listener and the ops listener (``ops_app``) serve."""
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def readyz(request: Request) -> Response:
+        """Open to anyone (probes): a status, server names and their states only. Why a server
+        is not ready (its last error, which quotes the child's stderr) stays on ``/status``."""
+        if drain.draining:
+            return PlainTextResponse("not ready: draining\n", status_code=503)
+        if not serving.is_open:  # starting, stopped, or the service failed (the process then exits)
+            return PlainTextResponse("not ready: not serving\n", status_code=503)
+        answer = readiness(routers)
+        return PlainTextResponse(answer.text, status_code=200 if answer.ready else 503)
+
+    probes = [Route("/healthz", healthz, methods=["GET"]), Route("/readyz", readyz, methods=["GET"])]
+    if metrics is None:
+        return probes, []
+    registry = metrics.registry
+
+    async def metrics_page(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return probes, [Route("/metrics", metrics_page, methods=["GET"])]
+
+
+def ops_app(routers: Sequence[Router], serving: Serving, *, drain: Drain, metrics: GatewayMetrics | None) -> Starlette:
+    """What ``--ops-listen`` serves on its own socket: ``/healthz``, ``/readyz`` and ``/metrics``
+    (the main listener's own pages, over the same state), and nothing else. No edge: no
+    authentication (the main listener leaves these three open too), no Origin/Host check (a
+    scraper or a kubelet names the pod's address), no access log."""
+    probes, scrape = probe_routes(routers, serving, drain=drain, metrics=metrics)
+    routes = [*probes, *scrape]
+    where = " ".join(str(route.path) for route in routes)
+
+    async def not_here(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = exc.detail
+        if exc.status_code == 404:
+            message = f"{exc.detail}: the ops listener serves {where} only"
+        return wire.error_response(exc.status_code, error_object(-32600, message), headers=dict(exc.headers or {}))
+
+    return Starlette(routes=routes, exception_handlers={HTTPException: not_here})

@@ -1,52 +1,61 @@
 """Prometheus metrics: request metrics observed as requests end, everything else read at scrape.
 
 Request counters and latency histograms are the only work on the request path (two dict
-lookups and a few additions, ``RequestMetrics``). Pools, children and sessions are read when ``/metrics`` is
-scraped, from the counters they keep anyway, so an idle gateway costs nothing.
-Each app has its own registry (several gateways can live in one process, as in tests).
+lookups and a few additions, ``RequestMetrics``). Pools, children and sessions are read when
+``/metrics`` is scraped, from the counters they keep anyway, so an idle gateway costs nothing.
+Each app has its own registry (several gateways can live in one process, as in tests), with
+prometheus_client's process, platform and GC collectors registered on it. docs/operations.md
+lists every metric with its type, labels and label values; this is the short form:
 
-| metric | labels |
-|---|---|
-| ``mcp_gateway_requests_total`` | server, method, era, status, outcome |
-| ``mcp_gateway_request_seconds`` (histogram) | server, method, era |
-| ``mcp_gateway_requests_in_flight`` | server |
-| ``mcp_gateway_queue_waiting`` | server, pool (``shared``, ``principal`` or ``session``: summed by kind) |
-| ``mcp_gateway_children`` | server, pool, state |
-| ``mcp_gateway_child_spawns_total`` / ``_restarts_total`` | server, pool |
-| ``mcp_gateway_child_exits_total`` | server, pool, reason (``code 0``, ``SIGKILL``, ``start failure``, …) |
-| ``mcp_gateway_child_start_seconds`` (summary of recent cold starts) | server, pool |
-| ``mcp_gateway_cancellations_sent_total``, ``mcp_gateway_timeouts_total``, | server, pool |
-| ``mcp_gateway_non_json_lines_total``, ``mcp_gateway_child_bytes_{in,out}_total`` | server, pool |
-| ``mcp_gateway_child_questions_to_clients_total``, ``…_answered_by_gateway_total`` | server, pool |
-| ``mcp_gateway_sessions``, ``mcp_gateway_session_streams`` | server |
-| ``mcp_gateway_server_state`` (1 for its state, else 0) | server, state (``ready``, ``starting``, ``failing``) |
+| metric | type | labels |
+|---|---|---|
+| ``mcp_gateway_requests_total`` | counter | server, method, era, status, outcome |
+| ``mcp_gateway_request_seconds`` | histogram (``LATENCY_BUCKETS``) | server, method, era |
+| ``mcp_gateway_requests_in_flight`` | gauge | server |
+| ``mcp_gateway_queue_waiting``, ``mcp_gateway_children`` (+ state) | gauge | server, pool |
+| ``mcp_gateway_child_spawns_total``, ``…_restarts_total``, ``…_exits_total`` (+ reason) | counter | server, pool |
+| ``mcp_gateway_child_start_seconds`` | histogram (``gateway.stdio.tally.START_BUCKETS``) | server, pool |
+| ``_CHILD_COUNTERS``' (cancels, timeouts, non-JSON and oversized lines, bytes, questions) | counter | server, pool |
+| ``mcp_gateway_children_resident_bytes`` (Linux) | gauge | server |
+| ``mcp_gateway_children_cpu_seconds_total`` (Linux) | counter | server |
+| ``mcp_gateway_sessions``, ``mcp_gateway_session_streams`` | gauge | server |
+| ``mcp_gateway_server_state`` (1 for its state, else 0) | gauge | server, state |
+| ``mcp_gateway_build_info`` (1) | gauge | version, python |
+| ``process_*``, ``python_*`` | prometheus_client's | theirs |
 
-Every label value comes from a fixed set or from the configuration (server names), never
-from a client: a JSON-RPC method outside ``METHOD_LABELS`` counts as ``other`` (a client
-sending unique names would otherwise grow the registry, and the unauthenticated page,
-without bound). ``status`` is the HTTP status sent, or ``499`` when the client left before
-any was; ``outcome`` is ``ok``, ``error`` (a JSON-RPC error answer, whatever its status) or
-``cancelled`` (the client went away, or cancelled the request, before the answer).
+**Counters never fall.** A server's child counters include the pools it has dropped
+(``Router.tallies``: a pool's tally is kept by pool kind once it has ended), so none falls when
+an idle principal's or session's pool goes; a child's CPU time is the highest its process group
+was read at (``gateway.stdio.usage``), kept when it exits.
+
+**Label values are bounded and have no spaces.** Every one comes from a fixed set or from the
+configuration (server names), never from a client: a JSON-RPC method outside ``METHOD_LABELS``
+counts as ``other`` (a client sending unique names would otherwise grow the registry, and the
+unauthenticated page, without bound); ``pool`` is the pool's kind (``shared``, ``principal``,
+``session``), never a principal or session. ``status`` is the HTTP status sent, or ``499`` when
+the client left before any was; ``outcome`` is ``ok``, ``error`` (a JSON-RPC error answer,
+whatever its status) or ``cancelled`` (the client went away, or cancelled the request, before
+the answer); ``reason`` is ``code_N``, a signal's name, ``start_failure`` or ``gateway_fault``
+(``label_value``).
 """
 
 from __future__ import annotations
 
 import math
+import platform
 import time
 from bisect import bisect_left
-from collections import Counter as Tally
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import accumulate
 from typing import Final
 
 import prometheus_client.metrics
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, Info, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
-    SummaryMetricFamily,
 )
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
@@ -55,27 +64,34 @@ from prometheus_client.utils import floatToGoString  # fenced: prometheus_client
 from gateway.relay.readiness import ServerState
 from gateway.relay.router import Router
 from gateway.relay.sessions import SessionStore
+from gateway.stdio import usage
 from gateway.stdio.pool import Pool
+from gateway.stdio.tally import START_BUCKETS
 
 LATENCY_LABELS: Final = ("server", "method", "era")
 LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
-METHOD_LABELS: Final = frozenset(
-    {
-        # MCP requests and notifications a client sends, in every revision (digest §1).
-        "initialize", "ping", "server/discover", "tools/list", "tools/call", "prompts/list", "prompts/get",
-        "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
-        "resources/unsubscribe", "subscriptions/listen", "completion/complete", "logging/setLevel",
-        "tasks/get", "tasks/result", "tasks/list", "tasks/cancel",
-        "notifications/initialized", "notifications/cancelled", "notifications/progress",
-        "notifications/roots/list_changed", "notifications/elicitation/complete",
-        "sampling/createMessage", "elicitation/create", "roots/list",
-        # What the gateway calls requests without a JSON-RPC method.
-        "response", "GET stream", "DELETE session",
-        # Requests refused before their body was read are labelled with the HTTP method.
-        "GET", "POST", "DELETE", "OPTIONS", "HEAD", "PUT", "PATCH",
-    }
+_MCP_METHODS: Final = (
+    # MCP requests and notifications a client sends, in every revision (digest §1).
+    "initialize", "ping", "server/discover", "tools/list", "tools/call", "prompts/list", "prompts/get",
+    "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
+    "resources/unsubscribe", "subscriptions/listen", "completion/complete", "logging/setLevel",
+    "tasks/get", "tasks/result", "tasks/list", "tasks/cancel",
+    "notifications/initialized", "notifications/cancelled", "notifications/progress",
+    "notifications/roots/list_changed", "notifications/elicitation/complete",
+    "sampling/createMessage", "elicitation/create", "roots/list",
+    # What the gateway calls a JSON-RPC response a client POSTs.
+    "response",
+    # Requests refused before their body was read are labelled with the HTTP method.
+    "GET", "POST", "DELETE", "OPTIONS", "HEAD", "PUT", "PATCH",
 )  # fmt: skip
-"""The values of the ``method`` label; any other method is counted as ``other``."""
+METHOD_LABELS: Final[Mapping[str, str]] = {
+    **{method: method for method in _MCP_METHODS},
+    # The gateway's names for a legacy session's requests without a JSON-RPC method (the access
+    # log's words), as label values without spaces.
+    "GET stream": "get_stream",
+    "DELETE session": "delete_session",
+}
+"""The ``method`` label of each method counted by name; any other is counted as ``other``."""
 OUTCOMES: Final = ("ok", "error", "cancelled")
 _CHILD_COUNTERS: Final = {
     "cancels_sent": ("mcp_gateway_cancellations_sent", "notifications/cancelled sent to children"),
@@ -96,12 +112,22 @@ _CHILD_COUNTERS: Final = {
 
 
 class GatewayMetrics:
-    def __init__(self, routers: Sequence[Router], sessions: Callable[[str], SessionStore | None]) -> None:
-        """``sessions(server)``: that server's legacy sessions (None: none yet, the service is not open)."""
+    def __init__(
+        self, routers: Sequence[Router], sessions: Callable[[str], SessionStore | None], *, version: str = "0"
+    ) -> None:
+        """``sessions(server)``: that server's legacy sessions (None: none yet, the service is not
+        open); ``version``: the gateway's (``mcp_gateway_build_info``)."""
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = RequestMetrics()
         self.registry.register(self.requests)
         self.registry.register(_PoolCollector(routers, sessions))
+        # The default registry's collectors, on this app's own registry: process_* (CPU, memory,
+        # open files, start time of this process) and python_* (the interpreter, its collector).
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        build = Info("mcp_gateway_build", "The gateway's version and the Python it runs on", registry=self.registry)
+        build.info({"version": version, "python": platform.python_version()})
 
     def enter(self, server: str) -> None:
         """A request to ``server`` (a configured name) began: one more in flight."""
@@ -112,7 +138,7 @@ class GatewayMetrics:
         self.requests.in_flight[server] -= 1
 
     def observe(self, server: str, method: str, era: str, status: int, outcome: str, seconds: float) -> None:
-        self.requests.observe(server, method if method in METHOD_LABELS else "other", era, status, outcome, seconds)
+        self.requests.observe(server, METHOD_LABELS.get(method, "other"), era, status, outcome, seconds)
 
 
 class _Latencies:
@@ -128,6 +154,7 @@ class _Latencies:
 
 _BOUNDS: Final = (*LATENCY_BUCKETS, math.inf)
 _BOUND_LABELS: Final = tuple(floatToGoString(bound) for bound in _BOUNDS)  # type: ignore[no-untyped-call]
+_START_LES: Final = tuple(floatToGoString(bound) for bound in (*START_BUCKETS, math.inf))  # type: ignore[no-untyped-call]
 
 
 class RequestMetrics(Collector):
@@ -183,8 +210,14 @@ class RequestMetrics(Collector):
 
 
 def method_label(method: str) -> str:
-    """``method`` when it is one of ``METHOD_LABELS``, else ``other``."""
-    return method if method in METHOD_LABELS else "other"
+    """``method``'s label (``METHOD_LABELS``), else ``other``."""
+    return METHOD_LABELS.get(method, "other")
+
+
+def label_value(text: str) -> str:
+    """A label value without spaces: an exit reason (``code 0`` → ``code_0``, ``start failure``
+    → ``start_failure``), a worker (``worker 2 of 3`` → ``worker_2_of_3``)."""
+    return text.replace(" ", "_")
 
 
 class _PoolCollector(Collector):
@@ -199,7 +232,9 @@ class _PoolCollector(Collector):
         spawns = CounterMetricFamily("mcp_gateway_child_spawns", "Children started", labels=labels)
         restarts = CounterMetricFamily("mcp_gateway_child_restarts", "Children restarted after an exit", labels=labels)
         exits = CounterMetricFamily("mcp_gateway_child_exits", "Child exits by reason", labels=[*labels, "reason"])
-        starts = SummaryMetricFamily("mcp_gateway_child_start_seconds", "Recent cold starts", labels=labels)
+        starts = HistogramMetricFamily(
+            "mcp_gateway_child_start_seconds", "Cold starts: spawn to handshake done", labels=labels
+        )
         counters = {key: CounterMetricFamily(name, doc, labels=labels) for key, (name, doc) in _CHILD_COUNTERS.items()}
         sessions = GaugeMetricFamily("mcp_gateway_sessions", "Open legacy sessions", labels=["server"])
         streams = GaugeMetricFamily("mcp_gateway_session_streams", "Open legacy GET streams", labels=["server"])
@@ -208,6 +243,7 @@ class _PoolCollector(Collector):
             "1 for the state each server is in (ready, starting, failing), 0 for the others",
             labels=["server", "state"],
         )
+        usage_families = self._children_usage() if usage.READABLE else ()
         for router in self.routers:
             name = router.server.name
             current = router.state()
@@ -222,29 +258,58 @@ class _PoolCollector(Collector):
             # grow without bound.
             by_kind: dict[str, list[Pool]] = {}
             for pool_key, pool in list(router.pools.items()):
-                by_kind.setdefault(pool_key.scope.partition(":")[0], []).append(pool)
+                by_kind.setdefault(pool_key.kind, []).append(pool)
             for kind, pools in by_kind.items():
-                key = [name, kind]
                 states = {"ready": 0, "starting": 0, "retiring": 0}
-                exit_reasons: Tally[str] = Tally()
-                totals: Tally[str] = Tally()
-                start_seconds: list[float] = []
                 for pool in pools:
-                    status = pool.status()
-                    for child in status["children"]:
+                    for child in pool.status()["children"]:
                         states[child["state"]] += 1
-                    exit_reasons.update(pool.exits)
-                    totals.update(pool.totals())
-                    start_seconds += pool.start_seconds
                 for state, count in states.items():
-                    children.add_metric([*key, state], count)
-                waiting.add_metric(key, sum(pool.status()["waiting"] for pool in pools))
-                spawns.add_metric(key, sum(pool.spawns for pool in pools))
-                restarts.add_metric(key, sum(pool.restarts for pool in pools))
-                for reason, count in exit_reasons.items():
-                    exits.add_metric([*key, reason], count)
-                starts.add_metric(key, count_value=len(start_seconds), sum_value=sum(start_seconds))
+                    children.add_metric([name, kind, state], count)
+                waiting.add_metric([name, kind], sum(pool.dispatch.waiting for pool in pools))
+            # Counters: the pools gone count too, so none falls when an idle pool is dropped.
+            for kind, tally in router.tallies().items():
+                key = [name, kind]
+                spawns.add_metric(key, tally.spawns)
+                restarts.add_metric(key, tally.restarts)
+                for reason, count in tally.exits.items():
+                    exits.add_metric([*key, label_value(reason)], count)
+                buckets = [(le, count) for le, (_, count) in zip(_START_LES, tally.starts.buckets(), strict=True)]
+                starts.add_metric(key, buckets, tally.starts.sum)
                 for counter_key, family in counters.items():
-                    family.add_metric(key, totals.get(counter_key, 0))
+                    family.add_metric(key, tally.children.get(counter_key, 0))
         yield from (children, waiting, spawns, restarts, exits, starts, *counters.values(), sessions, streams)
         yield server_states
+        yield from usage_families
+
+    def _children_usage(self) -> tuple[Metric, Metric]:
+        """Resident memory and CPU time of every server's children, their process groups summed
+        (``gateway.stdio.usage``; one pass over ``/proc``). Each live child keeps its highest CPU
+        reading, which its pool keeps when it exits: the CPU counter never falls."""
+        resident = GaugeMetricFamily(
+            "mcp_gateway_children_resident_bytes",
+            "Resident memory of the server's live children (each child's process group)",
+            labels=["server"],
+        )
+        cpu = CounterMetricFamily(
+            "mcp_gateway_children_cpu_seconds",
+            "CPU time of the server's children (each child's process group), exited children included",
+            labels=["server"],
+        )
+        live = {
+            router.server.name: [m.child for pool in router.live_pools() for m in pool.members if m.child is not None]
+            for router in self.routers
+        }
+        groups = usage.read_groups({child.pid for children in live.values() for child in children})
+        for router in self.routers:
+            name = router.server.name
+            rss = 0
+            for child in live[name]:
+                group = groups.get(child.pid)
+                if group is not None:
+                    child.note_cpu(group.cpu_seconds)
+                    rss += group.rss_bytes
+            resident.add_metric([name], rss)
+            cpu_us = sum(tally.children.get("cpu_us", 0) for tally in router.tallies().values())
+            cpu.add_metric([name], cpu_us / 1_000_000)
+        return resident, cpu

@@ -26,6 +26,12 @@ class PoolKey(NamedTuple):
     told: str = ""  # the client capabilities its legacy children are told (inputs.capability_key); "": the configured
     roots: str = ""  # the roots set its children are given (roots.roots_key); "": the configured roots, or none
 
+    @property
+    def kind(self) -> str:
+        """``shared``, ``principal`` or ``session``: what metrics label a pool by (a label per
+        principal or session would grow without bound, and name identities on an open page)."""
+        return self.scope.partition(":")[0]
+
     def label(self, server: str) -> str:
         parts = [server]
         if self.scope != "shared":

@@ -21,6 +21,11 @@
   pool is opened again ``RESTART_PAUSE`` later without waiting for one. The idle-pool sweep
   runs again after a fault of its own (``boundary.keep_running``).
 
+- **Counts outlive pools**: a pool's tally (``gateway.stdio.tally``) is folded into ``gone``,
+  by pool kind, once the pool has ended (its children stopped, so its tally is final); until
+  then it is counted among the running (``tallies``), also after it was dropped. So the
+  server's counters per kind never fall when a pool goes.
+
 Every pool gets the listeners registered here (``add_listener`` and the like), also the
 pools opened before a listener came.
 """
@@ -51,6 +56,7 @@ from gateway.stdio.pool import (
     PoolSettings,
 )
 from gateway.stdio.spec import ChildSpec
+from gateway.stdio.tally import PoolTally
 
 log = logging.getLogger("gateway.relay.router")
 
@@ -100,6 +106,10 @@ class RunningPools:
         self.answered_alike: Callable[[str], bool] | None = None  # (``Router``: a keeping server's roots)
         self._stops: dict[PoolKey, anyio.Event] = {}
         self._opening: dict[PoolKey, anyio.Event] = {}  # set once the pool runs, or failed to
+        # Every pool whose task runs (also one dropped and stopping its children), by its kind;
+        # a pool leaves it for ``gone`` once it has ended (``_retire``).
+        self._live: dict[Pool, str] = {}
+        self.gone: dict[str, PoolTally] = {}  # by pool kind: what the pools that ended counted
         self._tg: TaskGroup | None = None  # while ``running``: the pools' task group
         self._prewarm: ChildSpec | None = None  # the shared pool's spec, when it is pre-warmed
 
@@ -197,6 +207,7 @@ class RunningPools:
         if key.scope.startswith(SESSION_PREFIX):
             pool.session_id = key.scope.removeprefix(SESSION_PREFIX)
         self.by_key[key] = pool
+        self._live[pool] = key.kind
         self._bump()
         stop = self._stops[key] = anyio.Event()
         opening = self._opening[key] = anyio.Event()
@@ -204,6 +215,7 @@ class RunningPools:
             await self._tg.start(self._run_pool, key, pool, stop)
         except BaseException:
             self._forget(key, pool)
+            self._retire(pool)  # (done already if its task ran)
             raise
         finally:
             opening.set()
@@ -232,6 +244,27 @@ class RunningPools:
                 self._tg.start_soon(self._warm_again)
         finally:
             self._forget(key, pool)
+            self._retire(pool)
+
+    def _retire(self, pool: Pool) -> None:
+        """``pool`` has ended: its final tally joins its kind's ``gone`` (once)."""
+        kind = self._live.pop(pool, None)
+        if kind is not None:
+            self.gone.setdefault(kind, PoolTally()).add(pool.tally())
+
+    def live_pools(self) -> list[Pool]:
+        """Every pool whose task runs: those by key, and those dropped that are still stopping."""
+        return list(self._live)
+
+    def tallies(self) -> dict[str, PoolTally]:
+        """What the server's pools have counted, by pool kind: the ended ones' and the running
+        ones' (dropped or not). No count in it is ever less than at an earlier call."""
+        totals: dict[str, PoolTally] = {}
+        for kind, gone in self.gone.items():
+            totals.setdefault(kind, PoolTally()).add(gone)
+        for pool, kind in self._live.items():
+            totals.setdefault(kind, PoolTally()).add(pool.tally())
+        return totals
 
     async def _warm_again(self) -> None:
         """The pre-warmed shared pool failed and was dropped: open it again, ``RESTART_PAUSE``

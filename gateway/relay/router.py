@@ -94,6 +94,7 @@ from gateway.stdio.pool import (
     PoolRequestHandler,
 )
 from gateway.stdio.spec import INITIALIZE_FIRST, PROBE_FIRST
+from gateway.stdio.tally import PoolTally
 
 log = logging.getLogger("gateway.relay.router")
 
@@ -466,6 +467,16 @@ class Router:
     def end_session(self, session_id: str) -> None:
         self._pools.end_session(session_id)
 
+    def tallies(self) -> dict[str, PoolTally]:
+        """What this server's pools have counted, by pool kind, the pools gone included: for
+        metrics, whose counters must never fall when an idle pool is dropped."""
+        return self._pools.tallies()
+
+    def live_pools(self) -> list[Pool]:
+        """Every pool of this server whose children may run: ``pools``, and those dropped that
+        are still stopping theirs."""
+        return self._pools.live_pools()
+
     # -- health -------------------------------------------------------------------------
 
     def is_ready(self) -> bool:
@@ -488,7 +499,7 @@ class Router:
         its start times with it)."""
         if not self._started_once:
             self._started_once = any(
-                pool.start_seconds or pool.last_error is not None or pool.failing for pool in self.pools.values()
+                pool.starts.count or pool.last_error is not None or pool.failing for pool in self.pools.values()
             )
         return not self._started_once
 

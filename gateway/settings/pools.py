@@ -142,7 +142,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         section=POOL,
         help="children at most over all servers and isolation keys; at the cap an idle child of another "
         "pool is stopped to make room, else 503 + Retry-After; 0 = sized to the machine: 16 per CPU or "
-        "one per 64 MiB of memory, the smaller, at least 8 (default: %(default)s)",
+        "one per 64 MiB of memory (in a container: its cgroup's CPU quota and memory limit, v1 or v2), "
+        "the smaller, at least 8 (default: %(default)s)",
     ),
     Setting(
         "--child-asks",

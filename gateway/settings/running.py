@@ -1,5 +1,6 @@
 """Settings that say what to serve and how the process runs: ``--config``, ``--command``,
-the log format, the servers readiness waits for, the drain on SIGTERM, ``/metrics``.
+the log format, the servers readiness waits for, the drain on SIGTERM, ``/metrics`` and the ops
+listener (``--ops-listen``).
 
 Declared as ``gateway.settings.declaration.Setting``; ``gateway.settings`` gathers them."""
 
@@ -8,6 +9,31 @@ from __future__ import annotations
 from typing import Final
 
 from gateway.settings.declaration import DRAIN_TIMEOUT, NOT_NEGATIVE, Setting, rule
+
+MAX_PORT: Final = 65535
+
+
+def listen_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9090`` for IPv6) → (host, port); ``ValueError`` saying what is wrong."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"{text!r}: write an IPv6 address in brackets, as [::]:9090")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= MAX_PORT:
+        raise ValueError(f"{text!r} is not HOST:PORT, such as 0.0.0.0:9090")
+    return host, int(port)
+
+
+def _listen_problem(text: str | None) -> str | None:
+    if text is None:
+        return None
+    try:
+        listen_address(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
 
 SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
@@ -57,5 +83,14 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         negate=True,
         kind=bool,
         help="do not serve /metrics",
+    ),
+    Setting(
+        "--ops-listen",
+        field="ops_listen",
+        check=_listen_problem,
+        metavar="HOST:PORT",
+        help="also serve /healthz, /readyz and /metrics (nothing else: plain HTTP, no authentication, "
+        "no Origin/Host check) on this second address, e.g. 0.0.0.0:9090, so that a gateway bound to "
+        "loopback (a sidecar) can be probed and scraped from outside its pod; it stops with the gateway",
     ),
 )

@@ -18,8 +18,10 @@ per key. ``ChildBudget`` is shared by every pool of every server:
   crash waits for room (``has_room``) instead of evicting.
 
 The default is sized to the machine (``machine_children``): ``CHILDREN_PER_CPU`` per CPU
-the gateway may use, or one per ``CHILD_MEMORY_BYTES`` of the memory it may use (the
-cgroup limit in a container), whichever is smaller, and never below ``MIN_CHILDREN``.
+the gateway may use (its CPU affinity, under its cgroup's CPU quota), or one per
+``CHILD_MEMORY_BYTES`` of the memory it may use (the machine's, under its cgroup's memory
+limit), whichever is smaller, and never below ``MIN_CHILDREN``. The cgroup limits are read for
+v1 and v2 alike (``gateway.stdio.cgroups``).
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ import contextlib
 import os
 from collections.abc import Collection
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from gateway.errors import GatewayUnavailableError
+from gateway.stdio.cgroups import CgroupLimits, read_limits
 
 if TYPE_CHECKING:
     from gateway.stdio.member import Member
@@ -45,35 +47,39 @@ MIN_CHILDREN: Final = 8
 """The smallest machine still runs a few isolation keys at once."""
 FULL_RETRY_AFTER: Final = 5
 """Seconds a client is told to wait when every child of the gateway is busy."""
-CGROUP_MEMORY_MAX: Final = Path("/sys/fs/cgroup/memory.max")
 
 
-def _cpus() -> int:
+def _affinity_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return os.cpu_count() or 1
 
 
-def _memory_bytes() -> int | None:
-    limits: list[int] = []
+def _physical_memory() -> int | None:
     with contextlib.suppress(ValueError, OSError, AttributeError):  # not POSIX
-        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    try:
-        text = CGROUP_MEMORY_MAX.read_text().strip()
-        if text.isdigit():
-            limits.append(int(text))
-    except OSError:
-        pass
-    return min(limits) if limits else None
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None  # pragma: no cover - not POSIX
 
 
-def machine_children() -> int:
-    """The default cap for this machine (see the module docstring)."""
-    by_cpu = CHILDREN_PER_CPU * _cpus()
-    memory = _memory_bytes()
-    by_memory = memory // CHILD_MEMORY_BYTES if memory else by_cpu
+def children_for(cpus: float, memory_bytes: int | None) -> int:
+    """The cap for ``cpus`` CPUs (a fraction under a CPU quota) and ``memory_bytes`` of memory
+    (None: unknown): the smaller of the two sizes, never below ``MIN_CHILDREN``."""
+    by_cpu = int(CHILDREN_PER_CPU * cpus)
+    by_memory = memory_bytes // CHILD_MEMORY_BYTES if memory_bytes else by_cpu
     return max(MIN_CHILDREN, min(by_cpu, by_memory))
+
+
+def machine_children(limits: CgroupLimits | None = None) -> int:
+    """The default cap for this machine (see the module docstring): the CPUs the gateway may run
+    on (its affinity, under its cgroup's CPU quota) and the memory it may use (the machine's,
+    under its cgroup's limit). ``limits``: the cgroup's (read from ``/sys/fs/cgroup`` when None)."""
+    limits = read_limits() if limits is None else limits
+    cpus: float = _affinity_cpus()
+    if limits.cpus is not None:
+        cpus = min(cpus, limits.cpus)
+    memory = [m for m in (_physical_memory(), limits.memory_bytes) if m]
+    return children_for(cpus, min(memory, default=None))
 
 
 class ChildBudget:

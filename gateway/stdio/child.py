@@ -66,7 +66,7 @@ from gateway.protocol.childsession import ChildSession
 from gateway.protocol.framing import LineFramer, OversizedLine
 from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import JsonObject, Notification, Reply
-from gateway.stdio import process
+from gateway.stdio import process, usage
 from gateway.stdio.backend import ChildProcess
 from gateway.stdio.boundary import Guarded, contained
 from gateway.stdio.carried import Carried
@@ -115,6 +115,7 @@ class StdioChild(ChildReadings):
         # What it was told at initialize it may ask (read-only here; the spec makes a copy per read).
         self.declared_capabilities: Mapping[str, object] = spec.declared_capabilities
         self.bytes_in = 0
+        self.cpu_us = 0  # the most CPU time its process group was read at (ChildReadings.note_cpu)
         self.last_output = time.monotonic()  # when stdout last said anything (stall detection)
         self._info: ChildInfo | None = None
         self._proc = proc
@@ -404,6 +405,7 @@ class StdioChild(ChildReadings):
 
     async def _on_stdout_closed(self) -> None:
         if self._proc.returncode is None:
+            self.note_cpu(usage.read_process(self.pid))  # its last reading, while it may still be read
             with anyio.move_on_after(self.spec.stdin_close_grace):
                 await self._proc.wait()
         if self._proc.returncode is None:  # stdout closed but the process lives on: it is useless now

@@ -65,13 +65,12 @@ from gateway.stdio.member import PoolRequestHandler as PoolRequestHandler
 from gateway.stdio.member import PoolSettings as PoolSettings
 from gateway.stdio.questions import RequestHandler
 from gateway.stdio.spec import ChildSpec
+from gateway.stdio.tally import PoolTally, StartTimes
 
 log = logging.getLogger("gateway.pool")
 
 MAINTENANCE_TICK: Final = 1.0
 """Seconds between idle, age and liveness checks."""
-START_SAMPLES: Final = 100
-"""Cold-start durations kept per pool for metrics."""
 GATEWAY_FAULT: Final = ExitKind.GATEWAY_FAULT.value
 """The exit reason counted for a child the gateway failed on (``ChildFaultError``)."""
 
@@ -107,7 +106,7 @@ class Pool(PoolHooks):
         self.spawns = 0
         self.restarts = 0
         self.exits: Counter[str] = Counter()  # "code 0", "SIGKILL", "start failure", "gateway fault"
-        self.start_seconds: list[float] = []  # recent cold starts (bounded)
+        self.starts = StartTimes()  # every cold start, as a histogram
         self.retired: Counter[str] = Counter()  # counters of children that are gone
         self._gateway_version = gateway_version
         self._backend = backend
@@ -352,7 +351,7 @@ class Pool(PoolHooks):
                 child.tools = self.dispatch.tools
                 if self.answered_alike is not None and self.spec.answers_roots:
                     child.answer_alike(self.answered_alike)
-                self._record_start(time.monotonic() - member.started_at)
+                self.starts.observe(time.monotonic() - member.started_at)
                 self._apply(self.dispatch.started(member, child, time.monotonic(), self.room))
                 self._notify()
                 if self._on_started is not None:
@@ -386,15 +385,12 @@ class Pool(PoolHooks):
             self._notify()
         self._apply(actions)
 
-    def _record_start(self, seconds: float) -> None:
-        self.start_seconds.append(seconds)
-        del self.start_seconds[:-START_SAMPLES]
-
     def _record_exit(self, member: Member, error: GatewayError | None) -> None:
         if member.child is None:
             self.exits["start failure"] += 1
             return
         self.retired.update(member.child.counters())
+        error = error or member.child.death  # stopped by the pool: its exit, not its stop, says how it ended
         if isinstance(error, ChildFaultError):  # the gateway failed on it, and stopped it
             self.exits[GATEWAY_FAULT] += 1
             return
@@ -408,6 +404,11 @@ class Pool(PoolHooks):
             if member.child is not None:
                 total.update(member.child.counters())
         return total
+
+    def tally(self) -> PoolTally:
+        """What the pool has counted so far, its live children's counters included (a new value;
+        ``gateway.stdio.tally``): it never falls while the pool lives, and is final once it ended."""
+        return PoolTally(self.spawns, self.restarts, Counter(self.exits), self.totals(), self.starts.copy())
 
     async def _restart_after(self, delay: float) -> None:
         if delay:

@@ -26,6 +26,7 @@ class ChildReadings:
     """The read side of ``StdioChild``: properties over the state its ``__init__`` sets."""
 
     bytes_in: int
+    cpu_us: int
     questions: Questions
     _info: ChildInfo | None
     _proc: ChildProcess
@@ -92,9 +93,16 @@ class ChildReadings:
             "timeouts": session.timeouts,
             "bytes_in": self.bytes_in,
             "bytes_out": self._stdin.written,
+            "cpu_us": self.cpu_us,
             "questions_to_clients": self.questions.to_clients,
             "questions_answered_by_gateway": self.questions.answered_by_gateway,
         }
+
+    def note_cpu(self, seconds: float | None) -> None:
+        """The CPU time its process group was read at (``gateway.stdio.usage``; None: not read):
+        the highest reading is kept, so what metrics count never falls."""
+        if seconds is not None:
+            self.cpu_us = max(self.cpu_us, round(seconds * 1_000_000))
 
     @property
     def stdin_queued(self) -> int:

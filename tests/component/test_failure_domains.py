@@ -110,7 +110,7 @@ async def the_faulty_child_is_restarted_and_counted(gw: TwoServers, faulty: Fake
     assert pool["restarts"] >= 1
     assert pool["failing"] is False
     metrics = (await gw.http.get("/metrics")).text
-    assert 'mcp_gateway_child_exits_total{pool="shared",reason="gateway fault",server="test"} 1.0' in metrics
+    assert 'mcp_gateway_child_exits_total{pool="shared",reason="gateway_fault",server="test"} 1.0' in metrics
     ready = await gw.http.get("/readyz")
     assert (ready.status_code, ready.text) == (200, "ready\n")
 

@@ -11,8 +11,10 @@ by name, instead of degrading quietly:
 - that uvicorn writes a response through the protocol's ``transport`` (``GuardedHttpTools``
   puts ``HeldHead`` there, so a head and its body leave in one write);
 - uvicorn's ``Server`` (``DrainingServer`` subclasses it): ``handle_exit``, the signal
-  handler, and ``main_loop``, the coroutine the drain task runs beside (so the drain has an
-  owner), with the names ``DrainingServer`` adds not among uvicorn's;
+  handler, ``main_loop``, the coroutine the drain task runs beside (so the drain has an
+  owner), and ``serve``, which the ops listener runs beside, with the names ``DrainingServer``
+  adds not among uvicorn's; for ``OpsServer`` (``--ops-listen``), that uvicorn installs signal
+  handlers in ``capture_signals`` only, which it overrides;
 - anyio's process stdin (``PipeWriter.over`` reads its ``_stream``): a real child's stdin is
   a ``PipeWriter``, and anything else is refused loudly;
 - anyio's asyncio cancel scope (``Watch`` makes ``anyio._backends._asyncio.CancelScope``
@@ -58,7 +60,7 @@ from gateway.http.connection import GuardedHttpTools
 from gateway.http.drain import Drain
 from gateway.http.sse import Watch
 from gateway.http.tls import PeerSubjects, TlsHandshake, peer_protocol
-from gateway.server import DrainingServer
+from gateway.server import DrainingServer, OpsServer
 from gateway.stdio.backend import PROCESS_BACKEND, PipeWriter
 from tests.conftest import server_spec
 
@@ -204,15 +206,44 @@ def test_uvicorns_server_still_has_what_the_draining_server_overrides_and_none_o
     assert inspect.iscoroutinefunction(base.main_loop), "uvicorn.Server.main_loop is gone or no longer a coroutine"
     assert list(inspect.signature(base.main_loop).parameters) == ["self"]
     assert "await self.main_loop()" in inspect.getsource(base._serve), "uvicorn no longer runs main_loop"
-    for name in ("handle_exit", "main_loop"):
+    assert inspect.iscoroutinefunction(base.serve), "uvicorn.Server.serve is gone or no longer a coroutine"
+    assert list(inspect.signature(base.serve).parameters) == ["self", "sockets"]
+    assert "self.serve(sockets=sockets)" in inspect.getsource(base.run), "uvicorn's run no longer runs serve"
+    for name in ("handle_exit", "main_loop", "serve"):
         assert name in vars(DrainingServer), name  # overridden there, so a rename upstream is caught above
     config = uvicorn.Config(lambda scope, receive, send: None, lifespan="off", log_level="warning")
     theirs = set(dir(base)) | set(vars(base(config)))
     ours = {name for name in vars(DrainingServer(config, Drain(), 1.0)) if name not in vars(base(config))}
-    ours |= set(vars(DrainingServer)) - {"__module__", "__doc__", "__init__", "handle_exit", "main_loop"}
+    ours |= set(vars(DrainingServer)) - {"__module__", "__doc__", "__init__", "handle_exit", "main_loop", "serve"}
     ours -= {"__annotations__", "__firstlineno__", "__static_attributes__", "__qualname__"}
     assert ours, "nothing found to check"
     assert not ours & theirs, f"uvicorn.Server now defines names DrainingServer adds: {sorted(ours & theirs)}"
+
+
+def test_the_ops_server_takes_no_signal_because_uvicorn_installs_them_in_capture_signals_only() -> None:
+    base = uvicorn.Server
+    source = inspect.getsource(uvicorn.server)
+    # OpsServer (--ops-listen) runs a second Server in the process: were uvicorn to install its
+    # handlers anywhere but capture_signals, that server would take SIGTERM from the draining one.
+    assert source.count("signal.signal(") == 2, "uvicorn installs signal handlers somewhere new"
+    assert "signal.signal(" not in inspect.getsource(base._serve)
+    assert "with self.capture_signals():" in inspect.getsource(base.serve)
+    assert "signal.signal(sig, self.handle_exit)" in inspect.getsource(base.capture_signals)
+    assert "capture_signals" in vars(OpsServer)
+    config = uvicorn.Config(lambda scope, receive, send: None, lifespan="off", log_level="warning")
+    theirs = set(dir(base)) | set(vars(base(config)))
+    ours = ({name for name in vars(OpsServer(config)) if name not in vars(base(config))} | set(vars(OpsServer))) - {
+        "__module__",
+        "__doc__",
+        "__init__",
+        "capture_signals",
+        "__annotations__",
+        "__firstlineno__",
+        "__static_attributes__",
+        "__qualname__",
+    }
+    assert ours == {"ops_sockets", "over"}
+    assert not ours & theirs, f"uvicorn.Server now defines names OpsServer adds: {sorted(ours & theirs)}"
 
 
 async def test_a_real_childs_stdin_is_written_through_the_pipe_writer() -> None:

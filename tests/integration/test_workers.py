@@ -143,7 +143,7 @@ async def test_three_workers_serve_a_legacy_sdk_session_and_an_mrtr_retry_round_
                 status = (await http.get(f"{gw.url}/status")).json()
                 metrics = (await http.get(f"{gw.url}/metrics")).text
             assert re.fullmatch(r"worker \d of 3", status["instance"]["label"])
-            assert re.search(r'mcp_gateway_instance\{.*worker="worker \d of 3"\} 1.0', metrics), metrics
+            assert re.search(r'mcp_gateway_instance\{.*worker="worker_\d_of_3"\} 1.0', metrics), metrics
     assert 404 not in balancer.statuses(), balancer.hits
     assert all(hit.status < 400 for hit in balancer.hits), balancer.hits
     assert {hit.backend for hit in balancer.hits} == {0, 1, 2}

@@ -73,7 +73,8 @@ def test_long_client_values_are_cut_in_the_access_line() -> None:
 
 def test_metric_method_labels_come_from_a_fixed_set() -> None:
     assert method_label("tools/call") == "tools/call"
-    assert method_label("GET stream") == "GET stream"
+    assert method_label("GET stream") == "get_stream"
+    assert method_label("DELETE session") == "delete_session"
     assert method_label("tools/call\n") == "other"
     assert method_label("m" * 2**20) == "other"
     assert all(len(label) < 40 for label in METHOD_LABELS)

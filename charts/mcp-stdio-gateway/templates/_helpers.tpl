@@ -103,14 +103,20 @@ does not speak (terminate TLS at the ingress to scale out, or run one replica).
 
 {{/*
 A probe on PATH: an HTTP GET from the kubelet, or (probes.type=exec) the container's own
-Python fetching 127.0.0.1, for a gateway bound to loopback. Call with (list . PATH SETTINGS).
+Python fetching 127.0.0.1, for a gateway bound to loopback. With the ops listener on, an HTTP
+GET to it: plain HTTP on its own port, whatever the main listener binds or speaks. Call with
+(list . PATH SETTINGS).
 */}}
 {{- define "mcp-stdio-gateway.probe" -}}
 {{- $root := index . 0 }}
 {{- $path := index . 1 }}
 {{- $settings := index . 2 }}
 {{- $tls := $root.Values.tls.enabled }}
-{{- if include "mcp-stdio-gateway.mutualTls" $root }}
+{{- if $root.Values.opsListener.port }}
+httpGet:
+  path: {{ $path }}
+  port: ops
+{{- else if include "mcp-stdio-gateway.mutualTls" $root }}
 {{- /* Mutual TLS: nothing in the pod holds a client certificate, so only the port is checked. */}}
 tcpSocket:
   port: http
@@ -160,6 +166,11 @@ ports:
   - name: http
     containerPort: {{ $g.port }}
     protocol: TCP
+  {{- if .Values.opsListener.port }}
+  - name: ops
+    containerPort: {{ .Values.opsListener.port }}
+    protocol: TCP
+  {{- end }}
 env:
   - name: MCP_GATEWAY_HOST
     value: {{ $g.host | quote }}
@@ -230,6 +241,12 @@ env:
   {{- if not .Values.metrics.enabled }}
   - name: MCP_GATEWAY_NO_METRICS
     value: "true"
+  {{- end }}
+  {{- with .Values.opsListener }}
+  {{- if .port }}
+  - name: MCP_GATEWAY_OPS_LISTEN
+    value: {{ printf (ternary "[%s]:%d" "%s:%d" (contains ":" .host)) .host (int .port) | quote }}
+  {{- end }}
   {{- end }}
   {{- if include "mcp-stdio-gateway.hasTokens" . }}
   - name: MCP_GATEWAY_AUTH_TOKEN_FILE

@@ -1,0 +1,112 @@
+"""``/metrics`` over fake children: counters that never fall when a pool goes, the cold-start
+histogram, label values without spaces, the process and build metrics."""
+
+from __future__ import annotations
+
+import platform
+
+import anyio
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from gateway import __version__
+from gateway.relay.server_config import DualEra, Isolation
+from tests.component.fakechild import fake_backend
+from tests.component.harness import Gateway, in_process_gateway, legacy_call
+from tests.gateway_server import modern_call, modern_headers, open_legacy_session
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 20.0
+
+
+def samples(text: str) -> list[Sample]:
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels`` (0 if none)."""
+    return sum(s.value for s in samples(text) if s.name == name and labels.items() <= s.labels.items())
+
+
+async def scrape(gw: Gateway) -> str:
+    answer = await gw.http.get("/metrics")
+    assert answer.status_code == 200
+    return answer.text
+
+
+async def scrape_after(gw: Gateway) -> str:
+    """``/metrics`` once the app's lifespan has ended (every pool and child has, too)."""
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gw.app), base_url="http://127.0.0.1") as http:
+        return (await http.get("/metrics")).text
+
+
+async def test_spawn_and_exit_counters_do_not_fall_when_a_session_pool_is_dropped() -> None:
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend() as backend,
+            in_process_gateway(backend, isolation=Isolation.SESSION, dual_era=DualEra.MODERN) as gw,
+        ):
+            sessions = [await open_legacy_session(gw.http, gw.url) for _ in range(2)]
+            for headers in sessions:
+                reply = await gw.http.post(gw.url, headers=headers, json=legacy_call(1, "echo", {"message": "x"}))
+                assert reply.status_code == 200
+            before = await scrape(gw)
+            assert value(before, "mcp_gateway_child_spawns_total", pool="session") == 2
+            bytes_before = value(before, "mcp_gateway_child_bytes_out_total", pool="session")
+
+            await gw.http.delete(gw.url, headers=sessions[0])  # its pool is dropped at once
+            dropped = await scrape(gw)  # the pool is gone from the router; its children may still stop
+            [first] = [child for child in backend.children if child.pid == min(c.pid for c in backend.children)]
+            await backend.until(lambda: not first.is_running)
+            stopped = await scrape(gw)
+        after = await scrape_after(gw)  # every pool has ended, and been folded into the totals
+    for text in (dropped, stopped, after):
+        assert value(text, "mcp_gateway_child_spawns_total", pool="session") == 2
+        assert value(text, "mcp_gateway_child_bytes_out_total", pool="session") >= bytes_before
+        assert value(text, "mcp_gateway_child_start_seconds_count", pool="session") == 2
+    assert value(after, "mcp_gateway_child_exits_total", pool="session", reason="code_0") == 2
+
+
+async def test_child_start_seconds_is_a_histogram_with_its_buckets() -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend() as backend, in_process_gateway(backend) as gw:
+            await gw.http.post(gw.url, headers=modern_headers("tools/call", "echo"), json=modern_call(1, "echo", {}))
+            text = await scrape(gw)
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == "mcp_gateway_child_start_seconds"]
+    assert family.type == "histogram"
+    buckets = [s for s in family.samples if s.name.endswith("_bucket") and s.labels["pool"] == "shared"]
+    assert [s.labels["le"] for s in buckets][-1] == "+Inf"
+    assert buckets[-1].value == 1  # the pre-warmed child, started once the call came
+
+
+async def test_no_label_value_has_a_space() -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend() as backend, in_process_gateway(backend) as gw:
+            headers = await open_legacy_session(gw.http, gw.url)
+            async with gw.open(b"", {**headers, "accept": "text/event-stream"}, method="GET") as stream:
+                assert await stream.start() == 200  # the session's GET stream; leaving ends it
+            await stream.done.wait()
+            crashed = await gw.http.post(gw.url, headers=headers, json=legacy_call(2, "crash", {"code": 3}))
+            assert "error" in crashed.json()
+            await gw.http.delete(gw.url, headers=headers)
+        text = await scrape_after(gw)  # every child's exit counted
+    methods = {s.labels["method"] for s in samples(text) if s.name == "mcp_gateway_requests_total"}
+    assert {"initialize", "get_stream", "delete_session", "tools/call"} <= methods
+    assert value(text, "mcp_gateway_child_exits_total", reason="code_3") == 1
+    spaced = {(s.name, k, v) for s in samples(text) for k, v in s.labels.items() if " " in v}
+    assert not spaced
+
+
+async def test_process_python_and_build_info_metrics_are_served() -> None:
+    with anyio.fail_after(BOUND):
+        async with fake_backend() as backend, in_process_gateway(backend) as gw:
+            text = await scrape(gw)
+    names = {s.name for s in samples(text)}
+    assert {"process_cpu_seconds_total", "process_resident_memory_bytes", "process_start_time_seconds"} <= names
+    assert {"python_info", "python_gc_collections_total"} <= names
+    [build] = [s for s in samples(text) if s.name == "mcp_gateway_build_info"]
+    assert build.value == 1
+    assert build.labels == {"version": __version__, "python": platform.python_version()}
