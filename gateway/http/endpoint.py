@@ -144,13 +144,14 @@ class McpEndpoint:
             return session_requests.stream(
                 headers,
                 principal,
+                owner,
                 self.sessions,
                 max_stream_seconds=self.max_stream_seconds,
                 sse_poll_seconds=self.sse_poll_seconds,
             )
         if method == "DELETE":
             scope.setdefault("gateway.log", {}).update(method="DELETE session", era="legacy")
-            return session_requests.end(headers, principal, self.sessions)
+            return session_requests.end(headers, principal, owner, self.sessions)
         if method != "POST":
             return wire.error_response(
                 405,
@@ -291,8 +292,9 @@ class McpEndpoint:
             assert isinstance(message, Request)  # the ladder only lets initialize in without a session
             return await self._initialize(message, headers, principal, owner, scope.setdefault("gateway.log", {}))
         session = self.sessions.get(accepted.session_id)
-        # A session belongs to whoever opened it: another principal's id is unknown to this one.
-        if session is None or session.principal != principal:
+        # A session belongs to whoever opened it: another principal's (or, for an anonymous
+        # client, another address's) id is unknown to this one.
+        if session is None or not session.belongs_to(principal, owner):
             return rejection_response(ingress.unknown_session())
         if accepted.is_batch:
             refusal = session_requests.batch_slots(accepted.messages, scope.get(SLOTS))

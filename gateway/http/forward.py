@@ -57,6 +57,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.errors import CODE_UNAVAILABLE, GatewayUnavailableError
 from gateway.http.edge_settings import BODY_TIMEOUT
 from gateway.http.forward_accept import Answer, header, read_whole_body, replay, target
+from gateway.http.limits import client_key
 from gateway.http.observe import note_request
 from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners
@@ -93,6 +94,7 @@ NOT_FORWARDED: Final = HOP_BY_HOP | {
     owners.PRINCIPAL_HEADER,
     owners.TARGET_HEADER,
     owners.SIGNED_HEADER,
+    owners.CLIENT_HEADER,  # only the entry instance names the client (below), never the client itself
 }
 NOT_RETURNED: Final = HOP_BY_HOP | {"date", "server"}  # the entry instance's server writes its own
 SESSION_HEADER: Final = MCP_SESSION_ID.encode("ascii")
@@ -239,6 +241,7 @@ class RouteToOwner:
             for key, value in scope["headers"]
             if (name := key.decode("latin-1")) not in self.not_forwarded
         ]
+        forwarded.append((owners.CLIENT_HEADER, client_key(scope)))  # signed with the rest
         signature = owners.sign_forward(
             self.routing.forward_key,
             now=int(time.time()),

@@ -27,6 +27,7 @@ from gateway.errors import GatewayUnavailableError
 from gateway.http.connection import BODY_RECEIVED
 from gateway.http.edge_settings import BODY_TIMEOUT
 from gateway.http.endpoint import read_body
+from gateway.http.limits import CLIENT_KEY
 from gateway.http.wire import error_response, gateway_error_response
 from gateway.protocol import owner as owners
 from gateway.protocol.jsonrpc import INVALID_REQUEST, error_object
@@ -129,7 +130,11 @@ class AcceptForwards:
             return
         # The owner acts on what the signature covers, and on nothing a hop could have added.
         carried = [(k, v) for k, v in scope["headers"] if k in KEPT_UNSIGNED]
-        scope["headers"] = carried + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in forward.headers]
+        signed = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in forward.headers if k != owners.CLIENT_HEADER]
+        scope["headers"] = carried + signed
+        for name, value in forward.headers:
+            if name == owners.CLIENT_HEADER:  # whom the entry instance counted it for
+                scope[CLIENT_KEY] = value
         scope["gateway.forwarded"] = True
         scope["gateway.principal"] = principal
         await self.app(scope, replay(body, receive), send)

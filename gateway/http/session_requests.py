@@ -9,7 +9,8 @@
 - ``end``: ``DELETE`` ends the session (204);
 - ``batch_slots``: each request of a 2025-03-26 batch is a call in flight of its principal.
 
-A session belongs to whoever opened it: another principal's id is unknown (404) to this one.
+A session belongs to whoever opened it: another principal's id is unknown (404) to this one,
+and so is an anonymous client's to another address (``LegacySession.belongs_to``).
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ from gateway.relay.streams import Lost
 def stream(
     headers: dict[str, str],
     principal: str | None,
+    owner: str,
     sessions: SessionStore,
     *,
     max_stream_seconds: float,
     sse_poll_seconds: float,
 ) -> Response | EventStream | ResumedStream | LostStream:
     """The answer to a ``GET``: the session's stream, or the resume ``Last-Event-ID`` names."""
-    session = _owned(ingress.check_get(headers, session_version=sessions.version_of), principal, sessions)
+    session = _owned(ingress.check_get(headers, session_version=sessions.version_of), principal, owner, sessions)
     if isinstance(session, Response):
         return session
     last_event_id = headers.get(LAST_EVENT_ID)
@@ -64,9 +66,9 @@ def resume(
     return EventStream(found, max_seconds=max_stream_seconds)
 
 
-def end(headers: dict[str, str], principal: str | None, sessions: SessionStore) -> Response:
+def end(headers: dict[str, str], principal: str | None, owner: str, sessions: SessionStore) -> Response:
     """The answer to a ``DELETE``: the session ends (204)."""
-    session = _owned(ingress.check_delete(headers, session_version=sessions.version_of), principal, sessions)
+    session = _owned(ingress.check_delete(headers, session_version=sessions.version_of), principal, owner, sessions)
     if isinstance(session, Response):
         return session
     sessions.end(session.id)
@@ -90,13 +92,15 @@ def batch_slots(messages: tuple[Message, ...], slots: object) -> Response | None
     )
 
 
-def _owned(outcome: Accepted | Rejection, principal: str | None, sessions: SessionStore) -> LegacySession | Response:
-    """The session a GET or DELETE names, if it is live and this principal's; else the refusal
-    (another principal's session is as unknown as an ended one)."""
+def _owned(
+    outcome: Accepted | Rejection, principal: str | None, owner: str, sessions: SessionStore
+) -> LegacySession | Response:
+    """The session a GET or DELETE names, if it is live and this client's; else the refusal
+    (another principal's or address's session is as unknown as an ended one)."""
     if isinstance(outcome, Rejection):
         return rejection_response(outcome)
     assert outcome.session_id is not None
     session = sessions.get(outcome.session_id)
-    if session is None or session.principal != principal:
+    if session is None or not session.belongs_to(principal, owner):
         return rejection_response(ingress.unknown_session())
     return session

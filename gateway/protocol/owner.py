@@ -86,6 +86,10 @@ FORWARD_HEADER: Final = "x-mcp-gateway-forward"
 PRINCIPAL_HEADER: Final = "x-mcp-gateway-principal"
 TARGET_HEADER: Final = "x-mcp-gateway-owner"
 SIGNED_HEADER: Final = "x-mcp-gateway-signed"
+CLIENT_HEADER: Final = "x-mcp-gateway-client"
+"""The client key the entry instance counted the request for (its principal, or an anonymous
+client's ``anonymous@ADDRESS``): a signed header of the forward, so the owner holds an
+anonymous client's sessions and tasks by the client's address, not the entry instance's."""
 FORWARD_VERSION: Final = "v2"
 FORWARD_MAX_SKEW: Final = 30
 """Seconds a forward's timestamp may differ from the owner's clock: replicas' clocks agree to

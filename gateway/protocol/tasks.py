@@ -30,11 +30,15 @@ Rules:
    ignored. The round goes on once every outstanding key is answered.
 5. **Kept for the TTL** (``ttlMs``, from creation). A task that ends after its TTL is kept
    ``MIN_KEEP_AFTER_END`` seconds more (its ``ttlMs`` grows to say so), so a result is never
-   dropped before a client could read it once.
-6. **Owned**: a task belongs to its principal and server; for anyone else it does not exist
-   (-32602, as for an unknown id). With owner routing the id names the owning instance
-   (``mint_task_id``), sealed and signed like a session id (with keys of its own), so any
-   replica can forward ``tasks/*`` to it and no client reads the address.
+   dropped before a client could read it once. The outcome is kept **as its serialized
+   bytes** (``Task.outcome``, inlined on the wire as an ``orjson.Fragment``), so what the
+   bounds count (``Task.size``) is what the store holds, not an estimate of it.
+6. **Owned**: a task belongs to its owner and server; for anyone else it does not exist
+   (-32602, as for an unknown id). The owner is the request's client key: the principal, or
+   for an anonymous client its peer address (``anonymous@ADDRESS``, as every other limit).
+   With owner routing the id names the owning instance (``mint_task_id``), sealed and signed
+   like a session id (with keys of its own), so any replica can forward ``tasks/*`` to it
+   and no client reads the address.
 8. **Status notifications** (``notifications/tasks``): a ``subscriptions/listen`` that asks for
    ``notifications.taskIds`` and nothing else is the gateway's own listen: it acknowledges the
    ids it holds for that principal and sends each listed task's ``DetailedTask`` whenever it
@@ -46,17 +50,20 @@ Rules:
    the child's id; ``tasks/*`` go to that child with the child's id, and the answers come back
    with the gateway's. The gateway keeps the mapping only, never the child's results.
 
-Imports: standard library and ``gateway.protocol`` only. The clock is passed in.
+Imports: standard library, orjson and ``gateway.protocol`` only. The clock is passed in.
 """
 
 from __future__ import annotations
 
 import base64
 import fnmatch
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
+
+import orjson
 
 from gateway.protocol import owner as owners
 from gateway.protocol.jsonrpc import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY, JsonObject, error_object
@@ -89,12 +96,21 @@ MAX_TASKS_PER_PRINCIPAL: Final = 32
 further task-suitable calls are answered synchronously, as if tasks were not negotiated."""
 MAX_TASKS: Final = 1024
 """Tasks (live or kept) one server's store holds at most; past it, calls run synchronously."""
+MAX_HELD_TASKS_PER_PRINCIPAL: Final = 64
+"""One principal's share of its server's store: tasks it holds there, running or kept. Past
+it, that principal's further task-suitable calls run synchronously (nothing of its own or of
+anyone else's is dropped for them), so one principal can fill at most 1/16 of ``MAX_TASKS``:
+a flood of never-polled tasks switches Tasks off for its sender only."""
 MAX_RESULT_BYTES: Final = 4 * 1024 * 1024
 """Largest serialized outcome kept for one task; a larger result fails the task with a clear
 error (the result is not kept truncated)."""
 MAX_BYTES_PER_PRINCIPAL: Final = 64 * 1024 * 1024
-"""Kept outcomes of one principal per server; past it, that principal's oldest ended tasks
-are dropped first (another principal's are never touched)."""
+"""Kept outcomes of one principal per server, in serialized bytes; past it, that principal's
+oldest ended tasks are dropped first (another principal's are never touched)."""
+MAX_KEPT_BYTES: Final = 256 * 1024 * 1024
+"""Kept outcomes of every task store of one gateway process, in serialized bytes (``KeptBytes``).
+Past it, the oldest ended tasks of whoever holds the most bytes are dropped first, so a
+principal that holds less than an even share never loses a result to another's."""
 TASK_ID_PREFIX: Final = "t."
 TASK_RANDOM_BYTES: Final = 16
 MAX_TASK_ID_CHARS: Final = 1024
@@ -257,14 +273,13 @@ class Task:
     status: str = WORKING
     updated: float = 0.0
     status_message: str | None = None
-    result: JsonObject | None = None
-    error: JsonObject | None = None
-    size: int = 0  # bytes of the kept outcome
+    outcome: bytes | None = None  # the kept result (completed) or error (failed), serialized
     ended: float | None = None
     questions: dict[str, JsonObject] = field(default_factory=dict)  # task key → input request
     round_keys: dict[str, str] = field(default_factory=dict)  # task key → the MRTR round's key
     answers: dict[str, JsonObject] = field(default_factory=dict)  # task key → response, this round
     asked: int = 0  # task keys issued so far
+    delivered: bool = False  # its outcome was read (tasks/get on the ended task) at least once
 
     def __post_init__(self) -> None:
         self.updated = self.updated or self.created
@@ -272,6 +287,11 @@ class Task:
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL
+
+    @property
+    def size(self) -> int:
+        """Bytes of the kept outcome, as stored."""
+        return len(self.outcome) if self.outcome is not None else 0
 
     def expires_at(self) -> float:
         """When the task may be dropped (rule 5)."""
@@ -317,15 +337,18 @@ class Task:
         if self.status == WORKING:
             self.status_message, self.updated = message, now
 
-    def complete(self, result: JsonObject, size: int, now: float) -> None:
-        if not self.is_terminal:
-            self.result, self.size = {k: v for k, v in result.items() if k != "_meta"} | _meta_of(result), size
-            self._end(COMPLETED, now)
+    def complete(self, result: JsonObject, now: float) -> None:
+        self.keep(COMPLETED, serialized_result(result), now)
 
-    def fail(self, error: JsonObject, size: int, now: float) -> None:
+    def fail(self, error: JsonObject, now: float) -> None:
+        self.keep(FAILED, serialized(error), now)
+
+    def keep(self, status: str, outcome: bytes, now: float) -> None:
+        """End as ``status`` (``completed``: ``outcome`` is the serialized result; ``failed``:
+        the serialized error), once."""
         if not self.is_terminal:
-            self.error, self.size = error, size
-            self._end(FAILED, now)
+            self.outcome = outcome
+            self._end(status, now)
 
     def cancel(self, now: float) -> None:
         if not self.is_terminal:
@@ -361,14 +384,26 @@ class Task:
         detailed: JsonObject = {"resultType": "complete", **self.fields()}
         if self.status == INPUT_REQUIRED:
             detailed["inputRequests"] = {k: v for k, v in self.questions.items() if k not in self.answers}
-        elif self.status == COMPLETED and self.result is not None:
-            detailed["result"] = self.result
-        elif self.status == FAILED and self.error is not None:
-            detailed["error"] = self.error
+        elif self.status == COMPLETED and self.outcome is not None:
+            detailed["result"] = orjson.Fragment(self.outcome)  # written as kept, never parsed again
+        elif self.status == FAILED and self.outcome is not None:
+            detailed["error"] = orjson.Fragment(self.outcome)
         return detailed
 
 
 RELATED_TASK_META: Final = "io.modelcontextprotocol/related-task"
+
+
+def serialized(value: object) -> bytes:
+    """``value`` serialized as a task keeps it: in a bytes object of exactly its length.
+    ``orjson.dumps`` returns its growing buffer, up to about twice the length (measured: 2.0 MB
+    held for a 1.25 MB result), so the bytes counted would not be the bytes held."""
+    return bytes(memoryview(orjson.dumps(value)))
+
+
+def serialized_result(result: JsonObject) -> bytes:
+    """A result as a completed task keeps it: serialized, without related-task ``_meta``."""
+    return serialized({k: v for k, v in result.items() if k != "_meta"} | _meta_of(result))
 
 
 def _meta_of(result: JsonObject) -> JsonObject:
@@ -392,3 +427,35 @@ def check_owner(task_id: str, keys: IdKeys) -> Owner | None:
         return task_owner(task_id, keys)
     except OwnerError:
         return None
+
+
+# -- kept bytes, process-wide -----------------------------------------------------------------
+
+
+@dataclass
+class KeptBytes:
+    """The serialized bytes of kept task outcomes in one gateway process, per principal and in
+    all (every server's store counts into one). Pure bookkeeping: the stores drop what
+    ``over_by`` says is too much."""
+
+    limit: int = MAX_KEPT_BYTES
+    used: int = 0
+    by_principal: Counter[str] = field(default_factory=Counter)
+
+    def add(self, principal: str, size: int) -> None:
+        self.used += size
+        self.by_principal[principal] += size
+
+    def remove(self, principal: str, size: int) -> None:
+        self.used -= size
+        self.by_principal[principal] -= size
+        if self.by_principal[principal] <= 0:
+            del self.by_principal[principal]
+
+    def over_by(self) -> int:
+        return self.used - self.limit
+
+    def largest(self) -> str | None:
+        """Whose outcomes give way first when the process is over its bound: whoever holds
+        the most (max-min fairness: a principal under an even share is never the one)."""
+        return max(self.by_principal, key=self.by_principal.__getitem__) if self.by_principal else None

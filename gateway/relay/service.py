@@ -49,7 +49,7 @@ from gateway.relay.session_listen import SessionListens
 from gateway.relay.sessions import SessionStore
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.suspensions import FAIR_SHARE_REASON, ParkedQuota, Suspensions
-from gateway.relay.tasks import TaskStore
+from gateway.relay.tasks import KeptOutcomes, TaskStore
 from gateway.relay.unsolicited import Unsolicited
 from gateway.stdio.boundary import contained
 
@@ -119,6 +119,7 @@ def _served(
     routing: OwnerRouting | None,
     quota: ParkedQuota | None,
     replicas: bool,
+    outcomes: KeptOutcomes,
 ) -> Served:
     server = parts.router.server
     suspensions = Suspensions(
@@ -139,6 +140,7 @@ def _served(
         task_group=tg,
         owner=routing.me if routing else None,
         keys=routing.task_keys if routing else None,
+        outcomes=outcomes,
     )
     relay = Relay(
         parts.router, suspensions=suspensions, tasks=tasks, settings=parts.settings, gateway_version=gateway_version
@@ -168,6 +170,7 @@ async def open_service(
     if routing is not None:
         state_secret = routing.state_secret
     parts = [_attached(router, routing, resume_window) for router in routers]
+    outcomes = KeptOutcomes()  # one bound on kept task outcomes over every server's store
     async with AsyncExitStack() as stack:
         for router in routers:  # their task groups close after (outside) the service's
             await stack.enter_async_context(router)
@@ -182,6 +185,7 @@ async def open_service(
                         routing=routing,
                         quota=quota,
                         replicas=replicas or routing is not None,
+                        outcomes=outcomes,
                     )
                     for part in parts
                 )

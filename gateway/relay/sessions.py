@@ -109,7 +109,7 @@ class LegacySession:
     client_info: JsonObject | None
     last_seen: float
     principal: str | None = None
-    owner: str | None = None  # whose session cap it counts against (the principal, or anonymous@ADDRESS)
+    owner: str | None = None  # its client key: whose session cap it counts against, who may use it
     initialized: bool = False
     log_level: str | None = None
     in_flight: dict[JsonId, CancelHandle] = field(default_factory=dict)
@@ -121,6 +121,13 @@ class LegacySession:
     asks_sent: int = 0
     roots: tuple[dict[str, str], ...] | None = None  # its roots, from its last roots/list answer (client_roots)
     on_end: list[Callable[[], None]] = field(default_factory=list)  # run once when the session ends
+
+    def belongs_to(self, principal: str | None, owner: str) -> bool:
+        """Whether a request of ``principal``, counted as ``owner`` (its client key,
+        ``gateway.http.limits.client_key``), may use this session: the principal that opened
+        it, and for an anonymous client the address that opened it (as tokens tie a session
+        to its token's name). Anyone else is told the session does not exist (404)."""
+        return self.principal == principal and (self.owner is None or self.owner == owner)
 
     def track_ask(self, ask: ChildAsk) -> str:
         """A session-unique id for a child's question sent to this client."""

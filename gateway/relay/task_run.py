@@ -77,7 +77,7 @@ async def run_task(store: TaskStore, relay: Relay, run: Run, call: Call) -> None
     finally:
         run.scope = None
         if not task.is_terminal:  # the gateway is stopping
-            task.fail(error_object(-31000, "the gateway stopped before the task ended"), 0, store.now())
+            task.fail(error_object(-31000, "the gateway stopped before the task ended"), store.now())
             store.ended(task)
         if run.state is not None:  # a round still parked: end it now (cancelled, or stopping)
             await release(relay, run)
@@ -101,7 +101,6 @@ async def _input_round(store: TaskStore, relay: Relay, run: Run, call: Call, res
                 f"the client did not answer the task's input requests within {timeout:g} s",
                 {"source": GATEWAY_NAME, "timeout_seconds": timeout},
             ),
-            0,
             store.now(),
         )
         store.ended(task)

@@ -22,9 +22,17 @@ states and wire shapes); this module runs them:
   ``adopt`` gives its task handle a gateway id, and ``tasks/*`` for that id are sent to the
   same child with the child's id (``PASS_THROUGH_TIMEOUT``). Only the mapping is kept; a child
   that has since stopped makes the task "not found".
-- Outcomes are kept for the TTL; the bounds (``MAX_TASKS_PER_PRINCIPAL``, ``MAX_TASKS``,
-  ``MAX_RESULT_BYTES``, ``MAX_BYTES_PER_PRINCIPAL``) are checked before a task is made, and
-  past one a call is answered synchronously, as the extension allows.
+- **Owners** are client keys (``ClientContext.charged``): the principal, or for an anonymous
+  client its peer address, so anonymous clients on two addresses neither share a running cap
+  nor push out each other's results.
+- Outcomes are kept for the TTL, as serialized bytes. Before a task is made: at most
+  ``MAX_TASKS_PER_PRINCIPAL`` running and ``MAX_HELD_TASKS_PER_PRINCIPAL`` held (running or
+  kept) per owner, ``MAX_TASKS`` in the store; at its share an owner's oldest ended task that
+  was read gives way, else the call is answered synchronously, as the extension allows
+  (nobody else's task is touched). Once a task ends: ``MAX_RESULT_BYTES`` for its outcome,
+  ``MAX_BYTES_PER_PRINCIPAL`` per owner (its own oldest ended tasks are dropped), and
+  ``MAX_KEPT_BYTES`` over every store of the process (``KeptOutcomes``: the oldest ended tasks
+  of whoever holds the most bytes are dropped).
 """
 
 from __future__ import annotations
@@ -32,13 +40,13 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 import anyio
-import orjson
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
@@ -46,7 +54,7 @@ from gateway.errors import GATEWAY_NAME, ChildError
 from gateway.protocol import tasks as rules
 from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, ErrorReply, JsonObject, Request, error_object
 from gateway.protocol.owner import IdKeys, Owner
-from gateway.protocol.tasks import Task, TaskPolicy
+from gateway.protocol.tasks import KeptBytes, Task, TaskPolicy
 from gateway.relay import task_run
 from gateway.relay.client import ClientContext
 from gateway.relay.suspensions import Call
@@ -76,6 +84,24 @@ class _Passed:
     expires_at: float
 
 
+class KeptOutcomes:
+    """Every task store of one gateway process, under one bound on kept outcome bytes
+    (``MAX_KEPT_BYTES``). Past it, the oldest ended tasks of whoever holds the most bytes, in
+    whichever store, are dropped until the process is within its bound again."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.bytes = KeptBytes(limit if limit is not None else rules.MAX_KEPT_BYTES)
+        self.stores: list[TaskStore] = []
+
+    def shed(self) -> None:
+        while self.bytes.over_by() > 0 and (principal := self.bytes.largest()) is not None:
+            oldest = [(found, store) for store in self.stores if (found := store.oldest_ended(principal)) is not None]
+            if not oldest:
+                return  # only running tasks: nothing kept to drop (cannot happen: bytes are kept outcomes)
+            (_, task_id), store = min(oldest, key=lambda entry: entry[0])
+            store.drop_early(task_id, "the process's kept task outcomes are over their bound")
+
+
 class TaskStore:
     def __init__(
         self,
@@ -86,8 +112,10 @@ class TaskStore:
         owner: Owner | None = None,
         keys: IdKeys | None = None,
         clock: Callable[[], float] = time.time,
+        outcomes: KeptOutcomes | None = None,
     ) -> None:
-        """``task_group`` runs the tasks (the service's: they end with it)."""
+        """``task_group`` runs the tasks (the service's: they end with it); ``outcomes``: the
+        process's stores and their byte bound (None: this store alone)."""
         self.server = server
         self.policy = policy if policy is not None else TaskPolicy()
         self.task_group = task_group
@@ -96,8 +124,11 @@ class TaskStore:
         self._clock = clock
         self._runs: dict[str, _Run] = {}  # in creation order: the oldest first
         self._passed: dict[str, _Passed] = {}  # children's own tasks, in creation order
-        self._live: dict[str, int] = {}  # principal → unfinished tasks
-        self._kept: dict[str, int] = {}  # principal → bytes of kept outcomes
+        self._live: dict[str, int] = {}  # owner → unfinished tasks
+        self._held: Counter[str] = Counter()  # owner → tasks in ``_runs`` (running or kept)
+        self._kept: dict[str, int] = {}  # owner → bytes of kept outcomes
+        self.outcomes = outcomes if outcomes is not None else KeptOutcomes()
+        self.outcomes.stores.append(self)
         self._next_expiry = float("inf")
         self._change = anyio.Event()  # set (and replaced) whenever a task changes
         self._watchers: dict[str, set[MemoryObjectSendStream[Task]]] = {}  # task id → listens (rule 8)
@@ -114,6 +145,14 @@ class TaskStore:
 
     def live(self) -> int:
         return sum(self._live.values())
+
+    def held(self, owner: str) -> int:
+        """Tasks ``owner`` (a client key) holds here, running or kept."""
+        return self._held[owner]
+
+    def kept_bytes(self, owner: str | None = None) -> int:
+        """Serialized bytes of the outcomes kept here (of ``owner`` only, when given)."""
+        return self._kept.get(owner, 0) if owner is not None else sum(self._kept.values())
 
     def status(self, task_id: str) -> str | None:
         """A task's status (None: not held here, or a child's own task), for tests."""
@@ -174,19 +213,37 @@ class TaskStore:
             return False
         self._purge(self._clock())
         principal = _owner_of(client)
-        if self._live.get(principal, 0) >= rules.MAX_TASKS_PER_PRINCIPAL or len(self._runs) >= rules.MAX_TASKS:
+        if self._held[principal] >= rules.MAX_HELD_TASKS_PER_PRINCIPAL:
+            self._give_way(principal)
+        running = self._live.get(principal, 0)
+        if (
+            running >= rules.MAX_TASKS_PER_PRINCIPAL
+            or self._held[principal] >= rules.MAX_HELD_TASKS_PER_PRINCIPAL
+            or len(self._runs) >= rules.MAX_TASKS
+        ):
             log.warning(
-                "%s: %s runs synchronously: %s has %d tasks running (at most %d), the store holds %d (at most %d)",
+                "%s: %s runs synchronously: %s has %d tasks running (at most %d) and holds %d (at most %d); "
+                "the store holds %d (at most %d)",
                 self.server,
                 name,
                 principal,
-                self._live.get(principal, 0),
+                running,
                 rules.MAX_TASKS_PER_PRINCIPAL,
+                self._held[principal],
+                rules.MAX_HELD_TASKS_PER_PRINCIPAL,
                 len(self._runs),
                 rules.MAX_TASKS,
             )
             return False
         return True
+
+    def _give_way(self, principal: str) -> None:
+        """At its share, an owner's oldest ended task whose outcome it has read makes room
+        (rule 5 promised one read, and it had it); one it has not read is never dropped here."""
+        for task_id, run in self._runs.items():
+            if run.task.principal == principal and run.task.is_terminal and run.task.delivered:
+                self.drop_early(task_id, "its owner is at its share of the store and has read it")
+                return
 
     @staticmethod
     def with_progress(request: Request) -> Request:
@@ -209,8 +266,9 @@ class TaskStore:
         run = _Run(task, request, client)
         self._runs[task_id] = run
         self._live[task.principal] = self._live.get(task.principal, 0) + 1
+        self._held[task.principal] += 1
         self._next_expiry = min(self._next_expiry, task.expires_at())
-        self.task_group.start_soon(task_run.run_task, self, relay, run, call)
+        self.task_group.start_soon(self._run, relay, run, call)
         log.info("%s: %s runs as task %s…", self.server, (request.params or {}).get("name"), task_id[:14])
         return response(request.id, result=task.created_result())
 
@@ -228,6 +286,11 @@ class TaskStore:
         self._passed[task_id] = _Passed(_owner_of(client), child, str(result["taskId"]), now + keep)
         self._next_expiry = min(self._next_expiry, now + keep)
         return {**result, "taskId": task_id}
+
+    async def _run(self, relay: Relay, run: _Run, call: Call) -> None:
+        await task_run.run_task(self, relay, run, call)
+        # Ended: only the task is kept for the TTL, not the call's arguments (up to a body).
+        run.request = Request(run.request.id, run.request.method, None)
 
     # -- tasks/* ----------------------------------------------------------------------------
 
@@ -250,6 +313,7 @@ class TaskStore:
             return response(request.id, error=rules.not_found_error(task_id))
         task = run.task
         if request.method == rules.GET:
+            task.delivered = task.delivered or task.is_terminal
             return response(request.id, result=task.detailed())
         if request.method == rules.UPDATE:
             given = (request.params or {}).get("inputResponses")
@@ -288,24 +352,26 @@ class TaskStore:
         return response(request.id, result=result)
 
     def settle(self, task: Task, final: JsonObject) -> None:
+        """The call's final message is the task's outcome, kept serialized (what is counted)."""
+        if task.is_terminal:  # cancelled meanwhile: it ended (and was counted) then
+            return
         now = self._clock()
-        body = final.get("result") if "result" in final else final.get("error")
-        size = len(orjson.dumps(body))
-        if size > rules.MAX_RESULT_BYTES:
-            task.fail(
-                error_object(
-                    -31000,
-                    f"the task's outcome is {size} bytes, over the {rules.MAX_RESULT_BYTES}-byte limit of what the "
-                    "gateway keeps for a task",
-                    {"source": GATEWAY_NAME, "bytes": size},
-                ),
-                0,
-                now,
+        error, result = final.get("error"), final.get("result")
+        if isinstance(error, dict):
+            status, outcome = rules.FAILED, rules.serialized(error)
+        elif isinstance(result, dict):
+            status, outcome = rules.COMPLETED, rules.serialized_result(result)
+        else:
+            status, outcome = rules.FAILED, rules.serialized(error_object(-31000, "the call ended without an outcome"))
+        if len(outcome) > rules.MAX_RESULT_BYTES:
+            too_big = error_object(
+                -31000,
+                f"the task's outcome is {len(outcome)} bytes, over the {rules.MAX_RESULT_BYTES}-byte limit of "
+                "what the gateway keeps for a task",
+                {"source": GATEWAY_NAME, "bytes": len(outcome)},
             )
-        elif isinstance(final.get("error"), dict):
-            task.fail(final["error"], size, now)
-        elif isinstance(final.get("result"), dict):
-            task.complete(final["result"], size, now)
+            status, outcome = rules.FAILED, rules.serialized(too_big)
+        task.keep(status, outcome, now)
         self.ended(task)
         log.info("%s: task %s… %s", self.server, task.task_id[:14], task.status)
 
@@ -317,9 +383,11 @@ class TaskStore:
         if count <= 0:
             self._live.pop(task.principal, None)
         self._kept[task.principal] = kept = self._kept.get(task.principal, 0) + task.size
+        self.outcomes.bytes.add(task.principal, task.size)
         self._next_expiry = min(self._next_expiry, task.expires_at())
         if kept > rules.MAX_BYTES_PER_PRINCIPAL:
             self._shed(task.principal)
+        self.outcomes.shed()
         self.touch(task)
 
     def _shed(self, principal: str) -> None:
@@ -328,10 +396,23 @@ class TaskStore:
             if self._kept.get(principal, 0) <= rules.MAX_BYTES_PER_PRINCIPAL:
                 return
             if run.task.principal == principal and run.task.is_terminal:
-                self._drop(task_id, run.task)
-                log.info(
-                    "%s: task %s… dropped early: its owner's results are over the bound", self.server, task_id[:14]
-                )
+                self.drop_early(task_id, "its owner's results are over the bound")
+
+    def oldest_ended(self, principal: str) -> tuple[float, str] | None:
+        """``(ended at, task id)`` of this owner's oldest ended task here, or None."""
+        ended = [
+            (when, task_id)
+            for task_id, run in self._runs.items()
+            if run.task.principal == principal and (when := run.task.ended) is not None
+        ]
+        return min(ended) if ended else None
+
+    def drop_early(self, task_id: str, why: str) -> None:
+        """Drop an ended task before its TTL (a bound needed its room)."""
+        run = self._runs.get(task_id)
+        if run is not None and run.task.is_terminal:
+            self._drop(task_id, run.task)
+            log.info("%s: task %s… dropped early: %s", self.server, task_id[:14], why)
 
     def _purge(self, now: float) -> None:
         """Drop ended tasks past their TTL (a still-running task is never dropped), and
@@ -353,10 +434,15 @@ class TaskStore:
 
     def _drop(self, task_id: str, task: Task) -> None:
         del self._runs[task_id]
+        self._held[task.principal] -= 1
+        if self._held[task.principal] <= 0:
+            del self._held[task.principal]
         self._kept[task.principal] = kept = self._kept.get(task.principal, 0) - task.size
         if kept <= 0:
             self._kept.pop(task.principal, None)
+        self.outcomes.bytes.remove(task.principal, task.size)
 
 
 def _owner_of(client: ClientContext) -> str:
-    return client.principal or ""
+    """Whose task it is: the client key (the principal, or an anonymous client's address)."""
+    return client.charged

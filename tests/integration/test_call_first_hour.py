@@ -90,6 +90,31 @@ async def test_an_error_other_than_a_refused_connection_is_not_retried() -> None
     assert "cannot reach http://gateway.test/mcp: ReadError: the connection broke" in run.err
 
 
+async def test_a_modern_call_cut_by_a_proxy_names_tasks_and_the_legacy_mode_as_the_ways_out() -> None:
+    # A proxy that cuts requests at its limit: the gateway answered the probe and the tool list,
+    # then the connection of the long call is dropped before any answer (issue #38 item 9).
+    def handle(request: httpx.Request) -> httpx.Response:
+        message = json.loads(request.content)
+        method, request_id = message["method"], message.get("id")
+        if method == "server/discover":
+            result: dict[str, Any] = {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}}
+        elif method == "tools/list":
+            result = {"tools": [{"name": "crawl", "inputSchema": {"type": "object"}}]}
+        else:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    with anyio.fail_after(10):
+        run = await call("http://gateway.test/mcp", "crawl", transport=httpx.MockTransport(handle))
+    assert run.code == 2
+    assert "the connection to http://gateway.test/mcp was cut before the answer to tools/call came" in run.err
+    assert "(RemoteProtocolError: Server disconnected without sending a response.)" in run.err
+    assert "A tool the server runs as a task survives it" in run.err
+    assert "--task-tool NAME" in run.err
+    assert "retry with --mode legacy" in run.err
+    assert "cannot reach" not in run.err
+
+
 # --- the probe's own refusal is reported, not an initialize that never ran -----------------------------
 
 

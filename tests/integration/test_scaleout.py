@@ -213,6 +213,31 @@ async def test_a_cancel_posted_to_another_instance_reaches_the_owners_child() ->
             assert ids.json()["result"]["structuredContent"]["ids"], ids.json()
 
 
+async def test_an_anonymous_session_forwarded_by_another_instance_is_its_clients_and_nobody_elses() -> None:
+    # An anonymous session is tied to the address that opened it (issue #38 item 8). Forwards
+    # come from the entry instance's address (127.0.0.1 here), so the entry instance names the
+    # client's own address in the signed forward: the client on 127.0.0.2 keeps its session
+    # through every instance, and a client on 127.0.0.3 holding the id gets 404 through each.
+    owner_transport = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+    other_transport = httpx.AsyncHTTPTransport(local_address="127.0.0.3")
+    with anyio.fail_after(WAIT):
+        async with (
+            cluster(server_spec("--era", "legacy")) as c,
+            httpx.AsyncClient(transport=owner_transport, timeout=WAIT) as mine,
+            httpx.AsyncClient(transport=other_transport, timeout=WAIT) as other,
+        ):
+            urls = [base + "/mcp" for base in c.instances]
+            session = await open_session(mine, urls[0])
+            for n, url in enumerate(urls):
+                echoed = await mine.post(url, headers=session, json=call(n, "echo", {"message": "mine"}))
+                assert echoed.status_code == 200, echoed.text
+                stolen = await other.post(url, headers=session, json=call(n, "echo", {"message": "theirs"}))
+                assert stolen.status_code == 404, stolen.text
+                assert (await other.get(url, headers=session)).status_code == 404
+                assert (await other.delete(url, headers=session)).status_code == 404
+            assert (await mine.delete(urls[2], headers=session)).status_code == 204
+
+
 async def test_an_owner_gone_or_restarted_at_the_same_address_means_404_and_a_new_session_works() -> None:
     spec = server_spec("--era", "legacy")
     sock_a = loopback_socket()

@@ -6,7 +6,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import itertools
+import tracemalloc
+from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -19,6 +22,11 @@ from gateway.protocol.tasks import Task, TaskPolicy
 
 NOW = 1_800_000_000.0
 OPTED_IN = {"extensions": {rules.EXTENSION: {}}}
+
+
+def wire(message: dict[str, Any]) -> Any:
+    """``message`` as a client reads it (a kept outcome is an ``orjson.Fragment`` until written)."""
+    return orjson.loads(orjson.dumps(message))
 
 
 def task(**fields: object) -> Task:
@@ -87,8 +95,8 @@ def test_the_created_result_is_flat_and_carries_no_outcome() -> None:
 def test_a_completed_task_inlines_its_result_without_related_task_meta() -> None:
     done = task()
     meta = {rules.RELATED_TASK_META: {"taskId": "t.x"}, "other": 1}
-    done.complete({"content": [], "isError": True, "_meta": meta}, 10, NOW + 1.5)
-    detailed = done.detailed()
+    done.complete({"content": [], "isError": True, "_meta": meta}, NOW + 1.5)
+    detailed = wire(done.detailed())
     assert detailed["status"] == rules.COMPLETED
     assert detailed["resultType"] == "complete"
     assert detailed["result"] == {"content": [], "isError": True, "_meta": {"other": 1}}
@@ -98,12 +106,12 @@ def test_a_completed_task_inlines_its_result_without_related_task_meta() -> None
 
 def test_a_failed_task_inlines_its_error_and_a_terminal_state_never_changes() -> None:
     failed = task()
-    failed.fail({"code": 1234, "message": "boom"}, 5, NOW + 1)
-    failed.complete({"content": []}, 1, NOW + 2)
+    failed.fail({"code": 1234, "message": "boom"}, NOW + 1)
+    failed.complete({"content": []}, NOW + 2)
     failed.cancel(NOW + 3)
     failed.ask({"k1": {"method": "roots/list"}}, NOW + 4)
     assert failed.detailed()["status"] == rules.FAILED
-    assert failed.detailed()["error"] == {"code": 1234, "message": "boom"}
+    assert wire(failed.detailed())["error"] == {"code": 1234, "message": "boom"}
     assert "result" not in failed.detailed()
 
 
@@ -128,7 +136,7 @@ def test_questions_get_keys_unique_over_the_tasks_life_and_only_outstanding_answ
 def test_a_task_ending_after_its_ttl_is_kept_a_while_longer_and_says_so() -> None:
     late = Task("t.y", "bob", "srv", NOW, 10.0)
     assert late.ttl_ms() == 10_000
-    late.complete({"content": []}, 1, NOW + 100)
+    late.complete({"content": []}, NOW + 100)
     assert late.expires_at() == NOW + 100 + rules.MIN_KEEP_AFTER_END
     assert late.ttl_ms() == int((100 + rules.MIN_KEEP_AFTER_END) * 1000)
 
@@ -183,9 +191,9 @@ def test_whatever_happens_a_task_ends_at_most_once_and_its_wire_shape_matches_it
         elif step == "note":
             t.note("x", now)
         elif step == "complete":
-            t.complete({"content": []}, 1, now)
+            t.complete({"content": []}, now)
         elif step == "fail":
-            t.fail({"code": 1, "message": "m"}, 1, now)
+            t.fail({"code": 1, "message": "m"}, now)
         else:
             t.cancel(now)
         if t.is_terminal and ended_as is None:
@@ -212,8 +220,40 @@ def test_a_listen_for_task_ids_alone_is_the_gateways_and_a_mixed_one_loses_its_t
 
 def test_a_status_notification_carries_the_detailed_task_without_result_type() -> None:
     done = task()
-    done.complete({"content": []}, 1, NOW)
-    params = rules.status_params(done)
+    done.complete({"content": []}, NOW)
+    params = wire(rules.status_params(done))
     assert params["status"] == rules.COMPLETED
     assert params["result"] == {"content": []}
     assert "resultType" not in params
+
+
+def test_a_kept_outcome_holds_exactly_the_bytes_it_counts() -> None:
+    # Counted as stored: the serialized outcome, in a bytes object of its own length (orjson's
+    # buffer holds up to twice that), and nothing of the parsed result is kept beside it.
+    result = {"content": [{"type": "text", "text": f"row {n} " + "x" * 90} for n in range(10_000)]}
+    done = task()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        done.complete(result, NOW)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert done.size == len(orjson.dumps(result)) > 1_000_000
+    assert done.size <= held <= done.size + 1024
+    assert wire(done.detailed())["result"] == result
+
+
+def test_kept_bytes_are_counted_per_principal_and_the_largest_holder_gives_way_first() -> None:
+    kept = rules.KeptBytes(limit=100)
+    kept.add("alice", 70)
+    kept.add("bob", 20)
+    assert kept.over_by() == -10
+    kept.add("carol", 30)
+    assert kept.over_by() == 20
+    assert kept.largest() == "alice"
+    kept.remove("alice", 70)
+    assert kept.largest() == "carol"
+    assert kept.used == 50
+    assert dict(kept.by_principal) == {"bob": 20, "carol": 30}
+    assert rules.KeptBytes().largest() is None

@@ -45,6 +45,10 @@ Contract:
   (4xx) fails the call with the server's reason.
 * Headers given by the user are sent last, so they win over the client's own: a way to
   test a server's refusals on purpose.
+* A modern request whose connection is cut once made (a proxy's request limit: the
+  server disconnected before or while answering) cannot be resumed (modern streams keep no
+  events): it fails naming the ways out (``wire.cut_modern``): a tool the server runs as a
+  task, which ``call`` polls through cuts, or ``--mode legacy``, whose streams it resumes.
 * Every ``httpx`` failure, an answer that is not JSON-RPC, and a stream that ends before
   its reply raise ``ConnectionFailed``; nothing from ``httpx`` escapes this module.
 """
@@ -290,6 +294,9 @@ class McpConnection:
             try:
                 answer = await self._post_once(payload, headers, on_notification)
             except httpx.HTTPError as exc:
+                modern = self.info is not None and self.info.era is Era.MODERN
+                if modern and wire.is_cut(exc):  # reached, then cut: no session stream to resume
+                    raise ConnectionFailed(wire.cut_modern(self.url, str(payload.get("method")), exc)) from exc
                 if self._answered or not wire.is_unreached(exc):
                     raise ConnectionFailed(f"cannot reach {self.url}: {wire.describe_http_error(exc)}") from exc
                 left = self._connect_deadline - anyio.current_time()

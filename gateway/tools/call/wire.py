@@ -126,6 +126,29 @@ def is_unreached(exc: httpx.HTTPError) -> bool:
     return True
 
 
+def is_cut(exc: httpx.HTTPError) -> bool:
+    """True when a connection was made and then cut before the answer was whole: the server
+    (or a proxy) disconnected, or the read broke. Not a connection that was never made."""
+    return isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
+
+
+def cut_modern(url: str, method: str, exc: httpx.HTTPError) -> str:
+    """The message when a modern request's connection was cut: what happened, and the ways out."""
+    way_out = (
+        "a modern answer cannot be resumed after a cut. A tool the server runs as a task survives it "
+        "(call polls the task: the gateway makes a task of a tool its server marks "
+        "execution.taskSupport, or that the operator names with --task-tool NAME); or retry with "
+        "--mode legacy, whose streams call resumes after a cut"
+        if method == "tools/call"
+        else "a modern answer cannot be resumed after a cut; retry, or use --mode legacy, whose streams call "
+        "resumes after a cut"
+    )
+    return (
+        f"the connection to {url} was cut before the answer to {method} came ({describe_http_error(exc)}). "
+        f"A proxy in between may limit how long a request may last: {way_out}"
+    )
+
+
 def not_listening(url: str, seconds: float, exc: httpx.HTTPError) -> str:
     """The message when nothing accepted a connection to ``url`` for ``seconds``."""
     parsed = httpx.URL(url)
