@@ -285,3 +285,37 @@ async def test_a_question_the_child_asks_before_its_task_exists_is_answered_sync
         tasks.by_topic("eta").release()
         done = await client.until(handle["taskId"], status_is(rules.COMPLETED))
         assert done["result"]["content"][0]["text"] == "report on eta; answers: none"
+
+
+async def test_questions_the_gateways_own_task_run_meets_together_are_one_round() -> None:
+    """tasks-mrtr-input for a task the gateway runs itself (a child without tasks, the tool
+    named by ``--task-tool``): two questions asked at once are two ``inputRequests`` entries."""
+
+    async def two_questions(call: Any) -> Any:
+        picks: list[Any] = [None, None]
+
+        async def ask(n: int) -> None:
+            schema = {"type": "object", "properties": {"pick": {"type": "string"}}}
+            reply = await call.child.ask("elicitation/create", {"message": f"q{n}?", "requestedSchema": schema})
+            picks[n] = reply["result"]["content"]["pick"]
+
+        async with anyio.create_task_group() as tg:
+            for n in range(2):
+                tg.start_soon(ask, n)
+        return {"content": [{"type": "text", "text": f"picked {picks[0]} and {picks[1]}"}]}
+
+    script = Script(era="legacy", tools={"two": two_questions})
+    server = ServerConfig("test", FAKE_SPEC, PoolSettings(max_size=2), task_tools=("two",))
+    backend = FakeBackend(script)
+    router = Router(server, backend=backend)
+    async with backend.running_in(), in_process_servers([router], tokens=TokenStore(TOKENS)) as gw:
+        client = Client(gw, gw.app.state.task_stores["test"], TOKENS[0])
+        task_id = await client.created("two", {})
+        waiting = await client.until(task_id, status_is(rules.INPUT_REQUIRED))
+        validate(waiting["inputRequests"], "InputRequests")
+        keys = {question["params"]["message"]: key for key, question in waiting["inputRequests"].items()}
+        assert sorted(keys) == ["q0?", "q1?"]
+        given = {keys[f"q{n}?"]: {"action": "accept", "content": {"pick": f"p{n}"}} for n in range(2)}
+        await client.task(rules.UPDATE, task_id, inputResponses=given)
+        done = await client.until(task_id, status_is(rules.COMPLETED))
+        assert done["result"]["content"][0]["text"] == "picked p0 and p1"
