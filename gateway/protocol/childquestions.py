@@ -4,7 +4,9 @@ and what they teach about its tools.
 ``QuestionDesk`` attributes each question the child asks (sampling, elicitation, roots) by
 the rules of ``gateway.protocol.attribution``, as the line is read: to the one request in
 flight that may ask (``Ask``), held while several may, or left to the gateway
-(``Unattributed``). A held question is settled when a request ends (``ended``) or its
+(``Unattributed``). A question that names its task (2025-11-25 ``_meta`` related-task) goes
+to the ``tasks/result`` in flight for that task, whatever else runs, or to the gateway when
+none is. A held question is settled when a request ends (``ended``) or its
 deadline passes (``expire``). It also keeps the pool's ``ToolLearning`` up to date: a request
 that ends with a result and was never a question's candidate makes its tool quiet; a question
 makes its owner's tool (or every candidate's, when it stays unresolved) asking.
@@ -59,6 +61,17 @@ class QuestionDesk(Generic[OwnerT]):
     def request(self, request: Request, now: float, actions: list[Action[OwnerT]]) -> None:
         """A request from the child: attributed as it is read (so requests read together find
         the same owner)."""
+        related = inputs.related_task(request.params)
+        if related is not None and request.method in inputs.INPUT_METHODS:
+            # A task's question names its task: exact whatever else is in flight, never held
+            # (attribution rule 4 is for questions that name nothing). Nobody waits on that
+            # task's tasks/result: nobody can carry it (never another call's client).
+            waiting = next((entry for entry in self._in_flight() if entry.awaits_task(related)), None)
+            if waiting is not None:
+                self._give(waiting, request, actions)
+            else:
+                actions.append(self._unattributed(request))
+            return
         if request.method in inputs.INPUT_METHODS:
             candidates = [entry for entry in self._in_flight() if entry.may_ask]
             for entry in candidates:

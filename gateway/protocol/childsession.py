@@ -33,7 +33,9 @@ Rules (digest §4.1, §7.3, §8):
 5. **The child's questions** (sampling, elicitation, roots; ``childquestions``) are
    attributed by ``gateway.protocol.attribution``: to the one request in flight that may
    ask (``Ask``); held while several may, until one is left (``Ask``), none is
-   (``Unattributed``), or ``input_timeout`` passes (``Unattributed``). An ``Ask`` the edge
+   (``Unattributed``), or ``input_timeout`` passes (``Unattributed``). A question whose
+   ``_meta`` names a task (2025-11-25 related-task) goes to the ``tasks/result`` in flight
+   for that task id (``Ask``), else it is ``Unattributed``. An ``Ask`` the edge
    cannot hand over comes back through ``ask_refused``; an answered one through
    ``ask_closed``. Every other child request, and every question nobody can carry, is
    ``Unattributed``: the edge answers it. ``open_questions`` counts asks not closed and

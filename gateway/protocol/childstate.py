@@ -21,6 +21,7 @@ from gateway.protocol.jsonrpc import JsonObject, Request
 
 OwnerT = TypeVar("OwnerT")
 
+TASK_RESULT: Final = "tasks/result"
 COMPACT_ABOVE: Final = 64
 """Stale deadlines (requests answered before their timeout) tolerated in the heap before it
 is rebuilt: past this and half the heap, one O(n) rebuild keeps it O(live requests)."""
@@ -49,6 +50,16 @@ class Entry(Generic[OwnerT]):
     @property
     def may_ask(self) -> bool:
         return self.accepts_asks and not self.settled and attribution.may_ask(self.method)
+
+    def awaits_task(self, task_id: str) -> bool:
+        """Whether this is a ``tasks/result`` for ``task_id`` that carries the task's questions
+        (2025-11-25: a task's background requests come while its client waits there)."""
+        return (
+            self.accepts_asks
+            and not self.settled
+            and self.method == TASK_RESULT
+            and (self.params or {}).get("taskId") == task_id
+        )
 
     def tool_key(self) -> str | None:
         if not self.accepts_asks:

@@ -37,6 +37,7 @@ from gateway.protocol.jsonrpc import (
     Result,
     error_object,
 )
+from gateway.protocol.tasks import RELATED_TASK_META
 
 SAMPLING: Final = "sampling/createMessage"
 ELICITATION: Final = "elicitation/create"
@@ -147,9 +148,26 @@ def capability_key(told: Mapping[str, Any]) -> str:
     return ",".join(parts) or "none"
 
 
+def related_task(params: Mapping[str, Any] | None) -> str | None:
+    """The task a legacy child's request or notification names in its ``_meta`` (2025-11-25
+    tasks: a question a task asks from the background), or None."""
+    meta = (params or {}).get("_meta")
+    related = meta.get(RELATED_TASK_META) if isinstance(meta, dict) else None
+    task_id = related.get("taskId") if isinstance(related, dict) else None
+    return task_id if isinstance(task_id, str) else None
+
+
 def input_request(method: str, params: JsonObject | None) -> JsonObject:
-    """One ``inputRequests`` entry: bare ``{method, params}``, legacy-only fields removed."""
+    """One ``inputRequests`` entry: bare ``{method, params}``, legacy-only fields removed
+    (the child's related-task ``_meta`` among them: a modern client's task is the gateway's)."""
     kept = {k: v for k, v in (params or {}).items() if k not in LEGACY_ONLY_PARAMS}
+    meta = kept.get("_meta")
+    if isinstance(meta, dict) and RELATED_TASK_META in meta:
+        rest = {k: v for k, v in meta.items() if k != RELATED_TASK_META}
+        if rest:
+            kept["_meta"] = rest
+        else:
+            del kept["_meta"]
     return {"method": method, "params": kept}
 
 

@@ -49,6 +49,8 @@ Rules:
    handle the gateway hands out a task id of its own (as in rule 6) that maps to the child and
    the child's id; ``tasks/*`` go to that child with the child's id, and the answers come back
    with the gateway's. The gateway keeps the mapping only, never the child's results.
+   A legacy child with 2025-11-25 tasks runs its task-marked tools as its own tasks, bridged
+   to a task of the gateway's (``gateway.protocol.taskbridge``).
 
 Imports: standard library, orjson and ``gateway.protocol`` only. The clock is passed in.
 """
@@ -331,6 +333,13 @@ class Task:
         self.questions, self.round_keys, self.answers = {}, {}, {}
         self.status, self.updated = WORKING, now
         return answers
+
+    def withdraw(self, now: float) -> None:
+        """The round's questions ended without the client's answers (a bridged child gave up
+        on them): ``working`` again; their keys are never reused (rule 4)."""
+        if self.status == INPUT_REQUIRED:
+            self.questions, self.round_keys, self.answers = {}, {}, {}
+            self.status, self.updated = WORKING, now
 
     def note(self, message: str, now: float) -> None:
         """A progress message from the child, shown as ``statusMessage`` while working."""

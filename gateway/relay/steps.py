@@ -35,9 +35,16 @@ On the child (``ON_CHILD``):
    (the HTTP edge did), answered ``{}``.
 8. ``param_headers``: a modern ``tools/call`` over HTTP: its ``Mcp-Param-*`` headers against
    the tool's schema, and a tool hidden from HTTP clients (``Rejected``: 400).
-9. ``task``: a modern ``tools/call`` that becomes a task (the client opted in, the tool allows
-   it, the child keeps no tasks itself; ``TaskStore.wants``): given a progressToken, its
-   child exchange opened and handed to the task store; the answer is the ``CreateTaskResult``.
+9. ``task_required``: a modern ``tools/call`` of a tool the child marks
+   ``execution.taskSupport: "required"``, from a client that did not opt in to the Tasks
+   extension (while tasks are on): 400, -32021 naming the extension in ``requiredCapabilities``.
+10. ``child_task``: a modern ``tools/call`` that becomes a task on a legacy child with
+    2025-11-25 tasks, of a tool it marks ``optional`` or ``required``
+    (``gateway.protocol.taskbridge``): the call goes to the child task-augmented
+    (``params.task``), and its handle is bridged on the reply (``bridge_task``).
+11. ``task``: a modern ``tools/call`` that becomes a task (the client opted in, the tool allows
+    it, the child keeps no tasks itself; ``TaskStore.wants``): given a progressToken, its
+    child exchange opened and handed to the task store; the answer is the ``CreateTaskResult``.
 
 Then the child exchange (``open_call``: a shared child's settings made to fit this client,
 the params for the child's era, ``child.exchange``) and ``Relay.run``: the child's
@@ -45,13 +52,16 @@ notifications and questions (``gateway.relay.asks``), then its reply.
 
 On the reply (``ON_REPLY``):
 
-10. ``visible_tools``: a ``tools/list`` result: tools invalid over HTTP left out
+12. ``visible_tools``: a ``tools/list`` result: tools invalid over HTTP left out
     (``ToolCatalog.visible_tools``).
-11. ``input_round``: a modern child's ``input_required``, for a legacy client: asked on the
+13. ``input_round``: a modern child's ``input_required``, for a legacy client: asked on the
     client's stream, the child retried with the answers (``gateway.relay.input_rounds``).
-12. ``translate``: the reply in the client's era, under its id (``translate.reply_for_client``).
-13. ``discover_tasks``: a modern ``server/discover`` result: the Tasks extension advertised.
-14. ``adopt_task``: a modern child's own task handle, for a modern client: under a gateway id.
+14. ``translate``: the reply in the client's era, under its id (``translate.reply_for_client``).
+15. ``bridge_task``: a legacy child's ``CreateTaskResult`` for a modern client that opted in:
+    a task of the gateway's, whose run (with the lease) waits on the child's task
+    (``TaskStore.bridge``, ``gateway.relay.task_bridge``); the answer is the gateway's handle.
+16. ``discover_tasks``: a modern ``server/discover`` result: the Tasks extension advertised.
+17. ``adopt_task``: a modern child's own task handle, for a modern client: under a gateway id.
 """
 
 from __future__ import annotations
@@ -62,7 +72,7 @@ from contextlib import aclosing
 from typing import Final
 
 from gateway.errors import ChildError, ClientThrottledError
-from gateway.protocol import bridge, jsonrpc, loglevels, requeststate, subscriptions, xmcpheader
+from gateway.protocol import bridge, jsonrpc, loglevels, requeststate, subscriptions, taskbridge, xmcpheader
 from gateway.protocol import tasks as task_rules
 from gateway.protocol.inputs import MRTR_METHODS, ROOTS_CAPABILITY
 from gateway.protocol.jsonrpc import JsonObject, Result
@@ -256,10 +266,45 @@ async def _check_param_headers(turn: Turn, child: StdioChild) -> None:
         raise Rejected(rejection)
 
 
+def runs_only_as_task(turn: Turn) -> bool:
+    relay = turn.relay
+    return (
+        turn.headers is not None  # the tool list is loaded (param_headers)
+        and relay.tasks.enabled
+        and not task_rules.opted_in(turn.client.capabilities)
+        and relay.catalog.task_support(turn.child, turn.request.params) == "required"
+    )
+
+
+async def refuse_untasked(turn: Turn) -> None:
+    name = (turn.request.params or {}).get("name")
+    raise Rejected(Rejection(400, taskbridge.required_error(str(name)), turn.request.id))
+
+
+def child_takes_task(turn: Turn) -> bool:
+    relay = turn.relay
+    if not (
+        turn.headers is not None
+        and task_rules.opted_in(turn.client.capabilities)
+        and turn.info.era is Era.LEGACY
+        and taskbridge.takes_tasks(turn.info.capabilities)
+    ):
+        return False
+    support = relay.catalog.task_support(turn.child, turn.request.params)
+    return support in taskbridge.TASK_SUPPORT and relay.tasks.wants(turn.request, turn.client, support)
+
+
+async def ask_child_for_task(turn: Turn) -> None:
+    """The call goes to the child task-augmented (``open_call``); its handle is bridged on the
+    reply. The client's request stays as it is (a round's retry is checked against it)."""
+    turn.bridged = True
+
+
 def becomes_task(turn: Turn) -> bool:
     relay = turn.relay
     return (
         turn.headers is not None
+        and not turn.bridged
         # A client that does not opt in (most calls) is told apart before the tool is looked up.
         and task_rules.opted_in(turn.client.capabilities)
         and not task_rules.child_serves(turn.info.capabilities)
@@ -282,6 +327,8 @@ ON_CHILD: Final = (
     Step("discover", MODERN, frozenset({DISCOVER}), on_legacy_child, answer_discover),
     Step("set_level", LEGACY, frozenset({loglevels.SET_LEVEL}), always, answer_set_level),
     Step("param_headers", MODERN, frozenset({"tools/call"}), over_http, check_param_headers),
+    Step("task_required", MODERN, task_rules.TASK_METHODS, runs_only_as_task, refuse_untasked),
+    Step("child_task", MODERN, task_rules.TASK_METHODS, child_takes_task, ask_child_for_task),
     Step("task", MODERN, task_rules.TASK_METHODS, becomes_task, start_task),
 )
 
@@ -294,6 +341,8 @@ async def open_call(turn: Turn) -> events.Final | None:
     # Last before the request: what the child holds fits this client.
     await turn.relay.settings.prepare(child, client, request.method, log_level, turn.pool)
     params = translate.params_for_child(request.params, client, turn.info)
+    if turn.bridged:
+        params = taskbridge.task_params(params, turn.relay.tasks.policy.ttl)
     # The server's request timeout applies; the child's questions come to us (asks=True).
     # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
     timeout = math.inf if request.method == subscriptions.LISTEN else None
@@ -369,10 +418,32 @@ def adopt_task(turn: Turn) -> None:
     _with_result(turn, turn.relay.tasks.adopt(turn.child, result, turn.client))
 
 
+def child_made_task(turn: Turn) -> bool:
+    # The retry of a round the child asked before its handle is bridged too (not a ``bridged`` turn).
+    reply = turn.reply
+    return (
+        turn.info.era is Era.LEGACY
+        and isinstance(reply, Result)
+        and task_rules.opted_in(turn.client.capabilities)
+        and taskbridge.child_task(reply.result) is not None
+    )
+
+
+def bridge_task(turn: Turn) -> None:
+    reply = turn.reply
+    assert isinstance(reply, Result)
+    child_task = taskbridge.child_task(reply.result)
+    assert child_task is not None
+    # The task's run goes on in the task store, with the lease; the client gets the handle.
+    call = Call(turn.child, turn.ex, turn.stack.pop_all())
+    turn.final = turn.relay.tasks.bridge(call, turn.request, turn.client, child_task)
+
+
 ON_REPLY: Final = (
     ReplyStep("visible_tools", BOTH, frozenset({"tools/list"}), replied_result, show_visible_tools),
     ReplyStep("input_round", LEGACY, None, wants_input, input_round),
     ReplyStep("translate", BOTH, None, None, translate_reply),
+    ReplyStep("bridge_task", MODERN, task_rules.TASK_METHODS, child_made_task, bridge_task),
     ReplyStep("discover_tasks", MODERN, frozenset({DISCOVER}), tasks_served, advertise_tasks),
     ReplyStep("adopt_task", MODERN, None, child_task, adopt_task),
 )

@@ -29,6 +29,7 @@ from gateway.relay.client import ClientContext
 from gateway.relay.rejected import Rejected
 from gateway.relay.suspensions import Call, Suspension
 from gateway.relay.translate import response
+from gateway.stdio.child import StdioChild
 
 if TYPE_CHECKING:
     from gateway.relay.exchange import Relay
@@ -48,6 +49,8 @@ class Run:
     state: str | None = None  # the parked round's requestState
     answers: dict[str, JsonObject] | None = None
     answered: anyio.Event = field(default_factory=anyio.Event)
+    child: StdioChild | None = None  # a bridged task's child (``gateway.relay.task_bridge``)
+    child_task_id: str | None = None  # and the child's own id for it
 
 
 async def run_task(store: TaskStore, relay: Relay, run: Run, call: Call) -> None:

@@ -22,6 +22,9 @@ states and wire shapes); this module runs them:
   ``adopt`` gives its task handle a gateway id, and ``tasks/*`` for that id are sent to the
   same child with the child's id (``PASS_THROUGH_TIMEOUT``). Only the mapping is kept; a child
   that has since stopped makes the task "not found".
+- **Bridged** (``gateway.protocol.taskbridge``): a legacy child with 2025-11-25 tasks runs a
+  task-marked tool as its own task; ``bridge`` makes the gateway's task for it and the run in
+  ``gateway.relay.task_bridge`` fetches its outcome, relays its questions and cancels it.
 - **Owners** are client keys (``ClientContext.charged``): the principal, or for an anonymous
   client its peer address, so anonymous clients on two addresses neither share a running cap
   nor push out each other's results.
@@ -41,9 +44,10 @@ import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -51,11 +55,12 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.errors import GATEWAY_NAME, ChildError
+from gateway.protocol import taskbridge
 from gateway.protocol import tasks as rules
 from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, ErrorReply, JsonObject, Request, error_object
 from gateway.protocol.owner import IdKeys, Owner
 from gateway.protocol.tasks import KeptBytes, Task, TaskPolicy
-from gateway.relay import task_run
+from gateway.relay import task_bridge, task_run
 from gateway.relay.client import ClientContext
 from gateway.relay.suspensions import Call
 from gateway.relay.task_run import Run as _Run
@@ -259,7 +264,25 @@ class TaskStore:
 
     def create(self, relay: Relay, call: Call, request: Request, client: ClientContext) -> JsonObject:
         """Make the task, start its run, and return the ``CreateTaskResult`` response."""
-        assert self.task_group is not None
+        run = self._new_run(request, client)
+        self.task_group.start_soon(self._run, partial(task_run.run_task, self, relay, run, call), run)
+        log.info("%s: %s runs as task %s…", self.server, (request.params or {}).get("name"), run.task.task_id[:14])
+        return response(request.id, result=run.task.created_result())
+
+    def bridge(self, call: Call, request: Request, client: ClientContext, child_task: JsonObject) -> JsonObject:
+        """A legacy child's own task (``child_task``, from its ``CreateTaskResult``) behind a
+        task of the gateway's: start the bridged run; the ``CreateTaskResult`` response."""
+        run = self._new_run(request, client)
+        run.child, run.child_task_id = call.child, str(child_task["taskId"])
+        _, message = taskbridge.child_status(child_task)
+        if message is not None:
+            run.task.note(message, run.task.created)
+        self.task_group.start_soon(self._run, partial(task_bridge.run_bridged, self, run, call), run)
+        name = (request.params or {}).get("name")
+        log.info("%s: %s runs as the child's task, bridged to task %s…", self.server, name, run.task.task_id[:14])
+        return response(request.id, result=run.task.created_result())
+
+    def _new_run(self, request: Request, client: ClientContext) -> _Run:
         now = self._clock()
         task_id = rules.mint_task_id(self._owner, self._keys, secrets.token_bytes(rules.TASK_RANDOM_BYTES))
         task = Task(task_id, _owner_of(client), self.server, now, self.policy.ttl)
@@ -268,9 +291,7 @@ class TaskStore:
         self._live[task.principal] = self._live.get(task.principal, 0) + 1
         self._held[task.principal] += 1
         self._next_expiry = min(self._next_expiry, task.expires_at())
-        self.task_group.start_soon(self._run, relay, run, call)
-        log.info("%s: %s runs as task %s…", self.server, (request.params or {}).get("name"), task_id[:14])
-        return response(request.id, result=task.created_result())
+        return run
 
     def adopt(self, child: StdioChild, result: JsonObject, client: ClientContext) -> JsonObject:
         """A child's own task handle, under a gateway id that routes back to it (rule 7)."""
@@ -287,9 +308,10 @@ class TaskStore:
         self._next_expiry = min(self._next_expiry, now + keep)
         return {**result, "taskId": task_id}
 
-    async def _run(self, relay: Relay, run: _Run, call: Call) -> None:
-        await task_run.run_task(self, relay, run, call)
-        # Ended: only the task is kept for the TTL, not the call's arguments (up to a body).
+    async def _run(self, running: Callable[[], Awaitable[None]], run: _Run) -> None:
+        """``running`` (the gateway's own run of ``run``, or a bridged one), then: only the task
+        is kept for the TTL, not the call's arguments (up to a body)."""
+        await running()
         run.request = Request(run.request.id, run.request.method, None)
 
     # -- tasks/* ----------------------------------------------------------------------------
@@ -314,6 +336,8 @@ class TaskStore:
         task = run.task
         if request.method == rules.GET:
             task.delivered = task.delivered or task.is_terminal
+            if run.child_task_id is not None:  # a bridged task: the child's latest status message
+                await task_bridge.refresh(self, run)
             return response(request.id, result=task.detailed())
         if request.method == rules.UPDATE:
             given = (request.params or {}).get("inputResponses")

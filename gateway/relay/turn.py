@@ -88,6 +88,7 @@ class Turn(Call):
     tool: str | None = None  # the lease's and the child's (attribution.tool_key)
     resumed: bool = False  # a parked call resumed by its retry
     rounds: int = 0  # a modern child's input_required rounds so far (input_rounds)
+    bridged: bool = False  # sent to its legacy child task-augmented (steps.ask_child_for_task)
     reply: Reply | None = None  # the child's
     final: JsonObject | None = None  # the client's, once translated
     __repr__ = object.__repr__  # not the dataclass's: the fields from the lease on may be unset

@@ -33,6 +33,8 @@ class Call:
         self.arguments: JsonObject = arguments if isinstance(arguments, dict) else {}
         meta = params.get("_meta")
         self.meta: JsonObject = meta if isinstance(meta, dict) else {}
+        task = params.get("task")
+        self.task: JsonObject | None = task if isinstance(task, dict) else None  # a task-augmented call's
         self.modern = modern
         self.cancelled = anyio.Event()
         self.answered = False  # a reply was written

@@ -82,6 +82,8 @@ class Script:
     on_request: Mapping[str, RequestHandler] = field(default_factory=dict)
     # A tool's inputSchema in tools/list (``{"type": "object"}`` for a tool not named here).
     schemas: Mapping[str, JsonObject] = field(default_factory=dict)
+    # More fields of a tool's definition in tools/list (``execution`` of a task tool, say).
+    tool_fields: Mapping[str, JsonObject] = field(default_factory=dict)
 
 
 class FakeChild:
@@ -130,6 +132,8 @@ class FakeChild:
         loop = asyncio.get_running_loop()
 
         def run(chunk: bytes, done: asyncio.Future[None]) -> None:
+            if done.cancelled():  # the reading was cancelled (the gateway stops) before the callback ran
+                return
             try:
                 deliver(chunk)
             except Exception as exc:
@@ -311,7 +315,11 @@ class FakeChild:
             await self._error(request_id, -32600, "not initialized: send initialize first")
         elif method == "tools/list":
             schemas = self.script.schemas
-            tools = [{"name": name, "inputSchema": schemas.get(name, {"type": "object"})} for name in self.script.tools]
+            fields = self.script.tool_fields
+            tools = [
+                {"name": name, "inputSchema": schemas.get(name, {"type": "object"}), **fields.get(name, {})}
+                for name in self.script.tools
+            ]
             await self._result(request_id, {"tools": tools}, modern)
         elif method == "tools/call":
             call = Call(self, request_id, params, modern)

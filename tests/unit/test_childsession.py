@@ -311,6 +311,38 @@ def test_a_question_nobody_can_carry_is_the_gateways_to_answer() -> None:
     assert not session.has_asked
 
 
+def task_question(task_id: str, request_id: object = 91) -> bytes:
+    meta = {"io.modelcontextprotocol/related-task": {"taskId": task_id}}
+    return line({"jsonrpc": "2.0", "id": request_id, "method": ELICIT, "params": {"message": "?", "_meta": meta}})
+
+
+ELICIT = "elicitation/create"
+
+
+def test_a_question_that_names_its_task_goes_to_that_tasks_result_whatever_else_may_ask() -> None:
+    session = make()
+    session.send("tools/call", call(), "caller", now=0, asks=True)  # may ask, alone: would get a plain question
+    session.send("tasks/result", {"taskId": "A"}, "waits-a", now=0, asks=True)
+    session.send("tasks/result", {"taskId": "B"}, "waits-b", now=0, asks=True)
+    [to_b] = session.receive_line(task_question("B"), now=0)
+    [to_a] = session.receive_line(task_question("A", 92), now=0)
+    assert isinstance(to_b, Ask)
+    assert isinstance(to_a, Ask)
+    assert (to_b.owner, to_a.owner) == ("waits-b", "waits-a")
+    assert not session.has_asked  # no tool asked: nothing is learned, no child is made exclusive
+    [plain] = session.receive_line(question(), now=0)
+    assert isinstance(plain, Ask)
+    assert plain.owner == "caller"
+
+
+def test_a_tasks_question_with_nobody_waiting_on_that_task_is_never_another_calls() -> None:
+    session = make()
+    session.send("tools/call", call(), "caller", now=0, asks=True)
+    session.send("tasks/result", {"taskId": "A"}, "no-asks", now=0)  # not opened with asks=True
+    [none] = session.receive_line(task_question("A"), now=0)
+    assert isinstance(none, Unattributed)
+
+
 def test_a_child_request_that_is_no_question_is_answered_by_the_gateway() -> None:
     session = make()
     session.send("tools/call", call(), "a", now=0, asks=True)

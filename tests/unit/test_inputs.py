@@ -53,6 +53,20 @@ def test_the_gateway_answers_what_no_client_can() -> None:
     assert refused.code == METHOD_NOT_FOUND
 
 
+def test_a_tasks_question_reaches_a_modern_client_without_the_childs_task_id() -> None:
+    related = {"io.modelcontextprotocol/related-task": {"taskId": "child-1"}}
+    params = {"message": "?", "requestedSchema": {"type": "object"}, "_meta": related}
+    assert inputs.related_task(params) == "child-1"
+    assert inputs.related_task({"_meta": {"io.modelcontextprotocol/related-task": {"taskId": 7}}}) is None
+    assert inputs.related_task(None) is None
+    assert inputs.input_request(inputs.ELICITATION, params)["params"] == {
+        "message": "?",
+        "requestedSchema": {"type": "object"},
+    }
+    kept = inputs.input_request(inputs.ELICITATION, {**params, "_meta": {**related, "trace": 1}})
+    assert kept["params"]["_meta"] == {"trace": 1}
+
+
 def test_an_input_request_is_bare_and_drops_legacy_only_fields() -> None:
     params = {"mode": "url", "url": "https://x", "elicitationId": "e1", "task": {"ttl": 1}, "message": "m"}
     assert inputs.input_request(inputs.ELICITATION, params) == {

@@ -26,8 +26,8 @@ def test_the_module_doc_lists_every_step_in_the_order_they_run() -> None:
 def test_a_modern_tool_call_meets_only_the_steps_for_it() -> None:
     assert names(steps.plan_for(Era.MODERN, "tools/call")) == [
         ["retry", "quota", "roots_round"],
-        ["param_headers", "task"],
-        ["translate", "adopt_task"],
+        ["param_headers", "task_required", "child_task", "task"],
+        ["translate", "bridge_task", "adopt_task"],
     ]
 
 
