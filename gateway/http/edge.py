@@ -96,7 +96,7 @@ class Edge:
             await self.app(scope, receive, send)
             return
         if self.drain.draining:
-            await draining_refusal()(scope, receive, send)
+            await draining_refusal(scope)(scope, receive, send)
             return
         scope["gateway.drain"] = self.drain
         self.drain.enter()
@@ -176,7 +176,7 @@ class Edge:
             if lane is None:
                 await self.app(scope, receive, send_edge)
             elif self.drain.draining:
-                await draining_refusal()(scope, receive, send_edge)
+                await draining_refusal(scope)(scope, receive, send_edge)
             else:  # ``route``, inline: one coroutine frame less on every resumption of the call
                 drain = scope["gateway.drain"] = self.drain
                 drain.enter()

@@ -11,7 +11,8 @@ long as the connection lives. So:
 - such a body counts against ``MAX_UNSENT_REPLY_BYTES``, over every request of the process,
   until its last piece is handed over, at what it holds meanwhile: ``HELD_PER_REPLY_BYTE``
   times its size (its bytes, and the parsed message they were made from, which the answer
-  keeps until it ends). A reply that does not fit is not written: the client gets a 503 (or,
+  keeps until it ends). A reply that does not fit is not written: the client gets an error
+  (-31004, with HTTP 200, never 503: the request ran, so no proxy may retry it on its own; or,
   on an open SSE stream, a final error event) saying so, and may retry.
 
 So what unread large replies hold stays near the budget: measured at 1.2 times it (the rest is

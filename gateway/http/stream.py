@@ -41,12 +41,12 @@ from starlette.types import Message, Receive, Scope, Send
 from gateway.errors import GatewayUnavailableError
 from gateway.http import replies, sse
 from gateway.http.connection import Hangup
-from gateway.http.drain import SHUTTING_DOWN
+from gateway.http.drain import CUT_BY_DRAIN
 from gateway.http.inflight import InFlight
 from gateway.http.observe import note_answer, note_cancelled
 from gateway.http.resume import Resumable
 from gateway.http.sse import SSE_HEADERS, SseWriter, Watch
-from gateway.http.wire import gateway_error_response, rejection_response
+from gateway.http.wire import error_response, gateway_error_response, rejection_response
 from gateway.protocol.answer import DECIDED, LIVE, Action, Actions, Answer, Event, Kind, State
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
@@ -118,7 +118,14 @@ class _PolledWriter(SseWriter):
 
 
 def _shutting_down() -> GatewayUnavailableError:
-    return GatewayUnavailableError(SHUTTING_DOWN, retry_after=5)
+    return GatewayUnavailableError(CUT_BY_DRAIN, retry_after=5)
+
+
+def _after_admission(exc: GatewayUnavailableError, request_id: Any) -> Response:
+    """``exc`` for a request that was admitted (it may have reached a child): HTTP 200 with the
+    error, as a child's own failure is, never 503. A proxy retries a 503 on another replica
+    (``gateway.http.drain``), and this request must not run twice."""
+    return error_response(200, exc.error_object(), request_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +315,7 @@ class LazyStream:
             elif action is Action.NOTE_SHUTDOWN:
                 note_answer(self._scope, {"error": _shutting_down().error_object()})
             elif action is Action.SHUTDOWN_JSON:
-                await gateway_error_response(_shutting_down(), self._request_id)(self._scope, self._receive, self._send)
+                await _after_admission(_shutting_down(), self._request_id)(self._scope, self._receive, self._send)
             elif action is Action.SHUTDOWN_EVENT:
                 error = _shutting_down().error_object()
                 await writer.write_message({"jsonrpc": "2.0", "id": self._request_id, "error": error})
@@ -376,7 +383,7 @@ class LazyStream:
         note_answer(scope, final.message)
         body = orjson.dumps(final.message)
         if not replies.reserve(body):
-            await gateway_error_response(replies.over_budget(), self._request_id)(scope, self._receive, send)
+            await _after_admission(replies.over_budget(), self._request_id)(scope, self._receive, send)
             return
         code = final.error_code
         start = {

@@ -142,7 +142,7 @@ class Action(Enum):
     NOTE_CANCELLED = "note in the access log that the client left or cancelled"
     WRITE_GRACEFUL = "write the graceful end (a listen's result) as the last event"
     NOTE_SHUTDOWN = "note the shutdown error in the access log"
-    SHUTDOWN_JSON = "the shutdown error (503, -31004) as a JSON response"
+    SHUTDOWN_JSON = "the shutdown error (-31004, HTTP 200: never a retryable 503) as a JSON response"
     SHUTDOWN_EVENT = "the shutdown error as the last event"
     REPLY_JSON = "the session's error (on_cancel()) as a JSON response (noted)"
     REPLY_EVENT = "the session's error as the last event (noted)"

@@ -1,7 +1,7 @@
 """What unread large replies hold in memory, against the budget that bounds them (issue #24 item 8).
 
 Clients that never read ask for large replies until the budget (``replies.MAX_UNSENT_REPLY_BYTES``,
-made smaller here) refuses the rest with 503. What the gateway then holds is measured as the
+made smaller here) refuses the rest (-31004). What the gateway then holds is measured as the
 growth of its resident memory (it runs in this process), with glibc told to map every block
 over 128 KiB on its own (``mallopt``): such a block is resident while it lives and returned when
 it is freed, so the growth is what is held, not what the allocator kept from earlier tests.

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from gateway.http.connection import HANGUP, Hangup
-from gateway.http.drain import DRAIN, Drain
+from gateway.http.drain import CUT_BY_DRAIN, DRAIN, Drain
 from gateway.http.sse import frame
 from gateway.http.stream import LazyStream
 from gateway.protocol.jsonrpc import JsonObject
@@ -34,16 +34,22 @@ def error_code(body: bytes) -> int:
     return code
 
 
-async def test_the_spent_drain_budget_answers_a_call_not_begun_with_503() -> None:
+async def test_the_spent_drain_budget_answers_a_running_call_with_200_never_a_retryable_503() -> None:
+    # The call was admitted and may be at its child: a 503 would make a proxy run it again
+    # elsewhere (proxy_next_upstream http_503), so its error goes out as a child's would.
     client, drain, exchange = Client(), Drain(), Exchange()
     scope = drain_scope(drain)
     async with anyio.create_task_group() as tg:
         tg.start_soon(answer, LazyStream(exchange, request_id=1), scope, client)
         await anyio.wait_all_tasks_blocked()
         drain.cancel_rest()
-    assert client.sent[0]["status"] == 503
+    assert client.sent[0]["status"] == 200
+    assert not any(name == b"retry-after" for name, _ in client.sent[0]["headers"])
     assert (b"content-type", b"application/json") in client.sent[0]["headers"]
     assert error_code(client.bodies()[0]) == -31004
+    message = orjson.loads(client.bodies()[0])["error"]["message"]
+    assert message == CUT_BY_DRAIN
+    assert "retry" not in message
     assert exchange.closed.is_set()
     assert scope["gateway.log"]["code"] == -31004
 

@@ -79,10 +79,13 @@ the tag only tells readers what it is. */}}
 True (non-empty) when pods advertise their pod IP and route to each other (scaleOut): a
 Deployment reached through a Service, with the shared state secret, one worker per pod.
 Not with the gateway's own TLS: pods forward to each other over plain HTTP, which a TLS port
-does not speak (terminate TLS at the ingress to scale out, or run one replica).
+does not speak, so that combination fails the render with the choices.
 */}}
 {{- define "mcp-stdio-gateway.scaleOut" -}}
-{{- if and .Values.scaleOut.enabled .Values.deployment.enabled .Values.service.enabled (ne .Values.gateway.host "127.0.0.1") (not .Values.tls.enabled) }}
+{{- if and .Values.scaleOut.enabled .Values.deployment.enabled .Values.service.enabled (ne .Values.gateway.host "127.0.0.1") }}
+{{- if .Values.tls.enabled }}
+{{- fail "scaleOut.enabled with tls.enabled: the pods forward legacy sessions and parked calls to each other over plain HTTP, which the gateway's TLS port does not speak. Either terminate TLS in front (an Ingress; tls.enabled=false), or set scaleOut.enabled=false (then run replicaCount=1, or only modern stateless clients: a legacy session's request reaching another pod gets 404)" }}
+{{- end }}
 {{- if not (include "mcp-stdio-gateway.hasStateSecret" .) }}
 {{- fail "scaleOut needs the shared state secret: set existingSecret.stateSecretKey (or scaleOut.enabled=false)" }}
 {{- end }}
@@ -90,6 +93,57 @@ does not speak (terminate TLS at the ingress to scale out, or run one replica).
 {{- fail "gateway.workers > 1 advertises loopback addresses: set scaleOut.enabled=false, or run more replicas with one worker each" }}
 {{- end }}
 {{- true }}
+{{- end }}
+{{- end }}
+
+{{/* True (non-empty) when `helm test` has a pod: a Service to reach, and an HTTP(S) /readyz that
+needs no client certificate. */}}
+{{- define "mcp-stdio-gateway.helmTest" -}}
+{{- if and .Values.tests.enabled .Values.deployment.enabled .Values.service.enabled (not (include "mcp-stdio-gateway.mutualTls" .)) }}true{{ end }}
+{{- end }}
+
+{{- define "mcp-stdio-gateway.testSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "mcp-stdio-gateway.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The pod's affinity: `affinity` when given, else the `spread.nodes` preset (one pod per node,
+preferred or required). */}}
+{{- define "mcp-stdio-gateway.affinity" -}}
+{{- if .Values.affinity }}
+{{- toYaml .Values.affinity }}
+{{- else if .Values.spread.nodes }}
+podAntiAffinity:
+  {{- if eq .Values.spread.nodes "hard" }}
+  requiredDuringSchedulingIgnoredDuringExecution:
+    - topologyKey: kubernetes.io/hostname
+      labelSelector:
+        matchLabels:
+          {{- include "mcp-stdio-gateway.selectorLabels" . | nindent 10 }}
+  {{- else }}
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "mcp-stdio-gateway.selectorLabels" . | nindent 12 }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The pod's topology spread: `topologySpreadConstraints` when given, else the `spread.zones`
+preset (even across zones, best effort or strict). */}}
+{{- define "mcp-stdio-gateway.topologySpread" -}}
+{{- if .Values.topologySpreadConstraints }}
+{{- toYaml .Values.topologySpreadConstraints }}
+{{- else if .Values.spread.zones }}
+- maxSkew: 1
+  topologyKey: topology.kubernetes.io/zone
+  whenUnsatisfiable: {{ eq .Values.spread.zones "hard" | ternary "DoNotSchedule" "ScheduleAnyway" }}
+  labelSelector:
+    matchLabels:
+      {{- include "mcp-stdio-gateway.selectorLabels" . | nindent 6 }}
 {{- end }}
 {{- end }}
 
