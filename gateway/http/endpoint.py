@@ -70,7 +70,6 @@ from gateway.relay.sessions import CancelHandle, LegacySession
 
 log = logging.getLogger("gateway.http")
 
-Answer = Response | LazyStream | ListenStream | TaskListenStream | EventStream
 """What the endpoint answers with: an ASGI response of one of these kinds."""
 
 MODERN_ERROR_STATUSES: Final = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY: 400}
@@ -368,7 +367,7 @@ class McpEndpoint:
             try:
                 with handle.scope:
                     exchange = self.relay.exchange(message, client, headers)
-                    async with aclosing(exchange):  # type: ignore[type-var]
+                    async with aclosing(exchange):
                         async for event in exchange:
                             if type(event) is events.Final:
                                 answers.append(event.message)

@@ -56,7 +56,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import CODE_UNAVAILABLE, GatewayUnavailableError
 from gateway.http.edge_settings import BODY_TIMEOUT
-from gateway.http.forward_accept import Answer, header, read_whole_body, replay, target
+from gateway.http.forward_accept import header, read_whole_body, replay, target
 from gateway.http.limits import client_key
 from gateway.http.observe import note_request
 from gateway.http.wire import error_response, gateway_error_response
@@ -164,7 +164,7 @@ class RouteToOwner:
             await body(scope, receive, send)  # 408 or 413, as the endpoint would answer
             return
         owner, request_id = self._parked_owner(body) if TOKEN_MARK in body else (None, None)
-        lost: Answer | None = None
+        lost: ASGIApp | None = None
         if owner is None:
             owner = self._task_owner(scope)  # tasks/*: the task id is in Mcp-Name (ext-tasks §Routing Headers)
             if owner is not None:
@@ -225,7 +225,7 @@ class RouteToOwner:
         return reply.status_code == 200
 
     async def _forward(
-        self, owner: Owner, body: bytes, scope: Scope, receive: Receive, send: Send, gone: Answer
+        self, owner: Owner, body: bytes, scope: Scope, receive: Receive, send: Send, gone: ASGIApp
     ) -> None:
         fields = scope.setdefault("gateway.log", {})
         fields["forwarded_to"] = owner.url
@@ -353,7 +353,7 @@ async def _stream_back(upstream: httpx.Response, receive: Receive, send: Send) -
         tg.cancel_scope.cancel()
 
 
-def _session_gone(message: str) -> Answer:
+def _session_gone(message: str) -> ASGIApp:
     # L-TR §Session Management: 404 tells the client to initialize a new session.
     return error_response(404, error_object(INVALID_REQUEST, message))
 
@@ -366,7 +366,7 @@ def _request_id(body: bytes) -> Any:
     return message.get("id") if isinstance(message, dict) else None
 
 
-def _task_lost(request_id: Any) -> Answer:
+def _task_lost(request_id: Any) -> ASGIApp:
     """A task whose owner is gone is a task not found (-32602), saying why."""
     message = (
         "the replica that owns this task is unreachable (stopped or restarted): the task is lost; call the tool again"
@@ -375,7 +375,7 @@ def _task_lost(request_id: Any) -> Answer:
     return error_response(200, error_object(INVALID_PARAMS, message, {"task": "lost"}), valid_id)
 
 
-def _parked_lost(request_id: Any) -> Answer:
+def _parked_lost(request_id: Any) -> ASGIApp:
     message = (
         "the replica that owns this requestState's call is unreachable (stopped or restarted): the call is lost; "
         "send the request again without requestState"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Final
 
 import anyio
@@ -41,8 +40,6 @@ BUSY_RETRY_AFTER: Final = 1
 KEPT_UNSIGNED: Final = frozenset({b"host", b"content-length", b"transfer-encoding"})
 """The only headers of a forward the owner keeps without a signature: how it was carried."""
 
-Answer = Callable[[Scope, Receive, Send], Awaitable[None]]
-
 
 def header(scope: Scope, name: bytes) -> str | None:
     """The last value of header ``name`` (as ``wire.header_map``, which the endpoint reads)."""
@@ -58,7 +55,7 @@ def target(scope: Scope) -> str:
     return str(scope["path"]) + ("?" + query.decode("latin-1") if query else "")
 
 
-async def read_whole_body(scope: Scope, receive: Receive, limit: int, timeout: float) -> bytes | Answer | None:
+async def read_whole_body(scope: Scope, receive: Receive, limit: int, timeout: float) -> bytes | ASGIApp | None:
     """The request body as the endpoint reads it: the answer when it is over ``limit`` (413) or
     not in within ``timeout`` (408); None when the client left before it was in."""
     headers = {"content-length": value} if (value := header(scope, b"content-length")) is not None else {}

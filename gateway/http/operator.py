@@ -38,7 +38,7 @@ import hashlib
 import hmac
 import ipaddress
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from html import escape
 from typing import Final
 from urllib.parse import parse_qs
@@ -46,7 +46,7 @@ from urllib.parse import parse_qs
 import anyio
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope
 
 from gateway.errors import CODE_UNAVAILABLE
 from gateway.http.auth import LOGIN_PATH, REALM, RETRY_AFTER, TokenStore
@@ -69,8 +69,6 @@ OPERATOR_REALM: Final = f"{REALM} operator"
 LOGIN_SECURITY_POLICY: Final = (
     "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
 )
-
-Answer = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def _is_loopback(scope: Scope) -> bool:
@@ -130,7 +128,7 @@ class OperatorAccess:
         """Some operator credential is configured (tokens or a scope)."""
         return self.tokens.enabled or self.oauth is not None
 
-    async def refusal(self, scope: Scope, headers: Mapping[bytes, bytes]) -> Answer | None:
+    async def refusal(self, scope: Scope, headers: Mapping[bytes, bytes]) -> ASGIApp | None:
         """None when the request may read ``/status`` or ``/ui`` (or post the login form), else
         its answer: 401 (the login page for ``/ui``), 403, or 503 (the issuer's keys)."""
         if scope["path"] == LOGIN_PATH:
@@ -163,7 +161,7 @@ class OperatorAccess:
             401, error_object(-32600, f"unauthorized: {why}"), headers={"www-authenticate": challenge}
         )
 
-    async def _by_scope(self, scope: Scope, token: str) -> Answer | None:
+    async def _by_scope(self, scope: Scope, token: str) -> ASGIApp | None:
         """An access token an endpoint here accepts, granting the operator scope: None; else the refusal."""
         assert self.oauth is not None
         assert self.scope is not None
@@ -180,7 +178,7 @@ class OperatorAccess:
         message = f"{'forbidden' if status == 403 else 'unauthorized'}: {verdict.description}"
         return error_response(status, error_object(-32600, message), headers={"www-authenticate": value})
 
-    def _forbidden(self, why: str) -> Answer:
+    def _forbidden(self, why: str) -> ASGIApp:
         return error_response(403, error_object(-32600, f"/status and /ui: {why}"))
 
     @staticmethod

@@ -113,12 +113,12 @@ async def _write(writer: SseWriter, frames: list[bytes]) -> None:
 class Producer(Protocol):
     """What ``produce`` reads: ``gateway.http.stream.Unbatched``."""
 
-    async def __anext__(self) -> events.Event: ...
+    async def __anext__(self) -> events.RelayEvent: ...
 
-    def ready(self) -> list[events.Event]: ...
+    def ready(self) -> list[events.RelayEvent]: ...
 
 
-async def produce(exchange: Producer, first: events.Event, stream: Stream) -> events.Event | None:
+async def produce(exchange: Producer, first: events.RelayEvent, stream: Stream) -> events.RelayEvent | None:
     """Keep and hand on the exchange's events up to its ``Final`` (returned; None: none came)."""
     event = first
     while True:
@@ -148,16 +148,16 @@ class Resumable:
         self,
         writer: SseWriter,
         exchange: Producer,
-        first: events.Event,
+        first: events.RelayEvent,
         watch: Watch,
         headers: list[tuple[bytes, bytes]],
-    ) -> events.Event | None:
+    ) -> events.RelayEvent | None:
         """Open the stream (headers, the priming event), then produce and deliver; the ``Final``
         (None: the call ended without one)."""
         stream = self.streams.open_request(self.request_id, priming=self.priming)
         stream.producer = watch.cancel_scope  # the resume window becomes its deadline when nobody reads
         reader = stream.attach([])
-        final: events.Event | None = None
+        final: events.RelayEvent | None = None
         try:
             await writer.start(headers)
             if self.priming:

@@ -29,7 +29,7 @@ Messages): its ``LegacyCall`` goes on, nothing more is sent, the access log says
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,7 @@ PULLED_AHEAD = 64
 """Events read from a modern exchange ahead of the writer (written together when ready)."""
 
 
-def _is_final(event: events.Event) -> bool:
+def _is_final(event: events.RelayEvent) -> bool:
     return type(event) is events.Final
 
 
@@ -83,9 +83,9 @@ class Unbatched:
 
     def __init__(self, exchange: AsyncIterator[events.Emitted]) -> None:
         self._exchange = exchange
-        self._pending: list[events.Event] = []
+        self._pending: list[events.RelayEvent] = []
 
-    async def __anext__(self) -> events.Event:
+    async def __anext__(self) -> events.RelayEvent:
         if self._pending:
             return self._pending.pop(0)
         emitted = await self._exchange.__anext__()
@@ -94,7 +94,7 @@ class Unbatched:
             return emitted.notes[0]
         return emitted
 
-    def ready(self) -> list[events.Event]:
+    def ready(self) -> list[events.RelayEvent]:
         pending, self._pending = self._pending, []
         return pending
 
@@ -164,7 +164,7 @@ class LazyStream:
 
     def __init__(
         self,
-        exchange: AsyncIterator[events.Emitted],
+        exchange: AsyncGenerator[events.Emitted, None],
         *,
         request_id: Any = None,
         headers: list[tuple[bytes, bytes]] | None = None,
@@ -261,10 +261,10 @@ class LazyStream:
         if machine.state in DECIDED and not self._closing:
             # The usual end: nothing cancels this task here (the watch's scope is closed, the
             # drain cancels only that), so closing the exchange (its lease) needs no shield.
-            await self._exchange.aclose()  # type: ignore[attr-defined]
+            await self._exchange.aclose()
             return
         with anyio.CancelScope(shield=True):
-            await self._exchange.aclose()  # type: ignore[attr-defined]
+            await self._exchange.aclose()
             closing, self._closing = self._closing, ()
             if machine.state in LIVE:  # stopped, and the machine was not told why
                 expired = watch.cancel_scope.deadline <= anyio.current_time()
@@ -286,7 +286,9 @@ class LazyStream:
             return
         await self._do(step(Event.FIRST_FINAL if type(first) is events.Final else Event.FIRST_NOTE), first)
 
-    async def _do(self, actions: Actions, event: events.Event | None = None, refusal: Response | None = None) -> None:
+    async def _do(
+        self, actions: Actions, event: events.RelayEvent | None = None, refusal: Response | None = None
+    ) -> None:
         """Carry out the machine's ``actions`` in order (``event``: the exchange's, they are about)."""
         writer = self._writer
         for action in actions:
@@ -330,7 +332,7 @@ class LazyStream:
             else:  # pragma: no cover - STOP is done where the event came from (_feed)
                 raise AssertionError(action)
 
-    async def _stream_answer(self, first: events.Event) -> events.Event | None:
+    async def _stream_answer(self, first: events.RelayEvent) -> events.RelayEvent | None:
         """``Action.STREAM``: open the event stream, write up to the ``Final`` (returned; None: none came)."""
         headers = [*SSE_HEADERS, *self._headers]
         if self._resumable is not None:
@@ -339,14 +341,14 @@ class LazyStream:
         await self._writer.start(headers)
         return await self._stream(self._writer, first)
 
-    async def _stream(self, writer: SseWriter, first: events.Event) -> events.Event | None:
+    async def _stream(self, writer: SseWriter, first: events.RelayEvent) -> events.RelayEvent | None:
         """The events after ``first`` as they come, up to the ``Final`` (returned; None: none came).
 
         A task reads the exchange into a bounded buffer, and the writer waits on that: its
         keep-alive timeout must never cancel the exchange itself, an async generator, which a
         cancelled ``__anext__`` ends (a call quiet for ``KEEPALIVE_SECONDS`` lost its answer)."""
         taken = [first, *self._events.ready()]  # the rest of a Batch goes out with it
-        send, receive = anyio.create_memory_object_stream[events.Event](PULLED_AHEAD)
+        send, receive = anyio.create_memory_object_stream[events.RelayEvent](PULLED_AHEAD)
 
         async def pull() -> None:
             with send:
@@ -397,7 +399,7 @@ class LazyStream:
         }
         await replies.send_body(send, body, more_body=False, start=start)
 
-    def _frame(self, event: events.Event) -> bytes | None:
+    def _frame(self, event: events.RelayEvent) -> bytes | None:
         data = SseWriter.frame(event.message)
         if data is not None:
             return data

@@ -98,6 +98,6 @@ class Changed:
     """``open_questions`` may have dropped: the pool may now place a request that may ask."""
 
 
-Action = (
+ChildAction = (
     Deliver[OwnerT] | Answered[OwnerT] | Failed[OwnerT] | Write | Ask[OwnerT] | Unattributed | Broadcast | Log | Changed
 )

@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 
 from gateway.protocol import attribution, inputs
 from gateway.protocol.attribution import Ambiguous, Attributed, ToolLearning
-from gateway.protocol.childactions import Action, Ask, Changed, Log, Unattributed
+from gateway.protocol.childactions import Ask, Changed, ChildAction, Log, Unattributed
 from gateway.protocol.childstate import Deadlines, Entry, Held
 from gateway.protocol.jsonrpc import Request
 
@@ -58,7 +58,7 @@ class QuestionDesk(Generic[OwnerT]):
         """Asks not closed yet, plus questions held back as ambiguous."""
         return len(self._asks) + len(self._held)
 
-    def request(self, request: Request, now: float, actions: list[Action[OwnerT]]) -> None:
+    def request(self, request: Request, now: float, actions: list[ChildAction[OwnerT]]) -> None:
         """A request from the child: attributed as it is read (so requests read together find
         the same owner)."""
         related = inputs.related_task(request.params)
@@ -95,15 +95,15 @@ class QuestionDesk(Generic[OwnerT]):
                 return
         actions.append(self._unattributed(request))
 
-    def refused(self, ask_id: int) -> list[Action[OwnerT]]:
+    def refused(self, ask_id: int) -> list[ChildAction[OwnerT]]:
         request = self._asks.pop(ask_id, None)
         return [] if request is None else [self._unattributed(request)]
 
-    def closed(self, ask_id: int) -> list[Action[OwnerT]]:
+    def closed(self, ask_id: int) -> list[ChildAction[OwnerT]]:
         self._asks.pop(ask_id, None)
         return [Changed()]
 
-    def ended(self, entry: Entry[OwnerT], actions: list[Action[OwnerT]], *, quiet: bool) -> None:
+    def ended(self, entry: Entry[OwnerT], actions: list[ChildAction[OwnerT]], *, quiet: bool) -> None:
         """``entry`` had its outcome; ``quiet``: a result from a legacy child (rule 6)."""
         if quiet and not entry.questioned:
             key = entry.tool_key()
@@ -113,7 +113,7 @@ class QuestionDesk(Generic[OwnerT]):
         if self._held:
             self._resolve(actions)
 
-    def expire(self, held: Held[OwnerT], actions: list[Action[OwnerT]]) -> None:
+    def expire(self, held: Held[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
         """A held question's input timeout passed: nobody is known to wait for it."""
         self._held.remove(held)
         held.settled = True
@@ -129,7 +129,7 @@ class QuestionDesk(Generic[OwnerT]):
         self._held.clear()
         self._asks.clear()
 
-    def _resolve(self, actions: list[Action[OwnerT]]) -> None:
+    def _resolve(self, actions: list[ChildAction[OwnerT]]) -> None:
         """A request ended: a held question may now have one candidate left (or none)."""
         in_flight = {entry for entry in self._in_flight() if entry.may_ask}
         held, self._held = self._held, []
@@ -159,12 +159,12 @@ class QuestionDesk(Generic[OwnerT]):
             reason = f"none of the {in_flight} request(s) in flight on the child can carry it to its client"
         return Unattributed(request, reason)
 
-    def _give(self, entry: Entry[OwnerT], request: Request, actions: list[Action[OwnerT]]) -> None:
+    def _give(self, entry: Entry[OwnerT], request: Request, actions: list[ChildAction[OwnerT]]) -> None:
         ask_id = next(self._ask_ids)
         self._asks[ask_id] = request
         actions.append(Ask(entry.owner, ask_id, request))
 
-    def _asked(self, entries: Iterable[Entry[OwnerT]], actions: list[Action[OwnerT]]) -> None:
+    def _asked(self, entries: Iterable[Entry[OwnerT]], actions: list[ChildAction[OwnerT]]) -> None:
         """A question was (or may have been) asked by ``entries``: their tools ask (rule 6)."""
         keys = {key for entry in entries if (key := entry.tool_key()) is not None}
         if self.tools is None or not keys:

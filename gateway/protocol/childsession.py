@@ -70,9 +70,9 @@ from gateway.errors import ChildError, ChildExitedError, ChildProtocolError, Chi
 from gateway.protocol import childexit, jsonrpc, loglevels
 from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.childactions import (
-    Action,
     Answered,
     Broadcast,
+    ChildAction,
     Deliver,
     Failed,
     Log,
@@ -179,12 +179,12 @@ class ChildSession(Generic[OwnerT]):
             entry.due = self._deadlines.push(entry.deadline, entry)
         return Sent(entry.child_id, jsonrpc.encode(request) + b"\n", entry.deadline)
 
-    def abandon(self, child_id: int) -> list[Action[OwnerT]]:
+    def abandon(self, child_id: int) -> list[ChildAction[OwnerT]]:
         """The caller left (rule 3); nothing when the request has ended already."""
         pending = self._correlator.abandon(child_id)
         if pending is None:
             return []
-        actions: list[Action[OwnerT]] = []
+        actions: list[ChildAction[OwnerT]] = []
         self._end(pending.owner, actions, error=ChildExitedError("request abandoned by the caller"))
         if pending.owner.cancellable:
             self._cancel(child_id, "the client cancelled the request", actions)
@@ -196,9 +196,9 @@ class ChildSession(Generic[OwnerT]):
         """When ``tick`` next has something to do; None: nothing is timed."""
         return self._deadlines.next()
 
-    def tick(self, now: float) -> list[Action[OwnerT]]:
+    def tick(self, now: float) -> list[ChildAction[OwnerT]]:
         """Expire requests (rule 2) and held questions (rule 5) whose deadline is ``now`` or past."""
-        actions: list[Action[OwnerT]] = []
+        actions: list[ChildAction[OwnerT]] = []
         while (item := self._deadlines.pop_due(now)) is not None:
             if isinstance(item, Entry):
                 self._expire(item, actions)
@@ -208,7 +208,7 @@ class ChildSession(Generic[OwnerT]):
 
     # -- lines in -------------------------------------------------------------------------
 
-    def receive_line(self, line: bytes, now: float) -> list[Action[OwnerT]]:
+    def receive_line(self, line: bytes, now: float) -> list[ChildAction[OwnerT]]:
         """One framed stdout line: decoded and parsed once, then routed (rule 4)."""
         try:
             decoded = jsonrpc.decode(line)
@@ -217,18 +217,18 @@ class ChildSession(Generic[OwnerT]):
             template = "child %s (pid %d) wrote a non-JSON line on stdout, dropped: %r"
             # Logged redacted, as its stderr lines are (``noise`` keeps it for /status as it came).
             return [self._noise(text, template, (self.label, self.pid, redact_text(text)))]
-        actions: list[Action[OwnerT]] = []
+        actions: list[ChildAction[OwnerT]] = []
         # 2025-03-26 peers may batch on stdio; receivers must accept it.
         for obj in decoded if isinstance(decoded, list) else (decoded,):
             self._receive(obj, now, actions)
         return actions
 
-    def receive_oversized(self, line: OversizedLine) -> list[Action[OwnerT]]:
+    def receive_oversized(self, line: OversizedLine) -> list[ChildAction[OwnerT]]:
         """A line over ``max_line_bytes``: it fails the request whose id it carries, if any."""
         self.oversized_lines += 1
         child_id = sniff_id(line)
         limit = self.max_line_bytes
-        actions: list[Action[OwnerT]] = [
+        actions: list[ChildAction[OwnerT]] = [
             Log(
                 logging.WARNING,
                 "child %s wrote a %d-byte line, over the %d-byte limit; dropped (id %r)",
@@ -246,11 +246,11 @@ class ChildSession(Generic[OwnerT]):
 
     # -- questions handed out -------------------------------------------------------------
 
-    def ask_refused(self, ask_id: int) -> list[Action[OwnerT]]:
+    def ask_refused(self, ask_id: int) -> list[ChildAction[OwnerT]]:
         """The owner could not take the ``Ask`` (its stream is full or gone): the edge answers."""
         return self._questions.refused(ask_id)
 
-    def ask_closed(self, ask_id: int) -> list[Action[OwnerT]]:
+    def ask_closed(self, ask_id: int) -> list[ChildAction[OwnerT]]:
         """The ``Ask`` was answered (by its client, locally, or on timeout) and written back."""
         return self._questions.closed(ask_id)
 
@@ -258,7 +258,7 @@ class ChildSession(Generic[OwnerT]):
 
     def exited(
         self, returncode: int | None, *, stderr_tail: Sequence[str] = (), stopping: bool = False
-    ) -> list[Action[OwnerT]]:
+    ) -> list[ChildAction[OwnerT]]:
         """Stdout closed and the process is gone (rule 7)."""
         if self.death is not None:
             return []
@@ -282,16 +282,16 @@ class ChildSession(Generic[OwnerT]):
         actions.append(Log(logging.INFO if stopping else logging.WARNING, "%s", (redact_text(death.detailed),), fields))
         return actions
 
-    def faulted(self, where: str) -> list[Action[OwnerT]]:
+    def faulted(self, where: str) -> list[ChildAction[OwnerT]]:
         """The gateway's own code failed on this child, in its ``where`` (rule 7): the same end
         as an exit, with ``childexit.fault_error``. The edge logs the traceback."""
         if self.death is not None:
             return []
         return self._die(childexit.fault_error(self.label, self.pid, where, command=self.command, exposed=self.exposed))
 
-    def _die(self, death: ChildExitedError) -> list[Action[OwnerT]]:
+    def _die(self, death: ChildExitedError) -> list[ChildAction[OwnerT]]:
         self.death = death
-        actions: list[Action[OwnerT]] = []
+        actions: list[ChildAction[OwnerT]] = []
         for pending in self._correlator.drain():
             pending.owner.settled = True
             actions.append(Failed(pending.owner.owner, death))
@@ -301,7 +301,7 @@ class ChildSession(Generic[OwnerT]):
 
     # -- internals ------------------------------------------------------------------------
 
-    def _receive(self, obj: object, now: float, actions: list[Action[OwnerT]]) -> None:
+    def _receive(self, obj: object, now: float, actions: list[ChildAction[OwnerT]]) -> None:
         try:
             message = jsonrpc.parse_message(obj)
         except jsonrpc.InvalidMessage as exc:
@@ -330,7 +330,7 @@ class ChildSession(Generic[OwnerT]):
         self.noise.append(text)
         return Log(logging.WARNING, template, args, {"event": "stdout_dropped"})
 
-    def _unsolicited(self, note: Notification, actions: list[Action[OwnerT]]) -> None:
+    def _unsolicited(self, note: Notification, actions: list[ChildAction[OwnerT]]) -> None:
         if note.method == loglevels.LOG_MESSAGE:
             self._log(note, actions)
             return
@@ -338,7 +338,7 @@ class ChildSession(Generic[OwnerT]):
             self.tools_generation += 1
         actions.append(Broadcast(note))
 
-    def _log(self, note: Notification, actions: list[Action[OwnerT]]) -> None:
+    def _log(self, note: Notification, actions: list[ChildAction[OwnerT]]) -> None:
         """``notifications/message`` carries no request id (digest §8.2): like a question, it is
         the one request's in flight, and goes to it at or above its client's level."""
         params = note.params or {}
@@ -356,7 +356,7 @@ class ChildSession(Generic[OwnerT]):
     def _end(
         self,
         entry: Entry[OwnerT],
-        actions: list[Action[OwnerT]],
+        actions: list[ChildAction[OwnerT]],
         *,
         reply: Reply | None = None,
         error: ChildError | None = None,
@@ -372,7 +372,7 @@ class ChildSession(Generic[OwnerT]):
             actions.append(Failed(entry.owner, error))
         self._questions.ended(entry, actions, quiet=self.legacy and isinstance(reply, Result))
 
-    def _expire(self, entry: Entry[OwnerT], actions: list[Action[OwnerT]]) -> None:
+    def _expire(self, entry: Entry[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
         self._correlator.abandon(entry.child_id)
         self.timeouts += 1
         entry.deadline = None  # popped already: not stale
@@ -385,12 +385,12 @@ class ChildSession(Generic[OwnerT]):
         if entry.cancellable:
             self._cancel(entry.child_id, "timed out in the gateway", actions)
 
-    def _fail_one(self, child_id: object, error: ChildError, actions: list[Action[OwnerT]]) -> None:
+    def _fail_one(self, child_id: object, error: ChildError, actions: list[ChildAction[OwnerT]]) -> None:
         pending = self._correlator.abandon(child_id) if type(child_id) is int else None
         if pending is not None:
             self._end(pending.owner, actions, error=error)
 
-    def _cancel(self, child_id: int, reason: str, actions: list[Action[OwnerT]]) -> None:
+    def _cancel(self, child_id: int, reason: str, actions: list[ChildAction[OwnerT]]) -> None:
         # Never after ``exited``: nothing is pending then, so nothing is abandoned or expires.
         self.cancels_sent += 1
         note = Notification(CANCELLED, {"requestId": child_id, "reason": reason})

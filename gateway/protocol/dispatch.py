@@ -78,7 +78,6 @@ from gateway.protocol import attribution
 from gateway.protocol.attribution import ChildLoad
 from gateway.protocol.dispatchstate import (
     MAX_CONCURRENT_STARTS,
-    Action,
     C,
     CheckLiveness,
     Decision,
@@ -87,6 +86,7 @@ from gateway.protocol.dispatchstate import (
     Ledger,
     Lost,
     Member,
+    PoolAction,
     PoolSettings,
     ReleaseParked,
     RestartAfter,
@@ -203,7 +203,7 @@ class Dispatcher(Generic[C]):
         self.queue[ticket] = None
         return ticket
 
-    def leave(self, ticket: Ticket[C], now: float, room: Room) -> list[Action[C]]:
+    def leave(self, ticket: Ticket[C], now: float, room: Room) -> list[PoolAction[C]]:
         """The ticket's request has its child, failed or went away. A lease granted to it that
         its try never took (it went away meanwhile) is given back, to the next waiter."""
         if ticket.queued:
@@ -224,7 +224,7 @@ class Dispatcher(Generic[C]):
         before it could take no child at the last event, rule 0). Raises ``ClientThrottledError``
         (429) or the error to fail with (503, or the last start error during a backoff)."""
         if ticket.queued:
-            actions: list[Action[C]] = []
+            actions: list[PoolAction[C]] = []
             self._place(ticket, now, room, actions)
             if ticket.queued:
                 return Waiting(ticket.deadline, ticket.blocked, tuple(actions))
@@ -234,14 +234,14 @@ class Dispatcher(Generic[C]):
         assert lease is not None, "a ticket left the queue without a lease or an error"
         return lease
 
-    def changed(self, now: float, room: Room) -> list[Action[C]]:
+    def changed(self, now: float, room: Room) -> list[PoolAction[C]]:
         """A child's questions opened or closed, or the global budget has room again: rule 0."""
         return self._serve(now, room)
 
-    def _serve(self, now: float, room: Room) -> list[Action[C]]:
+    def _serve(self, now: float, room: Room) -> list[PoolAction[C]]:
         """Rule 0: place every waiting ticket in arrival order; wake those decided, and those
         whose deadline came nearer."""
-        actions: list[Action[C]] = []
+        actions: list[PoolAction[C]] = []
         for ticket in list(self.queue):
             deadline = ticket.deadline
             try:
@@ -253,7 +253,7 @@ class Dispatcher(Generic[C]):
                 actions.append(Wake(ticket))
         return actions
 
-    def _place(self, ticket: Ticket[C], now: float, room: Room, actions: list[Action[C]]) -> None:
+    def _place(self, ticket: Ticket[C], now: float, room: Room, actions: list[PoolAction[C]]) -> None:
         """Rules 1–5 for one waiting ticket: grant it a lease (it leaves the queue), or start a
         child for it and set how long it waits (``deadline``, ``blocked``); raise what it fails
         with. It raises before it adds to ``actions``, so a failure loses no action."""
@@ -325,7 +325,7 @@ class Dispatcher(Generic[C]):
     def _wait(self, children: list[C], blocked: bool) -> float:
         return STARTUP_WAIT if not children and not blocked else self.settings.queue_timeout
 
-    def _claim(self, room: Room, actions: list[Action[C]]) -> bool:
+    def _claim(self, room: Room, actions: list[PoolAction[C]]) -> bool:
         """Room in the global budget for one more start: free, or made by evicting another
         pool's idle child (an ``EvictChild`` added to ``actions``; never one already chosen)."""
         if room.has_room():
@@ -380,7 +380,7 @@ class Dispatcher(Generic[C]):
             server=self.label,
         )
 
-    def release(self, lease: Lease[C], now: float, room: Room) -> list[Action[C]]:
+    def release(self, lease: Lease[C], now: float, room: Room) -> list[PoolAction[C]]:
         """Rule 6: the request of ``lease`` ended."""
         member, principal = lease.member, lease.principal
         assert member.child is not None
@@ -393,7 +393,7 @@ class Dispatcher(Generic[C]):
         member.leave(principal, lease.asking)
         member.last_used = now
         s = self.settings
-        actions: list[Action[C]] = []
+        actions: list[PoolAction[C]] = []
         if s.max_requests and member.served >= s.max_requests:
             actions += self.retire(member, f"served {member.served} requests")
         elif member.retiring and member.leases == 0:
@@ -409,11 +409,11 @@ class Dispatcher(Generic[C]):
         self.members.append(member)
         return StartChild(member)
 
-    def start_minimum(self, now: float) -> list[Action[C]]:
+    def start_minimum(self, now: float) -> list[PoolAction[C]]:
         """The pool's first children (pre-warmed, started regardless of the budget)."""
         return [self._start(now) for _ in range(self.settings.min_size)]
 
-    def started(self, member: Member[C], child: C, now: float, room: Room) -> list[Action[C]]:
+    def started(self, member: Member[C], child: C, now: float, room: Room) -> list[PoolAction[C]]:
         """``member``'s child completed its handshake: the waiters are served (rule 0)."""
         member.child = child
         member.started_at = member.last_used = member.last_check = now
@@ -427,7 +427,7 @@ class Dispatcher(Generic[C]):
         self.last_error = None
         return self._serve(now, room)
 
-    def retire(self, member: Member[C], why: str, *, event: str = "retire") -> list[Action[C]]:
+    def retire(self, member: Member[C], why: str, *, event: str = "retire") -> list[PoolAction[C]]:
         """Take ``member`` out of service; its child stops once its last lease ends. ``event``:
         the log record's (``evict`` when another pool needs the room)."""
         if not member.retiring:
@@ -442,7 +442,7 @@ class Dispatcher(Generic[C]):
         if member in self.members:
             self.members.remove(member)
 
-    def exited(self, member: Member[C], error: GatewayError | None, now: float, room: Room) -> list[Action[C]]:
+    def exited(self, member: Member[C], error: GatewayError | None, now: float, room: Room) -> list[PoolAction[C]]:
         """Rule 8: ``member``'s child is gone (or never started), with ``error`` if unplanned."""
         self.forget(member)
         charged = member.crashed_with or frozenset()
@@ -453,7 +453,7 @@ class Dispatcher(Generic[C]):
         verdict = self.supervision.exited(
             planned=planned, started=started, uptime=uptime, charged=charged_any, fault=fault
         )
-        actions: list[Action[C]] = []
+        actions: list[PoolAction[C]] = []
         if verdict.kind is not ExitKind.PLANNED:
             if member.child is not None:
                 actions.append(Lost())
@@ -479,23 +479,23 @@ class Dispatcher(Generic[C]):
         actions += self._serve(now, room)  # a start, or the last error during a backoff
         return actions
 
-    def restart_due(self, now: float, room: Room) -> list[Action[C]]:
+    def restart_due(self, now: float, room: Room) -> list[PoolAction[C]]:
         """A ``RestartAfter`` came due: a minimum takes free room (never evicts); waiters claim it."""
         s = self.settings
         if self.counted() < s.min_size:
             return [self._start(now)] if room.has_room() else []
         bound = s.asking_bound if self.unplaced_askers else s.max_size
-        actions: list[Action[C]] = []
+        actions: list[PoolAction[C]] = []
         if self.waiting and self.counted() < bound and not self.starting() and self._claim(room, actions):
             actions.append(self._start(now))
         return actions
 
     # -- maintenance ------------------------------------------------------------------------
 
-    def maintain(self, now: float, room: Room) -> list[Action[C]]:
+    def maintain(self, now: float, room: Room) -> list[PoolAction[C]]:
         """Rule 7, once a tick."""
         s = self.settings
-        actions: list[Action[C]] = []
+        actions: list[PoolAction[C]] = []
         if self._note_stalls(now):  # a stalled child's waiters may take or start another now
             actions += self._serve(now, room)
         idle = [m for m in self.members if m.is_live and m.leases == 0 and now - m.last_used > s.idle_timeout]
@@ -557,7 +557,7 @@ class Dispatcher(Generic[C]):
                     )
         return changed
 
-    def liveness_failed(self, member: Member[C], problem: str) -> list[Action[C]]:
+    def liveness_failed(self, member: Member[C], problem: str) -> list[PoolAction[C]]:
         if not member.is_live:
             return []
         pid = member.child.pid if member.child else None

@@ -276,10 +276,12 @@ class Waiting(Generic[C]):
 
     deadline: float
     blocked: bool  # the global child cap held back a start: the budget should tell this pool
-    actions: tuple[Action[C], ...] = ()
+    actions: tuple[PoolAction[C], ...] = ()
 
 
-Action = StartChild[C] | StopChild[C] | CheckLiveness[C] | RestartAfter | Wake[C] | Lost | EvictChild | ReleaseParked
+PoolAction = (
+    StartChild[C] | StopChild[C] | CheckLiveness[C] | RestartAfter | Wake[C] | Lost | EvictChild | ReleaseParked
+)
 Decision = Lease[C] | Waiting[C]
 """A try of ``Dispatcher.try_acquire``: the lease granted, or how long to wait."""
 

@@ -51,7 +51,7 @@ class Final:
         return code if type(code) is int else None
 
 
-Event = Progress | Notification | Ask | Final
+RelayEvent = Progress | Notification | Ask | Final
 """An event that carries one message."""
 
 
@@ -60,7 +60,7 @@ class Batch:
     notes: tuple[Progress | Notification, ...]
 
 
-Emitted = Event | Batch
+Emitted = RelayEvent | Batch
 """What an exchange yields."""
 
 

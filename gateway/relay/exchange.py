@@ -34,7 +34,7 @@ gateway error (-31006, -31007).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from typing import Final
 
@@ -86,7 +86,7 @@ class Relay:
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
-    ) -> AsyncIterator[Emitted]:
+    ) -> AsyncGenerator[Emitted, None]:
         """Run ``request`` on a child of the pool the router picks, through the steps of
         ``gateway.relay.steps`` (in order; its plan for the client's era and the method)."""
         plans = PLANS[client.era]
@@ -158,7 +158,7 @@ class Relay:
                 return
             yield events.Final(response(request.id, error=exc.error_object()))
 
-    def drive(self, call: Call, request: Request, client: ClientContext) -> AsyncIterator[Emitted]:
+    def drive(self, call: Call, request: Request, client: ClientContext) -> AsyncGenerator[Emitted]:
         """A call's events after its child exchange has begun (what a task's run consumes)."""
         return self.run(Turn(self, request, client, None, plan_for(client.era, request.method)).on(call))
 

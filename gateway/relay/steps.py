@@ -83,7 +83,7 @@ from gateway.relay.events import Emitted
 from gateway.relay.rejected import Rejected
 from gateway.relay.suspensions import Call
 from gateway.relay.translate import response
-from gateway.relay.turn import Answer, Plan, ReplyStep, Step, Turn
+from gateway.relay.turn import Emissions, Plan, ReplyStep, Step, Turn
 from gateway.stdio.child import StdioChild
 
 INPUT_REQUIRED: Final = "input_required"
@@ -101,7 +101,7 @@ async def only(message: Emitted) -> AsyncGenerator[Emitted]:
 # -- before a child -------------------------------------------------------------------------
 
 
-async def answer_tasks(turn: Turn) -> Answer:
+async def answer_tasks(turn: Turn) -> Emissions:
     return only(events.Final(await turn.relay.tasks.answer(turn.request, turn.client)))
 
 
@@ -109,7 +109,7 @@ def carries_gateway_state(turn: Turn) -> bool:
     return requeststate.is_gateway_state((turn.request.params or {}).get("requestState"))
 
 
-async def take_retry(turn: Turn) -> Answer | None:
+async def take_retry(turn: Turn) -> Emissions | None:
     request, client, suspensions = turn.request, turn.client, turn.relay.suspensions
     state = (request.params or {}).get("requestState")
     assert isinstance(state, str)
@@ -152,7 +152,7 @@ async def _keys_roots(turn: Turn) -> bool:
     )
 
 
-async def roots_round(turn: Turn) -> Answer | None:
+async def roots_round(turn: Turn) -> Emissions | None:
     if not await _keys_roots(turn):
         return None
     found = turn.round_roots
@@ -180,7 +180,7 @@ async def headers_before_round(turn: Turn) -> None:
         await _check_param_headers(turn, child)
 
 
-async def roots_asked(turn: Turn) -> Answer | None:
+async def roots_asked(turn: Turn) -> Emissions | None:
     if not await _keys_roots(turn):
         return None
     session = turn.client.session
@@ -215,7 +215,7 @@ def on_legacy_child(turn: Turn) -> bool:
     return turn.info.era is Era.LEGACY
 
 
-async def answer_discover(turn: Turn) -> Answer:
+async def answer_discover(turn: Turn) -> Emissions:
     result = turn.relay.discovered(bridge.discover_result(turn.info))
     return only(events.Final(response(turn.request.id, result=result)))
 
@@ -224,7 +224,7 @@ def always(turn: Turn) -> bool:
     return True
 
 
-async def answer_set_level(turn: Turn) -> Answer:
+async def answer_set_level(turn: Turn) -> Emissions:
     # Stored on the session (the HTTP edge did): a modern child gets it as logLevel with each
     # request, a legacy one the most verbose of its sessions' (prepare).
     await turn.relay.settings.prepare(turn.child, turn.client, turn.request.method)
@@ -312,7 +312,7 @@ def becomes_task(turn: Turn) -> bool:
     )
 
 
-async def start_task(turn: Turn) -> Answer:
+async def start_task(turn: Turn) -> Emissions:
     relay = turn.relay
     turn.request = relay.tasks.with_progress(turn.request)
     failed = await open_call(turn)
@@ -375,7 +375,7 @@ def wants_input(turn: Turn) -> bool:
     )
 
 
-def input_round(turn: Turn) -> Answer:
+def input_round(turn: Turn) -> Emissions:
     reply = turn.reply
     assert isinstance(reply, Result)
     relay = turn.relay

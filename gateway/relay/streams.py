@@ -46,7 +46,7 @@ def _mint_key() -> str:
     return secrets.token_urlsafe(STREAM_KEY_BYTES)
 
 
-Event = tuple[int, bytes]
+StoredEvent = tuple[int, bytes]
 
 
 class Reader:
@@ -55,12 +55,12 @@ class Reader:
 
     __slots__ = ("_queue", "_replay", "inbox", "stream")
 
-    def __init__(self, stream: Stream, replay: list[Event]) -> None:
+    def __init__(self, stream: Stream, replay: list[StoredEvent]) -> None:
         self.stream = stream
         self._replay = replay
-        self.inbox, self._queue = anyio.create_memory_object_stream[Event](eventlog.STREAM_MAX_EVENTS)
+        self.inbox, self._queue = anyio.create_memory_object_stream[StoredEvent](eventlog.STREAM_MAX_EVENTS)
 
-    async def next(self) -> Event | None:
+    async def next(self) -> StoredEvent | None:
         if self._replay:
             return self._replay.pop(0)
         try:
@@ -68,7 +68,7 @@ class Reader:
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             return None
 
-    def ready(self) -> list[Event]:
+    def ready(self) -> list[StoredEvent]:
         """What is waiting already (read together, written in one send)."""
         items, self._replay = self._replay, []
         while True:
@@ -101,7 +101,7 @@ class Stream:
     def event_id(self, n: int) -> str:
         return self.log.event_id(n)
 
-    def attach(self, replay: list[Event]) -> Reader:
+    def attach(self, replay: list[StoredEvent]) -> Reader:
         """A new reader (the POST's own connection, or a resume); an older one is let go."""
         old, self.reader = self.reader, Reader(self, replay)
         if old is not None:

@@ -42,7 +42,7 @@ from gateway.protocol.requeststate import StateClaims, StateError
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.boundary import contained
 from gateway.stdio.child import ChildCall, Exchange, StdioChild
-from gateway.stdio.pool import PoolLease as Lease
+from gateway.stdio.pool import PoolLease
 
 log = logging.getLogger("gateway.mrtr")
 
@@ -75,13 +75,13 @@ class Holdings:
     __slots__ = ("_held",)
 
     def __init__(self) -> None:
-        self._held: list[Lease | ChildCall] = []
+        self._held: list[PoolLease | ChildCall] = []
 
     @overload
-    async def enter(self, manager: Lease) -> StdioChild: ...
+    async def enter(self, manager: PoolLease) -> StdioChild: ...
     @overload
     async def enter(self, manager: ChildCall) -> Exchange: ...
-    async def enter(self, manager: Lease | ChildCall) -> StdioChild | Exchange:
+    async def enter(self, manager: PoolLease | ChildCall) -> StdioChild | Exchange:
         value = await manager.__aenter__()
         self._held.append(manager)
         return value

@@ -14,7 +14,7 @@ round still parked is then taken and closed at once (``release``).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -117,9 +117,9 @@ async def _input_round(store: TaskStore, relay: Relay, run: Run, call: Call, res
     return await _consume(store, run, relay.exchange(retry, run.client))
 
 
-async def _consume(store: TaskStore, run: Run, exchange: AsyncIterator[events.Emitted]) -> JsonObject | None:
+async def _consume(store: TaskStore, run: Run, exchange: AsyncGenerator[events.Emitted, None]) -> JsonObject | None:
     """The exchange's final message; its progress becomes the task's ``statusMessage``."""
-    async with aclosing(exchange):  # type: ignore[type-var]
+    async with aclosing(exchange):
         async for event in exchange:
             if type(event) is events.Final:
                 return event.message

@@ -11,7 +11,7 @@ A step is for the client eras and the methods it names (``Step.eras``, ``Step.me
 decided once, at import, into a ``Plan`` per era and method) and, where that is not all,
 when its predicate holds (``Step.when``, over the turn); its action (``Step.act``) either lets
 the exchange go on (it noted something on the turn, or checked something and raised) or
-returns the client's answer (``Answer``: the events to yield). An answer ends the exchange
+returns the client's answer (``Emissions``: the events to yield). An answer ends the exchange
 unless the step says otherwise (``ends``).
 """
 
@@ -33,11 +33,11 @@ from gateway.stdio.pool import Pool
 if TYPE_CHECKING:
     from gateway.relay.exchange import Relay
 
-Answer = AsyncGenerator[Emitted, None]
+Emissions = AsyncGenerator[Emitted, None]
 """What a step answers the client: events, the last of them the ``Final`` (unless the step goes on)."""
 Predicate = Callable[["Turn"], bool]
-Act = Callable[["Turn"], Awaitable[Answer | None]]
-ReplyAct = Callable[["Turn"], Answer | None]
+Act = Callable[["Turn"], Awaitable[Emissions | None]]
+ReplyAct = Callable[["Turn"], Emissions | None]
 """A step on the child's reply: it works on ``Turn.reply`` / ``Turn.final`` without waiting."""
 
 

@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from gateway.protocol.childactions import Action, Answered, Deliver, Failed, Log, Write
+from gateway.protocol.childactions import Answered, ChildAction, Deliver, Failed, Log, Write
 from gateway.stdio.exchange import Exchange
 
 INLINE: Final = (Answered, Deliver, Failed, Write, Log)
@@ -28,12 +28,12 @@ class Carried:
     """A child's actions, carried out by ``apply`` inline or, from the first that needs a
     task, by ``run`` (see the module doc)."""
 
-    def __init__(self, apply: Callable[[Sequence[Action[Exchange]]], None]) -> None:
+    def __init__(self, apply: Callable[[Sequence[ChildAction[Exchange]]], None]) -> None:
         self._apply = apply
-        self._later: list[Action[Exchange]] = []
+        self._later: list[ChildAction[Exchange]] = []
         self._waiter: asyncio.Future[None] | None = None
 
-    def take(self, actions: Sequence[Action[Exchange]]) -> None:
+    def take(self, actions: Sequence[ChildAction[Exchange]]) -> None:
         """Carry out ``actions`` now, up to the first that needs a task (from any context)."""
         if not self._later:
             for n, action in enumerate(actions):

@@ -51,11 +51,11 @@ from anyio.abc import TaskGroup
 from gateway.errors import ChildError, ChildExitedError, GatewayUnavailableError
 from gateway.protocol import jsonrpc
 from gateway.protocol.childactions import (
-    Action,
     Answered,
     Ask,
     Broadcast,
     Changed,
+    ChildAction,
     Deliver,
     Failed,
     Log,
@@ -265,7 +265,7 @@ class StdioChild(ChildReadings):
 
     # -- the machine's actions ------------------------------------------------------------
 
-    def _apply(self, actions: Sequence[Action[Exchange]]) -> None:
+    def _apply(self, actions: Sequence[ChildAction[Exchange]]) -> None:
         for action in actions:
             if isinstance(action, Answered):
                 action.owner.finish(reply=action.reply)

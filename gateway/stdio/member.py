@@ -25,8 +25,7 @@ STATUS_STDERR_LINES: Final = 5
 """Last stderr lines of each child shown by /status and /ui (the full tail goes into errors)."""
 
 Member: TypeAlias = dispatchstate.Member[StdioChild]
-Lease: TypeAlias = dispatchstate.Lease[StdioChild]
-Action: TypeAlias = dispatchstate.Action[StdioChild]
+StdioPoolAction: TypeAlias = dispatchstate.PoolAction[StdioChild]
 
 PoolListener = Callable[["Pool", Notification], None]
 LossListener = Callable[["Pool"], None]

@@ -57,8 +57,8 @@ from gateway.stdio.child import StdioChild
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.handshake import StartWait
 from gateway.stdio.launch import open_child
-from gateway.stdio.member import Action, Member, PoolHooks, member_status
 from gateway.stdio.member import LossListener as LossListener
+from gateway.stdio.member import Member, PoolHooks, StdioPoolAction, member_status
 from gateway.stdio.member import ParkedReleaser as ParkedReleaser
 from gateway.stdio.member import PoolListener as PoolListener
 from gateway.stdio.member import PoolRequestHandler as PoolRequestHandler
@@ -203,7 +203,7 @@ class Pool(PoolHooks):
         """Retire ``member`` for another pool (the global child budget)."""
         self._apply(self.dispatch.retire(member, why, event="evict"))
 
-    def _apply(self, actions: list[Action] | tuple[Action, ...]) -> None:
+    def _apply(self, actions: list[StdioPoolAction] | tuple[StdioPoolAction, ...]) -> None:
         """Carry out the dispatcher's actions, in order (once closed, nothing is started)."""
         for action in actions:
             if self.closed_error is not None and isinstance(action, (ds.StartChild, ds.CheckLiveness, ds.RestartAfter)):

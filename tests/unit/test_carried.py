@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import anyio
 import pytest
 
-from gateway.protocol.childactions import Action, Broadcast, Log, Write
+from gateway.protocol.childactions import Broadcast, ChildAction, Log, Write
 from gateway.protocol.jsonrpc import Notification
 from gateway.stdio.carried import Carried
 from gateway.stdio.exchange import Exchange
@@ -20,7 +20,7 @@ class Applied:
         self.done: list[object] = []
         self.changed = anyio.Event()
 
-    def __call__(self, actions: Sequence[Action[Exchange]]) -> None:
+    def __call__(self, actions: Sequence[ChildAction[Exchange]]) -> None:
         self.done.extend(actions)
         self.changed.set()
 

@@ -14,11 +14,11 @@ import pytest
 from gateway.errors import ChildExitedError, ChildFaultError, ChildProtocolError, ChildTimeoutError
 from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.childactions import (
-    Action,
     Answered,
     Ask,
     Broadcast,
     Changed,
+    ChildAction,
     Deliver,
     Failed,
     Log,
@@ -58,11 +58,11 @@ def call(name: str = "t") -> dict[str, object]:
     return {"name": name, "arguments": {}}
 
 
-def of(kind: type, actions: list[Action[str]]) -> list[Any]:
+def of(kind: type, actions: list[ChildAction[str]]) -> list[Any]:
     return [action for action in actions if isinstance(action, kind)]
 
 
-def cancel_ids(actions: list[Action[str]]) -> list[object]:
+def cancel_ids(actions: list[ChildAction[str]]) -> list[object]:
     return [orjson.loads(a.line)["params"]["requestId"] for a in of(Write, actions)]
 
 

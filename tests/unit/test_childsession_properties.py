@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from gateway.errors import ChildExitedError
 from gateway.protocol.attribution import ToolLearning
-from gateway.protocol.childactions import Action, Answered, Ask, Deliver, Failed, Write
+from gateway.protocol.childactions import Answered, Ask, ChildAction, Deliver, Failed, Write
 from gateway.protocol.childsession import ChildSession
 from gateway.protocol.framing import OversizedLine
 
@@ -45,7 +45,7 @@ class SessionMachine(RuleBasedStateMachine):
 
     # -- driving --------------------------------------------------------------------------
 
-    def apply(self, actions: list[Action[int]], *, expected: int | None = None) -> None:
+    def apply(self, actions: list[ChildAction[int]], *, expected: int | None = None) -> None:
         for action in actions:
             if isinstance(action, (Answered, Failed)):
                 assert self.outcomes.get(action.owner, 0) == 0, f"second outcome for {action.owner}"

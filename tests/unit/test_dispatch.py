@@ -13,7 +13,6 @@ from gateway.protocol.attribution import AskPolicy
 from gateway.protocol.dispatch import STARTUP_WAIT, Dispatcher
 from gateway.protocol.dispatchstate import (
     MAX_CONCURRENT_STARTS,
-    Action,
     CheckLiveness,
     Decision,
     EvictChild,
@@ -21,6 +20,7 @@ from gateway.protocol.dispatchstate import (
     Lost,
     Member,
     NoBudget,
+    PoolAction,
     PoolSettings,
     ReleaseParked,
     RestartAfter,
@@ -119,11 +119,11 @@ def granted(outcome: Decision[Kid]) -> Lease[Kid]:
     return outcome
 
 
-def stopped(actions: list[Action[Kid]]) -> list[Member[Kid]]:
+def stopped(actions: list[PoolAction[Kid]]) -> list[Member[Kid]]:
     return [a.member for a in actions if isinstance(a, StopChild)]
 
 
-def woken(actions: list[Action[Kid]]) -> list[Ticket[Kid]]:
+def woken(actions: list[PoolAction[Kid]]) -> list[Ticket[Kid]]:
     return [a.ticket for a in actions if isinstance(a, Wake)]
 
 
@@ -415,7 +415,7 @@ def test_a_start_at_the_global_cap_evicts_another_pools_idle_child_as_an_action(
     d = pool(1, asking_max=8)
     granted(take(d, "a"))
     budget = Budget(idle=["lru", "next"])
-    starts: list[Action[Kid]] = []
+    starts: list[PoolAction[Kid]] = []
     for principal in ("b", "c", "d"):
         ticket = d.ticket(principal, "tools/call", "tools/call t", None, 1.0)
         decision = d.try_acquire(ticket, 1.0, budget)

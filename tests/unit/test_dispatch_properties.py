@@ -35,10 +35,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from gateway.errors import GatewayError, GatewayUnavailableError
 from gateway.protocol.dispatch import Dispatcher
 from gateway.protocol.dispatchstate import (
-    Action,
     EvictChild,
     Lease,
     Member,
+    PoolAction,
     PoolSettings,
     StartChild,
     StopChild,
@@ -149,7 +149,7 @@ class DispatchMachine(RuleBasedStateMachine):
         pool.leases.remove(lease)
         self.apply(pool, pool.d.release(lease, self.now, pool.room))
 
-    def apply(self, pool: PoolModel, actions: list[Action[Kid]] | tuple[Action[Kid], ...]) -> None:
+    def apply(self, pool: PoolModel, actions: list[PoolAction[Kid]] | tuple[PoolAction[Kid], ...]) -> None:
         for action in actions:
             if isinstance(action, StartChild):
                 assert action.member in pool.d.members

@@ -182,7 +182,7 @@ class McpConnection:
         if info is not None and info.version == self.info.version:
             self.info = info
 
-    async def _discover(self) -> wire.Answer:
+    async def _discover(self) -> wire.ServerReply:
         request = Request(next(self._ids), handshake.DISCOVER, handshake.probe_params(__version__))
         headers = wire.modern_headers(request, versions.LATEST_MODERN, self._extra)
         return await self._post(request.to_dict(), headers, None)
@@ -260,7 +260,7 @@ class McpConnection:
             raise ConnectionFailed(self._not_mcp(answer, method))
         return answer.reply
 
-    def _check_refusal(self, answer: wire.Answer, method: str) -> None:
+    def _check_refusal(self, answer: wire.ServerReply, method: str) -> None:
         """Raise ``ConnectionFailed`` when the endpoint refused us rather than the request."""
         target = wire.location(self.url, answer.status, answer.headers)
         unfollowed = self.redirected_from is None and self.session_id is None
@@ -286,7 +286,7 @@ class McpConnection:
 
     async def _post(
         self, payload: JsonObject, headers: Mapping[str, str], on_notification: NotificationHandler | None
-    ) -> wire.Answer:
+    ) -> wire.ServerReply:
         """POST ``payload``; a connection nothing accepts is tried again until the connect
         deadline, as long as the server has never answered (module docstring)."""
         delay = RECONNECT_DELAY
@@ -311,7 +311,7 @@ class McpConnection:
 
     async def _post_once(
         self, payload: JsonObject, headers: Mapping[str, str], on_notification: NotificationHandler | None
-    ) -> wire.Answer:
+    ) -> wire.ServerReply:
         # Before the first answer, one attempt may not outlast the connect deadline.
         left = max(self._connect_deadline - anyio.current_time(), RECONNECT_DELAY)
         timeout = httpx.USE_CLIENT_DEFAULT if self._answered else httpx.Timeout(None, connect=left)
@@ -328,10 +328,12 @@ class McpConnection:
                     reply = None
                 if reply is None:
                     reply = await self._resume(str(payload["method"]), cursor, on_notification)
-                return wire.Answer(resp.status_code, resp.headers, reply)
+                return wire.ServerReply(resp.status_code, resp.headers, reply)
             body = await resp.aread()
         reply = wire.reply_from_json(body) if kind == h.JSON_MEDIA_TYPE else None
-        return wire.Answer(resp.status_code, resp.headers, reply, body[:SHOWN_BODY_CHARS].decode("utf-8", "replace"))
+        return wire.ServerReply(
+            resp.status_code, resp.headers, reply, body[:SHOWN_BODY_CHARS].decode("utf-8", "replace")
+        )
 
     async def _resume(self, method: str, cursor: wire.Cursor, on_notification: NotificationHandler | None) -> Reply:
         """Resume a cut legacy stream (``GET`` + ``Last-Event-ID``) until its reply comes."""
@@ -395,7 +397,7 @@ class McpConnection:
         with suppress(httpx.HTTPError):
             await self._http.post(self.url, content=jsonrpc.encode(reply), headers=self._legacy_headers())
 
-    def _not_mcp(self, answer: wire.Answer, method: str) -> str:
+    def _not_mcp(self, answer: wire.ServerReply, method: str) -> str:
         body = " ".join(answer.text.split())
         shown = f": {body}" if body else ""
         return f"{self.url} did not answer {method} as an MCP server (HTTP {answer.status}){shown}"

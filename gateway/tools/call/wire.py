@@ -1,6 +1,6 @@
 """What ``call``'s MCP connection (``gateway.tools.call.connection``) sends and reads on the
 wire, apart from the connection's state: each era's request headers (the user's ``--header``
-values last, so they win), an answer as the connection keeps it (``Answer``; ``Cursor``: where a
+values last, so they win), an answer as the connection keeps it (``ServerReply``; ``Cursor``: where a
 legacy call's event stream stands), a JSON body's reply, redirects, and ``httpx`` errors in
 words: ``is_unreached`` tells a connection nothing accepted (worth trying again while a gateway
 starts) from every other failure, and ``not_listening`` asks whether the gateway is running.
@@ -34,7 +34,7 @@ class Cursor:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class ServerReply:
     status: int
     headers: httpx.Headers
     reply: Reply | None
