@@ -263,6 +263,10 @@ env:
   {{- if $g.principalHeader }}
   - name: MCP_GATEWAY_PRINCIPAL_HEADER
     value: {{ $g.principalHeader | quote }}
+  {{- if ne ($g.principalHeaderRequired | default "auto") "auto" }}
+  - name: MCP_GATEWAY_PRINCIPAL_HEADER_REQUIRED
+    value: {{ $g.principalHeaderRequired | quote }}
+  {{- end }}
   {{- end }}
   {{- if $g.readyRequires }}
   - name: MCP_GATEWAY_READY_REQUIRES
