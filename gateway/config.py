@@ -90,6 +90,7 @@ class Settings:
     max_children: int = 0  # over all pools; 0 = sized to the machine (gateway.stdio.budget)
     metrics: bool = True
     ops_listen: str | None = None  # HOST:PORT of the ops listener (gateway.http.routes.ops_app)
+    tracing: str = "auto"  # otlp, off, or auto: as the OTEL_* variables say (gateway.ops.tracing)
     cors_origins: tuple[str, ...] = ()
     oauth_authorization_servers: tuple[str, ...] = ()
     public_url: str | None = None

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import os
 import shlex
 import signal
 import socket
@@ -46,6 +47,7 @@ from gateway.http.drain import Drain
 from gateway.http.lanes import Serving
 from gateway.http.tls import PeerSubjects, TlsFiles, uvicorn_options
 from gateway.ops import logs
+from gateway.ops.tracing import open_tracer
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
@@ -137,6 +139,8 @@ def build_app(
         assert secret is not None  # Settings requires --state-secret-file with --advertise-url
         owner_routing = OwnerRouting(advertise_url, secret, max_body_bytes=settings.max_body_bytes)
     children = ChildBudget(settings.max_children)  # one cap over every server's pools
+    # None when off (nothing of OpenTelemetry imported); ConfigError when asked for without the extra.
+    tracer = open_tracer(settings.tracing, os.environ, __version__)
     routers = [
         Router(server, gateway_version=__version__, children=children, backend=backend) for server in settings.servers
     ]
@@ -150,6 +154,7 @@ def build_app(
         owner_routing=owner_routing,
         operator_tokens=TokenStore(settings.operator_tokens, settings.operator_token_file, flag="--operator-token"),
         operator_scope=settings.operator_scope,
+        tracer=tracer,
     )
     app.state.tls = tls
     app.state.tls_peers = peers

@@ -55,6 +55,7 @@ from gateway.oauth.gate import OAuthGate
 from gateway.oauth.validation import OAuthPolicy
 from gateway.ops.metrics import GatewayMetrics, label_value
 from gateway.ops.recent import RecentErrors
+from gateway.ops.tracing import Tracer
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
 from gateway.relay.service import Served, open_service
@@ -79,6 +80,7 @@ def create_app(
     owner_routing: OwnerRouting | None = None,
     operator_tokens: TokenStore | None = None,
     operator_scope: str | None = None,
+    tracer: Tracer | None = None,
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``.
 
@@ -91,7 +93,8 @@ def create_app(
     ``owner_routing``: sessions and parked calls name this instance, and requests for another
     instance's are forwarded to it (``gateway.http.forward``); its secret signs the tokens.
     ``operator_tokens``, ``operator_scope``: who may read ``/status`` and ``/ui``
-    (``gateway.http.operator``; a scope needs OAuth, else ``ConfigError``).
+    (``gateway.http.operator``; a scope needs OAuth, else ``ConfigError``). ``tracer``: a span
+    per MCP request (``gateway.ops.tracing``; None: tracing is off), run by the lifespan.
 
     The routers are run by the app's lifespan (not entered before)."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
@@ -163,6 +166,8 @@ def create_app(
     async def open_all(app: Starlette, stack: AsyncExitStack) -> None:
         """What the lifespan opens, in order; ``stack`` closes it in reverse."""
         stack.enter_context(recent_errors.attached())
+        if tracer is not None:  # entered first, so shut down (flushed) last: after every request's end
+            stack.enter_context(tracer.running())
         if routing is not None:
             await stack.enter_async_context(routing)  # closes the forwarding client last
         await stack.enter_async_context(gate)  # runs the issuers' key fetches
@@ -209,6 +214,7 @@ def create_app(
         tls_peers=tls_peers,
         operator=operator,
         clients_authenticate=clients_authenticate,
+        tracer=tracer,
     )
     app.state.routers = routers
     app.state.drain = drain
@@ -233,6 +239,7 @@ def build_edge(
     tls_peers: PeerSubjects | None,
     operator: OperatorAccess,
     clients_authenticate: bool,
+    tracer: Tracer | None = None,
 ) -> Edge:
     """The one layer, outermost, that does every check in order and sends an MCP endpoint's
     requests straight to its lane (``gateway.http.edge``); ``inner``, Starlette's own stack,
@@ -265,6 +272,7 @@ def build_edge(
         routing=routing,
         body_timeout=settings.body_timeout,
         operator=operator,
+        tracer=tracer,
     )
 
 

@@ -4,7 +4,8 @@
 and, for every HTTP request, in this order:
 
 1. **observes** it: the access line and the request metrics when the answer ends
-   (``gateway.http.observe``; every request, so refusals below are logged and counted too);
+   (``gateway.http.observe``; every request, so refusals below are logged and counted too),
+   and with tracing on an MCP request's span (``gateway.ops.tracing``, ended with the answer);
 2. bounds its **headers** → 431 (``gateway.http.limits.header_problem``);
 3. lets a signed **forward** from another instance in (``gateway.http.forward.AcceptForwards``,
    only with owner routing), which then skips 4–7: the entry instance applied them;
@@ -46,10 +47,11 @@ from gateway.http.edge_settings import BODY_TIMEOUT
 from gateway.http.forward_accept import AcceptForwards
 from gateway.http.lanes import Lane
 from gateway.http.limits import PrincipalQuotas, Slots, header_problem, header_refusal
-from gateway.http.observe import MAX_PARSED_ERROR_BYTES, PROBE_PATHS, ProbeAnswers, error_code_of, observe
+from gateway.http.observe import MAX_PARSED_ERROR_BYTES, PROBE_PATHS, SPAN, ProbeAnswers, error_code_of, observe
 from gateway.http.operator import OperatorAccess
 from gateway.http.origin import OriginPolicy
 from gateway.ops.metrics import GatewayMetrics
+from gateway.ops.tracing import RequestTrace, Tracer
 from gateway.protocol.owner import FORWARD_HEADER
 from gateway.relay.owner import OwnerRouting
 
@@ -71,10 +73,12 @@ class Edge:
         routing: OwnerRouting | None = None,
         body_timeout: float = BODY_TIMEOUT,
         operator: OperatorAccess | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         """``app``: Starlette's own stack (its error and exception middleware, its router).
         ``lanes``: MCP endpoint path → its server's lane (``gateway.http.lanes``: the server's
-        name, and its endpoint's app, which the drain check here guards)."""
+        name, and its endpoint's app, which the drain check here guards). ``tracer``: a span
+        per MCP request, when tracing is on (``gateway.ops.tracing``)."""
         self.app = app
         self.lanes = dict(lanes)
         self.origins = origins
@@ -84,6 +88,7 @@ class Edge:
         self.cors = cors
         self.auth = auth
         self.operator = operator
+        self.tracer = tracer
         self.forwards = (
             AcceptForwards(self.route, routing=routing, body_timeout=body_timeout) if routing is not None else None
         )
@@ -135,6 +140,9 @@ class Edge:
             metrics.enter(server)
         slots: Slots | None = None
         raised = False
+        traced: RequestTrace | None = None  # the request's trace, when tracing is on (MCP endpoints only)
+        if self.tracer is not None and server is not None:
+            traced = scope[SPAN] = self.tracer.request(scope)
         try:
             headers = scope["headers"]
             problem = header_problem(headers)  # bound the headers before anything reads them all
@@ -195,5 +203,5 @@ class Edge:
             if metrics is not None and server is not None:
                 metrics.leave(server)
             if server is not None or status >= 400 or (raised and status == 0) or scope["path"] in PROBE_PATHS:
-                seconds = time.monotonic() - started
-                observe(metrics, scope, fields, server, status, error_code, raised, seconds, self.probes)
+                seconds = time.monotonic() - started  # traced: only for a server, so always observed
+                observe(metrics, scope, fields, server, status, error_code, raised, seconds, self.probes, traced)

@@ -41,7 +41,7 @@ from gateway.http.edge_settings import BODY_TIMEOUT, MAX_BODY_BYTES, MAX_STREAM_
 from gateway.http.inflight import InFlight
 from gateway.http.limits import SLOTS, Slots, client_key
 from gateway.http.listen import ListenStream
-from gateway.http.observe import note_answer, note_request
+from gateway.http.observe import SPAN, note_answer, note_request
 from gateway.http.resume import EventStream, LostStream, Resumable, ResumedStream
 from gateway.http.stream import LazyStream, LegacyCall
 from gateway.http.tasklisten import TaskListenStream
@@ -67,6 +67,7 @@ from gateway.relay.legacy import local_answer, open_session
 from gateway.relay.listens import open_listen
 from gateway.relay.service import Served
 from gateway.relay.sessions import CancelHandle, LegacySession
+from gateway.relay.spans import RequestSpan
 
 log = logging.getLogger("gateway.http")
 
@@ -204,8 +205,8 @@ class McpEndpoint:
                 refusal = slots.as_stream() if isinstance(slots, Slots) else None
                 if refusal is not None:
                     return refusal
-                return await self._listen(outcome, first_message, headers, principal, owner, log)
-            return self._modern(outcome, headers, principal, owner, log)
+                return await self._listen(outcome, first_message, headers, principal, owner, log, scope.get(SPAN))
+            return self._modern(outcome, headers, principal, owner, log, span=scope.get(SPAN))
         if outcome.session_id:
             log["session"] = outcome.session_id[:8]
         return await self._legacy(outcome, headers, principal, owner, scope)
@@ -222,6 +223,7 @@ class McpEndpoint:
         *,
         graceful_end: JsonObject | None = None,
         max_seconds: float | None = None,
+        span: RequestSpan | None = None,
     ) -> Response | LazyStream:
         message = accepted.messages[0]
         if not isinstance(message, Request):
@@ -235,7 +237,7 @@ class McpEndpoint:
                 if not self.in_flight.cancel(owner, named):
                     self.relay.suspensions.cancel(owner, named)  # a round it abandoned (issue #36)
             return wire.accepted()
-        client = ClientContext.of_request(message, accepted.version, principal, headers, log, owner=owner)
+        client = ClientContext.of_request(message, accepted.version, principal, headers, log, owner=owner, span=span)
         return LazyStream(
             self.relay.exchange(message, client, headers),
             request_id=message.id,
@@ -254,6 +256,7 @@ class McpEndpoint:
         principal: str | None,
         owner: str,
         log: dict[str, Any],
+        span: RequestSpan | None,
     ) -> Response | LazyStream | ListenStream | TaskListenStream:
         """``subscriptions/listen``: emulated for a legacy child (``gateway.relay.listens``);
         a modern child's own listen is forwarded like any request. Either ends after
@@ -276,7 +279,9 @@ class McpEndpoint:
             return wire.gateway_error_response(exc, message.id)
         if listen is None:  # a modern child: forwarded; the relay rewrites subscriptionId both ways
             end, lifetime = subscriptions.graceful_end(message.id), self.max_stream_seconds
-            return self._modern(accepted, headers, principal, owner, log, graceful_end=end, max_seconds=lifetime)
+            return self._modern(
+                accepted, headers, principal, owner, log, graceful_end=end, max_seconds=lifetime, span=span
+            )
         if isinstance(listen, Rejection):
             return rejection_response(listen)
         return ListenStream(listen, self.listens, max_seconds=self.max_stream_seconds)
@@ -299,7 +304,7 @@ class McpEndpoint:
             refusal = session_requests.batch_slots(accepted.messages, scope.get(SLOTS))
             if refusal is not None:
                 return refusal
-            return await self._batch(session, accepted.messages, headers)
+            return await self._batch(session, accepted.messages, headers, scope.get(SPAN))
         message = accepted.messages[0]
         if isinstance(message, Request):
             local = await local_answer(session, message, self.session_listens)
@@ -307,7 +312,7 @@ class McpEndpoint:
                 note_answer(scope, local)
                 return wire.json_response(local)
             session.note_subscription(message.method, message.params)
-            return self._legacy_stream(session, message, headers, scope.setdefault("gateway.log", {}))
+            return self._legacy_stream(session, message, headers, scope.setdefault("gateway.log", {}), scope.get(SPAN))
         session.take(message)
         return wire.accepted()
 
@@ -325,7 +330,12 @@ class McpEndpoint:
         return wire.json_response(response(message.id, result=result), headers={MCP_SESSION_ID: session.id})
 
     def _legacy_stream(
-        self, session: LegacySession, message: Request, headers: dict[str, str], log: dict[str, Any]
+        self,
+        session: LegacySession,
+        message: Request,
+        headers: dict[str, str],
+        log: dict[str, Any],
+        span: RequestSpan | None,
     ) -> LazyStream:
         """The exchange runs in the response's task; a client that hangs up does not end it
         (a client that stops reading is cut off after the write timeout, and that does), nor
@@ -341,7 +351,7 @@ class McpEndpoint:
             if session.in_flight.get(message.id) is handle:
                 del session.in_flight[message.id]
 
-        exchange = self.relay.exchange(message, ClientContext.of_session(session, headers, log=log), headers)
+        exchange = self.relay.exchange(message, ClientContext.of_session(session, headers, log=log, span=span), headers)
         # Its SSE answer carries event ids and is kept for a resume (gateway.http.resume).
         resumable = Resumable(
             session.streams, message.id, eventlog.primes(session.version), poll_seconds=self.sse_poll_seconds
@@ -350,7 +360,9 @@ class McpEndpoint:
             exchange, request_id=message.id, legacy=LegacyCall(handle, cancelled, forget), resumable=resumable
         )
 
-    async def _batch(self, session: LegacySession, messages: tuple[Message, ...], headers: dict[str, str]) -> Response:
+    async def _batch(
+        self, session: LegacySession, messages: tuple[Message, ...], headers: dict[str, str], span: RequestSpan | None
+    ) -> Response:
         """2025-03-26 batches: notifications and responses are taken, requests answered in one array."""
         answers: list[JsonObject] = []
 
@@ -360,7 +372,8 @@ class McpEndpoint:
                 answers.append(local)
                 return
             session.note_subscription(message.method, message.params)
-            client = ClientContext.of_session(session, headers, streamed=False)  # a JSON array cannot carry requests
+            # A JSON array cannot carry requests; each request's spans are children of the batch's.
+            client = ClientContext.of_session(session, headers, streamed=False, span=span)
             handle = CancelHandle()  # a later notifications/cancelled may name it, as for single requests
             session.in_flight.setdefault(message.id, handle)
             answered = False

@@ -27,7 +27,9 @@ SSE, when the stream ends — and calls ``observe``. What a line says:
   else the ``Mcp-Name`` header); ``id``, its JSON-RPC id (the first of a batch), with its JSON
   type; ``request_id``, the client's ``X-Request-Id`` (``MAX_REQUEST_ID_CHARS``, only
   ``REQUEST_ID_CHARS`` kept, any other character written ``_``); ``trace``, the trace id of
-  a valid W3C ``traceparent`` (the header, else the request's ``_meta``).
+  a valid W3C ``traceparent`` (the header, else the request's ``_meta``), or with tracing on
+  the trace id of the request's span (``gateway.ops.otel``: the same one when the client sent
+  a valid ``traceparent``, a new one when it did not).
 
 Client-chosen text (method, path, principal, name, a string id) is cut at
 ``MAX_LOGGED_CHARS``; control characters are escaped by the log formatters
@@ -48,6 +50,7 @@ from gateway.errors import CODE_CANCELLED
 from gateway.http.limits import client_key
 from gateway.ops.metrics import GatewayMetrics
 from gateway.ops.records import log_fast
+from gateway.ops.tracing import RequestTrace
 from gateway.protocol.headers import MCP_NAME
 from gateway.relay.router import ANONYMOUS
 
@@ -69,6 +72,9 @@ _X_REQUEST_ID: Final = b"x-request-id"
 _TRACEPARENT: Final = b"traceparent"
 _MCP_NAME: Final = MCP_NAME.encode()
 
+
+SPAN: Final = "gateway.span"
+"""Scope key of an MCP request's trace (``gateway.ops.tracing.RequestTrace``) when tracing is on."""
 
 PROBE_PATHS: Final = frozenset({"/healthz", "/readyz"})
 """Paths an orchestrator polls every few seconds: logged at INFO only when the answer changes."""
@@ -179,16 +185,20 @@ def observe(
     raised: bool,
     seconds: float,
     probes: ProbeAnswers | None = None,
+    traced: RequestTrace | None = None,
 ) -> None:
-    """Count the request and write its access line. ``status`` 0: none was sent (the client
-    left, or the app raised); ``error_code``: read from a refusal's body (``error_code_of``);
-    ``probes``: the app's memory of its probes' answers (``ProbeAnswers``)."""
+    """Count the request, end its span and write its access line. ``status`` 0: none was sent
+    (the client left, or the app raised); ``error_code``: read from a refusal's body
+    (``error_code_of``); ``probes``: the app's memory of its probes' answers (``ProbeAnswers``);
+    ``traced``: the request's trace, when tracing is on (it ends with the line's status,
+    outcome and code, and names the line's trace id)."""
     outcome = fields.get("outcome")
     code = fields.get("code", error_code)
     if status == 0:
         status, outcome = (500, "error") if raised else (CLIENT_CLOSED, "cancelled")
     elif outcome is None:
         outcome = "error" if status >= 400 else "ok"
+    span_trace_id = traced.finish(server or "-", status, outcome, code) if traced is not None else None
     method = fields.get("method")
     era = fields.get("era") or "-"
     if metrics is not None and (server is not None or status >= 400):  # a healthy probe is not counted
@@ -208,7 +218,7 @@ def observe(
     if isinstance(rpc_id, str):
         rpc_id = cut(rpc_id)
     request_id = request_id_of(request_header)
-    trace_id = trace_id_of(traceparent or fields.get("traceparent"))
+    trace_id = span_trace_id or trace_id_of(traceparent or fields.get("traceparent"))
     log_fast(
         log,
         level,

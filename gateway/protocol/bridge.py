@@ -77,6 +77,16 @@ def with_trace(params: JsonObject | None, trace: Mapping[str, Any]) -> JsonObjec
     return out
 
 
+def own_trace(params: JsonObject | None, trace: Mapping[str, str]) -> JsonObject | None:
+    """Params whose ``_meta`` trace context is ``trace`` (the gateway's span, when it traces):
+    the client's ``traceparent`` and ``tracestate`` are replaced, never merged."""
+    out = dict(params or {})
+    meta = {k: v for k, v in (out.get("_meta") or {}).items() if k not in TRACE_KEYS}
+    meta.update(trace)
+    out["_meta"] = meta
+    return out
+
+
 def modernize_result(method: str, result: JsonObject, child: ChildInfo) -> JsonObject:
     """A legacy child's result, made valid for a modern client."""
     out = dict(result)

@@ -18,6 +18,7 @@ from gateway.protocol.ingress import CLIENT_CAPABILITIES_KEY
 from gateway.protocol.jsonrpc import JsonObject, Request
 from gateway.protocol.versions import Era
 from gateway.relay.sessions import LegacySession
+from gateway.relay.spans import RequestSpan
 from gateway.stdio.child import StdioChild
 from gateway.stdio.pool import Pool
 
@@ -37,6 +38,7 @@ class ClientContext:
     log: dict[str, Any] = field(default_factory=dict)  # what the access log should say
     trace: JsonObject = field(default_factory=dict)  # W3C traceparent/tracestate from the HTTP request
     accepts_requests: bool = True  # False where the answer cannot carry requests (legacy batches)
+    span: RequestSpan | None = None  # the request's trace, when tracing is on (gateway.relay.spans)
 
     @classmethod
     def of_request(
@@ -48,6 +50,7 @@ class ClientContext:
         log: dict[str, Any] | None = None,
         *,
         owner: str | None = None,
+        span: RequestSpan | None = None,
     ) -> ClientContext:
         """A modern client's request: what it can do is what this request's ``_meta`` declares."""
         meta = (request.params or {}).get("_meta")
@@ -60,6 +63,7 @@ class ClientContext:
             owner=owner,
             log=log if log is not None else {},
             trace=bridge.trace_context(headers),
+            span=span,
         )
 
     @classmethod
@@ -70,9 +74,11 @@ class ClientContext:
         *,
         streamed: bool = True,
         log: dict[str, Any] | None = None,
+        span: RequestSpan | None = None,
     ) -> ClientContext:
         """A legacy session's request; ``streamed`` False where its answer cannot carry requests;
-        ``log``: the request's access-log fields (the child that serves it is noted there)."""
+        ``log``: the request's access-log fields (the child that serves it is noted there);
+        ``span``: the request's trace (the HTTP edge's, when tracing is on)."""
         return cls(
             Era.LEGACY,
             session.version,
@@ -85,6 +91,7 @@ class ClientContext:
             trace=bridge.trace_context(headers or {}),
             accepts_requests=streamed,
             log=log if log is not None else {},
+            span=span,
         )
 
     @property

@@ -53,6 +53,7 @@ from gateway.relay.input_rounds import MAX_INPUT_ROUNDS as MAX_INPUT_ROUNDS
 from gateway.relay.rejected import Rejected as Rejected
 from gateway.relay.router import Router
 from gateway.relay.shared_settings import SharedSettings
+from gateway.relay.spans import timed
 from gateway.relay.steps import PLANS, open_call, plan_for
 from gateway.relay.suspensions import Call, Holdings, Suspensions
 from gateway.relay.tasks import TaskStore
@@ -118,9 +119,11 @@ class Relay:
             # The holdings own the lease and the child exchange, so that a parked MRTR call keeps both.
             async with Holdings() as turn.stack:
                 # A request that may ask waits for a child where its questions can only be its own.
-                turn.child = child = await turn.stack.enter(
-                    pool.lease(client.affinity(), client.charged, request.method, tool)  # 503 / 429 propagate
-                )
+                lease = pool.lease(client.affinity(), client.charged, request.method, tool)  # 503 / 429 propagate
+                if client.span is None:
+                    turn.child = child = await turn.stack.enter(lease)
+                else:
+                    turn.child = child = await timed(client.span.queue_wait(pool.label), turn.stack.enter(lease))
                 client.bind(child, pool)
                 info = child.info
                 assert info is not None
@@ -157,6 +160,9 @@ class Relay:
                 yield events.Final(response(request.id, result=result))
                 return
             yield events.Final(response(request.id, error=exc.error_object()))
+        finally:
+            if turn.child_span is not None:  # the answer ended before the child's reply (left, parked, a task)
+                turn.child_span.end()
 
     def drive(self, call: Call, request: Request, client: ClientContext) -> AsyncGenerator[Emitted]:
         """A call's events after its child exchange has begun (what a task's run consumes)."""
@@ -221,8 +227,12 @@ class Relay:
                     return
             turn.reply = ex.reply()
         except ChildError as exc:
+            if turn.child_span is not None:
+                turn.child_span.end(exc, child_id=ex.child_id)
             yield events.Final(response(request.id, error=exc.error_object()))
             return
+        if turn.child_span is not None:
+            turn.child_span.end(reply=turn.reply, child_id=ex.child_id)
         for when, act in turn.plan.on_reply:
             if when is None or when(turn):
                 answer = act(turn)

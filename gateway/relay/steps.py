@@ -343,6 +343,9 @@ async def open_call(turn: Turn) -> events.Final | None:
     params = translate.params_for_child(request.params, client, turn.info)
     if turn.bridged:
         params = taskbridge.task_params(params, turn.relay.tasks.policy.ttl)
+    if client.span is not None:  # traced: the child's _meta names the gateway's span, not the client's
+        turn.child_span = client.span.child_exchange(request.method, request.params, child)
+        params = bridge.own_trace(params, turn.child_span.carrier())
     # The server's request timeout applies; the child's questions come to us (asks=True).
     # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
     timeout = math.inf if request.method == subscriptions.LISTEN else None
@@ -351,6 +354,8 @@ async def open_call(turn: Turn) -> events.Final | None:
             child.exchange(request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=turn.tool)
         )
     except ChildError as exc:
+        if turn.child_span is not None:
+            turn.child_span.end(exc)
         return events.Final(response(request.id, error=exc.error_object()))
     return None
 

@@ -27,6 +27,7 @@ from gateway.protocol.roots import Roots
 from gateway.protocol.versions import Era
 from gateway.relay.client import ClientContext
 from gateway.relay.events import Emitted
+from gateway.relay.spans import ChildSpan
 from gateway.relay.suspensions import Call
 from gateway.stdio.pool import Pool
 
@@ -91,6 +92,7 @@ class Turn(Call):
     bridged: bool = False  # sent to its legacy child task-augmented (steps.ask_child_for_task)
     reply: Reply | None = None  # the child's
     final: JsonObject | None = None  # the client's, once translated
+    child_span: ChildSpan | None = None  # the child exchange's, when the request is traced
     __repr__ = object.__repr__  # not the dataclass's: the fields from the lease on may be unset
 
     def __init__(

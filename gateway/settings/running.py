@@ -1,6 +1,6 @@
 """Settings that say what to serve and how the process runs: ``--config``, ``--command``,
-the log format, the servers readiness waits for, the drain on SIGTERM, ``/metrics`` and the ops
-listener (``--ops-listen``).
+the log format, the servers readiness waits for, the drain on SIGTERM, ``/metrics``, the ops
+listener (``--ops-listen``) and tracing (``--tracing``).
 
 Declared as ``gateway.settings.declaration.Setting``; ``gateway.settings`` gathers them."""
 
@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from gateway.settings.declaration import DRAIN_TIMEOUT, NOT_NEGATIVE, Setting, rule
+from gateway.settings.declaration import DRAIN_TIMEOUT, NOT_NEGATIVE, Setting, either, rule
 
 MAX_PORT: Final = 65535
+TRACING_CHOICES: Final = ("auto", "otlp", "off")
+"""``--tracing``: ``gateway.ops.tracing.TRACING_CHOICES`` (that module is not imported by ``--help``)."""
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -92,5 +94,16 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         help="also serve /healthz, /readyz and /metrics (nothing else: plain HTTP, no authentication, "
         "no Origin/Host check) on this second address, e.g. 0.0.0.0:9090, so that a gateway bound to "
         "loopback (a sidecar) can be probed and scraped from outside its pod; it stops with the gateway",
+    ),
+    Setting(
+        "--tracing",
+        field="tracing",
+        check=rule(lambda v: v in TRACING_CHOICES, f"must be {either(TRACING_CHOICES)}"),
+        default="auto",
+        choices=TRACING_CHOICES,
+        help="OpenTelemetry spans per MCP request, exported over OTLP/HTTP as the standard OTEL_* variables "
+        "configure (needs the otel extra: pip install 'mcp-stdio-gateway[otel]'): otlp, off, or auto, which "
+        "traces when OTEL_TRACES_EXPORTER=otlp or an OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT, "
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set (default: %(default)s)",
     ),
 )
