@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Final
@@ -50,6 +51,7 @@ from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
+from gateway.stdio.confinement import describe, make_undumpable
 from gateway.stdio.process import become_subreaper, sweep_descendants
 
 log = logging.getLogger("gateway")
@@ -137,8 +139,15 @@ def build_app(
         assert secret is not None  # Settings requires --state-secret-file with --advertise-url
         owner_routing = OwnerRouting(advertise_url, secret, max_body_bytes=settings.max_body_bytes)
     children = ChildBudget(settings.max_children)  # one cap over every server's pools
+    hidden = settings.secret_files  # unreadable to every child (gateway.stdio.confinement)
     routers = [
-        Router(server, gateway_version=__version__, children=children, backend=backend) for server in settings.servers
+        Router(
+            replace(server, spec=replace(server.spec, hidden_files=hidden)),
+            gateway_version=__version__,
+            children=children,
+            backend=backend,
+        )
+        for server in settings.servers
     ]
     app = create_app(
         routers,
@@ -332,6 +341,13 @@ def exposure_warnings(settings: Settings) -> list[str]:
     return warnings
 
 
+def confine_from_children(settings: Settings) -> None:
+    """Keep this process's environment and memory from its children (not dumpable) and say at
+    start what children cannot read; a warning when a secret file is not protected here."""
+    line, warn = describe(settings.secret_files, make_undumpable())
+    log.log(logging.WARNING if warn else logging.INFO, "%s", line)
+
+
 def run(settings: Settings, app: Starlette | None = None) -> int:
     try:
         sock = listen_socket(settings.host, settings.port)
@@ -356,6 +372,7 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
                      server.name, server.oauth.issuer, audience, scopes)  # fmt: skip
     for warning in exposure_warnings(settings):
         log.warning("%s", warning)
+    confine_from_children(settings)
     if settings.tls_cert_file:
         mutual = f"; client certificates from {settings.tls_client_ca_file}" if settings.tls_client_ca_file else ""
         log.info("TLS: %s, reloaded when it changes%s", settings.tls_cert_file, mutual)
@@ -451,6 +468,7 @@ def worker_main(
     from gateway import workers
 
     listener = workers.enter_worker(settings, index + 1)
+    make_undumpable()  # a fresh interpreter: dumpable again (its supervisor logged what holds)
     own = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{own.getsockname()[1]}"
     routing = OwnerRouting(url, secret, max_body_bytes=settings.max_body_bytes, label=f"worker {index + 1} of {count}")
