@@ -291,7 +291,7 @@ def _refused(exc: ConfigError) -> int:
 
 
 PLACEHOLDER_MARK: Final = "change-me"
-"""What the shipped demo tokens and state secret contain (``deploy/compose/``): a secret with it
+"""What the shipped demo tokens, operator token and state secret contain (``deploy/compose/``): a secret with it
 in is one that everyone who has this repository knows."""
 
 
@@ -331,6 +331,15 @@ def exposure_warnings(settings: Settings) -> list[str]:
         warnings.append(
             f"DEMO TOKENS IN USE: {placeholder_tokens} bearer token(s) contain {PLACEHOLDER_MARK!r}: anyone "
             "with this project's files can use them; replace them with random ones"
+        )
+    placeholder_operators = _placeholder_lines(settings.operator_token_file) + sum(
+        PLACEHOLDER_MARK in token.lower() for token in settings.operator_tokens
+    )
+    if placeholder_operators:
+        warnings.append(
+            f"PLACEHOLDER OPERATOR TOKEN IN USE: {placeholder_operators} operator token(s) contain "
+            f"{PLACEHOLDER_MARK!r}: anyone with this project's files can read /status and /ui (every "
+            "command line and stderr tail); replace it (python3 -c 'import secrets; print(secrets.token_hex(32))')"
         )
     if _placeholder_lines(settings.state_secret_file):
         warnings.append(
