@@ -59,8 +59,12 @@ LABEL org.opencontainers.image.title="mcp-stdio-gateway" \
 # (The base image already has ca-certificates, which npm and uv need for TLS.) The version
 # glob takes Debian's rebuilds within the release that the base image tag pins. apt-get clean:
 # the package caches (~80 MB) stay out of the layer on a base without Debian's docker-clean hook.
+# tini is executable but not readable by the gateway's user: the kernel then runs it not
+# dumpable, so children (same user) cannot read its /proc/1/environ, which holds every variable
+# the container was started with (the gateway makes itself not dumpable; docs/security.md).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends "tini=0.19.*" \
+    && chmod 0711 /usr/bin/tini \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/*
 

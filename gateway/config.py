@@ -9,6 +9,7 @@ here are the ones between fields.
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -195,6 +196,13 @@ class Settings:
             loopback_only=self.loopback_only,
             authorization_servers=self.oauth_authorization_servers,
         )
+
+    @property
+    def secret_files(self) -> tuple[str, ...]:
+        """The files whose contents give a reader the gateway's trust: the token files, the
+        state secret and the TLS key. Children cannot read them (``gateway.stdio.confinement``)."""
+        files = (self.auth_token_file, self.operator_token_file, self.state_secret_file, self.tls_key_file)
+        return tuple(dict.fromkeys(os.path.abspath(f) for f in files if f))
 
     @property
     def is_demo(self) -> bool:

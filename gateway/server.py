@@ -29,6 +29,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import Final
@@ -52,6 +53,7 @@ from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
+from gateway.stdio.confinement import describe, make_undumpable
 from gateway.stdio.process import become_subreaper, sweep_descendants
 
 log = logging.getLogger("gateway")
@@ -141,8 +143,15 @@ def build_app(
     children = ChildBudget(settings.max_children)  # one cap over every server's pools
     # None when off (nothing of OpenTelemetry imported); ConfigError when asked for without the extra.
     tracer = open_tracer(settings.tracing, os.environ, __version__)
+    hidden = settings.secret_files  # unreadable to every child (gateway.stdio.confinement)
     routers = [
-        Router(server, gateway_version=__version__, children=children, backend=backend) for server in settings.servers
+        Router(
+            replace(server, spec=replace(server.spec, hidden_files=hidden)),
+            gateway_version=__version__,
+            children=children,
+            backend=backend,
+        )
+        for server in settings.servers
     ]
     app = create_app(
         routers,
@@ -287,7 +296,7 @@ def _refused(exc: ConfigError) -> int:
 
 
 PLACEHOLDER_MARK: Final = "change-me"
-"""What the shipped demo tokens and state secret contain (``deploy/compose/``): a secret with it
+"""What the shipped demo tokens, operator token and state secret contain (``deploy/compose/``): a secret with it
 in is one that everyone who has this repository knows."""
 
 
@@ -328,6 +337,15 @@ def exposure_warnings(settings: Settings) -> list[str]:
             f"DEMO TOKENS IN USE: {placeholder_tokens} bearer token(s) contain {PLACEHOLDER_MARK!r}: anyone "
             "with this project's files can use them; replace them with random ones"
         )
+    placeholder_operators = _placeholder_lines(settings.operator_token_file) + sum(
+        PLACEHOLDER_MARK in token.lower() for token in settings.operator_tokens
+    )
+    if placeholder_operators:
+        warnings.append(
+            f"PLACEHOLDER OPERATOR TOKEN IN USE: {placeholder_operators} operator token(s) contain "
+            f"{PLACEHOLDER_MARK!r}: anyone with this project's files can read /status and /ui (every "
+            "command line and stderr tail); replace it (python3 -c 'import secrets; print(secrets.token_hex(32))')"
+        )
     if _placeholder_lines(settings.state_secret_file):
         warnings.append(
             f"PLACEHOLDER STATE SECRET IN USE: {settings.state_secret_file} contains {PLACEHOLDER_MARK!r}: anyone "
@@ -335,6 +353,13 @@ def exposure_warnings(settings: Settings) -> list[str]:
             "replace it (python3 -c 'import secrets; print(secrets.token_hex(32))')"
         )
     return warnings
+
+
+def confine_from_children(settings: Settings) -> None:
+    """Keep this process's environment and memory from its children (not dumpable) and say at
+    start what children cannot read; a warning when a secret file is not protected here."""
+    line, warn = describe(settings.secret_files, make_undumpable())
+    log.log(logging.WARNING if warn else logging.INFO, "%s", line)
 
 
 def run(settings: Settings, app: Starlette | None = None) -> int:
@@ -361,6 +386,7 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
                      server.name, server.oauth.issuer, audience, scopes)  # fmt: skip
     for warning in exposure_warnings(settings):
         log.warning("%s", warning)
+    confine_from_children(settings)
     if settings.tls_cert_file:
         mutual = f"; client certificates from {settings.tls_client_ca_file}" if settings.tls_client_ca_file else ""
         log.info("TLS: %s, reloaded when it changes%s", settings.tls_cert_file, mutual)
@@ -456,6 +482,7 @@ def worker_main(
     from gateway import workers
 
     listener = workers.enter_worker(settings, index + 1)
+    make_undumpable()  # a fresh interpreter: dumpable again (its supervisor logged what holds)
     own = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{own.getsockname()[1]}"
     routing = OwnerRouting(url, secret, max_body_bytes=settings.max_body_bytes, label=f"worker {index + 1} of {count}")

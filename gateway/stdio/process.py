@@ -7,7 +7,8 @@
   ``execv``s the program (same pid, same session), it asks the kernel to SIGKILL it when the
   gateway process dies (Linux ``PR_SET_PDEATHSIG``; checked against the gateway's pid, so a
   gateway that died first is not missed), closes every descriptor but its three pipes, and
-  restores the signals Python ignores (SIGPIPE, SIGXFSZ). An event loop's spawn may leave
+  restores the signals Python ignores (SIGPIPE, SIGXFSZ), makes the gateway's secret files
+  unreadable (``spec.hidden_files``, ``confinement.HIDE_FILES``). An event loop's spawn may leave
   inheritable descriptors open in the child (uvloop ignores ``close_fds``): under
   ``--workers`` a child used to hold the listening socket and the supervisor's pipes. The
   program is found before the spawn (``find_program``, the child's ``PATH`` and ``cwd``),
@@ -51,6 +52,7 @@ from anyio.abc import Process
 
 from gateway.errors import ChildStartError
 from gateway.stdio import hints
+from gateway.stdio.confinement import HIDE_FILES
 from gateway.stdio.spec import ChildSpec, check_spec, child_environment
 
 log = logging.getLogger("gateway.child")
@@ -109,9 +111,14 @@ class StderrTail:
         return list(self._lines)
 
 
-LAUNCHER: Final = """\
+LAUNCHER: Final = (
+    """\
 import os, signal, sys
-parent, program, argv = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+parent, hidden = int(sys.argv[1]), int(sys.argv[2])
+paths, program, argv = sys.argv[3 : 3 + hidden], sys.argv[3 + hidden], sys.argv[4 + hidden :]
+"""
+    + HIDE_FILES
+    + """\
 try:
     import ctypes
     ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
@@ -132,14 +139,22 @@ for fd in fds:
 for name in ("SIGPIPE", "SIGXFSZ"):
     if hasattr(signal, name):
         signal.signal(getattr(signal, name), signal.SIG_DFL)
+if paths:
+    try:
+        hide_files(paths)
+    except OSError as exc:  # never run a child that could read what it must not
+        os.write(2, ("cannot start %s: cannot hide the gateway's secret files: %s\\n" % (argv[0], exc)).encode())
+        os._exit(126)
 try:
     os.execv(program, argv)
 except OSError as exc:
     os.write(2, ("cannot start %s: %s\\n" % (argv[0], exc.strerror)).encode())
     os._exit(127)
 """
-"""What every child runs first, as ``python -I -S -c LAUNCHER GATEWAY_PID PROGRAM ARGV…``: the
-parent-death signal, no inherited descriptors, default signals, then ``execv`` (module docstring)."""
+)
+"""What every child runs first, as ``python -I -S -c LAUNCHER GATEWAY_PID N HIDDEN… PROGRAM ARGV…``:
+the parent-death signal, no inherited descriptors, default signals, the N ``HIDDEN`` files made
+unreadable (``confinement.HIDE_FILES``), then ``execv`` (module docstring)."""
 
 
 def find_program(spec: ChildSpec, env: Mapping[str, str]) -> str:
@@ -175,7 +190,8 @@ async def spawn(spec: ChildSpec) -> tuple[Process, int]:
         if spec.cwd is not None and not os.path.isdir(spec.cwd):  # noqa: ASYNC240 - one stat before a spawn
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), spec.cwd)
         program = find_program(spec, env)
-        argv = [sys.executable, "-I", "-S", "-c", LAUNCHER, str(os.getpid()), program, *spec.argv]
+        hidden = [str(len(spec.hidden_files)), *spec.hidden_files]
+        argv = [sys.executable, "-I", "-S", "-c", LAUNCHER, str(os.getpid()), *hidden, program, *spec.argv]
         stdout_read, stdout_write = os.pipe()
         try:
             proc = await anyio.open_process(argv, env=env, cwd=spec.cwd, start_new_session=True, stdout=stdout_write)

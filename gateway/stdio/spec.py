@@ -82,6 +82,7 @@ class ChildSpec:
     name: str = ""
     handshake: str = PROBE_FIRST  # or INITIALIZE_FIRST
     expose_errors: bool = False  # clients read its stderr, command and hints in errors (``gateway.errors``)
+    hidden_files: tuple[str, ...] = ()  # the gateway's secret files, unreadable to it (``confinement``)
 
     @property
     def argv(self) -> list[str]:

@@ -147,6 +147,14 @@ def _env(ctx: ToolContext, args: JsonObject) -> JsonObject:
     return _json_result("env", {name: os.environ.get(name) for name in str_list_arg(args, "names")})
 
 
+def _shell(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    """What a client of a server with a shell tool can make it do: ``sh -c COMMAND``, its exit
+    status and output (the child-secrets tests read the gateway's files and /proc with it)."""
+    done = subprocess.run(["/bin/sh", "-c", str_arg(args, "command")], capture_output=True, timeout=30, check=False)
+    output = {"status": done.returncode, "stdout": done.stdout.decode(errors="replace")}
+    return _json_result("shell", {**output, "stderr": done.stderr.decode(errors="replace")})
+
+
 def _cwd(ctx: ToolContext, args: JsonObject) -> JsonObject:
     return text_result(os.getcwd())
 
@@ -402,6 +410,12 @@ def add_test_tools(server: StdioServer) -> None:
 
     tools = [
         ("pid", "Return this process's pid.", object_schema(), _pid),
+        (
+            "shell",
+            "Run sh -c command; return its status, stdout and stderr.",
+            object_schema({"command": _str("command")}, ["command"]),
+            _shell,
+        ),
         (
             "await_cancelled",
             "Return the cancelled request ids once there are at least count (or after timeout_ms).",

@@ -1,5 +1,6 @@
 """What the gateway warns about at start (``gateway.server.exposure_warnings``): a credential
-that crosses plain HTTP, and the shipped placeholder tokens and state secret still in use."""
+that crosses plain HTTP, and the shipped placeholder tokens, operator token and state secret
+still in use."""
 
 from __future__ import annotations
 
@@ -47,3 +48,11 @@ def test_the_compose_files_placeholder_is_the_one_recognised() -> None:
     shipped = Path(__file__).resolve().parents[2] / "deploy/compose/state-secret.conf"
     settings = parse_settings(["--state-secret-file", str(shipped)], environ={})
     assert [w.split(":")[0] for w in exposure_warnings(settings)] == ["PLACEHOLDER STATE SECRET IN USE"]
+
+
+def test_the_compose_files_placeholder_operator_token_is_warned_about() -> None:
+    shipped = Path(__file__).resolve().parents[2] / "deploy/compose/operator-token.conf"
+    settings = parse_settings(["--operator-token-file", str(shipped)], environ={})
+    (warning,) = exposure_warnings(settings)
+    assert warning.startswith("PLACEHOLDER OPERATOR TOKEN IN USE: 1 operator token(s) contain 'change-me'")
+    assert exposure_warnings(parse_settings(["--operator-token", "4e1d9a7c3b5f2e8d0a6c"], environ={})) == []

@@ -59,6 +59,18 @@ the tag only tells readers what it is. */}}
 {{- else if .Values.auth.tokens }}true{{ end }}
 {{- end }}
 
+{{/* True (non-empty) when the Secret carries operator tokens (/status and /ui). */}}
+{{- define "mcp-stdio-gateway.hasOperatorTokens" -}}
+{{- if .Values.existingSecret.name }}
+{{- if .Values.existingSecret.operatorTokensKey }}true{{ end }}
+{{- else if .Values.auth.operatorTokens }}true{{ end }}
+{{- end }}
+
+{{/* True (non-empty) when the gateway container mounts the Secret. */}}
+{{- define "mcp-stdio-gateway.mountsSecret" -}}
+{{- if or (include "mcp-stdio-gateway.hasTokens" .) (include "mcp-stdio-gateway.hasStateSecret" .) (include "mcp-stdio-gateway.hasOperatorTokens" .) }}true{{ end }}
+{{- end }}
+
 {{/* True (non-empty) when the Secret carries the MRTR state secret. */}}
 {{- define "mcp-stdio-gateway.hasStateSecret" -}}
 {{- if .Values.existingSecret.name }}
@@ -314,6 +326,10 @@ env:
   - name: MCP_GATEWAY_STATE_SECRET_FILE
     value: /etc/mcp-gateway/secrets/state-secret
   {{- end }}
+  {{- if include "mcp-stdio-gateway.hasOperatorTokens" . }}
+  - name: MCP_GATEWAY_OPERATOR_TOKEN_FILE
+    value: /etc/mcp-gateway/secrets/operator-tokens
+  {{- end }}
   {{- if $g.publicUrl }}
   - name: MCP_GATEWAY_PUBLIC_URL
     value: {{ $g.publicUrl | quote }}
@@ -394,7 +410,7 @@ volumeMounts:
     mountPath: /etc/mcp-gateway/config
     readOnly: true
   {{- end }}
-  {{- if or (include "mcp-stdio-gateway.hasTokens" .) (include "mcp-stdio-gateway.hasStateSecret" .) }}
+  {{- if include "mcp-stdio-gateway.mountsSecret" . }}
   - name: secrets
     mountPath: /etc/mcp-gateway/secrets
     readOnly: true
@@ -428,7 +444,7 @@ volumeMounts:
   configMap:
     name: {{ include "mcp-stdio-gateway.fullname" . }}
 {{- end }}
-{{- if or (include "mcp-stdio-gateway.hasTokens" .) (include "mcp-stdio-gateway.hasStateSecret" .) }}
+{{- if include "mcp-stdio-gateway.mountsSecret" . }}
 - name: secrets
   secret:
     secretName: {{ include "mcp-stdio-gateway.secretName" . }}
@@ -442,6 +458,10 @@ volumeMounts:
       {{- if include "mcp-stdio-gateway.hasStateSecret" . }}
       - key: {{ $external.name | empty | ternary "state-secret" $external.stateSecretKey }}
         path: state-secret
+      {{- end }}
+      {{- if include "mcp-stdio-gateway.hasOperatorTokens" . }}
+      - key: {{ $external.name | empty | ternary "operator-tokens" $external.operatorTokensKey }}
+        path: operator-tokens
       {{- end }}
 {{- end }}
 {{- if .Values.tls.enabled }}
