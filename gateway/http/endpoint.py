@@ -140,7 +140,10 @@ class McpEndpoint:
         method = scope["method"]
         owner = client_key(scope)  # whose limits, crash strikes and cancels (the principal, or the peer)
         if method == "GET":
-            scope.setdefault("gateway.log", {}).update(method="GET stream", era="legacy")
+            fields = scope.setdefault("gateway.log", {})
+            fields.update(method="GET stream", era="legacy")
+            if session_id := headers.get(MCP_SESSION_ID):  # whose GETs: a reconnect loop shows in the log
+                fields["session"] = session_id[:8]
             return session_requests.stream(
                 headers,
                 principal,

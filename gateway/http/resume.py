@@ -13,7 +13,8 @@ what is kept and for how long: ``gateway.protocol.eventlog``, the live side:
   then the live ones, ``: keep-alive`` while quiet, until the stream ends, another
   connection takes it, the client leaves, or (polling, ``poll_seconds``) the gateway closes
   it after a ``retry`` field, the stream not ended.
-- ``EventStream``: a legacy session's GET stream (its unsolicited messages), new or resumed.
+- ``EventStream``: a legacy session's GET stream (its unsolicited messages), new or resumed;
+  a new one of a 2025-11-25 session opens with a priming event.
 - ``ResumedStream``: the answer to a resume of a request stream (200 ``text/event-stream``).
   ``LostStream``: the answer to a resume of a request stream whose events were not kept,
   or whose call was cancelled for want of a client: one event, the request's error
@@ -25,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 import anyio
@@ -46,7 +47,7 @@ from gateway.http.sse import (
 from gateway.protocol.eventlog import PRIMING
 from gateway.protocol.jsonrpc import JsonId, error_object
 from gateway.relay import events
-from gateway.relay.streams import Lost, Reader, SessionStreams, Stream
+from gateway.relay.streams import SEALED, Lost, Reader, SessionStreams, Stream
 
 log = logging.getLogger("gateway.http")
 
@@ -133,7 +134,7 @@ async def produce(exchange: Producer, first: events.RelayEvent, stream: Stream) 
             return None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Resumable:
     """A legacy request whose SSE answer can be resumed: its session's streams, whether it
     opens with a priming event (2025-11-25), and the polling setting (0: off)."""
@@ -143,6 +144,12 @@ class Resumable:
     priming: bool
     poll_seconds: float = 0.0
     keepalive: float = KEEPALIVE_SECONDS
+    stream: Stream | None = field(default=None, init=False)  # once ``run`` opened it
+
+    def seal(self) -> None:
+        """The client cancelled the request: a resume of its stream gets nothing (405)."""
+        if self.stream is not None:
+            self.stream.seal(SEALED)
 
     async def run(
         self,
@@ -154,7 +161,7 @@ class Resumable:
     ) -> events.RelayEvent | None:
         """Open the stream (headers, the priming event), then produce and deliver; the ``Final``
         (None: the call ended without one)."""
-        stream = self.streams.open_request(self.request_id, priming=self.priming)
+        stream = self.stream = self.streams.open_request(self.request_id, priming=self.priming)
         stream.producer = watch.cancel_scope  # the resume window becomes its deadline when nobody reads
         reader = stream.attach([])
         final: events.RelayEvent | None = None
@@ -238,9 +245,12 @@ class LostStream:
 class EventStream:
     """A legacy session's GET stream: ``200 text/event-stream``, the session's unsolicited
     messages as they come (each with its id; a resume replays the ones missed first), a
-    keep-alive comment while quiet. It ends after ``max_seconds`` (the client reconnects),
-    when the client leaves, when the session opens another GET stream or ends, and when the
-    gateway drains (the stream carries no request the drain could wait for)."""
+    keep-alive comment while quiet. A new one of a 2025-11-25 session opens with a priming
+    event, so that a client whose GET stream another GET replaced resumes it by id, and is
+    told it is over (``SessionStreams.resume``) rather than replacing the newer one. It ends
+    after ``max_seconds`` (the client reconnects), when the client leaves, when the session
+    opens another GET stream or ends, and when the gateway drains (the stream carries no
+    request the drain could wait for)."""
 
     def __init__(self, reader: Reader, *, max_seconds: float, keepalive: float = KEEPALIVE_SECONDS) -> None:
         self._reader = reader
@@ -254,6 +264,8 @@ class EventStream:
 
         async def body() -> None:
             await writer.start(list(LEGACY_GET_HEADERS))
+            if reader.opens:  # its id tells this connection's resume from a newer GET's
+                await writer.write_frame(id_frame(reader.stream.event_id(PRIMING), b""))
             with anyio.move_on_after(self._max_seconds):
                 await deliver(writer, reader, lambda: watch.left, keepalive=self._keepalive)
 

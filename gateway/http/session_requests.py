@@ -5,7 +5,8 @@
 - ``stream``: ``GET`` opens the session's stream of unsolicited messages (``list_changed``),
   bounded by ``max_stream_seconds`` (the client reconnects); with ``Last-Event-ID`` it
   resumes the stream that id names instead, looked for in this session's streams only
-  (``gateway.relay.streams``);
+  (``gateway.relay.streams``); a stream that is over for this client (its request cancelled
+  by the client, or a GET stream another connection now reads) is answered 405;
 - ``end``: ``DELETE`` ends the session (204);
 - ``batch_slots``: each request of a 2025-03-26 batch is a call in flight of its principal.
 
@@ -22,12 +23,15 @@ from gateway.http.limits import Slots
 from gateway.http.resume import EventStream, LostStream, ResumedStream
 from gateway.http.wire import rejection_response
 from gateway.protocol import eventlog, ingress
-from gateway.protocol.eventlog import Unknown
+from gateway.protocol.eventlog import Closed, Unknown
 from gateway.protocol.headers import LAST_EVENT_ID
 from gateway.protocol.jsonrpc import Message, Request, error_object
 from gateway.protocol.outcome import Accepted, Rejection
 from gateway.relay.sessions import LegacySession, SessionStore
 from gateway.relay.streams import Lost
+
+ALLOW = {"allow": "POST, GET, DELETE"}
+"""What a 405 to a resume names: the endpoint's methods (the stream, not the method, is what is over)."""
 
 
 def stream(
@@ -55,9 +59,16 @@ def resume(
     session: LegacySession, last_event_id: str, *, max_stream_seconds: float, sse_poll_seconds: float
 ) -> Response | EventStream | ResumedStream | LostStream:
     """Only this session's streams are looked in (another session's id is unknown here)."""
-    found = session.streams.resume(last_event_id)
+    found = session.streams.resume(last_event_id, priming=eventlog.primes(session.version))
     if isinstance(found, Unknown):
         return wire.error_response(400, error_object(-32600, f"cannot resume: {found.reason}; send the request again"))
+    if isinstance(found, Closed):
+        # Nothing more comes on it: 405 is the one answer to a GET besides an event stream
+        # (L-TR §Listening), and the SDK clients take it as "no stream" without retrying
+        # and without an error; an empty event stream would be resumed again.
+        return wire.error_response(
+            405, error_object(-32600, f"nothing more comes on this stream: {found.reason}"), headers=ALLOW
+        )
     if isinstance(found, Lost):
         return LostStream(found)
     if found.stream.is_request:

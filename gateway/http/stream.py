@@ -21,8 +21,9 @@ first event, its final and its end, and carries out the actions it returns. What
 the request from outside is fed to it where it happens: the connection's loss and the drain
 by the ``Watch`` (``gateway.http.sse``), the session's cancel by its ``CancelHandle``, a
 POSTed ``notifications/cancelled`` by ``cancel()``. A leading ``STOP`` cancels the response's
-scope at once (a modern child is sent ``notifications/cancelled``); the rest is done here
-once the exchange is over. A legacy client's disconnect is no cancellation (L-TR §Sending
+scope at once (a modern child is sent ``notifications/cancelled``), and a ``SEAL`` after it
+seals a legacy request's stream at once (``Resumable.seal``); the rest is done here once the
+exchange is over. A legacy client's disconnect is no cancellation (L-TR §Sending
 Messages): its ``LegacyCall`` goes on, nothing more is sent, the access log says 499.
 """
 
@@ -47,7 +48,7 @@ from gateway.http.observe import note_answer, note_cancelled
 from gateway.http.resume import Resumable
 from gateway.http.sse import SSE_HEADERS, SseWriter, Watch
 from gateway.http.wire import error_response, gateway_error_response, rejection_response
-from gateway.protocol.answer import DECIDED, LIVE, Action, Actions, Answer, Event, Kind, State
+from gateway.protocol.answer import AT_ONCE, DECIDED, LIVE, Action, Actions, Answer, Event, Kind, State
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
 from gateway.relay.exchange import Rejected
@@ -208,15 +209,21 @@ class LazyStream:
         self._feed(Event.POSTED_CANCEL)
 
     def _feed(self, event: Event) -> None:
-        """What happened to the request, from outside its task: a leading ``STOP`` is done now,
-        the rest once the exchange is over."""
+        """What happened to the request, from outside its task: the leading actions that need
+        no I/O (``AT_ONCE``) are done now, the rest once the exchange is over."""
         actions = self._machine.step(event)
-        if actions and actions[0] is Action.STOP:
-            if self._watch is not None:
-                self._watch.cancel()
+        while actions and actions[0] in AT_ONCE:
+            self._at_once(actions[0])
             actions = actions[1:]
         if actions:
             self._closing += actions
+
+    def _at_once(self, action: Action) -> None:
+        if action is Action.STOP:
+            if self._watch is not None:
+                self._watch.cancel()
+        elif self._resumable is not None:  # SEAL: before the stream's end reaches the client
+            self._resumable.seal()
 
     def _session_cancelled(self, reply: bool) -> None:
         self._feed(Event.SESSION_CANCEL_REPLY if reply else Event.SESSION_CANCEL)
@@ -329,7 +336,7 @@ class LazyStream:
                 final = self._legacy.on_cancel()
                 note_answer(self._scope, final)
                 await writer.write_message(final)
-            else:  # pragma: no cover - STOP is done where the event came from (_feed)
+            else:  # pragma: no cover - STOP and SEAL are done where the event came from (_feed)
                 raise AssertionError(action)
 
     async def _stream_answer(self, first: events.RelayEvent) -> events.RelayEvent | None:

@@ -9,12 +9,13 @@ returns. Two kinds of events feed it:
   connection, ``gateway.http.connection.Hangup``; ``POSTED_CANCEL``: ``gateway.http.inflight``;
   ``SESSION_CANCEL``, ``SESSION_CANCEL_REPLY``: the session's ``CancelHandle``;
   ``DRAIN_BEGINS``, ``BUDGET_SPENT``: ``gateway.http.drain``, through ``gateway.http.sse.Watch``).
-  Of their actions, a leading ``STOP`` is done at once by whoever pushed (it cancels the
-  exchange and any write under way); the rest are done by the answer's task once the
-  exchange is over. When the exchange stopped and the machine was told no reason, the
-  answer's task says why: ``DEADLINE`` (its lifetime, ``--max-stream-seconds``, or for a
-  legacy stream nobody reads its resume window) or ``STOPPED`` (anything else, such as an
-  event log that gave the stream up).
+  Of their actions, the leading ones that need no I/O (``AT_ONCE``: ``STOP`` cancels the
+  exchange and any write under way, ``SEAL`` seals a legacy request's stream) are done at
+  once by whoever pushed; the rest are done by the answer's task once the exchange is over.
+  When the exchange stopped and the machine was told no reason, the answer's task says why:
+  ``DEADLINE`` (its lifetime, ``--max-stream-seconds``, or for a legacy stream nobody reads
+  its resume window) or ``STOPPED`` (anything else, such as an event log that gave the stream
+  up).
 
 Kinds: ``CALL`` (a modern request), ``LISTEN`` (a forwarded ``subscriptions/listen``: it ends
 with its graceful result when the drain starts or its lifetime is over), ``LEGACY`` (a legacy
@@ -41,8 +42,11 @@ Rules (``✗``: out of order, ``OutOfOrder`` is raised; ``–``: ignored; ``=``:
     poll_closed           ✗                         POLLED                     ✗
     client_gone           ABANDONED stop note_cancelled (all three); LEGACY: = note_cancelled
     write_stalled         ABANDONED stop note_cancelled (all three)
-    posted_cancel,        CANCELLED stop            CANCELLED stop             CANCELLED stop
-    session_cancel          note_cancelled            note_cancelled end_sse     note_cancelled
+    posted_cancel         CANCELLED stop            CANCELLED stop             CANCELLED stop
+                            note_cancelled            note_cancelled end_sse     note_cancelled
+                            start_sse end_sse
+    session_cancel        CANCELLED stop            CANCELLED stop seal        CANCELLED stop seal
+                            note_cancelled            note_cancelled end_sse     note_cancelled
                             start_sse end_sse
     session_cancel_reply  JSON stop reply_json      FINISHED stop reply_event  FINISHED stop
                                                       end_sse
@@ -69,13 +73,17 @@ Rules (``✗``: out of order, ``OutOfOrder`` is raised; ``–``: ignored; ``=``:
    Only a reset for not reading (``write_stalled``) stops it.
 3. **No answer after the client's own cancel** (a posted ``notifications/cancelled``, modern
    or legacy): the stream ends, or is an empty one (a POSTed request must be answered with
-   JSON or SSE, and JSON would need a response object). The session's own cancel (``DELETE``,
+   JSON or SSE, and JSON would need a response object). A legacy stream that was opened is
+   sealed (``seal``), before its end reaches the client: a client that resumes it (a
+   2025-11-25 stream began with a priming event, so the TypeScript SDKs do) gets nothing for
+   the request either, not even an error, for it has forgotten the id; so is a finished one
+   whose final the client may not have had yet. The session's own cancel (``DELETE``,
    expiry) answers with its error (``on_cancel()``).
 4. **A drain's start** ends a forwarded listen whose stream is open with its graceful result;
    one not yet answered is abandoned. Any other request runs on; the spent budget ends it
    with -31004. A listen's lifetime ends it with its graceful result in every live state.
 5. ``session_cancel`` and ``session_cancel_reply`` come only to ``LEGACY`` answers: for the
-   others they are ``✗`` in every state.
+   others they are ``✗`` in every state. ``session_cancel`` in ``FINISHED`` is ``stop seal``.
 
 Imports: the standard library only; no I/O.
 """
@@ -146,6 +154,7 @@ class Action(Enum):
     SHUTDOWN_EVENT = "the shutdown error as the last event"
     REPLY_JSON = "the session's error (on_cancel()) as a JSON response (noted)"
     REPLY_EVENT = "the session's error as the last event (noted)"
+    SEAL = "seal a legacy request's stream: a resume of it gets nothing for the request (405)"
 
 
 Actions = tuple[Action, ...]
@@ -171,6 +180,10 @@ WRITES: Final = frozenset(FINALS | STARTS | {Action.END_SSE})
 """Actions that send something to the client."""
 
 
+AT_ONCE: Final = frozenset({Action.STOP, Action.SEAL})
+"""Actions done at once by whoever pushed the event, when they lead its actions (no I/O)."""
+
+
 class OutOfOrder(Exception):
     """An event that cannot come in this state (a bug in the edge that feeds the machine)."""
 
@@ -180,6 +193,11 @@ _CANCEL: Final = (
     (S.CANCELLED, (A.STOP, A.NOTE_CANCELLED, A.START_SSE, A.END_SSE)),
     (S.CANCELLED, (A.STOP, A.NOTE_CANCELLED, A.END_SSE)),
     (S.CANCELLED, (A.STOP, A.NOTE_CANCELLED)),
+)
+_OWN_CANCEL: Final = (  # a legacy client's own cancel: its stream, once opened, is sealed too
+    _CANCEL[0],
+    (S.CANCELLED, (A.STOP, A.SEAL, A.NOTE_CANCELLED, A.END_SSE)),
+    (S.CANCELLED, (A.STOP, A.SEAL, A.NOTE_CANCELLED)),
 )
 _ABANDON: Final = (S.ABANDONED, (A.STOP, A.NOTE_CANCELLED))
 _GONE_UNSTOPPED: Final = (S.ABANDONED, (A.NOTE_CANCELLED,))
@@ -229,7 +247,7 @@ _KIND_RULES: Final[dict[Kind, dict[Event, tuple[Rule | None, Rule | None, Rule |
             (S.SSE, (A.NOTE_CANCELLED,)),
             (S.POLLED, (A.NOTE_CANCELLED,)),
         ),
-        E.SESSION_CANCEL: _CANCEL,
+        E.SESSION_CANCEL: _OWN_CANCEL,
         E.SESSION_CANCEL_REPLY: (
             (S.JSON, (A.STOP, A.REPLY_JSON)),
             (S.FINISHED, (A.STOP, A.REPLY_EVENT, A.END_SSE)),
@@ -248,6 +266,8 @@ def _decided_rule(kind: Kind, state: State, event: Event) -> Rule | None:
         return (state, (A.NOTE_CANCELLED,) if answered else ())
     if kind is Kind.LEGACY and event is E.WRITE_STALLED and answered:
         return (state, (A.STOP, A.NOTE_CANCELLED))
+    if event is E.SESSION_CANCEL and state is S.FINISHED:  # rule 3: its final may wait in the stream
+        return (state, (A.STOP, A.SEAL))
     waiting = _live_rule(kind, S.WAITING, event)
     stops = waiting is not None and A.STOP in waiting[1]
     return (state, (A.STOP,) if stops else ())

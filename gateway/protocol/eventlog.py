@@ -28,6 +28,10 @@ Rules:
    later (``expire``; the clock is passed in): its events are dropped and a tombstone keeps
    its request id, so that a late resume is answered for that request (the HTTP edge cancels
    a call still running at that moment).
+5. **Sealing.** A request stream whose client cancelled the request is sealed (``seal``): it
+   is forgotten at once, and a resume of it is ``Closed``: nothing is replayed, and nothing
+   is answered for a request the client has given up (cancellation: the receiver SHOULD NOT
+   respond; a client that resumed the stream would get a response for an id it forgot).
 
 Imports: standard library, ``gateway.protocol.jsonrpc`` and ``.versions`` only. No clock, no randomness.
 """
@@ -113,6 +117,14 @@ class Gone:
 
 
 @dataclass(frozen=True, slots=True)
+class Closed:
+    """The stream was sealed: nothing more is said on it (rule 5)."""
+
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Unknown:
     reason: str
 
@@ -148,7 +160,8 @@ class EventLog:
         self.budget = budget
         self.on_forget = on_forget  # told each stream key forgotten (the live side lets it go)
         self.streams: OrderedDict[str, StreamLog] = OrderedDict()  # oldest first
-        self.tombstones: OrderedDict[str, tuple[JsonId | None, str]] = OrderedDict()
+        # stream key → (request id, why it was forgotten, whether it was sealed: rule 5)
+        self.tombstones: OrderedDict[str, tuple[JsonId | None, str, bool]] = OrderedDict()
         self.size = 0
         self._stream_max_events = stream_max_events
         self._stream_max_bytes = stream_max_bytes
@@ -192,7 +205,7 @@ class EventLog:
         for old in finished[: max(0, len(finished) - self._max_finished)]:
             self.forget(old, "its result was sent, and newer finished streams are kept instead")
 
-    def resume(self, event_id: str) -> Replay | Gone | Unknown:
+    def resume(self, event_id: str) -> Replay | Gone | Closed | Unknown:
         parsed = parse_event_id(event_id)
         if parsed is None:
             return Unknown(f"Last-Event-ID {event_id[:MAX_EVENT_ID_CHARS]!r} is not an event id of this gateway")
@@ -202,6 +215,8 @@ class EventLog:
             tomb = self.tombstones.get(key)
             if tomb is None:
                 return Unknown(f"no stream of this session sent event {event_id!r}")
+            if tomb[2]:
+                return Closed(key, tomb[1])
             return Gone(key, tomb[0], tomb[1])
         if n >= stream.next_n:
             return Unknown(f"event {event_id!r} was never sent on its stream")
@@ -221,11 +236,20 @@ class EventLog:
                 self.forget(stream, f"nobody resumed it within {window:g} s")
         return stale
 
-    def forget(self, stream: StreamLog, reason: str) -> None:
+    def seal(self, stream: StreamLog, reason: str) -> None:
+        """Its client cancelled the request: a resume of it is ``Closed`` from now on (rule 5),
+        whether it is still kept or was forgotten already."""
+        tomb = self.tombstones.get(stream.key)
+        if tomb is not None:
+            self.tombstones[stream.key] = (tomb[0], reason, True)
+            return
+        self.forget(stream, reason, sealed=True)
+
+    def forget(self, stream: StreamLog, reason: str, *, sealed: bool = False) -> None:
         if self.streams.pop(stream.key, None) is None:
             return
         self._trim(stream, len(stream.events))
-        self.tombstones[stream.key] = (stream.request_id, reason)
+        self.tombstones[stream.key] = (stream.request_id, reason, sealed)
         while len(self.tombstones) > MAX_TOMBSTONES:
             self.tombstones.popitem(last=False)
         if self.on_forget is not None:

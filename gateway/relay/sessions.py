@@ -34,7 +34,7 @@ import anyio
 import orjson
 
 from gateway.errors import ClientThrottledError, GatewayUnavailableError
-from gateway.protocol.eventlog import RESUME_WINDOW
+from gateway.protocol.eventlog import RESUME_WINDOW, primes
 from gateway.protocol.jsonrpc import ErrorReply, JsonId, JsonObject, Message, Notification, Result
 from gateway.relay.server_config import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.relay.streams import Reader, SessionStreams
@@ -160,8 +160,9 @@ class LegacySession:
             self.answer_ask(message)  # the client's answer to a child's question: to the child
 
     def open_stream(self) -> Reader:
-        """A new GET stream for this session; an older one is closed (one message, one stream)."""
-        return self.streams.open_get()
+        """A new GET stream for this session; an older one is closed (one message, one stream).
+        A 2025-11-25 session's opens with a priming event (``SessionStreams.open_get``)."""
+        return self.streams.open_get(priming=primes(self.version))
 
     def offer(self, message: JsonObject, *, live: bool = False) -> bool:
         """An unsolicited message for the GET stream (kept for a resume of it); False if the
@@ -197,6 +198,9 @@ class LegacySession:
             return False  # not a JSON-RPC id, so none of this session's
         handle = self.in_flight.get(client_id)
         if handle is None:
+            # Ended already, its result perhaps still waiting in a stream the client would
+            # resume: sealed as a running one's is (answer.py rule 3), so it never gets it.
+            self.streams.seal_request(client_id)
             return False
         handle.cancel(reply=False)
         return True

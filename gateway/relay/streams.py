@@ -13,6 +13,15 @@ this module joins it to the connections that read the streams:
   attached) starts its ``RESUME_WINDOW``: the call's cancel scope (``producer``) gets that
   deadline, so the call is cancelled at the child (``notifications/cancelled``) when nobody
   resumed in time; a reader that attaches lifts it.
+- A request whose client cancelled it is **sealed** (``Stream.seal``; ``seal_request`` when
+  its call had ended, its result perhaps not yet read): a resume of its stream gets nothing
+  (``Closed``), not even an error, for a request the client has forgotten.
+- A session has **one GET stream**. A new ``GET`` opens a new one, and the previous one ends
+  (the client may have lost its connection without the gateway knowing); a 2025-11-25 GET
+  stream opens with a priming event, so that the connection it replaced can be told apart
+  when it reconnects: a resume of a GET stream that is not the session's current one, while
+  a connection reads that one, is ``Closed`` too (no two connections take the GET stream from
+  each other in turn).
 - A request's producer waits while its reader's queue is full (``STREAM_MAX_EVENTS``): the
   call waits for a slow client as it would on its own connection (one that reads nothing is
   reset by the connection's write timeout). The GET stream's producer cannot wait: a reader
@@ -33,7 +42,7 @@ from dataclasses import dataclass
 import anyio
 
 from gateway.protocol import eventlog
-from gateway.protocol.eventlog import Budget, EventLog, Gone, StreamLog, Unknown
+from gateway.protocol.eventlog import Budget, Closed, EventLog, Gone, StreamLog, Unknown
 from gateway.protocol.jsonrpc import JsonId
 
 PROCESS_BUDGET = Budget()
@@ -47,16 +56,24 @@ def _mint_key() -> str:
 
 
 StoredEvent = tuple[int, bytes]
+REPLACED = "the session opened a new GET stream"
+SEALED = "the client cancelled its request"
+
+
+def _same_id(kept: JsonId | None, named: JsonId) -> bool:
+    """The same JSON-RPC id, with the same JSON type (``7`` is not ``"7"``, nor ``True``)."""
+    return type(kept) is type(named) and kept == named
 
 
 class Reader:
     """The connection reading a stream now: the events it missed first (``replay``), then the
     live ones. ``next()`` → an event, or None when the stream ended or another reader took it."""
 
-    __slots__ = ("_queue", "_replay", "inbox", "stream")
+    __slots__ = ("_queue", "_replay", "inbox", "opens", "stream")
 
     def __init__(self, stream: Stream, replay: list[StoredEvent]) -> None:
         self.stream = stream
+        self.opens = False  # the first reader of a new GET stream that primes: its priming event goes first
         self._replay = replay
         self.inbox, self._queue = anyio.create_memory_object_stream[StoredEvent](eventlog.STREAM_MAX_EVENTS)
 
@@ -160,6 +177,11 @@ class Stream:
         if self.producer is not None and not self.log.finished:
             self.producer.deadline = now + self._streams.window
 
+    def seal(self, reason: str) -> None:
+        """Its client cancelled the request: a resume of it gets nothing (``Closed``), whatever
+        the stream holds or still carries (eventlog rule 5)."""
+        self._streams.log.seal(self.log, reason)
+
     def end(self, reason: str | None = None) -> None:
         """The producer is done. ``reason``: it ended without its result (cancelled), so its
         events go at once and a resume is answered with ``reason``."""
@@ -211,20 +233,30 @@ class SessionStreams:
         self.live[stream.log.key] = stream
         return stream
 
-    def open_get(self) -> Reader:
-        """A new GET stream (no ``Last-Event-ID``): the previous one ends."""
+    def seal_request(self, request_id: JsonId) -> None:
+        """Seal the kept streams of ``request_id`` (its JSON type exact): its client cancelled
+        it after its call ended, and may not have had its result yet."""
+        for log in [s for s in self.log.streams.values() if _same_id(s.request_id, request_id)]:
+            self.log.seal(log, SEALED)
+
+    def open_get(self, *, priming: bool = False) -> Reader:
+        """A new GET stream (no ``Last-Event-ID``): the previous one ends. ``priming``: it
+        opens with a priming event (a 2025-11-25 session), so its client resumes it by id."""
         self.sweep()
         old = self.get_stream
         if old is not None:
             if old.reader is not None:
                 old.reader.inbox.close()
-            self.log.forget(old.log, "the session opened a new GET stream")
-        self.get_stream = stream = Stream(self, self.log.open(self._mint_key(), None), priming=False)
+            self.log.forget(old.log, REPLACED)
+        self.get_stream = stream = Stream(self, self.log.open(self._mint_key(), None), priming=priming)
         self.live[stream.log.key] = stream
-        return stream.attach([])
+        reader = stream.attach([])
+        reader.opens = priming
+        return reader
 
-    def resume(self, last_event_id: str) -> Reader | Lost | Unknown:
-        """The reader of the stream ``last_event_id`` names, replaying what came after it."""
+    def resume(self, last_event_id: str, *, priming: bool = False) -> Reader | Lost | Closed | Unknown:
+        """The reader of the stream ``last_event_id`` names, replaying what came after it
+        (``priming``: as for ``open_get``, when a new GET stream is opened instead)."""
         self.sweep()
         found = self.log.resume(last_event_id)
         if isinstance(found, eventlog.Replay):
@@ -233,13 +265,20 @@ class SessionStreams:
                 return stream.attach(found.events)
             found = Gone(found.stream.key, found.stream.request_id, "its call ended without a result")
         if isinstance(found, Gone):
+            if found.request_id is None and self._read_elsewhere(found.key):
+                return Closed(found.key, f"{REPLACED}, which another connection reads")
             stream = self.live.get(found.key)
             if stream is not None:  # its call, if running, is cancelled: nobody can have its events once
                 self.log.forget(stream.log, found.reason)
             if found.request_id is None:  # the GET stream: a new one, from now on
-                return self.open_get()
+                return self.open_get(priming=priming)
             return Lost(found.request_id, found.reason)
         return found
+
+    def _read_elsewhere(self, key: str) -> bool:
+        """Whether a connection reads the session's GET stream now, and it is not stream ``key``."""
+        current = self.get_stream
+        return current is not None and current.log.key != key and current.reader is not None
 
     def offer(self, data: bytes, *, live: bool = False) -> bool:
         """An unsolicited message for the GET stream: handed to its connection, and kept for a

@@ -374,9 +374,14 @@ async def test_the_get_stream_is_resumed_with_what_it_missed_and_another_session
             "params": {"name": "notify", "arguments": {"method": "notifications/tools/list_changed"}},
         }
 
+    primings: list[Event] = []
+
     async def take(stream: httpx.Response, count: int) -> list[Event]:
         got: list[Event] = []
         async for event in events_of(stream):
+            if not event.data:  # a new 2025-11-25 GET stream's priming event
+                primings.append(event)
+                continue
             got.append(event)
             if len(got) == count:
                 break
@@ -402,3 +407,5 @@ async def test_the_get_stream_is_resumed_with_what_it_missed_and_another_session
     assert all(orjson.loads(e.data)["method"] == "notifications/tools/list_changed" for e in [first, *missed])
     assert [(e.id or "").rpartition(".")[2] for e in theirs] == ["1", "2", "3"]  # its own stream, live
     assert {(e.id or "").rpartition(".")[0] for e in theirs} != {key}
+    # each new GET stream opened with a priming event; the resumed one did not again
+    assert sorted(e.id or "" for e in primings) == sorted([f"{key}.0", f"{(theirs[0].id or '').rpartition('.')[0]}.0"])

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.protocol.answer import (
+    AT_ONCE,
     DECIDED,
     FINALS,
     LIVE,
@@ -181,10 +182,10 @@ WAITING    CLIENT_GONE           WAITING    note_cancelled
 WAITING    SESSION_CANCEL        CANCELLED  stop note_cancelled start_sse end_sse
 WAITING    SESSION_CANCEL_REPLY  JSON       stop reply_json
 SSE        CLIENT_GONE           SSE        note_cancelled
-SSE        SESSION_CANCEL        CANCELLED  stop note_cancelled end_sse
+SSE        SESSION_CANCEL        CANCELLED  stop seal note_cancelled end_sse
 SSE        SESSION_CANCEL_REPLY  FINISHED   stop reply_event end_sse
 POLLED     CLIENT_GONE           POLLED     note_cancelled
-POLLED     SESSION_CANCEL        CANCELLED  stop note_cancelled
+POLLED     SESSION_CANCEL        CANCELLED  stop seal note_cancelled
 POLLED     SESSION_CANCEL_REPLY  FINISHED   stop
 JSON       CLIENT_GONE           JSON       note_cancelled
 JSON       WRITE_STALLED         JSON       stop note_cancelled
@@ -192,7 +193,7 @@ JSON       SESSION_CANCEL        JSON       stop
 JSON       SESSION_CANCEL_REPLY  JSON       stop
 FINISHED   CLIENT_GONE           FINISHED   note_cancelled
 FINISHED   WRITE_STALLED         FINISHED   stop note_cancelled
-FINISHED   SESSION_CANCEL        FINISHED   stop
+FINISHED   SESSION_CANCEL        FINISHED   stop seal
 FINISHED   SESSION_CANCEL_REPLY  FINISHED   stop
 CANCELLED  CLIENT_GONE           CANCELLED
 CANCELLED  SESSION_CANCEL        CANCELLED  stop
@@ -205,7 +206,8 @@ ABANDONED  SESSION_CANCEL        ABANDONED  stop
 ABANDONED  SESSION_CANCEL_REPLY  ABANDONED  stop
 """
 """Where a legacy session's request differs from a ``CALL``: its client's leaving is noted, not a
-stop; the session cancels it, without a reply (the client's own cancel) or with one."""
+stop; the session cancels it, without a reply (the client's own cancel: its stream, once
+opened, is sealed, so that a resume gets nothing for the request) or with one."""
 
 Rule = tuple[State, tuple[Action, ...]] | None
 
@@ -296,6 +298,14 @@ def test_an_answer_begins_waiting() -> None:
             State.FINISHED,
             [Action.STREAM, Action.STOP],
         ),
+        # a legacy client cancels while its polling stream's connection is closed: the stream is
+        # sealed at once (a resume gets nothing), and nothing is written
+        (
+            Kind.LEGACY,
+            [Event.FIRST_NOTE, Event.POLL_CLOSED, Event.SESSION_CANCEL, Event.EXHAUSTED],
+            State.CANCELLED,
+            [Action.STREAM, Action.STOP, Action.SEAL, Action.NOTE_CANCELLED],
+        ),
         # a listen at the drain's start, then its budget: the graceful end only
         (
             Kind.LISTEN,
@@ -360,10 +370,14 @@ class Replay:
             )
             assert answer.state is before
             return
-        # STOP comes first, and only from the world
+        # STOP comes first, and only from the world; what is done at once (no I/O) leads
         assert Action.STOP not in actions[1:]
         if Action.STOP in actions:
             assert event in EXTERNAL
+        leading = next((i for i, action in enumerate(actions) if action not in AT_ONCE), len(actions))
+        assert not set(actions[leading:]) & AT_ONCE
+        if Action.SEAL in actions:  # only a legacy client's own cancel seals its stream
+            assert (kind, event) == (Kind.LEGACY, Event.SESSION_CANCEL)
         if kind is Kind.LEGACY and event is Event.CLIENT_GONE:
             assert Action.STOP not in actions  # a legacy client's leaving is no cancellation
         if before in DECIDED:

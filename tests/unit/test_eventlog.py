@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.protocol import eventlog
-from gateway.protocol.eventlog import Budget, EventLog, Gone, Replay, Unknown, parse_event_id, primes
+from gateway.protocol.eventlog import Budget, Closed, EventLog, Gone, Replay, Unknown, parse_event_id, primes
 
 
 def test_ids_name_their_stream_and_count_its_events_from_one() -> None:
@@ -118,6 +118,23 @@ def test_tombstones_are_bounded() -> None:
         log.forget(log.open(f"k{n}", n), "why")
     assert len(log.tombstones) == eventlog.MAX_TOMBSTONES
     assert isinstance(log.resume("k0.1"), Unknown)
+
+
+def test_a_sealed_stream_is_closed_to_a_resume_kept_or_forgotten_before() -> None:
+    log = EventLog(Budget())
+    running, ended = log.open("run", 1), log.open("end", 2)
+    for stream in (running, ended):
+        log.append(stream, b"progress")
+    log.forget(ended, "the call was cancelled before its result")  # the call's end came first
+    for stream in (running, ended):
+        log.seal(stream, "the client cancelled its request")
+    for key in ("run", "end"):
+        for n in (0, 1):  # from the priming event or the last one: nothing, for either
+            closed = log.resume(f"{key}.{n}")
+            assert closed == Closed(key, "the client cancelled its request")
+    assert log.size == log.budget.used == 0  # a sealed stream's events are dropped at once
+    log.forget(running, "a later end changes nothing")
+    assert isinstance(log.resume("run.1"), Closed)
 
 
 def test_priming_and_polling_start_with_2025_11_25() -> None:

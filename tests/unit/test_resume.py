@@ -16,8 +16,9 @@ from gateway.http.resume import ABANDONED, Resumable, ResumedStream
 from gateway.http.sse import KEEPALIVE, frame, id_frame
 from gateway.http.stream import LazyStream
 from gateway.protocol import eventlog
+from gateway.protocol.eventlog import Closed
 from gateway.relay import events
-from gateway.relay.streams import SessionStreams
+from gateway.relay.streams import Reader, SessionStreams
 from tests.unit.test_sse import WAIT, Client, answer, final, lean_scope, legacy_call, note
 
 pytestmark = pytest.mark.anyio
@@ -125,6 +126,46 @@ async def test_a_stream_nobody_resumes_within_the_window_cancels_its_call() -> N
             await call.closed.wait()  # the window ran out: the exchange is closed (the child is told)
     lost = streams.resume("k.1")
     assert getattr(lost, "reason", None) == ABANDONED
+
+
+async def test_a_get_stream_replaced_while_the_new_one_is_read_is_closed_to_its_resume() -> None:
+    keys = iter(["g1", "g2", "g3"])
+    streams = SessionStreams(mint_key=lambda: next(keys))
+    first = streams.open_get(priming=True)
+    assert first.opens  # its priming event goes first
+    second = streams.open_get(priming=True)
+    assert first.stream.log.key == "g1"
+    assert streams.get_stream is second.stream
+    closed = streams.resume("g1.0", priming=True)  # the first connection reconnects: the second keeps it
+    assert isinstance(closed, Closed)
+    assert "another connection reads" in closed.reason
+    assert streams.get_stream is second.stream
+    resumed = streams.resume("g2.0", priming=True)  # its own reader's resume takes it over, unprimed
+    assert isinstance(resumed, Reader)
+    assert resumed.stream is second.stream
+    assert not resumed.opens
+    resumed.detach()  # nobody reads the session's GET stream now: a stale id opens a new one
+    fresh = streams.resume("g1.0", priming=True)
+    assert isinstance(fresh, Reader)
+    assert (fresh.stream.log.key, fresh.opens) == ("g3", True)
+    for reader in (first, second, fresh):
+        reader.detach()
+
+
+async def test_a_request_cancelled_after_its_call_ended_is_sealed_by_its_exact_id() -> None:
+    keys = iter(["one", "text", "other"])
+    streams = SessionStreams(mint_key=lambda: next(keys))
+    for request_id in (1, "1", 2):
+        stream = streams.open_request(request_id, priming=True)
+        stream.emit(b'{"result": {}}')
+        stream.finish()
+        stream.end()
+    streams.seal_request(1)
+    assert isinstance(streams.resume("one.0"), Closed)
+    for key in ("text", "other"):  # "1" is another request than 1
+        reader = streams.resume(f"{key}.0")
+        assert isinstance(reader, Reader)
+        reader.detach()
 
 
 async def test_the_live_side_lets_go_of_every_stream_the_log_forgets() -> None:
