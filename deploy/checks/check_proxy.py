@@ -44,6 +44,10 @@ START_TIMEOUT = 10.0
 REQUEST_TIMEOUT = 5.0
 FAILOVER_REQUESTS = 12
 """POSTs sent while one of two replicas drains or is gone: round-robin sends half to it."""
+FAILOVER_DEADLINE = 60.0
+"""Seconds the draining phase may go on sending POSTs until nginx has asked the draining
+replica at least once (nginx may serve a cached DNS answer a little past its TTL on a busy
+machine, so a fixed count alone could miss it)."""
 WELL, DRAINING, GONE = "127.0.0.1", "127.0.0.2", "127.0.0.3"
 """The stand-in replicas' addresses (all of 127.0.0.0/8 is loopback on Linux)."""
 
@@ -212,11 +216,16 @@ def failover_problems(base: str, dns: Dns, authorization: str, upstream_port: in
             dns.addresses = [other, WELL]
             time.sleep(5.5)  # nginx holds a DNS answer for its TTL (valid=5s): let the last one age out
             statuses = []
-            for index in range(FAILOVER_REQUESTS):
+            index, deadline = 0, time.monotonic() + FAILOVER_DEADLINE
+            # At least FAILOVER_REQUESTS; while draining, on until the draining one was asked.
+            while index < FAILOVER_REQUESTS or (
+                state == "draining" and Draining.asked == 0 and time.monotonic() < deadline
+            ):
                 status, _, body = request(f"{base}/mcp", {"Authorization": authorization}, f'{{"n":{index}}}'.encode())
                 statuses.append(status)
                 if status == 200 and json.loads(body)["body"] != f'{{"n":{index}}}':
                     problems.append(f"a retried POST reached the well replica without its body: {body!r}")
+                index += 1
             if set(statuses) != {200}:
                 problems.append(f"with one replica {state}, POSTs got {statuses}, not 200 every time")
         if Draining.asked == 0:
