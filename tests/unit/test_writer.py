@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 from anyio.abc import ByteSendStream
@@ -216,3 +218,20 @@ async def test_the_stall_timer_is_armed_only_for_a_write_that_may_wait(at_once: 
         assert writer.broken is None
     else:
         assert isinstance(writer.broken, StdinStalled)
+
+
+async def test_a_write_that_waits_for_the_pipe_says_since_when_until_it_goes_through() -> None:
+    """``waiting_since`` is what the dispatcher routes around a stalled child by (rule 7)."""
+    pipe = Pipe(open_=False)  # takes no write until drained (and has no ``takes_at_once``)
+    writer = LineWriter(pipe)
+    assert writer.waiting_since is None
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            before = time.monotonic()
+            tg.start_soon(writer.send, b"held\n")
+            await wait_for_writes(pipe, 1)  # handed to the pipe, which has not taken it
+            since = writer.waiting_since
+            assert since is not None
+            assert since >= before
+            pipe.drain()
+        assert writer.waiting_since is None  # it went through
