@@ -20,7 +20,7 @@ from gateway.config import Settings
 from gateway.configfile import load_servers
 from gateway.errors import ConfigError
 from gateway.helptext import NOT_SETTINGS
-from gateway.oauth.validation import OAuthPolicy
+from gateway.oauth.policy import OAuthPolicy
 from gateway.protocol.dispatchstate import PoolSettings
 from gateway.relay.server_config import ServerConfig
 from gateway.settings import (

@@ -45,7 +45,7 @@ from typing import Any, Final
 import orjson
 
 from gateway.errors import ConfigError
-from gateway.oauth.validation import OAuthPolicy
+from gateway.oauth.policy import OAuthPolicy
 from gateway.protocol.dispatchstate import PoolSettings
 from gateway.protocol.roots import parse_root
 from gateway.relay.server_config import ServerConfig

@@ -10,7 +10,7 @@ The layers, innermost first (``docs/architecture.md`` draws them):
   (ruff's TID251 also bans anyio, Starlette and uvicorn there.)
 - ``stdio``: child processes. Imports ``protocol`` and ``errors``.
 - ``relay``: router, exchange, sessions, suspensions, listens, catalog, owner identity.
-  Imports ``stdio``, ``protocol``, ``errors`` and the pure ``oauth.validation``.
+  Imports ``stdio``, ``protocol``, ``errors`` and the pure ``oauth.policy``.
 - ``ops``: metrics, logs, recent warnings. Reads the relay layer at scrape time.
 - ``http``: the Starlette edge. Imports ``relay``, ``ops``, ``oauth``, ``protocol`` and
   ``errors``, never ``stdio``.
@@ -55,7 +55,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "protocol": frozenset({"errors"}),
     "stdio": frozenset({"protocol", "errors"}),
     "oauth": frozenset({"errors"}),
-    "relay": frozenset({"stdio", "protocol", "errors", "oauth.validation"}),
+    "relay": frozenset({"stdio", "protocol", "errors", "oauth.policy"}),
     "ops": frozenset({"relay", "stdio", "protocol", "errors"}),
     "http": frozenset({"relay", "ops", "oauth", "protocol", "errors", "package"}),
     "tools": frozenset({"protocol", "stdio", "errors", "helptext", "package"}),

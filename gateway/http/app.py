@@ -52,7 +52,7 @@ from gateway.http.routes import MAX_LISTED_ENDPOINTS as MAX_LISTED_ENDPOINTS
 from gateway.http.routes import build_routes, http_error_handler, mcp_paths, ops_app
 from gateway.http.routes import served_endpoints as served_endpoints
 from gateway.oauth.gate import OAuthGate
-from gateway.oauth.validation import OAuthPolicy
+from gateway.oauth.policy import OAuthPolicy
 from gateway.ops.metrics import GatewayMetrics, label_value
 from gateway.ops.recent import RecentErrors
 from gateway.ops.tracing import Tracer

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from starlette.types import Scope
 
-from gateway.oauth.validation import OAuthPolicy
+from gateway.oauth.policy import OAuthPolicy
 
 METADATA_PATH: Final = "/.well-known/oauth-protected-resource"
 

@@ -28,11 +28,12 @@ import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeGuard
-from urllib.parse import urlsplit
 
 import jwt
 
-from gateway.errors import ConfigError
+from gateway.oauth.policy import DEFAULT_PRINCIPAL_CLAIM as DEFAULT_PRINCIPAL_CLAIM
+from gateway.oauth.policy import OAuthPolicy as OAuthPolicy
+from gateway.oauth.policy import check_url as check_url
 
 ASYMMETRIC_ALGORITHMS: Final = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
@@ -47,44 +48,8 @@ MAX_PRINCIPAL_CHARS: Final = 256
 MAX_SCOPES: Final = 256
 """Scopes read from one token at most (the rest are ignored): bounds the work per request."""
 
-DEFAULT_PRINCIPAL_CLAIM: Final = "sub"
 INVALID_TOKEN: Final = "invalid_token"
 INSUFFICIENT_SCOPE: Final = "insufficient_scope"
-
-
-LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
-
-
-def check_url(url: str, key: str) -> str:
-    """An issuer or JWKS URL: https, or http on loopback only (a test issuer on this host)."""
-    parts = urlsplit(url)
-    if parts.scheme == "https" and parts.hostname:
-        return url
-    if parts.scheme == "http" and parts.hostname in LOOPBACK_HOSTS:
-        return url
-    raise ConfigError(key, f"{url!r} must be an https URL (http only on loopback)")
-
-
-@dataclass(frozen=True)
-class OAuthPolicy:
-    """How one server's endpoint checks access tokens (flags ``--oauth-*``, config key ``oauth``).
-
-    ``audience`` None: the endpoint's public URL (``--public-url`` + its path)."""
-
-    issuer: str
-    jwks_url: str | None = None
-    audience: str | None = None
-    scopes: tuple[str, ...] = ()
-    principal_claim: str = DEFAULT_PRINCIPAL_CLAIM
-
-    def __post_init__(self) -> None:
-        check_url(self.issuer, "--oauth-issuer")
-        if self.jwks_url is not None:
-            check_url(self.jwks_url, "--oauth-jwks-url")
-        if not self.principal_claim:
-            raise ConfigError("--oauth-principal-claim", "must name a claim")
-        if any(not scope or " " in scope for scope in self.scopes):
-            raise ConfigError("--oauth-scope", "a scope is one non-empty word")
 
 
 @dataclass(frozen=True)

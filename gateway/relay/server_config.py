@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
-from gateway.oauth.validation import OAuthPolicy
+from gateway.oauth.policy import OAuthPolicy
 from gateway.protocol.dispatchstate import PoolSettings
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.protocol.tasks import DEFAULT_TTL as DEFAULT_TASK_TTL

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Final
 
 from gateway.http.edge_settings import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
-from gateway.oauth.validation import DEFAULT_PRINCIPAL_CLAIM
+from gateway.oauth.policy import DEFAULT_PRINCIPAL_CLAIM
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
 from gateway.relay.server_config import MAX_SESSIONS_PER_PRINCIPAL
 from gateway.settings import convert

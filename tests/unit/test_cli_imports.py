@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SERVER_STACK = frozenset({"uvicorn", "starlette"})
-"""What only serving needs: the ASGI server and the framework."""
+SERVER_STACK = frozenset({"uvicorn", "starlette", "jwt", "cryptography"})
+"""What only serving needs: the ASGI server, the framework, and the token checks (PyJWT over
+``cryptography``, about 50 ms of imports; the settings read ``gateway.oauth.policy``)."""
 
 
 def imported_packages(*args: str) -> tuple[set[str], str]:
