@@ -135,7 +135,7 @@ async def test_a_legacy_sessions_resources_subscribe_and_its_updates_cross_insta
                 }
                 assert (await http.post(c.url, headers=session, json=notify)).status_code == 200
                 async for line in stream.aiter_lines():
-                    if line.startswith("data:"):
+                    if line.startswith("data:") and line[5:].strip():  # (the priming event's data is empty)
                         assert "file:///docs/a" in line
                         break
             deleted = await http.delete(c.url, headers=session)
