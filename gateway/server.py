@@ -312,6 +312,11 @@ def _placeholder_lines(path: str | None) -> int:
     return sum(PLACEHOLDER_MARK in line.lower() for line in text.splitlines())
 
 
+def _placeholders(path: str | None, tokens: Sequence[str]) -> int:
+    """Tokens holding ``PLACEHOLDER_MARK``: in the file at ``path`` and given on the command line."""
+    return _placeholder_lines(path) + sum(PLACEHOLDER_MARK in token.lower() for token in tokens)
+
+
 def exposure_warnings(settings: Settings) -> list[str]:
     """What start-up warns about: credentials that travel in clear, and the shipped placeholder
     secrets still in use.
@@ -329,17 +334,13 @@ def exposure_warnings(settings: Settings) -> list[str]:
             f"plain HTTP on {settings.host}: bearer tokens cross the network in clear unless TLS is in "
             "front (or give --tls-cert-file and --tls-key-file)"
         )
-    placeholder_tokens = _placeholder_lines(settings.auth_token_file) + sum(
-        PLACEHOLDER_MARK in token.lower() for token in settings.auth_tokens
-    )
+    placeholder_tokens = _placeholders(settings.auth_token_file, settings.auth_tokens)
     if placeholder_tokens:
         warnings.append(
             f"DEMO TOKENS IN USE: {placeholder_tokens} bearer token(s) contain {PLACEHOLDER_MARK!r}: anyone "
             "with this project's files can use them; replace them with random ones"
         )
-    placeholder_operators = _placeholder_lines(settings.operator_token_file) + sum(
-        PLACEHOLDER_MARK in token.lower() for token in settings.operator_tokens
-    )
+    placeholder_operators = _placeholders(settings.operator_token_file, settings.operator_tokens)
     if placeholder_operators:
         warnings.append(
             f"PLACEHOLDER OPERATOR TOKEN IN USE: {placeholder_operators} operator token(s) contain "

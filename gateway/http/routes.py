@@ -69,11 +69,17 @@ def http_error_handler(names: Sequence[str]) -> Callable[[Request, Exception], A
     names the endpoints this gateway does serve."""
     where = served_endpoints(names)
 
+    return _json_rpc_errors(lambda path: f"nothing at {path[:SHOWN_PATH_CHARS]}; this gateway serves {where}")
+
+
+def _json_rpc_errors(not_found: Callable[[str], str]) -> Callable[[Request, Exception], Awaitable[Response]]:
+    """Starlette's ``HTTPException`` as a JSON-RPC error; a 404's message says ``not_found(path)``."""
+
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         message = exc.detail
         if exc.status_code == 404:
-            message = f"{exc.detail}: nothing at {request.url.path[:SHOWN_PATH_CHARS]}; this gateway serves {where}"
+            message = f"{exc.detail}: {not_found(request.url.path)}"
         return wire.error_response(exc.status_code, error_object(-32600, message), headers=dict(exc.headers or {}))
 
     return http_error
@@ -199,11 +205,5 @@ def ops_app(routers: Sequence[Router], serving: Serving, *, drain: Drain, metric
     routes = [*probes, *scrape]
     where = " ".join(str(route.path) for route in routes)
 
-    async def not_here(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        message = exc.detail
-        if exc.status_code == 404:
-            message = f"{exc.detail}: the ops listener serves {where} only"
-        return wire.error_response(exc.status_code, error_object(-32600, message), headers=dict(exc.headers or {}))
-
+    not_here = _json_rpc_errors(lambda path: f"the ops listener serves {where} only")
     return Starlette(routes=routes, exception_handlers={HTTPException: not_here})
