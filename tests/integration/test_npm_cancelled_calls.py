@@ -28,7 +28,7 @@ import orjson
 import pytest
 
 from tests.conftest import server_spec
-from tests.gateway_server import running_gateway
+from tests.gateway_server import legacy_initialize, running_gateway
 from tests.integration.test_hostile_edge import AccessLog, access_log
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,18 +143,7 @@ async def test_mcp_remote_forwards_nothing_for_a_cancelled_legacy_call_and_reope
 
                 tg.start_soon(out.read, remote.stdout)
                 tg.start_soon(read_stderr, remote.stderr)
-                await send(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": 0,
-                        "method": "initialize",
-                        "params": {
-                            "protocolVersion": "2025-11-25",
-                            "capabilities": {},
-                            "clientInfo": {"name": "desktop", "version": "0"},
-                        },
-                    }
-                )
+                await send(legacy_initialize(name="desktop"))
                 await out.wait_for(lambda m: m.get("id") == 0)
                 await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
                 call = {"name": "countdown", "arguments": LONG, "_meta": {"progressToken": "t"}}
