@@ -300,13 +300,15 @@ class Suspensions:
                 why = suspension.ended or (
                     "the gateway is stopping" if stopping else f"no retry came within {timeout:g} s"
                 )
-                for ask in suspension.asks.values():
-                    ask.answer_error(CODE_INPUT_TIMEOUT, f"the client did not answer {ask.method}: {why}")
                 try:
                     with anyio.CancelScope(shield=True):
                         await suspension.call.stack.aclose()
                 finally:
-                    # Once the call is closed: its cancel is queued to the child, its lease released.
+                    # The call is closed first, so its cancel is queued to the child ahead of the
+                    # answers to its questions: answered first, the child could finish the call
+                    # (work nobody reads) before the cancel, or not, as the scheduler decides.
+                    for ask in suspension.asks.values():
+                        ask.answer_error(CODE_INPUT_TIMEOUT, f"the client did not answer {ask.method}: {why}")
                     log.info("%s: parked %s ended: %s", self.server, suspension.call.method, why)
 
     def cancel(self, charged: str, request_id: object) -> bool:

@@ -21,7 +21,8 @@ class ChildAsk:
 
     Whoever reads the exchange answers it, once: the first ``answer`` wins, and the child
     gets that reply under its own id. An ask nobody answers is answered for them: with an
-    error when its exchange ends, or when ``spec.input_timeout`` passes. ``answer_locally``
+    error when its exchange ends, or by the relay at ``spec.input_timeout`` (a backstop answers
+    it ``ASK_BACKSTOP_GRACE`` later, ``gateway.stdio.questions``). ``answer_locally``
     marks an answer the gateway made in the client's place (counted and logged by the child).
     """
 

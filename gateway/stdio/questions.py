@@ -4,8 +4,11 @@ requests nobody carries. Who gets each question is decided by the session machin
 module carries the decisions out:
 
 - ``ask``: an ``Ask`` becomes a ``ChildAsk`` offered to its exchange; its answer, or an error
-  after ``spec.input_timeout``, is written to the child, and ``closed(ask_id)`` tells the
-  machine it is no longer open;
+  ``ASK_BACKSTOP_GRACE`` after ``spec.input_timeout``, is written to the child, and
+  ``closed(ask_id)`` tells the machine it is no longer open. The relay bounds each ask by
+  ``spec.input_timeout`` itself, counted from the same moment, and ends the call its own way
+  (a parked call is cancelled at the child before its questions are answered); the backstop
+  comes later so that the two never race, and answers only an ask the relay left behind;
 - ``answer``: an ``Unattributed`` request is offered to the child's request handler (a
   session's GET stream), else answered by the gateway (``gateway.protocol.inputs.local_answer``),
   logged and counted.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from typing import Final
 
 import anyio
 
@@ -30,6 +34,9 @@ from gateway.stdio.boundary import TaskStarter
 from gateway.stdio.spec import ChildSpec
 
 log = logging.getLogger("gateway.child")
+
+ASK_BACKSTOP_GRACE: Final = 1.0
+"""Seconds past ``spec.input_timeout`` before an ask nobody answered is answered here."""
 
 RequestHandler = Callable[[Request], Awaitable[Reply | None]]
 """Answers a child request no exchange carries; None: the gateway's local answer."""
@@ -68,7 +75,7 @@ class Questions:
 
     async def _await_ask(self, ask_id: int, ask: ChildAsk) -> None:
         try:
-            with anyio.move_on_after(self.spec.input_timeout):
+            with anyio.move_on_after(self.spec.input_timeout + ASK_BACKSTOP_GRACE):
                 await ask.wait()
             ask.answer_error(  # a no-op when it was answered
                 CODE_INPUT_TIMEOUT,

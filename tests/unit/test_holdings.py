@@ -1,13 +1,17 @@
 """A child call's holdings (``gateway.relay.suspensions.Holdings``): entered in order, left last
-first, moved whole to a parked call, and every one left even when one fails."""
+first, moved whole to a parked call, and every one left even when one fails; a parked call nobody
+retries is closed before its questions are answered."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
-from gateway.relay.suspensions import Holdings
+from gateway.protocol.jsonrpc import Request
+from gateway.relay.suspensions import Call, Holdings, Suspensions
+from gateway.stdio.ask import ChildAsk
 
 pytestmark = pytest.mark.anyio
 
@@ -55,3 +59,27 @@ async def test_every_holding_is_left_even_when_one_fails_and_the_first_failure_i
     with pytest.raises(RuntimeError, match="exchange"):
         await holdings.aclose()
     assert log[2:] == ["leave exchange", "leave lease"]
+
+
+async def test_a_parked_call_nobody_retries_is_closed_before_its_questions_are_answered() -> None:
+    """Closing the call queues its cancel to the child; answered first, the child could finish
+    the call (work nobody reads) before the cancel, or not, as the scheduler decided."""
+    log: list[str] = []
+    ask = ChildAsk(Request(7, "sampling/createMessage", {}))
+
+    class Exchange:  # what the keeper reads of the call: its method; the rest rides in ``stack``
+        method = "tools/call"
+
+    class Closing(Held):
+        async def __aexit__(self, *exc_info: Any) -> None:
+            log.append(f"close call; question answered: {ask.is_answered}")
+
+    stack = Holdings()
+    await stack.enter(Closing("call", log))
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            parked = Suspensions("test", task_group=tg)
+            call = Call(child=None, ex=Exchange(), stack=stack)  # type: ignore[arg-type]
+            parked.park(call, {"k1": ask}, Request(1, "tools/call", {}), None, 0.0)
+    assert log == ["enter call", "close call; question answered: False"]
+    assert ask.is_answered
