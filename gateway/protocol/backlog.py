@@ -58,6 +58,10 @@ class Backlog(Generic[T]):
             self._waiting[key] = box
         return True
 
+    def first(self) -> T | None:
+        """The oldest item, left queued; None when empty."""
+        return self._boxes[0][0][0] if self._boxes else None
+
     def pop(self) -> T:
         """The oldest item; raises ``IndexError`` when empty."""
         box, key = self._boxes.popleft()

@@ -89,6 +89,12 @@ TERMINAL: Final = frozenset({COMPLETED, FAILED, CANCELLED})
 DEFAULT_TTL: Final = 3600.0
 """Seconds a task (and its result) is kept from its creation: an hour, enough for a client
 that lost its connection to come back. ``--task-ttl`` changes it."""
+DEFAULT_FIRST_ROUND: Final = 1.0
+"""Seconds a call that may become a task waits for the child's first sign before its handle
+is given: a question first (or a modern child's ``input_required``) is answered as a
+synchronous MRTR round and the task is made at the round's retry (SEP-2663, MRTR
+composition); anything else first, or nothing, and the task is made at once. A child's sign
+ends the wait, so it costs only a silent child's call this long. ``--task-first-round``."""
 MIN_KEEP_AFTER_END: Final = 60.0
 """Seconds a task that ends after its TTL is still kept, so its result can be read once."""
 POLL_INTERVAL_MS: Final = 1000
@@ -120,10 +126,11 @@ MAX_TASK_ID_CHARS: Final = 1024
 
 @dataclass(frozen=True, slots=True)
 class TaskPolicy:
-    """How one server serves tasks (``--task-tool``, ``--task-ttl``)."""
+    """How one server serves tasks (``--task-tool``, ``--task-ttl``, ``--task-first-round``)."""
 
     tools: tuple[str, ...] = ()  # shell-style patterns of tool names that always become tasks
     ttl: float = DEFAULT_TTL
+    first_round: float = DEFAULT_FIRST_ROUND  # seconds to wait for a question before the handle
     enabled: bool = True  # False: the extension is not advertised and never used
 
     def wants(self, tool: str, task_support: str | None) -> bool:

@@ -115,9 +115,12 @@ def ask_modern_client(
     client: ClientContext,
     call: Call,
     waited: float = 0.0,
+    *,
+    task_at_retry: bool = False,
 ) -> JsonObject | None:
     """An MRTR round: the final message (``input_required`` or -32021), or None when the
-    gateway answered every question itself and the call goes on."""
+    gateway answered every question itself and the call goes on. ``task_at_retry``: the call
+    becomes a task at the round's retry (``steps.start_task``)."""
     roots = call.child.spec.roots
     forward: dict[str, ChildAsk] = {}
     missing: list[ChildAsk] = []
@@ -145,7 +148,7 @@ def ask_modern_client(
             reason = "the gateway holds too many calls for input now"
             ask.answer_locally(inputs.local_answer(ask.request, roots, reason), reason)
         return None
-    return park(suspensions, call, forward, request, client, waited)
+    return park(suspensions, call, forward, request, client, waited, task_at_retry=task_at_retry)
 
 
 def park(
@@ -155,12 +158,22 @@ def park(
     request: Request,
     client: ClientContext,
     waited: float = 0.0,
+    *,
+    task_at_retry: bool = False,
 ) -> JsonObject:
     """Hold the call for the retry, until the input timeout counted from the first
     question (``waited``: seconds since, spent gathering the others)."""
     parked = Call(call.child, call.ex, call.stack.pop_all())  # the lease and exchange now outlive this response
     timeout = max(call.child.spec.input_timeout - waited, 0.0)
-    token = suspensions.park(parked, asks, request, client.principal, timeout, charged=client.charged)
+    token = suspensions.park(
+        parked,
+        asks,
+        request,
+        client.principal,
+        timeout,
+        charged=client.charged,
+        task_request=request if task_at_retry else None,
+    )
     wanted = {key: inputs.input_request(ask.method, ask.params) for key, ask in asks.items()}
     return response(request.id, result=inputs.input_required_result(wanted, token))
 
@@ -180,12 +193,30 @@ async def resume(turn: Turn, taken: Suspension) -> AsyncGenerator[Emitted]:
             elif not ask.is_answered:
                 unanswered[key] = ask
         if unanswered and suspensions.can_park:  # MRTR §Error Handling: ask again, no error
-            yield events.Final(park(suspensions, call, unanswered, request, client))
+            again = park(suspensions, call, unanswered, request, client, task_at_retry=taken.task_request is not None)
+            yield events.Final(again)
             return
         for ask in unanswered.values():
             reason = "the retry left it unanswered"
             ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason), reason)
+        if (handle := as_task(turn, taken)) is not None:
+            yield events.Final(handle)
+            return
         driven = turn.relay.run(turn)
         async with aclosing(driven):
             async for message in driven:
                 yield message
+
+
+def as_task(turn: Turn, taken: Suspension) -> JsonObject | None:
+    """The round's retry of a call that may become a task (``steps.start_task``): the call goes
+    on as a task now, and the answer is its ``CreateTaskResult`` (no ``requestState``: the
+    round is over). None when it runs on here (no task wanted now: the store's bounds)."""
+    first, relay, call = taken.task_request, turn.relay, taken.call
+    if first is None:
+        return None
+    # The task runs the call as it began (its progress token); its answer carries this id.
+    request = Request(turn.request.id, first.method, first.params)
+    if not relay.tasks.wants(request, turn.client, relay.catalog.task_support(call.child, request.params)):
+        return None
+    return relay.tasks.create(relay, Call(call.child, call.ex, call.stack.pop_all()), request, turn.client)

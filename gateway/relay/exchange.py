@@ -221,7 +221,9 @@ class Relay:
                         if (outgoing := asks.ask_legacy_client(ask, client, turn)) is not None:
                             yield events.Ask(outgoing)
                     continue
-                final = asks.ask_modern_client(self.suspensions, questions, request, client, turn, waited)
+                final = asks.ask_modern_client(
+                    self.suspensions, questions, request, client, turn, waited, task_at_retry=turn.task_at_retry
+                )
                 if final is not None:
                     yield events.Final(final)
                     return

@@ -18,6 +18,7 @@ from typing import Final
 from gateway.oauth.policy import OAuthPolicy
 from gateway.protocol.dispatchstate import PoolSettings
 from gateway.protocol.ingress import MAX_BATCH_MESSAGES
+from gateway.protocol.tasks import DEFAULT_FIRST_ROUND as DEFAULT_TASK_FIRST_ROUND
 from gateway.protocol.tasks import DEFAULT_TTL as DEFAULT_TASK_TTL
 from gateway.protocol.tasks import TaskPolicy
 from gateway.stdio.spec import ChildSpec
@@ -72,7 +73,8 @@ class ServerConfig:
     roots_keying: RootsKeying = RootsKeying.AUTO
     task_tools: tuple[str, ...] = ()  # tool-name patterns whose calls become tasks (gateway.protocol.tasks)
     task_ttl: float = DEFAULT_TASK_TTL  # seconds a task and its outcome are kept
+    task_first_round: float = DEFAULT_TASK_FIRST_ROUND  # seconds to wait for a first question
     ready_required: bool = False  # not ready, it makes the replica unready (gateway.relay.readiness)
 
     def task_policy(self) -> TaskPolicy:
-        return TaskPolicy(tools=self.task_tools, ttl=self.task_ttl)
+        return TaskPolicy(tools=self.task_tools, ttl=self.task_ttl, first_round=self.task_first_round)

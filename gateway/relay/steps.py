@@ -45,6 +45,9 @@ On the child (``ON_CHILD``):
 11. ``task``: a modern ``tools/call`` that becomes a task (the client opted in, the tool allows
     it, the child keeps no tasks itself; ``TaskStore.wants``): given a progressToken, its
     child exchange opened and handed to the task store; the answer is the ``CreateTaskResult``.
+    When the child's first sign (within ``--task-first-round``) is a question, the call runs
+    on here instead: round 1 is answered synchronously, and its retry makes the task
+    (``asks.as_task``).
 
 Then the child exchange (``open_call``: a shared child's settings made to fit this client,
 the params for the child's era, ``child.exchange``) and ``Relay.run``: the child's
@@ -71,6 +74,8 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Final
 
+import anyio
+
 from gateway.errors import ChildError, ClientThrottledError
 from gateway.protocol import bridge, jsonrpc, loglevels, requeststate, subscriptions, taskbridge, xmcpheader
 from gateway.protocol import tasks as task_rules
@@ -84,7 +89,9 @@ from gateway.relay.rejected import Rejected
 from gateway.relay.suspensions import Call
 from gateway.relay.translate import response
 from gateway.relay.turn import Emissions, Plan, ReplyStep, Step, Turn
+from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
+from gateway.stdio.exchange import Exchange
 
 INPUT_REQUIRED: Final = "input_required"
 DISCOVER: Final = "server/discover"
@@ -318,9 +325,28 @@ async def start_task(turn: Turn) -> Emissions:
     failed = await open_call(turn)
     if failed is not None:
         return only(failed)
+    if await asks_first(turn.ex, relay.tasks.policy.first_round):
+        # Round 1 is answered here, synchronously, before any task exists (SEP-2663, MRTR
+        # composition): the round's retry makes the task (``asks.as_task``).
+        turn.task_at_retry = True
+        return turn.relay.run(turn)
     # The call goes on in the task store, with the lease; the client gets the handle.
     call = Call(turn.child, turn.ex, turn.stack.pop_all())
     return only(events.Final(relay.tasks.create(relay, call, turn.request, turn.client)))
+
+
+async def asks_first(ex: Exchange, wait: float) -> bool:
+    """Whether the child's first sign for a call, within ``wait`` seconds, is a question (or a
+    modern child's ``input_required``): then its first answer is a round, not a task. No
+    wait (0): never."""
+    if wait <= 0:
+        return False
+    with anyio.move_on_after(wait):
+        first = await ex.first_sign()
+        if isinstance(first, ChildAsk):
+            return True
+        return isinstance(first, Result) and first.result.get("resultType") == task_rules.INPUT_REQUIRED
+    return False
 
 
 ON_CHILD: Final = (

@@ -138,6 +138,7 @@ class Suspension:
     request_id: JsonId | None = None  # the id of the client's request that was answered input_required
     settled: anyio.Event = field(default_factory=anyio.Event)  # taken, or ended early (``ended``)
     ended: str | None = None  # why it was ended before its retry came (``release_oldest``)
+    task_request: Request | None = None  # a call to make a task at its retry: as it began (``asks.as_task``)
 
 
 class ParkedQuota(Protocol):
@@ -190,10 +191,12 @@ class Suspensions:
         timeout: float,
         *,
         charged: str | None = None,
+        task_request: Request | None = None,
     ) -> str:
         """Hold ``call`` until its retry or ``timeout``; return the ``requestState`` for the client.
         ``charged``: whose requests in flight it counts as (the client key: an anonymous client's
-        peer address), else the principal."""
+        peer address), else the principal; ``task_request``: the call becomes a task at its
+        retry (``asks.as_task``)."""
         state_id = secrets.token_urlsafe(18)
         expires_at = self._clock() + timeout
         claims = StateClaims(
@@ -206,7 +209,13 @@ class Suspensions:
             owner=self.seal_owner() if self.seal_owner is not None else "",
         )
         suspension = Suspension(
-            state_id, call, asks, expires_at, charged=charged or principal or "anonymous", request_id=request.id
+            state_id,
+            call,
+            asks,
+            expires_at,
+            charged=charged or principal or "anonymous",
+            request_id=request.id,
+            task_request=task_request,
         )
         if self.quota is not None:
             suspension.release = self.quota.hold(suspension.charged)

@@ -90,6 +90,7 @@ class Turn(Call):
     resumed: bool = False  # a parked call resumed by its retry
     rounds: int = 0  # a modern child's input_required rounds so far (input_rounds)
     bridged: bool = False  # sent to its legacy child task-augmented (steps.ask_child_for_task)
+    task_at_retry: bool = False  # may become a task, asked first: a task at its round's retry (steps.start_task)
     reply: Reply | None = None  # the child's
     final: JsonObject | None = None  # the client's, once translated
     child_span: ChildSpan | None = None  # the child exchange's, when the request is traced

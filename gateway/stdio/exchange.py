@@ -77,6 +77,13 @@ class Exchange:
         """The reader is gone: what arrives from now on is discarded."""
         self._inbox.close_reader()
 
+    async def first_sign(self) -> ExchangeItem | Reply | None:
+        """Wait for the first thing the child sends for this request, and say what it is,
+        taking nothing: the oldest queued item, else the reply (None: it failed, or the
+        reader left)."""
+        await self._inbox.wait()
+        return self._inbox.backlog.first() or self._reply
+
     def ready(self) -> list[ExchangeItem]:
         """What is queued already, without waiting (so simultaneous asks make one round)."""
         items: list[ExchangeItem] = []

@@ -80,6 +80,15 @@ class Inbox(Generic[T]):
             raise anyio.EndOfStream
         raise anyio.WouldBlock
 
+    async def wait(self) -> None:
+        """Until an item is queued or none will come (nothing is taken)."""
+        while not (self.backlog or self._closed or self._reader_gone):
+            self._waiter = waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
     async def get(self) -> T:
         if self.backlog or self._closed or self._reader_gone:
             await checkpoint_if_cancelled()  # ready at once: still a point where a cancel is seen

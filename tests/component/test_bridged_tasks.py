@@ -305,7 +305,8 @@ async def test_questions_the_gateways_own_task_run_meets_together_are_one_round(
         return {"content": [{"type": "text", "text": f"picked {picks[0]} and {picks[1]}"}]}
 
     script = Script(era="legacy", tools={"two": two_questions})
-    server = ServerConfig("test", FAKE_SPEC, PoolSettings(max_size=2), task_tools=("two",))
+    # No first round: the questions, asked at once, come once the task exists.
+    server = ServerConfig("test", FAKE_SPEC, PoolSettings(max_size=2), task_tools=("two",), task_first_round=0)
     backend = FakeBackend(script)
     router = Router(server, backend=backend)
     async with backend.running_in(), in_process_servers([router], tokens=TokenStore(TOKENS)) as gw:

@@ -30,9 +30,12 @@ WAIT = 30.0
 
 
 @asynccontextmanager
-async def gateway() -> AsyncIterator[str]:
+async def gateway(first_round: float = tasks.DEFAULT_FIRST_ROUND) -> AsyncIterator[str]:
+    """``first_round``: 0 makes a call that asks at once a task at once (its questions on the task)."""
     spec = server_spec("--era", "legacy", "--task-support", "sleep")
-    server = ServerConfig("test", spec, PoolSettings(max_size=2), task_tools=("ask_client",))
+    server = ServerConfig(
+        "test", spec, PoolSettings(max_size=2), task_tools=("ask_client",), task_first_round=first_round
+    )
     with anyio.fail_after(WAIT):
         async with serving(app_for(Router(server))) as base:
             yield f"{base}/mcp"
@@ -63,7 +66,7 @@ async def test_a_tasks_roots_question_reaches_call_which_answers_it_with_its_roo
     gives the child exactly those roots."""
     recorder = Recorder()
     arguments = json.dumps({"requests": [{"method": "roots/list", "params": {}}]})
-    async with gateway() as url:
+    async with gateway(first_round=0) as url:
         run = await call(
             url, "--mode", "modern", "--root", "/srv/project", "ask_client", "--json", arguments, transport=recorder
         )
@@ -74,6 +77,26 @@ async def test_a_tasks_roots_question_reaches_call_which_answers_it_with_its_roo
     [update] = recorder.posted(tasks.UPDATE)
     answered = json.dumps(json.loads(update.content)["params"])
     assert '"file:///srv/project"' in answered, answered
+
+
+async def test_call_answers_round_one_of_a_tool_that_asks_at_once_then_polls_the_task_its_retry_made() -> None:
+    """tasks-mrtr-composition through ``call``: the child asks at once, so the first answer is
+    a synchronous round (no task yet); ``call`` answers it with its roots in the retry, whose
+    answer is the task handle; the task's result carries those roots."""
+    recorder = Recorder()
+    arguments = json.dumps({"requests": [{"method": "roots/list", "params": {}}]})
+    async with gateway() as url:
+        run = await call(
+            url, "--mode", "modern", "--root", "/srv/project", "ask_client", "--json", arguments, transport=recorder
+        )
+    assert run.code == 0, run.err[-2000:]
+    assert "file:///srv/project" in run.out
+    first, retry = (json.loads(posted.content)["params"] for posted in recorder.posted("tools/call"))
+    assert "requestState" not in first
+    assert "requestState" in retry
+    assert '"file:///srv/project"' in json.dumps(retry["inputResponses"])
+    assert polls(recorder)
+    assert not recorder.posted(tasks.UPDATE)
 
 
 class DropsPolls(Recorder):

@@ -47,7 +47,7 @@ ELICITATION = {
     },
 }
 ELICITED = {"action": "accept", "content": {"name": "Ada"}}
-TASK_TOOLS = ("wait_gate", "fail", "error_reply", "exit", "ask_client", "sleep")
+TASK_TOOLS = ("wait_gate", "fail", "error_reply", "exit", "ask_client", "sleep", "needs_input")
 CHILDREN = {
     # A legacy-only child marks wait_gate itself (execution.taskSupport); the operator names the rest.
     "legacy": lambda: server_spec("--era", "legacy", "--task-support", "wait_gate"),
@@ -98,8 +98,13 @@ class Gateway:
 
 
 @asynccontextmanager
-async def gateway(spec: ChildSpec, pool_max: int = 1, **app_options: Any) -> AsyncIterator[Gateway]:
-    server = ServerConfig("test", spec, PoolSettings(max_size=pool_max), task_tools=TASK_TOOLS)
+async def gateway(
+    spec: ChildSpec, pool_max: int = 1, first_round: float = rules.DEFAULT_FIRST_ROUND, **app_options: Any
+) -> AsyncIterator[Gateway]:
+    """``first_round``: 0 makes a call that asks at once a task at once (its questions on the task)."""
+    server = ServerConfig(
+        "test", spec, PoolSettings(max_size=pool_max), task_tools=TASK_TOOLS, task_first_round=first_round
+    )
     app_options.setdefault("tokens", TokenStore(TOKENS))
     app = app_for(Router(server), **app_options)
     async with serving(app) as base, httpx.AsyncClient(timeout=WAIT) as http:
@@ -204,7 +209,8 @@ async def test_a_cancelled_task_settles_to_cancelled_and_the_child_gets_notifica
 
 async def test_an_elicitation_inside_a_task_is_answered_with_tasks_update_for_concurrent_clients() -> None:
     with anyio.fail_after(WAIT):
-        async with gateway(server_spec("--era", "legacy"), pool_max=3) as gw:
+        # No first round: the question, asked at once, comes once the task exists.
+        async with gateway(server_spec("--era", "legacy"), pool_max=3, first_round=0) as gw:
             clients = [gw.client(token) for token in TOKENS]
             ids = [""] * 3
 
@@ -231,6 +237,73 @@ async def test_an_elicitation_inside_a_task_is_answered_with_tasks_update_for_co
         assert "requestState" not in task
     answered = [task["result"]["structuredContent"]["answers"] for task in finals]
     assert answered == [[{"result": {**ELICITED, "content": {"name": f"user-{n}"}}}] for n in range(3)]
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern", "dual"])
+async def test_a_tool_that_asks_at_once_answers_round_one_synchronously_and_its_retry_makes_the_task(
+    era: str,
+) -> None:
+    """tasks-mrtr-composition (SEP-2663 with SEP-2322), for three clients at once: the first
+    answer is the round (no ``taskId``), the retry's is the ``CreateTaskResult`` (no
+    ``requestState``), and the task's result carries the answer given in the round. A legacy
+    child's question (``ask_client``) is parked by the gateway; a modern-speaking child's own
+    round (``needs_input``) passes through, and its retry becomes the task."""
+    legacy = era == "legacy"
+    tool, arguments = ("ask_client", {"requests": [ELICITATION]}) if legacy else ("needs_input", {})
+
+    async def one(gw: Gateway, n: int) -> tuple[Any, Any, dict[str, Any]]:
+        first = await gw.call(tool, arguments)
+        round_one = first.json()["result"]
+        [key] = round_one["inputRequests"]
+        params = {
+            "name": tool,
+            "arguments": arguments,
+            "inputResponses": {key: {**ELICITED, "content": {"name": f"user-{n}"}}},
+            "requestState": round_one["requestState"],
+            "_meta": {**MODERN_META, **WITH_TASKS},
+        }
+        handle = created(await gw.post("tools/call", params, name=tool))
+        done = await gw.until(handle["taskId"], lambda status: status == rules.COMPLETED)
+        return first, handle, done
+
+    outcomes: dict[int, tuple[Any, Any, dict[str, Any]]] = {}
+    with anyio.fail_after(WAIT):
+        async with gateway(server_spec("--era", era), pool_max=3) as gw:
+
+            async def run(n: int) -> None:
+                outcomes[n] = await one(gw.client(TOKENS[n]), n)
+
+            async with anyio.create_task_group() as tg:
+                for n in range(3):
+                    tg.start_soon(run, n)
+    for n, (first, handle, done) in sorted(outcomes.items()):
+        assert first.status_code == 200
+        round_one = first.json()["result"]
+        assert round_one["resultType"] == "input_required"
+        assert "taskId" not in round_one
+        [question] = round_one["inputRequests"].values()
+        assert question["method"] == "elicitation/create"
+        assert "requestState" not in handle
+        assert "inputRequests" not in handle
+        if legacy:
+            answers = done["result"]["structuredContent"]["answers"]
+            assert answers == [{"result": {**ELICITED, "content": {"name": f"user-{n}"}}}]
+        else:
+            assert done["result"]["content"][0]["text"] == f"hello user-{n}"
+
+
+async def test_a_tool_that_reports_progress_first_is_a_task_at_once_and_asks_on_the_task() -> None:
+    """Only a question *first* is a synchronous round: a call whose child shows progress first
+    is answered with the task handle at once, without waiting out ``--task-first-round``."""
+    with anyio.fail_after(WAIT):
+        async with gateway(server_spec("--era", "legacy"), first_round=60.0) as gw:
+            reply = await gw.call("ask_client", {"requests": [ELICITATION], "progress": True})
+            task_id = created(reply)["taskId"]
+            asked = await gw.until(task_id, lambda status: status == rules.INPUT_REQUIRED)
+            await gw.task(rules.UPDATE, task_id, inputResponses={"q1": ELICITED})
+            done = await gw.until(task_id, lambda status: status == rules.COMPLETED)
+    assert asked["inputRequests"] == {"q1": ELICITATION}
+    assert done["result"]["structuredContent"]["answers"] == [{"result": ELICITED}]
 
 
 async def test_without_the_extension_tasks_methods_get_32021_and_calls_are_synchronous() -> None:

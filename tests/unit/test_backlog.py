@@ -1,4 +1,5 @@
-"""The reader backlog: progress may coalesce past a bound; nothing else is ever dropped."""
+"""The reader backlog: progress may coalesce past a bound; nothing else is ever dropped. The
+inbox and exchange can be waited on without taking anything (a task's first sign)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import anyio
 import pytest
 
 from gateway.protocol.backlog import Backlog
-from gateway.protocol.jsonrpc import PROGRESS
+from gateway.protocol.jsonrpc import PROGRESS, Notification, Request, Result
+from gateway.stdio.ask import ChildAsk
+from gateway.stdio.exchange import Exchange
 from gateway.stdio.inbox import Inbox, progress_key
 
 
@@ -78,3 +81,46 @@ async def test_a_reader_that_falls_far_behind_still_gets_the_last_progress_and_t
     assert progress[-1] == 50_000  # past it, coalesced to the latest
     assert len(progress) == 100
     assert received[-2:] == [{"method": "notifications/message", "params": {"data": "kept"}}, {"id": 1, "result": {}}]
+
+
+def test_first_shows_the_oldest_item_without_taking_it() -> None:
+    backlog: Backlog[str] = Backlog(coalesce_above=10)
+    assert backlog.first() is None
+    backlog.put("a")
+    backlog.put("b")
+    assert backlog.first() == "a"
+    assert drain(backlog) == ["a", "b"]
+
+
+@pytest.mark.anyio
+async def test_an_inbox_wait_returns_once_an_item_is_queued_or_it_closes_taking_nothing() -> None:
+    inbox: Inbox[str] = Inbox()
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(inbox.wait)
+            await anyio.wait_all_tasks_blocked()
+            inbox.put("x")
+        await inbox.wait()  # ready at once: still queued
+        assert await inbox.get() == "x"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(inbox.wait)
+            await anyio.wait_all_tasks_blocked()
+            inbox.close()
+    with pytest.raises(anyio.EndOfStream):
+        inbox.get_nowait()
+
+
+@pytest.mark.anyio
+async def test_an_exchanges_first_sign_is_its_oldest_item_else_its_reply_taking_nothing() -> None:
+    with anyio.fail_after(5):
+        asked = Exchange("tools/call")
+        ask = ChildAsk(Request(1, "elicitation/create", {}))
+        assert asked.offer_ask(ask)
+        asked.deliver(Notification("notifications/message", {}))
+        assert await asked.first_sign() is ask
+        assert await anext(asked) is ask  # nothing was taken
+        answered = Exchange("tools/call")
+        answered.finish(Result(2, {"resultType": "input_required"}))
+        first = await answered.first_sign()
+        assert isinstance(first, Result)
+        assert first.result == {"resultType": "input_required"}
