@@ -163,8 +163,12 @@ def park(
 ) -> JsonObject:
     """Hold the call for the retry, until the input timeout counted from the first
     question (``waited``: seconds since, spent gathering the others)."""
-    parked = Call(call.child, call.ex, call.stack.pop_all())  # the lease and exchange now outlive this response
-    timeout = max(call.child.spec.input_timeout - waited, 0.0)
+    # The lease and exchange now outlive this response.
+    parked = Call(call.child, call.ex, call.stack.pop_all(), call.runs_as_task)
+    spec = call.child.spec
+    # A task's round waits for tasks/update; a client's, for a retry that may never come.
+    hold = spec.input_timeout if call.runs_as_task else min(spec.input_timeout, spec.round_timeout)
+    timeout = max(hold - waited, 0.0)
     token = suspensions.park(
         parked,
         asks,
@@ -219,4 +223,4 @@ def as_task(turn: Turn, taken: Suspension) -> JsonObject | None:
     request = Request(turn.request.id, first.method, first.params)
     if not relay.tasks.wants(request, turn.client, relay.catalog.task_support(call.child, request.params)):
         return None
-    return relay.tasks.create(relay, Call(call.child, call.ex, call.stack.pop_all()), request, turn.client)
+    return relay.tasks.create(relay, Call(call.child, call.ex, call.stack.pop_all(), True), request, turn.client)

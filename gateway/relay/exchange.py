@@ -54,7 +54,7 @@ from gateway.relay.rejected import Rejected as Rejected
 from gateway.relay.router import Router
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.spans import timed
-from gateway.relay.steps import PLANS, open_call, plan_for
+from gateway.relay.steps import PLANS, open_call, plan_for, start_over
 from gateway.relay.suspensions import Call, Holdings, Suspensions
 from gateway.relay.tasks import TaskStore
 from gateway.relay.translate import response as response
@@ -117,6 +117,7 @@ class Relay:
             turn.pool = pool
             turn.tool = tool = attribution.tool_key(request.method, request.params)  # the lease's and the child's
             # The holdings own the lease and the child exchange, so that a parked MRTR call keeps both.
+            await start_over(turn, pool)  # a round its client left, sent again at its cap, ends
             async with Holdings() as turn.stack:
                 # A request that may ask waits for a child where its questions can only be its own.
                 lease = pool.lease(client.affinity(), client.charged, request.method, tool)  # 503 / 429 propagate

@@ -24,7 +24,10 @@ Before a child (``BEFORE_CHILD``):
 5. ``roots_asked``: the same for a legacy session: asked for its roots on this call's stream
    when it must be (``client_roots.needs_asking``), then the steps go on.
 
-Then the lease: ``router.pool_for`` → ``pool.lease`` → ``client.bind``. From here a child that
+Then the lease: ``router.pool_for`` → ``pool.lease`` → ``client.bind``. A modern call that
+its client left parked before (the same method and params, no ``requestState``), sent again
+while that client is at its cap of parked calls in the pool, first ends that oldest round
+(``start_over``): the new call takes its slot instead of a 429. From here a child that
 cannot start or keeps dying (``ChildError``) ends the exchange with its error (for a modern
 ``server/discover``: a discover result that names it, ``bridge.unavailable_discover``).
 
@@ -69,6 +72,7 @@ On the reply (``ON_REPLY``):
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
@@ -92,6 +96,9 @@ from gateway.relay.turn import Emissions, Plan, ReplyStep, Step, Turn
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
 from gateway.stdio.exchange import Exchange
+from gateway.stdio.pool import Pool
+
+log = logging.getLogger("gateway.mrtr")
 
 INPUT_REQUIRED: Final = "input_required"
 DISCOVER: Final = "server/discover"
@@ -132,6 +139,15 @@ async def take_retry(turn: Turn) -> Emissions | None:
     if isinstance(taken, Rejection):
         raise Rejected(taken)
     return asks.resume(turn, taken)
+
+
+def starts_over(turn: Turn) -> bool:
+    """A modern call (``tools/call``, ``prompts/get``, ``resources/read``) with no ``requestState``."""
+    return (
+        turn.client.era is Era.MODERN
+        and turn.request.method in MRTR_METHODS
+        and "requestState" not in (turn.request.params or {})
+    )
 
 
 def over_quota(turn: Turn) -> bool:
@@ -213,6 +229,26 @@ BEFORE_CHILD: Final = (
     Step("roots_round", MODERN, MRTR_METHODS, declares_roots, roots_round),
     Step("roots_asked", LEGACY, MRTR_METHODS, declares_roots, roots_asked, ends=False),
 )
+
+
+# -- the lease ------------------------------------------------------------------------------
+
+
+async def start_over(turn: Turn, pool: Pool) -> None:
+    """Before the lease: a modern call (``tools/call``, ``prompts/get``, ``resources/read``)
+    with no ``requestState``, whose client is at its cap of parked calls in ``pool`` and left
+    one of them parked for this same request, ends that round (the oldest) and waits until its
+    call is closed, so the lease that follows finds its slot free (not a 429)."""
+    request, client, cap = turn.request, turn.client, pool.settings.max_parked_per_principal
+    if client.era is not Era.MODERN or request.method not in MRTR_METHODS or "requestState" in (request.params or {}):
+        return
+    if not cap or pool.parked(client.charged) < cap:
+        return
+    ended = turn.relay.suspensions.supersede(client.charged, request, pool.children())
+    if ended is None:
+        return
+    log.info("%s: %s sent again at its client's cap: its oldest round ended", pool.label, request.method)
+    await ended.closed.wait()
 
 
 # -- on the child ---------------------------------------------------------------------------
@@ -331,7 +367,7 @@ async def start_task(turn: Turn) -> Emissions:
         turn.task_at_retry = True
         return turn.relay.run(turn)
     # The call goes on in the task store, with the lease; the client gets the handle.
-    call = Call(turn.child, turn.ex, turn.stack.pop_all())
+    call = Call(turn.child, turn.ex, turn.stack.pop_all(), runs_as_task=True)
     return only(events.Final(relay.tasks.create(relay, call, turn.request, turn.client)))
 
 
@@ -345,7 +381,7 @@ async def asks_first(ex: Exchange, wait: float) -> bool:
         first = await ex.first_sign()
         if isinstance(first, ChildAsk):
             return True
-        return isinstance(first, Result) and first.result.get("resultType") == task_rules.INPUT_REQUIRED
+        return isinstance(first, Result) and first.result.get("resultType") == INPUT_REQUIRED
     return False
 
 
@@ -466,7 +502,7 @@ def bridge_task(turn: Turn) -> None:
     child_task = taskbridge.child_task(reply.result)
     assert child_task is not None
     # The task's run goes on in the task store, with the lease; the client gets the handle.
-    call = Call(turn.child, turn.ex, turn.stack.pop_all())
+    call = Call(turn.child, turn.ex, turn.stack.pop_all(), runs_as_task=True)
     turn.final = turn.relay.tasks.bridge(call, turn.request, turn.client, child_task)
 
 

@@ -118,6 +118,7 @@ class Call:
     child: StdioChild
     ex: Exchange
     stack: Holdings
+    runs_as_task: bool = False  # a task's: its rounds wait --input-timeout for tasks/update, not --round-timeout
 
     @property
     def method(self) -> str:
@@ -137,8 +138,11 @@ class Suspension:
     charged: str = ""  # whose parked call it is (the client key the pool counts it against)
     request_id: JsonId | None = None  # the id of the client's request that was answered input_required
     settled: anyio.Event = field(default_factory=anyio.Event)  # taken, or ended early (``ended``)
+    closed: anyio.Event = field(default_factory=anyio.Event)  # its keeper is done: taken, or closed
     ended: str | None = None  # why it was ended before its retry came (``release_oldest``)
     task_request: Request | None = None  # a call to make a task at its retry: as it began (``asks.as_task``)
+    method: str = ""  # the parked request's, and the digest of its params (``supersede``)
+    digest: str = ""
 
 
 class ParkedQuota(Protocol):
@@ -216,6 +220,8 @@ class Suspensions:
             charged=charged or principal or "anonymous",
             request_id=request.id,
             task_request=task_request,
+            method=request.method,
+            digest=claims.digest,
         )
         if self.quota is not None:
             suspension.release = self.quota.hold(suspension.charged)
@@ -291,8 +297,12 @@ class Suspensions:
 
     async def _keeper(self, suspension: Suspension, timeout: float) -> None:
         """``_keep`` in its own failure domain: a fault ends this parked call only."""
-        with contained(log, f"{self.server}: the keeper of a parked {suspension.call.method}", "that call is dropped"):
-            await self._keep(suspension, timeout)
+        who = f"{self.server}: the keeper of a parked {suspension.call.method}"
+        try:
+            with contained(log, who, "that call is dropped"):
+                await self._keep(suspension, timeout)
+        finally:
+            suspension.closed.set()
 
     async def _keep(self, suspension: Suspension, timeout: float) -> None:
         stopping = True
@@ -338,6 +348,29 @@ class Suspensions:
         suspension.ended = "the client cancelled it (notifications/cancelled)"
         suspension.settled.set()
         return True
+
+    def supersede(self, charged: str, request: Request, children: Collection[StdioChild]) -> Suspension | None:
+        """End the oldest round of ``charged`` parked on one of ``children`` that ``request`` (a
+        new one, with no ``requestState``) sends again: the same method and params
+        (``requeststate.params_digest``). For a client at its cap of parked calls: it started
+        that call over, so the round it left is not waited out (its keeper ends it, as at its
+        timeout; a late retry gets "unknown or used"; ``closed`` says when it is done). Under
+        the cap identical rounds coexist (one client's parallel calls). None when none matches."""
+        mine = [
+            s
+            for s in self._held.values()
+            if s.charged == charged and s.method == request.method and s.call.child in children
+        ]
+        if not mine:
+            return None
+        digest = requeststate.params_digest(request.params)
+        same = [s for s in mine if s.digest == digest and not s.settled.is_set()]
+        if not same:
+            return None
+        oldest = min(same, key=lambda s: s.expires_at)
+        oldest.ended = "the client sent the same request again, without its requestState"
+        oldest.settled.set()
+        return oldest
 
     def release_oldest(self, charged: str, children: Collection[StdioChild], why: str) -> bool:
         """End the oldest call of ``charged`` parked on one of ``children`` (its keeper answers

@@ -107,7 +107,7 @@ class Turn(Call):
 
     def on(self, call: Call) -> Turn:
         """This turn on ``call`` (a parked call resumed, a task's, a child's retry)."""
-        self.child, self.ex, self.stack = call.child, call.ex, call.stack
+        self.child, self.ex, self.stack, self.runs_as_task = call.child, call.ex, call.stack, call.runs_as_task
         info = call.child.info
         assert info is not None
         self.info = info

@@ -26,6 +26,7 @@ from gateway.stdio.spec import (
     INPUT_TIMEOUT,
     PROBE_TIMEOUT,
     REQUEST_TIMEOUT,
+    ROUND_TIMEOUT,
     STDERR_LOG_BURST,
     STDERR_LOG_RATE,
 )
@@ -69,6 +70,18 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         metavar="SECONDS",
         help="how long a child's sampling, elicitation or roots request waits for the client's answer "
         "(or a modern client's MRTR retry) before the child gets an error (default: %(default)s)",
+    ),
+    Setting(
+        "--round-timeout",
+        key="roundTimeout",
+        target="spec.round_timeout",
+        kind=float,
+        default=ROUND_TIMEOUT,
+        metavar="SECONDS",
+        check=rule(lambda v: v > 0, "must be more than 0 seconds"),
+        help="hold a modern client's call for its MRTR retry this long at most (within --input-timeout; a "
+        "task's questions wait --input-timeout): then the call is cancelled at the child and a late retry "
+        "gets requestState expired, so the client sends the call again (default: %(default)s)",
     ),
     Setting(
         "--client-capability",

@@ -240,6 +240,10 @@ class Pool(PoolHooks):
     def children(self) -> list[StdioChild]:
         return self.dispatch.children()
 
+    def parked(self, principal: str) -> int:
+        """Calls of ``principal`` holding a question its client has not answered (the cap's count)."""
+        return self.dispatch.parked(principal)
+
     def is_ready(self) -> bool:
         return not self.failing and bool(self.children())
 

@@ -35,6 +35,12 @@ HANDSHAKE_TIMEOUT: Final = 60.0
 INPUT_TIMEOUT: Final = 300.0
 """Seconds a child's question to the client (sampling, elicitation, roots) may wait for the
 answer, or for a modern client's MRTR retry. Generous: a person may be answering."""
+ROUND_TIMEOUT: Final = 60.0
+"""Seconds a modern client's call is held for its MRTR retry (never longer than the input
+timeout). The client is gone between rounds, and nothing tells a round that will be retried
+from one that will not, while the held call keeps its child and counts against its client's
+parked cap; a client that answers later gets ``expired`` and sends the call again. A minute
+is what clients built on the TypeScript SDK give a whole call by default (60 s)."""
 BRIDGED_CAPABILITIES: Final[Mapping[str, Mapping[str, object]]] = {"sampling": {}, "elicitation": {}, "roots": {}}
 """What a legacy child is told by default: every client capability the gateway can bridge to
 a client (sampling, form elicitation, roots). A client that lacks one gets the child's question
@@ -79,6 +85,7 @@ class ChildSpec:
     roots: tuple[Mapping[str, object], ...] | None = None  # answers the child's roots/list when no client can
     answers_roots: bool = False  # every roots/list is answered with ``roots``, never a client's (set by the router)
     input_timeout: float = INPUT_TIMEOUT
+    round_timeout: float = ROUND_TIMEOUT  # a parked MRTR round (not a task's): at most input_timeout
     name: str = ""
     handshake: str = PROBE_FIRST  # or INITIALIZE_FIRST
     expose_errors: bool = False  # clients read its stderr, command and hints in errors (``gateway.errors``)

@@ -45,8 +45,10 @@ def listing(request_id: int) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/list", "params": {"_meta": MODERN_META}}
 
 
-def asking_call(request_id: int) -> dict[str, Any]:
-    call = modern_call(request_id, "ask", ASK)
+def asking_call(request_id: int, same: bool = False) -> dict[str, Any]:
+    """A modern call that asks; each its own request (its id in the arguments), or ``same``
+    as every other ``same`` call (what a client sends again when it starts a call over)."""
+    call = modern_call(request_id, "ask", ASK if same else {**ASK, "call": request_id})
     call["params"]["_meta"][META_CLIENT_CAPABILITIES] = {"elicitation": {}}
     return call
 
@@ -155,7 +157,7 @@ async def test_a_principal_at_its_cap_of_parked_questions_gets_429_and_everyone_
     error = refused.json()["error"]
     assert "mallory already holds 2 calls waiting for its answers" in error["message"]
     assert "--max-parked-per-principal" in error["message"]
-    assert [c.arguments for c in backend.calls("ask")].count(ASK) == 3  # the refused call never reached a child
+    assert [c.arguments["call"] for c in backend.calls("ask")] == [1, 2, 5]  # the refused call never reached a child
     assert listed.status_code == 200  # mallory's calls that never ask still run
     assert all("result" in r for r in replies)
     assert bob["result"]["resultType"] == "input_required"
@@ -197,7 +199,7 @@ async def test_a_parked_call_counts_as_its_principals_request_in_flight_until_it
             refused = await modern(gw, "mallory", listing(3))  # this one and two parked: past her two
             other = await modern(gw, "bob", listing(4))
             [key] = first["result"]["inputRequests"]
-            retry = asking_call(5)
+            retry = asking_call(1) | {"id": 5}  # the same call, under a new request id
             retry["params"]["inputResponses"] = {key: {"action": "decline"}}
             retry["params"]["requestState"] = first["result"]["requestState"]
             resumed = (await modern(gw, "mallory", retry)).json()  # a retry is never refused for them
@@ -283,3 +285,35 @@ async def test_a_round_the_client_cancels_ends_its_parked_call_and_frees_its_chi
     assert refused.status_code == 429
     assert bobs.status_code == accepted.status_code == 202
     assert again["result"]["resultType"] == "input_required"  # her cap has room again
+
+
+async def test_the_same_call_sent_again_at_the_cap_ends_the_round_it_left_instead_of_a_429() -> None:
+    # A person closed the dialog and clicked again: the client sends the call it left parked
+    # (same tool, same arguments, no requestState). At its cap, that oldest round ends (its
+    # call is cancelled at the child) and the new call takes its slot; a different call is
+    # still refused, another principal is untouched, and the old round's retry is refused.
+    settings = PoolSettings(max_parked_per_principal=2)
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend(Script(era="legacy")) as backend,
+            in_process_gateway(backend, pool=settings, **IDENTITY) as gw,
+        ):
+            first = (await modern(gw, "alice", asking_call(1, same=True))).json()
+            await park(gw, "alice", 2)  # another call of hers: at her cap of two now
+            await park(gw, "bob", 3)  # the same request id as nobody's, another principal
+            bobs = (await modern(gw, "bob", asking_call(4, same=True))).json()  # bob's own: under his cap
+            other = await modern(gw, "alice", asking_call(5))  # a new, different call: refused
+            again = (await modern(gw, "alice", asking_call(6, same=True))).json()
+            alices_first, alices_other, _, bobs_same, _ = backend.calls("ask")
+            await alices_first.cancelled.wait()  # the round she left ended at the child
+            retry = asking_call(7, same=True)
+            retry["params"] |= {"requestState": first["result"]["requestState"], "inputResponses": {}}
+            retried = await modern(gw, "alice", retry)
+            assert not alices_other.cancelled.is_set()
+            assert not bobs_same.cancelled.is_set()
+    assert first["result"]["resultType"] == "input_required"
+    assert bobs["result"]["resultType"] == "input_required"
+    assert other.status_code == 429
+    assert again["result"]["resultType"] == "input_required"
+    assert retried.status_code == 400
+    assert retried.json()["error"]["data"]["requestState"] in ("unknown", "replayed")

@@ -556,6 +556,23 @@ async def test_a_call_whose_retry_never_comes_is_cancelled_at_the_child_and_its_
     assert late.json()["error"]["data"]["requestState"] in ("expired", "unknown")
 
 
+async def test_a_round_is_held_for_its_retry_no_longer_than_the_round_timeout() -> None:
+    # --round-timeout (0.5 s here) bounds a client's parked round below --input-timeout (30 s):
+    # then the call is cancelled at the child, and its retry is refused.
+    call = modern_ask(1, [SAMPLING], {"sampling": {}})
+    with anyio.fail_after(WAIT), recording("gateway.mrtr") as parked:
+        spec = legacy_child(input_timeout=30, round_timeout=0.5)
+        async with running_gateway(spec) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            [ended] = messages(await post(http, url, call))
+            held = await parked.wait_for_text("parked for the client's input")
+            cancelled = await wait_for_a_cancellation(http, url, parked, "no retry came within", {"sampling": {}})
+            late = await post(http, url, retry_of(call, 2, ended["result"]["requestState"], {"k1": SAMPLED}))
+    assert 0 < float(held.getMessage().rsplit("up to ", 1)[1].removesuffix(" s")) <= 0.5
+    assert len(cancelled) == 1
+    assert late.status_code == 400
+    assert late.json()["error"]["data"]["requestState"] in ("expired", "unknown")
+
+
 # -- a modern child's input_required, for legacy clients ------------------------------------
 
 NAME_ELICITATION = {

@@ -60,11 +60,13 @@ class Client:
             )
         return self.session
 
-    async def ask(self, request_id: int) -> dict[str, Any]:
+    async def ask(self, request_id: int, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         """Call the elicitation tool: its question (modern: the ``input_required`` result,
-        never retried; legacy: the question on the call's stream, left open)."""
+        never retried; legacy: the question on the call's stream, left open). Modern calls
+        with other ``arguments`` are other requests: the same call sent again at the cap
+        would end the round it left instead of a 429."""
         if self.era == "modern":
-            call = modern_call(request_id, ELICIT_TOOL, {})
+            call = modern_call(request_id, ELICIT_TOOL, arguments or {})
             call["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] = {"elicitation": {}}
             headers = modern_headers("tools/call", ELICIT_TOOL, **{"x-user": self.user})
             reply = await self.http.post(self.url, headers=headers, json=call)
@@ -124,7 +126,7 @@ async def test_while_questions_wait_unanswered_eight_clients_echo_and_another_cl
                 assert is_question(await alice.ask(1), era)
                 for n in range(MAX_PARKED_PER_PRINCIPAL):
                     assert is_question(await mallory.ask(10 + n), era)
-                refused = await mallory.ask(99)  # past her cap
+                refused = await mallory.ask(99, {"another": "call"})  # past her cap
                 others = [Client(http, url, era, f"user{n}", stack) for n in range(OTHERS)]
                 echoed: dict[int, dict[str, Any]] = {}
 

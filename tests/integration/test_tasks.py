@@ -32,6 +32,7 @@ from tests.conftest import server_spec
 from tests.cutting_proxy import CuttingProxy
 from tests.gateway_server import MODERN_META, app_for, modern_headers, serving
 from tests.integration.test_client_requests import sse
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -290,6 +291,20 @@ async def test_a_tool_that_asks_at_once_answers_round_one_synchronously_and_its_
             assert answers == [{"result": {**ELICITED, "content": {"name": f"user-{n}"}}}]
         else:
             assert done["result"]["content"][0]["text"] == f"hello user-{n}"
+
+
+async def test_a_tasks_question_waits_the_input_timeout_not_the_round_timeout() -> None:
+    """A task's round is answered by ``tasks/update``, for as long as ``--input-timeout``;
+    ``--round-timeout`` bounds only rounds a client must retry."""
+    spec = server_spec("--era", "legacy", input_timeout=30, round_timeout=0.5)
+    with anyio.fail_after(WAIT), recording("gateway.mrtr") as parked:
+        async with gateway(spec, first_round=0) as gw:
+            task_id = created(await gw.call("ask_client", {"requests": [ELICITATION]}))["taskId"]
+            await gw.until(task_id, lambda status: status == rules.INPUT_REQUIRED)
+            held = await parked.wait_for_text("parked for the client's input")
+            await gw.task(rules.CANCEL, task_id)
+    # Counted from the question (less the moment spent gathering others): past the round timeout.
+    assert 0.5 < float(held.getMessage().rsplit("up to ", 1)[1].removesuffix(" s")) <= 30
 
 
 async def test_a_tool_that_reports_progress_first_is_a_task_at_once_and_asks_on_the_task() -> None:
