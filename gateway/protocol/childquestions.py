@@ -58,6 +58,12 @@ class QuestionDesk(Generic[OwnerT]):
         """Asks not closed yet, plus questions held back as ambiguous."""
         return len(self._asks) + len(self._held)
 
+    def is_open(self, method: str) -> bool:
+        """A question of ``method`` is asked and not closed yet, or held back as ambiguous."""
+        return any(ask.method == method for ask in self._asks.values()) or any(
+            held.request.method == method for held in self._held
+        )
+
     def request(self, request: Request, now: float, actions: list[ChildAction[OwnerT]]) -> None:
         """A request from the child: attributed as it is read (so requests read together find
         the same owner)."""

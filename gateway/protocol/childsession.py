@@ -138,6 +138,10 @@ class ChildSession(Generic[OwnerT]):
     def open_questions(self) -> int:
         return self._questions.open
 
+    def asks_open(self, method: str) -> bool:
+        """A question of ``method`` waits for an answer (with a client, or held as ambiguous)."""
+        return self._questions.is_open(method)
+
     @property
     def has_asked(self) -> bool:
         """A question came while a request that may ask was in flight."""

@@ -288,9 +288,12 @@ class Router:
             with anyio.move_on_after(left):
                 await self._roots_fetched.wait()
         if self.roots_kept is None:
-            if main is not None and any(m.is_live and m.holds_questions() for m in main.members):
-                # A question of a child is still open (held as ambiguous, or with a client): it
+            if main is not None and any(
+                m.is_live and m.child is not None and m.child.asks_open(inputs.ROOTS) for m in main.members
+            ):
+                # A roots/list of a child is still open (held as ambiguous, or with a client): it
                 # may be its start-up fetch, met by calls in flight. Undecided: keyed for now.
+                # Any other open question (a client's abandoned elicitation) says nothing of roots.
                 return True
             self.roots_kept = False
             log.info(

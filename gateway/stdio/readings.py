@@ -129,6 +129,10 @@ class ChildReadings:
         """Questions handed to a client and not answered, plus those held as ambiguous."""
         return self._session.open_questions
 
+    def asks_open(self, method: str) -> bool:
+        """A question of ``method`` is among ``open_questions``."""
+        return self._session.asks_open(method)
+
     @property
     def is_legacy(self) -> bool:
         """Spoken to in the legacy era: its questions are requests on stdio (a modern child's

@@ -206,6 +206,24 @@ async def test_a_header_mismatch_is_refused_before_the_roots_round() -> None:
     assert matching.json()["result"]["resultType"] == "input_required"  # then the round
 
 
+async def test_an_abandoned_question_that_is_not_roots_leaves_the_server_known_to_keep_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A client's elicitation round it never answers keeps a question open on the usual child.
+    # That says nothing of roots: the learning window still ends with "keeps none", and a
+    # roots-declaring client's call takes one round trip (not a round of the gateway's).
+    monkeypatch.setattr(router_module, "ROOTS_LEARN_WAIT", 0.0)
+    elicit = {"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {"type": "object"}}}
+    with anyio.fail_after(BOUND):
+        async with fake_backend(keeps_no_roots()) as backend, in_process_gateway(backend) as gw:
+            abandoned = await post(gw, modern_body("left", "ask", elicit, {"elicitation": {}}), "ask")
+            with_roots = await post(gw, modern_body("alice", "whoami", {}, WITH_ROOTS), "whoami")
+            router = served_of(gw.app).relay.router
+    assert abandoned["result"]["resultType"] == "input_required", abandoned
+    assert with_roots["result"]["resultType"] == "complete", with_roots
+    assert router.roots_kept is False
+
+
 async def test_a_start_up_fetch_attributed_to_a_call_in_flight_still_teaches_that_roots_are_kept() -> None:
     # A server fetches its roots at start, but a client without roots called at once: the fetch
     # arrives while that call is in flight and is attributed to it. Within ROOTS_LEARN_WAIT of

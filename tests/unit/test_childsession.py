@@ -376,6 +376,21 @@ def test_an_ambiguous_question_is_held_until_one_candidate_is_left() -> None:
     assert session.tick(10) == []  # settled: its deadline is skipped
 
 
+def test_which_questions_are_open_is_known_by_method_asked_or_held() -> None:
+    session = make()
+    session.send("tools/call", call(), "caller", now=0, asks=True)
+    [ask] = session.receive_line(question(), now=0)
+    assert isinstance(ask, Ask)
+    assert session.asks_open(SAMPLING)
+    assert not session.asks_open("roots/list")
+    session.send("tools/call", call("y"), "other", now=0, asks=True)
+    session.receive_line(question(91, "roots/list"), now=0)  # two candidates now: held
+    assert session.asks_open("roots/list")
+    session.ask_closed(ask.ask_id)
+    assert not session.asks_open(SAMPLING)
+    assert session.asks_open("roots/list")
+
+
 def test_a_question_answered_alike_whoever_asked_is_never_held() -> None:
     # A keeping server's roots/list is answered from the pool whichever call asked: holding it
     # as ambiguous could only stall both calls (each waiting for it) until the input timeout.

@@ -7,6 +7,7 @@ without an editable install.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
@@ -20,8 +21,11 @@ from typing import IO, Any
 
 import pytest
 
+from gateway.tools.demo.framework import StdioServer, ToolContext
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEST_SERVER = REPO_ROOT / "tests" / "servers" / "testserver.py"
+CONFORMANCE_FIXTURE = REPO_ROOT / "tests" / "servers" / "conformance_fixture.py"
 READ_TIMEOUT = 5.0  # per line; a healthy server answers in milliseconds
 MODERN = "2026-07-28"
 META = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
@@ -138,6 +142,10 @@ def _is_response_to(message: Message, request_id: Any) -> bool:
     return has_id and type(message["id"]) is type(request_id) and message["id"] == request_id
 
 
+def _line(message: Message) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
 def _text(response: Message) -> str:
     text: str = response["result"]["content"][0]["text"]
     return text
@@ -145,13 +153,13 @@ def _text(response: Message) -> str:
 
 @pytest.fixture
 def spawn() -> Iterator[Callable[..., Child]]:
-    """Start ``testserver.py`` with flags, or the demo server with ``demo=True``. All are stopped after."""
+    """Start ``testserver.py`` with flags, the demo server with ``demo=True``, or the conformance
+    fixture with flags and ``conformance=True``. All are stopped after."""
     children: list[Child] = []
 
-    def start(*flags: str, demo: bool = False) -> Child:
-        argv = (
-            [sys.executable, "-m", "gateway.tools.demo.server"] if demo else [sys.executable, str(TEST_SERVER), *flags]
-        )
+    def start(*flags: str, demo: bool = False, conformance: bool = False) -> Child:
+        server = CONFORMANCE_FIXTURE if conformance else TEST_SERVER
+        argv = [sys.executable, "-m", "gateway.tools.demo.server"] if demo else [sys.executable, str(server), *flags]
         children.append(child := Child(argv))
         return child
 
@@ -333,6 +341,57 @@ def test_a_tool_can_ask_the_client_and_wait_for_its_answer(spawn: Callable[..., 
     assert (asked["id"], asked["method"]) == ("s-1", "ping")
     child.send({"jsonrpc": "2.0", "id": "s-1", "result": {}})
     assert _text(child.response_to(1)) == "pong: {}"
+
+
+def test_a_call_handler_may_ask_the_client_while_the_reader_goes_on(spawn: Callable[..., Child]) -> None:
+    # prompts/get is answered on a thread of its own (add_call_handler): the prompt asks the
+    # client, and a ping sent meanwhile is answered before the prompt is.
+    child = spawn("--era", "legacy", conformance=True)
+    _initialize(child, "2025-11-25")
+    child.send(
+        {"jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": {"name": "test_input_required_result_prompt"}}
+    )
+    asked = child.read()
+    assert (asked["id"], asked["method"]) == ("s-1", "elicitation/create")
+    assert child.request(2, "ping") == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    child.send({"jsonrpc": "2.0", "id": "s-1", "result": {"action": "accept", "content": {"context": "tests"}}})
+    [message] = child.response_to(1)["result"]["messages"]
+    assert message["content"]["text"] == "Prompt with context: tests"
+    unknown = child.request(3, "prompts/get", {"name": "no_such_prompt"})
+    assert unknown["error"]["code"] == -32602  # an RpcError of the handler is the reply
+
+
+def test_a_call_handler_that_raises_answers_with_an_internal_error() -> None:
+    def broken(ctx: ToolContext, params: dict[str, Any]) -> dict[str, Any]:
+        raise KeyError("oops")
+
+    lines = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}},
+        {"jsonrpc": "2.0", "id": 1, "method": "resources/read", "params": {"uri": "x:"}},
+    ]
+    stdout = io.BytesIO()
+    server = StdioServer("t", "1", eras=("legacy",), stdin=io.BytesIO(b"".join(_line(m) for m in lines)), stdout=stdout)
+    server.add_call_handler("resources/read", broken)
+    server.serve()  # at EOF it waits for the handler's reply
+    replies = [json.loads(line) for line in stdout.getvalue().splitlines()]
+    assert replies[1] == {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "error": {"code": -32603, "message": "resources/read failed: KeyError"},
+    }
+
+
+def test_modern_results_of_cacheable_methods_carry_cache_hints(spawn: Callable[..., Child]) -> None:
+    modern = spawn("--era", "dual", conformance=True)
+    for method, params in [("resources/read", {"uri": "test://static-text"}), ("prompts/list", {})]:
+        result = modern.request(1, method, {**params, "_meta": META})["result"]
+        assert (result["ttlMs"], result["cacheScope"]) == (60_000, "public"), method
+    called = modern.call(2, "test_simple_text")["result"]
+    assert "ttlMs" not in called  # a tool's result is not cacheable
+    _initialize(modern, "2025-11-25")
+    legacy = modern.request(3, "resources/read", {"uri": "test://static-text"})["result"]
+    assert "ttlMs" not in legacy
+    assert "resultType" not in legacy
 
 
 def test_the_small_test_tools_do_what_they_say(spawn: Callable[..., Child]) -> None:

@@ -6,15 +6,19 @@
 * **Eras:** ``eras`` is ``{"modern"}``, ``{"legacy"}`` or both.
   Modern (2026-07-28) requests must carry ``params._meta`` protocolVersion and
   clientCapabilities (else -32602). Other versions get -32022 ``{supported, requested}``.
-  Results get ``resultType`` and ``_meta`` serverInfo. Discover and tools/list also get
-  ``ttlMs``/``cacheScope``. ``initialize`` gets -32601.
+  Results get ``resultType`` and ``_meta`` serverInfo; cacheable ones also get
+  ``ttlMs``/``cacheScope`` (below). ``initialize`` gets -32601.
   Legacy (2024-11-05 … 2025-11-25): ``initialize`` echoes a known version or offers
   2025-11-25. Requests before it (except ``ping``) get -32600, ``server/discover`` gets
   -32601, and results have no modern fields.
   A dual server serves a request modern-style if its ``_meta`` names a protocol version or it
   is ``server/discover``, and legacy-style otherwise. Both run in one process.
 * **Concurrency:** the reader validates and routes in arrival order. Each ``tools/call`` runs
-  on its own daemon thread, so a slow tool never blocks another.
+  on its own daemon thread, so a slow tool never blocks another; so does each request whose
+  method was registered with ``add_call_handler`` (``prompts/get``, ``resources/read``: a
+  handler that may ask the client, like a tool). Other requests are answered on the reader.
+* **Cache hints:** a modern result of a cacheable method (``CACHEABLE_METHODS``: discover, the
+  lists, ``resources/read``) gets ``ttlMs``/``cacheScope`` unless its handler set them.
 * **Cancellation:** ``notifications/cancelled`` for an in-flight id (exact JSON type: ``7`` is
   not ``"7"``) sets ``ctx.cancelled``. After that, nothing is written for the request: no
   progress and no reply (unless the tool called ``ignore_cancellation``). Every requestId
@@ -44,7 +48,9 @@ from gateway.tools.demo.context import ToolHandler as ToolHandler
 from gateway.tools.demo.listens import Listens
 from gateway.tools.demo.outgoing import Outgoing
 from gateway.tools.demo.rpc import (
+    CACHEABLE_METHODS,
     EOF_GRACE_SECONDS,
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -117,6 +123,8 @@ class StdioServer:
         self.notification_handlers: dict[str, Callable[[JsonObject], None]] = {}
         # Extra requests answered inline, by method (params → result, or RpcError).
         self.request_handlers: dict[str, Callable[[JsonObject], JsonObject]] = {}
+        # Extra requests answered on a thread of their own, by method (add_call_handler).
+        self._call_handlers: dict[str, Tool] = {}
         self._listens = Listens(self.send)  # modern subscriptions/listen
         self._outgoing = Outgoing(self.send, self._write)  # requests to the client
         self._legacy_version: str | None = None
@@ -126,6 +134,13 @@ class StdioServer:
 
     def add_tool(self, tool: Tool) -> None:
         self._tools[tool.name] = tool
+
+    def add_call_handler(self, method: str, handler: ToolHandler) -> None:
+        """Answer ``method`` as a ``tools/call`` is answered: on a thread of its own, with a
+        ``ToolContext`` (progress, questions to the client, cancellation), ``handler(ctx, params)``
+        returning the result. An ``RpcError`` it raises is the reply; any other exception is a
+        -32603 error (there is no ``isError`` result outside ``tools/call``)."""
+        self._call_handlers[method] = Tool(method, f"the {method} handler", {}, handler)
 
     @property
     def cancelled_ids(self) -> list[Any]:
@@ -285,6 +300,9 @@ class StdioServer:
             if method == "tools/call":
                 self._start_tool_call(request_id, era, params)
                 return
+            if method in self._call_handlers:
+                self._start_call(request_id, era, params, method, self._call_handlers[method], params)
+                return
             if method == "subscriptions/listen" and era == "modern":
                 self._listens.open(request_id, params, self.capabilities)
                 return
@@ -292,7 +310,7 @@ class StdioServer:
         except RpcError as exc:
             self._send_error(request_id, exc)
             return
-        self.send({"jsonrpc": "2.0", "id": request_id, "result": self._decorate(era, result)})
+        self.send({"jsonrpc": "2.0", "id": request_id, "result": self._decorate(era, result, method)})
 
     def _answer(self, era: Era, method: str, params: JsonObject) -> JsonObject:
         """The result of a request that is answered inline (everything but ``tools/call``)."""
@@ -308,12 +326,10 @@ class StdioServer:
         if method == "logging/setLevel" and era == "legacy":
             self.log_level = params.get("level")
             return {}
-        hints = answers.cache_hints(self.ttl_ms, self.cache_scope)
         if method == "server/discover":
-            return answers.discover_result(self.capabilities, self.instructions) | hints
+            return answers.discover_result(self.capabilities, self.instructions)
         if method == "tools/list":
-            tools = answers.tools_page(list(self._tools.values()), self.page_size, params.get("cursor"))
-            return tools | hints if era == "modern" else tools
+            return answers.tools_page(list(self._tools.values()), self.page_size, params.get("cursor"))
         handler = self.request_handlers.get(method)
         if handler is not None:
             return handler(params)
@@ -328,7 +344,9 @@ class StdioServer:
             self.client_capabilities = capabilities
         return result
 
-    def _decorate(self, era: Era, result: JsonObject) -> JsonObject:
+    def _decorate(self, era: Era, result: JsonObject, method: str) -> JsonObject:
+        if era == "modern" and method in CACHEABLE_METHODS:
+            result = answers.cache_hints(self.ttl_ms, self.cache_scope) | result  # the handler's own win
         return answers.decorate(era, result, self.server_info)
 
     def _send_error(self, request_id: RequestId | None, error: RpcError) -> None:
@@ -348,6 +366,12 @@ class StdioServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "tools/call: params.arguments must be an object")
+        self._start_call(request_id, era, params, "tools/call", tool, arguments)
+
+    def _start_call(
+        self, request_id: RequestId, era: Era, params: JsonObject, method: str, tool: Tool, arguments: JsonObject
+    ) -> None:
+        """Run ``tool`` (a tool, or the handler of ``method``: ``add_call_handler``) on a thread of its own."""
         meta = params.get("_meta")
         ctx = ToolContext(self, request_id, era, meta.get("progressToken") if isinstance(meta, dict) else None)
         ctx.meta = dict(meta) if isinstance(meta, dict) else {}
@@ -356,12 +380,12 @@ class StdioServer:
             if id_key(request_id) in self._in_flight:
                 raise RpcError(INVALID_REQUEST, f"request id {request_id!r} is already in flight")
             self._in_flight[id_key(request_id)] = ctx
-        thread = threading.Thread(
-            target=self._run_tool, args=(tool, ctx, arguments), name=f"tool:{name}:{request_id}", daemon=True
-        )
+        name = f"call:{tool.name}:{request_id}"
+        thread = threading.Thread(target=self._run_tool, args=(tool, ctx, arguments, method), name=name, daemon=True)
         thread.start()
 
-    def _run_tool(self, tool: Tool, ctx: ToolContext, arguments: JsonObject) -> None:
+    def _run_tool(self, tool: Tool, ctx: ToolContext, arguments: JsonObject, method: str) -> None:
+        is_tool = method == "tools/call"
         try:
             reply: JsonObject = {"jsonrpc": "2.0", "id": ctx.request_id}
             try:
@@ -371,12 +395,16 @@ class StdioServer:
             except RpcError as exc:
                 reply["error"] = exc.to_json()
             except ToolInputError as exc:
+                if not is_tool:
+                    reply["error"] = RpcError(INVALID_PARAMS, f"{tool.name}: {exc}").to_json()
                 result = text_result(f"{tool.name}: {exc}", is_error=True)
             except Exception as exc:
-                self.log(f"tool {tool.name} raised {exc!r}")
+                self.log(f"{tool.name} raised {exc!r}")
+                if not is_tool:
+                    reply["error"] = RpcError(INTERNAL_ERROR, f"{tool.name} failed: {type(exc).__name__}").to_json()
                 result = text_result(f"{tool.name} failed: {type(exc).__name__}: {exc}", is_error=True)
             if "error" not in reply:
-                reply["result"] = self._decorate(ctx.era, result)
+                reply["result"] = self._decorate(ctx.era, result, method)
             ctx._finish(reply)
             for action in ctx._after_reply:
                 threading.Thread(target=action, name=f"after:{tool.name}", daemon=True).start()

@@ -32,6 +32,10 @@ UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
 EOF_GRACE_SECONDS: Final = 1.0
 # How long send_request waits for the client by default. Shorter than any sane test timeout.
 SEND_REQUEST_TIMEOUT: Final = 30.0
+# Methods whose modern results carry the cache hints ttlMs and cacheScope (2026-07-28 caching).
+CACHEABLE_METHODS: Final = frozenset(
+    {"server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"}
+)
 # Methods that exist only in the modern era. Without modern _meta they are not legacy requests.
 MODERN_ONLY_METHODS: Final = frozenset({"server/discover", "subscriptions/listen"})
 SUBSCRIPTION_ID_KEY: Final = "io.modelcontextprotocol/subscriptionId"
