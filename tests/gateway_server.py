@@ -21,6 +21,7 @@ from starlette.applications import Starlette
 from gateway.http.app import create_app
 from gateway.http.connection import GuardedHttpTools
 from gateway.http.edge_settings import EdgeSettings
+from gateway.protocol.tasks import DEFAULT_FIRST_ROUND
 from gateway.relay.router import Router
 from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, RootsKeying, ServerConfig
 from gateway.stdio.pool import PoolSettings
@@ -197,6 +198,7 @@ async def running_gateway(
     capability_keying: CapabilityKeying = CapabilityKeying.SHARED,
     roots_keying: RootsKeying = RootsKeying.AUTO,
     sock: socket.socket | None = None,
+    task_first_round: float = DEFAULT_FIRST_ROUND,
     **app_options: Any,
 ) -> AsyncIterator[str]:
     """Serve ``spec`` behind the gateway (on ``sock``, a listening socket, when given); yield
@@ -213,6 +215,7 @@ async def running_gateway(
         dual_era=dual_era,
         capability_keying=capability_keying,
         roots_keying=roots_keying,
+        task_first_round=task_first_round,
     )
     app = app_for(Router(server), **app_options)
     async with serving(app, sock, http=http) as base:

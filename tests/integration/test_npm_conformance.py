@@ -159,3 +159,35 @@ async def test_the_conformance_suite_fails_only_the_named_checks(era: str, revis
     assert not passing, f"checks in {EXPECTED_FILE.name} that now pass (remove them): {passing}"
     # The suite's own verdict on the scored scenarios, against the same baseline.
     assert run.returncode == 0, tail
+
+
+@pytest.mark.timeout(RUN_DEADLINE + 30)
+@pytest.mark.parametrize("era", ERAS)
+async def test_with_no_first_round_a_question_asked_first_is_the_tasks_own(era: str, tmp_path: Path) -> None:
+    """The other side of the first round (see the expected failures' reason): with
+    ``--task-first-round 0`` a call becomes a task at once, and the question its tool asks
+    first reaches the client inside the task (``tasks/get`` ``input_required``, answered by
+    ``tasks/update``): every check of ``tasks-mrtr-input`` passes."""
+    results = tmp_path / "results"
+    with anyio.fail_after(RUN_DEADLINE):
+        async with running_gateway(fixture_spec(era), pool=POOL, task_first_round=0) as url:
+            run = await anyio.run_process(
+                [
+                    str(NODE22),
+                    str(SUITE),
+                    "server",
+                    "--url",
+                    url,
+                    "--scenario",
+                    "tasks-mrtr-input",
+                    "--spec-version",
+                    "2026-07-28",
+                    "--force",
+                    "--output-dir",
+                    str(results),
+                ],
+                check=False,
+            )
+    tail = (run.stdout.decode(errors="replace") + run.stderr.decode(errors="replace"))[-6000:]
+    assert scenarios_with_results(results) == ["tasks-mrtr-input"], tail
+    assert not failing_checks(results), tail
