@@ -188,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         settings = parse_settings(argv)  # --help, --version and a bad flag exit here
-        settings.state_secret()  # an unreadable or short key file fails here, not at the first MRTR round
+        settings.state_keys()  # a key file unreadable or no keyring fails here, not at the first MRTR round
         from gateway import server  # imported once parsed: --help loads no Starlette, uvicorn or httpx
 
         app = server.build_app(settings)  # tokens and proxy addresses are checked here, before binding

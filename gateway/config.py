@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Final
 
 from gateway.errors import ConfigError
@@ -25,8 +24,9 @@ from gateway.http.edge_settings import (
     EdgeSettings,
 )
 from gateway.protocol.eventlog import RESUME_WINDOW
-from gateway.protocol.requeststate import MIN_SECRET_BYTES
+from gateway.protocol.keyring import KeyringError
 from gateway.relay.server_config import ServerConfig
+from gateway.relay.statekeys import StateKeys
 from gateway.settings import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -175,17 +175,17 @@ class Settings:
             )
         return f"http://{address}:{self.port}"
 
-    def state_secret(self) -> bytes | None:
-        """The MRTR ``requestState`` key from ``state_secret_file``; None: use a random one."""
+    def state_keys(self) -> StateKeys | None:
+        """The keyring of ``state_secret_file`` (re-read when it changes, once the app runs);
+        None: use a random key. ``ConfigError`` when the file cannot be read or is no keyring."""
         if self.state_secret_file is None:
             return None
         try:
-            secret = Path(self.state_secret_file).read_bytes().strip()
+            return StateKeys.load(self.state_secret_file)
         except OSError as exc:
-            raise ConfigError(SECRET_FLAG, f"cannot read {self.state_secret_file}: {exc.strerror}") from exc
-        if len(secret) < MIN_SECRET_BYTES:
-            raise ConfigError(SECRET_FLAG, f"holds {len(secret)} bytes; use at least {MIN_SECRET_BYTES}")
-        return secret
+            raise ConfigError(SECRET_FLAG, f"cannot read {self.state_secret_file}: {exc.strerror or exc}") from exc
+        except KeyringError as exc:
+            raise ConfigError(SECRET_FLAG, f"{self.state_secret_file}: {exc.message}") from exc
 
     def edge(self) -> EdgeSettings:
         """What ``create_app`` is configured with: the fields of the same names (the metadata's

@@ -51,6 +51,7 @@ from gateway.ops import logs
 from gateway.ops.tracing import open_tracer
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
+from gateway.relay.statekeys import StateKeys
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.confinement import describe, make_undumpable
@@ -136,10 +137,10 @@ def build_app(
         tls = TlsFiles(settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file)
         peers = PeerSubjects() if settings.tls_client_ca_file else None
     advertise_url = settings.own_advertise_url()
+    state_keys = owner_routing.keys if owner_routing is not None else settings.state_keys()
     if owner_routing is None and advertise_url is not None:
-        secret = settings.state_secret()
-        assert secret is not None  # Settings requires --state-secret-file with --advertise-url
-        owner_routing = OwnerRouting(advertise_url, secret, max_body_bytes=settings.max_body_bytes)
+        assert state_keys is not None  # Settings requires --state-secret-file with --advertise-url
+        owner_routing = OwnerRouting(advertise_url, state_keys, max_body_bytes=settings.max_body_bytes)
     children = ChildBudget(settings.max_children)  # one cap over every server's pools
     # None when off (nothing of OpenTelemetry imported); ConfigError when asked for without the extra.
     tracer = open_tracer(settings.tracing, os.environ, __version__)
@@ -158,7 +159,7 @@ def build_app(
         settings.edge(),
         tokens=TokenStore(settings.auth_tokens, settings.auth_token_file),
         drain=drain,
-        state_secret=settings.state_secret(),
+        state_keys=state_keys,
         tls_peers=peers,
         owner_routing=owner_routing,
         operator_tokens=TokenStore(settings.operator_tokens, settings.operator_token_file, flag="--operator-token"),
@@ -472,21 +473,24 @@ def serve(
 def worker_main(
     settings: Settings,
     sock: socket.socket,
-    secret: bytes,
+    secret: bytes | None,
     index: int,
     count: int,
     ops_sockets: Sequence[socket.socket] = (),
 ) -> None:
     """One ``--workers`` worker: the shared socket (and the ops listener's, shared too), its own
     loopback port (its advertise URL), its own pools. Started by ``workers.supervise`` in a
-    fresh interpreter."""
+    fresh interpreter. ``secret``: the supervisor's random key the workers share, or None:
+    each worker reads (and re-reads) ``--state-secret-file`` itself."""
     from gateway import workers
 
     listener = workers.enter_worker(settings, index + 1)
     make_undumpable()  # a fresh interpreter: dumpable again (its supervisor logged what holds)
     own = listen_socket("127.0.0.1", 0)
     url = f"http://127.0.0.1:{own.getsockname()[1]}"
-    routing = OwnerRouting(url, secret, max_body_bytes=settings.max_body_bytes, label=f"worker {index + 1} of {count}")
+    keys = StateKeys.fixed(secret) if secret is not None else settings.state_keys()
+    assert keys is not None  # a secret, or the file (the supervisor read it before starting any worker)
+    routing = OwnerRouting(url, keys, max_body_bytes=settings.max_body_bytes, label=f"worker {index + 1} of {count}")
     workers.log.info("worker %d of %d: serving, other workers reach it at %s", index + 1, count, url)
     try:
         code = serve(settings, build_app(settings, owner_routing=routing), [sock, own], ops_sockets)

@@ -7,7 +7,8 @@ and each runs its own pools and children. A worker also listens on its own loopb
 its advertise address: a legacy session or parked MRTR call is owned by the worker that
 made it, and a request for it that another worker accepted is forwarded there
 (``gateway.http.forward``), as between replicas. The workers share the
-``--state-secret-file`` key, or a random one the supervisor makes for this run. A worker's
+``--state-secret-file`` keyring (each reads it, and re-reads it when it changes), or a random
+key the supervisor makes for this run. A worker's
 body is ``gateway.server.worker_main``, which the server passes to ``supervise``: this module
 does not import the server (no import cycle), and ``enter_worker`` is what every worker does first.
 
@@ -59,8 +60,9 @@ SECRET_BYTES: Final = 32
 PDEATHSIG: Final = 1  # prctl PR_SET_PDEATHSIG
 
 
-WorkerMain = Callable[[Settings, socket.socket, bytes, int, int, Sequence[socket.socket]], None]
-"""A worker's body: settings, the shared socket, the shared secret, its index, the count, the
+WorkerMain = Callable[[Settings, socket.socket, bytes | None, int, int, Sequence[socket.socket]], None]
+"""A worker's body: settings, the shared socket, the shared random key (None: the workers read
+``--state-secret-file``), its index, the count, the
 ops listener's shared sockets. A module-level function, so that ``multiprocessing`` spawn can name it."""
 
 
@@ -69,7 +71,8 @@ def supervise(
 ) -> int:
     """Run ``settings.workers`` workers (``target``) on ``sock`` (and the ops listener's
     ``ops_sockets``, shared the same way) until a signal has stopped them all."""
-    secret = settings.state_secret() or secrets.token_bytes(SECRET_BYTES)
+    # The file is read here too, so a bad one stops the supervisor before any worker starts.
+    secret = None if settings.state_keys() is not None else secrets.token_bytes(SECRET_BYTES)
     context = multiprocessing.get_context("spawn")
     count = settings.workers
     workers: dict[int, BaseProcess] = {}

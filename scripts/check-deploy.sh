@@ -15,8 +15,9 @@
 #                          kubernetes-validate (PyPI) for the oldest and newest supported
 #                          Kubernetes, plus deploy/checks/validate_manifests.py's consistency checks;
 #                          then deploy/checks/chart-cases/: renders that must fail with a given
-#                          reason (TLS with scaleOut; a GitOps render with no state secret), and
-#                          a GitOps render made twice that must give the same Secret
+#                          reason (TLS with scaleOut; a GitOps render with no state secret),
+#                          a GitOps render made twice that must give the same Secret, and a
+#                          rotation's two state keys rendered as given, rolling no pod
 #   4. Versions            pyproject's version = Chart.yaml's version and appVersion
 #
 # Tools install into .deploy-tools/ (git-ignored) from PyPI, npm and Debian only, pinned, and
@@ -203,6 +204,18 @@ print(secret["data"]["state-secret"])' "$1"
     || fail "two helm template runs of $CASES/gitops.yaml gave different state secrets"
 cmp -s "$SCRATCH/gitops-1.yaml" "$SCRATCH/gitops-2.yaml" || fail "two helm template runs of $CASES/gitops.yaml differ"
 say "ok   $CASES/gitops.yaml: two helm template runs, one state secret (and identical output)"
+# A rotation's keyring: several keys, one per line, in the Secret as given; nothing rolls the pods.
+"$HELM" template demo "$CHART" --namespace mcp -f "$CASES/rotation.yaml" >"$SCRATCH/rotation.yaml"
+"$VENV/bin/python" -c 'import base64, sys, yaml
+values = yaml.safe_load(open(sys.argv[1]))
+docs = [d for d in yaml.safe_load_all(open(sys.argv[2])) if d]
+(secret,) = [d for d in docs if d["kind"] == "Secret" and "state-secret" in d.get("data", {})]
+assert base64.b64decode(secret["data"]["state-secret"]).decode() == values["stateSecret"], "the keys are not as given"
+(deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+annotations = deployment["spec"]["template"]["metadata"].get("annotations") or {}
+assert not any("state-secret" in name for name in annotations), f"a pod annotation follows the keys: {annotations}"
+' "$CASES/rotation.yaml" "$SCRATCH/rotation.yaml" || fail "$CASES/rotation.yaml: the state keys do not render as given"
+say "ok   $CASES/rotation.yaml: two keys, one per line, as given; no pod annotation rolls the pods when they change"
 
 # --- 4. versions -----------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ that requests really went round and that none was answered 404.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +21,7 @@ from gateway.http.edge_settings import MAX_BODY_BYTES
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
 from gateway.relay.server_config import ServerConfig
+from gateway.relay.statekeys import StateKeys
 from gateway.stdio.spec import ChildSpec
 from tests.gateway_server import app_for, loopback_socket, serving
 
@@ -114,14 +115,20 @@ class Cluster:
 
 
 @asynccontextmanager
-async def cluster(spec: ChildSpec, size: int = 3, **app_options: Any) -> AsyncIterator[Cluster]:
-    """``size`` instances on port-0 loopback sockets, and a round-robin balancer in front."""
+async def cluster(
+    spec: ChildSpec, size: int = 3, *, keys: Sequence[StateKeys] | None = None, **app_options: Any
+) -> AsyncIterator[Cluster]:
+    """``size`` instances on port-0 loopback sockets, and a round-robin balancer in front.
+    ``keys``: each instance's keyring (default: ``SECRET`` for all)."""
+    keys = list(keys) if keys is not None else [StateKeys.fixed(SECRET) for _ in range(size)]
+    assert len(keys) == size
     sockets = [loopback_socket() for _ in range(size)]
     bases = [f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]
     # All instances share this test's event loop, which a busy machine may stall for seconds:
     # a connect that long is not an owner gone (those refuse at once, on loopback).
     routings = [
-        OwnerRouting(base, SECRET, max_body_bytes=MAX_BODY_BYTES, connect_timeout=LOOP_STALL_MARGIN) for base in bases
+        OwnerRouting(base, ring, max_body_bytes=MAX_BODY_BYTES, connect_timeout=LOOP_STALL_MARGIN)
+        for base, ring in zip(bases, keys, strict=True)
     ]
     apps = [app_for(Router(ServerConfig("test", spec)), owner_routing=routing, **app_options) for routing in routings]
     async with AsyncExitStack() as stack:

@@ -24,7 +24,6 @@ them (``gateway.http.routes``). It builds the HTTP side only:
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
@@ -53,12 +52,13 @@ from gateway.http.routes import build_routes, http_error_handler, mcp_paths, ops
 from gateway.http.routes import served_endpoints as served_endpoints
 from gateway.oauth.gate import OAuthGate
 from gateway.oauth.policy import OAuthPolicy
-from gateway.ops.metrics import GatewayMetrics, label_value
+from gateway.ops.metrics import GatewayMetrics, StateKeyMetrics, label_value
 from gateway.ops.recent import RecentErrors
 from gateway.ops.tracing import Tracer
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
 from gateway.relay.service import Served, open_service
+from gateway.relay.statekeys import StateKeys
 
 DEFAULT_EDGE: Final = EdgeSettings()
 
@@ -74,7 +74,7 @@ def create_app(
     *,
     tokens: TokenStore | None = None,
     drain: Drain | None = None,
-    state_secret: bytes | None = None,
+    state_keys: StateKeys | None = None,
     tls_peers: PeerSubjects | None = None,
     oauth: OAuthGate | None = None,
     owner_routing: OwnerRouting | None = None,
@@ -86,7 +86,8 @@ def create_app(
 
     ``settings``: the edge's limits, origins, identity and metadata settings. The keywords are
     the parts made elsewhere: ``tokens`` (the bearer tokens); ``drain`` (SIGTERM's drain);
-    ``state_secret`` signs MRTR ``requestState`` tokens (shared by replicas); None: a random one.
+    ``state_keys``: the keyring (``--state-secret-file``, shared by replicas, re-read while the
+    app runs) that signs MRTR ``requestState`` tokens and ``/ui`` cookies; None: a random key.
     ``tls_peers``: client-certificate subjects (mutual TLS) that become principals. ``oauth``:
     the token gate; by default built from each server's ``oauth`` policy (raises ``ConfigError``
     when an audience cannot be known).
@@ -100,7 +101,8 @@ def create_app(
     routers = [routers] if isinstance(routers, Router) else list(routers)
     routing = owner_routing
     if routing is not None:
-        state_secret = routing.state_secret
+        state_keys = routing.keys
+    keys = state_keys if state_keys is not None else StateKeys.random()
     drain = drain or Drain()
     quotas = PrincipalQuotas(
         max_requests=settings.max_requests_per_principal, max_streams=settings.max_streams_per_principal
@@ -115,6 +117,8 @@ def create_app(
             ["advertise_url", "boot", "worker"],
             registry=metrics.registry,
         ).labels(routing.me.url, routing.me.boot, label_value(routing.label or "")).set(1)
+    if metrics is not None:
+        metrics.registry.register(StateKeyMetrics(keys))
     protected: dict[str, OAuthPolicy | None] = {f"/servers/{r.server.name}/mcp": r.server.oauth for r in routers}
     if len(routers) == 1:
         protected["/mcp"] = routers[0].server.oauth
@@ -128,7 +132,7 @@ def create_app(
         raise ConfigError("--operator-scope", "needs --oauth-issuer (the scope is one of its access tokens')")
     operator = OperatorAccess(
         operator_tokens or TokenStore(flag="--operator-token"),
-        key=state_secret or secrets.token_bytes(32),  # shared by replicas and workers: their cookies agree
+        keys=keys,  # shared by replicas and workers: their cookies agree
         clients_authenticate=clients_authenticate,
         oauth=gate,
         scope=operator_scope,
@@ -168,6 +172,7 @@ def create_app(
         stack.enter_context(recent_errors.attached())
         if tracer is not None:  # entered first, so shut down (flushed) last: after every request's end
             stack.enter_context(tracer.running())
+        await stack.enter_async_context(keys.watching())  # re-read when the file changes
         if routing is not None:
             await stack.enter_async_context(routing)  # closes the forwarding client last
         await stack.enter_async_context(gate)  # runs the issuers' key fetches
@@ -175,7 +180,7 @@ def create_app(
             open_service(
                 routers,
                 gateway_version=__version__,
-                state_secret=state_secret,
+                state_keys=keys,
                 routing=routing,
                 quota=quotas,  # a parked call counts as its principal's request in flight
                 resume_window=settings.stream_resume_seconds,
@@ -185,6 +190,7 @@ def create_app(
         )
         stack.enter_context(serving.open(service, endpoint_app))
         app.state.service = service  # for tests and tools that look inside
+        app.state.state_keys = keys
         app.state.task_stores = {served.name: served.relay.tasks for served in service.served}
 
     routes = build_routes(
@@ -192,6 +198,7 @@ def create_app(
         serving,
         drain=drain,
         routing=routing,
+        state_keys=keys,
         recent_errors=recent_errors,
         resources=resources,
         metrics=metrics,

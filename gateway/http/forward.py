@@ -25,7 +25,8 @@ replicas can read it (``gateway.protocol.owner``), and:
   does: within the endpoint's body timeout (408 after), up to ``--max-body-bytes`` (413).
 - ``AcceptForwards`` (``gateway.http.forward_accept``; outermost but for the header limits)
   lets a forward in only when its ``x-mcp-gateway-forward`` signature verifies
-  (``gateway.protocol.owner``: HMAC from the shared secret over method, path, principal,
+  (``gateway.protocol.owner``: HMAC under the current key of the shared keyring, checked
+  with every key of it, over method, path, principal,
   target owner, a nonce, the body's digest,
   every forwarded header and a timestamp within ``FORWARD_MAX_SKEW``). All of that is
   checked **before a byte of the body is read**, so a request that merely carries the
@@ -134,7 +135,7 @@ class RouteToOwner:
             await self.app(scope, receive, send)  # not minted with owner routing: the endpoint's 404
             return
         try:
-            owner = owners.session_owner(session_id, self.routing.session_keys)
+            owner = self.routing.session_owner(session_id)
         except OwnerError as exc:
             log.warning("refused a session id: %s", exc.message)
             await _session_gone(f"unknown session ({exc.message}): initialize a new one")(scope, receive, send)
@@ -184,7 +185,7 @@ class RouteToOwner:
         if header(scope, MCP_METHOD_HEADER) not in tasks.METHODS:
             return None
         task_id = header(scope, MCP_NAME_HEADER)
-        return tasks.check_owner(task_id, self.routing.task_keys) if task_id else None
+        return tasks.check_owner(task_id, self.routing.task_keys()) if task_id else None
 
     def _parked_owner(self, body: bytes) -> tuple[Owner | None, Any]:
         """The owner a modern retry's verified ``requestState`` names (None: not ours, or no
@@ -198,8 +199,7 @@ class RouteToOwner:
         if not isinstance(token, str) or not requeststate.is_gateway_state(token):
             return None, None
         try:
-            claims = requeststate.decode_state(token, self.routing.state_secret, now=time.time())
-            return (self.routing.unseal_state_owner(claims.owner) if claims.owner else None), message.get("id")
+            return self.routing.state_owner(token, now=time.time()), message.get("id")
         except (requeststate.StateError, OwnerError):
             return None, None
 
@@ -207,7 +207,7 @@ class RouteToOwner:
         """Whether ``owner``'s address answers ``/healthz`` on a new connection (signed as a
         forward, so no edge check of the owner's stands in the way)."""
         signature = owners.sign_forward(
-            self.routing.forward_key,
+            self.routing.forward_key(),
             now=int(time.time()),
             nonce=secrets.token_bytes(owners.NONCE_BYTES),
             method="GET",
@@ -243,7 +243,7 @@ class RouteToOwner:
         ]
         forwarded.append((owners.CLIENT_HEADER, client_key(scope)))  # signed with the rest
         signature = owners.sign_forward(
-            self.routing.forward_key,
+            self.routing.forward_key(),
             now=int(time.time()),
             nonce=secrets.token_bytes(owners.NONCE_BYTES),
             method=scope["method"],

@@ -144,7 +144,7 @@ class AcceptForwards:
         now = time.time()
         forward = owners.check_forward(
             value,
-            self.routing.forward_key,
+            self.routing.forward_keys(),
             now=now,
             method=scope["method"],
             path=target(scope),

@@ -19,8 +19,9 @@ credential (``OperatorAccess.refusal``, run by ``gateway.http.edge``):
   and the cookie ``mcp_gateway_operator``: ``HttpOnly`` (no script reads it),
   ``SameSite=Strict`` (no other site's page sends it), ``Secure`` over HTTPS, set twice,
   with ``Path=/ui`` and ``Path=/status``, for ``COOKIE_SECONDS``. Its value is no token: an
-  expiry and an HMAC (a key derived from ``--state-secret-file``, so replicas and workers
-  accept each other's, or a random key per process) over that expiry and the token's
+  expiry and an HMAC (a key derived from the current key of ``--state-secret-file``, so
+  replicas and workers accept each other's, and checked with every key of that keyring, so a
+  rotation keeps logins; or a random key per process) over that expiry and the token's
   digest, so removing the token from the file ends its cookies. The form is CSRF-safe: the
   edge refuses a POST whose ``Origin`` is not this very host (403), the cookie never leaves
   the site, and the pages it opens only read.
@@ -56,6 +57,8 @@ from gateway.http.wire import error_response
 from gateway.oauth.gate import OAuthGate, Unavailable
 from gateway.oauth.validation import Accepted, Refused, challenge
 from gateway.protocol.jsonrpc import error_object
+from gateway.protocol.keyring import matching
+from gateway.relay.statekeys import StateKeys
 
 COOKIE_NAME: Final = "mcp_gateway_operator"
 COOKIE_SECONDS: Final = 12 * 3600
@@ -65,6 +68,8 @@ MAX_LOGIN_BODY_BYTES: Final = 4096
 """Largest login form read (one token field)."""
 MAX_COOKIE_CHARS: Final = 128
 """Longest operator cookie value read (ours are about 60 characters)."""
+COOKIE_KEYS: Final = "operator cookie"
+"""The purpose cookie keys are derived for from each key of the state keyring."""
 OPERATOR_REALM: Final = f"{REALM} operator"
 LOGIN_SECURITY_POLICY: Final = (
     "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
@@ -109,17 +114,18 @@ class OperatorAccess:
         self,
         tokens: TokenStore,
         *,
-        key: bytes,
+        keys: StateKeys,
         clients_authenticate: bool,
         oauth: OAuthGate | None = None,
         scope: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``oauth`` and ``scope``: access tokens granting ``scope`` are operators' too."""
+        """``keys``: the state keyring cookies are signed (its current key) and checked (every
+        key) with; ``oauth`` and ``scope``: access tokens granting ``scope`` are operators' too."""
         self.tokens = tokens
         self.oauth = oauth if scope is not None else None
         self.scope = scope
-        self.key = hmac.new(key, b"mcp-stdio-gateway operator cookie", hashlib.sha256).digest()
+        self.keys = keys
         self.clients_authenticate = clients_authenticate
         self.clock = clock
 
@@ -188,20 +194,20 @@ class OperatorAccess:
 
     def mint_cookie(self, secret: bytes, now: float) -> str:
         expiry = int(now) + COOKIE_SECONDS
-        return f"{expiry}.{self._mac(expiry, secret)}"
-
-    def _mac(self, expiry: int, secret: bytes) -> str:
-        digest = hashlib.sha256(secret).hexdigest()
-        return hmac.new(self.key, f"{expiry}.{digest}".encode(), hashlib.sha256).hexdigest()
+        key = self.keys.ring.derived(COOKIE_KEYS)[0]
+        return f"{expiry}.{_mac(key, expiry, secret)}"
 
     def _cookie_ok(self, value: str) -> bool:
         stamp, _, mac = value.partition(".")
         if not stamp.isdigit() or len(stamp) > 12 or int(stamp) <= self.clock():
             return False
-        match = False
-        for token in self.tokens.current(time.monotonic()):  # every token, no early exit
-            match |= hmac.compare_digest(mac.encode(), self._mac(int(stamp), token.secret).encode())
-        return match
+        keys = self.keys.ring.derived(COOKIE_KEYS)
+        expected = [
+            _mac(key, int(stamp), token.secret).encode()
+            for token in self.tokens.current(time.monotonic())
+            for key in keys
+        ]
+        return matching(mac.encode(), expected) is not None  # every token and key, no early exit
 
     async def login(self, request: Request) -> Response:
         """``POST /ui/login``: the form's token for the cookie (303 to ``/ui``), or the form again (401)."""
@@ -241,3 +247,9 @@ class OperatorAccess:
             if hmac.compare_digest(presented, token.secret) and found is None:
                 found = token.secret
         return found
+
+
+def _mac(key: bytes, expiry: int, secret: bytes) -> str:
+    """A cookie's HMAC: over its expiry and the digest of the token that logged in."""
+    digest = hashlib.sha256(secret).hexdigest()
+    return hmac.new(key, f"{expiry}.{digest}".encode(), hashlib.sha256).hexdigest()

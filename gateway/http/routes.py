@@ -40,6 +40,7 @@ from gateway.protocol.jsonrpc import error_object
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.readiness import Readiness, replica_readiness, required_names
 from gateway.relay.router import Router
+from gateway.relay.statekeys import StateKeys
 
 MAX_LISTED_ENDPOINTS: Final = 20
 """Server names a 404 lists at most: a hint, not an inventory of a big config file."""
@@ -92,7 +93,11 @@ def readiness(routers: Sequence[Router]) -> Readiness:
 
 
 def status_document(
-    routers: Sequence[Router], serving: Serving, routing: OwnerRouting | None, recent_errors: RecentErrors
+    routers: Sequence[Router],
+    serving: Serving,
+    routing: OwnerRouting | None,
+    recent_errors: RecentErrors,
+    state_keys: StateKeys | None = None,
 ) -> dict[str, Any]:
     """What ``/status`` answers and ``/ui`` shows."""
     servers = []
@@ -115,6 +120,7 @@ def status_document(
     return {
         "version": __version__,
         **({"instance": routing.describe()} if routing is not None else {}),
+        **({"state_keys": state_keys.describe()} if state_keys is not None else {}),
         "sessions": sum(len(served.sessions) for served in service.served),
         **children,
         "servers": servers,
@@ -128,6 +134,7 @@ def build_routes(
     *,
     drain: Drain,
     routing: OwnerRouting | None,
+    state_keys: StateKeys | None = None,
     recent_errors: RecentErrors,
     resources: ResourceMetadata,
     metrics: GatewayMetrics | None,
@@ -136,11 +143,11 @@ def build_routes(
     """Starlette's routes over ``serving``'s lanes and the service it has open."""
 
     async def status(request: Request) -> Response:
-        return wire.json_response(status_document(routers, serving, routing, recent_errors))
+        return wire.json_response(status_document(routers, serving, routing, recent_errors, state_keys))
 
     async def ui_page(request: Request) -> Response:
         headers = {"content-security-policy": ui.CONTENT_SECURITY_POLICY, "cache-control": "no-store"}
-        document = status_document(routers, serving, routing, recent_errors)
+        document = status_document(routers, serving, routing, recent_errors, state_keys)
         return HTMLResponse(ui.render_page(document), headers=headers)
 
     async def protected_resource(request: Request) -> Response:

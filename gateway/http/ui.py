@@ -133,9 +133,12 @@ def _errors(entries: Iterable[Mapping[str, Any]]) -> str:
 
 def render_page(status: Mapping[str, Any], *, refresh_seconds: int = REFRESH_SECONDS) -> str:
     servers = status.get("servers") or []
+    keys = status.get("state_keys") or {}
     meta = (
         f"version {_e(status.get('version'))} · {len(servers)} server(s) · "
-        f"{_e(status.get('sessions'))} legacy session(s) · refreshes every {refresh_seconds} s · "
+        f"{_e(status.get('sessions'))} legacy session(s) · "
+        + (f"state key {_e(keys.get('current'))} (+{len(keys.get('previous') or [])} previous) · " if keys else "")
+        + f"refreshes every {refresh_seconds} s · "
         'the same data as <a href="status">/status</a>'
     )
     return (

@@ -21,6 +21,7 @@ lists every metric with its type, labels and label values; this is the short for
 | ``mcp_gateway_sessions``, ``mcp_gateway_session_streams`` | gauge | server |
 | ``mcp_gateway_server_state`` (1 for its state, else 0) | gauge | server, state |
 | ``mcp_gateway_build_info`` (1) | gauge | version, python |
+| ``mcp_gateway_state_key`` (1 per key of the state keyring) | gauge | fingerprint, position |
 | ``process_*``, ``python_*`` | prometheus_client's | theirs |
 
 **Counters never fall.** A server's child counters include the pools it has dropped
@@ -29,9 +30,10 @@ an idle principal's or session's pool goes; a child's CPU time is the highest it
 was read at (``gateway.stdio.usage``), kept when it exits.
 
 **Label values are bounded and have no spaces.** Every one comes from a fixed set or from the
-configuration (server names), never from a client: a JSON-RPC method outside ``METHOD_LABELS``
-counts as ``other`` (a client sending unique names would otherwise grow the registry, and the
-unauthenticated page, without bound); ``pool`` is the pool's kind (``shared``, ``principal``,
+configuration (server names; the state keys' fingerprints, at most
+``gateway.protocol.keyring.MAX_STATE_KEYS``), never from a client: a JSON-RPC method outside
+``METHOD_LABELS`` counts as ``other`` (a client sending unique names would otherwise grow the
+registry, and the unauthenticated page, without bound); ``pool`` is the pool's kind (``shared``, ``principal``,
 ``session``), never a principal or session. ``status`` is the HTTP status sent, or ``499`` when
 the client left before any was; ``outcome`` is ``ok``, ``error`` (a JSON-RPC error answer,
 whatever its status) or ``cancelled`` (the client went away, or cancelled the request, before
@@ -64,6 +66,7 @@ from prometheus_client.utils import floatToGoString  # fenced: prometheus_client
 from gateway.relay.readiness import ServerState
 from gateway.relay.router import Router
 from gateway.relay.sessions import SessionStore
+from gateway.relay.statekeys import StateKeys
 from gateway.stdio import usage
 from gateway.stdio.pool import Pool
 from gateway.stdio.tally import START_BUCKETS
@@ -139,6 +142,26 @@ class GatewayMetrics:
 
     def observe(self, server: str, method: str, era: str, status: int, outcome: str, seconds: float) -> None:
         self.requests.observe(server, METHOD_LABELS.get(method, "other"), era, status, outcome, seconds)
+
+
+class StateKeyMetrics(Collector):
+    """``mcp_gateway_state_key``: 1 for each key of the state keyring in force, by fingerprint
+    (never the key) and position (``current``, ``previous``), read at scrape: while rotating,
+    ``count by (fingerprint) (mcp_gateway_state_key{position="current"})`` says which replicas
+    sign with which key."""
+
+    def __init__(self, keys: StateKeys) -> None:
+        self.keys = keys
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "mcp_gateway_state_key",
+            "The keys of the state keyring in force (--state-secret-file), by fingerprint: 1 each",
+            labels=["fingerprint", "position"],
+        )
+        for index, fingerprint in enumerate(self.keys.ring.fingerprints):
+            family.add_metric([fingerprint, "current" if index == 0 else "previous"], 1)
+        yield family
 
 
 class _Latencies:

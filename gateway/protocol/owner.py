@@ -26,6 +26,12 @@ owner is unsealed. Each use has its own keys, derived from the secret by purpose
 (``derive_key``): one seals, another signs (``IdKeys``), and neither is the ``requestState``
 key or the forward key.
 
+**Every key of the keyring verifies** (``gateway.protocol.keyring``: the file's first key is the
+current one, the others previous): a verifier takes one key per key of the ring, the current
+one's first (``id_keys``, ``Keyring.derived``), accepts what any of them signed, and opens a
+sealed owner with the seal key of the key whose MAC matched. Minting, sealing and signing use
+the current key only.
+
 A **session id** names its owner, sealed, and is integrity-protected with the replicas'
 shared secret, so a forged or altered owner is refused before anything is sent anywhere::
 
@@ -71,6 +77,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from gateway.protocol.keyring import Keyring, matching
+from gateway.protocol.keyring import derive_key as derive_key
+
 SESSION_PREFIX: Final = "o2."
 OUTDATED_PREFIXES: Final = ("o1.",)
 """Owned ids of earlier versions (their owner's URL in clear base64): refused, never read."""
@@ -111,6 +120,12 @@ MAC_BYTES: Final = 16
 MAX_SESSION_ID_CHARS: Final = 1024
 """Longest session id parsed: ours are about a hundred characters."""
 MAX_PRINCIPAL_CHARS: Final = 1024
+SESSION_IDS: Final = "session id"
+TASK_IDS: Final = "task id"
+FORWARDS: Final = "forward"
+STATE_OWNER_SEAL: Final = "requestState owner seal"
+"""The purposes keys are derived for (``derive_key``): one per kind of id, the forwards, and the
+seal of a ``requestState``'s owner (whose MAC is the ``requestState`` HMAC itself)."""
 
 
 class OwnerError(ValueError):
@@ -145,11 +160,6 @@ class Owner:
         return self.url == other.url
 
 
-def derive_key(secret: bytes, purpose: str) -> bytes:
-    """One key per purpose from the shared secret (session ids, forwards, seals)."""
-    return hmac.new(secret, b"mcp-stdio-gateway " + purpose.encode("ascii"), hashlib.sha256).digest()
-
-
 @dataclass(frozen=True, slots=True)
 class IdKeys:
     """The keys of one kind of owned id: ``mac`` signs it, ``seal`` hides its owner."""
@@ -161,6 +171,12 @@ class IdKeys:
     def derive(cls, secret: bytes, purpose: str) -> IdKeys:
         """``purpose``'s keys: its MAC key is ``derive_key(secret, purpose)`` as before sealing."""
         return cls(derive_key(secret, purpose), derive_key(secret, purpose + " owner seal"))
+
+
+def id_keys(ring: Keyring, purpose: str) -> tuple[IdKeys, ...]:
+    """``purpose``'s keys from every key of ``ring``, the current one's first (mint with that one)."""
+    macs, seals = ring.derived(purpose), ring.derived(purpose + " owner seal")
+    return tuple(IdKeys(mac, seal) for mac, seal in zip(macs, seals, strict=True))
 
 
 def seal_owner(owner: Owner, key: bytes, nonce: bytes) -> bytes:
@@ -212,8 +228,9 @@ def is_owned_session_id(session_id: str) -> bool:
     return session_id.startswith(SESSION_PREFIX) or session_id.startswith(OUTDATED_PREFIXES)
 
 
-def session_owner(session_id: str, keys: IdKeys) -> Owner:
-    """The owner a session id names, verified and unsealed; ``OwnerError`` when it cannot be trusted."""
+def session_owner(session_id: str, keys: Sequence[IdKeys]) -> Owner:
+    """The owner a session id names, verified with any of ``keys`` (a ring's, the current one's
+    first) and unsealed with the one that verified; ``OwnerError`` when it cannot be trusted."""
     if session_id.startswith(OUTDATED_PREFIXES):
         raise OwnerError("outdated", "the session id was minted by an earlier version of the gateway")
     if not session_id.startswith(SESSION_PREFIX) or len(session_id) > MAX_SESSION_ID_CHARS:
@@ -226,13 +243,14 @@ def session_owner(session_id: str, keys: IdKeys) -> Owner:
         given = _unb64(mac)
     except ValueError:
         raise OwnerError("malformed", "the session id has an unreadable signature") from None
-    if not hmac.compare_digest(given, _mac(keys.mac, body)):
+    signer = matching(given, [_mac(key.mac, body) for key in keys])
+    if signer is None:
         raise OwnerError("forged", "the session id failed verification (altered, or minted with another secret)")
     try:
         nonce, sealed = _unb64(parts[0]), _unb64(parts[1])
     except ValueError:  # pragma: no cover - signed by us, so readable
         raise OwnerError("malformed", "the session id names an unreadable owner") from None
-    return unseal_owner(sealed, keys.seal, nonce)
+    return unseal_owner(sealed, keys[signer].seal, nonce)
 
 
 def body_digest(body: bytes) -> str:
@@ -277,7 +295,7 @@ def sign_forward(
 
 def check_forward(
     value: str,
-    key: bytes,
+    keys: Sequence[bytes],
     *,
     now: float,
     method: str,
@@ -288,7 +306,8 @@ def check_forward(
     received: Sequence[tuple[str, str]] = (),
 ) -> Forward:
     """The forward ``value`` signs, when it signs exactly this request (``received``: its headers,
-    ``names``: its ``x-mcp-gateway-signed``), sent to ``owner``, recently; else ``OwnerError``."""
+    ``names``: its ``x-mcp-gateway-signed``), sent to ``owner``, recently, with any of ``keys``
+    (a ring's forward keys, the current one's first); else ``OwnerError``."""
     parts = value.split(";")
     if len(parts) != 5 or parts[0] != FORWARD_VERSION or not parts[1].isdigit() or len(parts[1]) > 12:
         raise OwnerError("malformed", f"{FORWARD_HEADER} is not v2;SECONDS;NONCE;DIGEST;SIGNATURE")
@@ -301,8 +320,10 @@ def check_forward(
     except ValueError:
         raise OwnerError("malformed", f"{FORWARD_HEADER} has an unreadable signature") from None
     covered = _covered(listed, received)
-    expected = _forward_mac(key, int(stamp), token, method, path, principal, owner, digest, names, covered)
-    if not hmac.compare_digest(given, expected):
+    expected = [
+        _forward_mac(key, int(stamp), token, method, path, principal, owner, digest, names, covered) for key in keys
+    ]
+    if matching(given, expected) is None:
         raise OwnerError(
             "forged", "the forwarded request failed verification (another secret, or not for this instance)"
         )

@@ -13,9 +13,11 @@ opaque to the client, read by the replicas only after this signature verified), 
 and a SHA-256 digest of the original params without ``_meta``, ``inputResponses`` and
 ``requestState`` (the parts of a retry that legitimately differ). ``decode_state`` checks
 shape, signature and expiry, in that order; ``binding_problem`` checks the claims against
-the retry. Single use is the caller's job: the state id names one suspended call, taken
-once. The claims are readable but for the owner (nothing in them is the client's to hide
-from itself), and never trusted unsigned. A ``mcpgw1.`` token (an earlier version's, whose
+the retry. Every key of the keyring verifies (``gateway.protocol.keyring``): the current
+one first, then the previous ones; ``StateClaims.signed_by`` says which, so the owner is
+unsealed with that key's seal. Single use is the caller's job: the state id names one
+suspended call, taken once. The claims are readable but for the owner (nothing in them is
+the client's to hide from itself), and never trusted unsigned. A ``mcpgw1.`` token (an earlier version's, whose
 owner claim was the owner's URL in clear) is still the gateway's, never a child's, and is
 refused as ``malformed``.
 
@@ -27,15 +29,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
 
 from gateway.protocol.jsonrpc import JsonObject
-
-MIN_SECRET_BYTES: Final = 16
-"""A shorter key (``--state-secret-file``) is refused: HMAC keys below 128 bits are guessable."""
+from gateway.protocol.keyring import matching
 
 PREFIX: Final = "mcpgw2."
 """Marks a token as the gateway's own; anything else is a child's and passes untouched."""
@@ -64,6 +65,7 @@ class StateClaims:
     digest: str
     expires_at: float  # seconds since the epoch
     owner: str = ""  # the instance holding the call, sealed (``owner.seal_owner_text``); "": no owner routing
+    signed_by: int = field(default=0, compare=False)  # which key of the ring verified it (0: the current one)
 
     def to_json(self) -> JsonObject:
         claims: JsonObject = {
@@ -95,8 +97,9 @@ def encode_state(claims: StateClaims, secret: bytes) -> str:
     return body + "." + _b64(_sign(secret, body))
 
 
-def decode_state(token: str, secret: bytes, *, now: float) -> StateClaims:
-    """The claims of a token this gateway (or a replica with the same secret) minted."""
+def decode_state(token: str, keys: Sequence[bytes], *, now: float) -> StateClaims:
+    """The claims of a token this gateway (or a replica sharing a key) minted with any of
+    ``keys`` (a keyring's keys, the current one first)."""
     # Ours are ASCII (base64url and a prefix): anything else is malformed, checked before the
     # HMAC, which signs the ASCII encoding.
     if token.startswith(OUTDATED_PREFIXES):
@@ -114,9 +117,10 @@ def decode_state(token: str, secret: bytes, *, now: float) -> StateClaims:
         raise StateError("malformed", "requestState has an unreadable signature") from None
     if _b64(given) != signature:  # one spelling per signature: base64 tolerates stray trailing bits
         raise StateError("malformed", "requestState has an unreadable signature")
-    if not hmac.compare_digest(given, _sign(secret, body)):
+    signer = matching(given, [_sign(key, body) for key in keys])
+    if signer is None:
         raise StateError("tampered", "requestState failed verification (altered, or signed with another secret)")
-    claims = _claims(body[len(PREFIX) :])
+    claims = _claims(body[len(PREFIX) :], signer)
     if now >= claims.expires_at:
         raise StateError("expired", "requestState has expired: the gateway no longer waits for this retry")
     return claims
@@ -152,7 +156,7 @@ def _unb64(text: str) -> bytes:
         raise ValueError("not base64url") from exc
 
 
-def _claims(part: str) -> StateClaims:
+def _claims(part: str, signed_by: int) -> StateClaims:
     # Only reached with a valid signature, so a failure here is a bug of ours or a leaked key.
     try:
         raw: Any = orjson.loads(_unb64(part))
@@ -164,6 +168,7 @@ def _claims(part: str) -> StateClaims:
             digest=_str(raw["d"]),
             expires_at=float(raw["exp"]),
             owner=_str(raw.get("own", "")),
+            signed_by=signed_by,
         )
     except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
         raise StateError("malformed", "requestState carries unreadable claims") from None

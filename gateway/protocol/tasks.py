@@ -60,7 +60,7 @@ from __future__ import annotations
 import base64
 import fnmatch
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -251,9 +251,10 @@ def mint_task_id(owner: Owner | None, keys: IdKeys | None, random: bytes) -> str
     return TASK_ID_PREFIX + owners.mint_session_id(owner, keys, random)
 
 
-def task_owner(task_id: str, keys: IdKeys) -> Owner | None:
-    """The owner a task id names, verified; None for an id that names none. ``OwnerError``
-    when it claims an owner but fails verification."""
+def task_owner(task_id: str, keys: Sequence[IdKeys]) -> Owner | None:
+    """The owner a task id names, verified with any of ``keys`` (a ring's, the current one's
+    first); None for an id that names none. ``OwnerError`` when it claims an owner but fails
+    verification."""
     if not task_id.startswith(TASK_ID_PREFIX) or len(task_id) > MAX_TASK_ID_CHARS:
         return None
     inner = task_id[len(TASK_ID_PREFIX) :]
@@ -436,7 +437,7 @@ def task_id_of(params: JsonObject | None) -> str | None:
     return task_id if isinstance(task_id, str) and task_id else None
 
 
-def check_owner(task_id: str, keys: IdKeys) -> Owner | None:
+def check_owner(task_id: str, keys: Sequence[IdKeys]) -> Owner | None:
     """``task_owner`` that treats an id failing verification as naming no owner here (the
     store then answers "not found", as for any id it does not hold)."""
     try:

@@ -1,6 +1,7 @@
 """This instance as an owner (DESIGN "Scale-out: any replica, any request"): its identity,
-the keys derived from the replicas' shared secret, the HTTP client that forwards to other
-instances, and which of them were found unreachable lately.
+the keys derived from the replicas' shared keyring (``gateway.relay.statekeys``: re-read when
+its file changes; each use takes the ring in force once), the HTTP client that forwards to
+other instances, and which of them were found unreachable lately.
 
 The rules (session id format, the owner's seal, forward signatures) are pure, in
 ``gateway.protocol.owner``;
@@ -17,7 +18,10 @@ import anyio
 import httpx
 
 from gateway.protocol import owner as owners
-from gateway.protocol.owner import Owner
+from gateway.protocol import requeststate
+from gateway.protocol.keyring import Keyring
+from gateway.protocol.owner import IdKeys, Owner
+from gateway.relay.statekeys import StateKeys
 
 FORWARD_CONNECT_TIMEOUT: Final = 2.0
 """Seconds to connect to an owner. A stopped owner refuses at once; an owner whose address
@@ -48,7 +52,7 @@ class OwnerRouting:
     def __init__(
         self,
         advertise_url: str,
-        secret: bytes,
+        keys: StateKeys,
         *,
         max_body_bytes: int,
         label: str | None = None,
@@ -60,11 +64,7 @@ class OwnerRouting:
         self.me = Owner(advertise_url.rstrip("/"), secrets.token_urlsafe(BOOT_ID_BYTES))
         self.label = label  # e.g. "worker 2 of 3", for /status
         self.max_body_bytes = max_body_bytes
-        self.state_secret = secret
-        self.session_keys = owners.IdKeys.derive(secret, "session id")
-        self.forward_key = owners.derive_key(secret, "forward")
-        self.task_keys = owners.IdKeys.derive(secret, "task id")  # the owner in task ids (Tasks extension)
-        self.state_seal_key = owners.derive_key(secret, "requestState owner seal")
+        self.keys = keys  # the keyring the replicas share: everything below derives from it
         self._client: httpx.AsyncClient | None = None
         self._gone: dict[str, float] = {}  # owner key → when it was found unreachable (monotonic)
         self.seen = owners.SeenForwards()  # nonces of the forwards accepted lately (no replays)
@@ -86,15 +86,43 @@ class OwnerRouting:
         self._gone[owner.key] = now
 
     def mint_session_id(self) -> str:
-        return owners.mint_session_id(self.me, self.session_keys, secrets.token_bytes(owners.SESSION_RANDOM_BYTES))
+        keys = owners.id_keys(self.keys.ring, owners.SESSION_IDS)[0]
+        return owners.mint_session_id(self.me, keys, secrets.token_bytes(owners.SESSION_RANDOM_BYTES))
 
-    def sealed_me(self) -> str:
-        """This instance, sealed afresh, for a ``requestState``'s owner claim (opaque to clients)."""
-        return owners.seal_owner_text(self.me, self.state_seal_key, secrets.token_bytes(owners.SEAL_NONCE_BYTES))
+    def session_owner(self, session_id: str) -> Owner:
+        """The owner a session id names, verified with the ring in force; ``OwnerError`` when it fails."""
+        return owners.session_owner(session_id, owners.id_keys(self.keys.ring, owners.SESSION_IDS))
 
-    def unseal_state_owner(self, sealed: str) -> Owner:
-        """The owner a verified ``requestState`` names; ``OwnerError`` when it does not unseal."""
-        return owners.unseal_owner_text(sealed, self.state_seal_key)
+    def task_id_keys(self) -> IdKeys:
+        """The keys new task ids are minted with: the current key's."""
+        return owners.id_keys(self.keys.ring, owners.TASK_IDS)[0]
+
+    def task_keys(self) -> tuple[IdKeys, ...]:
+        """The keys a task id is verified with: every key of the ring, the current one's first."""
+        return owners.id_keys(self.keys.ring, owners.TASK_IDS)
+
+    def forward_key(self) -> bytes:
+        """The key forwards are signed with: the current key's."""
+        return self.keys.ring.derived(owners.FORWARDS)[0]
+
+    def forward_keys(self) -> tuple[bytes, ...]:
+        """The keys a forward is verified with: every key of the ring, the current one's first."""
+        return self.keys.ring.derived(owners.FORWARDS)
+
+    def sealed_me(self, ring: Keyring) -> str:
+        """This instance, sealed afresh with ``ring``'s current key (the one its ``requestState``
+        is signed with), for the token's owner claim (opaque to clients)."""
+        key = ring.derived(owners.STATE_OWNER_SEAL)[0]
+        return owners.seal_owner_text(self.me, key, secrets.token_bytes(owners.SEAL_NONCE_BYTES))
+
+    def state_owner(self, token: str, *, now: float) -> Owner | None:
+        """The owner a ``requestState`` names (None: none), verified with the ring in force and
+        unsealed with the key that verified it; ``StateError`` or ``OwnerError`` when it fails."""
+        ring = self.keys.ring
+        claims = requeststate.decode_state(token, ring.keys, now=now)
+        if not claims.owner:
+            return None
+        return owners.unseal_owner_text(claims.owner, ring.derived(owners.STATE_OWNER_SEAL)[claims.signed_by])
 
     def describe(self) -> dict[str, Any]:
         return {"advertise_url": self.me.url, "boot": self.me.boot, "label": self.label}

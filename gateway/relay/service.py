@@ -48,6 +48,7 @@ from gateway.relay.router import Router
 from gateway.relay.session_listen import SessionListens
 from gateway.relay.sessions import SessionStore
 from gateway.relay.shared_settings import SharedSettings
+from gateway.relay.statekeys import StateKeys
 from gateway.relay.suspensions import FAIR_SHARE_REASON, ParkedQuota, Suspensions
 from gateway.relay.tasks import KeptOutcomes, TaskStore
 from gateway.relay.unsolicited import Unsolicited
@@ -115,7 +116,7 @@ def _served(
     tg: TaskGroup,
     *,
     gateway_version: str,
-    state_secret: bytes | None,
+    state_keys: StateKeys | None,
     routing: OwnerRouting | None,
     quota: ParkedQuota | None,
     replicas: bool,
@@ -124,7 +125,7 @@ def _served(
     server = parts.router.server
     suspensions = Suspensions(
         server.name,
-        state_secret,
+        state_keys,
         task_group=tg,
         quota=quota,
         seal_owner=routing.sealed_me if routing else None,
@@ -139,7 +140,7 @@ def _served(
         server.task_policy(),
         task_group=tg,
         owner=routing.me if routing else None,
-        keys=routing.task_keys if routing else None,
+        keys=routing.task_id_keys if routing else None,
         outcomes=outcomes,
     )
     relay = Relay(
@@ -153,7 +154,7 @@ async def open_service(
     routers: Sequence[Router],
     *,
     gateway_version: str,
-    state_secret: bytes | None = None,
+    state_keys: StateKeys | None = None,
     routing: OwnerRouting | None = None,
     quota: ParkedQuota | None = None,
     resume_window: float = RESUME_WINDOW,
@@ -161,14 +162,14 @@ async def open_service(
     replicas: bool = False,
 ) -> AsyncIterator[Service]:
     """The service over ``routers`` while the block runs (the routers are run here: not
-    entered before). ``state_secret`` signs MRTR ``requestState`` (None: a random one);
-    ``routing``: sessions, parked calls and tasks name this instance (its secret wins);
+    entered before). ``state_keys`` sign MRTR ``requestState`` (None: a random key);
+    ``routing``: sessions, parked calls and tasks name this instance (its keys win);
     ``quota``: parked calls count as their principal's requests in flight;
     ``resume_window``: how long a legacy session's SSE stream is kept for a resume;
     ``end_sessions_when``: every session ends once it is set (the drain's last step);
     ``replicas``: other processes may serve the endpoints (owner routing implies it)."""
     if routing is not None:
-        state_secret = routing.state_secret
+        state_keys = routing.keys
     parts = [_attached(router, routing, resume_window) for router in routers]
     outcomes = KeptOutcomes()  # one bound on kept task outcomes over every server's store
     async with AsyncExitStack() as stack:
@@ -181,7 +182,7 @@ async def open_service(
                         part,
                         tg,
                         gateway_version=gateway_version,
-                        state_secret=state_secret,
+                        state_keys=state_keys,
                         routing=routing,
                         quota=quota,
                         replicas=replicas or routing is not None,

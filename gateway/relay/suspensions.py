@@ -13,13 +13,15 @@ hands the client a signed ``requestState`` (``gateway.protocol.requeststate``).
   digest) and hands the call over exactly once; a second use of the same token is
   refused as a replay. Every refusal is a ``Rejection`` (400, -32602) saying why.
 
-The secret comes from ``--state-secret-file`` so that replicas can verify each other's
-tokens; without one a random per-process secret is used, and the first token minted says
-so: a WARNING when other processes may serve the endpoint (``replicas``: owner routing, or
-a bind address a load balancer can reach), else at INFO — a single local gateway loses
-only its in-flight rounds on a restart. The parked call itself lives in this process only; with owner
-routing (``--advertise-url``) the token names this instance, sealed (no client reads its
-address), and a retry that reaches another replica is forwarded here (``gateway.http.forward``).
+The key comes from ``--state-secret-file`` (``gateway.relay.statekeys``: a keyring, re-read
+when it changes; tokens are signed with its current key and verified with any of its keys)
+so that replicas can verify each other's tokens; without one a random per-process secret is
+used, and the first token minted says so: a WARNING when other processes may serve the
+endpoint (``replicas``: owner routing, or a bind address a load balancer can reach), else at
+INFO — a single local gateway loses only its in-flight rounds on a restart. The parked call
+itself lives in this process only; with owner routing (``--advertise-url``) the token names
+this instance, sealed (no client reads its address), and a retry that reaches another replica
+is forwarded here (``gateway.http.forward``).
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ from anyio.abc import TaskGroup
 from gateway.errors import CODE_INPUT_TIMEOUT
 from gateway.protocol import requeststate
 from gateway.protocol.jsonrpc import INVALID_PARAMS, JsonId, JsonObject, Request
+from gateway.protocol.keyring import Keyring
 from gateway.protocol.outcome import Rejection, reject
 from gateway.protocol.requeststate import StateClaims, StateError
+from gateway.relay.statekeys import StateKeys
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.boundary import contained
 from gateway.stdio.child import ChildCall, Exchange, StdioChild
@@ -46,7 +50,6 @@ from gateway.stdio.pool import PoolLease
 
 log = logging.getLogger("gateway.mrtr")
 
-SECRET_BYTES: Final = 32
 MAX_PARKED: Final = 1024
 """Parked calls per server at most: each holds a child request open for up to the input
 timeout, so clients that never retry must not pile them up; past this, the gateway answers
@@ -156,24 +159,26 @@ class Suspensions:
     def __init__(
         self,
         server: str,
-        secret: bytes | None = None,
+        keys: StateKeys | None = None,
         *,
         task_group: TaskGroup,
         quota: ParkedQuota | None = None,
         clock: Callable[[], float] = time.time,
-        seal_owner: Callable[[], str] | None = None,
+        seal_owner: Callable[[Keyring], str] | None = None,
         replicas: bool = False,
     ) -> None:
-        """``task_group`` runs the keepers (the service's: parked calls end with it); ``quota``:
-        parked calls count as their principal's requests in flight (the HTTP edge's limits);
-        ``seal_owner``: this instance, sealed afresh for each token (owner routing);
-        ``replicas``: other processes may serve this endpoint (module docstring)."""
+        """``keys``: the keyring tokens are signed and verified with (None: a random key of
+        this process's own); ``task_group`` runs the keepers (the service's: parked calls end
+        with it); ``quota``: parked calls count as their principal's requests in flight (the
+        HTTP edge's limits); ``seal_owner``: this instance, sealed afresh for each token with
+        the ring's current key (owner routing); ``replicas``: other processes may serve this
+        endpoint (module docstring)."""
         self.server = server
         self.seal_owner = seal_owner  # named in each token, so any replica can route the retry here
         self.task_group = task_group
         self.quota = quota
-        self._secret = secret if secret is not None else secrets.token_bytes(SECRET_BYTES)
-        self._shared_secret = secret is not None
+        self._keys = keys if keys is not None else StateKeys.random()
+        self._shared_secret = self._keys.shared  # else the first token says so (module docstring)
         self._replicas = replicas
         self._clock = clock
         self._held: dict[str, Suspension] = {}
@@ -203,6 +208,7 @@ class Suspensions:
         retry (``asks.as_task``)."""
         state_id = secrets.token_urlsafe(18)
         expires_at = self._clock() + timeout
+        ring = self._keys.ring  # one ring for the owner's seal and the signature
         claims = StateClaims(
             state_id=state_id,
             principal=principal or "",
@@ -210,7 +216,7 @@ class Suspensions:
             method=request.method,
             digest=requeststate.params_digest(request.params),
             expires_at=expires_at,
-            owner=self.seal_owner() if self.seal_owner is not None else "",
+            owner=self.seal_owner(ring) if self.seal_owner is not None else "",
         )
         suspension = Suspension(
             state_id,
@@ -234,14 +240,15 @@ class Suspensions:
             ", ".join(ask.method for ask in asks.values()),
             timeout,
         )
-        return self._signed(claims)
+        return self._signed(claims, ring)
 
-    def _signed(self, claims: StateClaims) -> str:
-        """``claims`` as a token; the first one signed with a random secret says so (module docstring)."""
+    def _signed(self, claims: StateClaims, ring: Keyring) -> str:
+        """``claims`` as a token signed with ``ring``'s current key; the first one signed with a
+        random secret says so (module docstring)."""
         if not self._shared_secret:
             self._shared_secret = True  # say it once
             self._note_random_secret()
-        return requeststate.encode_state(claims, self._secret)
+        return requeststate.encode_state(claims, ring.current)
 
     def _note_random_secret(self) -> None:
         if self._replicas:
@@ -259,7 +266,7 @@ class Suspensions:
         """The parked call a retry resumes, or why the retry is refused."""
         now = self._clock()
         try:
-            claims = requeststate.decode_state(token, self._secret, now=now)
+            claims = requeststate.decode_state(token, self._keys.ring.keys, now=now)
         except StateError as exc:
             return _refuse(request.id, exc.message, exc.kind)
         problem = requeststate.binding_problem(
@@ -401,7 +408,7 @@ class Suspensions:
             digest=requeststate.params_digest(request.params),
             expires_at=self._clock() + timeout,
         )
-        return self._signed(claims)
+        return self._signed(claims, self._keys.ring)
 
     def check_round(self, token: str, request: Request, principal: str | None) -> bool | Rejection:
         """True: ``token`` is a valid round's of ``mint_round`` for this retry; False: it is a
@@ -409,7 +416,7 @@ class Suspensions:
         single-use: it carries nothing but its binding, and a replay can only give the same
         client's roots again."""
         try:
-            claims = requeststate.decode_state(token, self._secret, now=self._clock())
+            claims = requeststate.decode_state(token, self._keys.ring.keys, now=self._clock())
         except StateError as exc:
             return _refuse(request.id, exc.message, exc.kind)
         if not claims.state_id.startswith(ROUND_PREFIX):

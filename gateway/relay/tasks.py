@@ -115,7 +115,7 @@ class TaskStore:
         *,
         task_group: TaskGroup,
         owner: Owner | None = None,
-        keys: IdKeys | None = None,
+        keys: Callable[[], IdKeys] | None = None,
         clock: Callable[[], float] = time.time,
         outcomes: KeptOutcomes | None = None,
     ) -> None:
@@ -125,7 +125,7 @@ class TaskStore:
         self.policy = policy if policy is not None else TaskPolicy()
         self.task_group = task_group
         self._owner = owner
-        self._keys = keys  # seal and sign the owner in task ids (``gateway.protocol.tasks`` rule 6)
+        self._keys = keys  # the current keys to seal and sign the owner in task ids (``gateway.protocol.tasks`` rule 6)
         self._clock = clock
         self._runs: dict[str, _Run] = {}  # in creation order: the oldest first
         self._passed: dict[str, _Passed] = {}  # children's own tasks, in creation order
@@ -140,6 +140,10 @@ class TaskStore:
 
     def __len__(self) -> int:
         return len(self._runs) + len(self._passed)
+
+    def _id_keys(self) -> IdKeys | None:
+        """The keys a new task id is minted with (the ring's current key's), or None: no owner routing."""
+        return self._keys() if self._keys is not None else None
 
     @property
     def enabled(self) -> bool:
@@ -284,7 +288,7 @@ class TaskStore:
 
     def _new_run(self, request: Request, client: ClientContext) -> _Run:
         now = self._clock()
-        task_id = rules.mint_task_id(self._owner, self._keys, secrets.token_bytes(rules.TASK_RANDOM_BYTES))
+        task_id = rules.mint_task_id(self._owner, self._id_keys(), secrets.token_bytes(rules.TASK_RANDOM_BYTES))
         task = Task(task_id, _owner_of(client), self.server, now, self.policy.ttl)
         run = _Run(task, request, client)
         self._runs[task_id] = run
@@ -301,7 +305,7 @@ class TaskStore:
             mine = [key for key, passed in self._passed.items() if passed.principal == _owner_of(client)]
             if mine:
                 del self._passed[mine[0]]
-        task_id = rules.mint_task_id(self._owner, self._keys, secrets.token_bytes(rules.TASK_RANDOM_BYTES))
+        task_id = rules.mint_task_id(self._owner, self._id_keys(), secrets.token_bytes(rules.TASK_RANDOM_BYTES))
         ttl = result.get("ttlMs")
         keep = ttl / 1000 if isinstance(ttl, int) and ttl > 0 else self.policy.ttl
         self._passed[task_id] = _Passed(_owner_of(client), child, str(result["taskId"]), now + keep)

@@ -111,8 +111,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "--state-secret-file",
         field="state_secret_file",
         metavar="FILE",
-        help="HMAC key for MRTR requestState tokens (at least 16 bytes); give replicas the same file "
-        "(default: a random per-process key)",
+        help="the keys replicas share, one per line (each at least 16 bytes, at most 4): the first signs "
+        "MRTR requestState tokens, session and task ids, forwards between replicas and /ui cookies, the "
+        "others (previous keys) still verify; re-read when it changes, so a rotation needs no restart; "
+        "give replicas the same file (default: a random per-process key)",
     ),
     Setting(
         "--advertise-url",

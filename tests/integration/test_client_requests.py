@@ -36,6 +36,7 @@ from gateway.protocol.requeststate import StateClaims, encode_state, params_dige
 from gateway.relay import asks
 from gateway.relay.exchange import MAX_INPUT_ROUNDS
 from gateway.relay.server_config import Isolation
+from gateway.relay.statekeys import StateKeys
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, MODERN, modern_call, modern_headers, parse_sse, running_gateway
@@ -443,7 +444,7 @@ async def test_tampered_expired_replayed_and_mismatched_request_state_are_each_r
     call = modern_ask(1, [ELICITATION], {"elicitation": {}})
     with anyio.fail_after(WAIT):
         async with (
-            running_gateway(legacy_child(), state_secret=SECRET) as url,
+            running_gateway(legacy_child(), state_keys=StateKeys.fixed(SECRET)) as url,
             httpx.AsyncClient(timeout=WAIT) as http,
         ):
             [ended] = messages(await post(http, url, call))

@@ -136,8 +136,10 @@ async def test_the_refusals_for_a_gone_owner_name_no_address() -> None:
     with anyio.fail_after(WAIT):
         async with cluster(server_spec("--era", "legacy")) as c, httpx.AsyncClient(timeout=WAIT) as http:
             dark = owners.Owner("http://127.0.0.1:9", "gone-boot")  # the discard port: refused at once
-            session_id = owners.mint_session_id(dark, c.routings[0].session_keys, secrets.token_bytes(16))
-            task_id = rules.mint_task_id(dark, c.routings[0].task_keys, secrets.token_bytes(16))
+            session_id = owners.mint_session_id(
+                dark, owners.id_keys(c.routings[0].keys.ring, owners.SESSION_IDS)[0], secrets.token_bytes(16)
+            )
+            task_id = rules.mint_task_id(dark, c.routings[0].task_id_keys(), secrets.token_bytes(16))
             sealed = owners.seal_owner_text(
                 dark, owners.derive_key(SECRET, "requestState owner seal"), secrets.token_bytes(16)
             )

@@ -27,6 +27,7 @@ from gateway.protocol import owner as owners
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
 from gateway.relay.server_config import ServerConfig
+from gateway.relay.statekeys import StateKeys
 from gateway.server import build_app
 from tests.balancer import SECRET, cluster
 from tests.conftest import server_spec
@@ -246,12 +247,12 @@ async def test_an_owner_gone_or_restarted_at_the_same_address_means_404_and_a_ne
     ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
     with anyio.fail_after(WAIT):
         async with AsyncExitStack() as outer, httpx.AsyncClient(timeout=WAIT) as http:
-            routing_b = OwnerRouting("http://127.0.0.1:1", SECRET, max_body_bytes=MAX_BODY_BYTES)
+            routing_b = OwnerRouting("http://127.0.0.1:1", StateKeys.fixed(SECRET), max_body_bytes=MAX_BODY_BYTES)
             sock_b = loopback_socket()
             routing_b.me = owners.Owner(f"http://127.0.0.1:{sock_b.getsockname()[1]}", routing_b.me.boot)
             app_b = app_for(Router(ServerConfig("test", spec)), owner_routing=routing_b)
             url_b = await outer.enter_async_context(serving(app_b, sock_b)) + "/mcp"
-            first = OwnerRouting(base_a, SECRET, max_body_bytes=MAX_BODY_BYTES)
+            first = OwnerRouting(base_a, StateKeys.fixed(SECRET), max_body_bytes=MAX_BODY_BYTES)
             async with serving(app_for(Router(ServerConfig("test", spec)), owner_routing=first), sock_a):
                 old = await open_session(http, base_a + "/mcp")
                 assert (await http.post(url_b, headers=old, json=ping)).status_code == 200
@@ -264,7 +265,7 @@ async def test_an_owner_gone_or_restarted_at_the_same_address_means_404_and_a_ne
             )
             # A restarts at the same address with new state: the old id is still 404, there and via B.
             again = loopback_socket_at(port)
-            second = OwnerRouting(base_a, SECRET, max_body_bytes=MAX_BODY_BYTES)
+            second = OwnerRouting(base_a, StateKeys.fixed(SECRET), max_body_bytes=MAX_BODY_BYTES)
             assert second.me.boot != first.me.boot
             async with serving(app_for(Router(ServerConfig("test", spec)), owner_routing=second), again):
                 assert (await http.post(base_a + "/mcp", headers=old, json=ping)).status_code == 404
@@ -347,6 +348,6 @@ async def test_advertise_url_from_the_settings_turns_owner_routing_on(tmp_path: 
             status = (await http.get(f"{base}/status")).json()
             init = await http.post(f"{base}/mcp", headers=BASE_HEADERS, json=legacy_initialize())
     assert status["instance"]["advertise_url"] == "http://127.0.0.1:9"
-    owner = owners.session_owner(init.headers["mcp-session-id"], owners.IdKeys.derive(b"s" * 32, "session id"))
+    owner = owners.session_owner(init.headers["mcp-session-id"], [owners.IdKeys.derive(b"s" * 32, "session id")])
     assert owner.url == "http://127.0.0.1:9"
     assert owner.boot == status["instance"]["boot"]

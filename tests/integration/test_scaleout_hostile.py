@@ -27,6 +27,7 @@ from gateway.protocol import owner as owners
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
 from gateway.relay.server_config import ServerConfig
+from gateway.relay.statekeys import StateKeys
 from tests.balancer import SECRET
 from tests.conftest import server_spec
 from tests.gateway_server import BASE_HEADERS, app_for, loopback_socket, open_legacy_session, serving
@@ -62,7 +63,10 @@ class Pair:
 async def pair(**options: Any) -> AsyncIterator[Pair]:
     sockets = [loopback_socket() for _ in range(2)]
     bases = [f"http://127.0.0.1:{sock.getsockname()[1]}" for sock in sockets]
-    routings = [OwnerRouting(base, SECRET, max_body_bytes=MAX_BODY_BYTES, connect_timeout=WAIT / 2) for base in bases]
+    routings = [
+        OwnerRouting(base, StateKeys.fixed(SECRET), max_body_bytes=MAX_BODY_BYTES, connect_timeout=WAIT / 2)
+        for base in bases
+    ]
     found = Pair(bases, routings)
     spec = server_spec("--era", "legacy")
     apps = [app_for(Router(ServerConfig("test", spec)), owner_routing=r, **options) for r in routings]
@@ -244,7 +248,7 @@ async def test_an_owner_that_accepts_a_forward_and_never_answers_is_gone_after_t
     sock = loopback_socket()
     routing = OwnerRouting(
         f"http://127.0.0.1:{sock.getsockname()[1]}",
-        SECRET,
+        StateKeys.fixed(SECRET),
         max_body_bytes=MAX_BODY_BYTES,
         connect_timeout=1.0,
         answer_check=0.2,

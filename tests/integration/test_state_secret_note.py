@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from gateway.protocol.jsonrpc import Request
+from gateway.relay.statekeys import StateKeys
 from gateway.relay.suspensions import Suspensions
 from tests.conftest import server_spec
 from tests.gateway_server import running_gateway
@@ -29,7 +30,8 @@ def notes(records: Records) -> list[logging.LogRecord]:
 async def mint_twice(secret: bytes | None, *, replicas: bool) -> list[logging.LogRecord]:
     with recording("gateway.mrtr") as records:
         async with anyio.create_task_group() as tg:
-            suspensions = Suspensions("fs", secret, task_group=tg, replicas=replicas)
+            keys = StateKeys.fixed(secret) if secret is not None else None
+            suspensions = Suspensions("fs", keys, task_group=tg, replicas=replicas)
             for _ in range(2):
                 suspensions.mint_round(Request(1, "tools/call", {"name": "read"}), "alice", 300)
     return notes(records)

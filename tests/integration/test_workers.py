@@ -14,9 +14,10 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -56,14 +57,24 @@ class Gateway:
     addresses: dict[int, str] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
     ready: anyio.Event = field(default_factory=anyio.Event)
+    new_line: anyio.Event = field(default_factory=anyio.Event)  # set (and replaced) at each line
 
     def worker_urls(self) -> list[str]:
         return [self.addresses[n] for n in sorted(self.addresses)]
 
+    async def wait_for(self, text: str, count: int) -> None:
+        """Until ``count`` lines of the log (since the start) contain ``text``."""
+        while True:
+            new_line = self.new_line
+            if sum(text in line for line in self.lines) >= count:
+                return
+            await new_line.wait()
+
 
 @asynccontextmanager
-async def gateway_with_workers(*child_flags: str) -> AsyncIterator[Gateway]:
+async def gateway_with_workers(*child_flags: str, gateway_flags: Sequence[str] = ()) -> AsyncIterator[Gateway]:
     argv = [sys.executable, "-m", "gateway", "--workers", str(WORKERS), "--port", "0", "--drain-timeout", "5"]
+    argv += gateway_flags
     argv += ["--", sys.executable, str(TEST_SERVER), *child_flags]
     process = await anyio.open_process(argv, stdin=None, stdout=None, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     gateway = Gateway(process)
@@ -76,6 +87,8 @@ async def gateway_with_workers(*child_flags: str) -> AsyncIterator[Gateway]:
             *complete, pending = pending.split("\n")
             for line in complete:
                 gateway.lines.append(line)
+                gateway.new_line.set()
+                gateway.new_line = anyio.Event()
                 if found := RUNNING_LINE.search(line):
                     gateway.url = found.group(1)
                 if found := WORKER_LINE.search(line):
@@ -250,3 +263,36 @@ async def test_sigterm_lets_a_call_in_flight_on_a_worker_finish_then_every_worke
     assert '"slept"' in rest[0]
     assert gw.process.returncode == 0
     assert sum("drained: every request finished" in line for line in gw.lines) == WORKERS
+
+
+async def test_every_worker_reads_the_state_key_file_and_takes_a_rotation_without_a_restart(tmp_path: Path) -> None:
+    old, new = b"the key every worker had first, 32+", b"the key the operator rotates to, 32+"
+    path = tmp_path / "state-secret"
+    path.write_bytes(old + b"\n")
+
+    def write(*keys: bytes) -> None:  # as a Kubernetes Secret update: a new file moved over the old
+        fresh = tmp_path / "state-secret.new"
+        fresh.write_bytes(b"".join(key + b"\n" for key in keys))
+        os.replace(fresh, path)
+
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    with anyio.fail_after(WAIT):
+        async with (
+            gateway_with_workers("--era", "legacy", gateway_flags=("--state-secret-file", str(path))) as gw,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            first, second, third = (url.rstrip("/") + "/mcp" for url in gw.worker_urls())
+            await gw.wait_for("state keys loaded", WORKERS)  # each worker watches the file itself
+            before = await open_session(http, first)
+            write(old, new)
+            await gw.wait_for("state keys reloaded", WORKERS)
+            write(new, old)
+            await gw.wait_for("state keys reloaded", 2 * WORKERS)
+            after = await open_session(http, second)  # signed with the new key
+            assert (await http.post(third, headers=before, json=ping)).status_code == 200
+            assert (await http.post(first, headers=after, json=ping)).status_code == 200
+            write(new)
+            await gw.wait_for("state keys reloaded", 3 * WORKERS)
+            assert (await http.post(second, headers=before, json=ping)).status_code == 404  # its key is gone
+            assert (await http.post(third, headers=after, json=ping)).status_code == 200
+    assert gw.process.returncode == 0

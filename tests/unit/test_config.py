@@ -11,6 +11,7 @@ from gateway.cli import env_name, parse_settings
 from gateway.config import demo_command
 from gateway.errors import ConfigError
 from gateway.protocol.attribution import AskPolicy
+from gateway.protocol.keyring import MAX_STATE_KEYS
 from gateway.relay.server_config import DualEra, Isolation
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -229,17 +230,27 @@ def test_whether_requests_that_may_ask_get_a_child_each_comes_from_a_flag_or_the
         parse_settings(["--config", bad], environ={})
 
 
-def test_the_state_secret_file_is_read_once_and_must_be_long_enough(tmp_path: Path) -> None:
-    assert parse_settings([], environ={}).state_secret() is None
+def test_the_state_secret_file_is_a_keyring_checked_at_start(tmp_path: Path) -> None:
+    assert parse_settings([], environ={}).state_keys() is None
     key = tmp_path / "state.key"
     key.write_bytes(b"0123456789abcdef0123456789abcdef\n")
     environ = {"MCP_GATEWAY_STATE_SECRET_FILE": str(key)}
-    assert parse_settings([], environ=environ).state_secret() == b"0123456789abcdef0123456789abcdef"
+    keys = parse_settings([], environ=environ).state_keys()
+    assert keys is not None
+    assert keys.ring.keys == (b"0123456789abcdef0123456789abcdef",)  # one key on one line: as before
+    assert keys.path == str(key)
+    key.write_bytes(b"# the current key first\n" + b"n" * 32 + b"\n\n" + b"o" * 32 + b"\n")
+    keys = parse_settings([], environ=environ).state_keys()
+    assert keys is not None
+    assert keys.ring.keys == (b"n" * 32, b"o" * 32)
     key.write_bytes(b"short")
-    with pytest.raises(ConfigError, match="at least 16"):
-        parse_settings([], environ=environ).state_secret()
+    with pytest.raises(ConfigError, match="line 1: a key needs at least 16 bytes"):
+        parse_settings([], environ=environ).state_keys()
+    key.write_bytes(b"\n".join(bytes([65 + n]) * 16 for n in range(MAX_STATE_KEYS + 1)))
+    with pytest.raises(ConfigError, match=f"holds {MAX_STATE_KEYS + 1} keys; at most {MAX_STATE_KEYS}"):
+        parse_settings([], environ=environ).state_keys()
     with pytest.raises(ConfigError, match="cannot read"):
-        parse_settings(["--state-secret-file", str(tmp_path / "missing")], environ={}).state_secret()
+        parse_settings(["--state-secret-file", str(tmp_path / "missing")], environ={}).state_keys()
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ import pytest
 from gateway.protocol import owner as owners
 from gateway.protocol.owner import Owner, OwnerError
 from gateway.protocol.requeststate import StateClaims, StateError, decode_state, encode_state, is_gateway_state
+from gateway.relay.statekeys import StateKeys
 
 SECRET = b"a shared secret of at least 16 bytes"
 ME = Owner("http://10.0.0.7:8000", "b00tA")
@@ -48,7 +49,7 @@ def test_a_session_id_names_its_owner_and_is_visible_ascii() -> None:
     assert session_id.startswith("o2.")
     assert owners.is_owned_session_id(session_id)
     assert all(0x21 <= ord(ch) <= 0x7E for ch in session_id)
-    assert owners.session_owner(session_id, KEYS) == ME
+    assert owners.session_owner(session_id, [KEYS]) == ME
 
 
 def test_a_session_id_shows_no_address_nor_boot_only_the_replicas_can_read_them() -> None:
@@ -86,14 +87,14 @@ def test_an_id_whose_owner_was_swapped_is_refused_as_forged() -> None:
     _, _, other_sealed, _ = owners.mint_session_id(OTHER, KEYS, RANDOM).split(".")
     swapped = ".".join([prefix, rand, other_sealed, mac])
     with pytest.raises(OwnerError) as caught:
-        owners.session_owner(swapped, KEYS)
+        owners.session_owner(swapped, [KEYS])
     assert caught.value.kind == "forged"
 
 
 def test_an_id_minted_with_another_secret_is_refused() -> None:
     foreign = owners.mint_session_id(ME, owners.IdKeys.derive(b"another secret, 16+ bytes", "session id"), RANDOM)
     with pytest.raises(OwnerError) as caught:
-        owners.session_owner(foreign, KEYS)
+        owners.session_owner(foreign, [KEYS])
     assert caught.value.kind == "forged"
 
 
@@ -101,7 +102,7 @@ def test_an_earlier_versions_id_with_its_owner_in_clear_is_refused_as_outdated()
     earlier = f"o1.{owners._b64(ME.url.encode())}.{ME.boot}.{owners._b64(RANDOM)}.AAAA"
     assert owners.is_owned_session_id(earlier)
     with pytest.raises(OwnerError) as caught:
-        owners.session_owner(earlier, KEYS)
+        owners.session_owner(earlier, [KEYS])
     assert caught.value.kind == "outdated"
     assert ME.url not in caught.value.message
 
@@ -112,7 +113,7 @@ def test_an_earlier_versions_id_with_its_owner_in_clear_is_refused_as_outdated()
 )
 def test_malformed_owned_ids_are_refused_without_raising_anything_else(session_id: str) -> None:
     with pytest.raises(OwnerError) as caught:
-        owners.session_owner(session_id, KEYS)
+        owners.session_owner(session_id, [KEYS])
     assert caught.value.kind in ("malformed", "forged", "outdated")
 
 
@@ -166,7 +167,7 @@ def check(value: str, received: list[tuple[str, str]] = HEADERS, **changes: obje
         "received": received,
     }
     fields.update(changes)
-    return owners.check_forward(value, FORWARD_KEY, **fields)  # type: ignore[arg-type]
+    return owners.check_forward(value, [FORWARD_KEY], **fields)  # type: ignore[arg-type]
 
 
 def test_a_forward_verifies_for_exactly_the_request_it_signs_and_keeps_only_signed_headers() -> None:
@@ -270,18 +271,18 @@ def test_a_request_state_carries_its_owner_sealed_and_a_token_without_one_still_
     assert_no_address(token)
     payload = orjson.loads(base64.urlsafe_b64decode(token.split(".")[1] + "=="))
     assert_no_address(payload["own"])
-    assert owners.unseal_owner_text(decode_state(token, SECRET, now=NOW).owner, SEAL_KEY) == ME
+    assert owners.unseal_owner_text(decode_state(token, [SECRET], now=NOW).owner, SEAL_KEY) == ME
     unowned = StateClaims("sid", "alice", "files", "tools/call", "d" * 64, NOW + 60)
     token = encode_state(unowned, SECRET)
     assert "own" not in unowned.to_json()
-    assert decode_state(token, SECRET, now=NOW).owner == ""
+    assert decode_state(token, [SECRET], now=NOW).owner == ""
 
 
 def test_an_earlier_versions_request_state_is_still_the_gateways_and_refused() -> None:
     earlier = "mcpgw1." + owners._b64(orjson.dumps({"own": ME.key})) + ".AAAA"
     assert is_gateway_state(earlier)
     with pytest.raises(StateError) as caught:
-        decode_state(earlier, SECRET, now=NOW)
+        decode_state(earlier, [SECRET], now=NOW)
     assert caught.value.kind == "malformed"
     assert ME.url not in caught.value.message
 
@@ -289,17 +290,18 @@ def test_an_earlier_versions_request_state_is_still_the_gateways_and_refused() -
 def test_the_routing_seals_itself_afresh_for_each_request_state() -> None:
     from gateway.relay import owner as forward
 
-    routing = forward.OwnerRouting("http://10.0.0.7:8000", SECRET, max_body_bytes=1024)
-    one, two = routing.sealed_me(), routing.sealed_me()
+    routing = forward.OwnerRouting("http://10.0.0.7:8000", StateKeys.fixed(SECRET), max_body_bytes=1024)
+    ring = routing.keys.ring
+    one, two = routing.sealed_me(ring), routing.sealed_me(ring)
     assert one != two
     assert_no_address(one)
-    assert routing.unseal_state_owner(one) == routing.unseal_state_owner(two) == routing.me
+    assert owners.unseal_owner_text(one, SEAL_KEY) == owners.unseal_owner_text(two, SEAL_KEY) == routing.me
 
 
 def test_an_unreachable_owner_is_remembered_briefly_and_boundedly() -> None:
     from gateway.relay import owner as forward
 
-    routing = forward.OwnerRouting("http://10.0.0.7:8000", SECRET, max_body_bytes=1024)
+    routing = forward.OwnerRouting("http://10.0.0.7:8000", StateKeys.fixed(SECRET), max_body_bytes=1024)
     assert not routing.is_gone(OTHER, 100.0)
     routing.note_gone(OTHER, 100.0)
     assert routing.is_gone(OTHER, 100.0 + forward.GONE_MEMORY_SECONDS - 1)

@@ -37,7 +37,7 @@ def test_a_token_decodes_to_the_claims_it_was_made_from() -> None:
     token = encode_state(CLAIMS, SECRET)
     assert is_gateway_state(token)
     assert token.startswith(PREFIX)
-    assert decode_state(token, SECRET, now=NOW) == CLAIMS
+    assert decode_state(token, [SECRET], now=NOW) == CLAIMS
 
 
 def test_every_single_character_change_is_refused() -> None:
@@ -46,7 +46,7 @@ def test_every_single_character_change_is_refused() -> None:
     for index, char in enumerate(token):
         other = next(c for c in alphabet if c != char)
         with pytest.raises(StateError):
-            decode_state(token[:index] + other + token[index + 1 :], SECRET, now=NOW)
+            decode_state(token[:index] + other + token[index + 1 :], [SECRET], now=NOW)
 
 
 def test_claims_rewritten_under_the_old_signature_are_tampered() -> None:
@@ -55,28 +55,28 @@ def test_claims_rewritten_under_the_old_signature_are_tampered() -> None:
     forged_claims = {**CLAIMS.to_json(), "sub": "mallory"}
     forged = PREFIX + base64.urlsafe_b64encode(orjson.dumps(forged_claims)).rstrip(b"=").decode() + "." + signature
     with pytest.raises(StateError) as refused:
-        decode_state(forged, SECRET, now=NOW)
+        decode_state(forged, [SECRET], now=NOW)
     assert refused.value.kind == "tampered"
 
 
 def test_a_token_signed_with_another_secret_is_tampered() -> None:
     with pytest.raises(StateError) as refused:
-        decode_state(encode_state(CLAIMS, b"x" * 32), SECRET, now=NOW)
+        decode_state(encode_state(CLAIMS, b"x" * 32), [SECRET], now=NOW)
     assert refused.value.kind == "tampered"
 
 
 def test_a_token_is_expired_at_its_expiry_and_good_just_before() -> None:
     token = encode_state(CLAIMS, SECRET)
-    assert decode_state(token, SECRET, now=CLAIMS.expires_at - 0.001) == CLAIMS
+    assert decode_state(token, [SECRET], now=CLAIMS.expires_at - 0.001) == CLAIMS
     with pytest.raises(StateError) as refused:
-        decode_state(token, SECRET, now=CLAIMS.expires_at)
+        decode_state(token, [SECRET], now=CLAIMS.expires_at)
     assert refused.value.kind == "expired"
 
 
 @pytest.mark.parametrize("token", ["", "opaque-child-state", PREFIX, PREFIX + "abc", PREFIX + "a.b!c", "x" * 5000])
 def test_foreign_or_broken_tokens_are_malformed(token: str) -> None:
     with pytest.raises(StateError) as refused:
-        decode_state(token, SECRET, now=NOW)
+        decode_state(token, [SECRET], now=NOW)
     assert refused.value.kind in ("malformed", "tampered")
 
 
@@ -120,7 +120,7 @@ def test_the_digest_ignores_what_a_retry_may_change_and_nothing_else() -> None:
 )
 def test_a_token_with_non_ascii_characters_is_malformed(token: str) -> None:
     with pytest.raises(StateError) as caught:
-        decode_state(token, SECRET, now=NOW)
+        decode_state(token, [SECRET], now=NOW)
     assert caught.value.kind == "malformed"
 
 
@@ -128,7 +128,7 @@ def test_a_token_with_non_ascii_characters_is_malformed(token: str) -> None:
 def test_any_text_decodes_or_raises_only_state_error(token: str) -> None:
     kind = None
     try:
-        decode_state(token, SECRET, now=NOW)
+        decode_state(token, [SECRET], now=NOW)
     except StateError as exc:
         kind = exc.kind
     assert kind in ("malformed", "tampered", "expired")
@@ -139,4 +139,4 @@ def test_a_valid_token_with_any_character_spliced_in_is_refused_as_state_error(a
     token = encode_state(CLAIMS, SECRET)
     spliced = token[:at] + char + token[at:]
     with pytest.raises(StateError):
-        decode_state(spliced, SECRET, now=NOW)
+        decode_state(spliced, [SECRET], now=NOW)

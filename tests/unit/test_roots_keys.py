@@ -18,6 +18,7 @@ from gateway.relay import client_roots
 from gateway.relay.poolkey import PoolKey
 from gateway.relay.router import Router
 from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, ServerConfig
+from gateway.relay.statekeys import StateKeys
 from gateway.relay.suspensions import Suspensions
 from gateway.stdio.spec import ChildSpec
 
@@ -115,7 +116,7 @@ def request(name: str = "read") -> Request:
 async def test_the_gateways_round_is_bound_to_its_request_and_principal() -> None:
     now = [1000.0]
     async with anyio.create_task_group() as tg:  # the keepers' (none runs: a round parks nothing)
-        suspensions = Suspensions("fs", b"k" * 32, task_group=tg, clock=lambda: now[0])
+        suspensions = Suspensions("fs", StateKeys.fixed(b"k" * 32), task_group=tg, clock=lambda: now[0])
         token = suspensions.mint_round(request(), "alice", 300)
         assert suspensions.check_round(token, request(), "alice") is True
         assert suspensions.check_round(token, request(), "alice") is True  # not single-use: it holds nothing

@@ -155,11 +155,11 @@ def test_a_task_id_names_its_owner_verified_and_an_unowned_one_names_none() -> N
     keys = owners.IdKeys.derive(b"s" * 32, "task id")
     task_id = rules.mint_task_id(me, keys, b"r" * rules.TASK_RANDOM_BYTES)
     assert task_id.startswith(rules.TASK_ID_PREFIX + owners.SESSION_PREFIX)
-    assert rules.task_owner(task_id, keys) == me
-    assert rules.task_owner(rules.mint_task_id(None, keys, b"r" * 16), keys) is None
+    assert rules.task_owner(task_id, [keys]) == me
+    assert rules.task_owner(rules.mint_task_id(None, keys, b"r" * 16), [keys]) is None
     with pytest.raises(OwnerError):  # signed with another key (a session id's, say)
-        rules.task_owner(task_id, owners.IdKeys.derive(b"s" * 32, "session id"))
-    assert rules.check_owner(task_id[:-2] + "AA", keys) is None
+        rules.task_owner(task_id, [owners.IdKeys.derive(b"s" * 32, "session id")])
+    assert rules.check_owner(task_id[:-2] + "AA", [keys]) is None
 
 
 def test_a_task_id_shows_no_address_of_its_owner() -> None:
@@ -175,7 +175,7 @@ def test_a_task_id_shows_no_address_of_its_owner() -> None:
 
 def test_an_earlier_versions_task_id_names_no_owner_here() -> None:
     earlier = "t.o1." + base64.urlsafe_b64encode(b"http://10.0.0.1:8000").decode().rstrip("=") + ".boot1.cmFuZA.AAAA"
-    assert rules.check_owner(earlier, owners.IdKeys.derive(b"s" * 32, "task id")) is None  # "not found" here
+    assert rules.check_owner(earlier, [owners.IdKeys.derive(b"s" * 32, "task id")]) is None  # "not found" here
 
 
 @given(st.lists(st.sampled_from(["ask", "answer", "note", "complete", "fail", "cancel"]), max_size=30))
