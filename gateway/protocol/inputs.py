@@ -107,6 +107,18 @@ def local_answer(
     return ErrorReply(request.id, error_object(METHOD_NOT_FOUND, f"the gateway does not handle {request.method!r}"))
 
 
+def unattributed_answer(request: Request, roots: Sequence[Mapping[str, Any]] | None, reason: str) -> Reply:
+    """The gateway's answer to a child request no client carries (asked outside any call, or
+    left by every request that could): ``local_answer``, but a ``roots/list`` with no roots
+    configured gets an empty list, not an error. A pool's children serve clients whose roots
+    they are not given, so "none" is the truth; servers that fetch roots at start-up
+    (server-everything, server-filesystem) take it as it is, where they logged the error as a
+    failure on every pre-started child."""
+    if request.method == ROOTS and roots is None:
+        return Result(request.id, {"roots": []})
+    return local_answer(request, roots, reason)
+
+
 def told_to_child(configured: Mapping[str, Any], client: Mapping[str, Any]) -> JsonObject:
     """What a legacy child that serves one client is told at ``initialize``: the capabilities
     the server is configured to declare that this client declared too. Sub-fields narrow the

@@ -10,8 +10,8 @@ module carries the decisions out:
   (a parked call is cancelled at the child before its questions are answered); the backstop
   comes later so that the two never race, and answers only an ask the relay left behind;
 - ``answer``: an ``Unattributed`` request is offered to the child's request handler (a
-  session's GET stream), else answered by the gateway (``gateway.protocol.inputs.local_answer``),
-  logged and counted.
+  session's GET stream), else answered by the gateway
+  (``gateway.protocol.inputs.unattributed_answer``), logged and counted.
 
 ``awaiting_input`` (child requests waiting for a client's answer) tells the pool that the
 child's silence is no stall.
@@ -101,7 +101,7 @@ class Questions:
         try:
             reply = None if self._handler is None else await self._handler(request)
             if reply is None:
-                reply = inputs.local_answer(request, self.spec.roots, reason)
+                reply = inputs.unattributed_answer(request, self.spec.roots, reason)
                 if request.method in inputs.INPUT_METHODS:
                     self._answered_locally(request.method, reason)
         except Exception:  # a handler bug must still answer the child

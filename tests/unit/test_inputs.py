@@ -53,6 +53,17 @@ def test_the_gateway_answers_what_no_client_can() -> None:
     assert refused.code == METHOD_NOT_FOUND
 
 
+def test_a_question_no_client_carries_gets_empty_roots_when_none_are_configured() -> None:
+    # Outside any call (a server's start-up fetch, as server-everything's): "none", not -31006.
+    roots = ({"uri": "file:///data", "name": "data"},)
+    assert inputs.unattributed_answer(Request(1, inputs.ROOTS), None, "r") == Result(1, {"roots": []})
+    assert inputs.unattributed_answer(Request(2, inputs.ROOTS), roots, "r") == Result(2, {"roots": [dict(roots[0])]})
+    assert inputs.unattributed_answer(Request(3, inputs.ELICITATION, {}), None, "r") == Result(3, {"action": "decline"})
+    sampled = inputs.unattributed_answer(Request(4, inputs.SAMPLING), None, "nobody is asking")
+    assert isinstance(sampled, ErrorReply)
+    assert sampled.code == CODE_NO_CLIENT_INPUT
+
+
 def test_a_tasks_question_reaches_a_modern_client_without_the_childs_task_id() -> None:
     related = {"io.modelcontextprotocol/related-task": {"taskId": "child-1"}}
     params = {"message": "?", "requestedSchema": {"type": "object"}, "_meta": related}
