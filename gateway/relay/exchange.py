@@ -115,6 +115,8 @@ class Relay:
                 roots=turn.roots,  # and a call's children hold its client's roots set only
             )
             turn.pool = pool
+            if turn.roots is not None and client.session is not None:
+                client.session.roots_pool = pool  # its subscriptions' updates come from here too
             turn.tool = tool = attribution.tool_key(request.method, request.params)  # the lease's and the child's
             # The holdings own the lease and the child exchange, so that a parked MRTR call keeps both.
             await start_over(turn, pool)  # a round its client left, sent again at its cap, ends

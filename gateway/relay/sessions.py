@@ -116,6 +116,7 @@ class LegacySession:
     streams: SessionStreams = field(default_factory=SessionStreams)  # its SSE streams, kept for resumption
     child: StdioChild | None = None  # the child this session's requests go to (legacy state stays put)
     pool: Pool | None = None  # the pool that serves it: its children's list_changed reach this session
+    roots_pool: Pool | None = None  # where its calls and subscriptions run when its roots are keyed
     subscriptions: set[str] = field(default_factory=set)  # resource URIs it subscribed to
     asks: dict[str, ChildAsk] = field(default_factory=dict)  # gateway id → the child's question
     asks_sent: int = 0

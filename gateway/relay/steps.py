@@ -22,7 +22,9 @@ Before a child (``BEFORE_CHILD``):
    (``Router.keys_roots``; ``gateway.relay.client_roots``): the roots the round's retry
    carries, else the gateway's own MRTR round for them (``input_required``).
 5. ``roots_asked``: the same for a legacy session: asked for its roots on this call's stream
-   when it must be (``client_roots.needs_asking``), then the steps go on.
+   when it must be (``client_roots.needs_asking``), then the steps go on. Its
+   ``resources/subscribe`` and ``resources/unsubscribe`` too: a subscription is made on the
+   children its calls run on, so the ``resources/updated`` its own changes cause reach it.
 
 Then the lease: ``router.pool_for`` → ``pool.lease`` → ``client.bind``. A modern call that
 its client left parked before (the same method and params, no ``requestState``), sent again
@@ -222,12 +224,15 @@ async def _ask_session(turn: Turn) -> AsyncGenerator[Emitted]:
     turn.roots = session.roots if session is not None else None
 
 
+ROOTS_FOLLOWING: Final = MRTR_METHODS | subscriptions.SUBSCRIBE_METHODS
+"""A legacy session's requests that run where its roots are (its subscriptions with its calls)."""
+
 BEFORE_CHILD: Final = (
     Step("tasks", MODERN, task_rules.METHODS, None, answer_tasks),
     Step("retry", MODERN, None, carries_gateway_state, take_retry),
     Step("quota", BOTH, None, over_quota, refuse_over_quota),
     Step("roots_round", MODERN, MRTR_METHODS, declares_roots, roots_round),
-    Step("roots_asked", LEGACY, MRTR_METHODS, declares_roots, roots_asked, ends=False),
+    Step("roots_asked", LEGACY, ROOTS_FOLLOWING, declares_roots, roots_asked, ends=False),
 )
 
 

@@ -5,7 +5,8 @@
 - **notifications** (``on_notification``): the emulated listens of that pool take the
   types they were granted (``gateway.relay.listens``); ``list_changed`` goes to the GET
   streams of the legacy sessions that pool serves, and ``resources/updated`` to those of
-  them that subscribed to the resource (or a parent of it). Never across principals,
+  them that subscribed to the resource (or a parent of it), also from the roots pool where a
+  session's calls and subscriptions run when its roots are keyed (``roots_pool``). Never across principals,
   sessions or credentials: a pool is all of these at once.
 - **requests** (``on_request``, a child's unattributable question): a roots pool's
   ``roots/list`` is noted (``SharedSettings.on_child_request``: a fresh child's first call
@@ -68,7 +69,8 @@ class Unsolicited:
             uri = notification.params.get("uri")
             if isinstance(uri, str):
                 self.sessions.broadcast(
-                    notification.to_dict(), lambda session: session.pool is pool and session.is_subscribed(uri)
+                    notification.to_dict(),
+                    lambda session: pool in (session.pool, session.roots_pool) and session.is_subscribed(uri),
                 )
         else:
             log.debug("unsolicited %s from the child not forwarded", notification.method)

@@ -1,4 +1,5 @@
-"""Legacy sessions subscribed to resources on a modern or dual child (issue #12 item 4).
+"""Legacy sessions subscribed to resources on a modern or dual child (issue #12 item 4), and
+on a legacy child that keeps roots, where a session's subscriptions run with its calls (#36).
 
 A 2026-07-28 child has no ``resources/subscribe``: each legacy session's subscriptions
 become one ``subscriptions/listen`` at the child with ``resourceSubscriptions``, and the
@@ -20,10 +21,11 @@ import anyio
 import httpx
 import pytest
 
-from gateway.relay.server_config import DualEra
+from gateway.relay.server_config import DualEra, RootsKeying
 from tests.conftest import server_spec
 from tests.filewatch import wait_until
 from tests.gateway_server import BASE_HEADERS, legacy_initialize, parse_sse, running_gateway
+from tests.integration.test_shared_settings import call
 
 pytestmark = pytest.mark.anyio
 
@@ -200,3 +202,54 @@ async def test_a_sessions_listen_is_opened_again_when_the_child_crashes_or_ends_
                 await wait_until(record, lambda: listens() >= 2)
                 await updated(http, url, session, "file:///docs/after-crash")
                 assert (await anext(received))["params"] == {"uri": "file:///docs/after-crash"}
+
+
+ROOTS = {name: [{"uri": f"file:///home/{name}", "name": name}] for name in ("alice", "bob")}
+
+
+async def test_a_roots_sessions_subscription_runs_where_its_calls_do_so_its_own_changes_reach_it() -> None:
+    """Issue #36 item 4: on a server that keeps roots, a session declaring roots has its calls
+    run on children given its roots set, and its ``resources/subscribe`` now goes there too:
+    the ``resources/updated`` that its own call makes the child send reaches its GET stream,
+    and only its (another roots set's session, and a rootless one, get nothing of it)."""
+    spec = server_spec("--era", "legacy", "--subscribe", "--cache-roots", client_capabilities={"roots": {}})
+    with anyio.fail_after(40):
+        async with (
+            running_gateway(spec, roots_keying=RootsKeying.ALWAYS) as url,
+            httpx.AsyncClient(timeout=20) as http,
+        ):
+            sessions = {}
+            for name in ("alice", "bob", "carol"):
+                init = legacy_initialize(capabilities={"roots": {}} if name in ROOTS else {})
+                reply = await http.post(url, headers=BASE_HEADERS, json=init)
+                assert reply.status_code == 200, reply.text
+                sessions[name] = {
+                    **BASE_HEADERS,
+                    "mcp-session-id": reply.headers["mcp-session-id"],
+                    "mcp-protocol-version": "2025-11-25",
+                }
+
+            async def send(who: str, method: str, **params: Any) -> dict[str, Any]:
+                body = {"jsonrpc": "2.0", "id": f"{who}-{method}", "method": method, "params": params}
+                got, _ = await call(http, url, sessions[who], body, ROOTS.get(who))
+                return got[-1]
+
+            for name in ("alice", "bob", "carol"):
+                assert (await send(name, "resources/subscribe", uri=f"file:///home/{name}/notes"))["result"] == {}
+                # The child its calls run on holds its subscription (a real server sends updates
+                # only for what the process was subscribed to).
+                held = await send(name, "tools/call", name="subscribed", arguments={})
+                assert f"file:///home/{name}/notes" in held["result"]["structuredContent"]["uris"], held
+            get = {"accept": "text/event-stream"}
+            async with (
+                http.stream("GET", url, headers={**sessions["alice"], **get}) as alice_get,
+                http.stream("GET", url, headers={**sessions["bob"], **get}) as bob_get,
+                http.stream("GET", url, headers={**sessions["carol"], **get}) as carol_get,
+            ):
+                alice_in, bob_in, carol_in = messages(alice_get), messages(bob_get), messages(carol_get)
+                for name in ("alice", "bob", "carol"):  # each changes its own resource, on its own children
+                    arguments = {"method": UPDATED, "params": {"uri": f"file:///home/{name}/notes"}}
+                    assert "result" in await send(name, "tools/call", name="notify", arguments=arguments)
+                assert (await anext(alice_in))["params"] == {"uri": "file:///home/alice/notes"}
+                assert (await anext(bob_in))["params"] == {"uri": "file:///home/bob/notes"}
+                assert (await anext(carol_in))["params"] == {"uri": "file:///home/carol/notes"}

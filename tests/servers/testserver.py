@@ -550,6 +550,12 @@ def add_test_tools(server: StdioServer) -> None:
             _notify,
         ),
         (
+            "subscribed",
+            "The resource URIs this process holds legacy subscriptions for (resources/subscribe).",
+            object_schema({}),
+            lambda ctx, args: _json_result("uris", sorted(server.subscribed)),
+        ),
+        (
             "late_reply",
             "Ignore cancellation: sleep ms, then reply anyway.",
             object_schema({"ms": _int("ms")}, ["ms"]),

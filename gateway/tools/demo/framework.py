@@ -126,6 +126,7 @@ class StdioServer:
         # Extra requests answered on a thread of their own, by method (add_call_handler).
         self._call_handlers: dict[str, Tool] = {}
         self._listens = Listens(self.send)  # modern subscriptions/listen
+        self.subscribed: set[str] = set()  # legacy resources/subscribe URIs held (not yet unsubscribed)
         self._outgoing = Outgoing(self.send, self._write)  # requests to the client
         self._legacy_version: str | None = None
         self.client_capabilities: JsonObject = {}  # what the client declared at initialize (legacy era)
@@ -322,7 +323,11 @@ class StdioServer:
             uri = params.get("uri")
             if not isinstance(uri, str) or uri.startswith("bad:"):
                 raise RpcError(INVALID_PARAMS, f"cannot subscribe to {uri!r}")
-            return {}  # nothing changes here: resources/updated is sent by the notify tool
+            if method == "resources/subscribe":
+                self.subscribed.add(uri)
+            else:
+                self.subscribed.discard(uri)
+            return {}  # nothing else changes here: resources/updated is sent by the notify tool
         if method == "logging/setLevel" and era == "legacy":
             self.log_level = params.get("level")
             return {}
