@@ -120,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind (callgrind) is not installed: apt-get install valgrind", file=sys.stderr)
         return 2
-    python = os.path.realpath(sys.executable)  # the interpreter itself, not a shim valgrind would trace instead
+    # The interpreter itself, not a shim valgrind would trace instead; in a virtual environment
+    # its own path (a symlink): resolved, the interpreter would not see the environment's packages.
+    python = sys.executable if sys.prefix != sys.base_prefix else os.path.realpath(sys.executable)
     engines = [e.strip() for e in args.engine.split(",") if e.strip()]
     if not engines or any(e not in ("uvicorn", "granian") for e in engines):
         parser.error(f"--engine takes uvicorn, granian (comma-separated); got {args.engine!r}")
