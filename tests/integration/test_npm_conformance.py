@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import platform
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,13 @@ def scenarios_with_results(results: Path) -> list[str]:
     return sorted(names)
 
 
+async def run_suite(url: str, results: Path, *selection: str) -> subprocess.CompletedProcess[bytes]:
+    """The suite's ``server`` command against ``url``: what it runs (``selection``), its checks
+    written under ``results``; its exit code is the caller's to judge."""
+    argv = [str(NODE22), str(SUITE), "server", "--url", url, *selection, "--output-dir", str(results)]
+    return await anyio.run_process(argv, check=False)
+
+
 @pytest.mark.timeout(RUN_DEADLINE + 30)
 @pytest.mark.parametrize("revision", REVISIONS)
 @pytest.mark.parametrize("era", ERAS)
@@ -126,22 +134,7 @@ async def test_the_conformance_suite_fails_only_the_named_checks(era: str, revis
     results = tmp_path / "results"
     with anyio.fail_after(RUN_DEADLINE):
         async with running_gateway(fixture_spec(era), pool=POOL) as url:
-            run = await anyio.run_process(
-                [
-                    str(NODE22),
-                    str(SUITE),
-                    "server",
-                    "--url",
-                    url,
-                    "--requirements",
-                    revision,
-                    "--expected-failures",
-                    str(baseline),
-                    "--output-dir",
-                    str(results),
-                ],
-                check=False,
-            )
+            run = await run_suite(url, results, "--requirements", revision, "--expected-failures", str(baseline))
     output = run.stdout.decode(errors="replace") + run.stderr.decode(errors="replace")
     tail = output[-6000:]
 
@@ -171,23 +164,8 @@ async def test_with_no_first_round_a_question_asked_first_is_the_tasks_own(era: 
     results = tmp_path / "results"
     with anyio.fail_after(RUN_DEADLINE):
         async with running_gateway(fixture_spec(era), pool=POOL, task_first_round=0) as url:
-            run = await anyio.run_process(
-                [
-                    str(NODE22),
-                    str(SUITE),
-                    "server",
-                    "--url",
-                    url,
-                    "--scenario",
-                    "tasks-mrtr-input",
-                    "--spec-version",
-                    "2026-07-28",
-                    "--force",
-                    "--output-dir",
-                    str(results),
-                ],
-                check=False,
-            )
+            scenario = ("--scenario", "tasks-mrtr-input", "--spec-version", "2026-07-28", "--force")
+            run = await run_suite(url, results, *scenario)
     tail = (run.stdout.decode(errors="replace") + run.stderr.decode(errors="replace"))[-6000:]
     assert scenarios_with_results(results) == ["tasks-mrtr-input"], tail
     assert not failing_checks(results), tail
