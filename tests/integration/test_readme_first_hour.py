@@ -19,8 +19,9 @@ import pytest
 from anyio.streams.text import TextReceiveStream
 
 from bench.procs import free_port
+from tests.conftest import MACHINE_WIDE
 
-pytestmark = [pytest.mark.anyio, pytest.mark.npm]
+pytestmark = [pytest.mark.anyio, pytest.mark.npm, MACHINE_WIDE]  # the gateway binds a picked port
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
