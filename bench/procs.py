@@ -34,7 +34,30 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PICKED_PORTS = 16_384
+"""How many ports below the kernel's ephemeral range ``free_port`` picks from."""
+
+
 def free_port() -> int:
+    """A port free on 127.0.0.1 now, for a server that binds it itself (``--port``): picked at
+    random below the kernel's ephemeral range (``EPHEMERAL_PORTS``), where neither a socket
+    bound to port 0 nor an outgoing connection is ever given a port. So nothing else running
+    meanwhile (a test on another pytest worker, another program's servers) takes it between
+    this pick and the server's bind, as it could take a port the kernel picked."""
+    try:
+        first_ephemeral = int(EPHEMERAL_PORTS.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first_ephemeral = 0  # not Linux: the kernel's own pick
+    below = range(max(1024, first_ephemeral - PICKED_PORTS), first_ephemeral)
+    for _ in range(100 if below else 0):
+        port = secrets.choice(below)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (or in TIME_WAIT): another
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])

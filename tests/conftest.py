@@ -1,4 +1,5 @@
-"""Shared fixtures: the anyio backend, the test server's command line, and a child reaper."""
+"""Shared fixtures: the anyio backend, the test server's command line, a child reaper, and how
+many xdist workers a run starts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,30 @@ from gateway.stdio.spec import ChildSpec
 
 TESTS = Path(__file__).resolve().parent
 TEST_SERVER = TESTS / "servers" / "testserver.py"
+
+
+MACHINE_WIDE = pytest.mark.xdist_group("machine-wide")
+"""For tests that use what the machine has one of, so that no two of them run at once (xdist
+gives a group to one worker, in turn; ``--dist loadgroup``): the Docker engine (the container
+tier builds one image, labels its containers, and compose publishes 127.0.0.1:8080) and servers
+that bind a port picked for them (``bench.procs.free_port``, below the range the kernel hands
+out, so the tests beside them never take it; two pickers in turn never race each other)."""
+
+MAX_WORKERS = 8
+"""Workers for ``-n auto`` (pyproject's addopts) at most: past a few, a run is as long as its
+longest group (the container tier, about 2.5 min), and more only start more children at once."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """How many xdist workers ``-n auto`` starts: none when every argument names a test
+    (``pytest FILE::TEST`` runs in process and starts at once); otherwise one per usable core,
+    at least two (most tests wait on child processes, so two overlap even on one core) and at
+    most ``MAX_WORKERS``. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still overrides it (xdist reads it)."""
+    if "PYTEST_XDIST_AUTO_NUM_WORKERS" in os.environ:
+        return None
+    if config.args and all("::" in arg for arg in config.args):
+        return 0
+    return min(max(2, len(os.sched_getaffinity(0))), MAX_WORKERS)
 
 
 @pytest.fixture(scope="session", autouse=True)

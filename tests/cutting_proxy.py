@@ -37,7 +37,14 @@ class CuttingProxy:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
-                    self._client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0), trust_env=False)
+                    # A connection per upstream request, as nginx's default (HTTP/1.0 upstream): a
+                    # pooled one left idle as long as the gateway's keep-alive (uvicorn's 5 s) may be
+                    # closed by the gateway just as the proxy sends on it.
+                    self._client = httpx.AsyncClient(
+                        timeout=httpx.Timeout(None, connect=5.0),
+                        limits=httpx.Limits(max_keepalive_connections=0),
+                        trust_env=False,
+                    )
                     await send({"type": "lifespan.startup.complete"})
                 else:
                     assert self._client is not None

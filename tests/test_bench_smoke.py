@@ -40,6 +40,7 @@ from bench.targets import (
     TargetResults,
 )
 from bench.targets import DEFAULT as DEFAULT_PLAN
+from tests.conftest import MACHINE_WIDE
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE_DEADLINE = 50.0
@@ -56,6 +57,7 @@ def run_bench(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@MACHINE_WIDE  # its servers bind picked ports
 def test_the_smoke_run_starts_every_server_and_writes_the_page(tmp_path: Path) -> None:
     page = tmp_path / "benchmarks.md"
     done = run_bench("--smoke", "--output", str(page))
@@ -91,6 +93,7 @@ def target_labels(text: str) -> dict[str, str]:
     return {row[1].strip(): row[4].strip() for row in cells[1:] if len(row) == 6}
 
 
+@MACHINE_WIDE  # its servers bind picked ports
 def test_the_tiny_load_run_measures_both_gateways_in_both_eras(tmp_path: Path) -> None:
     page = tmp_path / "benchmarks.md"
     done = run_bench("--tiny", "--only", "load", "--output", str(page))
@@ -115,6 +118,7 @@ def test_the_tiny_load_run_measures_both_gateways_in_both_eras(tmp_path: Path) -
     assert "### Before" in text
 
 
+@MACHINE_WIDE  # its servers bind picked ports
 def test_the_tiny_run_of_the_other_groups_delivers_every_notification_and_stream(tmp_path: Path) -> None:
     page = tmp_path / "benchmarks.md"
     done = run_bench("--tiny", "--only", "c1,stream,memory", "--output", str(page))

@@ -78,8 +78,11 @@ class Client:
 @asynccontextmanager
 async def task_gateway(backend: FakeBackend, **app_options: Any) -> AsyncIterator[tuple[Gateway, TaskStore]]:
     # "hold" and "echo" become tasks for a client that opts in; a dual child serves modern calls
-    # modern-style, so held calls share one child.
-    server = ServerConfig("test", FAKE_SPEC, PoolSettings(), Isolation.SHARED, task_tools=("hold", "echo"))
+    # modern-style, so held calls share one child. No first round: these tools never ask, and a
+    # held call would otherwise wait out the whole round (1 s) before its handle, 32 times.
+    server = ServerConfig(
+        "test", FAKE_SPEC, PoolSettings(), Isolation.SHARED, task_tools=("hold", "echo"), task_first_round=0
+    )
     async with in_process_servers([Router(server, backend=backend)], **app_options) as gw:
         yield gw, gw.app.state.task_stores["test"]
 

@@ -13,13 +13,16 @@ import subprocess
 
 import pytest
 
+from tests.conftest import MACHINE_WIDE
 from tests.container.docker import BUILD_TIMEOUT, CI_DOCKER, IMAGE, IN_CI, REPO, docker, engine_answers
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/container/" in item.nodeid:
             item.add_marker(pytest.mark.container)
+            item.add_marker(MACHINE_WIDE)
 
 
 @pytest.fixture(scope="session")

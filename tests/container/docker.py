@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bench.procs import free_port
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 """In CI (.ci/run sets CI=true) a missing engine or a failed build fails the tier; elsewhere it skips."""
@@ -73,12 +74,6 @@ def engine_answers() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return True
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LogFollower:

@@ -235,11 +235,11 @@ async def test_list_with_a_forced_mode_still_names_the_server_and_the_child_s_er
 
 
 async def test_a_refused_connection_exits_2() -> None:
-    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+    with socket.socket() as sock:  # bound, never listening: refused, and no other test is given the port
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    with anyio.fail_after(20):
-        run = await call(f"http://127.0.0.1:{port}/mcp", "echo")
+        with anyio.fail_after(20):
+            run = await call(f"http://127.0.0.1:{port}/mcp", "echo")
     assert run.code == 2
     assert "cannot reach" in run.err
 

@@ -10,7 +10,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,10 @@ import anyio
 import pytest
 from anyio.streams.text import TextReceiveStream
 
-pytestmark = [pytest.mark.anyio, pytest.mark.npm]
+from bench.procs import free_port
+from tests.conftest import MACHINE_WIDE
+
+pytestmark = [pytest.mark.anyio, pytest.mark.npm, MACHINE_WIDE]  # the gateway binds a picked port
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -31,12 +33,6 @@ def readme_commands() -> list[list[str]]:
     block = re.search(r"<!-- first-hour:start -->\s*```bash\n(.*?)```\s*<!-- first-hour:end -->", text, re.S)
     assert block, "README lost its first-hour block"
     return [shlex.split(line) for line in block.group(1).strip().splitlines()]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -477,15 +477,23 @@ LONG_CALL_MS = 3 * int(PROXY_LIMIT * 1000)
 
 
 async def test_a_call_longer_than_a_proxys_request_limit_completes_as_a_task_through_the_proxy() -> None:
+    # Through the proxy, a connection per request: the task's handle comes after the first round
+    # (1 s) and its end 5 s later, as long as the proxy's keep-alive (uvicorn's 5 s), so a pooled
+    # connection could be closed by the proxy just as the last poll is sent on it.
+    fresh = httpx.Limits(max_keepalive_connections=0)
     with anyio.fail_after(WAIT + LONG_CALL_MS / 1000):
         async with gateway(server_spec("--era", "legacy")) as gw:
             base = gw.url.removesuffix("/mcp")
-            async with serving(CuttingProxy(base, PROXY_LIMIT)) as front:
-                direct, gw.url = gw.url, f"{front}/mcp"
+            async with (
+                serving(CuttingProxy(base, PROXY_LIMIT)) as front,
+                httpx.AsyncClient(timeout=WAIT, limits=fresh) as http,
+            ):
+                direct, pooled = gw.url, gw.http
+                gw.url, gw.http = f"{front}/mcp", http
                 cut = await gw.call("sleep", {"ms": LONG_CALL_MS}, meta={})  # no extension: synchronous, and cut
                 task_id = created(await gw.call("sleep", {"ms": LONG_CALL_MS}))["taskId"]
                 final = await gw.until(task_id, lambda status: status == rules.COMPLETED)  # through the proxy
-                gw.url = direct
+                gw.url, gw.http = direct, pooled
     assert cut.status_code == 504
     assert final["result"]["content"][0]["text"] == "slept"
 
