@@ -259,5 +259,6 @@ def observe(
             "rpc_id": rpc_id,
             "request_id": request_id,
             "trace_id": trace_id,
+            "forwarded_to": fields.get("forwarded_to"),  # the owning replica, for the operator only
         },
     )

@@ -15,6 +15,7 @@ import pytest
 
 from gateway.http.auth import TokenStore
 from gateway.http.drain import Drain
+from tests import operations_doc
 from tests.conftest import server_spec
 from tests.gateway_server import modern_call, modern_headers, open_legacy_session, parse_sse, running_gateway
 
@@ -91,6 +92,8 @@ async def test_a_forwarded_request_logs_its_mcp_method_where_it_came_in(caplog: 
     assert len(pings) == 2, [r.getMessage() for r in access(caplog)]  # the entry's line and the owner's
     assert not [r for r in access(caplog) if getattr(r, "rpc_method", None) == "POST"]
     assert [r.rpc_id for r in pings] == [1, 1]  # type: ignore[attr-defined]  # the id, where it came in too
+    # The entry's line names the replica it forwarded to (the operator's log: no client reads it).
+    assert sorted(str(r.forwarded_to) for r in pings) == sorted([str(None), c.instances[0]])  # type: ignore[attr-defined]
 
 
 async def test_a_call_line_carries_the_client_name_id_request_id_and_trace(caplog: pytest.LogCaptureFixture) -> None:
@@ -113,6 +116,9 @@ async def test_a_call_line_carries_the_client_name_id_request_id_and_trace(caplo
     assert message.endswith(f" trace={TRACE}")
     assert (second.rpc_id, second.request_id, second.trace_id) == (7, None, None)  # type: ignore[attr-defined]
     assert second.getMessage().endswith(" id=7 request_id=- trace=-")
+    # docs/operations.md lists every field of the line, and no other.
+    plain = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+    assert set(first.__dict__) - plain == operations_doc.access_fields()
 
 
 async def test_an_authenticated_client_is_its_principal_and_a_meta_traceparent_counts(
