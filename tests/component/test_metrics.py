@@ -1,5 +1,6 @@
 """``/metrics`` over fake children: counters that never fall when a pool goes, the cold-start
-histogram, label values without spaces, the process and build metrics."""
+histogram, label values without spaces, the process and build metrics, and docs/operations.md
+listing every metric the page serves with its type and labels."""
 
 from __future__ import annotations
 
@@ -12,7 +13,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from gateway import __version__
+from gateway.http.edge_settings import MAX_BODY_BYTES
+from gateway.relay.owner import OwnerRouting
 from gateway.relay.server_config import DualEra, Isolation
+from gateway.relay.statekeys import StateKeys
+from tests import operations_doc
 from tests.component.fakechild import fake_backend
 from tests.component.harness import Gateway, in_process_gateway, legacy_call
 from tests.gateway_server import modern_call, modern_headers, open_legacy_session
@@ -29,6 +34,13 @@ def samples(text: str) -> list[Sample]:
 def value(text: str, name: str, **labels: str) -> float:
     """The sum of ``name``'s samples whose labels include ``labels`` (0 if none)."""
     return sum(s.value for s in samples(text) if s.name == name and labels.items() <= s.labels.items())
+
+
+def counters(text: str, **labels: str) -> dict[str, float]:
+    """Every counter's value (its samples whose labels include ``labels``, summed), by name."""
+    families = [f for f in text_string_to_metric_families(text) if f.type in ("counter", "histogram")]
+    names = {s.name for f in families for s in f.samples if not s.name.endswith("_created")}
+    return {name: value(text, name, **labels) for name in names}
 
 
 async def scrape(gw: Gateway) -> str:
@@ -55,6 +67,7 @@ async def test_spawn_and_exit_counters_do_not_fall_when_a_session_pool_is_droppe
                 assert reply.status_code == 200
             before = await scrape(gw)
             assert value(before, "mcp_gateway_child_spawns_total", pool="session") == 2
+            assert value(before, "mcp_gateway_child_bytes_in_total", pool="session") > 0
             bytes_before = value(before, "mcp_gateway_child_bytes_out_total", pool="session")
 
             await gw.http.delete(gw.url, headers=sessions[0])  # its pool is dropped at once
@@ -65,6 +78,8 @@ async def test_spawn_and_exit_counters_do_not_fall_when_a_session_pool_is_droppe
         after = await scrape_after(gw)  # every pool has ended, and been folded into the totals
     for text in (dropped, stopped, after):
         assert value(text, "mcp_gateway_child_spawns_total", pool="session") == 2
+        for name, counted in counters(before, pool="session").items():  # every counter, whatever it counts
+            assert value(text, name, pool="session") >= counted, name
         assert value(text, "mcp_gateway_child_bytes_out_total", pool="session") >= bytes_before
         assert value(text, "mcp_gateway_child_start_seconds_count", pool="session") == 2
     assert value(after, "mcp_gateway_child_exits_total", pool="session", reason="code_0") == 2
@@ -110,3 +125,38 @@ async def test_process_python_and_build_info_metrics_are_served() -> None:
     [build] = [s for s in samples(text) if s.name == "mcp_gateway_build_info"]
     assert build.value == 1
     assert build.labels == {"version": __version__, "python": platform.python_version()}
+
+
+def served(texts: list[str]) -> dict[str, tuple[str, frozenset[str]]]:
+    """Every metric on these pages, named as Prometheus names it (a counter with ``_total``): its
+    type and the labels its samples have (a histogram's ``le`` aside)."""
+    found: dict[str, tuple[str, set[str]]] = {}
+    for text in texts:
+        for family in text_string_to_metric_families(text):
+            if family.name.endswith("_created"):  # a counter's or histogram's _created samples
+                continue
+            name = family.name + "_total" if family.type == "counter" else family.name
+            kind, labels = found.setdefault(name, (family.type, set()))
+            assert kind == family.type, name
+            labels |= {label for sample in family.samples for label in sample.labels} - {"le"}
+    return {name: (kind, frozenset(labels)) for name, (kind, labels) in found.items()}
+
+
+async def test_the_operations_page_lists_every_metric_served_with_its_type_and_labels() -> None:
+    """docs/operations.md, "Every metric", against a scrape in which every metric has samples:
+    a call, a legacy session, a crash (an exit's ``reason``), owner routing (``mcp_gateway_instance``)."""
+    routing = OwnerRouting("http://127.0.0.1:1", StateKeys.fixed(b"k" * 32), max_body_bytes=MAX_BODY_BYTES)
+    with anyio.fail_after(BOUND):
+        async with fake_backend() as backend, in_process_gateway(backend, owner_routing=routing) as gw:
+            await gw.http.post(gw.url, headers=modern_headers("tools/call", "echo"), json=modern_call(1, "echo", {}))
+            headers = await open_legacy_session(gw.http, gw.url)
+            await gw.http.post(gw.url, headers=headers, json=legacy_call(2, "crash", {"code": 3}))
+            running = await scrape(gw)  # the pools' gauges
+        ended = await scrape_after(gw)  # every exit counted
+    on_the_page = served([running, ended])
+    assert all(labels for name, (_, labels) in on_the_page.items() if name.startswith("mcp_gateway_")), on_the_page
+    listed = operations_doc.metrics()
+    assert sorted(set(on_the_page) - set(listed)) == [], "served, not in docs/operations.md"
+    assert sorted(set(listed) - set(on_the_page)) == [], "in docs/operations.md, not served"
+    wrong = {name: (listed[name], found) for name, found in on_the_page.items() if listed[name] != found}
+    assert wrong == {}, "docs/operations.md says (type, labels), /metrics serves"
