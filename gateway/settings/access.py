@@ -110,7 +110,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         repeat=True,
         metavar="ADDRESS",
         section=SECURITY,
-        help="accept --principal-header only from these client addresses or CIDRs (repeatable)",
+        help="accept --principal-header only from these client addresses or CIDRs (repeatable; none: loopback only)",
     ),
     Setting(
         "--cors-origin",

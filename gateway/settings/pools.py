@@ -215,7 +215,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         field="principal_header",
         metavar="HEADER",
         section=POOL,
-        help="trust this header (set by an authenticating reverse proxy) as the principal",
+        help="trust this header (set by an authenticating reverse proxy) as the principal, from --trusted-proxy "
+        "peers only (loopback when none are listed)",
     ),
     Setting(
         "--principal-header-required",
@@ -223,7 +224,8 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         default="auto",
         choices=("auto", "yes", "no"),
         section=POOL,
-        help="answer 401 to a request without --principal-header from a trusted proxy; auto: yes "
+        help="answer 401 to a request without --principal-header from a trusted proxy, or from any other "
+        "peer; auto: yes "
         "when the header is the only client authentication (no tokens, OAuth or client "
         "certificates) (default: %(default)s)",
     ),
