@@ -16,8 +16,10 @@
 #                          Kubernetes, plus deploy/checks/validate_manifests.py's consistency checks;
 #                          then deploy/checks/chart-cases/: renders that must fail with a given
 #                          reason (TLS with scaleOut; a GitOps render with no state secret),
-#                          a GitOps render made twice that must give the same Secret, and a
-#                          rotation's two state keys rendered as given, rolling no pod
+#                          a GitOps render made twice that must give the same Secret, a
+#                          rotation's two state keys rendered as given, rolling no pod, and
+#                          the release notes' warning for an identity header trusted without
+#                          a NetworkPolicy (and none with one)
 #   4. Versions            pyproject's version = Chart.yaml's version and appVersion
 #
 # Tools install into .deploy-tools/ (git-ignored) from PyPI, npm and Debian only, pinned, and
@@ -190,6 +192,24 @@ for values in "$CASES"/*.yaml; do
         grep -qF -- "$reason" "$SCRATCH/error" || fail "$values failed without saying '$reason': $(cat "$SCRATCH/error")"
     done <<<"$expected"
     say "ok   $values: refused ($(grep -o 'execution error.*' "$SCRATCH/error" | cut -c1-100)…)"
+done
+# Releases whose notes must (`# expect-note:`) or must not (`# expect-no-note:`) say something:
+# the warnings `helm install` prints (helm template renders no NOTES.txt).
+for values in "$CASES"/*.yaml; do
+    wanted=$(sed -n 's/^# expect-note: //p' "$values")
+    unwanted=$(sed -n 's/^# expect-no-note: //p' "$values")
+    [[ -n $wanted || -n $unwanted ]] || continue
+    "$HELM" install demo "$CHART" --namespace mcp --dry-run=client -f "$values" >"$SCRATCH/install" 2>&1 \
+        || fail "$values: helm install --dry-run=client failed: $(cat "$SCRATCH/install")"
+    sed -n '/^NOTES:/,$p' "$SCRATCH/install" >"$SCRATCH/notes"
+    [[ -s $SCRATCH/notes ]] || fail "$values: helm install --dry-run=client printed no NOTES"
+    while IFS= read -r line; do
+        [[ -z $line ]] || grep -qF -- "$line" "$SCRATCH/notes" || fail "$values: the notes do not say '$line': $(cat "$SCRATCH/notes")"
+    done <<<"$wanted"
+    while IFS= read -r line; do
+        [[ -z $line ]] || ! grep -qF -- "$line" "$SCRATCH/notes" || fail "$values: the notes say '$line': $(cat "$SCRATCH/notes")"
+    done <<<"$unwanted"
+    say "ok   $values: the release's notes${wanted:+ warn}${unwanted:+ say no '$unwanted'}"
 done
 # A GitOps render (helm template: `lookup` sees no cluster), twice: one state secret.
 for run in 1 2; do
