@@ -145,7 +145,8 @@ def served(texts: list[str]) -> dict[str, tuple[str, frozenset[str]]]:
 async def test_the_operations_page_lists_every_metric_served_with_its_type_and_labels() -> None:
     """docs/operations.md, "Every metric", against a scrape in which every metric has samples:
     a call, a legacy session, a crash (an exit's ``reason``), owner routing (``mcp_gateway_instance``)."""
-    routing = OwnerRouting("http://127.0.0.1:1", StateKeys.fixed(b"k" * 32), max_body_bytes=MAX_BODY_BYTES)
+    keys = StateKeys.fixed(b"k" * 32)
+    routing = OwnerRouting("http://127.0.0.1:1", keys, max_body_bytes=MAX_BODY_BYTES, label="worker 2 of 3")
     with anyio.fail_after(BOUND):
         async with fake_backend() as backend, in_process_gateway(backend, owner_routing=routing) as gw:
             await gw.http.post(gw.url, headers=modern_headers("tools/call", "echo"), json=modern_call(1, "echo", {}))
@@ -154,6 +155,11 @@ async def test_the_operations_page_lists_every_metric_served_with_its_type_and_l
             running = await scrape(gw)  # the pools' gauges
         ended = await scrape_after(gw)  # every exit counted
     on_the_page = served([running, ended])
+    spaced = {
+        (s.name, k, v) for text in (running, ended) for s in samples(text) for k, v in s.labels.items() if " " in v
+    }
+    assert not spaced  # mcp_gateway_instance's too
+    assert value(ended, "mcp_gateway_instance", worker="worker_2_of_3") == 1
     assert all(labels for name, (_, labels) in on_the_page.items() if name.startswith("mcp_gateway_")), on_the_page
     listed = operations_doc.metrics()
     assert sorted(set(on_the_page) - set(listed)) == [], "served, not in docs/operations.md"
