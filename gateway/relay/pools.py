@@ -26,8 +26,8 @@
   then it is counted among the running (``tallies``), also after it was dropped. So the
   server's counters per kind never fall when a pool goes.
 
-Every pool gets the listeners registered here (``add_listener`` and the like), also the
-pools opened before a listener came.
+Every pool hears through ``hooks`` (``gateway.stdio.member.PoolHooks``), one registry passed
+to each pool opened: a listener added there hears every pool, also those opened before it came.
 """
 
 from __future__ import annotations
@@ -46,15 +46,8 @@ from gateway.stdio.backend import ChildBackend
 from gateway.stdio.boundary import RESTART_PAUSE, contained, keep_running
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
-from gateway.stdio.pool import (
-    MAINTENANCE_TICK,
-    LossListener,
-    ParkedReleaser,
-    Pool,
-    PoolListener,
-    PoolRequestHandler,
-    PoolSettings,
-)
+from gateway.stdio.member import PoolHooks
+from gateway.stdio.pool import MAINTENANCE_TICK, Pool, PoolSettings
 from gateway.stdio.spec import ChildSpec
 from gateway.stdio.tally import PoolTally
 
@@ -99,10 +92,7 @@ class RunningPools:
         self._budget = budget
         self._crashes = crashes
         self._backend = backend
-        self._listeners: list[PoolListener] = []
-        self._loss_listeners: list[LossListener] = []
-        self._request_handlers: list[PoolRequestHandler] = []
-        self._parked_releasers: list[ParkedReleaser] = []
+        self.hooks = PoolHooks()  # every pool's: who hears its children outside any request
         self.answered_alike: Callable[[str], bool] | None = None  # (``Router``: a keeping server's roots)
         self._stops: dict[PoolKey, anyio.Event] = {}
         self._opening: dict[PoolKey, anyio.Event] = {}  # set once the pool runs, or failed to
@@ -112,28 +102,6 @@ class RunningPools:
         self.gone: dict[str, PoolTally] = {}  # by pool kind: what the pools that ended counted
         self._tg: TaskGroup | None = None  # while ``running``: the pools' task group
         self._prewarm: ChildSpec | None = None  # the shared pool's spec, when it is pre-warmed
-
-    # -- listeners ------------------------------------------------------------------------
-
-    def add_listener(self, listener: PoolListener) -> None:
-        self._listeners.append(listener)
-        for pool in self.by_key.values():
-            pool.add_listener(listener)
-
-    def add_loss_listener(self, listener: LossListener) -> None:
-        self._loss_listeners.append(listener)
-        for pool in self.by_key.values():
-            pool.add_loss_listener(listener)
-
-    def add_request_handler(self, handler: PoolRequestHandler) -> None:
-        self._request_handlers.append(handler)
-        for pool in self.by_key.values():
-            pool.add_request_handler(handler)
-
-    def add_parked_releaser(self, releaser: ParkedReleaser) -> None:
-        self._parked_releasers.append(releaser)
-        for pool in self.by_key.values():
-            pool.add_parked_releaser(releaser)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -194,15 +162,8 @@ class RunningPools:
             backend=self._backend,
             on_started=self._bump,
             server=self.server,
+            hooks=self.hooks,
         )
-        for listener in self._listeners:
-            pool.add_listener(listener)
-        for loss in self._loss_listeners:
-            pool.add_loss_listener(loss)
-        for handler in self._request_handlers:
-            pool.add_request_handler(handler)
-        for releaser in self._parked_releasers:
-            pool.add_parked_releaser(releaser)
         pool.answered_alike = self.answered_alike
         if key.scope.startswith(SESSION_PREFIX):
             pool.session_id = key.scope.removeprefix(SESSION_PREFIX)

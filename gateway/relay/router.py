@@ -144,7 +144,7 @@ class Router:
         )
         self.pools = self._pools.by_key  # running (or opening) pools by key: read by status and metrics
         if on_notification is not None:
-            self._pools.add_listener(on_notification)
+            self._pools.hooks.add_listener(on_notification)
         self._running: AbstractAsyncContextManager[None] | None = None
         self.single_era = server.dual_era is not DualEra.PER_CLIENT  # no legacy partition needed
         self._probed_era: Era | None = None  # the era of the server's first probed child, once one is up
@@ -153,24 +153,24 @@ class Router:
         # Whether this server keeps roots between calls (RootsKeying): None until learnt.
         self.roots_kept: bool | None = {RootsKeying.ALWAYS: True, RootsKeying.NEVER: False}.get(server.roots_keying)
         self._roots_fetched = anyio.Event()  # a child fetched roots outside any call
-        self._pools.add_request_handler(self._note_roots_fetch)
+        self._pools.hooks.add_request_handler(self._note_roots_fetch)
         self._pools.answered_alike = self._answered_alike
         self._started_once = False  # a child of this server started or failed to start (is_first_start)
 
     def add_listener(self, listener: PoolListener) -> None:
-        self._pools.add_listener(listener)
+        self._pools.hooks.add_listener(listener)
 
     def add_loss_listener(self, listener: LossListener) -> None:
-        """``listener(pool)`` when a child of a pool crashes or the pool closes (``Pool.add_loss_listener``)."""
-        self._pools.add_loss_listener(listener)
+        """``listener(pool)`` when a child of a pool crashes or the pool closes (``PoolHooks.add_loss_listener``)."""
+        self._pools.hooks.add_loss_listener(listener)
 
     def add_request_handler(self, handler: PoolRequestHandler) -> None:
-        """``handler(pool, request)`` for a child's unattributable requests (``Pool.add_request_handler``)."""
-        self._pools.add_request_handler(handler)
+        """``handler(pool, request)`` for a child's unattributable requests (``PoolHooks.add_request_handler``)."""
+        self._pools.hooks.add_request_handler(handler)
 
     def add_parked_releaser(self, releaser: ParkedReleaser) -> None:
-        """``releaser(pool, principal)`` ends a parked call for a waiting asker (``Pool.add_parked_releaser``)."""
-        self._pools.add_parked_releaser(releaser)
+        """``releaser(pool, principal)`` ends a parked call for a waiting asker (``PoolHooks.add_parked_releaser``)."""
+        self._pools.hooks.add_parked_releaser(releaser)
 
     async def __aenter__(self) -> Router:
         """Run this server's pools (``RunningPools.running``: one task group, entered in its

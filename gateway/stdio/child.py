@@ -1,8 +1,7 @@
 """One stdio MCP child: the anyio pump around the sans-IO session machine.
 
 ``open_child(spec)`` (``gateway.stdio.launch``) starts the child through its ``ChildBackend``,
-starts these pumps, runs the handshake and yields a ready ``StdioChild`` (what the rest of the
-gateway reads of it: ``gateway.stdio.readings``). Requests go through ``child.exchange(...)``:
+starts these pumps, runs the handshake and yields a ready ``StdioChild``. Requests go through ``child.exchange(...)``:
 
     async with child.exchange("tools/call", params, timeout=30) as ex:
         async for note in ex:          # request-scoped notifications (progress), client token restored
@@ -50,6 +49,7 @@ from anyio.abc import TaskGroup
 
 from gateway.errors import ChildError, ChildExitedError, GatewayUnavailableError
 from gateway.protocol import jsonrpc
+from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.childactions import (
     Answered,
     Ask,
@@ -66,13 +66,13 @@ from gateway.protocol.childsession import ChildSession
 from gateway.protocol.framing import LineFramer, OversizedLine
 from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import JsonObject, Notification, Reply
+from gateway.protocol.versions import Era
 from gateway.stdio import process, usage
 from gateway.stdio.backend import ChildProcess
 from gateway.stdio.boundary import Guarded, contained
 from gateway.stdio.carried import Carried
 from gateway.stdio.exchange import Exchange, ExchangeItem
 from gateway.stdio.questions import Questions, RequestHandler
-from gateway.stdio.readings import ChildReadings
 from gateway.stdio.spec import ChildSpec
 from gateway.stdio.stderrlog import StderrLog
 from gateway.stdio.timer import DeadlineTimer
@@ -91,9 +91,10 @@ NotificationHandler = Callable[[Notification], None]
 ChangeHandler = Callable[[], None]
 
 
-class StdioChild(ChildReadings):
-    """A running child (the module doc); what the rest of the gateway reads of it is
-    ``ChildReadings``'s (``gateway.stdio.readings``)."""
+class StdioChild:
+    """A running child (the module doc): its pumps, its exchanges, and what the rest of the
+    gateway reads of it (its handshake's ``ChildInfo``, pid, load and questions, the counters
+    metrics fold in, the stderr tail and stdout noise errors quote, and its death)."""
 
     def __init__(
         self,
@@ -115,7 +116,7 @@ class StdioChild(ChildReadings):
         # What it was told at initialize it may ask (read-only here; the spec makes a copy per read).
         self.declared_capabilities: Mapping[str, object] = spec.declared_capabilities
         self.bytes_in = 0
-        self.cpu_us = 0  # the most CPU time its process group was read at (ChildReadings.note_cpu)
+        self.cpu_us = 0  # the most CPU time its process group was read at (``note_cpu``)
         self.last_output = time.monotonic()  # when stdout last said anything (stall detection)
         self._info: ChildInfo | None = None
         self._proc = proc
@@ -157,6 +158,125 @@ class StdioChild(ChildReadings):
         return f"<StdioChild {self.spec.label} pid={self.pid} {state} in_flight={self.in_flight}>"
 
     # -- requests -------------------------------------------------------------------
+
+    # -- what the rest of the gateway reads of it ---------------------------------------
+
+    @property
+    def info(self) -> ChildInfo | None:
+        return self._info
+
+    @info.setter
+    def info(self, info: ChildInfo | None) -> None:
+        self._info = info
+        self._session.legacy = self.is_legacy
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def in_flight(self) -> int:
+        return self._session.in_flight
+
+    @property
+    def stderr_tail(self) -> list[str]:
+        return self._stderr.lines
+
+    @property
+    def stdout_noise(self) -> Sequence[str]:
+        """The last stdout lines that were not JSON-RPC (what ``inspect`` and hints quote)."""
+        return self._session.noise
+
+    @property
+    def non_json_lines(self) -> int:
+        return self._session.non_json_lines
+
+    @property
+    def oversized_lines(self) -> int:
+        return self._session.oversized_lines
+
+    @property
+    def tools_generation(self) -> int:
+        """Bumped by ``notifications/tools/list_changed`` (tool caches key on it)."""
+        return self._session.tools_generation
+
+    @property
+    def tools(self) -> ToolLearning | None:
+        """The pool's learning of which tools ask (attribution rule 5)."""
+        return self._session.tools
+
+    @tools.setter
+    def tools(self, tools: ToolLearning | None) -> None:
+        self._session.tools = tools
+
+    def counters(self) -> dict[str, int]:
+        """For metrics, folded into the pool's totals when the child exits."""
+        session = self._session
+        return {
+            "non_json_lines": session.non_json_lines,
+            "oversized_lines": session.oversized_lines,
+            "cancels_sent": session.cancels_sent,
+            "timeouts": session.timeouts,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self._stdin.written,
+            "cpu_us": self.cpu_us,
+            "questions_to_clients": self.questions.to_clients,
+            "questions_answered_by_gateway": self.questions.answered_by_gateway,
+        }
+
+    def note_cpu(self, seconds: float | None) -> None:
+        """The CPU time its process group was read at (``gateway.stdio.usage``; None: not read):
+        the highest reading is kept, so what metrics count never falls."""
+        self.cpu_us = usage.highest_cpu_us(self.cpu_us, seconds)
+
+    @property
+    def stdin_queued(self) -> int:
+        """Bytes waiting for its stdin behind the write in progress (at most ``max_stdin_queue_bytes``)."""
+        return self._stdin.queued
+
+    @property
+    def stdin_waiting_since(self) -> float | None:
+        """Since when (``time.monotonic``) a write to its stdin has waited for the pipe; None when
+        none waits (the dispatcher routes around a child whose write waits long)."""
+        return self._stdin.waiting_since
+
+    @property
+    def awaiting_input(self) -> int:
+        """Child requests waiting for a client's answer (the child's silence is then no stall)."""
+        return self.questions.awaiting_input
+
+    @property
+    def has_asked(self) -> bool:
+        return self._session.has_asked
+
+    @property
+    def open_questions(self) -> int:
+        """Questions handed to a client and not answered, plus those held as ambiguous."""
+        return self._session.open_questions
+
+    def asks_open(self, method: str) -> bool:
+        """A question of ``method`` is among ``open_questions``."""
+        return self._session.asks_open(method)
+
+    @property
+    def is_legacy(self) -> bool:
+        """Spoken to in the legacy era: its questions are requests on stdio (a modern child's
+        MRTR ``input_required`` needs no attribution, so it teaches rule 5 nothing)."""
+        return self._info is not None and self._info.era is Era.LEGACY
+
+    def is_alive(self) -> bool:
+        return self._session.death is None
+
+    @property
+    def death(self) -> ChildError | None:
+        return self._session.death
+
+    async def wait_exited(self) -> ChildError:
+        await self._exited.wait()
+        assert self._session.death is not None
+        return self._session.death
+
+    # -- exchanges ------------------------------------------------------------------------
 
     def exchange(
         self,

@@ -1,7 +1,7 @@
 """A pool's settings and its members, as the stdio edge names them: ``PoolSettings`` and
 ``Member`` (``gateway.protocol.dispatchstate``: one child of the pool from its start to its
 exit, with its leases and who holds them; ``member_status``: what ``/status`` shows of one), and
-the callbacks a pool offers its users.
+the registry of who hears a pool's children outside any request (``PoolHooks``).
 ``gateway.stdio.pool`` re-exports them; the pool's rules are in ``gateway.protocol.dispatch``.
 """
 
@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from gateway.protocol import dispatchstate
 from gateway.protocol.dispatchstate import PoolSettings as PoolSettings
 from gateway.protocol.jsonrpc import Notification, Reply, Request
 from gateway.stdio.child import StdioChild
 from gateway.stdio.handshake import StartWait
-from gateway.stdio.questions import RequestHandler
 
 if TYPE_CHECKING:
     from gateway.stdio.pool import Pool
@@ -31,7 +30,7 @@ PoolListener = Callable[["Pool", Notification], None]
 LossListener = Callable[["Pool"], None]
 """Called when a started child of the pool exits unplanned (crash), or the pool closes."""
 PoolRequestHandler = Callable[["Pool", Request], Awaitable[Reply | None]]
-"""Offered a child's unattributable request (``Pool.add_request_handler``); None: not mine."""
+"""Offered a child's unattributable request (``PoolHooks.add_request_handler``); None: not mine."""
 log = logging.getLogger("gateway.stdio.pool")
 
 ParkedReleaser = Callable[["Pool", str], bool]
@@ -40,59 +39,55 @@ fair share, ``ReleaseParked``); True when it ended one."""
 
 
 class PoolHooks:
-    """Who hears of what a pool's children say outside any request: the listeners a pool
-    offers its users (``gateway.stdio.pool.Pool`` is one)."""
+    """Who hears of what a pool's children say outside any request, and who ends a parked call
+    for a waiting asker: one registry, shared by every pool of a server
+    (``gateway.relay.pools.RunningPools`` passes its own to each pool it opens), so a listener
+    added once hears every pool, those opened later included. Each call names the pool."""
 
-    def __init__(self, on_request: RequestHandler | None = None) -> None:
-        self._on_request = on_request
+    def __init__(self) -> None:
         self._listeners: list[PoolListener] = []
         self._loss_listeners: list[LossListener] = []
         self._request_handlers: list[PoolRequestHandler] = []
         self._parked_releasers: list[ParkedReleaser] = []
 
-    def _pool(self) -> Pool:
-        return cast("Pool", self)
-
     def add_listener(self, listener: PoolListener) -> None:
-        """Call ``listener(pool, notification)`` for every notification a child of this pool
+        """Call ``listener(pool, notification)`` for every notification a child of a pool
         sends outside any request (the pool says whose it is: sessions served by it)."""
         self._listeners.append(listener)
 
     def add_loss_listener(self, listener: LossListener) -> None:
-        """Call ``listener(pool)`` when a started child exits unplanned or the pool closes: state
+        """Call ``listener(pool)`` when a started child exits unplanned or a pool closes: state
         that the gateway emulates on top of the pool's children (listens) must end then."""
         self._loss_listeners.append(listener)
 
     def add_request_handler(self, handler: PoolRequestHandler) -> None:
-        """Offer ``handler(pool, request)`` every request a child of this pool sends that no
+        """Offer ``handler(pool, request)`` every request a child of a pool sends that no
         exchange carries (unattributable); the first reply that is not None answers it, and
         with none the gateway answers locally (``gateway.protocol.inputs.local_answer``)."""
         self._request_handlers.append(handler)
 
     def add_parked_releaser(self, releaser: ParkedReleaser) -> None:
-        """Ask ``releaser(pool, principal)`` to end a parked call when the dispatcher says so."""
+        """Ask ``releaser(pool, principal)`` to end a parked call when a dispatcher says so."""
         self._parked_releasers.append(releaser)
 
-    def _release_parked(self, principal: str) -> None:
-        if not any(releaser(self._pool(), principal) for releaser in self._parked_releasers):
-            log.info("%s: no parked call of %s to end for a waiting asker", self._pool().label, principal)
+    def release_parked(self, pool: Pool, principal: str) -> None:
+        if not any(releaser(pool, principal) for releaser in self._parked_releasers):
+            log.info("%s: no parked call of %s to end for a waiting asker", pool.label, principal)
 
-    async def _child_request(self, request: Request) -> Reply | None:
-        if self._on_request is not None:
-            return await self._on_request(request)
+    async def child_request(self, pool: Pool, request: Request) -> Reply | None:
         for handler in self._request_handlers:
-            reply = await handler(self._pool(), request)
+            reply = await handler(pool, request)
             if reply is not None:
                 return reply
         return None
 
-    def _lost(self) -> None:
+    def lost(self, pool: Pool) -> None:
         for listener in self._loss_listeners:
-            listener(self._pool())
+            listener(pool)
 
-    def _broadcast(self, notification: Notification) -> None:
+    def broadcast(self, pool: Pool, notification: Notification) -> None:
         for listener in self._listeners:
-            listener(self._pool(), notification)
+            listener(pool, notification)
 
 
 def member_status(m: Member, now: float, start: StartWait | None) -> dict[str, Any]:

@@ -37,6 +37,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from typing import Any, Final
 
 import anyio
@@ -47,7 +48,7 @@ from gateway.protocol import dispatchstate as ds
 from gateway.protocol.dispatch import STARTUP_WAIT as STARTUP_WAIT
 from gateway.protocol.dispatch import Dispatcher
 from gateway.protocol.handshake import modern_meta
-from gateway.protocol.jsonrpc import Result
+from gateway.protocol.jsonrpc import Reply, Request, Result
 from gateway.protocol.redaction import redact_text
 from gateway.protocol.supervision import ExitKind
 from gateway.protocol.versions import Era
@@ -75,7 +76,7 @@ GATEWAY_FAULT: Final = ExitKind.GATEWAY_FAULT.value
 """The exit reason counted for a child the gateway failed on (``ChildFaultError``)."""
 
 
-class Pool(PoolHooks):
+class Pool:
     def __init__(
         self,
         spec: ChildSpec,
@@ -83,6 +84,7 @@ class Pool(PoolHooks):
         *,
         gateway_version: str = "0",
         on_request: RequestHandler | None = None,
+        hooks: PoolHooks | None = None,
         label: str | None = None,
         size: int | None = None,
         budget: ChildBudget | None = None,
@@ -111,7 +113,8 @@ class Pool(PoolHooks):
         self._gateway_version = gateway_version
         self._backend = backend
         self._on_started = on_started
-        PoolHooks.__init__(self, on_request)
+        self.hooks = hooks if hooks is not None else PoolHooks()
+        self._on_request = on_request
         self.session_id: str | None = None  # the one legacy session this pool is dedicated to, if any
         self.budget = budget
         self.crashes = crashes
@@ -165,7 +168,7 @@ class Pool(PoolHooks):
                     yield self
                 finally:
                     self._closing = True
-                    self._lost()
+                    self.hooks.lost(self)
                     for stop in self._stops.values():
                         stop.set()
                     tg.cancel_scope.cancel()  # maintenance; children stop shielded (process.stop)
@@ -199,6 +202,12 @@ class Pool(PoolHooks):
         """A child's questions opened or closed: a waiting asker may now fit (attribution rule 3)."""
         self._apply(self.dispatch.changed(time.monotonic(), self.room))
 
+    async def _child_request(self, request: Request) -> Reply | None:
+        """A child's request no exchange carries: the pool's own handler (a test's), else the hooks'."""
+        if self._on_request is not None:
+            return await self._on_request(request)
+        return await self.hooks.child_request(self, request)
+
     def evict(self, member: Member, why: str) -> None:
         """Retire ``member`` for another pool (the global child budget)."""
         self._apply(self.dispatch.retire(member, why, event="evict"))
@@ -231,9 +240,9 @@ class Pool(PoolHooks):
                 self.restarts += 1
                 self._tg.start_soon(self._restart_after, action.delay)
             elif isinstance(action, ds.ReleaseParked):
-                self._release_parked(action.principal)
+                self.hooks.release_parked(self, action.principal)
             else:  # Lost
-                self._lost()
+                self.hooks.lost(self)
 
     # -- state --------------------------------------------------------------------------
 
@@ -344,7 +353,7 @@ class Pool(PoolHooks):
                 self.spec,
                 gateway_version=self._gateway_version,
                 on_request=self._child_request,
-                on_notification=self._broadcast,
+                on_notification=partial(self.hooks.broadcast, self),
                 on_change=self._child_changed,
                 backend=self._backend,
                 on_start=lambda wait: self._start_waits.__setitem__(member, wait),

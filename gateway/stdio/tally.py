@@ -73,7 +73,7 @@ class PoolTally:
     spawns: int = 0
     restarts: int = 0
     exits: Counter[str] = field(default_factory=Counter)  # by reason: "code 0", "SIGKILL", "start failure"…
-    children: Counter[str] = field(default_factory=Counter)  # its children's counters (ChildReadings.counters)
+    children: Counter[str] = field(default_factory=Counter)  # its children's counters (StdioChild.counters)
     starts: StartTimes = field(default_factory=StartTimes)
 
     def add(self, other: PoolTally) -> None:

@@ -11,12 +11,12 @@ process whose group is a child's, and adds up
   own and that of the children it has waited for.
 
 A group's CPU time can fall (a member that exits is reaped outside the group: by the gateway,
-its subreaper), so a child keeps the highest it was read at (``ChildReadings.note_cpu``); its
+its subreaper), so a child keeps the highest it was read at (``highest_cpu_us``); its
 pool keeps that when the child exits (``gateway.stdio.tally``), so the counter never falls.
 A child is read at every scrape and once more when its stdout closes (its own process only,
 ``read_process``); what it spent after its last reading is not counted.
 
-``parse_stat`` and ``group_usage`` are pure; ``read_groups`` and ``read_process`` are the I/O
+``parse_stat``, ``group_usage`` and ``highest_cpu_us`` are pure; ``read_groups`` and ``read_process`` are the I/O
 edge, and read nothing where there is no ``/proc`` (not Linux): the metrics are then absent.
 """
 
@@ -97,6 +97,12 @@ def group_usage(
             group.cpu_seconds += stat.cpu_ticks / ticks_per_second
             group.processes += 1
     return usage
+
+
+def highest_cpu_us(kept: int, seconds: float | None) -> int:
+    """The CPU time to keep for a child, in µs: the highest it was read at (``seconds``: a new
+    reading; None: not read, gone or not Linux), so what metrics count never falls."""
+    return kept if seconds is None else max(kept, round(seconds * 1_000_000))
 
 
 def _read_stat(path: Path) -> ProcStat | None:

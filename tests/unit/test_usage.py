@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.stdio.readings import ChildReadings
-from gateway.stdio.usage import GroupUsage, ProcStat, group_usage, parse_stat, read_groups, read_process
+from gateway.stdio.usage import (
+    GroupUsage,
+    ProcStat,
+    group_usage,
+    highest_cpu_us,
+    parse_stat,
+    read_groups,
+    read_process,
+)
 
 
 def stat_line(pid: int, command: str, group: int, ticks: tuple[int, int, int, int], rss_pages: int) -> str:
@@ -58,16 +65,9 @@ def test_a_fake_proc_is_read_in_one_pass(tmp_path: Path) -> None:
     assert read_process(7, tmp_path) is not None
 
 
-class Readings(ChildReadings):
-    def __init__(self) -> None:
-        self.cpu_us = 0
-
-
 def test_a_childs_cpu_reading_keeps_its_highest() -> None:
-    child = Readings()
-    child.note_cpu(1.5)
-    child.note_cpu(0.5)  # a member of its group was reaped elsewhere: the group's sum fell
-    child.note_cpu(None)  # not read (gone, or not Linux)
-    assert child.cpu_us == 1_500_000
-    child.note_cpu(2.25)
-    assert child.cpu_us == 2_250_000
+    kept = highest_cpu_us(0, 1.5)
+    kept = highest_cpu_us(kept, 0.5)  # a member of its group was reaped elsewhere: the group's sum fell
+    kept = highest_cpu_us(kept, None)  # not read (gone, or not Linux)
+    assert kept == 1_500_000
+    assert highest_cpu_us(kept, 2.25) == 2_250_000
