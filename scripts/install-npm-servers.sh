@@ -19,6 +19,8 @@ PREFIX=.npm-servers
 PACKAGES=(
     "@modelcontextprotocol/server-everything@2026.8.31"
     "@modelcontextprotocol/server-filesystem@2026.8.31"
+    # A server that keeps no roots and sends resources/updated for its graph (tests/integration/test_npm_subscriptions.py).
+    "@modelcontextprotocol/server-memory@2026.8.31"
     "@modelcontextprotocol/sdk@1.32.2"
     "@modelcontextprotocol/client@2.4.0"
     # A real client, for two mcp-remote users reusing request ids (tests/integration/test_npm_mcp_remote.py).

@@ -50,6 +50,7 @@ from gateway.relay.catalog import ToolCatalog
 from gateway.relay.client import ClientContext
 from gateway.relay.events import Emitted
 from gateway.relay.input_rounds import MAX_INPUT_ROUNDS as MAX_INPUT_ROUNDS
+from gateway.relay.listens import Listens
 from gateway.relay.rejected import Rejected as Rejected
 from gateway.relay.router import Router
 from gateway.relay.shared_settings import SharedSettings
@@ -73,6 +74,7 @@ class Relay:
         suspensions: Suspensions,
         tasks: TaskStore,
         settings: SharedSettings,
+        listens: Listens | None = None,
         gateway_version: str = "0",
     ) -> None:
         """Built by ``gateway.relay.service.open_service``, its collaborators with it."""
@@ -84,6 +86,8 @@ class Relay:
         self.tasks = tasks
         # Per-client settings on shared legacy children (log level, roots).
         self.settings = settings
+        # Emulated listens: they follow a modern client's calls to its roots pools' children.
+        self.listens = listens
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
@@ -128,6 +132,9 @@ class Relay:
                 else:
                     turn.child = child = await timed(client.span.queue_wait(pool.label), turn.stack.enter(lease))
                 client.bind(child, pool)
+                if turn.roots is not None and client.era is Era.MODERN and self.listens is not None:
+                    # Before the call reaches the child: its client's listens subscribe there first.
+                    await self.listens.follow_call(self.router, client, headers or {}, pool, child)
                 info = child.info
                 assert info is not None
                 turn.info = info

@@ -19,6 +19,10 @@ reconnects and lists again) when a child of the pool crashes or the pool closes
 (``Listens.on_pool_loss``), or when the child holding its resource subscriptions exits for
 any reason (``Listen.watch_child``): the restarted child's lists may differ, and it would
 not say so; its subscriptions are gone. The HTTP stream is ``gateway.http.listen``.
+
+On a server that keeps roots, a listen that declares roots also follows its client's calls to
+the children of its roots pools, and takes their ``resources/updated`` for its URIs
+(``gateway.relay.listen_roots``).
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway.errors import ChildError
-from gateway.protocol import subscriptions
+from gateway.protocol import inputs, subscriptions
 from gateway.protocol.ingress import CLIENT_CAPABILITIES_KEY
 from gateway.protocol.jsonrpc import INVALID_PARAMS, JsonId, JsonObject, Notification, Request, Result, error_object
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
+from gateway.relay.client import ClientContext
+from gateway.relay.listen_roots import ClientKey, Following, RootsFollowing
 from gateway.relay.router import ANONYMOUS, Router
 from gateway.stdio.child import StdioChild
 from gateway.stdio.pool import Pool
@@ -57,6 +63,7 @@ class Listen:
     child: StdioChild | None = None  # where resource subscriptions are made
     wanted_uris: list[str] = field(default_factory=list)  # requested, to subscribe at the child
     uris: list[str] = field(default_factory=list)  # subscribed: resources/updated for these comes
+    following: Following | None = None  # its client's roots children, when it declares roots
     methods: frozenset[str] = field(init=False)
     _send: MemoryObjectSendStream[JsonObject] = field(init=False)
     receive: MemoryObjectReceiveStream[JsonObject] = field(init=False)
@@ -113,6 +120,10 @@ async def open_listen(
     assert info is not None
     if info.era is Era.MODERN:
         return None
+    following = None
+    if inputs.ROOTS_CAPABILITY in capabilities:  # its calls may run on roots pools: it follows them
+        family = router.key_for(principal, None, headers, capabilities=capabilities)
+        following = Following((owner or principal or ANONYMOUS, family))
     requested = (request.params or {}).get("notifications")
     if not isinstance(requested, dict):
         error = error_object(INVALID_PARAMS, "subscriptions/listen needs params.notifications")
@@ -123,6 +134,7 @@ async def open_listen(
         subscriptions.honoured(requested, info.capabilities),
         child,
         subscriptions.requested_uris(requested, info.capabilities),
+        following=following,
     )
 
 
@@ -189,18 +201,47 @@ class SubscriptionCounts:
             del self._busy[key]
             done.set()
 
+    def __len__(self) -> int:
+        """How many (child, URI) subscriptions are held now."""
+        return len(self._counts)
+
+    def forget(self, child: StdioChild, uri: str) -> None:
+        """A holder of ``uri`` at a child that exited lets go: nothing to tell the child."""
+        key = (child, uri)
+        count = self._counts.get(key, 0) - 1
+        if count > 0:
+            self._counts[key] = count
+        else:
+            self._counts.pop(key, None)
+
 
 class Listens:
     def __init__(self) -> None:
         self.open: set[Listen] = set()
         self.counts = SubscriptionCounts()
+        self.roots = RootsFollowing(self.counts)
 
     def offer(self, pool: Pool, notification: Notification) -> None:
+        updated = notification.method == subscriptions.RESOURCES_UPDATED
         for listen in list(self.open):
             if listen.pool is pool:
                 listen.offer(notification)
+            elif updated and listen.following is not None and listen.following.follows(pool):
+                listen.offer(notification)  # from a child its client's calls run on
+
+    async def follow_call(
+        self, router: Router, client: ClientContext, headers: Mapping[str, str], pool: Pool, child: StdioChild
+    ) -> None:
+        """A modern call with roots runs on ``child`` of ``pool`` (before it is sent): when that
+        is a roots pool, its client's listens follow it there (``gateway.relay.listen_roots``)."""
+        family = router.key_for(client.principal, None, headers, capabilities=client.capabilities)
+        if router.pools.get(family) is pool:
+            return  # the usual pool: its listens are there already
+        who: ClientKey = (client.charged, family)
+        await self.roots.on_call(who, pool, child)
 
     def on_pool_loss(self, pool: Pool) -> None:
+        self.roots.on_pool_loss(pool)
         for listen in list(self.open):
             if listen.pool is pool:
                 log.info("listen %r ended: a child of its pool exited; the client should reconnect", listen.id)
@@ -216,11 +257,16 @@ class Listens:
                 listen.uris.append(uri)
         if listen.uris:
             listen.granted[subscriptions.RESOURCE_SUBSCRIPTIONS] = list(listen.uris)
+        if listen.following is not None:
+            await self.roots.start(listen.following, listen.uris)
 
     async def release(self, listen: Listen) -> None:
-        """After the stream: let go of the listen's URIs (shielded: the stream may be cancelled)."""
-        if listen.child is None:
-            return
+        """After the stream: let go of the listen's URIs, at its child and at every child it
+        follows (shielded: the stream may be cancelled)."""
         with anyio.CancelScope(shield=True):
+            if listen.following is not None:
+                await self.roots.end(listen.following)
+            if listen.child is None:
+                return
             for uri in listen.uris:
                 await self.counts.release(listen.child, uri)

@@ -144,7 +144,12 @@ def _served(
         outcomes=outcomes,
     )
     relay = Relay(
-        parts.router, suspensions=suspensions, tasks=tasks, settings=parts.settings, gateway_version=gateway_version
+        parts.router,
+        suspensions=suspensions,
+        tasks=tasks,
+        settings=parts.settings,
+        listens=parts.listens,
+        gateway_version=gateway_version,
     )
     return Served(parts.router, relay, parts.sessions, parts.listens, SessionListens(tg))
 
