@@ -41,6 +41,23 @@ LIST_CHANGED_TYPES: Final = {
 }
 """listen field → (the child capability that must say ``listChanged``, the notification)."""
 
+MAX_LISTEN_URIS: Final = 256
+"""Resource URIs one ``subscriptions/listen`` may name. Each is a ``resources/subscribe`` at a
+child (and again at every roots child the listen follows, ``gateway.relay.listen_roots``), and
+every ``resources/updated`` is matched against them; a listen naming more is refused (400
+-32602) before any child is asked."""
+
+
+def listen_problem(params: Mapping[str, Any] | None) -> str | None:
+    """Why a ``subscriptions/listen`` is refused before any work (None: it may go on)."""
+    requested = (params or {}).get("notifications")
+    if not isinstance(requested, dict):
+        return "subscriptions/listen needs params.notifications"
+    uris = requested.get(RESOURCE_SUBSCRIPTIONS)
+    if isinstance(uris, list) and len(uris) > MAX_LISTEN_URIS:
+        return f"subscriptions/listen names {len(uris)} resource URIs; at most {MAX_LISTEN_URIS} per listen"
+    return None
+
 
 def honoured(requested: Mapping[str, Any], capabilities: Mapping[str, Any]) -> JsonObject:
     """The subset of ``requested`` a legacy child with ``capabilities`` can deliver."""

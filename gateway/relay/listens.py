@@ -108,7 +108,12 @@ async def open_listen(
 ) -> Listen | Rejection | None:
     """The emulated listen for ``request`` when a legacy child serves the client; None when a
     modern child does (forward it: the relay rewrites ``subscriptionId`` both ways); a
-    ``Rejection`` (400) without ``params.notifications``. ``GatewayError`` when no child can be had."""
+    ``Rejection`` (400) without ``params.notifications`` or with more than
+    ``subscriptions.MAX_LISTEN_URIS``
+    resource URIs, before any child is asked. ``GatewayError`` when no child can be had."""
+    problem = subscriptions.listen_problem(request.params)
+    if problem is not None:
+        return Rejection(400, error_object(INVALID_PARAMS, problem), request.id)
     # The pool whose children its client's calls run on (told the same capabilities): their
     # list_changed is what this listener's lists are made of.
     meta = (request.params or {}).get("_meta")
@@ -124,10 +129,7 @@ async def open_listen(
     if inputs.ROOTS_CAPABILITY in capabilities:  # its calls may run on roots pools: it follows them
         family = router.key_for(principal, None, headers, capabilities=capabilities)
         following = Following((owner or principal or ANONYMOUS, family))
-    requested = (request.params or {}).get("notifications")
-    if not isinstance(requested, dict):
-        error = error_object(INVALID_PARAMS, "subscriptions/listen needs params.notifications")
-        return Rejection(400, error, request.id)
+    requested = (request.params or {})["notifications"]  # a dict (listen_problem)
     return Listen(
         request.id,
         pool,

@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from gateway.http.drain import Drain
+from gateway.protocol.subscriptions import MAX_LISTEN_URIS
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import MODERN_META, modern_call, modern_headers, running_gateway
@@ -336,3 +337,29 @@ async def test_without_resources_subscribe_no_resource_subscription_is_honoured(
             ack = await stream.next()
             assert ack is not None
             assert ack["params"]["notifications"] == {"toolsListChanged": True}
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+async def test_a_listen_naming_too_many_uris_is_refused_before_any_child_is_asked(tmp_path: Path, era: str) -> None:
+    record = tmp_path / "stdin.jsonl"
+    spec = server_spec("--era", era, "--subscribe", "--record", str(record))
+    too_many = [f"file:///data/{n}" for n in range(MAX_LISTEN_URIS + 1)]
+    with anyio.fail_after(30):
+        async with running_gateway(spec) as url, httpx.AsyncClient(timeout=20) as http:
+            body = listen_request("L", resourceSubscriptions=too_many)
+            reply = await http.post(url, headers=modern_headers("subscriptions/listen"), json=body)
+            assert reply.status_code == 400
+            error = reply.json()["error"]
+            assert error["code"] == -32602
+            assert f"at most {MAX_LISTEN_URIS} per listen" in error["message"]
+            # At the bound it is a listen like any other.
+            async with listening(http, url, "M", resourceSubscriptions=too_many[:MAX_LISTEN_URIS]) as stream:
+                ack = await stream.next()
+                assert ack is not None
+                assert ack["method"] == "notifications/subscriptions/acknowledged"
+    lines = [orjson.loads(line) for line in record.read_bytes().splitlines() if line.strip()]
+    if era == "legacy":  # the listen at the bound subscribed each of its URIs; the refused one none
+        assert len(recorded(record, "resources/subscribe")) == MAX_LISTEN_URIS
+    else:  # the listen at the bound was forwarded; the refused one was not
+        assert [line["id"] for line in lines if line.get("method") == "subscriptions/listen"] != []
+        assert len([line for line in lines if line.get("method") == "subscriptions/listen"]) == 1
