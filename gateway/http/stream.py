@@ -247,13 +247,7 @@ class LazyStream:
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         legacy, machine = self._legacy, self._machine
-        watch = self._watch = Watch(
-            scope,
-            receive,
-            end_on_drain=self._graceful_end is not None,  # a listen
-            outlives_client=legacy is not None,
-            feed=self._feed,
-        )
+        watch = self._watch = Watch(scope, receive, machine.kind, self._feed)
         if legacy is None:
             self._writer = SseWriter(send)
             if self._max_seconds is not None:
