@@ -66,23 +66,22 @@ HANGUP: Final = "gateway.hangup"
 
 class Hangup:
     """A connection's loss, pushed to whoever watches it: each watched cancel scope (or anything
-    with ``cancel()``: a request's answer machine is told through one) is
-    cancelled when the peer goes away (or the connection is reset for not reading), which is
-    when uvicorn would answer ``receive()`` with ``http.disconnect``. A scope watched with
-    ``stall_only`` is cancelled only when the connection was reset for not reading
-    (``stalled``): a legacy request outlives its client, but not a client that stops reading."""
+    with ``cancel()``: a response's answer machine is told through one, which reads ``stalled``
+    to tell a reset for not reading from a disconnect) is cancelled when the peer goes away (or
+    the connection is reset for not reading), which is when uvicorn would answer ``receive()``
+    with ``http.disconnect``."""
 
     __slots__ = ("_scopes", "is_lost", "stalled")
 
     def __init__(self) -> None:
         self.is_lost = False
         self.stalled = False
-        self._scopes: dict[Cancellable, bool] = {}
+        self._scopes: dict[Cancellable, None] = {}  # in the order they were watched
 
-    def watch(self, scope: Cancellable, *, stall_only: bool = False) -> None:
+    def watch(self, scope: Cancellable) -> None:
         if not self.is_lost:
-            self._scopes[scope] = stall_only
-        elif self.stalled or not stall_only:
+            self._scopes[scope] = None
+        else:
             scope.cancel()
 
     def unwatch(self, scope: Cancellable) -> None:
@@ -90,9 +89,8 @@ class Hangup:
 
     def lost(self) -> None:
         self.is_lost = True
-        for scope, stall_only in self._scopes.items():
-            if self.stalled or not stall_only:
-                scope.cancel()
+        for scope in self._scopes:
+            scope.cancel()
         self._scopes.clear()
 
 

@@ -15,19 +15,21 @@ quiet. It ends when:
   holding the listen's resource subscriptions exited): the stream ends *without* the
   graceful result, an unexpected drop, so the client reconnects and lists again.
 
-Its resource subscriptions are released when it ends (``Listens.release``).
+Which of these ends it, and whether the graceful result is sent, is its answer machine's to
+decide (``gateway.protocol.answer``, kind ``EMULATED_LISTEN``; carried out by
+``gateway.http.longstream``). Its resource subscriptions are released when it ends
+(``Listens.release``).
 """
 
 from __future__ import annotations
 
-import math
-
-import anyio
 from starlette.types import Receive, Scope, Send
 
 from gateway.http import sse
-from gateway.http.sse import KEEPALIVE_SECONDS, SSE_HEADERS, SseWriter, Watch
+from gateway.http.longstream import LongStream
+from gateway.http.sse import KEEPALIVE_SECONDS, SSE_HEADERS, SseWriter
 from gateway.protocol import subscriptions
+from gateway.protocol.answer import Kind
 from gateway.relay.listens import Listen, Listens
 
 
@@ -42,30 +44,21 @@ class ListenStream:
         self.listens.open.add(listen)
         try:
             await self.listens.subscribe(listen)
-            writer = SseWriter(send)
-            watch = Watch(scope, receive, end_on_drain=True)
-            await writer.start(list(SSE_HEADERS))
-            await writer.write_message(subscriptions.acknowledged(listen.id, listen.granted))
+            graceful = subscriptions.graceful_end(listen.id)
+            stream = LongStream(Kind.EMULATED_LISTEN, scope, receive, send, graceful_end=graceful)
 
-            expired = False
+            async def opening(writer: SseWriter) -> None:
+                await writer.start(list(SSE_HEADERS))
+                await writer.write_message(subscriptions.acknowledged(listen.id, listen.granted))
 
-            async def relay() -> None:
-                nonlocal expired
+            async def relay(writer: SseWriter) -> None:
                 notes = listen.receive
                 ready = sse.ready_from(notes)
-                with anyio.move_on_after(self.max_seconds if self.max_seconds is not None else math.inf) as lifetime:
-                    await sse.pump(writer, notes.receive, ready, sse.json_frame, keepalive=KEEPALIVE_SECONDS)
-                expired = lifetime.cancelled_caught
+                await sse.pump(writer, notes.receive, ready, sse.json_frame, keepalive=KEEPALIVE_SECONDS)
 
-            if listen.holds_subscriptions:  # they die with its child: that drops the listen
-                await watch.run(relay, listen.watch_child)
-            else:
-                await watch.run(relay)
-            if watch.drained or expired:
-                await writer.write_message(subscriptions.graceful_end(listen.id))
-            await writer.end()
-        except OSError:  # pragma: no cover - the client's socket went away mid-write
-            pass
+            # Its resource subscriptions die with their child: that drops the listen.
+            also = (listen.watch_child,) if listen.holds_subscriptions else ()
+            await stream.run(opening, relay, *also, lifetime=self.max_seconds)
         finally:
             self.listens.open.discard(listen)
             listen.drop()

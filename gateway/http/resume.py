@@ -16,6 +16,8 @@ what is kept and for how long: ``gateway.protocol.eventlog``, the live side:
 - ``EventStream``: a legacy session's GET stream (its unsolicited messages), new or resumed;
   a new one of a 2025-11-25 session opens with a priming event.
 - ``ResumedStream``: the answer to a resume of a request stream (200 ``text/event-stream``).
+  It and the GET stream are ``gateway.http.longstream.LongStream``s: their answer machine
+  (``gateway.protocol.answer``, kinds ``RESUMED`` and ``GET_STREAM``) decides their end.
   ``LostStream``: the answer to a resume of a request stream whose events were not kept,
   or whose call was cancelled for want of a client: one event, the request's error
   response (-31005, ``data.stream = "lost"``), so the client's request ends clearly.
@@ -35,6 +37,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway.errors import CODE_CANCELLED
 from gateway.http import replies
+from gateway.http.longstream import LongStream
 from gateway.http.sse import (
     KEEPALIVE_SECONDS,
     LEGACY_GET_HEADERS,
@@ -44,6 +47,7 @@ from gateway.http.sse import (
     id_frame,
     retry_field,
 )
+from gateway.protocol.answer import Kind
 from gateway.protocol.eventlog import PRIMING
 from gateway.protocol.jsonrpc import JsonId, error_object
 from gateway.relay import events
@@ -61,13 +65,14 @@ CANCELLED: Final = "the call was cancelled before its result"
 async def deliver(
     writer: SseWriter,
     reader: Reader,
-    is_left: Callable[[], bool],
+    is_over: Callable[[], bool],
     *,
     poll_seconds: float = 0.0,
     keepalive: float = KEEPALIVE_SECONDS,
 ) -> None:
-    """Write ``reader``'s events to this connection (see the module docstring); it lets the
-    stream go when it returns, so the stream waits for a resume."""
+    """Write ``reader``'s events to this connection (see the module docstring) until
+    ``is_over()`` (the connection's end is decided: its client left, the drain ended it); it
+    lets the stream go when it returns, so the stream waits for a resume."""
     stream = reader.stream
     closes_at = anyio.current_time() + poll_seconds if poll_seconds > 0 else math.inf
     try:
@@ -82,7 +87,7 @@ async def deliver(
                         return  # ended, or another connection reads it now
                     batch = [got, *reader.ready()]
                 idle = timer.cancelled_caught
-            if is_left():
+            if is_over():
                 return  # what it took is kept: the client resumes from the last event it had
             if batch and not idle:
                 await _write(writer, [id_frame(stream.event_id(n), data) for n, data in batch])
@@ -190,7 +195,7 @@ class Resumable:
         hangup = watch.hangup
         with anyio.CancelScope() as scope:
             if hangup is not None:
-                hangup.watch(scope)  # not stall_only: only this delivery ends, the call goes on
+                hangup.watch(scope)  # only this delivery ends: the call goes on (its machine is told apart)
             try:
                 await deliver(writer, reader, lambda: watch.left, poll_seconds=poll, keepalive=self.keepalive)
             finally:
@@ -199,28 +204,26 @@ class Resumable:
 
 
 class ResumedStream:
-    """The answer to a resume (``GET`` + ``Last-Event-ID``) of a request stream."""
+    """The answer to a resume (``GET`` + ``Last-Event-ID``) of a request stream (kind ``RESUMED``)."""
 
     def __init__(self, reader: Reader, *, poll_seconds: float = 0.0) -> None:
         self.reader = reader
         self.poll_seconds = poll_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = Watch(scope, receive)
-        writer = SseWriter(send)
+        stream = LongStream(Kind.RESUMED, scope, receive, send)
         reader = self.reader
 
-        async def body() -> None:
+        async def opening(writer: SseWriter) -> None:
             await writer.start(list(SSE_HEADERS))
-            await deliver(writer, reader, lambda: watch.left, poll_seconds=self.poll_seconds)
+
+        async def source(writer: SseWriter) -> None:
+            await deliver(writer, reader, stream.is_over, poll_seconds=self.poll_seconds)
 
         try:
-            await watch.run(body)
+            await stream.run(opening, source)
         finally:
             reader.detach()
-        if writer.started and not watch.left:
-            with anyio.CancelScope(shield=True):
-                await writer.end()
 
 
 class LostStream:
@@ -250,7 +253,7 @@ class EventStream:
     told it is over (``SessionStreams.resume``) rather than replacing the newer one. It ends
     after ``max_seconds`` (the client reconnects), when the client leaves, when the session
     opens another GET stream or ends, and when the gateway drains (the stream carries no
-    request the drain could wait for)."""
+    request the drain could wait for): its answer machine decides which (kind ``GET_STREAM``)."""
 
     def __init__(self, reader: Reader, *, max_seconds: float, keepalive: float = KEEPALIVE_SECONDS) -> None:
         self._reader = reader
@@ -258,21 +261,18 @@ class EventStream:
         self._keepalive = keepalive
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = Watch(scope, receive, end_on_drain=True)
-        writer = SseWriter(send)
+        stream = LongStream(Kind.GET_STREAM, scope, receive, send)
         reader = self._reader
 
-        async def body() -> None:
+        async def opening(writer: SseWriter) -> None:
             await writer.start(list(LEGACY_GET_HEADERS))
             if reader.opens:  # its id tells this connection's resume from a newer GET's
                 await writer.write_frame(id_frame(reader.stream.event_id(PRIMING), b""))
-            with anyio.move_on_after(self._max_seconds):
-                await deliver(writer, reader, lambda: watch.left, keepalive=self._keepalive)
+
+        async def source(writer: SseWriter) -> None:
+            await deliver(writer, reader, stream.is_over, keepalive=self._keepalive)
 
         try:
-            await watch.run(body)
+            await stream.run(opening, source, lifetime=self._max_seconds)
         finally:
             reader.detach()
-        if writer.started and not watch.left:
-            with anyio.CancelScope(shield=True):
-                await writer.end()

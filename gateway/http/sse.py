@@ -4,15 +4,15 @@ A request's answer streamed (``gateway.http.stream``), an emulated listen
 (``gateway.http.listen``) and a legacy session's streams (``gateway.http.resume``) all go
 out through this module:
 
-- ``Watch`` ends a response when its client leaves or the gateway drains. The connection
-  pushes its loss (``gateway.http.connection.Hangup``): the response's cancel scope is
-  registered there and no task waits on ``receive()``; only under a server without that hook
-  (a test's fake ASGI server, another server) is a task started to wait for
-  ``http.disconnect``. ``drain.scopes`` holds the scope so the drain can end it when its
-  budget is spent; a stream that ends at the drain's start (a listen, a GET stream) gets one
-  task waiting for that. A request's answer (``LazyStream``) has the watch *tell* its
-  answer machine (``gateway.protocol.answer``) what happened instead, and the machine
-  decides whether the body ends.
+- ``Watch`` tells a response's answer machine (``gateway.protocol.answer``) when its client
+  leaves or the gateway drains, and the machine decides whether the body ends (every streamed
+  response has one: a request's answer, ``LazyStream``; a listen, a GET stream, a resumed
+  stream, ``gateway.http.longstream.LongStream``). The connection pushes its loss
+  (``gateway.http.connection.Hangup``): the watch is registered there and no task waits on
+  ``receive()``; only under a server without that hook (a test's fake ASGI server, another
+  server) is a task started to wait for ``http.disconnect``. ``drain.scopes`` holds it so the
+  drain can tell the machine when its budget is spent; a stream that ends at the drain's start
+  (a listen, a GET stream) gets one task waiting for that.
 - ``SseWriter`` writes the frames: ``data: <one JSON line>`` per event (orjson never writes
   a newline, so that is the whole framing), a ``: keep-alive`` comment while quiet.
 - ``pump`` moves events from a source to the writer: it waits for one (a keep-alive comment
@@ -43,7 +43,6 @@ from starlette.types import Receive, Scope, Send
 from gateway.http import replies
 from gateway.http.connection import HANGUP, Hangup
 from gateway.http.drain import DRAIN, Drain
-from gateway.http.inflight import Cancellable
 from gateway.protocol import answer
 from gateway.protocol.jsonrpc import JsonObject
 
@@ -51,7 +50,7 @@ log = logging.getLogger("gateway.http")
 
 T = TypeVar("T")
 Feed = Callable[[answer.Event], None]
-"""Where a watch tells a request's answer machine what happened (``LazyStream``)."""
+"""Where a watch tells a response's answer machine what happened (``LazyStream``, ``LongStream``)."""
 
 KEEPALIVE_SECONDS: Final = 15.0
 """Idle time after which an event stream gets a comment line, so proxies keep it open."""
@@ -88,39 +87,19 @@ def retry_field(milliseconds: int) -> bytes:
 
 
 class Watch:
-    """Runs a response's body until it ends, the client leaves (``left``) or the drain ends it.
+    """Tells a response's answer machine (``gateway.protocol.answer``) what happens to it from
+    outside while ``run`` runs its body: the connection's loss (``CLIENT_GONE``, or
+    ``WRITE_STALLED`` for a reset for not reading), the drain's start (``DRAIN_BEGINS``, watched
+    only for the kinds it ends: ``answer.ENDS_ON_DRAIN``) and the spent drain budget
+    (``BUDGET_SPENT``). ``feed`` steps the machine and carries out what must be done at once:
+    a ``STOP`` cancels ``cancel_scope``, the body's scope. The watch decides nothing itself.
 
-    ``end_on_drain``: the body is cancelled when the drain starts (``drain.ending``) and
-    ``drained`` says so (a listen answers with its graceful result, a GET stream just ends).
-    ``outlives_client``: a disconnect does not end the body (a legacy request: L-TR §Sending
-    Messages, a disconnect is not a cancellation), but a connection reset for not reading
-    does. ``cancel()`` ends it from outside (a POSTed ``notifications/cancelled``).
+    A ``LEGACY`` answer outlives its client (L-TR §Sending Messages): without the connection's
+    hook no task waits for ``http.disconnect`` for it (the machine would only note it)."""
 
-    ``feed``: a request's answer machine (``gateway.protocol.answer``) is told instead, and it
-    decides what ends the body: the connection's loss (``CLIENT_GONE``, ``WRITE_STALLED``), the
-    drain's start (``DRAIN_BEGINS``, watched only with ``end_on_drain``) and its spent budget
-    (``BUDGET_SPENT``) are fed to it where they would cancel the scope; ``drained`` is not set."""
+    __slots__ = ("_ends_on_drain", "_feed", "_receive", "_watches_receive", "cancel_scope", "drain", "hangup")
 
-    __slots__ = (
-        "_end_on_drain",
-        "_feed",
-        "_outlives_client",
-        "_receive",
-        "cancel_scope",
-        "drain",
-        "drained",
-        "hangup",
-    )
-
-    def __init__(
-        self,
-        scope: Scope,
-        receive: Receive,
-        *,
-        end_on_drain: bool = False,
-        outlives_client: bool = False,
-        feed: Feed | None = None,
-    ) -> None:
+    def __init__(self, scope: Scope, receive: Receive, kind: answer.Kind, feed: Feed) -> None:
         # What ``anyio.CancelScope()`` makes on asyncio, made directly: anyio's finding its
         # backend (through sniffio) for each answer costs ~10k instructions of ~870k a call.
         # Fenced: docs/architecture.md, "Library internals the gateway touches".
@@ -129,10 +108,9 @@ class Watch:
         self.drain: Drain | None = drain if isinstance(drain, Drain) else None
         hangup = scope.get(HANGUP)
         self.hangup: Hangup | None = hangup if isinstance(hangup, Hangup) else None
-        self.drained = False
         self._receive = receive
-        self._end_on_drain = end_on_drain
-        self._outlives_client = outlives_client
+        self._ends_on_drain = self.drain is not None and kind in answer.ENDS_ON_DRAIN
+        self._watches_receive = self.hangup is None and kind is not answer.Kind.LEGACY
         self._feed = feed
 
     @property
@@ -145,50 +123,45 @@ class Watch:
 
     async def run(self, body: Callable[[], Awaitable[None]], *also: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """``body()`` under the watch; ``also`` run beside it and end with it."""
-        drain, hangup, scope, feed = self.drain, self.hangup, self.cancel_scope, self._feed
-        # Where the drain and the connection push: the scope itself, or the answer's machine.
-        spent: Cancellable = scope if feed is None else _Told(feed, answer.Event.BUDGET_SPENT)
-        lost: Cancellable = scope if feed is None or hangup is None else _ToldLoss(feed, hangup)
-        with scope:
+        drain, hangup, feed = self.drain, self.hangup, self._feed
+        spent = _Told(feed, answer.Event.BUDGET_SPENT)
+        lost = _ToldLoss(feed, hangup) if hangup is not None else None
+        with self.cancel_scope:
             if drain is not None:
-                drain.scopes.add(spent)  # cancelled when the drain budget is spent
-            if hangup is not None:
-                hangup.watch(lost, stall_only=self._outlives_client and feed is None)
-            watch_receive = hangup is None and not self._outlives_client
+                drain.scopes.add(spent)  # told when the drain budget is spent
+            if lost is not None:
+                assert hangup is not None
+                hangup.watch(lost)
+            watch_receive, ends_on_drain = self._watches_receive, self._ends_on_drain
             try:
-                if watch_receive or also or (self._end_on_drain and drain is not None):
+                if watch_receive or also or ends_on_drain:
                     async with anyio.create_task_group() as tg:
                         if watch_receive:
                             tg.start_soon(self._watch_disconnect)
-                        if self._end_on_drain and drain is not None:
+                        if ends_on_drain:
+                            assert drain is not None
                             tg.start_soon(self._watch_drain, drain)
                         for task in also:
                             tg.start_soon(task)
                         await body()
                         tg.cancel_scope.cancel()
-                else:  # the lean path: no task, the connection cancels the scope when it is lost
+                else:  # the lean path: no task, the connection tells the machine when it is lost
                     await body()
             finally:
                 if drain is not None:
                     drain.scopes.discard(spent)
-                if hangup is not None:
+                if lost is not None:
+                    assert hangup is not None
                     hangup.unwatch(lost)
 
     async def _watch_disconnect(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
             pass
-        if self._feed is not None:
-            self._feed(answer.Event.CLIENT_GONE)
-        else:
-            self.cancel_scope.cancel()
+        self._feed(answer.Event.CLIENT_GONE)
 
     async def _watch_drain(self, drain: Drain) -> None:
         await drain.ending.wait()
-        if self._feed is not None:
-            self._feed(answer.Event.DRAIN_BEGINS)
-        else:
-            self.drained = True
-            self.cancel_scope.cancel()
+        self._feed(answer.Event.DRAIN_BEGINS)
 
 
 class _Told:

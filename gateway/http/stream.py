@@ -14,7 +14,11 @@ A body over 64 KiB (a large JSON answer or SSE event) goes out in pieces, under 
 process's budget for large replies (``gateway.http.replies``); a client that stops reading is
 reset by the connection's write timeout (``gateway.http.connection``).
 
-The exchange runs in the response's own task: no task group, no queue, no background task.
+The exchange runs in the response's own task. A JSON answer adds no task, task group or queue;
+an SSE answer adds one task group with one task that reads the exchange into a bounded buffer
+(``PULLED_AHEAD``), so that the writer's keep-alive timeout never cancels the exchange
+(``_stream``), and a legacy request's resumable stream delivers in a task of its own
+(``gateway.http.resume``).
 Who ends an answer and what the client then gets is decided by its machine
 (``gateway.protocol.answer``, where the rules are): this module feeds it the exchange's
 first event, its final and its end, and carries out the actions it returns. What happens to
@@ -247,13 +251,7 @@ class LazyStream:
 
     async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
         legacy, machine = self._legacy, self._machine
-        watch = self._watch = Watch(
-            scope,
-            receive,
-            end_on_drain=self._graceful_end is not None,  # a listen
-            outlives_client=legacy is not None,
-            feed=self._feed,
-        )
+        watch = self._watch = Watch(scope, receive, machine.kind, self._feed)
         if legacy is None:
             self._writer = SseWriter(send)
             if self._max_seconds is not None:

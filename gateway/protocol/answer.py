@@ -1,7 +1,9 @@
-"""The answer to one request as a state machine: events in, actions out, no I/O.
+"""How one streamed response ends, as a state machine: events in, actions out, no I/O.
 
-``gateway.http.stream.LazyStream`` owns one ``Answer`` per request and carries out what it
-returns. Two kinds of events feed it:
+``gateway.http.stream.LazyStream`` owns one ``Answer`` per request, and
+``gateway.http.longstream.LongStream`` one per stream that is not a request's answer (a listen,
+the GET stream, a resumed stream: ``STREAMS``); each carries out what it returns. Two kinds of
+events feed it:
 
 - the answer's own task reports how the exchange went (``FIRST_FINAL``, ``FIRST_NOTE``,
   ``REFUSED``, ``FINAL``, ``EXHAUSTED``, ``POLL_CLOSED``) and carries out the actions at once;
@@ -17,9 +19,20 @@ returns. Two kinds of events feed it:
   its resume window) or ``STOPPED`` (anything else, such as an event log that gave the stream
   up).
 
-Kinds: ``CALL`` (a modern request), ``LISTEN`` (a forwarded ``subscriptions/listen``: it ends
-with its graceful result when the drain starts or its lifetime is over), ``LEGACY`` (a legacy
-session's request: it outlives its client, L-TR §Sending Messages; its session cancels it).
+Kinds that answer a request through ``LazyStream``: ``CALL`` (a modern request), ``LISTEN`` (a
+forwarded ``subscriptions/listen``: it ends with its graceful result when the drain starts or its
+lifetime is over), ``LEGACY`` (a legacy session's request: it outlives its client, L-TR §Sending
+Messages; its session cancels it).
+
+Kinds that are a stream from their first byte (``STREAMS``, carried out by
+``gateway.http.longstream.LongStream``): ``EMULATED_LISTEN`` (the gateway's own
+``subscriptions/listen``, ``gateway.http.listen``), ``TASK_LISTEN`` (its listen for task status,
+``gateway.http.tasklisten``), ``GET_STREAM`` (a legacy session's GET stream) and ``RESUMED`` (a
+resume of a legacy request's stream, ``gateway.http.resume``). Their own task steps
+``first_note`` as the stream opens, before anything from outside is watched, so ``WAITING``
+takes nothing else; then ``exhausted`` when their source ends (the listen dropped, another GET
+took the stream, the session ended, a polling connection closed) or ``deadline`` when their
+lifetime is over. They are never polled, refused or cancelled by a POST or a session.
 
 States: ``WAITING`` (nothing sent yet), ``SSE`` (the event stream is open), ``POLLED`` (a
 legacy polling stream's connection was closed by the gateway; the call goes on), and the
@@ -61,6 +74,18 @@ Rules (``✗``: out of order, ``OutOfOrder`` is raised; ``–``: ignored; ``=``:
     deadline others,      ABANDONED note_cancelled (all three)
     stopped
 
+    STREAMS (WAITING takes only first_note: SSE stream; POLLED takes nothing)
+    event                 SSE
+    exhausted             FINISHED end_sse
+    client_gone,          ABANDONED stop
+    write_stalled
+    drain_begins          EMULATED_LISTEN, TASK_LISTEN: FINISHED stop write_graceful end_sse
+                          GET_STREAM: FINISHED stop end_sse;  RESUMED: =
+    budget_spent          FINISHED stop end_sse
+    deadline              EMULATED_LISTEN: FINISHED write_graceful end_sse; others: FINISHED end_sse
+    stopped               FINISHED end_sse
+    others                ✗
+
 1. **One final answer at most, one response start at most.** Once decided, nothing more is
    written: an event that stops a live exchange (``client_gone`` but for ``LEGACY``,
    ``write_stalled``, the cancels, ``drain_begins`` for ``LISTEN``, ``budget_spent``) only cuts
@@ -82,8 +107,15 @@ Rules (``✗``: out of order, ``OutOfOrder`` is raised; ``–``: ignored; ``=``:
 4. **A drain's start** ends a forwarded listen whose stream is open with its graceful result;
    one not yet answered is abandoned. Any other request runs on; the spent budget ends it
    with -31004. A listen's lifetime ends it with its graceful result in every live state.
-5. ``session_cancel`` and ``session_cancel_reply`` come only to ``LEGACY`` answers: for the
-   others they are ``✗`` in every state. ``session_cancel`` in ``FINISHED`` is ``stop seal``.
+5. An event that no live state of a kind takes is ``✗`` in every state of it: ``session_cancel``
+   and ``session_cancel_reply`` come only to ``LEGACY`` answers, and a stream (``STREAMS``) gets
+   no answer's events and no cancel. ``session_cancel`` in ``FINISHED`` is ``stop seal``.
+6. **A stream ends once, and says so only when the gateway ends it**: its own end, its
+   lifetime, the drain and the spent budget write its end (a listen's graceful result where its
+   kind has one); a client that left or a write that failed gets nothing more. Which of them
+   ends a stream is its kind's: a listen and a GET stream end at the drain's start, a resumed
+   stream runs on until the budget is spent; a task listen's lifetime ends it without the
+   graceful result (the client listens again), an emulated listen's with it.
 
 Imports: the standard library only; no I/O.
 """
@@ -98,6 +130,14 @@ class Kind(IntEnum):
     CALL = 0  # a modern request
     LISTEN = 1  # a forwarded subscriptions/listen
     LEGACY = 2  # a legacy session's request
+    EMULATED_LISTEN = 3  # the gateway's own subscriptions/listen (gateway.http.listen)
+    TASK_LISTEN = 4  # the gateway's listen for task status (gateway.http.tasklisten)
+    GET_STREAM = 5  # a legacy session's GET stream (gateway.http.resume.EventStream)
+    RESUMED = 6  # a resume of a legacy request's stream (gateway.http.resume.ResumedStream)
+
+
+STREAMS: Final = frozenset({Kind.EMULATED_LISTEN, Kind.TASK_LISTEN, Kind.GET_STREAM, Kind.RESUMED})
+"""Kinds that are a stream from their first byte, not a request's answer (``LongStream``)."""
 
 
 class State(IntEnum):
@@ -235,6 +275,28 @@ _LIVE_RULES: Final[dict[Event, tuple[Rule | None, Rule | None, Rule | None]]] = 
 }
 """The live states' rules for a ``CALL``; ``_KIND_RULES`` says where the other kinds differ."""
 
+_NEVER: Final = (None, None, None)
+_STREAM_RULES: Final[dict[Event, tuple[Rule | None, Rule | None, Rule | None]]] = {
+    # event: (in WAITING, in SSE, in POLLED) for every kind in STREAMS; None: out of order
+    E.FIRST_FINAL: _NEVER,
+    E.FIRST_NOTE: ((S.SSE, (A.STREAM,)), None, None),
+    E.REFUSED: _NEVER,
+    E.FINAL: _NEVER,
+    E.EXHAUSTED: (None, (S.FINISHED, (A.END_SSE,)), None),
+    E.POLL_CLOSED: _NEVER,
+    E.CLIENT_GONE: (None, (S.ABANDONED, (A.STOP,)), None),
+    E.WRITE_STALLED: (None, (S.ABANDONED, (A.STOP,)), None),
+    E.POSTED_CANCEL: _NEVER,
+    E.SESSION_CANCEL: _NEVER,
+    E.SESSION_CANCEL_REPLY: _NEVER,
+    E.DRAIN_BEGINS: (None, (S.SSE, ()), None),
+    E.BUDGET_SPENT: (None, (S.FINISHED, (A.STOP, A.END_SSE)), None),
+    E.DEADLINE: (None, (S.FINISHED, (A.END_SSE,)), None),
+    E.STOPPED: (None, (S.FINISHED, (A.END_SSE,)), None),
+}
+"""The live states' rules for a stream; ``_KIND_RULES`` says where each kind of stream differs."""
+_GRACEFUL_DRAIN: Final = (None, (S.FINISHED, (A.STOP, A.WRITE_GRACEFUL, A.END_SSE)), None)
+
 _KIND_RULES: Final[dict[Kind, dict[Event, tuple[Rule | None, Rule | None, Rule | None]]]] = {
     Kind.CALL: {},
     Kind.LISTEN: {
@@ -254,12 +316,21 @@ _KIND_RULES: Final[dict[Kind, dict[Event, tuple[Rule | None, Rule | None, Rule |
             (S.FINISHED, (A.STOP,)),
         ),
     },
+    Kind.EMULATED_LISTEN: {
+        **_STREAM_RULES,
+        E.DRAIN_BEGINS: _GRACEFUL_DRAIN,
+        E.DEADLINE: (None, (S.FINISHED, (A.WRITE_GRACEFUL, A.END_SSE)), None),
+    },
+    Kind.TASK_LISTEN: {**_STREAM_RULES, E.DRAIN_BEGINS: _GRACEFUL_DRAIN},
+    Kind.GET_STREAM: {**_STREAM_RULES, E.DRAIN_BEGINS: (None, (S.FINISHED, (A.STOP, A.END_SSE)), None)},
+    Kind.RESUMED: _STREAM_RULES,
 }
 
 
 def _decided_rule(kind: Kind, state: State, event: Event) -> Rule | None:
     """Rule 1: in a decided state, a stopping event only cuts a write under way."""
-    if kind is not Kind.LEGACY and event in (E.SESSION_CANCEL, E.SESSION_CANCEL_REPLY):
+    live = [_live_rule(kind, live_state, event) for live_state in (S.WAITING, S.SSE, S.POLLED)]
+    if live == [None, None, None]:
         return None  # rule 5
     answered = state in (S.JSON, S.FINISHED)
     if kind is Kind.LEGACY and event is E.CLIENT_GONE:
@@ -268,8 +339,8 @@ def _decided_rule(kind: Kind, state: State, event: Event) -> Rule | None:
         return (state, (A.STOP, A.NOTE_CANCELLED))
     if event is E.SESSION_CANCEL and state is S.FINISHED:  # rule 3: its final may wait in the stream
         return (state, (A.STOP, A.SEAL))
-    waiting = _live_rule(kind, S.WAITING, event)
-    stops = waiting is not None and A.STOP in waiting[1]
+    first = live[0] or live[1]  # what the event does to a live answer (a stream: once open)
+    stops = first is not None and A.STOP in first[1]
     return (state, (A.STOP,) if stops else ())
 
 
@@ -286,6 +357,9 @@ def _table(kind: Kind) -> tuple[tuple[Rule | None, ...], ...]:
 
 _TABLES: Final = tuple(_table(kind) for kind in Kind)
 """Indexed by kind, state and event (all ``IntEnum``: a rule is three tuple lookups)."""
+
+ENDS_ON_DRAIN: Final = frozenset(kind for kind in Kind if _TABLES[kind][S.SSE][E.DRAIN_BEGINS] != (S.SSE, ()))
+"""Kinds the drain's start ends (``drain_begins`` is watched only for them: a task each)."""
 
 
 def step(kind: Kind, state: State, event: Event) -> Rule:

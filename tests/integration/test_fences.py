@@ -60,6 +60,7 @@ from gateway.http.connection import GuardedHttpTools
 from gateway.http.drain import Drain
 from gateway.http.sse import Watch
 from gateway.http.tls import PeerSubjects, TlsHandshake, peer_protocol
+from gateway.protocol import answer
 from gateway.server import DrainingServer, OpsServer
 from gateway.stdio.backend import PROCESS_BACKEND, PipeWriter
 from tests.conftest import server_spec
@@ -277,7 +278,7 @@ async def test_a_stdin_that_is_not_anyios_asyncio_stream_is_refused_not_used_ano
 
 async def test_the_watchs_cancel_scope_is_the_one_anyio_makes_on_asyncio_and_cancels_as_one() -> None:
     assert type(anyio.CancelScope()) is AsyncioCancelScope, "anyio's asyncio CancelScope moved: see sse.Watch"
-    watch = Watch({"type": "http"}, receive=lambda: None)  # type: ignore[arg-type,return-value]
+    watch = Watch({"type": "http"}, lambda: None, answer.Kind.CALL, lambda event: None)  # type: ignore[arg-type,return-value]
     scope = watch.cancel_scope
     assert type(scope) is AsyncioCancelScope
     assert scope.deadline == float("inf")

@@ -16,6 +16,7 @@ from gateway.http.drain import DRAIN, Drain
 from gateway.http.resume import EventStream
 from gateway.http.sse import SseWriter, Watch, frame, id_frame, json_frame, pump, ready_from
 from gateway.http.stream import LazyStream, LegacyCall
+from gateway.protocol import answer as answer_rules
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
 from gateway.relay.sessions import CancelHandle
@@ -151,78 +152,99 @@ async def test_the_gateway_s_own_large_event_is_sent_whole_when_the_budget_is_sp
 # -- the watch ----------------------------------------------------------------------------------
 
 
-async def test_a_disconnect_cancels_the_body_where_the_server_pushes_none() -> None:
-    client = Client()
-    watch = Watch({}, client.receive)
+class Told:
+    """A feed that records what the watch tells the machine and, as a machine's ``stop`` would,
+    ends the body when one of ``stopping`` comes."""
+
+    def __init__(self, *stopping: answer_rules.Event) -> None:
+        self.events: list[answer_rules.Event] = []
+        self.stopping = stopping
+        self.watch: Watch | None = None
+
+    def __call__(self, event: answer_rules.Event) -> None:
+        self.events.append(event)
+        if event in self.stopping:
+            assert self.watch is not None
+            self.watch.cancel()
+
+
+async def run_until_told(watch: Watch, act: Any) -> None:
+    """Run ``watch`` over a body that waits forever; ``act()`` once the body runs."""
     started = anyio.Event()
 
     async def body() -> None:
         started.set()
         await anyio.sleep_forever()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch.run, body)
-        with anyio.fail_after(WAIT):
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch.run, body)
             await started.wait()
-        client.leave()
-    assert watch.cancel_scope.cancel_called
+            act()
 
 
-async def test_the_connection_s_hangup_cancels_the_body_without_reading_receive() -> None:
+async def test_a_disconnect_is_told_where_the_server_pushes_none() -> None:
+    client = Client()
+    told = Told(answer_rules.Event.CLIENT_GONE)
+    watch = told.watch = Watch({}, client.receive, answer_rules.Kind.CALL, told)
+    await run_until_told(watch, client.leave)
+    assert told.events == [answer_rules.Event.CLIENT_GONE]
+
+
+async def test_a_legacy_answer_waits_for_no_disconnect_where_the_server_pushes_none() -> None:
+    async def receive() -> Message:
+        raise AssertionError("a legacy answer outlives its client: nothing reads receive()")
+
+    told = Told()
+    watch = told.watch = Watch({}, receive, answer_rules.Kind.LEGACY, told)
+    await run_until_told(watch, watch.cancel)
+    assert told.events == []
+
+
+@pytest.mark.parametrize(
+    ("stalled", "event"), [(False, answer_rules.Event.CLIENT_GONE), (True, answer_rules.Event.WRITE_STALLED)]
+)
+async def test_the_connection_s_hangup_is_told_without_reading_receive(
+    stalled: bool, event: answer_rules.Event
+) -> None:
     hangup = Hangup()
 
     async def receive() -> Message:
         raise AssertionError("the lean path never reads receive()")
 
-    watch = Watch({HANGUP: hangup}, receive)
-    started = anyio.Event()
+    told = Told(event)
+    watch = told.watch = Watch({HANGUP: hangup}, receive, answer_rules.Kind.GET_STREAM, told)
 
-    async def body() -> None:
-        started.set()
-        await anyio.sleep_forever()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch.run, body)
-        with anyio.fail_after(WAIT):
-            await started.wait()
+    def lose() -> None:
+        hangup.stalled = stalled
         hangup.lost()
+
+    await run_until_told(watch, lose)
+    assert told.events == [event]
     assert watch.left
 
 
-async def test_the_drain_start_ends_a_stream_that_ends_on_drain() -> None:
+@pytest.mark.parametrize("kind", sorted(answer_rules.ENDS_ON_DRAIN))
+async def test_the_drain_start_is_told_to_a_kind_it_ends(kind: answer_rules.Kind) -> None:
     drain = Drain()
-    watch = Watch({DRAIN: drain, HANGUP: Hangup()}, Client().receive, end_on_drain=True)
-    started = anyio.Event()
-
-    async def body() -> None:
-        started.set()
-        await anyio.sleep_forever()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch.run, body)
-        with anyio.fail_after(WAIT):
-            await started.wait()
-        assert drain.scopes == {watch.cancel_scope}
-        drain.ending.set()
-    assert watch.drained
+    told = Told(answer_rules.Event.DRAIN_BEGINS)
+    watch = told.watch = Watch({DRAIN: drain, HANGUP: Hangup()}, Client().receive, kind, told)
+    await run_until_told(watch, drain.ending.set)
+    assert told.events == [answer_rules.Event.DRAIN_BEGINS]
     assert drain.scopes == set()
 
 
-async def test_the_spent_drain_budget_ends_any_watched_response() -> None:
+@pytest.mark.parametrize("kind", [answer_rules.Kind.CALL, answer_rules.Kind.RESUMED, answer_rules.Kind.LISTEN])
+async def test_the_spent_drain_budget_is_told_to_every_kind(kind: answer_rules.Kind) -> None:
     drain = Drain()
-    watch = Watch({DRAIN: drain, HANGUP: Hangup()}, Client().receive)
-    started = anyio.Event()
-
-    async def body() -> None:
-        started.set()
-        await anyio.sleep_forever()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch.run, body)
-        with anyio.fail_after(WAIT):
-            await started.wait()
-        drain.cancel_rest()
-    assert not watch.drained
+    told = Told(answer_rules.Event.BUDGET_SPENT)
+    watch = told.watch = Watch({DRAIN: drain, HANGUP: Hangup()}, Client().receive, kind, told)
+    await run_until_told(watch, drain.cancel_rest)
+    assert told.events[0] is answer_rules.Event.BUDGET_SPENT
+    # the drain's start (cancel_rest sets it too) is told only to a kind it ends, after the budget
+    assert told.events[1:] in ([], [answer_rules.Event.DRAIN_BEGINS])
+    if kind not in answer_rules.ENDS_ON_DRAIN:
+        assert told.events == [answer_rules.Event.BUDGET_SPENT]
     assert drain.scopes == set()
 
 
