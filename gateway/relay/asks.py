@@ -39,7 +39,7 @@ from gateway.relay.client import ClientContext
 from gateway.relay.events import Emitted
 from gateway.relay.suspensions import Call, Suspension, Suspensions, input_responses
 from gateway.relay.translate import response
-from gateway.relay.turn import Turn
+from gateway.relay.turn import Collaborators, Running, Turn
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
 from gateway.stdio.exchange import Exchange, ExchangeItem
@@ -182,12 +182,12 @@ def park(
     return response(request.id, result=inputs.input_required_result(wanted, token))
 
 
-async def resume(turn: Turn, taken: Suspension) -> AsyncGenerator[Emitted]:
+async def resume(deps: Collaborators, turn: Turn, taken: Suspension) -> AsyncGenerator[Emitted]:
     """A modern retry of a parked call (``taken``): answer its questions, then stream the rest."""
-    request, client, suspensions = turn.request, turn.client, turn.relay.suspensions
-    call = taken.call
+    request, client, suspensions = turn.request, turn.client, deps.suspensions
+    call = Running.on(taken.call, turn)
+    call.resumed = True
     client.bind(call.child)
-    turn.on(call).resumed = True
     async with call.stack:
         given = input_responses(request.params)
         unanswered: dict[str, ChildAsk] = {}
@@ -203,24 +203,24 @@ async def resume(turn: Turn, taken: Suspension) -> AsyncGenerator[Emitted]:
         for ask in unanswered.values():
             reason = "the retry left it unanswered"
             ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason), reason)
-        if (handle := as_task(turn, taken)) is not None:
+        if (handle := as_task(deps, turn, taken)) is not None:
             yield events.Final(handle)
             return
-        driven = turn.relay.run(turn)
+        driven = deps.relay.run(call)
         async with aclosing(driven):
             async for message in driven:
                 yield message
 
 
-def as_task(turn: Turn, taken: Suspension) -> JsonObject | None:
+def as_task(deps: Collaborators, turn: Turn, taken: Suspension) -> JsonObject | None:
     """The round's retry of a call that may become a task (``steps.start_task``): the call goes
     on as a task now, and the answer is its ``CreateTaskResult`` (no ``requestState``: the
     round is over). None when it runs on here (no task wanted now: the store's bounds)."""
-    first, relay, call = taken.task_request, turn.relay, taken.call
+    first, tasks, call = taken.task_request, deps.tasks, taken.call
     if first is None:
         return None
     # The task runs the call as it began (its progress token); its answer carries this id.
     request = Request(turn.request.id, first.method, first.params)
-    if not relay.tasks.wants(request, turn.client, relay.catalog.task_support(call.child, request.params)):
+    if not tasks.wants(request, turn.client, deps.catalog.task_support(call.child, request.params)):
         return None
-    return relay.tasks.create(relay, Call(call.child, call.ex, call.stack.pop_all(), True), request, turn.client)
+    return tasks.create(deps.relay, Call(call.child, call.ex, call.stack.pop_all(), True), request, turn.client)

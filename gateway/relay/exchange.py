@@ -42,8 +42,7 @@ import anyio
 
 from gateway.errors import ChildError, GatewayUnavailableError
 from gateway.protocol import attribution, bridge, inputs
-from gateway.protocol import tasks as task_rules
-from gateway.protocol.jsonrpc import JsonObject, Request
+from gateway.protocol.jsonrpc import Request
 from gateway.protocol.versions import Era
 from gateway.relay import asks, events
 from gateway.relay.catalog import ToolCatalog
@@ -59,7 +58,7 @@ from gateway.relay.steps import PLANS, open_call, plan_for, start_over
 from gateway.relay.suspensions import Call, Holdings, Suspensions
 from gateway.relay.tasks import TaskStore
 from gateway.relay.translate import response as response
-from gateway.relay.turn import Turn
+from gateway.relay.turn import Admission, Collaborators, Leased, Running, Turn
 
 UNASKING_HANDSHAKE: Final = frozenset({"server/discover", "ping"})
 """Requests any child answers alike, whatever its client's capabilities: the usual pool serves
@@ -88,18 +87,20 @@ class Relay:
         self.settings = settings
         # Emulated listens: they follow a modern client's calls to its roots pools' children.
         self.listens = listens
+        # What the steps work with, given to them directly (gateway.relay.steps).
+        self.collaborators = Collaborators(router, suspensions, tasks, self.catalog, settings, self)
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
     ) -> AsyncGenerator[Emitted, None]:
         """Run ``request`` on a child of the pool the router picks, through the steps of
         ``gateway.relay.steps`` (in order; its plan for the client's era and the method)."""
-        plans = PLANS[client.era]
-        turn = Turn(self, request, client, headers, plans.get(request.method) or plans[None])
+        plans, deps = PLANS[client.era], self.collaborators
+        admission = Admission(Turn(request, client, headers, plans.get(request.method) or plans[None]))
         streamed = False  # something went to the client already (a legacy session's roots question)
-        for when, act, ends in turn.plan.before_child:
-            if when is None or when(turn):
-                answer = await act(turn)
+        for when, act, ends in admission.turn.plan.before_child:
+            if when is None or when(deps, admission):
+                answer = await act(deps, admission)
                 if answer is not None:
                     async with aclosing(answer):  # closed in this task
                         async for message in answer:
@@ -107,7 +108,9 @@ class Relay:
                             yield message
                     if ends:
                         return
+        turn = admission.turn
         request = turn.request
+        on: Leased | None = None
         try:
             pool = await self.router.pool_for(
                 client.principal,
@@ -116,41 +119,42 @@ class Relay:
                 era=client.era,
                 # Legacy children are told exactly their client's capabilities (the pool key holds them).
                 capabilities=None if request.method in UNASKING_HANDSHAKE else client.capabilities,
-                roots=turn.roots,  # and a call's children hold its client's roots set only
+                roots=admission.roots,  # and a call's children hold its client's roots set only
             )
-            turn.pool = pool
-            if turn.roots is not None and client.session is not None:
+            if admission.roots is not None and client.session is not None:
                 client.session.roots_pool = pool  # its subscriptions' updates come from here too
-            turn.tool = tool = attribution.tool_key(request.method, request.params)  # the lease's and the child's
+            tool = attribution.tool_key(request.method, request.params)  # the lease's and the child's
+            ended = start_over(deps, turn, pool)  # a round its client left, sent again at its cap, ends
+            if ended is not None:
+                await ended.closed.wait()
             # The holdings own the lease and the child exchange, so that a parked MRTR call keeps both.
-            await start_over(turn, pool)  # a round its client left, sent again at its cap, ends
-            async with Holdings() as turn.stack:
+            async with Holdings() as stack:
                 # A request that may ask waits for a child where its questions can only be its own.
                 lease = pool.lease(client.affinity(), client.charged, request.method, tool)  # 503 / 429 propagate
                 if client.span is None:
-                    turn.child = child = await turn.stack.enter(lease)
+                    child = await stack.enter(lease)
                 else:
-                    turn.child = child = await timed(client.span.queue_wait(pool.label), turn.stack.enter(lease))
+                    child = await timed(client.span.queue_wait(pool.label), stack.enter(lease))
                 client.bind(child, pool)
-                if turn.roots is not None and client.era is Era.MODERN and self.listens is not None:
+                if admission.roots is not None and client.era is Era.MODERN and self.listens is not None:
                     # Before the call reaches the child: its client's listens subscribe there first.
                     await self.listens.follow_call(self.router, client, headers or {}, pool, child)
                 info = child.info
                 assert info is not None
-                turn.info = info
-                for when, act, _ in turn.plan.on_child:
-                    if when is None or when(turn):
-                        answer = await act(turn)
+                on = Leased(turn, pool, tool, child, info, stack)
+                for on_when, on_act, _ in turn.plan.on_child:
+                    if on_when is None or on_when(deps, on):
+                        answer = await on_act(deps, on)
                         if answer is not None:
                             async with aclosing(answer):
                                 async for message in answer:
                                     yield message
                             return
-                failed = await open_call(turn)
-                if failed is not None:
-                    yield failed
+                running = await open_call(deps, on, turn)
+                if not isinstance(running, Running):
+                    yield running
                     return
-                driven = self.run(turn)
+                driven = self.run(running)
                 try:
                     async for message in driven:
                         streamed = True
@@ -171,22 +175,18 @@ class Relay:
                 return
             yield events.Final(response(request.id, error=exc.error_object()))
         finally:
-            if turn.child_span is not None:  # the answer ended before the child's reply (left, parked, a task)
-                turn.child_span.end()
+            if on is not None and on.child_span is not None:  # the answer ended before the child's reply
+                on.child_span.end()  # (left, parked, a task)
 
     def drive(self, call: Call, request: Request, client: ClientContext) -> AsyncGenerator[Emitted]:
         """A call's events after its child exchange has begun (what a task's run consumes)."""
-        return self.run(Turn(self, request, client, None, plan_for(client.era, request.method)).on(call))
+        return self.run(Running.on(call, Turn(request, client, None, plan_for(client.era, request.method))))
 
     def next_round(self, call: Call, request: Request, client: ClientContext, rounds: int) -> AsyncGenerator[Emitted]:
         """The child's retry with the client's answers (``input_rounds``), streamed as any call."""
-        turn = Turn(self, request, client, None, plan_for(client.era, request.method)).on(call)
-        turn.rounds = rounds
-        return self.run(turn)
-
-    def discovered(self, result: JsonObject) -> JsonObject:
-        """A ``server/discover`` result as modern clients get it: with the Tasks extension."""
-        return task_rules.advertise(result) if self.tasks.enabled else result
+        running = Running.on(call, Turn(request, client, None, plan_for(client.era, request.method)))
+        running.rounds = rounds
+        return self.run(running)
 
     def _gives_pool_roots(self, client: ClientContext) -> bool:
         """Whether a shared child's ``roots/list`` during a call gets its pool's roots: unless
@@ -194,23 +194,24 @@ class Relay:
         which is then asked like any question (exact per call, nothing kept)."""
         return self.router.pool_gives_roots or inputs.ROOTS_CAPABILITY not in client.capabilities
 
-    async def run(self, turn: Turn) -> AsyncGenerator[Emitted]:
-        """The child's notifications and questions, then its reply, for the turn's client.
+    async def run(self, call: Running) -> AsyncGenerator[Emitted]:
+        """The child's notifications and questions, then its reply, for the call's client.
 
         Returns early, with the final message yielded, when the call is parked (MRTR) or
-        refused (-32021); leaving then closes ``turn.stack`` unless the call was parked."""
-        request, client, ex, child = turn.request, turn.client, turn.ex, turn.child
+        refused (-32021); leaving then closes ``call.stack`` unless the call was parked."""
+        turn, ex, child = call.turn, call.ex, call.child
+        request, client = turn.request, turn.client
         try:
             async for item in ex:
                 # What else is read already comes along: notifications in one Batch (one send
                 # at the HTTP edge), asks read together as one round.
-                notes, questions = asks.sort_items((item, *ex.ready()), request, turn.resumed)
+                notes, questions = asks.sort_items((item, *ex.ready()), request, call.resumed)
                 waited = 0.0  # since the first question came: its own input timeout runs already
                 if questions and client.era is Era.MODERN and request.method in inputs.MRTR_METHODS:
                     # Questions sent together reach the modern client in one round, even when
                     # the child's writes are read apart (ASK_GATHER_WINDOW).
                     started = anyio.current_time()
-                    more_notes, more_questions = asks.sort_items(await asks.stragglers(ex), request, turn.resumed)
+                    more_notes, more_questions = asks.sort_items(await asks.stragglers(ex), request, call.resumed)
                     waited = anyio.current_time() - started
                     notes += more_notes
                     questions += more_questions
@@ -228,30 +229,31 @@ class Relay:
                     continue
                 if client.era is Era.LEGACY:
                     for ask in questions:
-                        if (outgoing := asks.ask_legacy_client(ask, client, turn)) is not None:
+                        if (outgoing := asks.ask_legacy_client(ask, client, call)) is not None:
                             yield events.Ask(outgoing)
                     continue
                 final = asks.ask_modern_client(
-                    self.suspensions, questions, request, client, turn, waited, task_at_retry=turn.task_at_retry
+                    self.suspensions, questions, request, client, call, waited, task_at_retry=call.task_at_retry
                 )
                 if final is not None:
                     yield events.Final(final)
                     return
-            turn.reply = ex.reply()
+            call.reply = ex.reply()
         except ChildError as exc:
-            if turn.child_span is not None:
-                turn.child_span.end(exc, child_id=ex.child_id)
+            if call.child_span is not None:
+                call.child_span.end(exc, child_id=ex.child_id)
             yield events.Final(response(request.id, error=exc.error_object()))
             return
-        if turn.child_span is not None:
-            turn.child_span.end(reply=turn.reply, child_id=ex.child_id)
+        if call.child_span is not None:
+            call.child_span.end(reply=call.reply, child_id=ex.child_id)
+        deps = self.collaborators
         for when, act in turn.plan.on_reply:
-            if when is None or when(turn):
-                answer = act(turn)
+            if when is None or when(deps, call):
+                answer = act(deps, call)
                 if answer is not None:
                     async with aclosing(answer):
                         async for message in answer:
                             yield message
                     return
-        assert turn.final is not None
-        yield events.Final(turn.final)
+        assert call.final is not None
+        yield events.Final(call.final)

@@ -3,9 +3,11 @@
 ``Relay.exchange`` (``gateway.relay.exchange``) runs this sequence for a request. Each step
 names the client eras and methods it is for (sorted once, at import, into a ``Plan`` per era
 and method, so a request only meets the steps that can apply to it) and, where needed, a
-predicate over the ``Turn`` (``gateway.relay.turn``). Its action lets the exchange go on (it
-noted something on the turn, or checked something: a refusal raises before anything is
-yielded) or answers the client, which ends the exchange (all but ``roots_asked``).
+predicate. A step's predicate and action take its collaborators (``Collaborators``) and what
+its stretch works on (``gateway.relay.turn``): an ``Admission`` before the lease, a ``Leased``
+on the child, the ``Running`` call on the reply. Its action lets the exchange go on (it noted
+what it learned, or checked something: a refusal raises before anything is yielded) or answers
+the client, which ends the exchange (all but ``roots_asked``).
 
 Before a child (``BEFORE_CHILD``):
 
@@ -55,7 +57,7 @@ On the child (``ON_CHILD``):
     (``asks.as_task``).
 
 Then the child exchange (``open_call``: a shared child's settings made to fit this client,
-the params for the child's era, ``child.exchange``) and ``Relay.run``: the child's
+the params for the child's era, ``child.exchange``; the ``Running`` call) and ``Relay.run``: the child's
 notifications and questions (``gateway.relay.asks``), then its reply.
 
 On the reply (``ON_REPLY``):
@@ -92,9 +94,9 @@ from gateway.protocol.versions import Era
 from gateway.relay import asks, client_roots, events, input_rounds, translate
 from gateway.relay.events import Emitted
 from gateway.relay.rejected import Rejected
-from gateway.relay.suspensions import Call
+from gateway.relay.suspensions import Call, Suspension
 from gateway.relay.translate import response
-from gateway.relay.turn import Emissions, Plan, ReplyStep, Step, Turn
+from gateway.relay.turn import Admission, Collaborators, Emissions, Leased, Plan, ReplyStep, Running, Step, Turn
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
 from gateway.stdio.exchange import Exchange
@@ -117,117 +119,108 @@ async def only(message: Emitted) -> AsyncGenerator[Emitted]:
 # -- before a child -------------------------------------------------------------------------
 
 
-async def answer_tasks(turn: Turn) -> Emissions:
-    return only(events.Final(await turn.relay.tasks.answer(turn.request, turn.client)))
+async def answer_tasks(deps: Collaborators, at: Admission) -> Emissions:
+    return only(events.Final(await deps.tasks.answer(at.turn.request, at.turn.client)))
 
 
-def carries_gateway_state(turn: Turn) -> bool:
-    return requeststate.is_gateway_state((turn.request.params or {}).get("requestState"))
+def carries_gateway_state(deps: Collaborators, at: Admission) -> bool:
+    return requeststate.is_gateway_state((at.turn.request.params or {}).get("requestState"))
 
 
-async def take_retry(turn: Turn) -> Emissions | None:
-    request, client, suspensions = turn.request, turn.client, turn.relay.suspensions
+async def take_retry(deps: Collaborators, at: Admission) -> Emissions | None:
+    turn, suspensions = at.turn, deps.suspensions
+    request, client = turn.request, turn.client
     state = (request.params or {}).get("requestState")
     assert isinstance(state, str)
     checked = suspensions.check_round(state, request, client.principal)
     if isinstance(checked, Rejection):
         raise Rejected(checked)
     if checked:  # the gateway's own roots round: its inputResponses and state are not the child's
-        turn.round_retry = True
-        turn.round_roots = client_roots.from_retry(request)
-        turn.request = client_roots.without_round(request)
+        at.round_retry = True
+        at.round_roots = client_roots.from_retry(request)
+        at.turn = turn.with_request(client_roots.without_round(request))
         return None
     taken = suspensions.take(state, request, client.principal)
     if isinstance(taken, Rejection):
         raise Rejected(taken)
-    return asks.resume(turn, taken)
+    return asks.resume(deps, turn, taken)
 
 
-def starts_over(turn: Turn) -> bool:
-    """A modern call (``tools/call``, ``prompts/get``, ``resources/read``) with no ``requestState``."""
-    return (
-        turn.client.era is Era.MODERN
-        and turn.request.method in MRTR_METHODS
-        and "requestState" not in (turn.request.params or {})
-    )
+def over_quota(deps: Collaborators, at: Admission) -> bool:
+    quota = deps.suspensions.quota  # its parked calls count (not the round's retry)
+    return not at.round_retry and quota is not None and quota.over_limit(at.turn.client.charged) is not None
 
 
-def over_quota(turn: Turn) -> bool:
-    quota = turn.relay.suspensions.quota  # its parked calls count (not the round's retry)
-    return not turn.round_retry and quota is not None and quota.over_limit(turn.client.charged) is not None
-
-
-async def refuse_over_quota(turn: Turn) -> None:
-    quota = turn.relay.suspensions.quota
+async def refuse_over_quota(deps: Collaborators, at: Admission) -> None:
+    quota = deps.suspensions.quota
     assert quota is not None
-    over = quota.over_limit(turn.client.charged)
+    over = quota.over_limit(at.turn.client.charged)
     assert over is not None
     raise ClientThrottledError(over, retry_after=1)
 
 
-def declares_roots(turn: Turn) -> bool:
+def declares_roots(deps: Collaborators, at: Admission) -> bool:
     """Whether the client declares roots (``Router.keys_roots`` asks the rest)."""
-    return ROOTS_CAPABILITY in turn.client.capabilities
+    return ROOTS_CAPABILITY in at.turn.client.capabilities
 
 
-async def _keys_roots(turn: Turn) -> bool:
+async def _keys_roots(deps: Collaborators, turn: Turn) -> bool:
     client = turn.client
-    return await turn.relay.router.keys_roots(
+    return await deps.router.keys_roots(
         client.principal, client.session_id, turn.headers or {}, client.era, client.capabilities
     )
 
 
-async def roots_round(turn: Turn) -> Emissions | None:
-    if not await _keys_roots(turn):
+async def roots_round(deps: Collaborators, at: Admission) -> Emissions | None:
+    turn = at.turn
+    if not await _keys_roots(deps, turn):
         return None
-    found = turn.round_roots
+    found = at.round_roots
     if isinstance(found, Rejection):
         raise Rejected(found)
     if found is None:  # the gateway's own round first: the client's roots for this request
-        await headers_before_round(turn)
-        relay = turn.relay
-        result = client_roots.round_result(
-            turn.request, turn.client, relay.suspensions, relay.router.server.spec.input_timeout
-        )
+        await headers_before_round(deps, turn)
+        timeout = deps.router.server.spec.input_timeout
+        result = client_roots.round_result(turn.request, turn.client, deps.suspensions, timeout)
         return only(events.Final(response(turn.request.id, result=result)))
-    turn.roots = found
+    at.roots = found
     return None
 
 
-async def headers_before_round(turn: Turn) -> None:
+async def headers_before_round(deps: Collaborators, turn: Turn) -> None:
     """A ``tools/call``'s ``Mcp-Param-*`` headers checked before any round (issue #36): against
     the tool as a started child of the server lists it (the same tools whatever the pool)."""
     if turn.request.method != "tools/call" or turn.headers is None:
         return
     client = turn.client
-    child = turn.relay.router.started_child(client.principal, client.session_id, turn.headers)
+    child = deps.router.started_child(client.principal, client.session_id, turn.headers)
     if child is not None:
-        await _check_param_headers(turn, child)
+        await _check_param_headers(deps, turn, child)
 
 
-async def roots_asked(turn: Turn) -> Emissions | None:
-    if not await _keys_roots(turn):
+async def roots_asked(deps: Collaborators, at: Admission) -> Emissions | None:
+    if not await _keys_roots(deps, at.turn):
         return None
-    session = turn.client.session
-    if client_roots.needs_asking(turn.client):
-        return _ask_session(turn)
-    turn.roots = session.roots if session is not None else None
+    session = at.turn.client.session
+    if client_roots.needs_asking(at.turn.client):
+        return _ask_session(deps, at)
+    at.roots = session.roots if session is not None else None
     return None
 
 
-async def _ask_session(turn: Turn) -> AsyncGenerator[Emitted]:
-    asking = client_roots.ask_session(turn.client, turn.relay.router.server.spec.input_timeout)
+async def _ask_session(deps: Collaborators, at: Admission) -> AsyncGenerator[Emitted]:
+    asking = client_roots.ask_session(at.turn.client, deps.router.server.spec.input_timeout)
     async with aclosing(asking):
         async for question in asking:
             yield events.Ask(question)
-    session = turn.client.session
-    turn.roots = session.roots if session is not None else None
+    session = at.turn.client.session
+    at.roots = session.roots if session is not None else None
 
 
 ROOTS_FOLLOWING: Final = MRTR_METHODS | subscriptions.SUBSCRIBE_METHODS
 """A legacy session's requests that run where its roots are (its subscriptions with its calls)."""
 
-BEFORE_CHILD: Final = (
+BEFORE_CHILD: Final[tuple[Step[Admission], ...]] = (
     Step("tasks", MODERN, task_rules.METHODS, None, answer_tasks),
     Step("retry", MODERN, None, carries_gateway_state, take_retry),
     Step("quota", BOTH, None, over_quota, refuse_over_quota),
@@ -239,57 +232,60 @@ BEFORE_CHILD: Final = (
 # -- the lease ------------------------------------------------------------------------------
 
 
-async def start_over(turn: Turn, pool: Pool) -> None:
+def start_over(deps: Collaborators, turn: Turn, pool: Pool) -> Suspension | None:
     """Before the lease: a modern call (``tools/call``, ``prompts/get``, ``resources/read``)
     with no ``requestState``, whose client is at its cap of parked calls in ``pool`` and left
-    one of them parked for this same request, ends that round (the oldest) and waits until its
-    call is closed, so the lease that follows finds its slot free (not a 429)."""
+    one of them parked for this same request, ends that round (the oldest): the caller waits
+    until its call is closed (``Suspension.closed``), so the lease that follows finds its slot
+    free (not a 429). Decided without waiting: most calls have nothing to wait for."""
     request, client, cap = turn.request, turn.client, pool.settings.max_parked_per_principal
     if client.era is not Era.MODERN or request.method not in MRTR_METHODS or "requestState" in (request.params or {}):
-        return
+        return None
     if not cap or pool.parked(client.charged) < cap:
-        return
-    ended = turn.relay.suspensions.supersede(client.charged, request, pool.children())
-    if ended is None:
-        return
-    log.info("%s: %s sent again at its client's cap: its oldest round ended", pool.label, request.method)
-    await ended.closed.wait()
+        return None
+    ended = deps.suspensions.supersede(client.charged, request, pool.children())
+    if ended is not None:
+        log.info("%s: %s sent again at its client's cap: its oldest round ended", pool.label, request.method)
+    return ended
 
 
 # -- on the child ---------------------------------------------------------------------------
 
 
-def on_legacy_child(turn: Turn) -> bool:
-    return turn.info.era is Era.LEGACY
+def on_legacy_child(deps: Collaborators, on: Leased) -> bool:
+    return on.info.era is Era.LEGACY
 
 
-async def answer_discover(turn: Turn) -> Emissions:
-    result = turn.relay.discovered(bridge.discover_result(turn.info))
-    return only(events.Final(response(turn.request.id, result=result)))
+async def answer_discover(deps: Collaborators, on: Leased) -> Emissions:
+    result = bridge.discover_result(on.info)
+    if deps.tasks.enabled:  # as modern clients get it: with the Tasks extension
+        result = task_rules.advertise(result)
+    return only(events.Final(response(on.turn.request.id, result=result)))
 
 
-def always(turn: Turn) -> bool:
+def always(deps: Collaborators, on: Leased) -> bool:
     return True
 
 
-async def answer_set_level(turn: Turn) -> Emissions:
+async def answer_set_level(deps: Collaborators, on: Leased) -> Emissions:
     # Stored on the session (the HTTP edge did): a modern child gets it as logLevel with each
     # request, a legacy one the most verbose of its sessions' (prepare).
-    await turn.relay.settings.prepare(turn.child, turn.client, turn.request.method)
+    turn = on.turn
+    await deps.settings.prepare(on.child, turn.client, turn.request.method)
     return only(events.Final(response(turn.request.id, result={})))
 
 
-def over_http(turn: Turn) -> bool:
-    return turn.headers is not None
+def over_http(deps: Collaborators, on: Leased) -> bool:
+    return on.turn.headers is not None
 
 
-async def check_param_headers(turn: Turn) -> None:
-    await _check_param_headers(turn, turn.child)
+async def check_param_headers(deps: Collaborators, on: Leased) -> None:
+    await _check_param_headers(deps, on.turn, on.child)
 
 
-async def _check_param_headers(turn: Turn, child: StdioChild) -> None:
+async def _check_param_headers(deps: Collaborators, turn: Turn, child: StdioChild) -> None:
     """``turn``'s ``Mcp-Param-*`` headers against the tool's schema as ``child`` lists it."""
-    request, headers, catalog = turn.request, turn.headers, turn.relay.catalog
+    request, headers, catalog = turn.request, turn.headers, deps.catalog
     assert headers is not None
     params = request.params or {}
     name = params.get("name")
@@ -314,66 +310,66 @@ async def _check_param_headers(turn: Turn, child: StdioChild) -> None:
         raise Rejected(rejection)
 
 
-def runs_only_as_task(turn: Turn) -> bool:
-    relay = turn.relay
+def runs_only_as_task(deps: Collaborators, on: Leased) -> bool:
+    turn = on.turn
     return (
         turn.headers is not None  # the tool list is loaded (param_headers)
-        and relay.tasks.enabled
+        and deps.tasks.enabled
         and not task_rules.opted_in(turn.client.capabilities)
-        and relay.catalog.task_support(turn.child, turn.request.params) == "required"
+        and deps.catalog.task_support(on.child, turn.request.params) == "required"
     )
 
 
-async def refuse_untasked(turn: Turn) -> None:
-    name = (turn.request.params or {}).get("name")
-    raise Rejected(Rejection(400, taskbridge.required_error(str(name)), turn.request.id))
+async def refuse_untasked(deps: Collaborators, on: Leased) -> None:
+    request = on.turn.request
+    name = (request.params or {}).get("name")
+    raise Rejected(Rejection(400, taskbridge.required_error(str(name)), request.id))
 
 
-def child_takes_task(turn: Turn) -> bool:
-    relay = turn.relay
+def child_takes_task(deps: Collaborators, on: Leased) -> bool:
+    turn = on.turn
     if not (
         turn.headers is not None
         and task_rules.opted_in(turn.client.capabilities)
-        and turn.info.era is Era.LEGACY
-        and taskbridge.takes_tasks(turn.info.capabilities)
+        and on.info.era is Era.LEGACY
+        and taskbridge.takes_tasks(on.info.capabilities)
     ):
         return False
-    support = relay.catalog.task_support(turn.child, turn.request.params)
-    return support in taskbridge.TASK_SUPPORT and relay.tasks.wants(turn.request, turn.client, support)
+    support = deps.catalog.task_support(on.child, turn.request.params)
+    return support in taskbridge.TASK_SUPPORT and deps.tasks.wants(turn.request, turn.client, support)
 
 
-async def ask_child_for_task(turn: Turn) -> None:
+async def ask_child_for_task(deps: Collaborators, on: Leased) -> None:
     """The call goes to the child task-augmented (``open_call``); its handle is bridged on the
     reply. The client's request stays as it is (a round's retry is checked against it)."""
-    turn.bridged = True
+    on.bridged = True
 
 
-def becomes_task(turn: Turn) -> bool:
-    relay = turn.relay
+def becomes_task(deps: Collaborators, on: Leased) -> bool:
+    turn = on.turn
     return (
         turn.headers is not None
-        and not turn.bridged
+        and not on.bridged
         # A client that does not opt in (most calls) is told apart before the tool is looked up.
         and task_rules.opted_in(turn.client.capabilities)
-        and not task_rules.child_serves(turn.info.capabilities)
-        and relay.tasks.wants(turn.request, turn.client, relay.catalog.task_support(turn.child, turn.request.params))
+        and not task_rules.child_serves(on.info.capabilities)
+        and deps.tasks.wants(turn.request, turn.client, deps.catalog.task_support(on.child, turn.request.params))
     )
 
 
-async def start_task(turn: Turn) -> Emissions:
-    relay = turn.relay
-    turn.request = relay.tasks.with_progress(turn.request)
-    failed = await open_call(turn)
-    if failed is not None:
-        return only(failed)
-    if await asks_first(turn.ex, relay.tasks.policy.first_round):
+async def start_task(deps: Collaborators, on: Leased) -> Emissions:
+    turn = on.turn.with_request(deps.tasks.with_progress(on.turn.request))
+    running = await open_call(deps, on, turn)
+    if not isinstance(running, Running):
+        return only(running)
+    if await asks_first(running.ex, deps.tasks.policy.first_round):
         # Round 1 is answered here, synchronously, before any task exists (SEP-2663, MRTR
         # composition): the round's retry makes the task (``asks.as_task``).
-        turn.task_at_retry = True
-        return turn.relay.run(turn)
+        running.task_at_retry = True
+        return deps.relay.run(running)
     # The call goes on in the task store, with the lease; the client gets the handle.
-    call = Call(turn.child, turn.ex, turn.stack.pop_all(), runs_as_task=True)
-    return only(events.Final(relay.tasks.create(relay, call, turn.request, turn.client)))
+    call = Call(running.child, running.ex, running.stack.pop_all(), runs_as_task=True)
+    return only(events.Final(deps.tasks.create(deps.relay, call, turn.request, turn.client)))
 
 
 async def asks_first(ex: Exchange, wait: float) -> bool:
@@ -390,7 +386,7 @@ async def asks_first(ex: Exchange, wait: float) -> bool:
     return False
 
 
-ON_CHILD: Final = (
+ON_CHILD: Final[tuple[Step[Leased], ...]] = (
     Step("discover", MODERN, frozenset({DISCOVER}), on_legacy_child, answer_discover),
     Step("set_level", LEGACY, frozenset({loglevels.SET_LEVEL}), always, answer_set_level),
     Step("param_headers", MODERN, frozenset({"tools/call"}), over_http, check_param_headers),
@@ -400,115 +396,123 @@ ON_CHILD: Final = (
 )
 
 
-async def open_call(turn: Turn) -> events.Final | None:
-    """Begin the child exchange (``turn.ex``, held by ``turn.stack``); the error, as the
-    client's final message, when the child cannot take it."""
-    request, client, child = turn.request, turn.client, turn.child
+async def open_call(deps: Collaborators, on: Leased, turn: Turn) -> Running | events.Final:
+    """Begin the child exchange of ``turn`` (``on.turn``, or its request replaced), held by
+    ``on.stack``: the call as ``Relay.run`` drives it, or the error, as the client's final
+    message, when the child cannot take it."""
+    request, client, child, info = turn.request, turn.client, on.child, on.info
     log_level = translate.log_level(request, client)
-    # Last before the request: what the child holds fits this client.
-    await turn.relay.settings.prepare(child, client, request.method, log_level, turn.pool)
-    params = translate.params_for_child(request.params, client, turn.info)
-    if turn.bridged:
-        params = taskbridge.task_params(params, turn.relay.tasks.policy.ttl)
+    if info.era is Era.LEGACY:  # last before the request: what the child holds fits this client
+        await deps.settings.prepare(child, client, request.method, log_level, on.pool)
+    params = translate.params_for_child(request.params, client, info)
+    if on.bridged:
+        params = taskbridge.task_params(params, deps.tasks.policy.ttl)
+    span = None
     if client.span is not None:  # traced: the child's _meta names the gateway's span, not the client's
-        turn.child_span = client.span.child_exchange(request.method, request.params, child)
-        params = bridge.own_trace(params, turn.child_span.carrier())
+        on.child_span = span = client.span.child_exchange(request.method, request.params, child)
+        params = bridge.own_trace(params, span.carrier())
     # The server's request timeout applies; the child's questions come to us (asks=True).
     # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
     timeout = math.inf if request.method == subscriptions.LISTEN else None
     try:
-        turn.ex = await turn.stack.enter(
-            child.exchange(request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=turn.tool)
+        ex = await on.stack.enter(
+            child.exchange(request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=on.tool)
         )
     except ChildError as exc:
-        if turn.child_span is not None:
-            turn.child_span.end(exc)
+        if span is not None:
+            span.end(exc)
         return events.Final(response(request.id, error=exc.error_object()))
-    return None
+    return Running(turn, child, info, ex, on.stack, child_span=span)
 
 
 # -- on the reply ---------------------------------------------------------------------------
 
 
-def replied_result(turn: Turn) -> bool:
-    return isinstance(turn.reply, Result)
+def replied_result(deps: Collaborators, call: Running) -> bool:
+    return isinstance(call.reply, Result)
 
 
-def show_visible_tools(turn: Turn) -> None:
-    reply = turn.reply
+def show_visible_tools(deps: Collaborators, call: Running) -> None:
+    reply = call.reply
     assert isinstance(reply, Result)
-    turn.reply = Result(reply.id, turn.relay.catalog.visible_tools(turn.child, reply.result))
+    call.reply = Result(reply.id, deps.catalog.visible_tools(call.child, reply.result))
 
 
-def wants_input(turn: Turn) -> bool:
-    reply = turn.reply
+def wants_input(deps: Collaborators, call: Running) -> bool:
+    reply = call.reply
     return (
-        turn.info.era is Era.MODERN and isinstance(reply, Result) and reply.result.get("resultType") == INPUT_REQUIRED
+        call.info.era is Era.MODERN and isinstance(reply, Result) and reply.result.get("resultType") == INPUT_REQUIRED
     )
 
 
-def input_round(turn: Turn) -> Emissions:
-    reply = turn.reply
+def input_round(deps: Collaborators, call: Running) -> Emissions:
+    reply = call.reply
     assert isinstance(reply, Result)
-    relay = turn.relay
-    return input_rounds.input_round(relay.next_round, turn.child, turn.request, turn.client, reply.result, turn.rounds)
+    turn = call.turn
+    return input_rounds.input_round(
+        deps.relay.next_round, call.child, turn.request, turn.client, reply.result, call.rounds
+    )
 
 
-def translate_reply(turn: Turn) -> None:
-    assert turn.reply is not None
-    turn.final = translate.reply_for_client(turn.request, turn.reply, turn.client, turn.info)
+def translate_reply(deps: Collaborators, call: Running) -> None:
+    assert call.reply is not None
+    call.final = translate.reply_for_client(call.turn.request, call.reply, call.turn.client, call.info)
 
 
-def _result(turn: Turn) -> object:
-    assert turn.final is not None
-    return turn.final.get("result")
+def _result(call: Running) -> object:
+    assert call.final is not None
+    return call.final.get("result")
 
 
-def _with_result(turn: Turn, result: JsonObject) -> None:
-    assert turn.final is not None
-    turn.final = {**turn.final, "result": result}
+def _with_result(call: Running, result: JsonObject) -> None:
+    assert call.final is not None
+    call.final = {**call.final, "result": result}
 
 
-def tasks_served(turn: Turn) -> bool:
-    return turn.relay.tasks.enabled and isinstance(_result(turn), dict)
+def tasks_served(deps: Collaborators, call: Running) -> bool:
+    return deps.tasks.enabled and isinstance(_result(call), dict)
 
 
-def advertise_tasks(turn: Turn) -> None:
-    result = _result(turn)
+def advertise_tasks(deps: Collaborators, call: Running) -> None:
+    result = _result(call)
     assert isinstance(result, dict)
-    _with_result(turn, task_rules.advertise(result))
+    _with_result(call, task_rules.advertise(result))
 
 
-def child_task(turn: Turn) -> bool:
+def child_task(deps: Collaborators, call: Running) -> bool:
     # A discover result is never adopted (discover_tasks has it).
-    return turn.info.era is Era.MODERN and turn.request.method != DISCOVER and task_rules.is_task_result(_result(turn))
-
-
-def adopt_task(turn: Turn) -> None:
-    result = _result(turn)
-    assert isinstance(result, dict)
-    _with_result(turn, turn.relay.tasks.adopt(turn.child, result, turn.client))
-
-
-def child_made_task(turn: Turn) -> bool:
-    # The retry of a round the child asked before its handle is bridged too (not a ``bridged`` turn).
-    reply = turn.reply
     return (
-        turn.info.era is Era.LEGACY
+        call.info.era is Era.MODERN
+        and call.turn.request.method != DISCOVER
+        and task_rules.is_task_result(_result(call))
+    )
+
+
+def adopt_task(deps: Collaborators, call: Running) -> None:
+    result = _result(call)
+    assert isinstance(result, dict)
+    _with_result(call, deps.tasks.adopt(call.child, result, call.turn.client))
+
+
+def child_made_task(deps: Collaborators, call: Running) -> bool:
+    # The retry of a round the child asked before its handle is bridged too (not a ``bridged`` call).
+    reply = call.reply
+    return (
+        call.info.era is Era.LEGACY
         and isinstance(reply, Result)
-        and task_rules.opted_in(turn.client.capabilities)
+        and task_rules.opted_in(call.turn.client.capabilities)
         and taskbridge.child_task(reply.result) is not None
     )
 
 
-def bridge_task(turn: Turn) -> None:
-    reply = turn.reply
+def bridge_task(deps: Collaborators, call: Running) -> None:
+    reply = call.reply
     assert isinstance(reply, Result)
     child_task = taskbridge.child_task(reply.result)
     assert child_task is not None
     # The task's run goes on in the task store, with the lease; the client gets the handle.
-    call = Call(turn.child, turn.ex, turn.stack.pop_all(), runs_as_task=True)
-    turn.final = turn.relay.tasks.bridge(call, turn.request, turn.client, child_task)
+    handed = Call(call.child, call.ex, call.stack.pop_all(), runs_as_task=True)
+    call.final = deps.tasks.bridge(handed, call.turn.request, call.turn.client, child_task)
 
 
 ON_REPLY: Final = (
@@ -524,7 +528,7 @@ ON_REPLY: Final = (
 # -- plans ----------------------------------------------------------------------------------
 
 
-def _fits(step: Step | ReplyStep, era: Era, method: str | None) -> bool:
+def _fits(step: Step[Admission] | Step[Leased] | ReplyStep, era: Era, method: str | None) -> bool:
     return era in step.eras and (step.methods is None or method in step.methods)
 
 
@@ -536,13 +540,13 @@ def _plan(era: Era, method: str | None) -> Plan:
     )
 
 
-def _plans(steps: Sequence[Step | ReplyStep]) -> Mapping[Era, Mapping[str | None, Plan]]:
+def _plans(steps: Sequence[Step[Admission] | Step[Leased] | ReplyStep]) -> Mapping[Era, Mapping[str | None, Plan]]:
     """Each era's plans: one per method a step names, and (under None) one for every other method."""
     named = {method for step in steps for method in step.methods or ()}
     return {era: {method: _plan(era, method) for method in (*sorted(named), None)} for era in Era}
 
 
-STEPS: Final[tuple[Step | ReplyStep, ...]] = (*BEFORE_CHILD, *ON_CHILD, *ON_REPLY)
+STEPS: Final[tuple[Step[Admission] | Step[Leased] | ReplyStep, ...]] = (*BEFORE_CHILD, *ON_CHILD, *ON_REPLY)
 PLANS: Final = _plans(STEPS)
 
 

@@ -114,7 +114,7 @@ class Holdings:
         await self.aclose()
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     """A child call in progress: its exchange, and the holdings that own it and its pool lease."""
 
