@@ -53,6 +53,7 @@ from gateway.relay.input_rounds import MAX_INPUT_ROUNDS as MAX_INPUT_ROUNDS
 from gateway.relay.listens import Listens
 from gateway.relay.rejected import Rejected as Rejected
 from gateway.relay.router import Router
+from gateway.relay.session_subscriptions import SessionSubscriptions
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.spans import timed
 from gateway.relay.steps import PLANS, open_call, plan_for, start_over
@@ -75,6 +76,7 @@ class Relay:
         tasks: TaskStore,
         settings: SharedSettings,
         listens: Listens | None = None,
+        session_subscriptions: SessionSubscriptions | None = None,
         gateway_version: str = "0",
     ) -> None:
         """Built by ``gateway.relay.service.open_service``, its collaborators with it."""
@@ -88,6 +90,8 @@ class Relay:
         self.settings = settings
         # Emulated listens: they follow a modern client's calls to its roots pools' children.
         self.listens = listens
+        # Legacy sessions' resources/subscribe on legacy children, counted with the listens'.
+        self.session_subscriptions = session_subscriptions
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
