@@ -314,7 +314,6 @@ class McpEndpoint:
             if local is not None:
                 note_answer(scope, local)
                 return wire.json_response(local)
-            session.note_subscription(message.method, message.params)
             return self._legacy_stream(session, message, headers, scope.setdefault("gateway.log", {}), scope.get(SPAN))
         session.take(message)
         return wire.accepted()
@@ -374,7 +373,6 @@ class McpEndpoint:
             if local is not None:
                 answers.append(local)
                 return
-            session.note_subscription(message.method, message.params)
             # A JSON array cannot carry requests; each request's spans are children of the batch's.
             client = ClientContext.of_session(session, headers, streamed=False, span=span)
             handle = CancelHandle()  # a later notifications/cancelled may name it, as for single requests

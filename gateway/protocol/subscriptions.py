@@ -20,7 +20,7 @@ without the listen's id (``untagged``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, Final
 
 from gateway.protocol.jsonrpc import JsonId, JsonObject
@@ -46,6 +46,20 @@ MAX_LISTEN_URIS: Final = 256
 child (and again at every roots child the listen follows, ``gateway.relay.listen_roots``), and
 every ``resources/updated`` is matched against them; a listen naming more is refused (400
 -32602) before any child is asked."""
+
+
+MAX_SESSION_URIS: Final = MAX_LISTEN_URIS
+"""Resource URIs one legacy session may hold at once (``resources/subscribe``), bounded like a
+listen's and for the same reasons: each is a count at a child (``gateway.relay.session_subscriptions``)
+and every ``resources/updated`` is matched against them. A subscribe to one more URI is refused
+(-32602) before any child is asked; one the session holds already is no more."""
+
+
+def subscribe_problem(held: Collection[str], uri: str) -> str | None:
+    """Why a session holding ``held`` may not subscribe to ``uri`` too (None: it may)."""
+    if uri in held or len(held) < MAX_SESSION_URIS:
+        return None
+    return f"this session holds {len(held)} resource subscriptions; at most {MAX_SESSION_URIS} per session"
 
 
 def listen_problem(params: Mapping[str, Any] | None) -> str | None:

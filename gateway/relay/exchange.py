@@ -52,6 +52,7 @@ from gateway.relay.input_rounds import MAX_INPUT_ROUNDS as MAX_INPUT_ROUNDS
 from gateway.relay.listens import Listens
 from gateway.relay.rejected import Rejected as Rejected
 from gateway.relay.router import Router
+from gateway.relay.session_subscriptions import SessionSubscriptions
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.spans import timed
 from gateway.relay.steps import PLANS, open_call, plan_for, start_over
@@ -74,6 +75,7 @@ class Relay:
         tasks: TaskStore,
         settings: SharedSettings,
         listens: Listens | None = None,
+        session_subscriptions: SessionSubscriptions | None = None,
         gateway_version: str = "0",
     ) -> None:
         """Built by ``gateway.relay.service.open_service``, its collaborators with it."""
@@ -87,8 +89,12 @@ class Relay:
         self.settings = settings
         # Emulated listens: they follow a modern client's calls to its roots pools' children.
         self.listens = listens
+        # Legacy sessions' resources/subscribe on legacy children, counted with the listens'.
+        self.session_subscriptions = session_subscriptions
         # What the steps work with, given to them directly (gateway.relay.steps).
-        self.collaborators = Collaborators(router, suspensions, tasks, self.catalog, settings, self)
+        self.collaborators = Collaborators(
+            router, suspensions, tasks, self.catalog, settings, self, session_subscriptions
+        )
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None

@@ -8,7 +8,9 @@
   is stored on the session (a legacy child is also told, by the relay; a modern child gets
   it as ``logLevel`` on each request); ``initialize`` again is refused; and
   ``resources/subscribe`` / ``unsubscribe`` when a modern child serves the session
-  (``gateway.relay.session_listen``: one child listen per session).
+  (``gateway.relay.session_listen``: one child listen per session), and a subscribe past
+  ``subscriptions.MAX_SESSION_URIS`` (-32602); on a legacy child the relay's ``subscriptions``
+  step answers them (``gateway.relay.session_subscriptions``).
 
 What a session's client POSTs without an id (notifications, its answers to a child's
 questions) is taken by ``LegacySession.take``.
@@ -68,6 +70,12 @@ async def local_answer(session: LegacySession, message: Request, listens: Sessio
     session subscriptions served by child listens on a modern child)."""
     if message.method in subscriptions.SUBSCRIBE_METHODS and is_served_by_modern_child(session):
         return await listens.handle(session, message)
+    if message.method == subscriptions.SUBSCRIBE:  # bounded before any lease or roots round
+        uri = (message.params or {}).get("uri")
+        problem = subscriptions.subscribe_problem(session.subscriptions, uri) if isinstance(uri, str) else None
+        if problem is not None:
+            return response(message.id, error=error_object(INVALID_PARAMS, problem, {"uri": uri}))
+        return None
     if message.method == "ping":
         return response(message.id, result={})
     if message.method == loglevels.SET_LEVEL:

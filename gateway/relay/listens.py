@@ -146,7 +146,8 @@ not is taken as refusing (the listen is acknowledged without that URI)."""
 
 
 class SubscriptionCounts:
-    """``resources/subscribe`` at a child once per URI, however many listeners hold it;
+    """``resources/subscribe`` at a child once per URI, however many hold it (listens, the
+    roots children they follow, legacy sessions: ``gateway.relay.session_subscriptions``);
     ``resources/unsubscribe`` when the last lets go.
 
     No lock is held across the child's answer: the count is decided synchronously, and the
@@ -165,22 +166,27 @@ class SubscriptionCounts:
 
     async def acquire(self, child: StdioChild, uri: str) -> bool:
         """True if the child is subscribed to ``uri`` for this holder (it refused, or died: False)."""
+        return await self.subscribe(child, uri) is None
+
+    async def subscribe(self, child: StdioChild, uri: str) -> JsonObject | None:
+        """Hold ``uri`` at ``child``: None when it is subscribed for this holder, else the error
+        object that says why not (the child's own refusal, or the gateway's when it died)."""
         key = (child, uri)
         await self._settled(key)
         if self._counts.get(key, 0) > 0:
             self._counts[key] += 1
-            return True
+            return None
         done = self._busy[key] = anyio.Event()
         try:
             try:
-                reply = await child.request("resources/subscribe", {"uri": uri}, timeout=SUBSCRIBE_TIMEOUT)
-            except ChildError:
-                return False
+                reply = await child.request(subscriptions.SUBSCRIBE, {"uri": uri}, timeout=SUBSCRIBE_TIMEOUT)
+            except ChildError as exc:
+                return exc.error_object()
             if not isinstance(reply, Result):
                 log.info("child %s refused resources/subscribe for %r: %s", child.spec.label, uri, reply.to_dict())
-                return False
+                return reply.error
             self._counts[key] = 1
-            return True
+            return None
         finally:
             del self._busy[key]
             done.set()
@@ -198,7 +204,7 @@ class SubscriptionCounts:
         done = self._busy[key] = anyio.Event()  # a new holder subscribes after this, not before
         try:
             with suppress(ChildError):
-                await child.request("resources/unsubscribe", {"uri": uri}, timeout=SUBSCRIBE_TIMEOUT)
+                await child.request(subscriptions.UNSUBSCRIBE, {"uri": uri}, timeout=SUBSCRIBE_TIMEOUT)
         finally:
             del self._busy[key]
             done.set()

@@ -15,7 +15,8 @@ Per server, in this order (each needs the ones before it):
   the router *before* it runs, so its first children are heard from their first line;
 - then, inside the task group: ``Suspensions`` (parked MRTR calls: their keepers),
   ``TaskStore`` (calls that became tasks: their runs), ``SessionListens`` (a legacy session's
-  subscriptions on a modern child: the child listens), and the ``Relay`` over them all.
+  subscriptions on a modern child: the child listens), ``SessionSubscriptions`` (a legacy
+  session's on a legacy child, counted with the listens'), and the ``Relay`` over them all.
 
 Who owns which task group (each entered in ``async with`` by its owner):
 
@@ -23,7 +24,8 @@ Who owns which task group (each entered in ``async with`` by its owner):
   with``): its pools, each with a group of its own for its children, and the idle-pool
   sweep. Closed last: every child stops, shielded.
 - **the service's** (``open_service``): parked calls' keepers (``Suspensions``), task runs
-  (``TaskStore``), session listens (``SessionListens``) and ``end_sessions_when``'s watch.
+  (``TaskStore``), session listens (``SessionListens``), the release of an ended session's
+  subscriptions (``SessionSubscriptions``) and ``end_sessions_when``'s watch.
   Closed once every session has ended (``SessionStore.end_all``), before the routers'.
 
 So at shutdown the sessions end first, then the service's tasks are cancelled (a parked call
@@ -46,6 +48,7 @@ from gateway.relay.listens import Listens
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.router import Router
 from gateway.relay.session_listen import SessionListens
+from gateway.relay.session_subscriptions import SessionSubscriptions
 from gateway.relay.sessions import SessionStore
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.statekeys import StateKeys
@@ -149,6 +152,8 @@ def _served(
         tasks=tasks,
         settings=parts.settings,
         listens=parts.listens,
+        # Legacy sessions' subscriptions on legacy children, in the listens' counts.
+        session_subscriptions=SessionSubscriptions(parts.listens.counts, tg),
         gateway_version=gateway_version,
     )
     return Served(parts.router, relay, parts.sessions, parts.listens, SessionListens(tg))

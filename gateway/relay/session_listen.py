@@ -107,6 +107,9 @@ class SessionListen:
             return response(request.id, error=error_object(INVALID_PARAMS, f"{request.method} needs params.uri"))
         # Decided at once (no await): the set the session wants now; the child is told after.
         wanted = [u for u in self._wanted if u != uri]
+        problem = subscriptions.subscribe_problem(self._wanted, uri)
+        if request.method == subscriptions.SUBSCRIBE and problem is not None:
+            return response(request.id, error=error_object(INVALID_PARAMS, problem, {"uri": uri}))
         if request.method == subscriptions.SUBSCRIBE:
             wanted.append(uri)
         if wanted != self._wanted:

@@ -117,7 +117,9 @@ class LegacySession:
     child: StdioChild | None = None  # the child this session's requests go to (legacy state stays put)
     pool: Pool | None = None  # the pool that serves it: its children's list_changed reach this session
     roots_pool: Pool | None = None  # where its calls and subscriptions run when its roots are keyed
-    subscriptions: set[str] = field(default_factory=set)  # resource URIs it subscribed to
+    # Resource URIs it holds on a legacy child, each with the child that holds it for the
+    # session (gateway.relay.session_subscriptions): its resources/updated reach only these.
+    subscriptions: dict[str, StdioChild] = field(default_factory=dict)
     asks: dict[str, ChildAsk] = field(default_factory=dict)  # gateway id → the child's question
     asks_sent: int = 0
     roots: tuple[dict[str, str], ...] | None = None  # its roots, from its last roots/list answer (client_roots)
@@ -176,17 +178,6 @@ class LegacySession:
         """Whether a connection reads the session's GET stream now."""
         stream = self.streams.get_stream
         return stream is not None and stream.reader is not None
-
-    def note_subscription(self, method: str, params: JsonObject | None) -> None:
-        """Remember ``resources/subscribe`` / ``unsubscribe`` (forwarded to the child as they are),
-        so the child's ``resources/updated`` reach this session's GET stream only when asked for."""
-        uri = (params or {}).get("uri")
-        if not isinstance(uri, str):
-            return
-        if method == "resources/subscribe":
-            self.subscriptions.add(uri)
-        elif method == "resources/unsubscribe":
-            self.subscriptions.discard(uri)
 
     def is_subscribed(self, uri: str) -> bool:
         """``uri`` or a resource under one of the subscribed URIs (a sub-resource may update)."""

@@ -55,6 +55,9 @@ On the child (``ON_CHILD``):
     When the child's first sign (within ``--task-first-round``) is a question, the call runs
     on here instead: round 1 is answered synchronously, and its retry makes the task
     (``asks.as_task``).
+12. ``subscriptions``: a legacy session's ``resources/subscribe`` / ``unsubscribe`` on a legacy
+    child: counted with every other holder at that child, the child told only at the first
+    and after the last (``gateway.relay.session_subscriptions``); answered by the gateway.
 
 Then the child exchange (``open_call``: a shared child's settings made to fit this client,
 the params for the child's era, ``child.exchange``; the ``Running`` call) and ``Relay.run``: the child's
@@ -62,16 +65,16 @@ notifications and questions (``gateway.relay.asks``), then its reply.
 
 On the reply (``ON_REPLY``):
 
-12. ``visible_tools``: a ``tools/list`` result: tools invalid over HTTP left out
+13. ``visible_tools``: a ``tools/list`` result: tools invalid over HTTP left out
     (``ToolCatalog.visible_tools``).
-13. ``input_round``: a modern child's ``input_required``, for a legacy client: asked on the
+14. ``input_round``: a modern child's ``input_required``, for a legacy client: asked on the
     client's stream, the child retried with the answers (``gateway.relay.input_rounds``).
-14. ``translate``: the reply in the client's era, under its id (``translate.reply_for_client``).
-15. ``bridge_task``: a legacy child's ``CreateTaskResult`` for a modern client that opted in:
+15. ``translate``: the reply in the client's era, under its id (``translate.reply_for_client``).
+16. ``bridge_task``: a legacy child's ``CreateTaskResult`` for a modern client that opted in:
     a task of the gateway's, whose run (with the lease) waits on the child's task
     (``TaskStore.bridge``, ``gateway.relay.task_bridge``); the answer is the gateway's handle.
-16. ``discover_tasks``: a modern ``server/discover`` result: the Tasks extension advertised.
-17. ``adopt_task``: a modern child's own task handle, for a modern client: under a gateway id.
+17. ``discover_tasks``: a modern ``server/discover`` result: the Tasks extension advertised.
+18. ``adopt_task``: a modern child's own task handle, for a modern client: under a gateway id.
 """
 
 from __future__ import annotations
@@ -386,6 +389,13 @@ async def asks_first(ex: Exchange, wait: float) -> bool:
     return False
 
 
+async def hold_subscription(deps: Collaborators, leased: Leased) -> Emissions | None:
+    session, held = leased.turn.client.session, deps.session_subscriptions
+    if session is None or held is None:
+        return None  # forwarded as it is
+    return only(events.Final(await held.handle(session, leased.turn.request, leased.child)))
+
+
 ON_CHILD: Final[tuple[Step[Leased], ...]] = (
     Step("discover", MODERN, frozenset({DISCOVER}), on_legacy_child, answer_discover),
     Step("set_level", LEGACY, frozenset({loglevels.SET_LEVEL}), always, answer_set_level),
@@ -393,6 +403,7 @@ ON_CHILD: Final[tuple[Step[Leased], ...]] = (
     Step("task_required", MODERN, task_rules.TASK_METHODS, runs_only_as_task, refuse_untasked),
     Step("child_task", MODERN, task_rules.TASK_METHODS, child_takes_task, ask_child_for_task),
     Step("task", MODERN, task_rules.TASK_METHODS, becomes_task, start_task),
+    Step("subscriptions", LEGACY, subscriptions.SUBSCRIBE_METHODS, on_legacy_child, hold_subscription),
 )
 
 

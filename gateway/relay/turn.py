@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from gateway.relay.catalog import ToolCatalog
     from gateway.relay.exchange import Relay
     from gateway.relay.router import Router
+    from gateway.relay.session_subscriptions import SessionSubscriptions
     from gateway.relay.shared_settings import SharedSettings
     from gateway.relay.tasks import TaskStore
 
@@ -148,6 +149,7 @@ class Collaborators:
     catalog: ToolCatalog
     settings: SharedSettings
     relay: Relay  # whose loops run a call on (``Relay.run``, ``Relay.next_round``), and which a task's run drives
+    session_subscriptions: SessionSubscriptions | None = None  # legacy sessions' resources/subscribe, counted
 
 
 On = TypeVar("On", Admission, Leased)
