@@ -303,13 +303,36 @@ class Suspensions:
         self._used[state_id] = expires_at
 
     async def _keeper(self, suspension: Suspension, timeout: float) -> None:
-        """``_keep`` in its own failure domain: a fault ends this parked call only."""
+        """``_keep`` in its own failure domain: a fault ends this parked call only. What it held
+        is let go then as at its timeout (``_let_go``), so no child, lease or client slot is
+        left held by a call nobody keeps."""
         who = f"{self.server}: the keeper of a parked {suspension.call.method}"
         try:
-            with contained(log, who, "that call is dropped"):
+            with contained(log, who, "that call is ended"):
                 await self._keep(suspension, timeout)
+                return
+            with contained(log, f"{who}, letting its call go", "what is left of that call is dropped"):
+                await self._let_go(suspension, "the gateway failed while it held the call")
         finally:
             suspension.closed.set()
+
+    async def _let_go(self, suspension: Suspension, why: str) -> None:
+        """After a fault in its keeper: the call no retry took is ended, each step once (what
+        the keeper did already is not done again): out of the held calls, its client's slot
+        given back, the call closed (the child is told), its questions answered with an error."""
+        if suspension.taken.is_set():
+            return  # its retry has it: the retry's to end
+        self._held.pop(suspension.state_id, None)
+        release, suspension.release = suspension.release, None
+        if release is not None:
+            release()
+        try:
+            with anyio.CancelScope(shield=True):
+                await suspension.call.stack.aclose()
+        finally:
+            for ask in suspension.asks.values():
+                ask.answer_error(CODE_INPUT_TIMEOUT, f"the client did not answer {ask.method}: {why}")
+            log.info("%s: parked %s ended: %s", self.server, suspension.call.method, why)
 
     async def _keep(self, suspension: Suspension, timeout: float) -> None:
         stopping = True
@@ -319,8 +342,9 @@ class Suspensions:
             stopping = False
         finally:
             if not suspension.taken.is_set():
-                if suspension.release is not None:
-                    suspension.release()
+                release, suspension.release = suspension.release, None
+                if release is not None:
+                    release()
                 self._held.pop(suspension.state_id, None)
                 self._spend(suspension.state_id, suspension.expires_at, self._clock())
                 why = suspension.ended or (

@@ -65,6 +65,7 @@ from gateway.relay.client import ClientContext
 from gateway.relay.suspensions import Call
 from gateway.relay.task_run import Run as _Run
 from gateway.relay.translate import response
+from gateway.stdio.boundary import RESTART_PAUSE, contained
 from gateway.stdio.child import StdioChild
 
 if TYPE_CHECKING:
@@ -220,7 +221,7 @@ class TaskStore:
             return False
         if not self.policy.wants(name, task_support):
             return False
-        self._purge(self._clock())
+        self._sweep(self._clock())
         principal = _owner_of(client)
         if self._held[principal] >= rules.MAX_HELD_TASKS_PER_PRINCIPAL:
             self._give_way(principal)
@@ -300,7 +301,7 @@ class TaskStore:
     def adopt(self, child: StdioChild, result: JsonObject, client: ClientContext) -> JsonObject:
         """A child's own task handle, under a gateway id that routes back to it (rule 7)."""
         now = self._clock()
-        self._purge(now)
+        self._sweep(now)
         if len(self) >= rules.MAX_TASKS:  # make room with the oldest of this principal's mappings
             mine = [key for key, passed in self._passed.items() if passed.principal == _owner_of(client)]
             if mine:
@@ -314,8 +315,18 @@ class TaskStore:
 
     async def _run(self, running: Callable[[], Awaitable[None]], run: _Run) -> None:
         """``running`` (the gateway's own run of ``run``, or a bridged one), then: only the task
-        is kept for the TTL, not the call's arguments (up to a body)."""
-        await running()
+        is kept for the TTL, not the call's arguments (up to a body). The task's failure domain:
+        a run fails its task on a fault of its own (``task_run``, ``task_bridge``); one that
+        escapes that (in its error handling or clean-up) stops here, and the task fails."""
+        task = run.task
+
+        def fail_the_task(exc: Exception) -> None:
+            if not task.is_terminal:
+                task.fail(error_object(-31000, "the gateway failed to run the task"), self.now())
+                self.ended(task)
+
+        with contained(log, f"{self.server}: the run of task {task.task_id[:14]}…", "that task fails", fail_the_task):
+            await running()
         run.request = Request(run.request.id, run.request.method, None)
 
     # -- tasks/* ----------------------------------------------------------------------------
@@ -330,7 +341,7 @@ class TaskStore:
         if task_id is None:
             return response(request.id, error=rules.params_error(request.method, "taskId (a string) is required"))
         now = self._clock()
-        self._purge(now)
+        self._sweep(now)
         passed = self._passed.get(task_id)
         if passed is not None and passed.principal == _owner_of(client):
             return await self._pass(passed, task_id, request)
@@ -442,11 +453,23 @@ class TaskStore:
             self._drop(task_id, run.task)
             log.info("%s: task %s… dropped early: %s", self.server, task_id[:14], why)
 
+    def _sweep(self, now: float) -> None:
+        """``_purge`` when one is due, in its own failure domain: it runs in whichever request
+        comes then, and a fault of its own is not that request's (nor every later one's). It is
+        logged, what it had not reached stays kept, and the next sweep is due ``RESTART_PAUSE``
+        later."""
+        if now < self._next_expiry:
+            return
+
+        def again(exc: Exception) -> None:
+            self._next_expiry = min(self._next_expiry, now + RESTART_PAUSE)
+
+        with contained(log, f"{self.server}: the task store's sweep", f"it runs again in {RESTART_PAUSE:g} s", again):
+            self._purge(now)
+
     def _purge(self, now: float) -> None:
         """Drop ended tasks past their TTL (a still-running task is never dropped), and
         children's own tasks past theirs."""
-        if now < self._next_expiry:
-            return
         self._next_expiry = float("inf")
         for task_id, passed in list(self._passed.items()):
             if passed.expires_at <= now:
