@@ -98,6 +98,29 @@ class Changed:
     """``open_questions`` may have dropped: the pool may now place a request that may ask."""
 
 
+@dataclass(slots=True)
+class ChildFacts:
+    """What the pool's dispatcher decides from, as the machine has it now (``childsession``
+    rule 8): the questions open (asked of a client and not closed, plus those held as
+    ambiguous), whether a question came while a request that may ask was in flight, and
+    whether the child lives. Sent first whenever one of them changes; the edge copies them to
+    the dispatcher at once, ahead of any action still waiting (``gateway.stdio.carried``), so
+    its copy is never behind the machine."""
+
+    open_questions: int
+    has_asked: bool
+    alive: bool
+
+
 ChildAction = (
-    Deliver[OwnerT] | Answered[OwnerT] | Failed[OwnerT] | Write | Ask[OwnerT] | Unattributed | Broadcast | Log | Changed
+    Deliver[OwnerT]
+    | Answered[OwnerT]
+    | Failed[OwnerT]
+    | Write
+    | Ask[OwnerT]
+    | Unattributed
+    | Broadcast
+    | Log
+    | Changed
+    | ChildFacts
 )

@@ -51,6 +51,11 @@ Rules (digest §4.1, §7.3, §8):
    ``send`` raises that error and nothing is pending. ``faulted`` is the same end when the
    gateway's own code failed on the child (``childexit.fault_error``, a ``ChildFaultError``):
    the edge stops the process after it, and its exit then changes nothing.
+8. **What the pool decides from.** Whenever the open questions, ``has_asked`` or whether the
+   child lives change, the actions an event returns begin with ``ChildFacts`` (their values
+   now): the pool's dispatcher keeps a copy of them for each child (``dispatchstate.Member``)
+   and never reads the child itself. Death comes before the failures it causes, so a request
+   failed by it finds its child dead when it gives its lease back.
 
 Imports: standard library, orjson, ``gateway.protocol`` and ``gateway.errors`` only; no I/O,
 no clock.
@@ -73,6 +78,7 @@ from gateway.protocol.childactions import (
     Answered,
     Broadcast,
     ChildAction,
+    ChildFacts,
     Deliver,
     Failed,
     Log,
@@ -125,6 +131,7 @@ class ChildSession(Generic[OwnerT]):
         self._correlator: Correlator[Entry[OwnerT]] = Correlator()
         self._deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT]] = Deadlines()
         self._questions = QuestionDesk(label, input_timeout, self._correlator.owners, self._deadlines)
+        self._facts = (0, False, True)  # the last ``ChildFacts`` sent (rule 8): none open, not asked, alive
 
     @property
     def in_flight(self) -> int:
@@ -192,7 +199,7 @@ class ChildSession(Generic[OwnerT]):
         self._end(pending.owner, actions, error=ChildExitedError("request abandoned by the caller"))
         if pending.owner.cancellable:
             self._cancel(child_id, "the client cancelled the request", actions)
-        return actions
+        return self._noting(actions)
 
     # -- the clock ------------------------------------------------------------------------
 
@@ -208,7 +215,7 @@ class ChildSession(Generic[OwnerT]):
                 self._expire(item, actions)
             else:
                 self._questions.expire(item, actions)
-        return actions
+        return self._noting(actions)
 
     # -- lines in -------------------------------------------------------------------------
 
@@ -225,7 +232,7 @@ class ChildSession(Generic[OwnerT]):
         # 2025-03-26 peers may batch on stdio; receivers must accept it.
         for obj in decoded if isinstance(decoded, list) else (decoded,):
             self._receive(obj, now, actions)
-        return actions
+        return self._noting(actions)
 
     def receive_oversized(self, line: OversizedLine) -> list[ChildAction[OwnerT]]:
         """A line over ``max_line_bytes``: it fails the request whose id it carries, if any."""
@@ -246,17 +253,17 @@ class ChildSession(Generic[OwnerT]):
             limit=limit,
         )
         self._fail_one(child_id, error, actions)
-        return actions
+        return self._noting(actions)
 
     # -- questions handed out -------------------------------------------------------------
 
     def ask_refused(self, ask_id: int) -> list[ChildAction[OwnerT]]:
         """The owner could not take the ``Ask`` (its stream is full or gone): the edge answers."""
-        return self._questions.refused(ask_id)
+        return self._noting(self._questions.refused(ask_id))
 
     def ask_closed(self, ask_id: int) -> list[ChildAction[OwnerT]]:
         """The ``Ask`` was answered (by its client, locally, or on timeout) and written back."""
-        return self._questions.closed(ask_id)
+        return self._noting(self._questions.closed(ask_id))
 
     # -- the end --------------------------------------------------------------------------
 
@@ -284,14 +291,15 @@ class ChildSession(Generic[OwnerT]):
         }
         # The message quotes the stderr tail: redacted as the child's stderr lines are.
         actions.append(Log(logging.INFO if stopping else logging.WARNING, "%s", (redact_text(death.detailed),), fields))
-        return actions
+        return self._noting(actions)
 
     def faulted(self, where: str) -> list[ChildAction[OwnerT]]:
         """The gateway's own code failed on this child, in its ``where`` (rule 7): the same end
         as an exit, with ``childexit.fault_error``. The edge logs the traceback."""
         if self.death is not None:
             return []
-        return self._die(childexit.fault_error(self.label, self.pid, where, command=self.command, exposed=self.exposed))
+        death = childexit.fault_error(self.label, self.pid, where, command=self.command, exposed=self.exposed)
+        return self._noting(self._die(death))
 
     def _die(self, death: ChildExitedError) -> list[ChildAction[OwnerT]]:
         self.death = death
@@ -304,6 +312,15 @@ class ChildSession(Generic[OwnerT]):
         return actions
 
     # -- internals ------------------------------------------------------------------------
+
+    def _noting(self, actions: list[ChildAction[OwnerT]]) -> list[ChildAction[OwnerT]]:
+        """``actions``, led by ``ChildFacts`` when the facts have changed since the last (rule 8)."""
+        questions = self._questions
+        facts = (questions.open, questions.has_asked, self.death is None)
+        if facts != self._facts:
+            self._facts = facts
+            actions.insert(0, ChildFacts(*facts))
+        return actions
 
     def _receive(self, obj: object, now: float, actions: list[ChildAction[OwnerT]]) -> None:
         try:

@@ -2,11 +2,15 @@
 
 ``gateway.stdio.pool`` owns the task group, the waits and the processes; it tells this machine
 what happened (a request arrived or gave up, a lease ended, a child started, exited, or its
-questions changed, the global budget freed room) with the time now, and carries out the actions
+facts changed, the global budget freed room) with the time now, and carries out the actions
 it returns (``gateway.protocol.dispatchstate``: ``StartChild``, ``StopChild``, ``EvictChild``,
 ``CheckLiveness``, ``RestartAfter``, ``Wake``, ``Lost``, ``ReleaseParked``). Decisions are synchronous, so nothing
 can interleave a check and its update; a decision changes nothing outside this pool (another
-pool's child is evicted by the edge, as ``EvictChild``).
+pool's child is evicted by the edge, as ``EvictChild``). It decides from what it was told and
+never reads a child: a child's ``ChildProfile`` comes with ``started``, its ``ChildFacts``
+(questions open, whether it has asked, whether it lives) with ``noted`` whenever they change
+(``childsession`` rule 8), its counters as a ``Reading`` with each ``maintain`` tick; each
+member keeps its copy (``dispatchstate.Member``).
 
 Rules:
 
@@ -33,7 +37,9 @@ Rules:
    askers ``asking_bound`` (``max(max_size, asking_max)``; one start per waiting asker, at most
    ``MAX_CONCURRENT_STARTS`` at once). Every start on demand needs room in the gateway's child
    budget (``Room``): free room, or another pool's idle child to evict (``EvictChild``); with
-   neither the request waits like a saturated one. Otherwise the request waits until its
+   neither the request waits like a saturated one, **held back** (``blocked_since``: when the
+   first such request of the pool arrived; the budget serves the pools in that order when room
+   frees, so across pools too the waiter that arrived first gets it). Otherwise the request waits until its
    ``Wake``, at most ``queue_timeout`` (``STARTUP_WAIT`` while no child is up yet), and then
    fails with 503 + ``Retry-After``.
 5. **A question costs its asker.** A principal with ``max_parked_per_principal`` calls holding
@@ -70,16 +76,20 @@ Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only; no 
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
+from collections.abc import Mapping
 from typing import Final, Generic
 
 from gateway.errors import ChildFaultError, ClientThrottledError, GatewayError, GatewayUnavailableError
 from gateway.protocol import attribution
 from gateway.protocol.attribution import ChildLoad
+from gateway.protocol.childactions import ChildFacts
 from gateway.protocol.dispatchstate import (
     MAX_CONCURRENT_STARTS,
     C,
     CheckLiveness,
+    ChildProfile,
     Decision,
     EvictChild,
     Lease,
@@ -88,6 +98,7 @@ from gateway.protocol.dispatchstate import (
     Member,
     PoolAction,
     PoolSettings,
+    Reading,
     ReleaseParked,
     RestartAfter,
     Room,
@@ -99,7 +110,6 @@ from gateway.protocol.dispatchstate import (
 )
 from gateway.protocol.redaction import redact_text
 from gateway.protocol.supervision import ExitKind, Supervision
-from gateway.protocol.versions import Era
 
 log = logging.getLogger("gateway.pool")
 
@@ -130,6 +140,7 @@ class Dispatcher(Generic[C]):
         self.learned_asks = False  # a child of this pool asked during a request (attribution rule 3)
         self.tools = attribution.ToolLearning()  # which tools ask, which are quiet (rule 5)
         self.queue: dict[Ticket[C], None] = {}  # waiting tickets, in arrival order (rule 0)
+        self.held_back = 0  # waiting tickets the global child budget held a start back for (rule 4)
         self.unplaced_askers = 0
         self.next_start = 0.0
 
@@ -143,6 +154,13 @@ class Dispatcher(Generic[C]):
         """Requests waiting for a child."""
         return len(self.queue)
 
+    def blocked_since(self) -> float:
+        """When the first waiting request the global budget held a start back for arrived (inf:
+        none waits for room). The budget gives room to the pools in this order (rule 4)."""
+        if not self.held_back:
+            return math.inf
+        return next(ticket.arrived for ticket in self.queue if ticket.blocked)
+
     def starting(self) -> int:
         """Members whose child is starting."""
         return sum(1 for m in self.members if m.is_starting)
@@ -151,21 +169,14 @@ class Dispatcher(Generic[C]):
         """No child is up yet, and one may still come (none failed to start, one is starting)."""
         return self.last_error is None and bool(self.members) and not self.children()
 
-    def is_exclusive(self, child: C, tool: str | None = None) -> bool:
-        """Whether an asking request (for ``tool``) needs ``child`` to itself (attribution rules 3, 5)."""
-        if child.has_asked and not self.learned_asks:
-            self.learned_asks = True
-            log.info(
-                "%s: the server asks its client during requests; such requests now get a child each",
-                self.label,
-                extra={**self.log_fields, "event": "learned_asks"},
-            )
-        legacy = child.info is not None and child.info.era is Era.LEGACY
+    def is_exclusive(self, member: Member[C], tool: str | None = None) -> bool:
+        """Whether an asking request (for ``tool``) needs ``member``'s child to itself (attribution rules 3, 5)."""
+        legacy = member.legacy
         return attribution.is_exclusive(
             self.settings.child_asks,
             learned=self.learned_asks,
             legacy=legacy,
-            declared=child.declared_capabilities,
+            declared=member.declared,
             quiet=legacy and self.tools.is_quiet(tool),  # (only a legacy child's quiet tools count)
         )
 
@@ -175,11 +186,9 @@ class Dispatcher(Generic[C]):
             return False
         if not attribution.may_ask(method):  # rule 2: lists, ping, listens
             return True
-        child = member.child
-        assert child is not None
-        quiet = self.tools.is_quiet(tool) and not self.is_exclusive(child, tool)  # rule 2: a quiet tool
-        exclusive = member.asking_leases > 0 and not quiet and self.is_exclusive(child, tool)
-        load = ChildLoad(member.asking_leases, child.open_questions)
+        quiet = self.tools.is_quiet(tool) and not self.is_exclusive(member, tool)  # rule 2: a quiet tool
+        exclusive = member.asking_leases > 0 and not quiet and self.is_exclusive(member, tool)
+        load = ChildLoad(member.asking_leases, member.questions)
         return attribution.admits(load, method, exclusive=exclusive, quiet=quiet)  # rules 2, 3
 
     def counted(self) -> int:
@@ -214,6 +223,8 @@ class Dispatcher(Generic[C]):
     def _dequeue(self, ticket: Ticket[C]) -> None:
         del self.queue[ticket]
         ticket.queued = False
+        if ticket.blocked:
+            self.held_back -= 1
         if ticket.unplaced:
             ticket.unplaced = False
             self.unplaced_askers -= 1
@@ -277,7 +288,7 @@ class Dispatcher(Generic[C]):
         starting = self.starting()
         children = self.children()
         # An asker that the live children would each take alone: the pool grows for it (rule 4).
-        alone_needed = ticket.asker and any(self.is_exclusive(child, ticket.tool) for child in children)
+        alone_needed = ticket.asker and any(self.is_exclusive(m, ticket.tool) for m in self.members if m.is_live)
         if alone_needed and not ticket.unplaced:
             ticket.unplaced = True
             self.unplaced_askers += 1
@@ -294,17 +305,20 @@ class Dispatcher(Generic[C]):
             if ticket.blocked and not children:
                 raise room.full_error(self.label)
             raise self._saturated(bound)
-        ticket.blocked = False  # by the global child cap
+        blocked = False  # by the global child cap
         if may and self.counted() < bound and now >= self.next_start:
             if self._claim(room, actions):
                 actions.append(self._start(now))
             else:
-                ticket.blocked = True
+                blocked = True
         elif alone_needed and not ticket.reclaimed and self.counted() >= bound:
             over = self._over_fair_share(ticket.principal)
             if over is not None:  # rule 5, fair share: the askers' children hold others' questions
                 ticket.reclaimed = True
                 actions.append(ReleaseParked(over))
+        if blocked != ticket.blocked:
+            ticket.blocked = blocked
+            self.held_back += 1 if blocked else -1
         ticket.deadline = ticket.arrived + self._wait(children, ticket.blocked)
 
     def _over_fair_share(self, principal: str) -> str | None:
@@ -352,8 +366,7 @@ class Dispatcher(Generic[C]):
         return min(free, key=lambda m: m.leases, default=None)
 
     def _grant(self, member: Member[C], ticket: Ticket[C], alone: bool, now: float) -> Lease[C]:
-        assert member.child is not None
-        asking = attribution.may_ask(ticket.method) and self.is_exclusive(member.child, ticket.tool)
+        asking = attribution.may_ask(ticket.method) and self.is_exclusive(member, ticket.tool)
         member.leases += 1
         member.served += 1
         member.last_used = now
@@ -383,8 +396,7 @@ class Dispatcher(Generic[C]):
     def release(self, lease: Lease[C], now: float, room: Room) -> list[PoolAction[C]]:
         """Rule 6: the request of ``lease`` ended."""
         member, principal = lease.member, lease.principal
-        assert member.child is not None
-        if not member.child.is_alive():
+        if not member.alive:
             member.note_death()  # before the lease leaves: its principal was in flight
         elif lease.alone:
             self.suspects.pop(principal, None)  # it ran alone and the child lived: cleared
@@ -413,26 +425,46 @@ class Dispatcher(Generic[C]):
         """The pool's first children (pre-warmed, started regardless of the budget)."""
         return [self._start(now) for _ in range(self.settings.min_size)]
 
-    def started(self, member: Member[C], child: C, now: float, room: Room) -> list[PoolAction[C]]:
-        """``member``'s child completed its handshake: the waiters are served (rule 0)."""
+    def started(
+        self, member: Member[C], child: C, profile: ChildProfile, facts: ChildFacts, now: float, room: Room
+    ) -> list[PoolAction[C]]:
+        """``member``'s child completed its handshake (what it is: ``profile``; its facts now:
+        ``facts``): the waiters are served (rule 0)."""
         member.child = child
+        member.pid, member.legacy, member.declared = profile.pid, profile.legacy, profile.declared
         member.started_at = member.last_used = member.last_check = now
+        self.noted(member, facts)
         if self.supervision.started():
             log.info(
                 "%s: child pid %d started; no longer failing",
                 self.label,
-                child.pid,
-                extra={**self.log_fields, "event": "recovered", "pid": child.pid},
+                profile.pid,
+                extra={**self.log_fields, "event": "recovered", "pid": profile.pid},
             )
         self.last_error = None
         return self._serve(now, room)
+
+    def noted(self, member: Member[C], facts: ChildFacts) -> None:
+        """``member``'s child's facts changed (``childsession`` rule 8; told where they change,
+        so it only copies them: a request that then waits is served on the ``changed`` that
+        follows). Before its start, ``started`` brings them."""
+        if member.child is None:
+            return
+        member.note(facts)
+        if facts.has_asked and not self.learned_asks:
+            self.learned_asks = True
+            log.info(
+                "%s: the server asks its client during requests; such requests now get a child each",
+                self.label,
+                extra={**self.log_fields, "event": "learned_asks"},
+            )
 
     def retire(self, member: Member[C], why: str, *, event: str = "retire") -> list[PoolAction[C]]:
         """Take ``member`` out of service; its child stops once its last lease ends. ``event``:
         the log record's (``evict`` when another pool needs the room)."""
         if not member.retiring:
             member.retiring = True
-            pid = member.child.pid if member.child else None
+            pid = member.pid
             fields = {**self.log_fields, "event": event, "pid": pid, "reason": why}
             log.info("%s: retiring child pid %s (%s)", self.label, pid, why, extra=fields)
         return [StopChild(member)] if member.leases == 0 else []
@@ -492,11 +524,11 @@ class Dispatcher(Generic[C]):
 
     # -- maintenance ------------------------------------------------------------------------
 
-    def maintain(self, now: float, room: Room) -> list[PoolAction[C]]:
-        """Rule 7, once a tick."""
+    def maintain(self, now: float, room: Room, readings: Mapping[Member[C], Reading]) -> list[PoolAction[C]]:
+        """Rule 7, once a tick, with each live child's ``Reading`` taken for it."""
         s = self.settings
         actions: list[PoolAction[C]] = []
-        if self._note_stalls(now):  # a stalled child's waiters may take or start another now
+        if self._note_stalls(now, readings):  # a stalled child's waiters may take or start another now
             actions += self._serve(now, room)
         idle = [m for m in self.members if m.is_live and m.leases == 0 and now - m.last_used > s.idle_timeout]
         for member in idle[: max(0, len(self.members) - s.min_size)]:
@@ -506,16 +538,16 @@ class Dispatcher(Generic[C]):
         ):
             actions.append(self._start(now))
         for member in list(self.members):
-            child = member.child
-            if not member.is_live or child is None:
+            reading = readings.get(member)
+            if not member.is_live or reading is None:
                 continue
             if s.max_age and now - member.started_at > s.max_age:
                 actions += self.retire(member, f"older than {s.max_age:g} s")
             elif (
                 s.stall_timeout
-                and child.in_flight
-                and not child.awaiting_input  # silent because a client is answering it
-                and now - child.last_output > s.stall_timeout
+                and reading.in_flight
+                and not reading.awaiting_input  # silent because a client is answering it
+                and now - reading.last_output > s.stall_timeout
             ):
                 self.retire(member, f"requests pending but no output for {s.stall_timeout:g} s")
                 actions.append(StopChild(member))
@@ -524,16 +556,16 @@ class Dispatcher(Generic[C]):
                 actions.append(CheckLiveness(member))
         return actions
 
-    def _note_stalls(self, now: float) -> bool:
+    def _note_stalls(self, now: float, readings: Mapping[Member[C], Reading]) -> bool:
         """Rule 7: a live child whose stdin write has waited ``stall_notice`` seconds is stalled
         (no new request, not counted against the bounds); one whose write went through rejoins.
         Whether any changed."""
         changed = False
         for member in self.members:
-            child = member.child
-            if child is None or not member.is_live:
+            reading = readings.get(member)
+            if reading is None or not member.is_live:
                 continue
-            since = child.stdin_waiting_since
+            since = reading.stdin_waiting_since
             stalled = since is not None and now - since >= self.settings.stall_notice
             if member.stalled and not stalled and self.counted() >= self.settings.asking_bound:
                 continue  # reads again, but the pool grew in its place: it retires when idle (rule 7)
@@ -544,23 +576,23 @@ class Dispatcher(Generic[C]):
                         "%s: child pid %d has read nothing of its stdin for %.0f s; new requests go to "
                         "other children (it is stopped at the stdin stall timeout)",
                         self.label,
-                        child.pid,
+                        member.pid,
                         now - since if since is not None else 0.0,
-                        extra={**self.log_fields, "event": "routed_around", "pid": child.pid},
+                        extra={**self.log_fields, "event": "routed_around", "pid": member.pid},
                     )
                 else:
                     log.info(
                         "%s: child pid %d reads its stdin again; it takes requests again",
                         self.label,
-                        child.pid,
-                        extra={**self.log_fields, "event": "rejoined", "pid": child.pid},
+                        member.pid,
+                        extra={**self.log_fields, "event": "rejoined", "pid": member.pid},
                     )
         return changed
 
     def liveness_failed(self, member: Member[C], problem: str) -> list[PoolAction[C]]:
         if not member.is_live:
             return []
-        pid = member.child.pid if member.child else None
+        pid = member.pid
         fields = {**self.log_fields, "event": "liveness_failed", "pid": pid, "reason": problem}
         log.warning(
             "%s: child pid %s failed its liveness check (%s); recycling", self.label, pid, problem, extra=fields

@@ -1,6 +1,7 @@
 """What the pool's dispatcher (``gateway.protocol.dispatch``) works on: its settings, its
-members' bookkeeping, the views it takes of a child, a child budget and a crash ledger, and
-the actions it returns for the stdio edge to carry out.
+members' bookkeeping (with the facts of each child it was given: ``ChildProfile`` at its
+start, ``ChildFacts`` as they change, a ``Reading`` at each tick; it never reads a child), a
+child budget and a crash ledger, and the actions it returns for the stdio edge to carry out.
 
 Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only; no I/O, no clock.
 """
@@ -15,7 +16,7 @@ from typing import Final, Generic, Protocol, TypeVar
 
 from gateway.errors import GatewayError
 from gateway.protocol.attribution import AskPolicy
-from gateway.protocol.handshake import ChildInfo
+from gateway.protocol.childactions import ChildFacts
 
 ASKING_CHILDREN: Final = 16
 """Children a pool may grow to for calls that need a child to themselves (askers), past
@@ -70,31 +71,32 @@ class PoolSettings:
         return max(self.max_size, self.asking_max)
 
 
-class ChildView(Protocol):
-    """What the dispatcher reads of a running child (``gateway.stdio.child.StdioChild``)."""
-
-    @property
-    def pid(self) -> int: ...
-    @property
-    def info(self) -> ChildInfo | None: ...
-    @property
-    def declared_capabilities(self) -> Mapping[str, object]: ...
-    @property
-    def in_flight(self) -> int: ...
-    @property
-    def open_questions(self) -> int: ...
-    @property
-    def awaiting_input(self) -> int: ...
-    @property
-    def has_asked(self) -> bool: ...
-    @property
-    def last_output(self) -> float: ...
-    @property
-    def stdin_waiting_since(self) -> float | None: ...
-    def is_alive(self) -> bool: ...
+C = TypeVar("C")
+"""A child, as the stdio edge holds it: the dispatcher hands it out in leases and never reads it."""
 
 
-C = TypeVar("C", bound=ChildView)
+@dataclass(frozen=True, slots=True)
+class ChildProfile:
+    """What the dispatcher is told of a child when it has started (``Dispatcher.started``) and
+    keeps for its life: its pid (for the log), whether it speaks the legacy era, and the client
+    capabilities it was told (attribution rule 3: what it may ask)."""
+
+    pid: int
+    legacy: bool
+    declared: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A child's counters as the stdio edge reads them for a maintenance tick
+    (``Dispatcher.maintain``): requests in flight, its requests waiting for a client's answer,
+    when stdout last said anything and since when a write to its stdin has waited (None: none
+    waits)."""
+
+    in_flight: int
+    awaiting_input: int
+    last_output: float
+    stdin_waiting_since: float | None
 
 
 class Room(Protocol):
@@ -136,6 +138,12 @@ class Member(Generic[C]):
 
     started_at: float
     child: C | None = None  # None while it starts
+    pid: int | None = None  # from its ``ChildProfile`` (for the log)
+    legacy: bool = False  # it speaks the legacy era (its profile)
+    declared: Mapping[str, object] = field(default_factory=dict)  # the capabilities it was told (its profile)
+    alive: bool = False  # its ``ChildFacts``: it has started and not died
+    questions: int = 0  # its ``ChildFacts``: questions open (with a client, or held as ambiguous)
+    asked: bool = False  # its ``ChildFacts``: a question came while a request that may ask was in flight
     leases: int = 0
     asking_leases: int = 0  # leases of askers: requests that may ask and need the child alone
     served: int = 0
@@ -153,7 +161,7 @@ class Member(Generic[C]):
 
     @property
     def is_live(self) -> bool:
-        return self.child is not None and self.child.is_alive() and not self.retiring
+        return self.alive and not self.retiring
 
     @property
     def is_starting(self) -> bool:
@@ -161,7 +169,11 @@ class Member(Generic[C]):
 
     def holds_questions(self) -> bool:
         """A question of this child waits for its client (asked, or held as ambiguous)."""
-        return self.child is not None and self.child.open_questions > 0
+        return self.questions > 0
+
+    def note(self, facts: ChildFacts) -> None:
+        """Its child's facts changed (``ChildFacts``): the copy decisions read."""
+        self.questions, self.asked, self.alive = facts.open_questions, facts.has_asked, facts.alive
 
     def note_death(self) -> None:
         """Remember who had requests in flight when the child died (the first to notice)."""

@@ -10,8 +10,8 @@ per key. ``ChildBudget`` is shared by every pool of every server:
   ``EvictChild`` action, and the pool carries it out with ``evict``, which retires the child
   in its own pool; the budget never changes a pool in the middle of another pool's decision.
   With no victim the request waits (the pool's queue timeout) for a child anywhere to become
-  idle or stop (``changed``: the waiting pools serve their queues), then gets
-  ``full_error()`` (503 + ``Retry-After``);
+  idle, retire or stop (``changed``: the waiting pools serve their queues, the pool whose
+  held-back request arrived first first), then gets ``full_error()`` (503 + ``Retry-After``);
 - children in service count (starting or live); a retired child stopping does not, since
   the stop ladder ends it within its graces. Pre-warmed minimums (``pool.min``) are started
   with their pool regardless, and are never evicted; a pool restarting its minimum after a
@@ -89,7 +89,7 @@ class ChildBudget:
             raise ValueError("the child cap must be 0 (sized to the machine) or more")
         self.capacity = capacity or machine_children()
         self.pools: set[Pool] = set()
-        self.waiting: set[Pool] = set()  # pools with a request waiting for room
+        self.waiting: set[Pool] = set()  # pools with a request waiting (for room, or maybe later)
         self.evictions = 0
 
     def __repr__(self) -> str:
@@ -134,8 +134,12 @@ class ChildBudget:
         )
 
     def changed(self) -> None:
-        """A child became idle or left service: the pools waiting for room serve their queues."""
-        for pool in list(self.waiting):
+        """A child became idle or left service: the pools with requests waiting for room serve
+        their queues, in the order those requests arrived (the pool whose first held-back
+        request arrived first goes first, ``Dispatcher.blocked_since``), so the room goes to
+        the waiter that arrived first, whichever pool it waits in."""
+        held = [pool for pool in self.waiting if pool.dispatch.held_back]
+        for pool in sorted(held, key=lambda pool: pool.dispatch.blocked_since()):
             pool.wake()
 
 

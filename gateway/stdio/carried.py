@@ -8,7 +8,10 @@ actions only those that settle an exchange or queue bytes (``INLINE``: an answer
 notification, a failure, a line for stdin, a log line) are carried out there. The first
 other one (a question, which starts a task; an unattributed request; a broadcast; a
 change), and every action after it until the queue is empty again, is carried out by the
-child's action task (``Carried.run``), in order: nothing overtakes what came before it.
+child's action task (``Carried.run``), in order: nothing overtakes what came before it, but
+``ChildFacts``: the machine's facts *now*, for the pool's dispatcher (they lead the actions
+of their event), are carried out at once also when actions wait, so the dispatcher's copy is
+never behind the machine (what it decides from when a request comes meanwhile).
 """
 
 from __future__ import annotations
@@ -17,11 +20,11 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from gateway.protocol.childactions import Answered, ChildAction, Deliver, Failed, Log, Write
+from gateway.protocol.childactions import Answered, ChildAction, ChildFacts, Deliver, Failed, Log, Write
 from gateway.stdio.exchange import Exchange
 
-INLINE: Final = (Answered, Deliver, Failed, Write, Log)
-"""Actions carried out where they are taken: they set futures and queue bytes, no more."""
+INLINE: Final = (Answered, Deliver, Failed, Write, Log, ChildFacts)
+"""Actions carried out where they are taken: they set futures, queue bytes and copy facts, no more."""
 
 
 class Carried:
@@ -43,6 +46,11 @@ class Carried:
                     break
             else:
                 self._apply(actions)
+                return
+        elif actions and isinstance(actions[0], ChildFacts):  # never behind the machine (the module doc)
+            self._apply(actions[:1])
+            actions = actions[1:]
+            if not actions:
                 return
         self._later.extend(actions)
         waiter = self._waiter

@@ -56,6 +56,7 @@ from gateway.protocol.childactions import (
     Broadcast,
     Changed,
     ChildAction,
+    ChildFacts,
     Deliver,
     Failed,
     Log,
@@ -63,6 +64,7 @@ from gateway.protocol.childactions import (
     Write,
 )
 from gateway.protocol.childsession import ChildSession
+from gateway.protocol.dispatchstate import ChildProfile, Reading
 from gateway.protocol.framing import LineFramer, OversizedLine
 from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import JsonObject, Notification, Reply
@@ -78,7 +80,7 @@ from gateway.stdio.stderrlog import StderrLog
 from gateway.stdio.timer import DeadlineTimer
 from gateway.stdio.writer import BrokenPipe, LineWriter, StdinFull, StdinStalled
 
-__all__ = ["ChangeHandler", "Exchange", "ExchangeItem", "NotificationHandler", "StdioChild"]
+__all__ = ["ChangeHandler", "Exchange", "ExchangeItem", "FactsHandler", "NotificationHandler", "StdioChild"]
 
 log = logging.getLogger("gateway.child")
 
@@ -89,6 +91,9 @@ FAULT_THEN: Final = "its requests fail, it is stopped and then restarted"
 
 NotificationHandler = Callable[[Notification], None]
 ChangeHandler = Callable[[], None]
+FactsHandler = Callable[[ChildFacts], None]
+"""Told the child's ``ChildFacts`` whenever they change, where they change (from any context:
+it must only copy them)."""
 
 
 class StdioChild:
@@ -105,11 +110,13 @@ class StdioChild:
         on_notification: NotificationHandler | None = None,
         on_change: ChangeHandler | None = None,
         *,
+        on_facts: FactsHandler | None = None,
         server: str | None = None,
         pool: str | None = None,
     ) -> None:
-        """``server``, ``pool``: what its log records name it by (``log_fields``); by default
-        its spec's label."""
+        """``on_change``: its questions may have dropped; ``on_facts``: what its pool decides
+        from changed (``ChildFacts``); ``server``, ``pool``: what its log records name it by
+        (``log_fields``); by default its spec's label."""
         self.spec = spec
         server = server or spec.label
         self.log_fields: dict[str, object] = {"server": server, "pool": pool or server, "pid": proc.pid}
@@ -123,6 +130,7 @@ class StdioChild:
         self._tg = tg
         self._on_notification = on_notification
         self._on_change = on_change
+        self._on_facts = on_facts
         self._session: ChildSession[Exchange] = ChildSession(
             spec.label,
             proc.pid,
@@ -276,6 +284,21 @@ class StdioChild:
         assert self._session.death is not None
         return self._session.death
 
+    # -- what its pool's dispatcher is told (``gateway.protocol.dispatchstate``) ---------------
+
+    def profile(self) -> ChildProfile:
+        """What it is, from its start on (``Dispatcher.started``)."""
+        return ChildProfile(self.pid, self.is_legacy, self.declared_capabilities)
+
+    def facts(self) -> ChildFacts:
+        """Its facts now; afterwards each change is told as it happens (``on_facts``)."""
+        session = self._session
+        return ChildFacts(session.open_questions, session.has_asked, session.death is None)
+
+    def reading(self) -> Reading:
+        """Its counters now, for a maintenance tick (``Dispatcher.maintain``)."""
+        return Reading(self.in_flight, self.awaiting_input, self.last_output, self.stdin_waiting_since)
+
     # -- exchanges ------------------------------------------------------------------------
 
     def exchange(
@@ -407,6 +430,9 @@ class StdioChild:
             elif isinstance(action, Log):
                 fields = self.log_fields if action.fields is None else {**self.log_fields, **action.fields}
                 log.log(action.level, action.template, *action.args, extra=fields)
+            elif isinstance(action, ChildFacts):
+                if self._on_facts is not None:
+                    self._on_facts(action)
             elif isinstance(action, Changed) and self._on_change is not None:
                 self._on_change()
 

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import anyio
 
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
-from gateway.stdio.child import ChangeHandler, NotificationHandler, StdioChild
+from gateway.stdio.child import ChangeHandler, FactsHandler, NotificationHandler, StdioChild
 from gateway.stdio.handshake import StartWatcher, run_handshake
 from gateway.stdio.questions import RequestHandler
 from gateway.stdio.spec import ChildSpec
@@ -31,6 +31,7 @@ async def open_child(
     on_request: RequestHandler | None = None,
     on_notification: NotificationHandler | None = None,
     on_change: ChangeHandler | None = None,
+    on_facts: FactsHandler | None = None,
     backend: ChildBackend = PROCESS_BACKEND,
     on_start: StartWatcher | None = None,
     server: str | None = None,
@@ -44,7 +45,9 @@ async def open_child(
     # ExceptionGroup, and callers should catch ChildStartError (or their own errors) plainly.
     failure: Exception | None = None
     async with anyio.create_task_group() as tg:
-        child = StdioChild(spec, proc, tg, on_request, on_notification, on_change, server=server, pool=pool)
+        child = StdioChild(
+            spec, proc, tg, on_request, on_notification, on_change, on_facts=on_facts, server=server, pool=pool
+        )
         log.info("child %s (pid %d) started", spec.label, child.pid, extra={**child.log_fields, "event": "start"})
         tg.start_soon(child.pump_actions)
         tg.start_soon(child.pump_stdout)

@@ -16,6 +16,10 @@ dispatcher with the time now, and carries out the actions it returns:
 - ``EvictChild``: the ``ChildBudget`` retires another pool's idle child (its pool stops it);
 - ``Wake``: the one waiting request it names takes its outcome; ``Lost``: loss listeners are told.
 
+The dispatcher never reads a child; the pool tells it: a child's ``profile()`` and
+``facts()`` when it has started, each change of its ``ChildFacts`` as the child reports it
+(``on_facts``, copied at once), and each child's ``reading()`` with the maintenance tick.
+
 A request leases a child with ``async with pool.lease(...) as child``: it waits (on its own
 event, bounded by the deadline the dispatcher gives) until the dispatcher grants it a child
 or fails it (503, 429, the last start error). Waiters are served in arrival order (dispatch
@@ -199,7 +203,8 @@ class Pool:
         self._apply(self.dispatch.changed(time.monotonic(), self.room))
 
     def _child_changed(self) -> None:
-        """A child's questions opened or closed: a waiting asker may now fit (attribution rule 3)."""
+        """A child's questions closed (its facts, copied as they changed, say so): a waiting
+        asker may now fit (attribution rule 3)."""
         self._apply(self.dispatch.changed(time.monotonic(), self.room))
 
     async def _child_request(self, request: Request) -> Reply | None:
@@ -322,7 +327,7 @@ class Pool:
                 woken = self._wakers[ticket] = anyio.Event()  # before the actions: one may decide it
                 if decision.actions:
                     self._apply(decision.actions)
-                if decision.blocked and self.budget is not None:
+                if self.budget is not None:  # a later placing may hold its start back for room
                     self.budget.waiting.add(self)
                 with anyio.move_on_after(decision.deadline - now):
                     await woken.wait()
@@ -340,7 +345,7 @@ class Pool:
         if actions:
             self._apply(actions)
         if self.budget is not None and self.budget.waiting:
-            self.budget.changed()  # an idle child may now be evicted for another pool
+            self.budget.changed()  # an idle child may now be evicted for another pool, or one retired
 
     # -- children -----------------------------------------------------------------------
 
@@ -355,6 +360,7 @@ class Pool:
                 on_request=self._child_request,
                 on_notification=partial(self.hooks.broadcast, self),
                 on_change=self._child_changed,
+                on_facts=lambda facts: self.dispatch.noted(member, facts),
                 backend=self._backend,
                 on_start=lambda wait: self._start_waits.__setitem__(member, wait),
                 server=self.server,
@@ -365,7 +371,10 @@ class Pool:
                 if self.answered_alike is not None and self.spec.answers_roots:
                     child.answer_alike(self.answered_alike)
                 self.starts.observe(time.monotonic() - member.started_at)
-                self._apply(self.dispatch.started(member, child, time.monotonic(), self.room))
+                started = self.dispatch.started(
+                    member, child, child.profile(), child.facts(), time.monotonic(), self.room
+                )
+                self._apply(started)
                 self._notify()
                 if self._on_started is not None:
                     self._on_started()
@@ -435,7 +444,16 @@ class Pool:
         """Idle stop, age recycling and liveness, once a tick (never on the request path)."""
         while True:
             await anyio.sleep(MAINTENANCE_TICK)
-            self._apply(self.dispatch.maintain(time.monotonic(), self.room))
+            readings = {m: m.child.reading() for m in self.members if m.child is not None}
+            self._apply(self.dispatch.maintain(time.monotonic(), self.room, readings))
+            self._room_may_have_freed()
+
+    def _room_may_have_freed(self) -> None:
+        """A child of this pool may have retired (idle, too old, failed its check): the room it
+        leaves in the global budget goes to the requests waiting for room now, in arrival
+        order, not to whichever request comes next."""
+        if self.budget is not None and self.budget.waiting:
+            self.budget.changed()
 
     async def _check_liveness(self, member: Member) -> None:
         child = member.child
@@ -453,6 +471,7 @@ class Pool:
         except ChildError as exc:
             problem = exc.detailed
         self._apply(self.dispatch.liveness_failed(member, problem))
+        self._room_may_have_freed()
 
 
 class PoolLease:

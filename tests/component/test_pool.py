@@ -8,6 +8,7 @@ staying on its child, idle stop."""
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
@@ -15,6 +16,7 @@ import httpx
 import pytest
 
 from gateway.relay.server_config import DualEra
+from gateway.stdio.budget import ChildBudget
 from gateway.stdio.pool import Pool, PoolSettings
 from tests.component.fakechild import Call, Script, fake_backend, text
 from tests.component.harness import FAKE_SPEC, Gateway, in_process_gateway, legacy_call
@@ -279,3 +281,39 @@ async def test_queued_requests_reach_the_child_in_the_order_they_arrived() -> No
                 [held] = backend.running_calls()
             held.release()
     assert [c.arguments["tag"] for c in backend.calls()] == ["busy", *tags]
+
+
+async def test_across_pools_room_in_the_child_budget_goes_to_the_waiter_that_arrived_first() -> None:
+    """Issue #37: the gateway runs one child (``--max-children 1``), busy in pool ``busy``; a
+    request arrives at each of five other pools, in an order unlike the pools' own, and each is
+    held back for room. The busy child frees up: the first to arrive evicts it and is served;
+    its child then frees up for the second, and so on. (The pools waiting for room were woken
+    in set order: any of them could take it.)"""
+    budget = ChildBudget(1)
+    settings = PoolSettings(min_size=0, max_size=1, queue_timeout=BOUND * 2)
+    arrivals = ["e", "b", "d", "a", "c"]
+    served: list[str] = []
+    with anyio.fail_after(BOUND):
+        async with fake_backend() as backend, AsyncExitStack() as stack:
+
+            async def pool(label: str) -> Pool:
+                opened = Pool(FAKE_SPEC, settings, backend=backend, budget=budget, label=label)
+                return await stack.enter_async_context(opened)
+
+            busy = await pool("busy")
+            pools = {label: await pool(label) for label in sorted(arrivals)}
+            held = busy.lease(principal="busy")
+            await held.__aenter__()  # the gateway's one child
+            async with anyio.create_task_group() as tg:
+                for label in arrivals:
+
+                    async def waiter(label: str = label) -> None:
+                        async with pools[label].lease(principal=label):
+                            served.append(label)  # and leaves: its child is idle for the next
+
+                    tg.start_soon(waiter)
+                    await anyio.wait_all_tasks_blocked()
+                    assert pools[label].dispatch.held_back == 1  # waiting for room, before the next comes
+                await held.__aexit__(None, None, None)
+    assert served == arrivals
+    assert budget.evictions == len(arrivals)

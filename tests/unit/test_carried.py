@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import anyio
 import pytest
 
-from gateway.protocol.childactions import Broadcast, ChildAction, Log, Write
+from gateway.protocol.childactions import Broadcast, ChildAction, ChildFacts, Log, Write
 from gateway.protocol.jsonrpc import Notification
 from gateway.stdio.carried import Carried
 from gateway.stdio.exchange import Exchange
@@ -50,6 +50,20 @@ def test_from_the_first_that_needs_a_task_everything_waits_in_order() -> None:
     assert applied.done == [line(1), BROADCAST, line(2), line(3)]
     carried.take([line(4)])  # the queue is empty again: at once
     assert applied.done[-1] == line(4)
+
+
+def test_the_facts_the_pool_decides_from_are_copied_at_once_also_while_actions_wait() -> None:
+    # ``ChildFacts`` are the machine's facts now: a request the pool places before the action
+    # task has run must find them, as it would if it read the machine.
+    applied = Applied()
+    carried = Carried(applied)
+    carried.take([line(1), BROADCAST, line(2)])
+    opened = ChildFacts(1, True, True)
+    carried.take([opened, line(3)])  # the question opened behind the broadcast
+    assert applied.done == [line(1), opened]
+    carried.take([ChildFacts(0, True, False)])  # only facts: nothing to queue
+    carried.flush()
+    assert applied.done == [line(1), opened, ChildFacts(0, True, False), BROADCAST, line(2), line(3)]
 
 
 async def test_the_action_task_carries_out_what_waits_when_it_is_woken() -> None:

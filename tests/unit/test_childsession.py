@@ -19,6 +19,7 @@ from gateway.protocol.childactions import (
     Broadcast,
     Changed,
     ChildAction,
+    ChildFacts,
     Deliver,
     Failed,
     Log,
@@ -60,6 +61,11 @@ def call(name: str = "t") -> dict[str, object]:
 
 def of(kind: type, actions: list[ChildAction[str]]) -> list[Any]:
     return [action for action in actions if isinstance(action, kind)]
+
+
+def without_facts(actions: list[ChildAction[str]]) -> list[ChildAction[str]]:
+    """The actions but ``ChildFacts`` (rule 8, tested on its own)."""
+    return [action for action in actions if not isinstance(action, ChildFacts)]
 
 
 def cancel_ids(actions: list[ChildAction[str]]) -> list[object]:
@@ -289,13 +295,14 @@ def test_a_question_with_one_request_that_may_ask_goes_to_it() -> None:
     session = make()
     session.send("tools/list", None, "lister", now=0, asks=True)  # a list never asks
     session.send("tools/call", call(), "caller", now=0, asks=True)
-    [ask] = session.receive_line(question(), now=0)
+    [facts, ask] = session.receive_line(question(), now=0)
+    assert facts == ChildFacts(open_questions=1, has_asked=True, alive=True)  # rule 8: first
     assert isinstance(ask, Ask)
     assert ask.owner == "caller"
     assert ask.request.method == SAMPLING
     assert session.has_asked
     assert session.open_questions == 1
-    assert session.ask_closed(ask.ask_id) == [Changed()]
+    assert session.ask_closed(ask.ask_id) == [ChildFacts(0, True, True), Changed()]
     assert session.open_questions == 0
 
 
@@ -324,13 +331,13 @@ def test_a_question_that_names_its_task_goes_to_that_tasks_result_whatever_else_
     session.send("tools/call", call(), "caller", now=0, asks=True)  # may ask, alone: would get a plain question
     session.send("tasks/result", {"taskId": "A"}, "waits-a", now=0, asks=True)
     session.send("tasks/result", {"taskId": "B"}, "waits-b", now=0, asks=True)
-    [to_b] = session.receive_line(task_question("B"), now=0)
-    [to_a] = session.receive_line(task_question("A", 92), now=0)
+    [to_b] = without_facts(session.receive_line(task_question("B"), now=0))
+    [to_a] = without_facts(session.receive_line(task_question("A", 92), now=0))
     assert isinstance(to_b, Ask)
     assert isinstance(to_a, Ask)
     assert (to_b.owner, to_a.owner) == ("waits-b", "waits-a")
     assert not session.has_asked  # no tool asked: nothing is learned, no child is made exclusive
-    [plain] = session.receive_line(question(), now=0)
+    [plain] = without_facts(session.receive_line(question(), now=0))
     assert isinstance(plain, Ask)
     assert plain.owner == "caller"
 
@@ -353,8 +360,8 @@ def test_a_child_request_that_is_no_question_is_answered_by_the_gateway() -> Non
 def test_an_ask_its_owner_cannot_take_is_answered_by_the_gateway() -> None:
     session = make()
     session.send("tools/call", call(), "a", now=0, asks=True)
-    [ask] = session.receive_line(question(), now=0)
-    [answer] = session.ask_refused(ask.ask_id)
+    [ask] = without_facts(session.receive_line(question(), now=0))
+    [answer] = without_facts(session.ask_refused(ask.ask_id))
     assert isinstance(answer, Unattributed)
     assert answer.request.method == SAMPLING
     assert session.open_questions == 0
@@ -365,7 +372,7 @@ def test_an_ambiguous_question_is_held_until_one_candidate_is_left() -> None:
     session = make()
     first = session.send("tools/call", call("x"), "a", now=0, asks=True)
     session.send("tools/call", call("y"), "b", now=0, asks=True)
-    [held] = session.receive_line(question(), now=0)
+    [held] = without_facts(session.receive_line(question(), now=0))
     assert isinstance(held, Log)
     assert "held" in held.template
     assert session.open_questions == 1
@@ -379,7 +386,7 @@ def test_an_ambiguous_question_is_held_until_one_candidate_is_left() -> None:
 def test_which_questions_are_open_is_known_by_method_asked_or_held() -> None:
     session = make()
     session.send("tools/call", call(), "caller", now=0, asks=True)
-    [ask] = session.receive_line(question(), now=0)
+    [ask] = without_facts(session.receive_line(question(), now=0))
     assert isinstance(ask, Ask)
     assert session.asks_open(SAMPLING)
     assert not session.asks_open("roots/list")
@@ -401,7 +408,7 @@ def test_a_question_answered_alike_whoever_asked_is_never_held() -> None:
     [roots] = session.receive_line(question(method="roots/list"), now=0)
     assert isinstance(roots, Unattributed)
     assert session.open_questions == 0
-    [held] = session.receive_line(question(91), now=0)  # sampling is still the asker's alone
+    [held] = without_facts(session.receive_line(question(91), now=0))  # sampling is still the asker's alone
     assert isinstance(held, Log)
     assert "held" in held.template
 
@@ -426,7 +433,7 @@ def test_a_held_question_is_answered_by_the_gateway_after_the_input_timeout() ->
     session.send("tools/call", call("y"), "b", now=0, asks=True)
     session.receive_line(question(), now=2)
     actions = session.tick(7)
-    assert [type(a) for a in actions] == [Changed, Unattributed]
+    assert [type(a) for a in actions] == [ChildFacts, Changed, Unattributed]
     assert "none was left alone within 5 s" in of(Unattributed, actions)[0].reason
     assert session.open_questions == 0
     assert session.in_flight == 2
@@ -464,7 +471,7 @@ def test_a_tool_that_asked_is_never_quiet_and_a_quiet_one_that_asks_is_unlearned
     assert session.tools is not None
     session.tools.quiet.add("tools/call t")
     sent = session.send("tools/call", call(), "a", now=0, asks=True)
-    [unlearned, ask] = session.receive_line(question(), now=0)
+    [unlearned, ask] = without_facts(session.receive_line(question(), now=0))
     assert isinstance(unlearned, Log)
     assert "asked after all" in unlearned.template
     assert isinstance(ask, Ask)
@@ -550,7 +557,7 @@ def test_a_child_the_gateway_stopped_exits_with_a_record_at_info_level() -> None
     session = make()
     actions = session.exited(0, stopping=True)
     (record,) = of(Log, actions)
-    assert actions == [record]
+    assert actions == [ChildFacts(0, False, False), record]  # rule 8: it no longer lives
     assert record.level == logging.INFO
     assert record.fields == {"event": "exit", "exit_code": 0, "signal": None, "planned": True}
     assert session.death is not None
@@ -572,10 +579,34 @@ def test_a_child_the_gateway_stopped_with_requests_in_flight_leaves_its_details_
 def test_an_open_ask_is_forgotten_at_the_exit() -> None:
     session = make()
     session.send("tools/call", call(), "a", now=0, asks=True)
-    [ask] = session.receive_line(question(), now=0)
+    [ask] = without_facts(session.receive_line(question(), now=0))
     session.exited(None)
     assert session.open_questions == 0
     assert session.ask_closed(ask.ask_id) == [Changed()]
+
+
+# -- rule 8: what the pool decides from -------------------------------------------------------------
+
+
+def test_the_facts_the_pool_decides_from_lead_the_actions_whenever_they_change() -> None:
+    session = make()
+    session.send("tools/call", call("x"), "a", now=0, asks=True)
+    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    assert not of(ChildFacts, session.receive_line(note("notifications/tools/list_changed"), now=0))  # none changed
+    held = session.receive_line(question(), now=0)  # held as ambiguous: open, asked
+    assert held[0] == ChildFacts(1, True, True)
+    second = session.receive_line(question(91), now=0)
+    assert second[0] == ChildFacts(2, True, True)
+    actions = session.exited(1)  # the death comes before the failures it causes
+    assert actions[0] == ChildFacts(0, True, False)
+    assert [type(a) for a in actions[1:3]] == [Failed, Failed]
+    assert session.exited(1) == []
+
+
+def test_a_fault_tells_the_death_first_too() -> None:
+    session = make()
+    session.send("tools/call", call(), "a", now=0)
+    assert [type(a) for a in session.faulted("stdin pump")] == [ChildFacts, Failed]
 
 
 @pytest.mark.parametrize(

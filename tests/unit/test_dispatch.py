@@ -1,4 +1,8 @@
-"""The pool's dispatcher (gateway/protocol/dispatch.py), rule by rule, with the clock passed in."""
+"""The pool's dispatcher (gateway/protocol/dispatch.py), rule by rule, with the clock passed in.
+
+The dispatcher never reads a child: a ``Kid`` is told to it as the stdio edge tells a real
+child, its profile at ``started``, its facts by ``noted`` when a test changes them (``note``),
+its counters in each tick's readings (``tick``)."""
 
 from __future__ import annotations
 
@@ -10,10 +14,12 @@ import pytest
 
 from gateway.errors import ClientThrottledError, GatewayError, GatewayUnavailableError
 from gateway.protocol.attribution import AskPolicy
+from gateway.protocol.childactions import ChildFacts
 from gateway.protocol.dispatch import STARTUP_WAIT, Dispatcher
 from gateway.protocol.dispatchstate import (
     MAX_CONCURRENT_STARTS,
     CheckLiveness,
+    ChildProfile,
     Decision,
     EvictChild,
     Lease,
@@ -22,15 +28,16 @@ from gateway.protocol.dispatchstate import (
     NoBudget,
     PoolAction,
     PoolSettings,
+    Reading,
     ReleaseParked,
     RestartAfter,
+    Room,
     StartChild,
     StopChild,
     Ticket,
     Waiting,
     Wake,
 )
-from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.versions import Era
 
 ASKS = {"sampling": {}, "elicitation": {}}
@@ -39,7 +46,9 @@ ASKS = {"sampling": {}, "elicitation": {}}
 
 @dataclass(eq=False)
 class Kid:
-    """A child as the dispatcher sees it (``ChildView``)."""
+    """A child as its edge tells the dispatcher of it (``StdioChild.profile``, ``facts``,
+    ``reading``): what it is, its facts, its counters. A test changes them, then tells the
+    dispatcher (``note``, ``tick``)."""
 
     pid: int
     era: Era = Era.LEGACY
@@ -52,12 +61,35 @@ class Kid:
     stdin_waiting_since: float | None = None
     alive: bool = True
 
-    @property
-    def info(self) -> ChildInfo:
-        return ChildInfo(era=self.era, version="2025-11-25")
+    def profile(self) -> ChildProfile:
+        return ChildProfile(self.pid, self.era is Era.LEGACY, self.declared_capabilities)
 
-    def is_alive(self) -> bool:
-        return self.alive
+    def facts(self) -> ChildFacts:
+        return ChildFacts(self.open_questions, self.has_asked, self.alive)
+
+    def reading(self) -> Reading:
+        return Reading(self.in_flight, self.awaiting_input, self.last_output, self.stdin_waiting_since)
+
+
+def child_up(d: Dispatcher[Kid], member: Member[Kid], kid: Kid, now: float, room: Room) -> list[PoolAction[Kid]]:
+    """``member``'s child ``kid`` has started: told as the pool tells it."""
+    return d.started(member, kid, kid.profile(), kid.facts(), now, room)
+
+
+def note(d: Dispatcher[Kid], held: Lease[Kid] | Member[Kid], **facts: object) -> None:
+    """The child of ``held`` changes ``facts`` (``open_questions``, ``has_asked``, ``alive``):
+    told to the dispatcher where they change, as the child's session machine tells it."""
+    member = held.member if isinstance(held, Lease) else held
+    kid = member.child
+    assert kid is not None
+    for name, value in facts.items():
+        setattr(kid, name, value)
+    d.noted(member, kid.facts())
+
+
+def tick(d: Dispatcher[Kid], now: float, room: Room) -> list[PoolAction[Kid]]:
+    """A maintenance tick, with each child's reading taken for it."""
+    return d.maintain(now, room, {m: m.child.reading() for m in d.members if m.child is not None})
 
 
 class Budget:
@@ -95,7 +127,7 @@ def pool(size: int = 1, *, started: int | None = None, **settings: object) -> Di
     for n, action in enumerate(dispatcher.start_minimum(0.0)):
         assert isinstance(action, StartChild)
         if started is None or n < started:
-            dispatcher.started(action.member, Kid(100 + n), 0.0, NoBudget())
+            child_up(dispatcher, action.member, Kid(100 + n), 0.0, NoBudget())
     return dispatcher
 
 
@@ -153,7 +185,7 @@ def test_an_asker_needs_a_child_to_itself_and_waits_when_none_is_free() -> None:
 def test_quiet_calls_run_beside_an_asking_or_parked_call() -> None:
     d = pool(1, asking_max=0)
     asker = granted(take(d, "alice"))
-    child_of(asker).open_questions = 1  # parked: its client has the question
+    note(d, asker, open_questions=1)  # parked: its client has the question
     for method in ("tools/list", "ping", "resources/list", "subscriptions/listen"):
         assert child_of(granted(take(d, "bob", method, None))) is child_of(asker)
     d.tools.note_quiet("tools/call echo")
@@ -179,13 +211,13 @@ def test_askers_grow_the_pool_past_its_maximum_up_to_the_asking_bound() -> None:
     [start] = decision.actions
     assert isinstance(start, StartChild)
     assert d.try_acquire(ticket, 1.1, NoBudget()).actions == ()  # one start per waiting asker
-    d.started(start.member, Kid(2), 1.2, NoBudget())
+    child_up(d, start.member, Kid(2), 1.2, NoBudget())
     assert isinstance(d.try_acquire(ticket, 1.2, NoBudget()), Lease)
     d.leave(ticket, 1.2, NoBudget())
     third = take(d, "c", now=1.3)
     assert isinstance(third, Waiting)
     assert isinstance(third.actions[0], StartChild)  # the third and last
-    d.started(third.actions[0].member, Kid(3), 1.4, NoBudget())
+    child_up(d, third.actions[0].member, Kid(3), 1.4, NoBudget())
     granted(take(d, "c", now=1.4))
     assert take(d, "d", now=1.5) == Waiting(1.5 + d.settings.queue_timeout, False, ())
 
@@ -230,9 +262,9 @@ def test_a_principal_at_its_cap_of_parked_questions_gets_429_and_nobody_else_doe
         if isinstance(lease, Waiting):
             [start] = lease.actions
             assert isinstance(start, StartChild)
-            d.started(start.member, Kid(10 + n), float(n), NoBudget())
+            child_up(d, start.member, Kid(10 + n), float(n), NoBudget())
             lease = take(d, "mallory", now=float(n))
-        child_of(granted(lease)).open_questions = 1
+        note(d, granted(lease), open_questions=1)
     assert d.parked("mallory") == 2
     with pytest.raises(ClientThrottledError, match="mallory already holds 2 calls waiting for its answers") as refused:
         take(d, "mallory")
@@ -266,10 +298,10 @@ def test_maintenance_retires_idle_children_above_the_minimum_and_checks_the_othe
     assert isinstance(extra, Waiting)
     [start] = extra.actions
     assert isinstance(start, StartChild)
-    d.started(start.member, Kid(2), 1.0, NoBudget())
+    child_up(d, start.member, Kid(2), 1.0, NoBudget())
     lease = granted(take(d, "b", now=1.0))
     d.release(lease, 1.0, NoBudget())
-    actions = d.maintain(12.0, NoBudget())
+    actions = tick(d, 12.0, NoBudget())
     assert stopped(actions) == [start.member]
     assert start.member.retiring
     assert not d.members[0].retiring  # the minimum stays (and holds a lease)
@@ -279,20 +311,20 @@ def test_a_stalled_child_is_stopped_at_once_even_with_leases() -> None:
     d = pool(1, stall_timeout=5.0, child_asks=AskPolicy.NEVER)
     lease = granted(take(d))
     child_of(lease).in_flight = 1
-    actions = d.maintain(10.0, NoBudget())
+    actions = tick(d, 10.0, NoBudget())
     assert stopped(actions) == [lease.member]
     child_of(lease).awaiting_input = 1  # silent because its client is answering: no stall
     lease.member.retiring = False
-    assert d.maintain(10.0, NoBudget()) == []
+    assert tick(d, 10.0, NoBudget()) == []
 
 
 def test_an_idle_child_is_checked_and_a_failed_check_stops_it() -> None:
     d = pool(1, liveness_interval=5.0)
     member = d.members[0]
-    [check] = d.maintain(6.0, NoBudget())
+    [check] = tick(d, 6.0, NoBudget())
     assert isinstance(check, CheckLiveness)
     assert check.member is member
-    assert d.maintain(7.0, NoBudget()) == []  # checked lately
+    assert tick(d, 7.0, NoBudget()) == []  # checked lately
     assert [type(a) for a in d.liveness_failed(member, "ping timed out")] == [StopChild]
     assert d.liveness_failed(member, "again") == []  # already retiring
 
@@ -304,9 +336,9 @@ def test_a_child_that_dies_serving_charges_its_principals_and_restarts_at_once()
     )
     [start] = d.start_minimum(0.0)
     assert isinstance(start, StartChild)
-    d.started(start.member, Kid(1), 0.0, NoBudget())
+    child_up(d, start.member, Kid(1), 0.0, NoBudget())
     alice, bob = granted(take(d, "alice")), granted(take(d, "bob"))
-    child_of(alice).alive = False
+    note(d, alice, alive=False)
     d.release(alice, 20.0, NoBudget())
     actions = d.exited(start.member, GatewayUnavailableError("died"), 20.0, NoBudget())
     assert [type(a) for a in actions] == [Lost, RestartAfter]
@@ -370,7 +402,7 @@ def test_waiters_are_granted_in_arrival_order_each_woken_alone() -> None:
 def test_a_quiet_call_passes_a_waiting_asker_that_the_child_cannot_take() -> None:
     d = pool(1, asking_max=0)
     parked = granted(take(d, "alice"))
-    child_of(parked).open_questions = 1  # parked: an asker may not join it (rule 3)
+    note(d, parked, open_questions=1)  # parked: an asker may not join it (rule 3)
     asker = waiter(d, "bob", "tools/call")
     quiet = d.ticket("carol", "tools/list", None, None, 2.0)
     assert child_of(granted(d.try_acquire(quiet, 2.0, NoBudget()))) is child_of(parked)
@@ -381,10 +413,10 @@ def test_a_quiet_call_passes_a_waiting_asker_that_the_child_cannot_take() -> Non
 def test_a_question_closing_is_an_event_that_grants_the_waiting_asker() -> None:
     d = pool(1, asking_max=0)
     quiet = granted(take(d, "alice", "tools/list", None))
-    child_of(quiet).open_questions = 1  # held as ambiguous
+    note(d, quiet, open_questions=1)  # held as ambiguous
     asker = waiter(d, "bob", "tools/call")
     assert d.changed(2.0, NoBudget()) == []  # still open: nothing to grant, nobody woken
-    child_of(quiet).open_questions = 0
+    note(d, quiet, open_questions=0)
     assert woken(d.changed(3.0, NoBudget())) == [asker]
     assert granted(d.try_acquire(asker, 3.0, NoBudget())).asking
 
@@ -447,9 +479,9 @@ def parked_pool(holders: Sequence[str]) -> Dispatcher[Kid]:
         lease = take(d, principal, now=float(n))
         if isinstance(lease, Waiting):
             [start] = [a for a in lease.actions if isinstance(a, StartChild)]
-            d.started(start.member, Kid(10 + n), float(n), NoBudget())
+            child_up(d, start.member, Kid(10 + n), float(n), NoBudget())
             lease = take(d, principal, now=float(n))
-        child_of(granted(lease)).open_questions = 1
+        note(d, granted(lease), open_questions=1)
     return d
 
 
@@ -472,7 +504,7 @@ def test_no_parked_call_is_ended_for_a_principal_holding_about_as_many() -> None
     assert released(take(parked_pool(["alice", "alice", "bob", "bob"]), "alice", now=9.0)) == []
     # A child with no question open is still to come free: nothing is ended.
     d = parked_pool(["alice", "alice", "alice", "bob"])
-    d.children()[3].open_questions = 0
+    note(d, d.members[3], open_questions=0)
     assert released(take(d, "carol", now=9.0)) == []
 
 
@@ -481,18 +513,18 @@ def test_a_child_whose_stdin_stalls_takes_no_new_request_and_a_replacement_start
     held = granted(take(d, "alice", now=1.0))
     stuck = child_of(held)
     stuck.stdin_waiting_since = 1.0  # its write waits for the pipe from now on
-    assert d.maintain(1.0 + d.settings.stall_notice / 2, NoBudget()) == []  # slow, not yet stalled
+    assert tick(d, 1.0 + d.settings.stall_notice / 2, NoBudget()) == []  # slow, not yet stalled
     assert child_of(granted(take(d, "bob", now=2.0))) is stuck
-    actions = d.maintain(1.0 + d.settings.stall_notice, NoBudget())
+    actions = tick(d, 1.0 + d.settings.stall_notice, NoBudget())
     [start] = [a for a in actions if isinstance(a, StartChild)]  # the minimum, counted without it
     assert held.member.stalled
     assert d.counted() == 1
     waiting = take(d, "carol", now=4.0)  # no new request for the stalled child
     assert isinstance(waiting, Waiting)
-    d.started(start.member, Kid(200), 4.0, NoBudget())
+    child_up(d, start.member, Kid(200), 4.0, NoBudget())
     assert child_of(granted(take(d, "carol", now=4.1))).pid == 200
     stuck.stdin_waiting_since = None  # it reads again: it rejoins, the pool is one over its bound
-    d.maintain(5.0, NoBudget())
+    tick(d, 5.0, NoBudget())
     assert not held.member.stalled
     assert d.counted() == 2
     assert child_of(granted(take(d, "dave", now=5.1))).pid == 200  # fewest leases (two each now)
@@ -505,9 +537,9 @@ def test_a_stalled_childs_waiter_is_served_by_the_child_started_beside_it() -> N
     ticket = d.ticket("bob", "tools/call", "tools/call t", None, 1.0)
     assert isinstance(d.try_acquire(ticket, 1.0, NoBudget()), Waiting)  # the pool is full
     child_of(held).stdin_waiting_since = 1.0
-    actions = d.maintain(1.0 + d.settings.stall_notice, NoBudget())
+    actions = tick(d, 1.0 + d.settings.stall_notice, NoBudget())
     [start] = [a for a in actions if isinstance(a, StartChild)]
-    woken_now = woken(d.started(start.member, Kid(300), 3.5, NoBudget()))
+    woken_now = woken(child_up(d, start.member, Kid(300), 3.5, NoBudget()))
     assert woken_now == [ticket]
     assert child_of(granted(d.try_acquire(ticket, 3.5, NoBudget()))).pid == 300
 
@@ -517,7 +549,7 @@ def test_a_legacy_session_waits_for_its_own_stalled_child() -> None:
     held = granted(take(d, "alice"))
     mine = child_of(held)
     mine.stdin_waiting_since = 0.0
-    d.maintain(d.settings.stall_notice, NoBudget())
+    tick(d, d.settings.stall_notice, NoBudget())
     ticket = d.ticket("alice", "tools/call", "tools/call t", mine, 3.0)
     assert isinstance(d.try_acquire(ticket, 3.0, NoBudget()), Waiting)  # its state lives there
 
@@ -548,7 +580,7 @@ def test_failing_and_recovered_are_records_with_the_pools_fields_and_the_error_r
         now += 100.0
         [start] = d.restart_due(now, NoBudget())
     assert isinstance(start, StartChild)
-    d.started(start.member, Kid(7), now, NoBudget())
+    child_up(d, start.member, Kid(7), now, NoBudget())
     found = events(caplog)
     (failing,) = found["failing"]
     assert failing.levelno == logging.ERROR
@@ -583,9 +615,9 @@ def test_retiring_evicting_a_crash_and_a_failed_check_are_records_with_their_fie
     crashy: Dispatcher[Kid] = Dispatcher(PoolSettings(1, 1, child_asks=AskPolicy.NEVER), "srv", crashes=Ledger())
     [start] = crashy.start_minimum(0.0)
     assert isinstance(start, StartChild)
-    crashy.started(start.member, Kid(1), 0.0, NoBudget())
+    child_up(crashy, start.member, Kid(1), 0.0, NoBudget())
     lease = granted(take(crashy, "mallory"))
-    child_of(lease).alive = False  # it died with mallory's call on it
+    note(crashy, lease, alive=False)  # it died with mallory's call on it
     crashy.release(lease, 20.0, NoBudget())
     crashy.exited(lease.member, GatewayUnavailableError("died"), 20.0, NoBudget())
     (died,) = events(caplog)["died_serving"]

@@ -13,7 +13,9 @@ told to the dispatcher; a ``Wake`` makes its request try again), and after every
 - every request decided while it waited (granted or failed) was woken, and only such a request
   or one whose deadline came nearer is woken;
 - the children in service over both pools never exceed the budget; an evicted child was
-  another pool's, idle, live and above its pool's minimum;
+  another pool's, idle, live and above its pool's minimum; room is never left free while a
+  request the cap held back waits (room that frees is given, pool by pool in the order their
+  held-back requests arrived, before anyone else can take it);
 - a child never runs two askers at once, and no asker was given a child with a question open;
 - a principal at its cap of parked questions was never given a child for an asker;
 - the pool never holds more members than its bound for askers (nor than its minimum), not
@@ -45,7 +47,7 @@ from gateway.protocol.dispatchstate import (
     Ticket,
     Wake,
 )
-from tests.unit.test_dispatch import Kid
+from tests.unit.test_dispatch import Kid, child_up, note, tick
 
 PRINCIPALS = st.sampled_from(["alice", "bob", "carol"])
 KINDS = st.sampled_from(["asker", "quiet", "list"])
@@ -107,7 +109,6 @@ class PoolModel:
     tickets: list[Ticket[Kid]] = field(default_factory=list)  # waiting, in arrival order
     starting: list[Member[Kid]] = field(default_factory=list)
     arrivals: dict[Ticket[Kid], tuple[int, str]] = field(default_factory=dict)  # order, kind
-    blocked: bool = False  # a waiter's start was held back by the cap (in ``ChildBudget.waiting``)
 
 
 class DispatchMachine(RuleBasedStateMachine):
@@ -116,9 +117,14 @@ class DispatchMachine(RuleBasedStateMachine):
         self.budget = SharedBudget()
         self.settings = [
             # One request per child: quiet calls grow the pools too, so each may evict the other's
-            # idle child; the first never below its minimum.
-            PoolSettings(min_size=1, max_size=2, max_in_flight=1, asking_max=BOUND, max_parked_per_principal=CAP),
-            PoolSettings(min_size=0, max_size=2, max_in_flight=1, asking_max=BOUND, max_parked_per_principal=CAP),
+            # idle child; the first never below its minimum. Children retire when old, busy or
+            # not: room frees on a tick then, and goes to whoever waits for it.
+            PoolSettings(
+                min_size=1, max_size=2, max_in_flight=1, asking_max=BOUND, max_parked_per_principal=CAP, max_age=500
+            ),
+            PoolSettings(
+                min_size=0, max_size=2, max_in_flight=1, asking_max=BOUND, max_parked_per_principal=CAP, max_age=500
+            ),
         ]
         self.pools: list[PoolModel] = []
         for n, s in enumerate(self.settings):
@@ -139,7 +145,7 @@ class DispatchMachine(RuleBasedStateMachine):
     def ready(self, pool: PoolModel) -> None:
         while pool.starting:
             self.pids += 1
-            self.apply(pool, pool.d.started(pool.starting.pop(), Kid(self.pids), self.now, pool.room))
+            self.apply(pool, child_up(pool.d, pool.starting.pop(), Kid(self.pids), self.now, pool.room))
 
     def warm(self, pool: PoolModel) -> None:
         """One request served to its end on ``pool``: a child started on demand, now idle."""
@@ -181,9 +187,11 @@ class DispatchMachine(RuleBasedStateMachine):
         return next(pool for pool in self.pools if pool.d is d)
 
     def budget_changed(self) -> None:
-        """A child went idle or left service: the pools with a start held back by the cap serve
-        their waiters (``ChildBudget.changed``; only those, as ``ChildBudget.waiting``)."""
-        for pool in [pool for pool in self.pools if pool.blocked]:
+        """A child went idle, retired or left service: the pools with a start held back by the
+        cap serve their waiters, the pool whose held-back waiter arrived first first
+        (``ChildBudget.changed``)."""
+        held = [pool for pool in self.pools if pool.d.held_back]
+        for pool in sorted(held, key=lambda pool: pool.d.blocked_since()):
             self.apply(pool, pool.d.changed(self.now, pool.room))
 
     def try_ticket(self, pool: PoolModel, ticket: Ticket[Kid]) -> None:
@@ -208,7 +216,6 @@ class DispatchMachine(RuleBasedStateMachine):
         else:
             if decision.blocked:
                 event("a start held back by the budget")
-                pool.blocked = True
             self.apply(pool, decision.actions)
 
     def assert_first_served(self, pool: PoolModel, granted: Ticket[Kid]) -> None:
@@ -225,8 +232,6 @@ class DispatchMachine(RuleBasedStateMachine):
     def leave(self, pool: PoolModel, ticket: Ticket[Kid]) -> None:
         pool.tickets.remove(ticket)
         self.apply(pool, pool.d.leave(ticket, self.now, pool.room))
-        if not pool.d.waiting:
-            pool.blocked = False
 
     @rule(n=POOLS, principal=PRINCIPALS, kind=KINDS)
     def arrive(self, n: int, principal: str, kind: str) -> None:
@@ -262,7 +267,7 @@ class DispatchMachine(RuleBasedStateMachine):
         member = data.draw(st.sampled_from(pool.starting))
         pool.starting.remove(member)
         self.pids += 1
-        self.apply(pool, pool.d.started(member, Kid(self.pids, last_output=self.now), self.now, pool.room))
+        self.apply(pool, child_up(pool.d, member, Kid(self.pids, last_output=self.now), self.now, pool.room))
 
     def leases_where(self, asking: bool) -> list[tuple[PoolModel, Lease[Kid]]]:
         return [(pool, lease) for pool in self.pools for lease in pool.leases if lease.asking == asking]
@@ -271,9 +276,7 @@ class DispatchMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def child_asks(self, data: st.DataObject) -> None:
         pool, lease = data.draw(st.sampled_from(self.leases_where(asking=True)))
-        assert lease.member.child is not None
-        lease.member.child.open_questions = 1
-        lease.member.child.has_asked = True
+        note(pool.d, lease, open_questions=1, has_asked=True)  # its ``ChildFacts``, where they change
         self.apply(pool, pool.d.changed(self.now, pool.room))  # the child's ``Changed``
 
     @precondition(lambda self: self.leases_where(asking=False))
@@ -281,8 +284,7 @@ class DispatchMachine(RuleBasedStateMachine):
     def quiet_tool_asks_after_all(self, data: st.DataObject) -> None:
         """Held as ambiguous, or its own: open until the child's last lease ends."""
         pool, lease = data.draw(st.sampled_from(self.leases_where(asking=False)))
-        assert lease.member.child is not None
-        lease.member.child.open_questions = 1
+        note(pool.d, lease, open_questions=1)
         self.apply(pool, pool.d.changed(self.now, pool.room))
 
     @precondition(lambda self: any(pool.leases for pool in self.pools))
@@ -291,10 +293,8 @@ class DispatchMachine(RuleBasedStateMachine):
         pool = data.draw(st.sampled_from([pool for pool in self.pools if pool.leases]))
         lease = data.draw(st.sampled_from(pool.leases))
         pool.leases.remove(lease)
-        child = lease.member.child
-        assert child is not None
         if lease.asking or not any(other.member is lease.member for other in pool.leases):
-            child.open_questions = 0  # its question ends with it
+            note(pool.d, lease, open_questions=0)  # its question ends with it
         self.apply(pool, pool.d.release(lease, self.now, pool.room))
         self.budget_changed()
 
@@ -304,9 +304,8 @@ class DispatchMachine(RuleBasedStateMachine):
         pool, member = data.draw(
             st.sampled_from([(pool, m) for pool in self.pools for m in pool.d.members if m.child is not None])
         )
-        assert member.child is not None
-        member.child.alive = False
-        member.note_death()
+        note(pool.d, member, alive=False)  # its death comes before the failures it causes
+        member.note_death()  # (the pool's exit watch)
         for lease in [lease for lease in pool.leases if lease.member is member]:
             pool.leases.remove(lease)
             self.apply(pool, pool.d.release(lease, self.now, pool.room))
@@ -338,10 +337,20 @@ class DispatchMachine(RuleBasedStateMachine):
     def tick(self, seconds: float) -> None:
         self.now += seconds
         for pool in self.pools:
-            self.apply(pool, pool.d.maintain(self.now, pool.room))
+            self.apply(pool, tick(pool.d, self.now, pool.room))
             self.apply(pool, pool.d.restart_due(self.now, pool.room))
             if any(m.stalled for m in pool.d.members):
                 event("a child whose stdin stalled routed around")
+        self.budget_changed()  # a child may have retired (``Pool._room_may_have_freed``)
+
+    @invariant()
+    def no_room_is_left_while_a_request_waits_for_it(self) -> None:
+        """Room that frees goes to the requests the cap held back at once, before any other."""
+        if self.budget.in_service() < CAPACITY:
+            for pool in self.pools:
+                assert pool.d.held_back == 0, "room left free while a request waits for it"
+        for pool in self.pools:
+            assert pool.d.held_back == sum(ticket.blocked for ticket in pool.tickets)
 
     @invariant()
     def within_the_budget(self) -> None:
