@@ -178,6 +178,8 @@ async def test_while_a_childs_stdin_is_stalled_other_clients_are_served_by_anoth
                 reply = await call(modern, url, 2, "echo", {"message": "modern"})
                 assert reply.status_code == 200, reply.text
                 assert reply.json()["result"]["content"][0]["text"] == "modern"
+                served_by = await call(modern, url, 4, "pid", {})
+                assert served_by.json()["result"]["content"][0]["text"] != str(deaf.pid)  # another child
                 session = await open_legacy_session(legacy, url)
                 sent = legacy_call(3, "echo", {"message": "legacy"})
                 legacy_reply = await legacy.post(url, headers=session, json=sent)
