@@ -93,7 +93,11 @@ class Unbatched:
     async def __anext__(self) -> events.RelayEvent:
         if self._pending:
             return self._pending.pop(0)
-        emitted = await self._exchange.__anext__()
+        return self.take(await self._exchange.__anext__())
+
+    def take(self, emitted: events.Emitted) -> events.RelayEvent:
+        """``emitted``'s first event (read from the exchange by the caller); the rest of a
+        ``Batch`` is ``ready()``."""
         if isinstance(emitted, events.Batch):
             self._pending.extend(emitted.notes[1:])
             return emitted.notes[0]
@@ -279,7 +283,8 @@ class LazyStream:
     async def _respond(self) -> None:
         step = self._machine.step
         try:
-            first = await self._events.__anext__()
+            # The exchange's first event read straight from it (nothing is pending before it).
+            first = self._events.take(await self._exchange.__anext__())
         except GatewayUnavailableError as exc:
             await self._do(step(Event.REFUSED), refusal=gateway_error_response(exc, self._request_id))
             return
