@@ -137,7 +137,7 @@ def _after_admission(exc: GatewayUnavailableError, request_id: Any) -> Response:
     return error_response(200, exc.error_object(), request_id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per legacy request (a frozen __init__ sets fields one call each)
 class LegacyCall:
     """A legacy request's hooks: ``handle`` (the session cancels it), ``on_cancel`` (the final
     answer when the gateway ended it), ``on_end`` (the session forgets it)."""
