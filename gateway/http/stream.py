@@ -34,7 +34,7 @@ Messages): its ``LegacyCall`` goes on, nothing more is sent, the access log says
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,11 +74,16 @@ def _unless_gone(hangup: Hangup | None, send: Send) -> Send:
     if hangup is None:
         return send
 
-    async def sender(message: Message) -> None:
-        if not hangup.is_lost:
-            await send(message)
+    def sender(message: Message) -> Awaitable[None]:
+        # Not a coroutine of its own (one more frame on every send of every legacy answer):
+        # the send's own, or once the client has gone one that sends nothing.
+        return _nothing(message) if hangup.is_lost else send(message)
 
     return sender
+
+
+async def _nothing(message: Message) -> None:
+    """A send to a client that has gone."""
 
 
 class Unbatched:
@@ -93,7 +98,11 @@ class Unbatched:
     async def __anext__(self) -> events.RelayEvent:
         if self._pending:
             return self._pending.pop(0)
-        emitted = await self._exchange.__anext__()
+        return self.take(await self._exchange.__anext__())
+
+    def take(self, emitted: events.Emitted) -> events.RelayEvent:
+        """``emitted``'s first event (read from the exchange by the caller); the rest of a
+        ``Batch`` is ``ready()``."""
         if isinstance(emitted, events.Batch):
             self._pending.extend(emitted.notes[1:])
             return emitted.notes[0]
@@ -133,7 +142,7 @@ def _after_admission(exc: GatewayUnavailableError, request_id: Any) -> Response:
     return error_response(200, exc.error_object(), request_id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per legacy request (a frozen __init__ sets fields one call each)
 class LegacyCall:
     """A legacy request's hooks: ``handle`` (the session cancels it), ``on_cancel`` (the final
     answer when the gateway ended it), ``on_end`` (the session forgets it)."""
@@ -279,7 +288,8 @@ class LazyStream:
     async def _respond(self) -> None:
         step = self._machine.step
         try:
-            first = await self._events.__anext__()
+            # The exchange's first event read straight from it (nothing is pending before it).
+            first = self._events.take(await self._exchange.__anext__())
         except GatewayUnavailableError as exc:
             await self._do(step(Event.REFUSED), refusal=gateway_error_response(exc, self._request_id))
             return

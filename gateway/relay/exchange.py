@@ -42,7 +42,7 @@ import anyio
 
 from gateway.errors import ChildError, GatewayUnavailableError
 from gateway.protocol import attribution, bridge, inputs
-from gateway.protocol.jsonrpc import Request
+from gateway.protocol.jsonrpc import Reply, Request
 from gateway.protocol.versions import Era
 from gateway.relay import asks, events
 from gateway.relay.catalog import ToolCatalog
@@ -59,7 +59,7 @@ from gateway.relay.steps import PLANS, open_call, plan_for, start_over
 from gateway.relay.suspensions import Call, Holdings, Suspensions
 from gateway.relay.tasks import TaskStore
 from gateway.relay.translate import response as response
-from gateway.relay.turn import Admission, Collaborators, Leased, Running, Turn
+from gateway.relay.turn import Admission, Collaborators, Emissions, Leased, Running, Turn
 
 UNASKING_HANDSHAKE: Final = frozenset({"server/discover", "ping"})
 """Requests any child answers alike, whatever its client's capabilities: the usual pool serves
@@ -160,7 +160,17 @@ class Relay:
                 if not isinstance(running, Running):
                     yield running
                     return
-                driven = self.run(running)
+                if isinstance(await running.ex.first_sign(), Reply):
+                    # The common shape: the child's reply with nothing before it, so no run to
+                    # drive (no loop over the child's items): the steps on the reply at once.
+                    running.reply = running.ex.reply()
+                    answered = self._on_reply(running)
+                    if isinstance(answered, events.Final):
+                        yield answered
+                        return
+                    driven = answered
+                else:
+                    driven = self.run(running)
                 try:
                     async for message in driven:
                         streamed = True
@@ -250,16 +260,24 @@ class Relay:
                 call.child_span.end(exc, child_id=ex.child_id)
             yield events.Final(response(request.id, error=exc.error_object()))
             return
+        answered = self._on_reply(call)
+        if isinstance(answered, events.Final):
+            yield answered
+            return
+        async with aclosing(answered):
+            async for message in answered:
+                yield message
+
+    def _on_reply(self, call: Running) -> events.Final | Emissions:
+        """The steps on the child's reply (``call.reply``, read): the client's final message,
+        or the answer of the step that gives one."""
         if call.child_span is not None:
-            call.child_span.end(reply=call.reply, child_id=ex.child_id)
+            call.child_span.end(reply=call.reply, child_id=call.ex.child_id)
         deps = self.collaborators
-        for when, act in turn.plan.on_reply:
+        for when, act in call.turn.plan.on_reply:
             if when is None or when(deps, call):
                 answer = act(deps, call)
                 if answer is not None:
-                    async with aclosing(answer):
-                        async for message in answer:
-                            yield message
-                    return
+                    return answer
         assert call.final is not None
-        yield events.Final(call.final)
+        return events.Final(call.final)
