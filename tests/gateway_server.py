@@ -251,6 +251,18 @@ def parse_sse(text: str) -> list[dict[str, Any]]:
     return messages
 
 
+async def sse_messages(stream: Any) -> AsyncIterator[dict[str, Any]]:
+    """The JSON messages of a streamed SSE response (an ``httpx.Response`` being read), each as
+    soon as its event is whole."""
+    text, seen = "", 0
+    async for chunk in stream.aiter_text():
+        text += chunk
+        found = parse_sse(text)
+        for message in found[seen:]:
+            yield message
+        seen = len(found)
+
+
 def legacy_initialize(
     version: str = "2025-11-25", name: str = "t", capabilities: dict[str, Any] | None = None
 ) -> dict[str, Any]:

@@ -317,11 +317,15 @@ class Suspensions:
             suspension.closed.set()
 
     async def _let_go(self, suspension: Suspension, why: str) -> None:
-        """After a fault in its keeper: the call no retry took is ended, each step once (what
-        the keeper did already is not done again): out of the held calls, its client's slot
-        given back, the call closed (the child is told), its questions answered with an error."""
+        """After a fault in its keeper: the call no retry took is ended (``_end``)."""
         if suspension.taken.is_set():
             return  # its retry has it: the retry's to end
+        await self._end(suspension, why)
+
+    async def _end(self, suspension: Suspension, why: str) -> None:
+        """End a parked call no retry took, each step once (a step done already is not done
+        again): out of the held calls, its client's slot given back, the call closed (the
+        child is told), its questions answered with an error."""
         self._held.pop(suspension.state_id, None)
         release, suspension.release = suspension.release, None
         if release is not None:
@@ -330,6 +334,9 @@ class Suspensions:
             with anyio.CancelScope(shield=True):
                 await suspension.call.stack.aclose()
         finally:
+            # The call is closed first, so its cancel is queued to the child ahead of the
+            # answers to its questions: answered first, the child could finish the call
+            # (work nobody reads) before the cancel, or not, as the scheduler decides.
             for ask in suspension.asks.values():
                 ask.answer_error(CODE_INPUT_TIMEOUT, f"the client did not answer {ask.method}: {why}")
             log.info("%s: parked %s ended: %s", self.server, suspension.call.method, why)
@@ -342,24 +349,11 @@ class Suspensions:
             stopping = False
         finally:
             if not suspension.taken.is_set():
-                release, suspension.release = suspension.release, None
-                if release is not None:
-                    release()
-                self._held.pop(suspension.state_id, None)
                 self._spend(suspension.state_id, suspension.expires_at, self._clock())
                 why = suspension.ended or (
                     "the gateway is stopping" if stopping else f"no retry came within {timeout:g} s"
                 )
-                try:
-                    with anyio.CancelScope(shield=True):
-                        await suspension.call.stack.aclose()
-                finally:
-                    # The call is closed first, so its cancel is queued to the child ahead of the
-                    # answers to its questions: answered first, the child could finish the call
-                    # (work nobody reads) before the cancel, or not, as the scheduler decides.
-                    for ask in suspension.asks.values():
-                        ask.answer_error(CODE_INPUT_TIMEOUT, f"the client did not answer {ask.method}: {why}")
-                    log.info("%s: parked %s ended: %s", self.server, suspension.call.method, why)
+                await self._end(suspension, why)
 
     def cancel(self, charged: str, request_id: object) -> bool:
         """A client's ``notifications/cancelled`` naming the request it abandoned in a round:

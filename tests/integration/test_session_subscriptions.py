@@ -13,7 +13,6 @@ so a session's *first* message on its GET stream shows what did (and did not) co
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ import pytest
 from gateway.relay.server_config import DualEra, RootsKeying
 from tests.conftest import server_spec
 from tests.filewatch import wait_until
-from tests.gateway_server import BASE_HEADERS, legacy_initialize, parse_sse, running_gateway
+from tests.gateway_server import BASE_HEADERS, legacy_initialize, running_gateway, sse_messages
 from tests.integration.test_shared_settings import call
 
 pytestmark = pytest.mark.anyio
@@ -52,16 +51,6 @@ async def updated(http: httpx.AsyncClient, url: str, headers: dict[str, str], ur
     arguments = {"method": UPDATED, "params": {"uri": uri}}
     answer = await request(http, url, headers, "tools/call", name="notify", arguments=arguments)
     assert "result" in answer, answer
-
-
-async def messages(stream: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    text, seen = "", 0
-    async for chunk in stream.aiter_text():
-        text += chunk
-        found = parse_sse(text)
-        for message in found[seen:]:
-            yield message
-        seen = len(found)
 
 
 def recorded(path: Path) -> list[dict[str, Any]]:
@@ -125,7 +114,7 @@ async def test_each_legacy_session_gets_the_updates_it_subscribed_to_until_it_un
                 http.stream("GET", url, headers={**bob, **get}) as bob_get,
                 http.stream("GET", url, headers={**carol, **get}) as carol_get,
             ):
-                alice_in, bob_in, carol_in = messages(alice_get), messages(bob_get), messages(carol_get)
+                alice_in, bob_in, carol_in = sse_messages(alice_get), sse_messages(bob_get), sse_messages(carol_get)
                 await updated(http, url, carol, "file:///docs/a.md")  # alice's only
                 await updated(http, url, carol, "file:///bob")
                 assert await anext(alice_in) == {
@@ -185,7 +174,7 @@ async def test_a_sessions_listen_is_opened_again_when_the_child_crashes_or_ends_
             session = await open_session(http, url)
             assert (await request(http, url, session, "resources/subscribe", uri="file:///docs"))["result"] == {}
             async with http.stream("GET", url, headers={**session, "accept": "text/event-stream"}) as get:
-                received = messages(get)
+                received = sse_messages(get)
                 tool, arguments = loss.removesuffix("_cancelled"), {"cancelled": loss.endswith("_cancelled")}
                 lost = await request(
                     http, url, session, "tools/call", name=tool, arguments=arguments if tool != "crash" else {}
@@ -246,7 +235,7 @@ async def test_a_roots_sessions_subscription_runs_where_its_calls_do_so_its_own_
                 http.stream("GET", url, headers={**sessions["bob"], **get}) as bob_get,
                 http.stream("GET", url, headers={**sessions["carol"], **get}) as carol_get,
             ):
-                alice_in, bob_in, carol_in = messages(alice_get), messages(bob_get), messages(carol_get)
+                alice_in, bob_in, carol_in = sse_messages(alice_get), sse_messages(bob_get), sse_messages(carol_get)
                 for name in ("alice", "bob", "carol"):  # each changes its own resource, on its own children
                     arguments = {"method": UPDATED, "params": {"uri": f"file:///home/{name}/notes"}}
                     assert "result" in await send(name, "tools/call", name="notify", arguments=arguments)

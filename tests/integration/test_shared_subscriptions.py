@@ -14,7 +14,6 @@ shows what did not come before it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ import pytest
 from gateway.protocol.subscriptions import MAX_LISTEN_URIS
 from tests.conftest import server_spec
 from tests.filewatch import wait_until
-from tests.gateway_server import BASE_HEADERS, legacy_initialize, parse_sse, running_gateway
+from tests.gateway_server import BASE_HEADERS, legacy_initialize, running_gateway, sse_messages
 from tests.integration.test_listen import SUBSCRIPTION_ID, listening
 
 pytestmark = pytest.mark.anyio
@@ -86,16 +85,6 @@ async def held(http: httpx.AsyncClient, url: str, headers: dict[str, str]) -> li
     return uris
 
 
-async def messages(stream: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    text, seen = "", 0
-    async for chunk in stream.aiter_text():
-        text += chunk
-        found = parse_sse(text)
-        for message in found[seen:]:
-            yield message
-        seen = len(found)
-
-
 async def test_two_sessions_and_a_listen_share_one_subscription_and_none_drops_another(tmp_path: Path) -> None:
     record = tmp_path / "stdin.jsonl"
     with anyio.fail_after(40):
@@ -114,7 +103,7 @@ async def test_two_sessions_and_a_listen_share_one_subscription_and_none_drops_a
                 assert ack["params"]["notifications"] == {"resourceSubscriptions": [X, "file:///listen"]}
                 # One child, subscribed once per URI however many hold it.
                 assert sorted(recorded(record, "resources/subscribe")) == ["file:///alice", "file:///listen", X]
-                alice_in, bob_in = messages(alice_get), messages(bob_get)
+                alice_in, bob_in = sse_messages(alice_get), sse_messages(bob_get)
 
                 # Each gets exactly its own updates (the first message of each shows what did not come).
                 await updated(http, url, carol, "file:///alice", "file:///listen", X)
@@ -210,7 +199,7 @@ async def test_a_refused_subscribe_passes_the_childs_error_and_holds_nothing(tmp
             refused = await request(http, url, session, "resources/subscribe", uri="bad:thing")
             assert "error" in refused, refused
             async with http.stream("GET", url, headers={**session, **GET}) as get:
-                received = messages(get)
+                received = sse_messages(get)
                 await subscribe(http, url, session, X)
                 await updated(http, url, session, "bad:thing", X)
                 assert (await anext(received))["params"] == {"uri": X}
