@@ -8,9 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from gateway.stdio.process import become_subreaper
 from gateway.stdio.spec import ChildSpec
+
+# Property tests judge what the code does, never how fast: no per-example deadline (200 ms by
+# default: a busy machine can exceed it, and the rerun then reports "Flaky") and no "too slow"
+# health check. Every @settings in the suite inherits this profile for what it leaves out.
+settings.register_profile("gateway", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("gateway")
 
 TESTS = Path(__file__).resolve().parent
 TEST_SERVER = TESTS / "servers" / "testserver.py"
