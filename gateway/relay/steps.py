@@ -393,7 +393,7 @@ async def hold_subscription(deps: Collaborators, leased: Leased) -> Emissions | 
     session, held = leased.turn.client.session, deps.session_subscriptions
     if session is None or held is None:
         return None  # forwarded as it is
-    return only(events.Final(await held.handle(session, leased.turn.request, leased.child)))
+    return only(events.Final(await held.handle(session, leased.turn.request, leased.child, leased.pool)))
 
 
 ON_CHILD: Final[tuple[Step[Leased], ...]] = (

@@ -14,6 +14,9 @@ shows what did not come before it.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ import httpx
 import orjson
 import pytest
 
+from gateway.protocol.dispatchstate import PoolSettings
 from gateway.protocol.subscriptions import MAX_LISTEN_URIS
 from tests.conftest import server_spec
 from tests.filewatch import wait_until
@@ -203,3 +207,72 @@ async def test_a_refused_subscribe_passes_the_childs_error_and_holds_nothing(tmp
                 await subscribe(http, url, session, X)
                 await updated(http, url, session, "bad:thing", X)
                 assert (await anext(received))["params"] == {"uri": X}
+
+
+class Moves(logging.Handler):
+    """The ``subscriptions_moved`` records, with an event set at each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self._changed = anyio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "event", None) == "subscriptions_moved":
+            self.records.append(record)
+            self._changed.set()
+
+    async def seen(self, count: int) -> None:
+        while len(self.records) < count:
+            self._changed = anyio.Event()
+            await self._changed.wait()
+
+
+@contextmanager
+def watching_moves() -> Iterator[Moves]:
+    logger, moves = logging.getLogger("gateway.relay.session_subscriptions"), Moves()
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(moves)
+    try:
+        yield moves
+    finally:
+        logger.removeHandler(moves)
+        logger.setLevel(level)
+
+
+def since_last_start(path: Path, method: str) -> list[str]:
+    """``recorded``, of the newest child only (from the last ``initialize`` it read)."""
+    lines = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    start = max(n for n, line in enumerate(lines) if line.get("method") == "initialize")
+    return [line["params"]["uri"] for line in lines[start:] if line.get("method") == method]
+
+
+@pytest.mark.parametrize("end", ["crash", "retire"])
+async def test_sessions_keep_a_subscription_when_its_child_exits(tmp_path: Path, end: str) -> None:
+    record = tmp_path / "stdin.jsonl"
+    # Retired at its sixth lease: the three initializes, the two subscribes, carol's call.
+    pool = PoolSettings(min_size=1, max_size=1, asking_max=0, max_requests=6 if end == "retire" else 0)
+    with anyio.fail_after(40), watching_moves() as moves:
+        async with running_gateway(spec(record), pool=pool) as url, httpx.AsyncClient(timeout=20) as http:
+            alice, bob, carol = [await open_session(http, url) for _ in range(3)]
+            await subscribe(http, url, alice, X)
+            await subscribe(http, url, bob, X)
+            async with (
+                http.stream("GET", url, headers={**alice, **GET}) as alice_get,
+                http.stream("GET", url, headers={**bob, **GET}) as bob_get,
+            ):
+                alice_in, bob_in = sse_messages(alice_get), sse_messages(bob_get)
+                if end == "crash":
+                    body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call"}
+                    body["params"] = {"name": "exit", "arguments": {"code": 3}}
+                    await http.post(url, headers=carol, json=body)  # its answer: the child died
+                else:
+                    assert await held(http, url, carol) == [X]  # the sixth: the child is retired
+                await moves.seen(2)  # one record per session
+                assert sorted(r.count for r in moves.records) == [1, 1]  # type: ignore[attr-defined]
+                assert len({r.old_pid for r in moves.records} | {r.new_pid for r in moves.records}) == 2  # type: ignore[attr-defined]
+                assert since_last_start(record, "resources/subscribe") == [X]  # once for both
+                await updated(http, url, carol, X)
+                assert (await anext(alice_in))["params"] == {"uri": X}
+                assert (await anext(bob_in))["params"] == {"uri": X}
