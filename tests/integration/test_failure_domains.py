@@ -31,11 +31,10 @@ from gateway.server import EXIT_SERVICE_FAILED
 from gateway.stdio import boundary
 from tests.conftest import TEST_SERVER, server_spec
 from tests.filewatch import wait_until
-from tests.gateway_server import running_gateway
+from tests.gateway_server import running_gateway, sse_messages
 from tests.integration.test_session_subscriptions import (
     LISTEN,
     UPDATED,
-    messages,
     open_session,
     recorded,
     request,
@@ -84,7 +83,7 @@ async def subscribed_sessions(tmp_path: Path) -> AsyncIterator[tuple[httpx.Async
         async with AsyncExitStack() as streams:
             for session in sessions:
                 get = {**session.headers, "accept": "text/event-stream"}
-                session.received = messages(await streams.enter_async_context(http.stream("GET", url, headers=get)))
+                session.received = sse_messages(await streams.enter_async_context(http.stream("GET", url, headers=get)))
             yield http, url, record, sessions
 
 

@@ -27,9 +27,9 @@ from tests.gateway_server import (
     modern_headers,
     parse_sse,
     running_gateway,
+    sse_messages,
 )
 from tests.integration.test_npm_everything import everything_spec
-from tests.integration.test_session_subscriptions import messages
 from tests.integration.test_shared_settings import call
 
 pytestmark = [pytest.mark.npm, pytest.mark.anyio]
@@ -68,7 +68,7 @@ async def test_a_roots_sessions_own_change_reaches_its_subscription_on_a_server_
                 http.stream("GET", url, headers={**sessions["alice"], **get}) as alice_get,
                 http.stream("GET", url, headers={**sessions["carol"], **get}) as carol_get,
             ):
-                alice_in, carol_in = messages(alice_get), messages(carol_get)
+                alice_in, carol_in = sse_messages(alice_get), sse_messages(carol_get)
                 updates: dict[str, dict[str, Any]] = {}
                 for name, stream in (("alice", alice_in), ("carol", carol_in)):
                     assert "result" in await send(name, "tools/call", name="toggle-subscriber-updates", arguments={})
@@ -141,7 +141,7 @@ async def test_a_modern_listen_gets_its_own_calls_update_on_a_server_that_keeps_
             listening(http, url, "alice", URIS["alice"]) as alice_listen,
             listening(http, url, "carol", URIS["carol"]) as carol_listen,
         ):
-            streams = {"alice": messages(alice_listen), "carol": messages(carol_listen)}
+            streams = {"alice": sse_messages(alice_listen), "carol": sse_messages(carol_listen)}
             for who, stream in streams.items():
                 await acknowledged(stream, URIS[who])
             # Alice first: her toggle runs on her roots child, which sends at once for what
@@ -176,7 +176,7 @@ async def test_a_modern_listen_gets_its_own_calls_update_on_server_memory_which_
             httpx.AsyncClient(timeout=DEADLINE) as http,
             listening(http, url, "alice", GRAPH) as alice_listen,
         ):
-            stream = messages(alice_listen)
+            stream = sse_messages(alice_listen)
             await acknowledged(stream, GRAPH)
             final, rounds = await modern_tool(http, url, "alice", "create_entities", entities)
             assert "result" in final, final
