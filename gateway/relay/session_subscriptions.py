@@ -114,19 +114,27 @@ class SessionSubscriptions:
             return response(request.id, error=error_object(INVALID_PARAMS, problem, {"uri": uri}))
         done = holder.pending[uri] = anyio.Event()
         try:
-            with anyio.CancelScope(shield=True):  # bounded by SUBSCRIBE_TIMEOUT
-                error = await self.counts.subscribe(child, uri)
-                if error is None and holder.ended:  # the session ended meanwhile: nothing holds it
-                    await self.counts.release(child, uri)
+            error = await self._hold(holder, child, pool, uri)
         finally:
             del holder.pending[uri]
             done.set()
         if error is not None:
             return response(request.id, error=error)
-        if not holder.ended:
-            session.subscriptions[uri] = child
-            self._watch(child, pool)
         return response(request.id, result={})
+
+    async def _hold(self, holder: _Holder, child: StdioChild, pool: Pool, uri: str) -> JsonObject | None:
+        """Subscribe ``uri`` at ``child`` of ``pool`` for the holder's session, through the
+        counts (shielded: the count must match the child; bounded by ``SUBSCRIBE_TIMEOUT``), and
+        note where it is held, unless the session ended meanwhile (then it is let go at once).
+        None when subscribed, or nothing holds it any more; else the error that says why not."""
+        with anyio.CancelScope(shield=True):
+            error = await self.counts.subscribe(child, uri)
+            if error is None and holder.ended:
+                await self.counts.release(child, uri)
+        if error is None and not holder.ended:
+            holder.session.subscriptions[uri] = child
+            self._watch(child, pool)
+        return error
 
     def _holder(self, session: LegacySession) -> _Holder:
         holder = self._holders.get(session.id)
@@ -225,12 +233,7 @@ class SessionSubscriptions:
                         for uri in uris:
                             if holder.ended:  # it ended while the lease waited: nothing to make
                                 break
-                            with anyio.CancelScope(shield=True):  # bounded by SUBSCRIBE_TIMEOUT
-                                error = await self.counts.subscribe(new, uri)
-                                if error is None and holder.ended:  # nothing holds it any more
-                                    await self.counts.release(new, uri)
-                            if error is None and not holder.ended:
-                                session.subscriptions[uri] = new
+                            if await self._hold(holder, new, pool, uri) is None and not holder.ended:
                                 moved.append(uri)
                 except GatewayError as exc:  # the pool is closed or failing: no retry
                     new = None
@@ -243,8 +246,7 @@ class SessionSubscriptions:
             done.set()
         if new is None:
             return
-        if moved:
-            self._watch(new, pool)
+        if moved:  # (_hold watches the new child)
             log.info(
                 "%s: moved %d resource subscription(s) of session %s… from exited child pid %s to pid %s",
                 pool.label,
