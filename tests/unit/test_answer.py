@@ -213,25 +213,33 @@ opened, is sealed, so that a resume gets nothing for the request) or with one.""
 Rule = tuple[State, tuple[Action, ...]] | None
 
 
-def _rules(text: str) -> dict[tuple[State, Event], Rule]:
+def rules_of(text: str) -> dict[tuple[State, Event], Rule]:
+    """A written rule table: ``STATE EVENT TARGET actions…`` per line; ``✗`` for out of order,
+    ``=`` for the state staying, ``DECIDED`` for each decided state (``test_answer_streams.py``)."""
     rules: dict[tuple[State, Event], Rule] = {}
     for line in text.splitlines():
         if not line.strip():
             continue
-        state, event, target, *actions = line.split()
-        key = (State[state], Event[event])
-        assert key not in rules, f"written twice: {line}"
-        rules[key] = None if target == "✗" else (State[target], tuple(Action[name.upper()] for name in actions))
+        state_name, event_name, target, *actions = line.split()
+        event = Event[event_name]
+        states = sorted(DECIDED) if state_name == "DECIDED" else [State[state_name]]
+        for state in states:
+            assert (state, event) not in rules, f"written twice: {line}"
+            if target == "✗":
+                rules[state, event] = None
+            else:
+                next_state = state if target == "=" else State[target]
+                rules[state, event] = (next_state, tuple(Action[name.upper()] for name in actions))
     return rules
 
 
-_CALL = _rules(CALL)
+_CALL = rules_of(CALL)
 REQUESTS = [kind for kind in Kind if kind not in STREAMS]
 """The kinds that answer a request (``LazyStream``); the streams' rules: ``test_answer_streams.py``."""
 EXPECTED: dict[Kind, dict[tuple[State, Event], Rule]] = {
     Kind.CALL: _CALL,
-    Kind.LISTEN: {**_CALL, **_rules(LISTEN)},
-    Kind.LEGACY: {**_CALL, **_rules(LEGACY)},
+    Kind.LISTEN: {**_CALL, **rules_of(LISTEN)},
+    Kind.LEGACY: {**_CALL, **rules_of(LEGACY)},
 }
 PAIRS = [(kind, state, event) for kind in REQUESTS for state in State for event in Event]
 
@@ -239,7 +247,7 @@ PAIRS = [(kind, state, event) for kind in REQUESTS for state in State for event 
 def test_the_rows_name_every_pair_and_each_difference_is_one() -> None:
     assert set(_CALL) == {(state, event) for state in State for event in Event}
     for text in (LISTEN, LEGACY):
-        for key, rule in _rules(text).items():
+        for key, rule in rules_of(text).items():
             assert rule != _CALL[key], f"{key} is written as a difference but is the CALL's rule"
 
 

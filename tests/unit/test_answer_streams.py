@@ -22,6 +22,7 @@ from gateway.protocol.answer import (
     OutOfOrder,
     State,
 )
+from tests.unit.test_answer import rules_of
 
 STREAM = """
 WAITING    FIRST_NOTE            SSE        stream
@@ -64,29 +65,11 @@ DECIDED    DRAIN_BEGINS          =          stop
 """
 """A legacy session's GET stream: the drain's start ends it (it holds no request to wait for)."""
 
-Rule = tuple[State, tuple[Action, ...]] | None
-
-
-def _rules(text: str) -> dict[tuple[State, Event], Rule]:
-    rules: dict[tuple[State, Event], Rule] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        state_name, event_name, target, *actions = line.split()
-        event = Event[event_name]
-        states = sorted(DECIDED) if state_name == "DECIDED" else [State[state_name]]
-        for state in states:
-            assert (state, event) not in rules, f"written twice: {line}"
-            next_state = state if target == "=" else State[target]
-            rules[state, event] = (next_state, tuple(Action[name.upper()] for name in actions))
-    return rules
-
-
-_STREAM = _rules(STREAM)
+_STREAM = rules_of(STREAM)
 DIFFERENCES = {
-    Kind.EMULATED_LISTEN: _rules(EMULATED_LISTEN),
-    Kind.TASK_LISTEN: _rules(TASK_LISTEN),
-    Kind.GET_STREAM: _rules(GET_STREAM),
+    Kind.EMULATED_LISTEN: rules_of(EMULATED_LISTEN),
+    Kind.TASK_LISTEN: rules_of(TASK_LISTEN),
+    Kind.GET_STREAM: rules_of(GET_STREAM),
     Kind.RESUMED: {},
 }
 EXPECTED = {kind: {**_STREAM, **differences} for kind, differences in DIFFERENCES.items()}
