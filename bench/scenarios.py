@@ -152,12 +152,17 @@ def mb(value: int) -> float:
     return value / (1024 * 1024)
 
 
-async def mixed_requests(port: int, total: int, concurrency: int) -> tuple[int, int]:
-    """``total`` calls, half modern and half legacy; (right answers, errors and wrong answers)."""
+async def mixed_requests(
+    port: int, total: int, concurrency: int, headers: dict[str, str] | None = None
+) -> tuple[int, int]:
+    """``total`` calls, half modern and half legacy; (right answers, errors and wrong answers).
+    ``headers``: sent with every request (the memory gateway names a principal in one)."""
     per_client = max(1, total // (2 * concurrency))
     ok = errors = 0
     for era in ("modern", "legacy"):
-        result = await http_load(port, era=era, concurrency=concurrency, calls=per_client, max_seconds=600)
+        result = await http_load(
+            port, era=era, concurrency=concurrency, calls=per_client, max_seconds=600, headers=headers
+        )
         ok, errors = ok + result.ok, errors + result.errors + sum(result.wrong.values())
     return ok, errors
 

@@ -391,7 +391,11 @@ class TargetRun:
             gateway.wait_ready()
             time.sleep(0.5)  # let start-up garbage settle before the idle reading
             idle = scenarios.mb(gateway.rss_bytes())
-            ok, errors = run(scenarios.mixed_requests(gateway.port, plan.memory_requests, plan.memory_concurrency))
+            # The principal header is trusted from 127.0.0.1, so a request without it is refused.
+            steady_principal = {scenarios.PRINCIPAL_HEADER: "steady"}
+            ok, errors = run(
+                scenarios.mixed_requests(gateway.port, plan.memory_requests, plan.memory_concurrency, steady_principal)
+            )
             steady = scenarios.mb(gateway.rss_bytes())
             opened, completed, open_mb, _, _, refusal = run(scenarios.hold_streams(gateway, plan.memory_streams))
         self.results.memory = MemoryNumbers(

@@ -140,6 +140,9 @@ def test_the_tiny_run_of_the_other_groups_delivers_every_notification_and_stream
     assert "50/50 at" in text
     assert "20/20 log messages, result arrived" in text
     assert "20/20 completed" in text
+    # Every steady-state request answered (the memory gateway trusts a principal header: the
+    # requests must name one, or each is refused 401 and the RSS is read after no work).
+    assert "(0 errors;" in text, text
 
 
 # -- the verdicts, on hand-built results ------------------------------------------------------
