@@ -242,7 +242,7 @@ class McpEndpoint:
             return wire.accepted()
         client = ClientContext.of_request(message, accepted.version, principal, headers, log, owner=owner, span=span)
         return LazyStream(
-            self.relay.exchange(message, client, headers),
+            self.relay.begin(message, client, headers),
             request_id=message.id,
             error_statuses=MODERN_ERROR_STATUSES,
             graceful_end=graceful_end,
@@ -353,7 +353,7 @@ class McpEndpoint:
             if session.in_flight.get(message.id) is handle:
                 del session.in_flight[message.id]
 
-        exchange = self.relay.exchange(message, ClientContext.of_session(session, headers, log=log, span=span), headers)
+        exchange = self.relay.begin(message, ClientContext.of_session(session, headers, log=log, span=span), headers)
         # Its SSE answer carries event ids and is kept for a resume (gateway.http.resume).
         resumable = Resumable(
             session.streams, message.id, eventlog.primes(session.version), poll_seconds=self.sse_poll_seconds

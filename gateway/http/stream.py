@@ -1,7 +1,8 @@
 """The answer to one request: JSON if the final response comes first, else SSE.
 
 ``LazyStream(events)`` is an ASGI response over a relay exchange's typed events
-(``gateway.relay.events``). It waits for the first:
+(``gateway.relay.events``), or over ``Relay.begin``'s outcome (the ``Final`` at once, or those
+events). It waits for the first:
 
 - ``Final`` → ``application/json``, one object: 200, or the status ``error_statuses`` maps
   its error code to; one ``http.response.start`` and one ``http.response.body``;
@@ -34,9 +35,10 @@ Messages): its ``LegacyCall`` goes on, nothing more is sent, the access log says
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import CoroutineType
+from typing import Any, TypeAlias, cast
 
 import anyio
 import orjson
@@ -64,6 +66,11 @@ PULLED_AHEAD = 64
 """Events read from a modern exchange ahead of the writer (written together when ready)."""
 
 
+Exchange: TypeAlias = AsyncGenerator[events.Emitted, None]
+Opening: TypeAlias = Coroutine[Any, Any, "events.Final | Exchange"]
+"""``Relay.begin(...)``, not awaited yet: awaited in the answer's task, under its watch."""
+
+
 def _is_final(event: events.RelayEvent) -> bool:
     return type(event) is events.Final
 
@@ -87,18 +94,20 @@ async def _nothing(message: Message) -> None:
 
 
 class Unbatched:
-    """A relay exchange's events one at a time; the rest of a ``Batch`` is ``ready()``."""
+    """A relay exchange's events one at a time; the rest of a ``Batch`` is ``ready()``.
+    ``exchange`` None: not known yet (an opening's, set once it is)."""
 
-    __slots__ = ("_exchange", "_pending")
+    __slots__ = ("_pending", "exchange")
 
-    def __init__(self, exchange: AsyncIterator[events.Emitted]) -> None:
-        self._exchange = exchange
+    def __init__(self, exchange: AsyncIterator[events.Emitted] | None) -> None:
+        self.exchange = exchange
         self._pending: list[events.RelayEvent] = []
 
     async def __anext__(self) -> events.RelayEvent:
         if self._pending:
             return self._pending.pop(0)
-        return self.take(await self._exchange.__anext__())
+        assert self.exchange is not None
+        return self.take(await self.exchange.__anext__())
 
     def take(self, emitted: events.Emitted) -> events.RelayEvent:
         """``emitted``'s first event (read from the exchange by the caller); the rest of a
@@ -166,6 +175,7 @@ class LazyStream:
         "_legacy",
         "_machine",
         "_max_seconds",
+        "_opening",
         "_principal",
         "_receive",
         "_request_id",
@@ -178,7 +188,7 @@ class LazyStream:
 
     def __init__(
         self,
-        exchange: AsyncGenerator[events.Emitted, None],
+        exchange: Exchange | Opening,
         *,
         request_id: Any = None,
         headers: list[tuple[bytes, bytes]] | None = None,
@@ -192,9 +202,16 @@ class LazyStream:
         max_seconds: float | None = None,
     ) -> None:
         self._keepalive = keepalive
-        self._exchange = exchange
+        # An opening (``Relay.begin``) is awaited first; what it gives, if not the ``Final``, is
+        # the exchange. None: none (yet, or left).
+        self._opening: Opening | None = None
+        self._exchange: Exchange | None = None
+        if isinstance(exchange, CoroutineType):
+            self._opening = exchange
+        else:
+            self._exchange = cast(Exchange, exchange)
         # One event at a time; the rest of a Batch is ready to be written with the first.
-        self._events = Unbatched(exchange)
+        self._events = Unbatched(self._exchange)
         # Where a POSTed notifications/cancelled finds this request (modern requests only).
         self._in_flight = in_flight
         self._principal = principal
@@ -275,21 +292,39 @@ class LazyStream:
         if machine.state in DECIDED and not self._closing:
             # The usual end: nothing cancels this task here (the watch's scope is closed, the
             # drain cancels only that), so closing the exchange (its lease) needs no shield.
-            await self._exchange.aclose()
+            await self._close_exchange()
             return
         with anyio.CancelScope(shield=True):
-            await self._exchange.aclose()
+            await self._close_exchange()
             closing, self._closing = self._closing, ()
             if machine.state in LIVE:  # stopped, and the machine was not told why
                 expired = watch.cancel_scope.deadline <= anyio.current_time()
                 closing += machine.step(Event.DEADLINE if expired else Event.STOPPED)
             await self._do(closing)
 
+    async def _close_exchange(self) -> None:
+        """Leave the exchange: its lease and child exchange, if it still holds them."""
+        if self._opening is not None:
+            self._opening.close()  # never awaited (the answer ended before it began), or done: nothing held
+        if self._exchange is not None:
+            await self._exchange.aclose()
+
     async def _respond(self) -> None:
         step = self._machine.step
         try:
-            # The exchange's first event read straight from it (nothing is pending before it).
-            first = self._events.take(await self._exchange.__anext__())
+            opening = self._opening
+            if opening is None:
+                exchange = self._exchange
+                assert exchange is not None
+                # The exchange's first event read straight from it (nothing is pending before it).
+                first = self._events.take(await exchange.__anext__())
+            else:
+                opened = await opening
+                if type(opened) is events.Final:  # the common shape: the opening left what it held
+                    first = opened
+                else:
+                    exchange = self._exchange = self._events.exchange = cast(Exchange, opened)
+                    first = self._events.take(await exchange.__anext__())
         except GatewayUnavailableError as exc:
             await self._do(step(Event.REFUSED), refusal=gateway_error_response(exc, self._request_id))
             return

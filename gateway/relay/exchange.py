@@ -96,27 +96,86 @@ class Relay:
             router, suspensions, tasks, self.catalog, settings, self, session_subscriptions
         )
 
-    async def exchange(
+    async def begin(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
-    ) -> AsyncGenerator[Emitted, None]:
+    ) -> events.Final | Emissions:
         """Run ``request`` on a child of the pool the router picks, through the steps of
-        ``gateway.relay.steps`` (in order; its plan for the client's era and the method)."""
+        ``gateway.relay.steps`` (in order; its plan for the client's era and the method): its
+        ``Final`` when the child answered with its reply alone and nothing went to the client
+        before it (the common shape: the lease and the child exchange are left already), else
+        the exchange's events, none read yet (``exchange`` for the same as one iterator).
+
+        Raises ``GatewayUnavailableError`` and ``Rejected`` as ``exchange`` raises them before
+        its first event. The common shape is a coroutine, not a generator: an async generator
+        made, registered with the loop, resumed and closed (``GeneratorExit`` through the
+        holdings) costs a call about 2 µs (``bench/analysis.md``)."""
         plans, deps = PLANS[client.era], self.collaborators
         admission = Admission(Turn(request, client, headers, plans.get(request.method) or plans[None]))
-        streamed = False  # something went to the client already (a legacy session's roots question)
-        for when, act, ends in admission.turn.plan.before_child:
+        for index, (when, act, ends) in enumerate(admission.turn.plan.before_child):
             if when is None or when(deps, admission):
                 answer = await act(deps, admission)
                 if answer is not None:
-                    async with aclosing(answer):  # closed in this task
-                        async for message in answer:
+                    return self._after_answer(admission, answer, ends, index + 1)
+        return await self._on_child(admission, streamed=False)
+
+    async def exchange(
+        self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
+    ) -> AsyncGenerator[Emitted, None]:
+        """``begin``'s outcome as one iterator of events (a ``Final`` last)."""
+        begun = await self.begin(request, client, headers)
+        if type(begun) is events.Final:
+            yield begun
+            return
+        assert not isinstance(begun, events.Final)
+        async with aclosing(begun):
+            async for message in begun:
+                yield message
+
+    async def _after_answer(self, admission: Admission, answer: Emissions, ends: bool, following: int) -> Emissions:
+        """A step before the child answered (``answer``): its events, then (unless it ``ends``
+        the exchange) the steps from ``following`` on, and the child's part."""
+        deps, plan = self.collaborators, admission.turn.plan
+        streamed = False  # something went to the client already (a legacy session's roots question)
+        async with aclosing(answer):  # closed in this task
+            async for message in answer:
+                streamed = True
+                yield message
+        if ends:
+            return
+        for when, act, ends in plan.before_child[following:]:
+            if when is None or when(deps, admission):
+                more = await act(deps, admission)
+                if more is not None:
+                    async with aclosing(more):
+                        async for message in more:
                             streamed = True
                             yield message
                     if ends:
                         return
-        turn = admission.turn
-        request = turn.request
+        try:
+            rest = await self._on_child(admission, streamed=streamed)
+        except GatewayUnavailableError as exc:
+            if not streamed:
+                raise
+            yield events.Final(response(admission.turn.request.id, error=exc.error_object()))
+            return
+        if type(rest) is events.Final:
+            yield rest
+            return
+        assert not isinstance(rest, events.Final)
+        async with aclosing(rest):
+            async for message in rest:
+                yield message
+
+    async def _on_child(self, admission: Admission, *, streamed: bool) -> events.Final | Emissions:
+        """The lease, the steps on the child, the child exchange: the ``Final`` when it is
+        known before anything streams (the holdings left here), else the events to come (the
+        holdings theirs: ``_handed``). ``streamed``: something went to the client already."""
+        deps, turn = self.collaborators, admission.turn
+        request, client, headers = turn.request, turn.client, turn.headers
+        stack = Holdings()
         on: Leased | None = None
+        handed = False
         try:
             pool = await self.router.pool_for(
                 client.principal,
@@ -134,43 +193,56 @@ class Relay:
             if ended is not None:
                 await ended.closed.wait()
             # The holdings own the lease and the child exchange, so that a parked MRTR call keeps both.
-            async with Holdings() as stack:
-                # A request that may ask waits for a child where its questions can only be its own.
-                lease = pool.lease(client.affinity(), client.charged, request.method, tool)  # 503 / 429 propagate
-                if client.span is None:
-                    child = await stack.enter(lease)
-                else:
-                    child = await timed(client.span.queue_wait(pool.label), stack.enter(lease))
-                client.bind(child, pool)
-                if admission.roots is not None and client.era is Era.MODERN and self.listens is not None:
-                    # Before the call reaches the child: its client's listens subscribe there first.
-                    await self.listens.follow_call(self.router, client, headers or {}, pool, child)
-                info = child.info
-                assert info is not None
-                on = Leased(turn, pool, tool, child, info, stack)
-                for on_when, on_act, _ in turn.plan.on_child:
-                    if on_when is None or on_when(deps, on):
-                        answer = await on_act(deps, on)
-                        if answer is not None:
-                            async with aclosing(answer):
-                                async for message in answer:
-                                    yield message
-                            return
-                running = await open_call(deps, on, turn)
-                if not isinstance(running, Running):
-                    yield running
-                    return
-                if isinstance(await running.ex.first_sign(), Reply):
-                    # The common shape: the child's reply with nothing before it, so no run to
-                    # drive (no loop over the child's items): the steps on the reply at once.
-                    running.reply = running.ex.reply()
-                    answered = self._on_reply(running)
-                    if isinstance(answered, events.Final):
-                        yield answered
-                        return
-                    driven = answered
-                else:
-                    driven = self.run(running)
+            # A request that may ask waits for a child where its questions can only be its own.
+            lease = pool.lease(client.affinity(), client.charged, request.method, tool)  # 503 / 429 propagate
+            if client.span is None:
+                child = await stack.enter(lease)
+            else:
+                child = await timed(client.span.queue_wait(pool.label), stack.enter(lease))
+            client.bind(child, pool)
+            if admission.roots is not None and client.era is Era.MODERN and self.listens is not None:
+                # Before the call reaches the child: its client's listens subscribe there first.
+                await self.listens.follow_call(self.router, client, headers or {}, pool, child)
+            info = child.info
+            assert info is not None
+            on = Leased(turn, pool, tool, child, info, stack)
+            for on_when, on_act, _ in turn.plan.on_child:
+                if on_when is None or on_when(deps, on):
+                    answer = await on_act(deps, on)
+                    if answer is not None:
+                        handed = True
+                        return self._handed(on, answer, streamed)
+            running = await open_call(deps, on, turn)
+            if not isinstance(running, Running):
+                return running
+            if isinstance(await running.ex.first_sign(), Reply):
+                # The common shape: the child's reply with nothing before it, so no run to
+                # drive (no loop over the child's items): the steps on the reply at once.
+                running.reply = running.ex.reply()
+                answered = self._on_reply(running)
+                if isinstance(answered, events.Final):
+                    return answered
+                driven = answered
+            else:
+                driven = self.run(running)
+            handed = True
+            return self._handed(on, driven, streamed)
+        except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
+            return self._child_failed(request, client, exc)
+        finally:
+            if not handed:
+                try:
+                    await stack.aclose()
+                finally:
+                    if on is not None and on.child_span is not None:  # the answer ended before the child's reply
+                        on.child_span.end()
+
+    async def _handed(self, on: Leased, driven: Emissions, streamed: bool) -> Emissions:
+        """The events of a call that streams (or parks): ``driven``'s, its holdings
+        (``on.stack``: the lease and the child exchange) left when it ends or is closed."""
+        request, client = on.turn.request, on.turn.client
+        try:
+            async with on.stack:
                 try:
                     async for message in driven:
                         streamed = True
@@ -182,17 +254,20 @@ class Relay:
                 raise  # answered by the HTTP edge: 503 or 429, with Retry-After
             # The answer's stream is open already: the refusal is its last message (issue #36).
             yield events.Final(response(request.id, error=exc.error_object()))
-        except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
-            if client.era is Era.MODERN and request.method == "server/discover":
-                # The probe succeeds and the next request carries the reason (bridge.unavailable_discover).
-                about = {"name": self.router.server.name, "version": self.gateway_version}
-                result = bridge.unavailable_discover(exc.error_object(), about)
-                yield events.Final(response(request.id, result=result))
-                return
-            yield events.Final(response(request.id, error=exc.error_object()))
+        except ChildError as exc:
+            yield self._child_failed(request, client, exc)
         finally:
-            if on is not None and on.child_span is not None:  # the answer ended before the child's reply
-                on.child_span.end()  # (left, parked, a task)
+            if on.child_span is not None:  # the answer ended before the child's reply
+                on.child_span.end()
+
+    def _child_failed(self, request: Request, client: ClientContext, exc: ChildError) -> events.Final:
+        """The client's final message when the child cannot start or keeps dying."""
+        if client.era is Era.MODERN and request.method == "server/discover":
+            # The probe succeeds and the next request carries the reason (bridge.unavailable_discover).
+            about = {"name": self.router.server.name, "version": self.gateway_version}
+            result = bridge.unavailable_discover(exc.error_object(), about)
+            return events.Final(response(request.id, result=result))
+        return events.Final(response(request.id, error=exc.error_object()))
 
     def drive(self, call: Call, request: Request, client: ClientContext) -> AsyncGenerator[Emitted]:
         """A call's events after its child exchange has begun (what a task's run consumes)."""
