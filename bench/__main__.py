@@ -3,7 +3,8 @@
     python -m bench                 # the targets (~3 minutes): medians of 3, peers when installed
     python -m bench --quick         # the same rows from one shorter repetition (~1 minute)
     python -m bench --only load     # some groups only: load (C = 64, both eras, bearer auth,
-                                    #   peers, ceiling), c1, stream, memory (comma-separated)
+                                    #   peers, ceiling), c1 (floor, gateway, peers), stream,
+                                    #   memory (comma-separated)
     python -m bench --profile       # also py-spy the gateway at C = 64 and print the top frames
     python -m bench --markdown      # also write docs/benchmarks.md from this run
     python -m bench --only profile --save-before   # keep a profile as the page's "before"

@@ -13,7 +13,9 @@ Groups, each with its own server processes (``--only`` picks some):
   The gateway's CPU is read from ``/proc`` just before the first call and after the last
   answer, so ``CPU µs/call`` excludes session setup.
 * ``c1`` — C = 1 p50 of the gateway (both eras) against the stdio floor: the same loop
-  over one pipe to the echo server (``bench/floor.py``), no HTTP.
+  over one pipe to the echo server (``bench/floor.py``), no HTTP; and of every installed
+  peer, both eras, to compare overheads over the floor (issue #42). As in ``load``, each
+  repetition measures every server in turn (floor, gateway, peers) with the others paused.
 * ``stream`` — one modern call whose child writes 2,000 progress notifications flat out.
 * ``memory`` — gateway RSS after a run of requests (both eras), then with 1,000 SSE
   streams held open at once.
@@ -25,7 +27,8 @@ The verdicts and the tables are ``bench.verdicts``; this module only measures.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +47,10 @@ TOKEN = "bench-token-0f3c9a7e5d1b2468"
 AUTH_HEADERS = {"authorization": f"Bearer {TOKEN}"}
 GROUPS = ("load", "c1", "stream", "memory")
 """What ``--only`` can pick; ``profile`` runs when asked for (``--profile``)."""
+C1_WARM_CALLS = 20
+"""Calls each server gets at C = 1 in each era before the C = 1 runs (tool lists, children)."""
+C1_MAX_SECONDS = 10.0
+"""A C = 1 run stops sending after this (supergateway spawns a child per modern request)."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,9 @@ class TargetResults:
     servers: dict[str, Server] = field(default_factory=dict)
     c1: dict[str, Row] = field(default_factory=dict)
     """``floor (pipe)`` and the gateway's ``modern`` and ``legacy`` rows at C = 1."""
+    c1_peers: dict[str, Server] = field(default_factory=dict)
+    """Every peer at C = 1 when ``plan.peers``, as in the load group (``problem``,
+    ``unsupported``, ``runs`` per era)."""
     stream: StreamNumbers | None = None
     flood: scenarios.StreamResult | None = None
     """One run of ``flood_steps`` progress with a log message every ``flood_log_every``."""
@@ -170,6 +180,19 @@ class TargetResults:
     load_average: tuple[str, str] = ("?", "?")
     """``/proc/loadavg``'s 1-minute figure before and after the run."""
     seconds: float = 0.0
+
+
+@contextmanager
+def paused(services: Iterable[Service]) -> Iterator[None]:
+    """The servers not being measured, stopped (SIGSTOP) for the time of a measurement."""
+    stopped = list(services)
+    for service in stopped:
+        service.pause()
+    try:
+        yield
+    finally:
+        for service in stopped:
+            service.resume()
 
 
 def load_average() -> str:
@@ -205,6 +228,18 @@ class TargetRun:
 
     # -- load at C = 64 -------------------------------------------------------------------
 
+    def _add_peers(self, servers: dict[str, Server], services: dict[str, Service]) -> None:
+        """Every peer as a ``Server`` (``plan.peers``); those installed get a ``Service`` too."""
+        if not self.plan.peers:
+            return
+        for name, make in procs.PEER_SERVICES.items():
+            servers[name] = Server(name, ERAS)
+            peer = make(self.log_dir)
+            if peer is None:
+                servers[name].problem = "not installed (run bench/install-peers.sh)"
+            else:
+                services[name] = peer
+
     def _start(self, server: Server, service: Service) -> bool:
         try:
             service.start()
@@ -229,14 +264,7 @@ class TargetRun:
             GATEWAY_AUTH: Server(GATEWAY_AUTH, ERAS),
             CEILING: Server(CEILING, ("modern",)),
         }
-        if plan.peers:
-            for name, make in procs.PEER_SERVICES.items():
-                servers[name] = Server(name, ERAS)
-                peer = make(log)
-                if peer is None:
-                    servers[name].problem = "not installed (run bench/install-peers.sh)"
-                else:
-                    services[name] = peer
+        self._add_peers(servers, services)
         self.results.servers = servers
         self.say(f"load: C = {plan.concurrency}, {plan.reps} repetition(s): {', '.join(servers)}")
         live: dict[str, Service] = {}
@@ -245,7 +273,7 @@ class TargetRun:
                 if self._start(servers[name], service):
                     live[name] = service
             for name, service in live.items():
-                self._probe(servers[name], service)
+                self._probe(servers[name], service, plan.concurrency)
             self._load_reps(servers, live)
             for name, service in live.items():
                 servers[name].rss_mb = scenarios.mb(service.rss_bytes())
@@ -254,7 +282,9 @@ class TargetRun:
             for service in live.values():
                 service.stop()
 
-    def _probe(self, server: Server, service: Service) -> None:
+    def _probe(self, server: Server, service: Service, concurrency: int, calls: int = 5) -> None:
+        """Mark each era ``server`` does not serve; warm the others with ``calls`` per client
+        at ``concurrency``, the concurrency they are measured at."""
         headers = AUTH_HEADERS if server.name == GATEWAY_AUTH else None
         if headers is not None and run(probe(service.port, "modern")) is None:
             raise RuntimeError(f"{server.name} answered a call without its token: the auth rows would measure nothing")
@@ -264,8 +294,11 @@ class TargetRun:
                 server.unsupported[era] = problem
                 self.say(f"  {server.name} {era}: not supported ({problem})")
             else:  # warm, at the measured concurrency: tool lists fetched, children started, buffers grown
-                warm = self.plan.concurrency
-                run(http_load(service.port, era=era, concurrency=warm, calls=5, max_seconds=5, headers=headers))
+                run(
+                    http_load(
+                        service.port, era=era, concurrency=concurrency, calls=calls, max_seconds=5, headers=headers
+                    )
+                )
 
     def _load_reps(self, servers: dict[str, Server], live: dict[str, Service]) -> None:
         plan = self.plan
@@ -277,9 +310,7 @@ class TargetRun:
                     if era in server.unsupported:
                         continue
                     others = [other for other_name, other in live.items() if other_name != name]
-                    for other in others:
-                        other.pause()
-                    try:
+                    with paused(others):
                         result = run(
                             http_load(
                                 service.port,
@@ -291,9 +322,6 @@ class TargetRun:
                                 cpu_clock=service.cpu_seconds,
                             )
                         )
-                    finally:
-                        for other in others:
-                            other.resume()
                     server.runs.setdefault(era, []).append(Row.of(result))
                     answered = result.answered
                     per_call = result.cpu_seconds / answered * 1e6 if result.cpu_seconds and answered else 0.0
@@ -309,34 +337,76 @@ class TargetRun:
     # -- C = 1 against the floor ----------------------------------------------------------------
 
     def c1(self) -> None:
+        """The floor, the gateway's two eras, then each live peer's eras, one client, every
+        repetition; whichever server is measured, the others are paused (as in ``load``)."""
         plan = self.plan
         gateway = procs.gateway("gateway-c1", self.log_dir)
         runs: dict[str, list[Row]] = {FLOOR: [], "modern": [], "legacy": []}
-        self.say(f"C = 1: {plan.c1_calls} calls, gateway vs the stdio floor, {plan.reps} repetition(s)")
-        with gateway.start():
+        peers: dict[str, Server] = {}
+        services: dict[str, Service] = {}
+        self._add_peers(peers, services)
+        self.results.c1_peers = peers
+        versus = f"gateway and {len(peers)} peer(s)" if peers else "gateway"
+        self.say(f"C = 1: {plan.c1_calls} calls, {versus} vs the stdio floor, {plan.reps} repetition(s)")
+        live: dict[str, Service] = {GATEWAY: gateway}
+        try:
+            gateway.start()
             gateway.wait_ready()
+            for name, service in services.items():
+                if self._start(peers[name], service):
+                    live[name] = service
             for era in ERAS:
-                run(http_load(gateway.port, era=era, concurrency=1, calls=20, max_seconds=5))
+                run(http_load(gateway.port, era=era, concurrency=1, calls=C1_WARM_CALLS, max_seconds=5))
+            for name, service in live.items():
+                if name != GATEWAY:
+                    self._probe(peers[name], service, 1, C1_WARM_CALLS)
             for _ in range(plan.reps):
-                floor = run(floor_load(procs.echo_command(), concurrency=1, calls=plan.c1_calls, max_seconds=10))
+                with paused(live.values()):
+                    floor = run(
+                        floor_load(procs.echo_command(), concurrency=1, calls=plan.c1_calls, max_seconds=C1_MAX_SECONDS)
+                    )
                 runs[FLOOR].append(Row.of(floor))
                 for era in ERAS:
-                    result = run(
-                        http_load(
-                            gateway.port,
-                            era=era,
-                            concurrency=1,
-                            calls=plan.c1_calls,
-                            max_seconds=10,
-                            cpu_clock=gateway.cpu_seconds,
-                        )
-                    )
-                    runs[era].append(Row.of(result))
+                    runs[era].append(self._c1_run(gateway, era, live))
                 self.say(
                     f"  p50 floor {runs[FLOOR][-1].p50_ms:.3f} ms, gateway modern {runs['modern'][-1].p50_ms:.3f} ms, "
                     f"legacy {runs['legacy'][-1].p50_ms:.3f} ms"
                 )
+                for name, service in live.items():
+                    if name == GATEWAY:
+                        continue
+                    server = peers[name]
+                    for era in server.eras:
+                        if era in server.unsupported:
+                            continue
+                        found = self._c1_run(service, era, live)
+                        server.runs.setdefault(era, []).append(found)
+                        wrong = found.wrong_answers
+                        self.say(
+                            f"  {name:22} {era:6} p50 {found.p50_ms:7.3f} ms "
+                            f"({found.p50_ms - runs[FLOOR][-1].p50_ms:+.3f} over the floor)  errors {found.errors}"
+                            + (f"  WRONG ANSWERS {wrong:,} of {found.calls:,}" if wrong else "")
+                            + ("  (capped)" if found.capped else "")
+                        )
+        finally:
+            for service in live.values():
+                service.stop()
         self.results.c1 = {name: Row.median(rows) for name, rows in runs.items()}
+
+    def _c1_run(self, service: Service, era: str, live: dict[str, Service]) -> Row:
+        """One C = 1 run of ``plan.c1_calls`` calls on ``service``, every other live server paused."""
+        with paused(other for other in live.values() if other is not service):
+            result = run(
+                http_load(
+                    service.port,
+                    era=era,
+                    concurrency=1,
+                    calls=self.plan.c1_calls,
+                    max_seconds=C1_MAX_SECONDS,
+                    cpu_clock=service.cpu_seconds,
+                )
+            )
+        return Row.of(result)
 
     # -- streaming -------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from importlib import metadata
 from bench import procs
 from bench.load import Row
 from bench.report import gateway_revision, table
-from bench.targets import CEILING, FLOOR, GATEWAY, GATEWAYS, TargetResults, load_average
+from bench.targets import C1_MAX_SECONDS, CEILING, FLOOR, GATEWAY, GATEWAYS, TargetResults, load_average
 
 PEER_FACTOR = 3.0
 """The gateway's req/s at C = 64 over the best peer's, in the same era."""
@@ -27,6 +27,8 @@ CPU_BUDGET_US = 150.0
 """The gateway process's CPU per call at C = 64."""
 C1_GAP_MS = 0.3
 """C = 1 p50 over the stdio floor's."""
+C1_PEER_SHARE = 0.5
+"""The gateway's C = 1 overhead (p50 over the floor's) as a share of the best correct peer's."""
 STEADY_MB = 80.0
 STREAMS_MB = 200.0
 PROFILE_BEFORE = procs.BENCH / "profile-before.md"
@@ -155,6 +157,43 @@ def load_verdicts(results: TargetResults) -> list[Verdict]:
     return out
 
 
+def c1_peer_row(results: TargetResults, name: str, era: str) -> Row | None:
+    server = results.c1_peers.get(name)
+    return server.row(era) if server is not None else None
+
+
+def c1_faults(row: Row) -> list[str]:
+    """Why a C = 1 row may not be compared: its wrong answers, its errors (none: it may)."""
+    return [why for why, found in (("wrong answers", row.wrong), ("errors", row.errors)) if found]
+
+
+def c1_left_out(results: TargetResults, era: str) -> list[str]:
+    """The peers measured at C = 1 in ``era`` that are not compared, each with why."""
+    found = []
+    for name in results.c1_peers:
+        row = c1_peer_row(results, name, era)
+        if row is not None and (faults := c1_faults(row)):
+            found.append(f"{name} ({', '.join(faults)})")
+    return found
+
+
+def c1_best_peer(results: TargetResults, era: str) -> tuple[str, float] | None:
+    """The peer with the smallest C = 1 overhead over the floor (p50 − the floor's p50) in
+    ``era``, among those whose every answer was right, without errors."""
+    floor = results.c1.get(FLOOR)
+    if floor is None or not floor.ok:
+        return None
+    best: tuple[str, float] | None = None
+    for name in results.c1_peers:
+        row = c1_peer_row(results, name, era)
+        if row is None or not row.ok or c1_faults(row) or math.isnan(row.p50_ms):
+            continue
+        overhead = row.p50_ms - floor.p50_ms
+        if best is None or overhead < best[1]:
+            best = (name, overhead)
+    return best
+
+
 def c1_verdicts(results: TargetResults) -> list[Verdict]:
     out = []
     floor = results.c1.get(FLOOR)
@@ -163,14 +202,37 @@ def c1_verdicts(results: TargetResults) -> list[Verdict]:
         goal = f"≤ floor + {C1_GAP_MS:g} ms"
         if row is None or floor is None or not row.ok:
             out.append(Verdict(f"C = 1, {era}: p50", "–", goal, None))
-            continue
-        gap = row.p50_ms - floor.p50_ms
-        measured = f"{row.p50_ms:.3f} ms = floor {floor.p50_ms:.3f} {gap:+.3f} ms"
-        if row.wrong:
-            measured += f"; {row.answers_line()}"
-        met = at_most(gap, C1_GAP_MS) and row.errors == 0 and not row.wrong
-        out.append(Verdict(f"C = 1, {era}: p50", measured, goal, met))
+        else:
+            gap = row.p50_ms - floor.p50_ms
+            measured = f"{row.p50_ms:.3f} ms = floor {floor.p50_ms:.3f} {gap:+.3f} ms"
+            if row.wrong:
+                measured += f"; {row.answers_line()}"
+            met = at_most(gap, C1_GAP_MS) and row.errors == 0 and not row.wrong
+            out.append(Verdict(f"C = 1, {era}: p50", measured, goal, met))
+        out.append(_c1_peer_verdict(results, era))
     return out
+
+
+def _c1_peer_verdict(results: TargetResults, era: str) -> Verdict:
+    """The gateway's overhead over the floor against half the best correct peer's (issue #42)."""
+    name = f"C = 1, {era}: overhead vs the best correct peer"
+    goal = "≤ ½ the best correct peer's"
+    floor = results.c1.get(FLOOR)
+    row = results.c1.get(era)
+    left_out = c1_left_out(results, era)
+    aside = f"; not compared: {', '.join(left_out)}" if left_out else ""
+    if row is None or floor is None or not row.ok or not floor.ok:
+        return Verdict(name, "–" + aside, goal, None)
+    if faults := c1_faults(row):
+        return Verdict(name, f"n/a: {' and '.join(faults)}" + aside, goal, False)
+    peer = c1_best_peer(results, era)
+    if peer is None:
+        return Verdict(name, ("no correct peer measured" if left_out else "no peer measured") + aside, goal, None)
+    mine = row.p50_ms - floor.p50_ms
+    theirs = peer[1]
+    share = f" ({mine / theirs:.2f}× its overhead)" if theirs > 0 else ""
+    measured = f"{mine:+.3f} ms vs {peer[0]} {theirs:+.3f} ms{share}{aside}"
+    return Verdict(name, measured, goal, at_most(mine, C1_PEER_SHARE * theirs))
 
 
 def stream_verdicts(results: TargetResults) -> list[Verdict]:
@@ -324,12 +386,42 @@ def answers_section(results: TargetResults) -> str:
 
 
 def c1_table(results: TargetResults) -> str:
+    """The floor, the gateway's eras and every peer's at C = 1; ``over floor`` is a row's p50
+    minus the floor's, the overhead the half-overhead target compares."""
     names = {FLOOR: FLOOR, "modern": "gateway, modern", "legacy": "gateway, legacy"}
-    rows = [
-        [names[key], fmt(row.rps), fmt(row.p50_ms, 3), fmt(row.p99_ms, 3), str(row.errors), fmt(cpu_us(row))]
-        for key, row in results.c1.items()
+    floor = results.c1.get(FLOOR)
+    rows = [_c1_cells(names[key], row, None if key == FLOOR else floor) for key, row in results.c1.items()]
+    for name, server in results.c1_peers.items():
+        if server.problem is not None:
+            rows.append([name, server.problem, "", "", "", "", "", ""])
+            continue
+        for era in server.eras:
+            if era in server.unsupported:
+                rows.append([f"{name}, {era}", f"not supported: {_cell(server.unsupported[era])[:90]}"] + [""] * 6)
+                continue
+            row = server.row(era)
+            if row is not None:
+                rows.append(_c1_cells(f"{name}, {era}", row, floor, compared=not c1_faults(row)))
+    header = ["path", "req/s", "p50 ms", "over floor", "p99 ms", "errors", "answers right", "CPU µs/call"]
+    return table(header, rows)
+
+
+def _c1_cells(path: str, row: Row, floor: Row | None, compared: bool = True) -> list[str]:
+    """One C = 1 row; ``floor`` None for the floor's own (nothing over it)."""
+    over = ""
+    if floor is not None and not math.isnan(row.p50_ms) and not math.isnan(floor.p50_ms):
+        over = f"{row.p50_ms - floor.p50_ms:+.3f} ms" + ("" if compared else " (not compared)")
+    errors = str(row.errors) + (f" ({_cell(row.first_error[:50])})" if row.errors and row.first_error else "")
+    return [
+        path,
+        fmt(row.rps) + (" (capped)" if row.capped else ""),
+        fmt(row.p50_ms, 3),
+        over,
+        fmt(row.p99_ms, 3),
+        errors,
+        f"{row.ok:,}/{row.calls:,}",
+        fmt(cpu_us(row)),
     ]
-    return table(["path", "req/s", "p50 ms", "p99 ms", "errors", "CPU µs/call"], rows)
 
 
 def terminal(results: TargetResults) -> str:
@@ -453,10 +545,17 @@ def page(results: TargetResults, command: str) -> str:
         )
         sections.append("### Answers checked\n\n" + answers_section(results))
     if results.c1:
+        title = "the gateway and the peers" if results.c1_peers else "the gateway"
         sections.append(
-            "## C = 1: the gateway against the stdio floor\n\n"
+            f"## C = 1: {title} against the stdio floor\n\n"
             "The floor drives the same echo server over one pipe with no HTTP "
-            f"(`bench/floor.py`); {plan.c1_calls} calls per run.\n\n" + c1_table(results)
+            f"(`bench/floor.py`); {plan.c1_calls} calls per run, one client. Each repetition "
+            "measures the floor, the gateway's two eras and then every installed peer's (started "
+            "as in the load group, warmed at C = 1), each server with the others paused; a run "
+            f"stops sending after {C1_MAX_SECONDS:g} s (*capped*). `over floor` is a row's p50 "
+            "minus the floor's: the overhead the gateway must keep at or under half the best "
+            "correct peer's. A peer with any wrong answer or error is shown but not compared "
+            "(`not compared`), and is no best peer.\n\n" + c1_table(results)
         )
     if results.memory is not None:
         m = results.memory

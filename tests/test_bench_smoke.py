@@ -127,13 +127,20 @@ def test_the_tiny_run_of_the_other_groups_delivers_every_notification_and_stream
     labels = target_labels(text)
     assert list(labels) == [
         "C = 1, modern: p50",
+        "C = 1, modern: overhead vs the best correct peer",
         "C = 1, legacy: p50",
+        "C = 1, legacy: overhead vs the best correct peer",
         "streaming: 50 progress written flat out",
         "streaming: 200 progress + 20 log messages flat out",
         "memory: gateway RSS steady",
         "memory: gateway RSS, 20 streams open",
     ]
-    assert all(label in ("PASS", "MISS") for label in labels.values()), labels
+    # No peers in a tiny run: the peer comparisons are shown, n/a; everything else was measured.
+    versus_peers = [name for name in labels if name.endswith("overhead vs the best correct peer")]
+    assert all(labels[name] == "n/a" for name in versus_peers), labels
+    assert "| no peer measured |" in text
+    assert all(label in ("PASS", "MISS") for name, label in labels.items() if name not in versus_peers), labels
+    assert "## C = 1: the gateway against the stdio floor" in text  # no peer rows in its table
     # Correctness, not speed: every notification, the result and every held stream arrived.
     assert labels["streaming: 50 progress written flat out"] == "PASS"
     assert labels["streaming: 200 progress + 20 log messages flat out"] == "PASS"
@@ -219,6 +226,104 @@ def test_c1_passes_within_three_tenths_of_a_millisecond_of_the_floor() -> None:
     assert found["C = 1, modern: p50"].passed is True
     assert found["C = 1, legacy: p50"].passed is False
     assert "+0.310 ms" in found["C = 1, legacy: p50"].measured
+
+
+def c1_peer(name: str, modern_p50: float | None, legacy_p50: float | None, **faults: int) -> Server:
+    """A peer's C = 1 rows (1,000 calls each; ``wrong``/``errors``: that many in both eras)."""
+    found = Server(name, ("modern", "legacy"))
+    wrong = {OTHER_CLIENT: faults["wrong"]} if faults.get("wrong") else {}
+    for era, p50 in (("modern", modern_p50), ("legacy", legacy_p50)):
+        if p50 is not None:
+            ok = 1_000 - faults.get("wrong", 0)
+            found.runs[era] = [Row(900, p50, 2 * p50, ok=ok, errors=faults.get("errors", 0), wrong=wrong)]
+    return found
+
+
+def c1_results(modern: float, legacy: float, *peers: Server) -> TargetResults:
+    """C = 1 with the floor at 0.1 ms p50 and the gateway's eras at ``modern`` and ``legacy``."""
+    measured = TargetResults(DEFAULT_PLAN, ("c1",))
+    measured.c1 = {
+        FLOOR: row(10_000, p50_ms=0.1),
+        "modern": row(4_000, p50_ms=modern),
+        "legacy": row(4_000, p50_ms=legacy),
+    }
+    measured.c1_peers = {peer.name: peer for peer in peers}
+    return measured
+
+
+def test_c1_overhead_passes_at_half_the_best_correct_peers_and_misses_above() -> None:
+    # Over the floor: the gateway 0.15 (modern) and 0.16 (legacy); the best peer 0.3, a weaker one 0.5.
+    measured = c1_results(0.25, 0.26, c1_peer("weak", 0.6, 0.6), c1_peer("ContextForge", 0.4, 0.4))
+    assert verdicts.c1_best_peer(measured, "modern") == ("ContextForge", pytest.approx(0.3))
+    found = by_target(verdicts.verdicts(measured))
+    modern = found["C = 1, modern: overhead vs the best correct peer"]
+    assert modern.passed is True  # exactly half
+    assert modern.measured == "+0.150 ms vs ContextForge +0.300 ms (0.50× its overhead)"
+    assert modern.goal == "≤ ½ the best correct peer's"
+    legacy = found["C = 1, legacy: overhead vs the best correct peer"]
+    assert legacy.passed is False  # 0.16 > 0.15
+    assert "(0.53× its overhead)" in legacy.measured
+    assert found["C = 1, legacy: p50"].passed is True  # the floor + 0.3 ms rows stay as they were
+    below = by_target(verdicts.verdicts(c1_results(0.2, 0.2, c1_peer("ContextForge", 0.4, 0.4))))
+    assert below["C = 1, modern: overhead vs the best correct peer"].passed is True
+    labels = [v.target for v in verdicts.verdicts(measured)]
+    assert labels == [
+        "C = 1, modern: p50",
+        "C = 1, modern: overhead vs the best correct peer",
+        "C = 1, legacy: p50",
+        "C = 1, legacy: overhead vs the best correct peer",
+    ]
+
+
+def test_a_c1_peer_with_a_wrong_answer_or_an_error_is_never_the_best_one() -> None:
+    measured = c1_results(
+        0.25,
+        0.25,
+        c1_peer("ContextForge", 0.11, 0.11, wrong=1),
+        c1_peer("supergateway", 0.12, 0.12, errors=1),
+        c1_peer("mcp-proxy (npm)", 0.4, 0.4),
+    )
+    assert verdicts.c1_best_peer(measured, "modern") == ("mcp-proxy (npm)", pytest.approx(0.3))
+    found = by_target(verdicts.verdicts(measured))["C = 1, modern: overhead vs the best correct peer"]
+    assert found.passed is True  # half of mcp-proxy's 0.3, not a tenth of the faster, faulty ones'
+    assert found.measured.startswith("+0.150 ms vs mcp-proxy (npm) +0.300 ms")
+    assert found.measured.endswith("; not compared: ContextForge (wrong answers), supergateway (errors)")
+    only_faulty = c1_results(0.25, 0.25, c1_peer("ContextForge", 0.11, 0.11, wrong=3, errors=2))
+    found = by_target(verdicts.verdicts(only_faulty))["C = 1, legacy: overhead vs the best correct peer"]
+    assert (found.passed, found.label) == (None, "n/a")
+    assert found.measured == "no correct peer measured; not compared: ContextForge (wrong answers, errors)"
+
+
+def test_c1_overhead_without_peers_is_not_measured_and_a_faulty_gateway_misses() -> None:
+    alone = by_target(verdicts.verdicts(c1_results(0.25, 0.25)))
+    for era in ("modern", "legacy"):
+        found = alone[f"C = 1, {era}: overhead vs the best correct peer"]
+        assert (found.measured, found.passed) == ("no peer measured", None)
+    measured = c1_results(0.2, 0.2, c1_peer("mcp-proxy (npm)", 0.4, 0.4))
+    measured.c1["modern"] = Row(4_000, 0.2, 0.4, ok=999, errors=0, wrong={OTHER_CALL: 1})
+    found = by_target(verdicts.verdicts(measured))["C = 1, modern: overhead vs the best correct peer"]
+    assert (found.measured, found.passed) == ("n/a: wrong answers", False)
+
+
+def test_the_c1_table_has_a_row_per_peer_and_era_with_its_answers_and_overhead() -> None:
+    missing = Server("supergateway", ("modern", "legacy"), problem="not installed (run bench/install-peers.sh)")
+    partial = c1_peer("mcp-proxy (PyPI)", None, 0.5)
+    partial.unsupported["modern"] = "HTTP 400"
+    crossing = c1_peer("ContextForge", 0.35, 0.36, wrong=2)
+    measured = c1_results(0.25, 0.26, missing, partial, crossing)
+    lines = verdicts.c1_table(measured).splitlines()
+    assert lines[0] == "| path | req/s | p50 ms | over floor | p99 ms | errors | answers right | CPU µs/call |"
+    assert lines[2] == "| floor (pipe) | 10,000 | 0.100 |  | 0.200 | 0 | 10,000/10,000 | – |"
+    assert lines[3] == "| gateway, modern | 4,000 | 0.250 | +0.150 ms | 0.500 | 0 | 4,000/4,000 | – |"
+    assert lines[5] == "| supergateway | not installed (run bench/install-peers.sh) |  |  |  |  |  |  |"
+    assert lines[6] == "| mcp-proxy (PyPI), modern | not supported: HTTP 400 |  |  |  |  |  |  |"
+    assert lines[7] == "| mcp-proxy (PyPI), legacy | 900 | 0.500 | +0.400 ms | 1.000 | 0 | 1,000/1,000 | – |"
+    assert lines[8] == "| ContextForge, modern | 900 | 0.350 | +0.250 ms (not compared) | 0.700 | 0 | 998/1,000 | – |"
+    assert len(lines) == 10
+    assert "| ContextForge, legacy |" in lines[9]
+    text = verdicts.page(measured, "python -m bench")
+    assert "## C = 1: the gateway and the peers against the stdio floor" in text
+    assert "\n".join(lines) in text
 
 
 @pytest.mark.parametrize(
