@@ -259,11 +259,35 @@ class LazyStream:
         self._feed(Event.SESSION_CANCEL_REPLY if reply else Event.SESSION_CANCEL)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        in_flight, legacy = self._in_flight, self._legacy
+        """The answer, in the request's task (one frame: each resumption of the call passes it)."""
+        in_flight, legacy, machine = self._in_flight, self._legacy, self._machine
         # Where a POSTed notifications/cancelled finds it, while it is answered (modern requests).
         key = in_flight.add(self._principal, self._request_id, self) if in_flight is not None else None
         try:
-            await self._answer(scope, receive, send)
+            watch = self._watch = Watch(scope, receive, machine.kind, self._feed)
+            if legacy is None:
+                self._writer = SseWriter(send)
+                if self._max_seconds is not None:
+                    watch.cancel_scope.deadline = anyio.current_time() + self._max_seconds
+            else:
+                send = _unless_gone(watch.hangup, send)
+                self._writer = SseWriter(send) if self._resumable is None else _PolledWriter(send, machine)
+                legacy.handle.attach(watch.cancel_scope, self._session_cancelled)  # may decide it at once
+            self._scope, self._receive, self._send = scope, receive, send
+            if machine.state is State.WAITING:  # not cancelled before it began
+                await watch.run(self._respond)
+            if machine.state in DECIDED and not self._closing:
+                # The usual end: nothing cancels this task here (the watch's scope is closed, the
+                # drain cancels only that), so closing the exchange (its lease) needs no shield.
+                await self._close_exchange()
+                return
+            with anyio.CancelScope(shield=True):
+                await self._close_exchange()
+                closing, self._closing = self._closing, ()
+                if machine.state in LIVE:  # stopped, and the machine was not told why
+                    expired = watch.cancel_scope.deadline <= anyio.current_time()
+                    closing += machine.step(Event.DEADLINE if expired else Event.STOPPED)
+                await self._do(closing)
         finally:
             # What told the machine (the watch, the session's handle) refers back to this
             # object: let go of it, so no cycle is left to the garbage collector.
@@ -274,33 +298,6 @@ class LazyStream:
             if key is not None:
                 assert in_flight is not None
                 in_flight.discard(key, self)
-
-    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
-        legacy, machine = self._legacy, self._machine
-        watch = self._watch = Watch(scope, receive, machine.kind, self._feed)
-        if legacy is None:
-            self._writer = SseWriter(send)
-            if self._max_seconds is not None:
-                watch.cancel_scope.deadline = anyio.current_time() + self._max_seconds
-        else:
-            send = _unless_gone(watch.hangup, send)
-            self._writer = SseWriter(send) if self._resumable is None else _PolledWriter(send, machine)
-            legacy.handle.attach(watch.cancel_scope, self._session_cancelled)  # may decide it at once
-        self._scope, self._receive, self._send = scope, receive, send
-        if machine.state is State.WAITING:  # not cancelled before it began
-            await watch.run(self._respond)
-        if machine.state in DECIDED and not self._closing:
-            # The usual end: nothing cancels this task here (the watch's scope is closed, the
-            # drain cancels only that), so closing the exchange (its lease) needs no shield.
-            await self._close_exchange()
-            return
-        with anyio.CancelScope(shield=True):
-            await self._close_exchange()
-            closing, self._closing = self._closing, ()
-            if machine.state in LIVE:  # stopped, and the machine was not told why
-                expired = watch.cancel_scope.deadline <= anyio.current_time()
-                closing += machine.step(Event.DEADLINE if expired else Event.STOPPED)
-            await self._do(closing)
 
     async def _close_exchange(self) -> None:
         """Leave the exchange: its lease and child exchange, if it still holds them."""
