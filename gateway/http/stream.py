@@ -57,7 +57,7 @@ from gateway.http.wire import error_response, gateway_error_response, rejection_
 from gateway.protocol.answer import AT_ONCE, DECIDED, LIVE, Action, Actions, Answer, Event, Kind, State
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.relay import events
-from gateway.relay.exchange import Rejected
+from gateway.relay.exchange import Answered, Begun, Rejected
 from gateway.relay.sessions import CancelHandle
 
 log = logging.getLogger("gateway.http")
@@ -67,7 +67,7 @@ PULLED_AHEAD = 64
 
 
 Exchange: TypeAlias = AsyncGenerator[events.Emitted, None]
-Opening: TypeAlias = Coroutine[Any, Any, "events.Final | Exchange"]
+Opening: TypeAlias = Coroutine[Any, Any, Begun]
 """``Relay.begin(...)``, not awaited yet: awaited in the answer's task, under its watch."""
 
 
@@ -205,7 +205,7 @@ class LazyStream:
         # An opening (``Relay.begin``) is awaited first; what it gives, if not the ``Final``, is
         # the exchange. None: none (yet, or left).
         self._opening: Opening | None = None
-        self._exchange: Exchange | None = None
+        self._exchange: Exchange | Answered | None = None
         if isinstance(exchange, CoroutineType):
             self._opening = exchange
         else:
@@ -289,6 +289,9 @@ class LazyStream:
                     closing += machine.step(Event.DEADLINE if expired else Event.STOPPED)
                 await self._do(closing)
         finally:
+            if type(self._exchange) is Answered:  # not left above (something raised): no finalizer would
+                with anyio.CancelScope(shield=True):
+                    await self._exchange.aclose()
             # What told the machine (the watch, the session's handle) refers back to this
             # object: let go of it, so no cycle is left to the garbage collector.
             self._watch = None
@@ -303,21 +306,25 @@ class LazyStream:
         """Leave the exchange: its lease and child exchange, if it still holds them."""
         if self._opening is not None:
             self._opening.close()  # never awaited (the answer ended before it began), or done: nothing held
-        if self._exchange is not None:
-            await self._exchange.aclose()
+        exchange, self._exchange = self._exchange, None
+        if exchange is not None:
+            await exchange.aclose()
 
     async def _respond(self) -> None:
         step = self._machine.step
         try:
             opening = self._opening
             if opening is None:
-                exchange = self._exchange
-                assert exchange is not None
+                given = self._events.exchange
+                assert given is not None
                 # The exchange's first event read straight from it (nothing is pending before it).
-                first = self._events.take(await exchange.__anext__())
+                first = self._events.take(await given.__anext__())
             else:
                 opened = await opening
-                if type(opened) is events.Final:  # the common shape: the opening left what it held
+                if type(opened) is Answered:  # the common shape: its holdings left once it is written
+                    self._exchange = opened
+                    first = opened.final
+                elif type(opened) is events.Final:  # known without the child's reply: nothing held
                     first = opened
                 else:
                     exchange = self._exchange = self._events.exchange = cast(Exchange, opened)

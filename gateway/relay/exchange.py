@@ -61,6 +61,33 @@ from gateway.relay.tasks import TaskStore
 from gateway.relay.translate import response as response
 from gateway.relay.turn import Admission, Collaborators, Emissions, Leased, Running, Turn
 
+
+class Answered:
+    """``Relay.begin``'s common shape: the client's final message, and the call's holdings
+    (its lease and child exchange), left by ``aclose`` once the answer is written: the child
+    is given back after the client has its answer, as a closed exchange gives it back."""
+
+    __slots__ = ("_on", "final")
+
+    def __init__(self, final: events.Final, on: Leased) -> None:
+        self.final = final
+        self._on: Leased | None = on
+
+    async def aclose(self) -> None:
+        """Leave the holdings (once; later calls do nothing)."""
+        on, self._on = self._on, None
+        if on is None:
+            return
+        try:
+            await on.stack.aclose()
+        finally:
+            if on.child_span is not None:
+                on.child_span.end()
+
+
+Begun = Answered | events.Final | Emissions
+"""What ``Relay.begin`` gives (see there)."""
+
 UNASKING_HANDSHAKE: Final = frozenset({"server/discover", "ping"})
 """Requests any child answers alike, whatever its client's capabilities: the usual pool serves
 them (no child is started for a capability set only to answer them)."""
@@ -98,13 +125,13 @@ class Relay:
 
     def begin(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
-    ) -> Coroutine[Any, Any, events.Final | Emissions]:
+    ) -> Coroutine[Any, Any, Begun]:
         """Run ``request`` on a child of the pool the router picks, through the steps of
         ``gateway.relay.steps`` (in order; its plan for the client's era and the method). The
-        coroutine returned, awaited, gives the ``Final`` when the child answered with its reply
-        alone and nothing went to the client before it (the common shape: the lease and the
-        child exchange are left already), else the exchange's events, none read yet
-        (``exchange`` gives the same as one iterator).
+        coroutine returned, awaited, gives ``Answered`` when the child answered with its reply
+        alone and nothing went to the client before it (the common shape), a ``Final`` when
+        the answer was known without the child's reply (nothing held any more), else the
+        exchange's events, none read yet (``exchange`` gives the same as one iterator).
 
         Awaiting it raises ``GatewayUnavailableError`` and ``Rejected`` as ``exchange`` raises
         them before its first event. The common shape is a coroutine, not a generator: an async
@@ -119,7 +146,7 @@ class Relay:
                 return self._from_step(admission, index)
         return self._on_child(admission, streamed=False)
 
-    async def _from_step(self, admission: Admission, index: int) -> events.Final | Emissions:
+    async def _from_step(self, admission: Admission, index: int) -> Begun:
         """The steps before the child from ``index`` on (whose predicate held), then the child's part."""
         deps, stages = self.collaborators, admission.turn.plan.before_child
         for at in range(index, len(stages)):
@@ -137,6 +164,12 @@ class Relay:
         begun = await self.begin(request, client, headers)
         if type(begun) is events.Final:
             yield begun
+            return
+        if isinstance(begun, Answered):
+            try:
+                yield begun.final
+            finally:
+                await begun.aclose()
             return
         assert not isinstance(begun, events.Final)
         async with aclosing(begun):
@@ -174,15 +207,22 @@ class Relay:
         if type(rest) is events.Final:
             yield rest
             return
+        if isinstance(rest, Answered):
+            try:
+                yield rest.final
+            finally:
+                await rest.aclose()
+            return
         assert not isinstance(rest, events.Final)
         async with aclosing(rest):
             async for message in rest:
                 yield message
 
-    async def _on_child(self, admission: Admission, *, streamed: bool) -> events.Final | Emissions:
-        """The lease, the steps on the child, the child exchange: the ``Final`` when it is
-        known before anything streams (the holdings left here), else the events to come (the
-        holdings theirs: ``_handed``). ``streamed``: something went to the client already."""
+    async def _on_child(self, admission: Admission, *, streamed: bool) -> Begun:
+        """The lease, the steps on the child, the child exchange: ``Answered`` for the child's
+        reply alone (the holdings its), a ``Final`` known without it (the holdings left here),
+        else the events to come (the holdings theirs: ``_handed``). ``streamed``: something
+        went to the client already."""
         deps, turn = self.collaborators, admission.turn
         request, client, headers = turn.request, turn.client, turn.headers
         stack = Holdings()
@@ -233,7 +273,8 @@ class Relay:
                 running.reply = running.ex.reply()
                 answered = self._on_reply(running)
                 if isinstance(answered, events.Final):
-                    return answered
+                    handed = True
+                    return Answered(answered, on)
                 driven = answered
             else:
                 driven = self.run(running)
