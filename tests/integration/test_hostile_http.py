@@ -243,6 +243,23 @@ async def test_a_request_head_that_never_ends_gets_408_after_the_header_timeout(
     assert said_nothing == b""  # closed: a connection that never started a request gets no answer
 
 
+async def test_a_kept_alive_connections_next_head_that_never_ends_gets_408_after_the_header_timeout() -> None:
+    # The first request's head is timed from the connection's accept; a later one's timer is
+    # armed only when its head is still incomplete after the bytes at hand (a whole head arms
+    # none): here it begins in one write, goes on in another and never ends.
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec(), http=SHORT) as url, await connect(port_of(url)) as conn:
+            await conn.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            first = await read_all(conn)
+            await conn.send(b"GET /healthz HTTP/1.1\r\n")
+            await conn.send(b"Host: 127.0.0.1\r\nX-Slow: a")
+            second = await read_all(conn)
+    assert first.startswith(b"HTTP/1.1 200 ")
+    head, _, body = second.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), second
+    assert "not received within 0.5 s" in orjson.loads(body)["error"]["message"]
+
+
 # -- row 3: slow bodies -------------------------------------------------------------------
 
 
