@@ -197,7 +197,7 @@ class McpEndpoint:
             return rejection_response(outcome)
         log = scope.setdefault("gateway.log", {})
         first = outcome.messages[0] if outcome.messages else None
-        log.update(era=outcome.era.value, method=getattr(first, "method", None) or "response")
+        log.update(era=str(outcome.era), method=getattr(first, "method", None) or "response")  # not .value: a property
         if isinstance(first, Request):
             note_request(log, first.id, first.params)
         if outcome.era is Era.MODERN:

@@ -370,10 +370,11 @@ class Dispatcher(Generic[C]):
         member.leases += 1
         member.served += 1
         member.last_used = now
-        member.principals[ticket.principal] += 1
+        principals, principal = member.principals, ticket.principal
+        principals[principal] = principals.get(principal, 0) + 1  # no Counter.__missing__ call
         if asking:
             member.asking_leases += 1
-            member.askers[ticket.principal] += 1
+            member.askers[principal] += 1
         member.exclusive = alone
         return Lease(member, ticket.principal, alone, asking)
 

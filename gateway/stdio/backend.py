@@ -129,8 +129,11 @@ class PipeWriter(ByteSendStream):
         writer = self._writer
         try:
             writer.write(item)
-            # Suspends only over the high-water mark (or closing); raises once the pipe is gone.
-            await writer.drain()
+            transport = writer.transport
+            if transport.get_write_buffer_size() or transport.is_closing():
+                # Suspends only over the high-water mark (or closing); raises once the pipe is
+                # gone. All written at once to an open pipe (the usual case): nothing to wait for.
+                await writer.drain()
         except (ConnectionResetError, BrokenPipeError, RuntimeError) as exc:
             # drain() raises the first two; uvloop's write() raises RuntimeError once closed
             raise anyio.BrokenResourceError from exc
