@@ -230,7 +230,7 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         self._head_timer = None
         if not self._in_head or self.transport.is_closing():
             return
-        if self._head_bytes == 0:  # an idle new connection (a pre-connect): just close it
+        if self._head_bytes == 0 and self._head_began is None:  # an idle new connection (a pre-connect): close it
             self.transport.close()
             return
         self._refuse(408, f"request headers not received within {self.header_timeout:g} s")

@@ -260,6 +260,22 @@ async def test_a_kept_alive_connections_next_head_that_never_ends_gets_408_after
     assert "not received within 0.5 s" in orjson.loads(body)["error"]["message"]
 
 
+async def test_a_pipelined_head_that_never_ends_gets_408_not_a_silent_close() -> None:
+    # Both requests in one write: the second's head begins after the first is complete (its
+    # bytes were counted with the first's) and never ends. It was closed as an idle connection.
+    with anyio.fail_after(20):
+        async with running_gateway(server_spec(), http=SHORT) as url, await connect(port_of(url)) as conn:
+            await conn.send(
+                b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: a"
+            )
+            first = await read_all(conn)
+            second = await read_all(conn)
+    assert first.startswith(b"HTTP/1.1 200 ")
+    head, _, body = second.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), second
+    assert "not received within 0.5 s" in orjson.loads(body)["error"]["message"]
+
+
 # -- row 3: slow bodies -------------------------------------------------------------------
 
 
