@@ -93,13 +93,46 @@ def _iso_time(created: float) -> str:
     return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
 
 
+LINE_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The text lines' format (``--log-format text``)."""
+_LINE: Final = "%s %s %s: %s"
+"""``LINE_FORMAT`` with its fields given in order: the same conversions (``%s``), the same text."""
+
+
 class TextFormatter(logging.Formatter):
     """``logging.Formatter`` with control characters escaped (a traceback keeps its lines).
 
     The local time of a second is formatted once for all the lines of that second (what
-    ``formatTime`` would give for each: the same converter, then the milliseconds)."""
+    ``formatTime`` would give for each: the same converter, then the milliseconds).
+
+    With ``LINE_FORMAT`` (the gateway's), a record without a traceback or a stack is written
+    without ``Formatter.format``'s steps (``usesTime``, ``formatMessage``, the style's
+    format over the record's dict): its fields are formatted with ``_LINE``, which gives the
+    same text, and the line's control characters are escaped as ``formatMessage`` escapes
+    them. ``record.message`` and ``record.asctime`` are set, as ``Formatter.format`` sets
+    them. Any other format, or a record with a traceback or a stack, goes the standard way."""
 
     _second: tuple[int, str] = (-1, "")  # one attribute: a pair is replaced at once, never torn
+
+    def __init__(
+        self,
+        fmt: str | None = None,
+        datefmt: str | None = None,
+        style: Any = "%",
+        validate: bool = True,
+        *,
+        defaults: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(fmt, datefmt, style, validate, defaults=defaults)
+        self._line = fmt == LINE_FORMAT and style == "%" and not defaults
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not self._line or record.exc_info or record.exc_text or record.stack_info:
+            return super().format(record)
+        message = record.message = record.getMessage()
+        asctime = record.asctime = self.formatTime(record, self.datefmt)
+        line = _LINE % (asctime, record.levelname, record.name, message)
+        return line if line.isprintable() else line.translate(_ESCAPES)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None or self.datefmt is not None or not self.default_msec_format:
@@ -223,7 +256,7 @@ def configure(level: str, fmt: str) -> logging.handlers.QueueListener:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter(LINE_FORMAT))
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     listener = FlushingQueueListener(records, handler)
     root = logging.getLogger()
