@@ -170,13 +170,22 @@ class DeferredQueueHandler(logging.handlers.QueueHandler):
     traceback, a stack, an argument that could change before the listener runs) is prepared
     as ``QueueHandler`` does."""
 
+    def handle(self, record: logging.LogRecord) -> Any:
+        """``Handler.handle`` without the handler's lock, when no filter was added to this
+        handler (else as ``Handler.handle``): ``emit`` only puts the record on a
+        ``SimpleQueue``, which is thread-safe, and touches nothing else of the handler."""
+        if self.filters:
+            return super().handle(record)
+        self.emit(record)
+        return True
+
     def prepare(self, record: logging.LogRecord) -> Any:
         args = record.args
         if (
             type(record.msg) is str
             and record.exc_info is None
             and record.stack_info is None
-            and (not args or (type(args) is tuple and all(map(_FIXED_TYPES.__contains__, map(type, args)))))
+            and (not args or (type(args) is tuple and _FIXED_TYPES.issuperset(map(type, args))))
         ):
             return record
         return super().prepare(record)

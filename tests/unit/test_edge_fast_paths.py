@@ -192,6 +192,26 @@ def test_the_deferred_queue_handler_writes_the_same_lines_as_the_standard_one() 
     assert "a list ['before']" in lines[DeferredQueueHandler][1]
 
 
+def test_the_deferred_queue_handler_applies_a_filter_added_to_it() -> None:
+    """Without a filter it queues every record itself (no lock, no ``Filterer.filter``);
+    with one, ``Handler.handle`` decides, as for any handler."""
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    handler = DeferredQueueHandler(records)
+    logger = capture(handler)
+    logger.info("first %s", "x")
+    handler.addFilter(lambda record: "keep" in record.getMessage())
+    logger.info("dropped")
+    logger.info("keep %d", 2)
+    handler.filters.clear()
+    logger.info("last")
+    queued = []
+    while not records.empty():
+        queued.append(records.get().getMessage())
+    assert queued == ["first x", "keep 2", "last"]
+    record = logging.LogRecord("gateway", logging.INFO, __file__, 1, "m", (), None)
+    assert handler.handle(record) is True
+
+
 def test_the_text_formatter_gives_the_standard_time_for_every_line() -> None:
     ours, standard = TextFormatter(FORMAT), logging.Formatter(FORMAT)
     for created in (1_700_000_000.0, 1_700_000_000.9994, 1_700_000_001.0005, 1_700_000_061.5, 0.25):
