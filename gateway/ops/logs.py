@@ -14,7 +14,8 @@ Tracebacks keep their line breaks (only their other control characters are escap
 Records go through a queue to a thread that formats and writes them (``configure``), and the
 event loop's share of a record is kept small: a record whose arguments cannot change (text
 and numbers, the access line's case) is queued as it is, without the copy and the early
-formatting ``QueueHandler`` does for safety (``DeferredQueueHandler``); the thread writes
+formatting ``QueueHandler`` does for safety, and without the handler's lock when no filter
+was added to it, a ``SimpleQueue`` being thread-safe (``DeferredQueueHandler``); the thread writes
 what it finds queued in one write, not one per line (``BatchedStreamHandler``), and it wakes
 once per burst: after the first record of a burst it waits ``LOG_BATCH_SECONDS`` for the rest
 (``FlushingQueueListener``). Waking the thread for every line cost more than the line itself:
