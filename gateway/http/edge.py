@@ -143,8 +143,9 @@ class Edge:
         traced: RequestTrace | None = None  # the request's trace, when tracing is on (MCP endpoints only)
         if self.tracer is not None and server is not None:
             traced = scope[SPAN] = self.tracer.request(scope)
+        headers = scope["headers"]
+        named: dict[bytes, bytes] | None = None  # dict(headers), once they are bounded
         try:
-            headers = scope["headers"]
             problem = header_problem(headers)  # bound the headers before anything reads them all
             if problem is not None:
                 await header_refusal(problem)(scope, receive, send_edge)
@@ -204,4 +205,6 @@ class Edge:
                 metrics.leave(server)
             if server is not None or status >= 400 or (raised and status == 0) or scope["path"] in PROBE_PATHS:
                 seconds = time.monotonic() - started  # traced: only for a server, so always observed
-                observe(metrics, scope, fields, server, status, error_code, raised, seconds, self.probes, traced)
+                if named is not None and scope["headers"] is not headers:
+                    named = None  # replaced on the way (an owner's forwarded request): the line reads them anew
+                observe(metrics, scope, fields, server, status, error_code, raised, seconds, self.probes, traced, named)

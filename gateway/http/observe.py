@@ -161,6 +161,17 @@ def correlation_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None,
     return request_id, traceparent, mcp_name
 
 
+def named_correlation_headers(named: Mapping[bytes, bytes]) -> tuple[str | None, str | None, str | None]:
+    """``correlation_headers`` from the headers as a dict (``dict(headers)``: the last of a
+    repeated header, as ``correlation_headers`` takes it)."""
+    request_id, traceparent, mcp_name = named.get(_X_REQUEST_ID), named.get(_TRACEPARENT), named.get(_MCP_NAME)
+    return (
+        None if request_id is None else request_id.decode("latin-1"),
+        None if traceparent is None else traceparent.decode("latin-1"),
+        None if mcp_name is None else mcp_name.decode("latin-1"),
+    )
+
+
 def cut(text: str) -> str:
     return text if len(text) <= MAX_LOGGED_CHARS else text[:MAX_LOGGED_CHARS] + f"…({len(text)} chars)"
 
@@ -186,12 +197,14 @@ def observe(
     seconds: float,
     probes: ProbeAnswers | None = None,
     traced: RequestTrace | None = None,
+    named: Mapping[bytes, bytes] | None = None,
 ) -> None:
     """Count the request, end its span and write its access line. ``status`` 0: none was sent
     (the client left, or the app raised); ``error_code``: read from a refusal's body
     (``error_code_of``); ``probes``: the app's memory of its probes' answers (``ProbeAnswers``);
     ``traced``: the request's trace, when tracing is on (it ends with the line's status,
-    outcome and code, and names the line's trace id)."""
+    outcome and code, and names the line's trace id); ``named``: ``dict(scope["headers"])``
+    when the caller has it (the edge's), so the headers are not looked through again."""
     outcome = fields.get("outcome")
     code = fields.get("code", error_code)
     if status == 0:
@@ -211,7 +224,10 @@ def observe(
     child_pid = fields.get("child_pid")
     client = cut(client_key(scope))
     peer = scope.get("client")
-    request_header, traceparent, name_header = correlation_headers(scope["headers"])
+    if named is None:
+        request_header, traceparent, name_header = correlation_headers(scope["headers"])
+    else:
+        request_header, traceparent, name_header = named_correlation_headers(named)
     mcp_name = fields.get("mcp_name") or name_header
     mcp_name = cut(mcp_name) if mcp_name else None
     rpc_id = fields.get("rpc_id")

@@ -14,7 +14,8 @@ Tracebacks keep their line breaks (only their other control characters are escap
 Records go through a queue to a thread that formats and writes them (``configure``), and the
 event loop's share of a record is kept small: a record whose arguments cannot change (text
 and numbers, the access line's case) is queued as it is, without the copy and the early
-formatting ``QueueHandler`` does for safety (``DeferredQueueHandler``); the thread writes
+formatting ``QueueHandler`` does for safety, and without the handler's lock when no filter
+was added to it, a ``SimpleQueue`` being thread-safe (``DeferredQueueHandler``); the thread writes
 what it finds queued in one write, not one per line (``BatchedStreamHandler``), and it wakes
 once per burst: after the first record of a burst it waits ``LOG_BATCH_SECONDS`` for the rest
 (``FlushingQueueListener``). Waking the thread for every line cost more than the line itself:
@@ -93,13 +94,46 @@ def _iso_time(created: float) -> str:
     return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
 
 
+LINE_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The text lines' format (``--log-format text``)."""
+_LINE: Final = "%s %s %s: %s"
+"""``LINE_FORMAT`` with its fields given in order: the same conversions (``%s``), the same text."""
+
+
 class TextFormatter(logging.Formatter):
     """``logging.Formatter`` with control characters escaped (a traceback keeps its lines).
 
     The local time of a second is formatted once for all the lines of that second (what
-    ``formatTime`` would give for each: the same converter, then the milliseconds)."""
+    ``formatTime`` would give for each: the same converter, then the milliseconds).
+
+    With ``LINE_FORMAT`` (the gateway's), a record without a traceback or a stack is written
+    without ``Formatter.format``'s steps (``usesTime``, ``formatMessage``, the style's
+    format over the record's dict): its fields are formatted with ``_LINE``, which gives the
+    same text, and the line's control characters are escaped as ``formatMessage`` escapes
+    them. ``record.message`` and ``record.asctime`` are set, as ``Formatter.format`` sets
+    them. Any other format, or a record with a traceback or a stack, goes the standard way."""
 
     _second: tuple[int, str] = (-1, "")  # one attribute: a pair is replaced at once, never torn
+
+    def __init__(
+        self,
+        fmt: str | None = None,
+        datefmt: str | None = None,
+        style: Any = "%",
+        validate: bool = True,
+        *,
+        defaults: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(fmt, datefmt, style, validate, defaults=defaults)
+        self._line = fmt == LINE_FORMAT and style == "%" and not defaults
+
+    def format(self, record: logging.LogRecord) -> str:
+        if not self._line or record.exc_info or record.exc_text or record.stack_info:
+            return super().format(record)
+        message = record.message = record.getMessage()
+        asctime = record.asctime = self.formatTime(record, self.datefmt)
+        line = _LINE % (asctime, record.levelname, record.name, message)
+        return line if line.isprintable() else line.translate(_ESCAPES)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None or self.datefmt is not None or not self.default_msec_format:
@@ -137,13 +171,22 @@ class DeferredQueueHandler(logging.handlers.QueueHandler):
     traceback, a stack, an argument that could change before the listener runs) is prepared
     as ``QueueHandler`` does."""
 
+    def handle(self, record: logging.LogRecord) -> Any:
+        """``Handler.handle`` without the handler's lock, when no filter was added to this
+        handler (else as ``Handler.handle``): ``emit`` only puts the record on a
+        ``SimpleQueue``, which is thread-safe, and touches nothing else of the handler."""
+        if self.filters:
+            return super().handle(record)
+        self.emit(record)
+        return True
+
     def prepare(self, record: logging.LogRecord) -> Any:
         args = record.args
         if (
             type(record.msg) is str
             and record.exc_info is None
             and record.stack_info is None
-            and (not args or (type(args) is tuple and all(map(_FIXED_TYPES.__contains__, map(type, args)))))
+            and (not args or (type(args) is tuple and _FIXED_TYPES.issuperset(map(type, args))))
         ):
             return record
         return super().prepare(record)
@@ -223,7 +266,7 @@ def configure(level: str, fmt: str) -> logging.handlers.QueueListener:
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter(LINE_FORMAT))
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     listener = FlushingQueueListener(records, handler)
     root = logging.getLogger()

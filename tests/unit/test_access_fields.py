@@ -10,6 +10,7 @@ import pytest
 from gateway.http.observe import (
     MAX_REQUEST_ID_CHARS,
     correlation_headers,
+    named_correlation_headers,
     note_request,
     request_id_of,
     trace_id_of,
@@ -49,6 +50,20 @@ def test_the_correlation_headers_are_found_in_one_pass() -> None:
     headers = [(b"x-request-id", b"r1"), (b"accept", b"*/*"), (b"traceparent", b"t"), (b"mcp-name", b"echo")]
     assert correlation_headers(headers) == ("r1", "t", "echo")
     assert correlation_headers([(b"accept", b"*/*")]) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [(b"x-request-id", b"r1"), (b"accept", b"*/*"), (b"traceparent", b"t"), (b"mcp-name", b"echo")],
+        [(b"x-request-id", b"first"), (b"x-request-id", b"last"), (b"mcp-name", b"\xe9\x00")],  # the last wins
+        [(b"x-request-id", b""), (b"traceparent", b"")],
+        [(b"accept", b"*/*")],
+        [],
+    ],
+)
+def test_the_edges_dict_of_the_headers_gives_the_same_correlation(headers: list[tuple[bytes, bytes]]) -> None:
+    assert named_correlation_headers(dict(headers)) == correlation_headers(headers)
 
 
 @pytest.mark.parametrize(

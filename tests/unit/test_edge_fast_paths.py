@@ -9,7 +9,9 @@ import logging.handlers
 import queue
 import re
 import sys
+from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gateway.ops.logs import (
@@ -18,12 +20,13 @@ from gateway.ops.logs import (
     FlushingQueueListener,
     JsonFormatter,
     TextFormatter,
+    escape_controls,
 )
 from gateway.ops.metrics import LATENCY_BUCKETS, GatewayMetrics
 from gateway.ops.records import MAX_REMEMBERED_LINES, log_fast
 from tests.unit.test_log_records import refusal
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # LINE_FORMAT, written out
 OBSERVATIONS = [
     ("test", "tools/call", "modern", 200, "ok", 0.0004),
     ("test", "tools/call", "modern", 200, "ok", 0.001),  # on a bucket's bound: counted in that bucket
@@ -189,12 +192,132 @@ def test_the_deferred_queue_handler_writes_the_same_lines_as_the_standard_one() 
     assert "a list ['before']" in lines[DeferredQueueHandler][1]
 
 
+def test_the_deferred_queue_handler_applies_a_filter_added_to_it() -> None:
+    """Without a filter it queues every record itself (no lock, no ``Filterer.filter``);
+    with one, ``Handler.handle`` decides, as for any handler."""
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    handler = DeferredQueueHandler(records)
+    logger = capture(handler)
+    logger.info("first %s", "x")
+    handler.addFilter(lambda record: "keep" in record.getMessage())
+    logger.info("dropped")
+    logger.info("keep %d", 2)
+    handler.filters.clear()
+    logger.info("last")
+    queued = []
+    while not records.empty():
+        queued.append(records.get().getMessage())
+    assert queued == ["first x", "keep 2", "last"]
+    record = logging.LogRecord("gateway", logging.INFO, __file__, 1, "m", (), None)
+    assert handler.handle(record) is True
+
+
 def test_the_text_formatter_gives_the_standard_time_for_every_line() -> None:
     ours, standard = TextFormatter(FORMAT), logging.Formatter(FORMAT)
     for created in (1_700_000_000.0, 1_700_000_000.9994, 1_700_000_001.0005, 1_700_000_061.5, 0.25):
         record = logging.LogRecord("gateway", logging.INFO, __file__, 1, "m", (), None)
         record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
         assert ours.format(record) == standard.format(record)
+
+
+ACCESS_FORMAT = "%s %s %s %d %.1fms era=%s outcome=%s code=%s principal=%s child=%s client=%s name=%s id=%s"
+EDGE_VALUES: list[object] = [
+    "tools/call",
+    "a\nb\r\x00\x1b[2K\x7f\x85\u2028\u202e\u2066",  # controls, C1, separators, bidi
+    "100% %s %(name)s %%",  # a % in a value is text, not a format
+    "x" * 5000,  # long
+    "é ✓ 名前 \U0001f600 \\n",  # non-ASCII, astral, a backslash
+    "",
+    None,
+    7,
+    -31005,
+    2.5,
+    True,
+]
+
+
+def access_records() -> list[logging.LogRecord]:
+    """Records shaped like the access line's, each with one edge value in every ``%s``."""
+    made = []
+    for value in EDGE_VALUES:
+        args = ("POST", value, value, 200, 62.75, value, "ok", value, value, value, value, value, value)
+        made.append(logging.LogRecord("gateway.access", logging.INFO, __file__, 1, ACCESS_FORMAT, args, None))
+    for msg, args in [
+        ("no args %s", ()),  # no arguments: the message as it is
+        ("%(a)s and %(b)d", ({"a": "x\ny", "b": 2},)),  # one mapping as the arguments
+        ("a message with a newline\n", ()),
+    ]:
+        made.append(logging.LogRecord("gateway.\x1bname", logging.WARNING, __file__, 1, msg, args, None))
+    record = logging.LogRecord("gateway", logging.INFO, __file__, 1, 42, (), None)  # not a str message
+    made.append(record)
+    record = logging.LogRecord("gateway", 35, __file__, 1, "%s", ("x",), None)
+    record.levelname = "NOTE\tLEVEL"  # as addLevelName(35, ...) would name it
+    made.append(record)
+    return made
+
+
+def test_the_text_line_is_the_standard_formatters_with_its_controls_escaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TextFormatter`` with the gateway's format writes what ``logging.Formatter`` writes,
+    escaped as a whole, and sets the record's ``message`` and ``asctime`` as it does (its
+    own way: ``Formatter.formatMessage`` is not called)."""
+    ours, standard = TextFormatter(FORMAT), logging.Formatter(FORMAT)
+    for record in access_records():
+        for created in (1_700_000_000.0, 1_700_000_000.9994, 1_700_000_061.5):
+            record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+            expected = escape_controls(standard.format(record))
+            fields = (record.message, record.asctime)  # type: ignore[attr-defined]
+            del record.message, record.asctime  # type: ignore[attr-defined]
+            with monkeypatch.context() as patched:
+                patched.delattr(logging.Formatter, "formatMessage")
+                assert ours.format(record) == expected
+            assert (record.message, record.asctime) == fields  # type: ignore[attr-defined]
+            assert "\n" not in expected
+            assert "\x1b" not in expected
+
+
+def test_a_failing_message_fails_as_the_standard_formatters_does() -> None:
+    record = logging.LogRecord("gateway", logging.INFO, __file__, 1, "%s %s", ("one",), None)
+    for formatter in (logging.Formatter(FORMAT), TextFormatter(FORMAT)):
+        with pytest.raises(TypeError, match="not enough arguments"):
+            formatter.format(record)
+
+
+class Escaping(logging.Formatter):
+    """The standard formatter, escaped where ``TextFormatter`` says it escapes: the message
+    part as a whole, a traceback and a stack keeping their line breaks."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return escape_controls(super().formatException(ei), keep_newlines=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        return escape_controls(super().formatStack(stack_info), keep_newlines=True)
+
+
+def test_another_format_or_a_traceback_goes_the_standard_way() -> None:
+    try:
+        raise ValueError("boom\nline\x1b")
+    except ValueError:
+        info = sys.exc_info()
+    for fmt, kwargs in [
+        (FORMAT, {}),
+        ("%(levelname)s %(name)s: %(message)s", {}),
+        (FORMAT, {"datefmt": "%H:%M"}),
+        (FORMAT + " %(extra)s", {"defaults": {"extra": "-"}}),
+        ("{asctime} {levelname} {name}: {message}", {"style": "{"}),
+    ]:
+        ours, standard = TextFormatter(fmt, **kwargs), Escaping(fmt, **kwargs)  # type: ignore[arg-type]
+        for record in (
+            logging.LogRecord("gateway", logging.ERROR, __file__, 1, "failed\n%s", ("x",), info),
+            logging.LogRecord("gateway", logging.ERROR, __file__, 1, "m", (), None, sinfo="Stack:\n  here\x1b"),
+            logging.LogRecord("gateway", logging.INFO, __file__, 1, "a\x1b %s", ("b",), None),
+        ):
+            line = ours.format(record)
+            record.exc_text = None  # the traceback's text is cached on the record
+            assert line == standard.format(record)
+            assert ("Traceback" in line or "Stack" in line) == (line.count("\n") > 1)
 
 
 def test_the_listener_writes_a_burst_in_one_write_and_flushes_when_stopped() -> None:

@@ -299,13 +299,51 @@ def test_the_time_fields_are_the_ones_log_record_computes_from_the_same_clock(
 
 def test_every_call_field_is_set_afresh_on_every_copy(logger: logging.Logger) -> None:
     made_and_fast(logger)
+    made_and_fast(logger)  # the site's extra keys are remembered with its template
     poison = object()
-    for _, _, template in records._sites.values():
+    extended = 0
+    for _, _, template, with_keys in records._sites.values():
         if template is not None:
             template.update(dict.fromkeys(CALL_FIELDS, poison))
+        if with_keys is not None:  # the template followed by the extra keys: every value is the call's
+            keys, fields = with_keys
+            fields.update(dict.fromkeys((*CALL_FIELDS, *keys), poison))
+            extended += 1
+    assert extended
     before, fast, after = made_and_fast(logger)
     assert poison not in vars(fast).values()
     assert_same(before, fast, after)
+
+
+def test_a_site_called_with_other_extra_keys_or_another_order_makes_their_record(logger: logging.Logger) -> None:
+    """A site remembers the extra keys of its last checked call: another set of keys, the same
+    keys in another order, or a refused key is a record as ``makeRecord`` makes it, again."""
+    for extra in [
+        {"event": "request", "status": 200},
+        {"event": "request", "status": 404},  # the remembered keys
+        {"status": 200, "event": "request"},  # the same keys, another order
+        {"status": 200, "event": "request", "peer": None},
+        {},
+        {"event": "request", "status": 200},
+    ]:
+        for _ in range(2):
+            before, fast, after = made_and_fast(logger, extra=extra)
+            assert_same(before, fast, after)
+            if extra:
+                assert list(vars(fast))[-len(extra) :] == list(extra)
+
+    def fast(extra: dict[str, Any]) -> None:
+        log_fast(logger, logging.INFO, "m", (), extra)
+
+    usual = {"event": "request", "status": 200}
+    for _ in range(3):  # the template, then the keys remembered, then a copy of both
+        fast(usual)
+    refused = {**usual, "lineno": 1}
+    expected = refusal(lambda: logger.makeRecord(logger.name, logging.INFO, "f", 1, "m", (), None, "f", refused))
+    assert expected is not None
+    assert refusal(lambda: fast(refused)) == expected
+    fast(usual)
+    assert kept(logger)[-1].status == 200  # type: ignore[attr-defined]
 
 
 def refusal(call: Callable[[], object]) -> str | None:
