@@ -88,6 +88,23 @@ class Answered:
 Begun = Answered | events.Final | Emissions
 """What ``Relay.begin`` gives (see there)."""
 
+
+async def _events_of(begun: Begun) -> Emissions:
+    """What ``Relay.begin`` gave, as events: a ``Final`` alone (``Answered``'s holdings left
+    after it), or the exchange's own."""
+    if isinstance(begun, Answered):
+        try:
+            yield begun.final
+        finally:
+            await begun.aclose()
+    elif isinstance(begun, events.Final):
+        yield begun
+    else:
+        async with aclosing(begun):
+            async for message in begun:
+                yield message
+
+
 UNASKING_HANDSHAKE: Final = frozenset({"server/discover", "ping"})
 """Requests any child answers alike, whatever its client's capabilities: the usual pool serves
 them (no child is started for a capability set only to answer them)."""
@@ -161,18 +178,7 @@ class Relay:
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
     ) -> AsyncGenerator[Emitted, None]:
         """``begin``'s outcome as one iterator of events (a ``Final`` last)."""
-        begun = await self.begin(request, client, headers)
-        if type(begun) is events.Final:
-            yield begun
-            return
-        if isinstance(begun, Answered):
-            try:
-                yield begun.final
-            finally:
-                await begun.aclose()
-            return
-        assert not isinstance(begun, events.Final)
-        async with aclosing(begun):
+        async with aclosing(_events_of(await self.begin(request, client, headers))) as begun:
             async for message in begun:
                 yield message
 
@@ -204,18 +210,8 @@ class Relay:
                 raise
             yield events.Final(response(admission.turn.request.id, error=exc.error_object()))
             return
-        if type(rest) is events.Final:
-            yield rest
-            return
-        if isinstance(rest, Answered):
-            try:
-                yield rest.final
-            finally:
-                await rest.aclose()
-            return
-        assert not isinstance(rest, events.Final)
-        async with aclosing(rest):
-            async for message in rest:
+        async with aclosing(_events_of(rest)) as rest_events:
+            async for message in rest_events:
                 yield message
 
     async def _on_child(self, admission: Admission, *, streamed: bool) -> Begun:
