@@ -160,19 +160,21 @@ class Relay:
         admission = Admission(Turn(request, client, headers, plans.get(request.method) or plans[None]))
         for index, (when, _, _) in enumerate(admission.turn.plan.before_child):
             if when is None or when(self.collaborators, admission):
-                return self._from_step(admission, index)
+                return self._steps_from(admission, index, streamed=False, held=True)
         return self._on_child(admission, streamed=False)
 
-    async def _from_step(self, admission: Admission, index: int) -> Begun:
-        """The steps before the child from ``index`` on (whose predicate held), then the child's part."""
+    async def _steps_from(self, admission: Admission, index: int, *, streamed: bool, held: bool = False) -> Begun:
+        """The steps before the child from ``index`` on (``held``: that one's predicate held
+        already), then the child's part; the first step that answers ends this, its answer and
+        what follows it given as events (``_after_answer``). ``streamed``: as ``_on_child``."""
         deps, stages = self.collaborators, admission.turn.plan.before_child
         for at in range(index, len(stages)):
             when, act, ends = stages[at]
-            if at == index or when is None or when(deps, admission):
+            if (held and at == index) or when is None or when(deps, admission):
                 answer = await act(deps, admission)
                 if answer is not None:
-                    return self._after_answer(admission, answer, ends, at + 1)
-        return await self._on_child(admission, streamed=False)
+                    return self._after_answer(admission, answer, ends, at + 1, streamed)
+        return await self._on_child(admission, streamed=streamed)
 
     async def exchange(
         self, request: Request, client: ClientContext, headers: Mapping[str, str] | None = None
@@ -182,34 +184,19 @@ class Relay:
             async for message in begun:
                 yield message
 
-    async def _after_answer(self, admission: Admission, answer: Emissions, ends: bool, following: int) -> Emissions:
+    async def _after_answer(
+        self, admission: Admission, answer: Emissions, ends: bool, following: int, streamed: bool
+    ) -> Emissions:
         """A step before the child answered (``answer``): its events, then (unless it ``ends``
-        the exchange) the steps from ``following`` on, and the child's part."""
-        deps, plan = self.collaborators, admission.turn.plan
-        streamed = False  # something went to the client already (a legacy session's roots question)
+        the exchange) the steps from ``following`` on, and the child's part. ``streamed``:
+        something went to the client already (a legacy session's roots question)."""
         async with aclosing(answer):  # closed in this task
             async for message in answer:
                 streamed = True
                 yield message
         if ends:
             return
-        for when, act, ends in plan.before_child[following:]:
-            if when is None or when(deps, admission):
-                more = await act(deps, admission)
-                if more is not None:
-                    async with aclosing(more):
-                        async for message in more:
-                            streamed = True
-                            yield message
-                    if ends:
-                        return
-        try:
-            rest = await self._on_child(admission, streamed=streamed)
-        except GatewayUnavailableError as exc:
-            if not streamed:
-                raise
-            yield events.Final(response(admission.turn.request.id, error=exc.error_object()))
-            return
+        rest = await self._steps_from(admission, following, streamed=streamed)
         async with aclosing(_events_of(rest)) as rest_events:
             async for message in rest_events:
                 yield message
@@ -218,7 +205,8 @@ class Relay:
         """The lease, the steps on the child, the child exchange: ``Answered`` for the child's
         reply alone (the holdings its), a ``Final`` known without it (the holdings left here),
         else the events to come (the holdings theirs: ``_handed``). ``streamed``: something
-        went to the client already."""
+        went to the client already, so a refusal (503, 429) is its stream's last message
+        rather than raised for the HTTP edge to answer."""
         deps, turn = self.collaborators, admission.turn
         request, client, headers = turn.request, turn.client, turn.headers
         stack = Holdings()
@@ -276,6 +264,10 @@ class Relay:
                 driven = self.run(running)
             handed = True
             return self._handed(on, driven, streamed)
+        except GatewayUnavailableError as exc:
+            if not streamed:
+                raise  # answered by the HTTP edge: 503 or 429, with Retry-After
+            return events.Final(response(request.id, error=exc.error_object()))  # issue #36
         except ChildError as exc:  # the command cannot start or keeps dying: fail at once, with the reason
             return self._child_failed(request, client, exc)
         finally:
