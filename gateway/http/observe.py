@@ -149,21 +149,13 @@ def request_id_of(value: str | None) -> str | None:
 
 
 def correlation_headers(headers: list[tuple[bytes, bytes]]) -> tuple[str | None, str | None, str | None]:
-    """(``X-Request-Id``, ``traceparent``, ``Mcp-Name``) as sent, each None when absent."""
-    request_id = traceparent = mcp_name = None
-    for name, value in headers:
-        if name == _X_REQUEST_ID:
-            request_id = value.decode("latin-1")
-        elif name == _TRACEPARENT:
-            traceparent = value.decode("latin-1")
-        elif name == _MCP_NAME:
-            mcp_name = value.decode("latin-1")
-    return request_id, traceparent, mcp_name
+    """(``X-Request-Id``, ``traceparent``, ``Mcp-Name``) as sent, each None when absent (the
+    last of a repeated one)."""
+    return named_correlation_headers(dict(headers))
 
 
 def named_correlation_headers(named: Mapping[bytes, bytes]) -> tuple[str | None, str | None, str | None]:
-    """``correlation_headers`` from the headers as a dict (``dict(headers)``: the last of a
-    repeated header, as ``correlation_headers`` takes it)."""
+    """``correlation_headers`` from the headers as a dict (``dict(headers)``, as the edge has them)."""
     request_id, traceparent, mcp_name = named.get(_X_REQUEST_ID), named.get(_TRACEPARENT), named.get(_MCP_NAME)
     return (
         None if request_id is None else request_id.decode("latin-1"),

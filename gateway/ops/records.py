@@ -116,18 +116,16 @@ def log_fast(logger: logging.Logger, level: int, msg: str, args: tuple[Any, ...]
     remember: tuple[str, ...] | None = None  # this call's extra keys, to remember once checked
     if template is not None and factory is logging.LogRecord:
         keys = remember = tuple(extra)
-        if extended is not None and keys == extended[0]:  # checked when they were remembered
-            fields = extended[1].copy()
-            _fresh(fields, logger.name, level, msg, args)
-            fields.update(extra)
-            record = _new(logging.LogRecord)
-            record.__dict__ = fields
-            logger.handle(record)
-            return
-        fields = template.copy()
+        # The template with these keys, when they are the ones remembered (checked then).
+        with_keys = extended[1] if extended is not None and keys == extended[0] else None
+        fields = (template if with_keys is None else with_keys).copy()
         _fresh(fields, logger.name, level, msg, args)
         record = _new(logging.LogRecord)
         record.__dict__ = fields
+        if with_keys is not None:
+            fields.update(extra)
+            logger.handle(record)
+            return
     else:
         record = factory(logger.name, level, code.co_filename, line, msg, args, None, code.co_name, None)
         fields = record.__dict__
