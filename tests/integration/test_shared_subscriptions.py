@@ -15,8 +15,6 @@ shows what did not come before it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ from tests.conftest import server_spec
 from tests.filewatch import wait_until
 from tests.gateway_server import BASE_HEADERS, legacy_initialize, running_gateway, sse_messages
 from tests.integration.test_listen import SUBSCRIPTION_ID, listening
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -209,36 +208,9 @@ async def test_a_refused_subscribe_passes_the_childs_error_and_holds_nothing(tmp
                 assert (await anext(received))["params"] == {"uri": X}
 
 
-class Moves(logging.Handler):
-    """The ``subscriptions_moved`` records, with an event set at each."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-        self._changed = anyio.Event()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if getattr(record, "event", None) == "subscriptions_moved":
-            self.records.append(record)
-            self._changed.set()
-
-    async def seen(self, count: int) -> None:
-        while len(self.records) < count:
-            self._changed = anyio.Event()
-            await self._changed.wait()
-
-
-@contextmanager
-def watching_moves() -> Iterator[Moves]:
-    logger, moves = logging.getLogger("gateway.relay.session_subscriptions"), Moves()
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(moves)
-    try:
-        yield moves
-    finally:
-        logger.removeHandler(moves)
-        logger.setLevel(level)
+def is_move(record: logging.LogRecord) -> bool:
+    """A ``subscriptions_moved`` record (one per session whose subscriptions were carried over)."""
+    return getattr(record, "event", None) == "subscriptions_moved"
 
 
 def since_last_start(path: Path, method: str) -> list[str]:
@@ -253,7 +225,7 @@ async def test_sessions_keep_a_subscription_when_its_child_exits(tmp_path: Path,
     record = tmp_path / "stdin.jsonl"
     # Retired at its sixth lease: the three initializes, the two subscribes, carol's call.
     pool = PoolSettings(min_size=1, max_size=1, asking_max=0, max_requests=6 if end == "retire" else 0)
-    with anyio.fail_after(40), watching_moves() as moves:
+    with anyio.fail_after(40), recording("gateway.relay.session_subscriptions", level=logging.INFO) as log:
         async with running_gateway(spec(record), pool=pool) as url, httpx.AsyncClient(timeout=20) as http:
             alice, bob, carol = [await open_session(http, url) for _ in range(3)]
             await subscribe(http, url, alice, X)
@@ -269,9 +241,10 @@ async def test_sessions_keep_a_subscription_when_its_child_exits(tmp_path: Path,
                     await http.post(url, headers=carol, json=body)  # its answer: the child died
                 else:
                     assert await held(http, url, carol) == [X]  # the sixth: the child is retired
-                await moves.seen(2)  # one record per session
-                assert sorted(r.count for r in moves.records) == [1, 1]  # type: ignore[attr-defined]
-                assert len({r.old_pid for r in moves.records} | {r.new_pid for r in moves.records}) == 2  # type: ignore[attr-defined]
+                await log.wait_for(is_move, count=2)  # one record per session
+                moves = log.matching(is_move)
+                assert sorted(r.count for r in moves) == [1, 1]  # type: ignore[attr-defined]
+                assert len({r.old_pid for r in moves} | {r.new_pid for r in moves}) == 2  # type: ignore[attr-defined]
                 assert since_last_start(record, "resources/subscribe") == [X]  # once for both
                 await updated(http, url, carol, X)
                 assert (await anext(alice_in))["params"] == {"uri": X}
