@@ -21,7 +21,9 @@ Rules:
    can serve, never to a request that arrives after it, and a request that arrives takes a child
    at once only when no waiter could take it (a quiet call beside a question an asker must not
    join: rules 2, 3). A grant or a failure decided while a ticket waits is kept on the ticket and
-   wakes its request alone (``Wake(ticket)``); nobody else looks again.
+   wakes its request alone (``Wake(ticket)``); nobody else looks again. With no ticket waiting,
+   a request's first try is decided before its ticket is made (``acquire_now``): the same rules,
+   and the ticket only when it must wait.
 1. **Pick** (``try_acquire``): a request leases the live child with the fewest leases that has
    room (below ``max_in_flight``, 0 = unlimited; not running a crash suspect alone), preferring
    the child a legacy session already uses (it waits for that child rather than move, unless
@@ -205,6 +207,23 @@ class Dispatcher(Generic[C]):
 
     # -- acquire and release ------------------------------------------------------------
 
+    def acquire_now(
+        self, principal: str, method: str | None, tool: str | None, prefer: C | None, now: float
+    ) -> Lease[C] | None:
+        """A request arrived and no request waits: rules 1–5 for it at once, as its ticket's
+        first try would decide them (with the queue empty, no waiter could take a child first,
+        rule 0), without making the ticket. The lease, or None when it would wait (then its
+        ticket is made and tried: ``ticket``, ``try_acquire``). Raises what that try raises."""
+        if self.queue:
+            return None
+        asker = attribution.may_ask(method) and not self.tools.is_quiet(tool)
+        self._admit(principal, asker, now)
+        alone = principal in self.suspects
+        member = self._pick(prefer, method, alone, tool)
+        if member is None:
+            return None
+        return self._grant(member, principal, method, tool, alone, now)
+
     def ticket(self, principal: str, method: str | None, tool: str | None, prefer: C | None, now: float) -> Ticket[C]:
         """A request arrived: its ticket joins the queue (rule 0), to be tried at once."""
         asker = attribution.may_ask(method) and not self.tools.is_quiet(tool)
@@ -268,22 +287,13 @@ class Dispatcher(Generic[C]):
         """Rules 1–5 for one waiting ticket: grant it a lease (it leaves the queue), or start a
         child for it and set how long it waits (``deadline``, ``blocked``); raise what it fails
         with. It raises before it adds to ``actions``, so a failure loses no action."""
-        if self.crashes is not None:
-            self.crashes.check(ticket.principal, now, self.label)
-        cap = self.settings.max_parked_per_principal
-        if ticket.asker and cap and (held := self.parked(ticket.principal)) >= cap:
-            raise ClientThrottledError(
-                f"{self.label}: {ticket.principal} already holds {held} calls waiting for its answers "
-                f"(at most {cap} per client, --max-parked-per-principal); answer or cancel one, then retry",
-                retry_after=PARKED_RETRY_AFTER,
-                server=self.label,
-                principal=ticket.principal,
-            )
-        alone = ticket.principal in self.suspects
+        principal = ticket.principal
+        self._admit(principal, ticket.asker, now)
+        alone = principal in self.suspects
         member = self._pick(ticket.prefer, ticket.method, alone, ticket.tool)
         if member is not None:
             self._dequeue(ticket)
-            ticket.lease = self._grant(member, ticket, alone, now)
+            ticket.lease = self._grant(member, principal, ticket.method, ticket.tool, alone, now)
             return
         starting = self.starting()
         children = self.children()
@@ -320,6 +330,21 @@ class Dispatcher(Generic[C]):
             ticket.blocked = blocked
             self.held_back += 1 if blocked else -1
         ticket.deadline = ticket.arrived + self._wait(children, ticket.blocked)
+
+    def _admit(self, principal: str, asker: bool, now: float) -> None:
+        """Rule 5, before any child is taken: raises 429 for a principal the crash ledger
+        throttles, or for an asker (``asker``) whose principal is at its cap of parked calls."""
+        if self.crashes is not None:
+            self.crashes.check(principal, now, self.label)
+        cap = self.settings.max_parked_per_principal
+        if asker and cap and (held := self.parked(principal)) >= cap:
+            raise ClientThrottledError(
+                f"{self.label}: {principal} already holds {held} calls waiting for its answers "
+                f"(at most {cap} per client, --max-parked-per-principal); answer or cancel one, then retry",
+                retry_after=PARKED_RETRY_AFTER,
+                server=self.label,
+                principal=principal,
+            )
 
     def _over_fair_share(self, principal: str) -> str | None:
         """Rule 5's fair share: when every live child holds a question its client has not answered, the
@@ -365,18 +390,20 @@ class Dispatcher(Generic[C]):
         free = [m for m in self.members if self.has_room(m, method, tool) and not (alone and m.leases)]
         return min(free, key=lambda m: m.leases, default=None)
 
-    def _grant(self, member: Member[C], ticket: Ticket[C], alone: bool, now: float) -> Lease[C]:
-        asking = attribution.may_ask(ticket.method) and self.is_exclusive(member, ticket.tool)
+    def _grant(
+        self, member: Member[C], principal: str, method: str | None, tool: str | None, alone: bool, now: float
+    ) -> Lease[C]:
+        asking = attribution.may_ask(method) and self.is_exclusive(member, tool)
         member.leases += 1
         member.served += 1
         member.last_used = now
-        principals, principal = member.principals, ticket.principal
+        principals = member.principals
         principals[principal] = principals.get(principal, 0) + 1  # no Counter.__missing__ call
         if asking:
             member.asking_leases += 1
             member.askers[principal] += 1
         member.exclusive = alone
-        return Lease(member, ticket.principal, alone, asking)
+        return Lease(member, principal, alone, asking)
 
     def _saturated(self, bound: int) -> GatewayUnavailableError:
         s = self.settings

@@ -491,7 +491,15 @@ class PoolLease:
         self.held: ds.Lease[StdioChild] | None = None  # set once a child is taken
 
     async def __aenter__(self) -> StdioChild:
-        return await self.pool._acquire(self)
+        pool = self.pool
+        if pool.closed_error is None:  # the common shape: no waiter, a child with room (no ticket, no wait)
+            held = pool.dispatch.acquire_now(self.principal, self.method, self.tool, self.prefer, time.monotonic())
+            if held is not None:
+                self.held = held
+                child = held.member.child
+                assert child is not None
+                return child
+        return await pool._acquire(self)
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.pool._give_back(self)

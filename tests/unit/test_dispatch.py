@@ -291,6 +291,104 @@ def test_release_grants_the_first_waiter_and_retires_a_child_past_max_requests()
     assert late.queued
 
 
+def shape(d: Dispatcher[Kid], lease: Lease[Kid] | Waiting[Kid] | None) -> object:
+    """What a try decided, and the dispatcher's bookkeeping after it, comparable across twins."""
+    decided = None
+    if isinstance(lease, Lease):
+        decided = (d.members.index(lease.member), lease.principal, lease.alone, lease.asking)
+    members = [
+        (m.leases, m.asking_leases, m.served, m.last_used, m.exclusive, dict(m.principals), dict(m.askers))
+        for m in d.members
+    ]
+    return decided, members, d.waiting
+
+
+def twins(*, full: bool = False, **settings: object) -> tuple[Dispatcher[Kid], Dispatcher[Kid]]:
+    """Two dispatchers of three children, told the same history: one asker's call parked on the
+    first child, a quiet call on the second (and on the third when ``full``), a crash suspect
+    ("sue")."""
+    pair = []
+    for _ in range(2):
+        d = pool(3, asking_max=3, max_parked_per_principal=1, **settings)
+        d.tools.note_quiet("tools/call echo")
+        note(d, granted(take(d, "alice")), open_questions=1)
+        for _ in range(2 if full else 1):
+            granted(take(d, "bob", "tools/list", None))
+        d.suspects["sue"] = 0.0
+        pair.append(d)
+    return pair[0], pair[1]
+
+
+REQUESTS = [
+    ("carol", "tools/call", "tools/call t"),  # an asker: the one child without a question or asker
+    ("carol", "tools/call", "tools/call echo"),  # a quiet tool (learned, on legacy children)
+    ("carol", "tools/list", None),
+    ("carol", "ping", None),
+    ("sue", "tools/list", None),  # a suspect: a child with no lease, alone
+    ("alice", "tools/list", None),  # at its cap, but quiet calls go on
+]
+
+
+@pytest.mark.parametrize(("principal", "method", "tool"), REQUESTS)
+@pytest.mark.parametrize("max_in_flight", [0, 1])
+@pytest.mark.parametrize("full", [False, True])
+def test_a_request_with_no_waiter_is_granted_at_once_as_its_ticket_would_be(
+    principal: str, method: str, tool: str | None, max_in_flight: int, full: bool
+) -> None:
+    fast, slow = twins(full=full, max_in_flight=max_in_flight)
+    at_once = fast.acquire_now(principal, method, tool, None, 2.0)
+    by_ticket = take(slow, principal, method, tool, now=2.0)
+    assert shape(fast, at_once) == shape(slow, by_ticket)
+    if at_once is None:  # it would wait: nothing was decided, its ticket decides (and starts)
+        assert isinstance(by_ticket, Waiting)
+        assert shape(fast, take(fast, principal, method, tool, now=2.0)) == shape(slow, by_ticket)
+
+
+def test_a_request_at_its_cap_or_throttled_is_refused_at_once_as_by_its_ticket() -> None:
+    fast, slow = twins()
+    with pytest.raises(ClientThrottledError, match="alice already holds 1 calls") as at_once:
+        fast.acquire_now("alice", "tools/call", "tools/call t", None, 2.0)
+    ticket = slow.ticket("alice", "tools/call", "tools/call t", None, 2.0)
+    with pytest.raises(ClientThrottledError) as by_ticket:
+        slow.try_acquire(ticket, 2.0, NoBudget())
+    slow.leave(ticket, 2.0, NoBudget())  # as the pool's request leaves, whatever its outcome
+    assert str(at_once.value) == str(by_ticket.value)
+    assert shape(fast, None) == shape(slow, None)
+    ledger = Ledger()
+    ledger.throttled.add("mallory")
+    d: Dispatcher[Kid] = Dispatcher(PoolSettings(1, 1), "srv", crashes=ledger)
+    [start] = d.start_minimum(0.0)
+    assert isinstance(start, StartChild)
+    child_up(d, start.member, Kid(1), 0.0, NoBudget())
+    with pytest.raises(ClientThrottledError, match="mallory crashes children"):
+        d.acquire_now("mallory", "tools/list", None, None, 1.0)
+    assert d.members[0].leases == 0
+
+
+def test_a_request_arriving_behind_a_waiter_is_not_granted_at_once() -> None:
+    d = pool(1, asking_max=0)
+    parked = granted(take(d, "alice"))
+    note(d, parked, open_questions=1)
+    asker = waiter(d, "bob", "tools/call")
+    # A quiet call may pass the waiting asker (rule 0), but only its ticket's try decides that.
+    assert d.acquire_now("carol", "tools/list", None, None, 2.0) is None
+    assert parked.member.leases == 1
+    assert list(d.queue) == [asker]
+    assert child_of(granted(take(d, "carol", "tools/list", None, now=2.0))) is child_of(parked)
+
+
+def test_a_legacy_session_is_granted_its_own_child_at_once_or_waits_for_it() -> None:
+    d = pool(2, max_in_flight=1, child_asks=AskPolicy.NEVER)
+    first = granted(take(d, "alice"))
+    mine = first.member
+    assert mine.child is not None
+    assert d.acquire_now("alice", "tools/call", "tools/call t", mine.child, 1.0) is None  # busy: it waits for it
+    d.release(first, 1.5, NoBudget())
+    again = d.acquire_now("alice", "tools/call", "tools/call t", mine.child, 2.0)
+    assert again is not None
+    assert again.member is mine
+
+
 def test_maintenance_retires_idle_children_above_the_minimum_and_checks_the_others() -> None:
     d = pool(1, started=1, idle_timeout=10.0, liveness_interval=5.0, asking_max=2)
     granted(take(d, "a"))

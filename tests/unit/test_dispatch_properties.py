@@ -52,6 +52,12 @@ from tests.unit.test_dispatch import Kid, child_up, note, tick
 PRINCIPALS = st.sampled_from(["alice", "bob", "carol"])
 KINDS = st.sampled_from(["asker", "quiet", "list"])
 POOLS = st.integers(min_value=0, max_value=1)
+CALLS = {
+    "asker": ("tools/call", "tools/call ask"),
+    "quiet": ("tools/call", "tools/call quiet"),
+    "list": ("tools/list", None),
+}
+"""What a request of each kind asks the pool for: its method and tool key."""
 CAP = 1
 BOUND = 4
 CAPACITY = 2
@@ -202,21 +208,24 @@ class DispatchMachine(RuleBasedStateMachine):
             self.leave(pool, ticket)
             return
         if isinstance(decision, Lease):
-            lease = decision
-            child = lease.member.child
-            assert child is not None
-            if lease.asking:
-                assert child.open_questions == 0, "an asker joined a child with a question open"
-                assert lease.member.asking_leases == 1, "two askers on one child"
-                assert parked_before < CAP, "a principal past its cap got a child for an asker"
-            assert not lease.member.stalled, "a child whose stdin stalled was given a request"
+            self.assert_fit(decision, parked_before)
             self.assert_first_served(pool, ticket)
-            pool.leases.append(lease)
+            pool.leases.append(decision)
             self.leave(pool, ticket)
         else:
             if decision.blocked:
                 event("a start held back by the budget")
             self.apply(pool, decision.actions)
+
+    @staticmethod
+    def assert_fit(lease: Lease[Kid], parked_before: int) -> None:
+        child = lease.member.child
+        assert child is not None
+        if lease.asking:
+            assert child.open_questions == 0, "an asker joined a child with a question open"
+            assert lease.member.asking_leases == 1, "two askers on one child"
+            assert parked_before < CAP, "a principal past its cap got a child for an asker"
+        assert not lease.member.stalled, "a child whose stdin stalled was given a request"
 
     def assert_first_served(self, pool: PoolModel, granted: Ticket[Kid]) -> None:
         """No request that arrived before ``granted`` and would take any child it takes still waits."""
@@ -236,16 +245,32 @@ class DispatchMachine(RuleBasedStateMachine):
     @rule(n=POOLS, principal=PRINCIPALS, kind=KINDS)
     def arrive(self, n: int, principal: str, kind: str) -> None:
         pool = self.pools[n]
-        method, tool = {
-            "asker": ("tools/call", "tools/call ask"),
-            "quiet": ("tools/call", "tools/call quiet"),
-            "list": ("tools/list", None),
-        }[kind]
+        method, tool = CALLS[kind]
         ticket = pool.d.ticket(principal, method, tool, None, self.now)
         self.arrived += 1
         pool.arrivals[ticket] = (self.arrived, kind)
         pool.tickets.append(ticket)
         self.try_ticket(pool, ticket)
+
+    @rule(n=POOLS, principal=PRINCIPALS, kind=KINDS)
+    def arrive_at_once(self, n: int, principal: str, kind: str) -> None:
+        """As ``Pool.lease`` arrives: granted without a ticket when none waits
+        (``acquire_now``), else with its ticket, as ``arrive``."""
+        pool = self.pools[n]
+        method, tool = CALLS[kind]
+        parked_before = pool.d.parked(principal)
+        try:
+            lease = pool.d.acquire_now(principal, method, tool, None, self.now)
+        except GatewayError:
+            return
+        if lease is None:
+            self.arrive(n, principal, kind)
+            return
+        assert not pool.tickets, "granted at once while a request waits"
+        event("granted at once")
+        self.arrived += 1
+        self.assert_fit(lease, parked_before)
+        pool.leases.append(lease)
 
     @precondition(lambda self: any(pool.tickets for pool in self.pools))
     @rule(data=st.data())
