@@ -132,22 +132,18 @@ class ToolLearning:
         return was_quiet
 
 
-@dataclass(slots=True)  # not frozen: one is made per check on a lease's path, and a frozen __init__ costs more
-class ChildLoad:
-    """What the pool needs to know of one child to decide whether a request may join it."""
-
-    asking_requests: int = 0  # requests that may ask and needed the child alone (not quiet), in flight
-    open_questions: int = 0  # questions asked and not answered yet, or held back as ambiguous
-
-
-def admits(load: ChildLoad, method: str | None, *, exclusive: bool, quiet: bool = False) -> bool:
-    """Whether a request for ``method`` may run on a child with this load (rule 2); ``quiet``:
-    its tool is known quiet and needs no child to itself."""
+def admits(
+    asking_requests: int, open_questions: int, method: str | None, *, exclusive: bool, quiet: bool = False
+) -> bool:
+    """Whether a request for ``method`` may run on a child with ``asking_requests`` in flight
+    (requests that may ask and needed the child alone, not quiet) and ``open_questions``
+    (asked and not answered yet, or held back as ambiguous) (rule 2); ``quiet``: its tool is
+    known quiet and needs no child to itself."""
     if quiet or not may_ask(method):
         return True
-    if load.open_questions:
+    if open_questions:
         return False
-    return not exclusive or load.asking_requests == 0
+    return not exclusive or asking_requests == 0
 
 
 @dataclass(frozen=True, slots=True)

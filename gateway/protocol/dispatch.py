@@ -85,7 +85,6 @@ from typing import Final, Generic
 
 from gateway.errors import ChildFaultError, ClientThrottledError, GatewayError, GatewayUnavailableError
 from gateway.protocol import attribution
-from gateway.protocol.attribution import ChildLoad
 from gateway.protocol.childactions import ChildFacts
 from gateway.protocol.dispatchstate import (
     MAX_CONCURRENT_STARTS,
@@ -190,8 +189,9 @@ class Dispatcher(Generic[C]):
             return True
         quiet = self.tools.is_quiet(tool) and not self.is_exclusive(member, tool)  # rule 2: a quiet tool
         exclusive = member.asking_leases > 0 and not quiet and self.is_exclusive(member, tool)
-        load = ChildLoad(member.asking_leases, member.questions)
-        return attribution.admits(load, method, exclusive=exclusive, quiet=quiet)  # rules 2, 3
+        return attribution.admits(  # rules 2, 3
+            member.asking_leases, member.questions, method, exclusive=exclusive, quiet=quiet
+        )
 
     def counted(self) -> int:
         """Members counted against the pool's bounds: a child whose stdin stalled is not (rule 7)."""
@@ -387,8 +387,14 @@ class Dispatcher(Generic[C]):
                     if not self.has_room(member, None):
                         return None
                     break  # only a question holds it: this call may run elsewhere
-        free = [m for m in self.members if self.has_room(m, method, tool) and not (alone and m.leases)]
-        return min(free, key=lambda m: m.leases, default=None)
+        best: Member[C] | None = None  # the first with the fewest leases (no list, no key function)
+        for member in self.members:
+            fewer = best is None or member.leases < best.leases
+            if fewer and not (alone and member.leases) and self.has_room(member, method, tool):
+                best = member
+                if not member.leases:
+                    break  # none has fewer
+        return best
 
     def _grant(
         self, member: Member[C], principal: str, method: str | None, tool: str | None, alone: bool, now: float

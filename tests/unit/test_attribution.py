@@ -10,7 +10,6 @@ from gateway.protocol.attribution import (
     Ambiguous,
     AskPolicy,
     Attributed,
-    ChildLoad,
     ToolLearning,
     Unattributable,
     admits,
@@ -59,7 +58,7 @@ def test_always_and_never_override_what_was_learned_and_declared() -> None:
 def test_a_request_that_may_ask_never_joins_a_child_where_a_question_could_be_someone_elses(
     asking: int, questions: int, exclusive: bool, method: str | None
 ) -> None:
-    admitted = admits(ChildLoad(asking, questions), method, exclusive=exclusive)
+    admitted = admits(asking, questions, method, exclusive=exclusive)
     if not may_ask(method):
         assert admitted  # lists and pings share children freely
     elif questions:
@@ -163,8 +162,8 @@ def test_learning_is_bounded_and_a_tool_seen_asking_is_never_quiet(events: list[
 
 
 def test_a_quiet_tool_joins_a_child_whose_question_waits_and_an_asker_does_not() -> None:
-    held = ChildLoad(asking_requests=1, open_questions=1)  # an asker's question is parked there
-    assert admits(held, "tools/call", exclusive=True, quiet=True)
-    assert not admits(held, "tools/call", exclusive=True)
-    assert not admits(held, "tools/call", exclusive=False)
-    assert admits(held, "tools/list", exclusive=True)
+    held = (1, 1)  # an asker's question is parked there: one asking request, one open question
+    assert admits(*held, "tools/call", exclusive=True, quiet=True)
+    assert not admits(*held, "tools/call", exclusive=True)
+    assert not admits(*held, "tools/call", exclusive=False)
+    assert admits(*held, "tools/list", exclusive=True)
