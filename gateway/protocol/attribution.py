@@ -138,14 +138,12 @@ class ToolLearning:
         return was_quiet
 
 
-def admits(
-    asking_requests: int, open_questions: int, method: str | None, *, exclusive: bool, quiet: bool = False
-) -> bool:
-    """Whether a request for ``method`` may run on a child with ``asking_requests`` in flight
-    (requests that may ask and needed the child alone, not quiet) and ``open_questions``
-    (asked and not answered yet, or held back as ambiguous) (rule 2); ``quiet``: its tool is
-    known quiet and needs no child to itself."""
-    if quiet or not may_ask(method):
+def admits(asking_requests: int, open_questions: int, *, asks: bool, exclusive: bool, quiet: bool = False) -> bool:
+    """Whether a request may run on a child with ``asking_requests`` in flight (requests that
+    may ask and needed the child alone, not quiet) and ``open_questions`` (asked and not
+    answered yet, or held back as ambiguous) (rule 2); ``asks``: it may ask (``may_ask`` of its
+    method, rule 1); ``quiet``: its tool is known quiet and needs no child to itself."""
+    if quiet or not asks:
         return True
     if open_questions:
         return False

@@ -172,25 +172,35 @@ class Dispatcher(Generic[C]):
 
     def is_exclusive(self, member: Member[C], tool: str | None = None) -> bool:
         """Whether an asking request (for ``tool``) needs ``member``'s child to itself (attribution rules 3, 5)."""
+        return self._exclusive(member, self.tools.is_quiet(tool))
+
+    def _exclusive(self, member: Member[C], quiet_tool: bool) -> bool:
+        """``is_exclusive`` for a request whose tool is known quiet (``quiet_tool``), or not."""
         legacy = member.legacy
         return attribution.is_exclusive(
             self.settings.child_asks,
             learned=self.learned_asks,
             legacy=legacy,
             declared=member.declared,
-            quiet=legacy and self.tools.is_quiet(tool),  # (only a legacy child's quiet tools count)
+            quiet=legacy and quiet_tool,  # (only a legacy child's quiet tools count)
         )
 
-    def has_room(self, member: Member[C], method: str | None = None, tool: str | None = None) -> bool:
+    def has_room(self, member: Member[C], asks: bool, quiet_tool: bool = False) -> bool:
+        """Whether ``member`` takes a request now: one that may ask (``asks``: ``attribution.may_ask``
+        of its method), of a tool known quiet (``quiet_tool``), or neither. Told per request,
+        not worked out again for each member it is tried on."""
         limit = self.settings.max_in_flight
-        if not member.is_live or member.stalled or member.exclusive or (limit != 0 and member.leases >= limit):
+        # ``member.is_live`` spelled out: this runs for each member tried, and a property costs a call.
+        if not member.alive or member.retiring or member.stalled or member.exclusive:
             return False
-        if not attribution.may_ask(method):  # rule 2: lists, ping, listens
+        if limit != 0 and member.leases >= limit:
+            return False
+        if not asks:  # rule 2: lists, ping, listens
             return True
-        quiet = self.tools.is_quiet(tool) and not self.is_exclusive(member, tool)  # rule 2: a quiet tool
-        exclusive = member.asking_leases > 0 and not quiet and self.is_exclusive(member, tool)
+        quiet = quiet_tool and not self._exclusive(member, True)  # rule 2: a quiet tool
+        exclusive = member.asking_leases > 0 and not quiet and self._exclusive(member, quiet_tool)
         return attribution.admits(  # rules 2, 3
-            member.asking_leases, member.questions, method, exclusive=exclusive, quiet=quiet
+            member.asking_leases, member.questions, asks=True, exclusive=exclusive, quiet=quiet
         )
 
     def counted(self) -> int:
@@ -216,13 +226,14 @@ class Dispatcher(Generic[C]):
         ticket is made and tried: ``ticket``, ``try_acquire``). Raises what that try raises."""
         if self.queue:
             return None
-        asker = attribution.may_ask(method) and not self.tools.is_quiet(tool)
-        self._admit(principal, asker, now)
+        asks = attribution.may_ask(method)
+        quiet_tool = asks and self.tools.is_quiet(tool)
+        self._admit(principal, asks and not quiet_tool, now)  # (the ticket's ``asker``)
         alone = principal in self.suspects
-        member = self._pick(prefer, method, alone, tool)
+        member = self._pick(prefer, asks, quiet_tool, alone)
         if member is None:
             return None
-        return self._grant(member, principal, method, tool, alone, now)
+        return self._grant(member, principal, asks, quiet_tool, alone, now)
 
     def ticket(self, principal: str, method: str | None, tool: str | None, prefer: C | None, now: float) -> Ticket[C]:
         """A request arrived: its ticket joins the queue (rule 0), to be tried at once."""
@@ -290,10 +301,12 @@ class Dispatcher(Generic[C]):
         principal = ticket.principal
         self._admit(principal, ticket.asker, now)
         alone = principal in self.suspects
-        member = self._pick(ticket.prefer, ticket.method, alone, ticket.tool)
+        asks = attribution.may_ask(ticket.method)
+        quiet_tool = asks and self.tools.is_quiet(ticket.tool)  # now: learnt while it waited, maybe
+        member = self._pick(ticket.prefer, asks, quiet_tool, alone)
         if member is not None:
             self._dequeue(ticket)
-            ticket.lease = self._grant(member, principal, ticket.method, ticket.tool, alone, now)
+            ticket.lease = self._grant(member, principal, asks, quiet_tool, alone, now)
             return
         starting = self.starting()
         children = self.children()
@@ -375,39 +388,41 @@ class Dispatcher(Generic[C]):
         actions.append(EvictChild(victim))
         return True
 
-    def _pick(self, prefer: C | None, method: str | None, alone: bool, tool: str | None) -> Member[C] | None:
-        """``alone``: only a child with no lease will do (a crash suspect's request)."""
+    def _pick(self, prefer: C | None, asks: bool, quiet_tool: bool, alone: bool) -> Member[C] | None:
+        """For a request that may ask (``asks``), of a tool known quiet (``quiet_tool``), or
+        neither; ``alone``: only a child with no lease will do (a crash suspect's request)."""
         if prefer is not None:
             for member in self.members:
                 if member.child is prefer and member.is_live:
                     if alone and member.leases:
                         return None
-                    if self.has_room(member, method, tool):
+                    if self.has_room(member, asks, quiet_tool):
                         return member
-                    if not self.has_room(member, None):
+                    if not self.has_room(member, False):
                         return None
                     break  # only a question holds it: this call may run elsewhere
         best: Member[C] | None = None  # the first with the fewest leases (no list, no key function)
         for member in self.members:
             fewer = best is None or member.leases < best.leases
-            if fewer and not (alone and member.leases) and self.has_room(member, method, tool):
+            if fewer and not (alone and member.leases) and self.has_room(member, asks, quiet_tool):
                 best = member
                 if not member.leases:
                     break  # none has fewer
         return best
 
     def _grant(
-        self, member: Member[C], principal: str, method: str | None, tool: str | None, alone: bool, now: float
+        self, member: Member[C], principal: str, asks: bool, quiet_tool: bool, alone: bool, now: float
     ) -> Lease[C]:
-        asking = attribution.may_ask(method) and self.is_exclusive(member, tool)
+        asking = asks and self._exclusive(member, quiet_tool)
         member.leases += 1
         member.served += 1
         member.last_used = now
         principals = member.principals
-        principals[principal] = principals.get(principal, 0) + 1  # no Counter.__missing__ call
+        principals[principal] = principals.get(principal, 0) + 1
         if asking:
             member.asking_leases += 1
-            member.askers[principal] += 1
+            askers = member.askers
+            askers[principal] = askers.get(principal, 0) + 1
         member.exclusive = alone
         return Lease(member, principal, alone, asking)
 

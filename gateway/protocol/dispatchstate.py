@@ -9,7 +9,6 @@ Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only; no 
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Generic, Protocol, TypeVar
@@ -152,8 +151,10 @@ class Member(Generic[C]):
     retiring: bool = False
     exclusive: bool = False  # a crash suspect's request runs on it alone
     stalled: bool = False  # its stdin has taken nothing for ``stall_notice``: no new requests
-    principals: Counter[str] = field(default_factory=Counter)  # leases held, by principal
-    askers: Counter[str] = field(default_factory=Counter)  # asking leases held, by principal
+    # Leases held, and asking leases held, by principal: plain dicts (a Counter's item access
+    # is a Python call per lease and release); a principal with none is not a key.
+    principals: dict[str, int] = field(default_factory=dict)
+    askers: dict[str, int] = field(default_factory=dict)
     crashed_with: frozenset[str] | None = None  # who held leases when its child died
 
     def __post_init__(self) -> None:

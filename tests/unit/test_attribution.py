@@ -58,7 +58,7 @@ def test_always_and_never_override_what_was_learned_and_declared() -> None:
 def test_a_request_that_may_ask_never_joins_a_child_where_a_question_could_be_someone_elses(
     asking: int, questions: int, exclusive: bool, method: str | None
 ) -> None:
-    admitted = admits(asking, questions, method, exclusive=exclusive)
+    admitted = admits(asking, questions, asks=may_ask(method), exclusive=exclusive)
     if not may_ask(method):
         assert admitted  # lists and pings share children freely
     elif questions:
@@ -163,7 +163,8 @@ def test_learning_is_bounded_and_a_tool_seen_asking_is_never_quiet(events: list[
 
 def test_a_quiet_tool_joins_a_child_whose_question_waits_and_an_asker_does_not() -> None:
     held = (1, 1)  # an asker's question is parked there: one asking request, one open question
-    assert admits(*held, "tools/call", exclusive=True, quiet=True)
-    assert not admits(*held, "tools/call", exclusive=True)
-    assert not admits(*held, "tools/call", exclusive=False)
-    assert admits(*held, "tools/list", exclusive=True)
+    call, listing = may_ask("tools/call"), may_ask("tools/list")
+    assert admits(*held, asks=call, exclusive=True, quiet=True)
+    assert not admits(*held, asks=call, exclusive=True)
+    assert not admits(*held, asks=call, exclusive=False)
+    assert admits(*held, asks=listing, exclusive=True)
