@@ -51,6 +51,12 @@ class LineFramer:
         return len(self._buffer)
 
     def feed(self, chunk: bytes) -> list[bytes | OversizedLine]:
+        end = len(chunk) - 1
+        if not self._buffer and not self._discarding and end <= self.max_line_bytes and chunk.find(b"\n") == end:
+            # The common read: exactly one whole line, nothing before it. Taken as it is, not
+            # copied into the buffer and out again (what the loop below would make of it).
+            line = chunk[:end].rstrip(b"\r")
+            return [line] if line.strip() else []
         out: list[bytes | OversizedLine] = []
         start = 0
         if self._discarding:

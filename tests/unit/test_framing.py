@@ -59,6 +59,22 @@ def test_lines_come_out_whole_and_in_order_however_the_bytes_are_chunked(
     assert framer.buffered == 0
 
 
+@given(
+    st.lists(st.tuples(contents | blank_lines.map(lambda b: b.rstrip(b"\r\n")), terminators), min_size=1, max_size=8),
+    st.integers(min_value=1, max_value=48),
+)
+def test_a_chunk_of_one_whole_line_is_framed_as_the_same_bytes_split_in_two(
+    lines: list[tuple[bytes, bytes]], limit: int
+) -> None:
+    # One line per read takes the framer's shortcut; the same bytes with the first held back a
+    # read go through its buffer. Both give the same lines, oversized ones (small limits) too.
+    whole, split = LineFramer(limit), LineFramer(limit)
+    for content, end in lines:
+        line = content + end
+        assert whole.feed(line) == feed_all(split, [line[:1], line[1:]])
+    assert whole.buffered == split.buffered == 0
+
+
 def test_a_partial_line_is_held_until_its_newline_arrives() -> None:
     framer = LineFramer()
 
