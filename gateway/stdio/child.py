@@ -337,11 +337,25 @@ class StdioChild:
         )  # raises the exit error of a dead child
         ex.child_id = sent.child_id
         self._timer.note(sent.deadline)
+        # The line is written now, or queued behind a write in progress (``LineWriter``): its
+        # ticket while queued. 503 when what waits for the child's stdin is at its bound.
         try:
-            ex.stdin_ticket = await self._send(sent.line)
-        except GatewayUnavailableError:  # its stdin is full: the line was never queued
+            ex.stdin_ticket = await self._stdin.send(sent.line)
+        except StdinFull as exc:  # the line was never queued
             self._close(ex, unsent=True)
-            raise
+            raise GatewayUnavailableError(
+                f"{self.spec.label} is not reading its stdin fast enough: {exc}; retry later",
+                retry_after=5,
+                stdin_queued_bytes=exc.queued,
+                max_stdin_queue_bytes=exc.limit,
+            ) from None
+        except BrokenPipe:
+            try:
+                await self._exited_or_timeout()
+                error = self._stdin_error()
+            finally:
+                self._close(ex)
+            raise error from None
         except BaseException:
             self._close(ex)
             raise
@@ -350,7 +364,8 @@ class StdioChild:
     def _close(self, ex: Exchange, *, unsent: bool = False) -> None:
         # A line still queued for a child that has not read it is dropped with its request,
         # and the child, which never saw the request, is sent no cancel for it.
-        withdrawn = self._stdin.withdraw(ex.stdin_ticket) or unsent
+        ticket = ex.stdin_ticket  # None: written at once (the common case)
+        withdrawn = (ticket is not None and self._stdin.withdraw(ticket)) or unsent
         ex.leave()
         if not ex.is_done:
             actions = self._session.abandon(ex.child_id)
@@ -369,22 +384,6 @@ class StdioChild:
         if self._session.death is not None:
             raise self._session.death
         self._write_line(jsonrpc.encode(Notification(method, params)) + b"\n")
-
-    async def _send(self, line: bytes) -> int | None:
-        """Write a request's line now, or queue it behind a write in progress (``LineWriter``):
-        its ticket while queued. 503 when what waits for the child's stdin is at its bound."""
-        try:
-            return await self._stdin.send(line)
-        except StdinFull as exc:
-            raise GatewayUnavailableError(
-                f"{self.spec.label} is not reading its stdin fast enough: {exc}; retry later",
-                retry_after=5,
-                stdin_queued_bytes=exc.queued,
-                max_stdin_queue_bytes=exc.limit,
-            ) from None
-        except BrokenPipe:
-            await self._exited_or_timeout()
-            raise self._stdin_error() from None
 
     def _write_line(self, line: bytes) -> None:
         try:
