@@ -188,7 +188,7 @@ class ChildSession(Generic[OwnerT]):
         if timeout is not None and math.isfinite(timeout):
             entry.deadline = now + timeout
             entry.due = self._deadlines.push(entry.deadline, entry)
-        return Sent(entry.child_id, jsonrpc.encode(request) + b"\n", entry.deadline)
+        return Sent(entry.child_id, jsonrpc.encode_line(request), entry.deadline)
 
     def abandon(self, child_id: int) -> list[ChildAction[OwnerT]]:
         """The caller left (rule 3); nothing when the request has ended already."""
@@ -415,4 +415,4 @@ class ChildSession(Generic[OwnerT]):
         # Never after ``exited``: nothing is pending then, so nothing is abandoned or expires.
         self.cancels_sent += 1
         note = Notification(CANCELLED, {"requestId": child_id, "reason": reason})
-        actions.append(Write(jsonrpc.encode(note) + b"\n"))
+        actions.append(Write(jsonrpc.encode_line(note)))

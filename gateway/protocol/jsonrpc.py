@@ -3,7 +3,8 @@
 Contract: ``decode`` turns bytes into JSON values (``ParseError`` on bad JSON);
 ``parse_message`` turns one JSON value into a ``Request``, ``Notification``, ``Result`` or
 ``ErrorReply`` (``InvalidMessage`` otherwise, carrying the id when it was readable, so a
-malformed reply can still end the request it answers); ``encode`` writes compact UTF-8.
+malformed reply can still end the request it answers); ``encode`` writes compact UTF-8,
+``encode_line`` the same with the newline that ends a message on stdio.
 
 Ids keep their exact JSON type: ``7`` and ``"7"`` are different ids, and ``true`` or
 ``1.0`` are not ids at all (``bool`` is a subclass of ``int`` in Python, so the check is on
@@ -138,6 +139,11 @@ def decode(data: bytes | str) -> Any:
 def encode(message: Message | JsonObject) -> bytes:
     payload = message if isinstance(message, dict) else message.to_dict()
     return orjson.dumps(payload)
+
+
+def encode_line(message: Message) -> bytes:
+    """``encode`` with its newline, for stdio: written by orjson, not copied again to add it."""
+    return orjson.dumps(message.to_dict(), option=orjson.OPT_APPEND_NEWLINE)
 
 
 def parse_message(obj: Any) -> Message:

@@ -383,7 +383,7 @@ class StdioChild:
     async def notify(self, method: str, params: JsonObject | None = None) -> None:
         if self._session.death is not None:
             raise self._session.death
-        self._write_line(jsonrpc.encode(Notification(method, params)) + b"\n")
+        self._write_line(jsonrpc.encode_line(Notification(method, params)))
 
     def _write_line(self, line: bytes) -> None:
         try:

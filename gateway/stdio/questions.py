@@ -114,4 +114,4 @@ class Questions:
 
     def _send(self, reply: Reply) -> None:
         with suppress(ChildError):  # the child is gone: nobody to answer
-            self._write(jsonrpc.encode(reply) + b"\n")
+            self._write(jsonrpc.encode_line(reply))

@@ -18,6 +18,7 @@ from gateway.protocol.jsonrpc import (
     Result,
     decode,
     encode,
+    encode_line,
     error_object,
     is_id,
     parse_message,
@@ -367,3 +368,8 @@ def test_any_valid_message_round_trips_through_encode_decode_and_parse(message: 
     again = parse_message(decode(line))
     assert again == message
     assert type(getattr(again, "id", None)) is type(getattr(message, "id", None))
+
+
+@given(messages)
+def test_a_stdio_line_is_the_encoded_message_and_one_newline(message: Message) -> None:
+    assert encode_line(message) == encode(message) + b"\n"
