@@ -168,7 +168,12 @@ class Dispatcher(Generic[C]):
 
     def may_start(self) -> bool:
         """No child is up yet, and one may still come (none failed to start, one is starting)."""
-        return self.last_error is None and bool(self.members) and not self.children()
+        if self.last_error is not None or not self.members:
+            return False
+        for member in self.members:  # noqa: SIM110 - per request (``Pool.is_starting``): no list, no generator
+            if member.is_live and member.child is not None:
+                return False
+        return True
 
     def is_exclusive(self, member: Member[C], tool: str | None = None) -> bool:
         """Whether an asking request (for ``tool``) needs ``member``'s child to itself (attribution rules 3, 5)."""

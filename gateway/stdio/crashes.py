@@ -73,6 +73,8 @@ class CrashLedger:
 
     def check(self, principal: str, now: float, label: str) -> None:
         """Raise ``ClientThrottledError`` when ``principal`` is throttled."""
+        if principal not in self._by_principal:  # never charged (or forgotten): every lease asks this
+            return
         wait = self.retry_after(principal, now)
         if wait is None:
             return
