@@ -53,7 +53,7 @@ class Exchange:
 
     @property
     def dropped_notifications(self) -> int:
-        return self._inbox.backlog.dropped
+        return self._inbox.dropped
 
     def deliver(self, note: Notification) -> None:
         self._inbox.put(note, progress_key(note.method, note.params))
@@ -82,7 +82,7 @@ class Exchange:
         taking nothing: the oldest queued item, else the reply (None: it failed, or the
         reader left)."""
         await self._inbox.wait()
-        return self._inbox.backlog.first() or self._reply
+        return self._inbox.first() or self._reply
 
     def ready(self) -> list[ExchangeItem]:
         """What is queued already, without waiting (so simultaneous asks make one round)."""

@@ -45,16 +45,30 @@ def progress_key(method: str, params: object) -> Hashable | None:
 
 class Inbox(Generic[T]):
     def __init__(self, coalesce_above: int = COALESCE_ABOVE) -> None:
-        self.backlog: Backlog[T] = Backlog(coalesce_above)
+        self._coalesce_above = coalesce_above
+        # Made with the first item: most requests get none (their reply is no item of it).
+        self._backlog: Backlog[T] | None = None
         self._waiter: asyncio.Future[None] | None = None  # the reader's, while it waits
         self._closed = False  # the producer is done
         self._reader_gone = False
+
+    @property
+    def dropped(self) -> int:
+        """Items refused at the backlog's hard limit (``Backlog.dropped``)."""
+        return 0 if self._backlog is None else self._backlog.dropped
+
+    def first(self) -> T | None:
+        """The oldest item, left queued; None when none is."""
+        return None if self._backlog is None else self._backlog.first()
 
     def put(self, item: T, key: Hashable | None = None, *, always: bool = False) -> bool:
         """Queue ``item`` (False: refused, or nobody will read it); ``always``: past every bound."""
         if self._closed or self._reader_gone:
             return False
-        accepted = self.backlog.put(item, key, always=always)
+        backlog = self._backlog
+        if backlog is None:
+            backlog = self._backlog = Backlog(self._coalesce_above)
+        accepted = backlog.put(item, key, always=always)
         self._wake()
         return accepted
 
@@ -69,20 +83,22 @@ class Inbox(Generic[T]):
 
     def close_reader(self) -> None:
         self._reader_gone = True
-        self.backlog.clear()
+        if self._backlog is not None:
+            self._backlog.clear()
 
     def get_nowait(self) -> T:
         """The next item; raises ``anyio.WouldBlock`` when none is queued, ``anyio.EndOfStream``
         when none will come."""
-        if self.backlog:
-            return self.backlog.pop()
+        backlog = self._backlog
+        if backlog:
+            return backlog.pop()
         if self._closed or self._reader_gone:
             raise anyio.EndOfStream
         raise anyio.WouldBlock
 
     async def wait(self) -> None:
         """Until an item is queued or none will come (nothing is taken)."""
-        while not (self.backlog or self._closed or self._reader_gone):
+        while not (self._backlog or self._closed or self._reader_gone):
             self._waiter = waiter = asyncio.get_running_loop().create_future()
             try:
                 await waiter
@@ -90,10 +106,10 @@ class Inbox(Generic[T]):
                 self._waiter = None
 
     async def get(self) -> T:
-        if self.backlog or self._closed or self._reader_gone:
+        if self._backlog or self._closed or self._reader_gone:
             await checkpoint_if_cancelled()  # ready at once: still a point where a cancel is seen
         while True:
-            if self.backlog or self._closed or self._reader_gone:  # what get_nowait returns or raises
+            if self._backlog or self._closed or self._reader_gone:  # what get_nowait returns or raises
                 return self.get_nowait()
             # Nothing yet (asked, not learnt from get_nowait's WouldBlock: raising it cost a
             # request about 2k instructions each time the reader waits).
