@@ -65,6 +65,13 @@ log = logging.getLogger("gateway.http")
 PULLED_AHEAD = 64
 """Events read from a modern exchange ahead of the writer (written together when ready)."""
 
+# The answer machine's members every plain answer reads, as module names: a member read from
+# its class costs a request ~800 instructions on Python 3.11 (``gateway.protocol.versions.MODERN``).
+_CALL, _LISTEN, _LEGACY = Kind.CALL, Kind.LISTEN, Kind.LEGACY
+_WAITING = State.WAITING
+_FIRST_FINAL, _FIRST_NOTE = Event.FIRST_FINAL, Event.FIRST_NOTE
+_SEND_JSON = Action.SEND_JSON
+
 
 Exchange: TypeAlias = AsyncGenerator[events.Emitted, None]
 Opening: TypeAlias = Coroutine[Any, Any, Begun]
@@ -223,7 +230,7 @@ class LazyStream:
         # so it does after its lifetime (--max-stream-seconds, ``max_seconds``).
         self._graceful_end = graceful_end
         self._max_seconds = max_seconds
-        kind = Kind.LEGACY if legacy is not None else Kind.CALL if graceful_end is None else Kind.LISTEN
+        kind = _LEGACY if legacy is not None else _CALL if graceful_end is None else _LISTEN
         self._machine = Answer(kind)
         self._closing: Actions = ()  # actions of events from outside, done once the exchange is over
         self._watch: Watch | None = None
@@ -274,7 +281,7 @@ class LazyStream:
                 self._writer = SseWriter(send) if self._resumable is None else _PolledWriter(send, machine)
                 legacy.handle.attach(watch.cancel_scope, self._session_cancelled)  # may decide it at once
             self._scope, self._receive, self._send = scope, receive, send
-            if machine.state is State.WAITING:  # not cancelled before it began
+            if machine.state is _WAITING:  # not cancelled before it began
                 await watch.run(self._respond)
             if machine.state in DECIDED and not self._closing:
                 # The usual end: nothing cancels this task here (the watch's scope is closed, the
@@ -338,7 +345,7 @@ class LazyStream:
         except StopAsyncIteration:  # ended before any answer (cancelled): none is given
             await self._do(step(Event.EXHAUSTED))
             return
-        await self._do(step(Event.FIRST_FINAL if type(first) is events.Final else Event.FIRST_NOTE), first)
+        await self._do(step(_FIRST_FINAL if type(first) is events.Final else _FIRST_NOTE), first)
 
     async def _do(
         self, actions: Actions, event: events.RelayEvent | None = None, refusal: Response | None = None
@@ -346,7 +353,7 @@ class LazyStream:
         """Carry out the machine's ``actions`` in order (``event``: the exchange's, they are about)."""
         writer = self._writer
         for action in actions:
-            if action is Action.SEND_JSON:
+            if action is _SEND_JSON:
                 assert isinstance(event, events.Final)
                 await self._json(event)
             elif action is Action.STREAM:

@@ -152,6 +152,7 @@ class State(IntEnum):
 
 
 LIVE: Final = frozenset({State.WAITING, State.SSE, State.POLLED})
+_WAITING: Final = State.WAITING  # every answer's first state, read as a module name (see ``Answer``)
 DECIDED: Final = frozenset(State) - LIVE
 
 
@@ -377,7 +378,7 @@ class Answer:
 
     def __init__(self, kind: Kind) -> None:
         self.kind = kind
-        self.state = State.WAITING
+        self.state = _WAITING
         self._table = _TABLES[kind]
 
     def step(self, event: Event) -> Actions:

@@ -16,7 +16,7 @@ from typing import Any
 from gateway.protocol import bridge
 from gateway.protocol.ingress import CLIENT_CAPABILITIES_KEY
 from gateway.protocol.jsonrpc import JsonObject, Request
-from gateway.protocol.versions import Era
+from gateway.protocol.versions import LEGACY, MODERN, Era
 from gateway.relay.sessions import LegacySession
 from gateway.relay.spans import RequestSpan
 from gateway.stdio.child import StdioChild
@@ -56,7 +56,7 @@ class ClientContext:
         meta = (request.params or {}).get("_meta")
         capabilities = meta.get(CLIENT_CAPABILITIES_KEY) if isinstance(meta, dict) else None
         return cls(
-            Era.MODERN,
+            MODERN,
             version,
             capabilities if isinstance(capabilities, dict) else {},  # this request's, never an earlier one's
             principal=principal,
@@ -80,7 +80,7 @@ class ClientContext:
         ``log``: the request's access-log fields (the child that serves it is noted there);
         ``span``: the request's trace (the HTTP edge's, when tracing is on)."""
         return cls(
-            Era.LEGACY,
+            LEGACY,
             session.version,
             session.capabilities,
             session.client_info,

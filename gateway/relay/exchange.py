@@ -43,7 +43,7 @@ import anyio
 from gateway.errors import ChildError, GatewayUnavailableError
 from gateway.protocol import attribution, bridge, inputs
 from gateway.protocol.jsonrpc import Reply, Request
-from gateway.protocol.versions import Era
+from gateway.protocol.versions import LEGACY, MODERN
 from gateway.relay import asks, events
 from gateway.relay.catalog import ToolCatalog
 from gateway.relay.client import ClientContext
@@ -236,7 +236,7 @@ class Relay:
             else:
                 child = await timed(client.span.queue_wait(pool.label), stack.enter(lease))
             client.bind(child, pool)
-            if admission.roots is not None and client.era is Era.MODERN and self.listens is not None:
+            if admission.roots is not None and client.era is MODERN and self.listens is not None:
                 # Before the call reaches the child: its client's listens subscribe there first.
                 await self.listens.follow_call(self.router, client, headers or {}, pool, child)
             info = child.info
@@ -303,7 +303,7 @@ class Relay:
 
     def _child_failed(self, request: Request, client: ClientContext, exc: ChildError) -> events.Final:
         """The client's final message when the child cannot start or keeps dying."""
-        if client.era is Era.MODERN and request.method == "server/discover":
+        if client.era is MODERN and request.method == "server/discover":
             # The probe succeeds and the next request carries the reason (bridge.unavailable_discover).
             about = {"name": self.router.server.name, "version": self.gateway_version}
             result = bridge.unavailable_discover(exc.error_object(), about)
@@ -339,7 +339,7 @@ class Relay:
                 # at the HTTP edge), asks read together as one round.
                 notes, questions = asks.sort_items((item, *ex.ready()), request, call.resumed)
                 waited = 0.0  # since the first question came: its own input timeout runs already
-                if questions and client.era is Era.MODERN and request.method in inputs.MRTR_METHODS:
+                if questions and client.era is MODERN and request.method in inputs.MRTR_METHODS:
                     # Questions sent together reach the modern client in one round, even when
                     # the child's writes are read apart (ASK_GATHER_WINDOW).
                     started = anyio.current_time()
@@ -359,7 +359,7 @@ class Relay:
                         questions = [ask for ask in questions if not asks.answer_pool_roots(ask, child)]
                 if not questions:
                     continue
-                if client.era is Era.LEGACY:
+                if client.era is LEGACY:
                     for ask in questions:
                         if (outgoing := asks.ask_legacy_client(ask, client, call)) is not None:
                             yield events.Ask(outgoing)

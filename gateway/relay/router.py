@@ -76,7 +76,7 @@ from gateway.errors import GatewayUnavailableError
 from gateway.protocol import inputs
 from gateway.protocol.jsonrpc import Reply, Request
 from gateway.protocol.roots import Roots, roots_key
-from gateway.protocol.versions import Era
+from gateway.protocol.versions import LEGACY, MODERN, Era
 from gateway.relay.poolkey import SHARED_KEY, PoolKey, credential_env, fingerprint
 from gateway.relay.pools import RunningPools
 from gateway.relay.readiness import ServerReadiness, ServerState
@@ -191,7 +191,7 @@ class Router:
         principal: str | None,
         session_id: str | None,
         headers: Mapping[str, str],
-        era: Era = Era.MODERN,
+        era: Era = MODERN,
         capabilities: Mapping[str, object] | None = None,
         roots: Roots | None = None,
     ) -> PoolKey:
@@ -219,9 +219,9 @@ class Router:
     ) -> PoolKey:
         """``key`` with the client's era share, the capabilities its children are told and
         the roots set they are given."""
-        if era is Era.LEGACY:
+        if era is LEGACY:
             self._learn_eras()
-        if era is Era.LEGACY and not self.single_era:
+        if era is LEGACY and not self.single_era:
             key = PoolKey(key.scope, key.fingerprint, "legacy")
         if capabilities is None or key.scope.startswith("session:") or not self._tells_capabilities(key):
             return key  # a session's own pool is told its session's capabilities already (pool_for)
@@ -384,7 +384,7 @@ class Router:
                 ),
                 None,
             )
-        return self._probed_era is Era.LEGACY
+        return self._probed_era is LEGACY
 
     def _learn_eras(self) -> None:
         """A probed child that is legacy, or an ``initialize``-first child that is modern, shows
@@ -398,10 +398,8 @@ class Router:
             for child in pool.children():
                 if child.info is None:
                     continue
-                probed_legacy = (
-                    child.spec.handshake == PROBE_FIRST and child.info.era is Era.LEGACY and not split_already
-                )
-                refused_initialize = child.spec.handshake == INITIALIZE_FIRST and child.info.era is Era.MODERN
+                probed_legacy = child.spec.handshake == PROBE_FIRST and child.info.era is LEGACY and not split_already
+                refused_initialize = child.spec.handshake == INITIALIZE_FIRST and child.info.era is MODERN
                 if probed_legacy or refused_initialize:
                     self.single_era = True
                     log.info("%s speaks one era only: legacy clients share its children", self.server.name)
@@ -413,7 +411,7 @@ class Router:
         session_id: str | None,
         headers: Mapping[str, str],
         *,
-        era: Era = Era.MODERN,
+        era: Era = MODERN,
         capabilities: Mapping[str, object] | None = None,
         roots: Roots | None = None,
     ) -> Pool:
@@ -426,7 +424,7 @@ class Router:
         # capabilities) is known once its first child is up.
         base = self._scope_key(principal, session_id, headers)
         main = self.pools.get(base)
-        if main is not None and (era is Era.LEGACY or capabilities is not None) and main.is_starting():
+        if main is not None and (era is LEGACY or capabilities is not None) and main.is_starting():
             await main.wait_started()  # (the usual case, a child up, without a coroutine)
         key = self._refine(base, era, capabilities, roots)
         pool = self._pools.ready(key)

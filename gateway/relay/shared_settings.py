@@ -42,7 +42,7 @@ import anyio
 from gateway.errors import ChildError
 from gateway.protocol import inputs, loglevels
 from gateway.protocol.jsonrpc import Reply, Request
-from gateway.protocol.versions import Era
+from gateway.protocol.versions import LEGACY
 from gateway.relay.client import ClientContext
 from gateway.relay.sessions import LegacySession
 from gateway.stdio.child import StdioChild
@@ -135,7 +135,7 @@ class SharedSettings:
         """Before ``client``'s ``method`` request on ``child`` of ``pool`` (which wants logs at
         ``log_level``): make the child's per-process settings fit."""
         info = child.info
-        if info is None or info.era is not Era.LEGACY or not child.is_alive():
+        if info is None or info.era is not LEGACY or not child.is_alive():
             return
         if "logging" in info.capabilities:
             await self._apply_log_level(child, log_level)

@@ -88,7 +88,7 @@ from typing import Final
 import anyio
 
 from gateway.errors import ChildError, ClientThrottledError
-from gateway.protocol import bridge, jsonrpc, loglevels, requeststate, subscriptions, taskbridge, xmcpheader
+from gateway.protocol import bridge, jsonrpc, loglevels, requeststate, subscriptions, taskbridge, versions, xmcpheader
 from gateway.protocol import tasks as task_rules
 from gateway.protocol.inputs import MRTR_METHODS, ROOTS_CAPABILITY
 from gateway.protocol.jsonrpc import JsonObject, Result
@@ -242,7 +242,11 @@ def start_over(deps: Collaborators, turn: Turn, pool: Pool) -> Suspension | None
     until its call is closed (``Suspension.closed``), so the lease that follows finds its slot
     free (not a 429). Decided without waiting: most calls have nothing to wait for."""
     request, client, cap = turn.request, turn.client, pool.settings.max_parked_per_principal
-    if client.era is not Era.MODERN or request.method not in MRTR_METHODS or "requestState" in (request.params or {}):
+    if (
+        client.era is not versions.MODERN
+        or request.method not in MRTR_METHODS
+        or "requestState" in (request.params or {})
+    ):
         return None
     if not cap or pool.parked(client.charged) < cap:
         return None
@@ -256,7 +260,7 @@ def start_over(deps: Collaborators, turn: Turn, pool: Pool) -> Suspension | None
 
 
 def on_legacy_child(deps: Collaborators, on: Leased) -> bool:
-    return on.info.era is Era.LEGACY
+    return on.info.era is versions.LEGACY
 
 
 async def answer_discover(deps: Collaborators, on: Leased) -> Emissions:
@@ -334,7 +338,7 @@ def child_takes_task(deps: Collaborators, on: Leased) -> bool:
     if not (
         turn.headers is not None
         and task_rules.opted_in(turn.client.capabilities)
-        and on.info.era is Era.LEGACY
+        and on.info.era is versions.LEGACY
         and taskbridge.takes_tasks(on.info.capabilities)
     ):
         return False
@@ -413,7 +417,7 @@ async def open_call(deps: Collaborators, on: Leased, turn: Turn) -> Running | ev
     message, when the child cannot take it."""
     request, client, child, info = turn.request, turn.client, on.child, on.info
     log_level = translate.log_level(request, client)
-    if info.era is Era.LEGACY:  # last before the request: what the child holds fits this client
+    if info.era is versions.LEGACY:  # last before the request: what the child holds fits this client
         await deps.settings.prepare(child, client, request.method, log_level, on.pool)
     params = translate.params_for_child(request.params, client, info)
     if on.bridged:
@@ -452,7 +456,9 @@ def show_visible_tools(deps: Collaborators, call: Running) -> None:
 def wants_input(deps: Collaborators, call: Running) -> bool:
     reply = call.reply
     return (
-        call.info.era is Era.MODERN and isinstance(reply, Result) and reply.result.get("resultType") == INPUT_REQUIRED
+        call.info.era is versions.MODERN
+        and isinstance(reply, Result)
+        and reply.result.get("resultType") == INPUT_REQUIRED
     )
 
 
@@ -493,7 +499,7 @@ def advertise_tasks(deps: Collaborators, call: Running) -> None:
 def child_task(deps: Collaborators, call: Running) -> bool:
     # A discover result is never adopted (discover_tasks has it).
     return (
-        call.info.era is Era.MODERN
+        call.info.era is versions.MODERN
         and call.turn.request.method != DISCOVER
         and task_rules.is_task_result(_result(call))
     )
@@ -509,7 +515,7 @@ def child_made_task(deps: Collaborators, call: Running) -> bool:
     # The retry of a round the child asked before its handle is bridged too (not a ``bridged`` call).
     reply = call.reply
     return (
-        call.info.era is Era.LEGACY
+        call.info.era is versions.LEGACY
         and isinstance(reply, Result)
         and task_rules.opted_in(call.turn.client.capabilities)
         and taskbridge.child_task(reply.result) is not None

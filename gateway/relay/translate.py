@@ -12,7 +12,7 @@ from gateway.errors import CODE_NO_CLIENT_INPUT, GATEWAY_NAME
 from gateway.protocol import bridge, inputs, jsonrpc, loglevels, subscriptions, tasks
 from gateway.protocol.handshake import META_CLIENT_CAPABILITIES, META_LOG_LEVEL, ChildInfo
 from gateway.protocol.jsonrpc import PROGRESS, ErrorReply, JsonObject, Notification, Request, Result
-from gateway.protocol.versions import Era
+from gateway.protocol.versions import LEGACY, MODERN
 from gateway.relay.client import ClientContext
 from gateway.stdio.ask import ChildAsk
 
@@ -42,9 +42,9 @@ def note_for_client(note: Notification, request: Request, resumed: bool) -> Json
 
 def params_for_child(params: JsonObject | None, client: ClientContext, child: ChildInfo) -> JsonObject | None:
     params = bridge.with_trace(params, client.trace)
-    if child.era is Era.LEGACY:
-        return bridge.strip_modern_meta(params) if client.era is Era.MODERN else params
-    if client.era is Era.LEGACY:
+    if child.era is LEGACY:
+        return bridge.strip_modern_meta(params) if client.era is MODERN else params
+    if client.era is LEGACY:
         return bridge.add_modern_meta(
             params,
             version=child.version,
@@ -75,16 +75,16 @@ def reply_for_client(
     request: Request, reply: Result | ErrorReply, client: ClientContext, child: ChildInfo
 ) -> JsonObject:
     if isinstance(reply, ErrorReply):
-        error = bridge.modernize_error(reply.error) if client.era is Era.MODERN else reply.error
+        error = bridge.modernize_error(reply.error) if client.era is MODERN else reply.error
         return response(request.id, error=error)
     result = reply.result
     if request.method == subscriptions.LISTEN:
         result = subscriptions.retag_result(result, request.id)
-    if client.era is Era.MODERN and child.era is Era.LEGACY:
+    if client.era is MODERN and child.era is LEGACY:
         result = bridge.modernize_result(request.method, result, child)
-    elif client.era is Era.MODERN and request.method == "server/discover":
+    elif client.era is MODERN and request.method == "server/discover":
         result = bridge.advertised_discover(result)
-    elif client.era is Era.LEGACY and child.era is Era.MODERN:
+    elif client.era is LEGACY and child.era is MODERN:
         result = bridge.legacy_result(result)
     return response(request.id, result=result)
 
@@ -92,7 +92,7 @@ def reply_for_client(
 def log_level(request: Request, client: ClientContext) -> str | None:
     """The level at or above which the child's attributable log messages reach this client:
     a modern request's own ``logLevel``, a legacy session's ``logging/setLevel``; else none."""
-    if client.era is Era.LEGACY:
+    if client.era is LEGACY:
         return client.log_level
     meta = (request.params or {}).get("_meta")
     level = meta.get(META_LOG_LEVEL) if isinstance(meta, dict) else None
