@@ -7,7 +7,7 @@ known, as JSON-RPC requires) with the HTTP status the spec maps it to; 503 carri
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from starlette.responses import Response
@@ -17,11 +17,34 @@ from gateway.errors import GatewayError
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Rejection
 
+MAX_REMEMBERED_NAMES: Final = 256
+"""Distinct header names whose decoded, lower-cased form ``header_map`` keeps: a client sends the
+same dozen names on every request, and each costs a decode and a ``lower()`` (about half of
+``header_map``'s work). Past it, a new name is decoded every time, as before: names a client
+makes up cannot grow the table."""
+MAX_REMEMBERED_NAME_BYTES: Final = 64
+"""A longer name is never kept (every header name MCP uses is far shorter)."""
+
+
+class _HeaderNames(dict[bytes, str]):
+    """Raw header name → its name as ``header_map`` keys it; a name not kept yet is decoded
+    (``__missing__``), and kept while the table has room."""
+
+    def __missing__(self, raw: bytes) -> str:
+        name = raw.decode("latin-1").lower()
+        if len(self) < MAX_REMEMBERED_NAMES and len(raw) <= MAX_REMEMBERED_NAME_BYTES:
+            self[raw] = name
+        return name
+
+
+_NAMES: Final = _HeaderNames()
+
 
 def header_map(scope: Scope) -> dict[str, str]:
     """The request's headers by lower-case name (the last one wins on repeats): the one place
     the edge decodes them all."""
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    names = _NAMES
+    return {names[k]: v.decode("latin-1") for k, v in scope["headers"]}
 
 
 def json_response(body: JsonObject, status: int = 200, headers: dict[str, str] | None = None) -> Response:

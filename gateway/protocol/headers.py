@@ -9,7 +9,8 @@ Contract:
   used by ``Mcp-Name`` and ``Mcp-Param-*``. ``decode_header_value(encode_header_value(s))
   == s`` for every string ``s`` that UTF-8 can encode.
 * ``has_invalid_header_chars`` says whether a received value holds bytes no header value
-  may carry (CR, LF, NUL, other controls except HTAB, DEL, non-ASCII).
+  may carry (CR, LF, NUL, other controls except HTAB, DEL, non-ASCII); ``is_plain`` whether
+  a value is one of the usual ones, valid and meaning itself, without decoding it.
 * ``accepts`` and ``media_type`` read ``Accept`` and ``Content-Type``.
 
 Pure: standard library only, no I/O.
@@ -116,6 +117,16 @@ def has_invalid_header_chars(value: str) -> bool:
     if value.isascii() and value.isprintable():  # the usual value, all of it U+0020..U+007E:
         return False  # two string scans instead of a regular expression's match (three per call)
     return _PLAIN_SAFE.fullmatch(value) is None
+
+
+def is_plain(value: str) -> bool:
+    """True when ``value`` travels as it is: only U+0020..U+007E, no whitespace at either edge,
+    not starting like a sentinel. Such a value is valid (``has_invalid_header_chars`` is False) and
+    means itself (``decode_header_value`` returns it unchanged); a value this says False for may
+    still be both (a sentinel, say), and only the full checks tell."""
+    return (
+        value.isascii() and value.isprintable() and value.strip(_OWS) == value and not value.startswith(SENTINEL_PREFIX)
+    )
 
 
 # --- Accept and Content-Type ----------------------------------------------------------------

@@ -40,6 +40,12 @@ POST rungs, in order (digest §2, §4.2, §7.1):
     rest. Header rules for notification POSTs are undefined (digest §8.5), so rung 9
     checks only the headers present, and rungs 11–12 are skipped.
 
+A modern request of the usual shape (``plain_version``: a modern version in ``_meta`` and in
+its header, client capabilities, its method and a plain ``Mcp-Name`` mirrored) passes rungs
+9–12 in one pass; everything else, and so every refusal, goes up rungs 8–13 one by one
+(``check_modern_rungs``), which word every error. The one pass restates those rungs for that
+shape only and accepts only what they accept (a property test holds the two together).
+
 Not here: ``Origin`` (403) and authentication are the edge's middleware; ``Mcp-Param-*``
 needs the child's tool schemas, which this pure ladder lacks, so for an accepted modern
 ``tools/call`` the edge calls ``gateway.protocol.xmcpheader.check_param_headers`` next.
@@ -71,6 +77,7 @@ from gateway.protocol.jsonrpc import (
     ErrorReply,
     JsonId,
     Message,
+    Notification,
     Request,
     Result,
 )
@@ -146,7 +153,8 @@ def check_accept(headers: Mapping[str, str]) -> Rejection | None:
 
 
 def check_content_type(headers: Mapping[str, str]) -> Rejection | None:
-    if h.media_type(headers.get(h.CONTENT_TYPE, "")) == h.JSON_MEDIA_TYPE:
+    value = headers.get(h.CONTENT_TYPE, "")
+    if value == h.JSON_MEDIA_TYPE or h.media_type(value) == h.JSON_MEDIA_TYPE:  # the usual value needs no parse
         return None
     return reject(415, INVALID_REQUEST, f"Content-Type must be {h.JSON_MEDIA_TYPE}")
 
@@ -209,7 +217,7 @@ def check_legacy(message: Message, headers: Mapping[str, str], session_version: 
         requested = (message.params or {}).get("protocolVersion")
         if not isinstance(requested, str):
             return reject(400, INVALID_PARAMS, 'initialize needs a string "protocolVersion"', id=mid)
-        return Accepted(Era.LEGACY, requested, (message,), None, is_batch=False)
+        return Accepted(Era.LEGACY, requested, (message,), None)
     session_id = headers.get(h.MCP_SESSION_ID)
     if session_id is None:
         return reject(
@@ -225,7 +233,7 @@ def check_legacy(message: Message, headers: Mapping[str, str], session_version: 
     version_problem = check_legacy_version_header(headers, mid)
     if version_problem is not None:
         return version_problem
-    return Accepted(Era.LEGACY, version, (message,), session_id, is_batch=False)
+    return Accepted(Era.LEGACY, version, (message,), session_id)
 
 
 def unknown_session(mid: JsonId | None = None) -> Rejection:
@@ -255,6 +263,48 @@ def check_legacy_version_header(headers: Mapping[str, str], mid: JsonId | None) 
 
 
 def check_modern(message: Message, headers: Mapping[str, str]) -> Accepted | Rejection:
+    """Rungs 8–13. A request of the usual shape passes them in one pass (``plain_version``);
+    any other message, and every refusal, takes the rungs one by one (``check_modern_rungs``)."""
+    if type(message) is Request:
+        version = plain_version(message, headers)
+        if version is not None:
+            return Accepted(Era.MODERN, version, (message,), None)
+    return check_modern_rungs(message, headers)
+
+
+def plain_version(message: Request, headers: Mapping[str, str]) -> str | None:
+    """The version of a modern request that passes rungs 9–12, when it has the usual shape: a
+    ``_meta`` naming a modern version and holding client capabilities, the same version and its
+    method in the headers, and its ``Mcp-Name`` (if its method has one) passing; else None, and
+    ``check_modern_rungs`` says what is wrong. Never accepts what the rungs would refuse
+    (a unit test holds the two together)."""
+    params = message.params
+    if params is None:
+        return None
+    meta = params.get("_meta")
+    if type(meta) is not dict:
+        return None
+    version = meta.get(PROTOCOL_VERSION_KEY)
+    method = message.method
+    key = NAME_PARAMS.get(method)
+    name = params.get(key) if key is not None else None
+    if (
+        type(version) is not str
+        or version not in versions.MODERN_VERSIONS  # rungs 10 and 11 (a modern version is a plain value)
+        or headers.get(h.MCP_PROTOCOL_VERSION) != version  # rung 9
+        or type(meta.get(CLIENT_CAPABILITIES_KEY)) is not dict  # rung 11
+        or headers.get(h.MCP_METHOD) != method  # rung 9
+        or (key is None and h.has_invalid_header_chars(method))  # NAME_PARAMS' methods are plain
+        or (type(name) is str and (headers.get(h.MCP_NAME) != name or not h.is_plain(name)))
+        or method in REMOVED_METHODS  # rung 12
+        or method in SERVER_TO_CLIENT_METHODS
+    ):
+        return None
+    return version
+
+
+def check_modern_rungs(message: Message, headers: Mapping[str, str]) -> Accepted | Rejection:
+    """Rungs 8–13, one by one."""
     if isinstance(message, (Result, ErrorReply)):
         return reject(
             400,
@@ -262,26 +312,28 @@ def check_modern(message: Message, headers: Mapping[str, str]) -> Accepted | Rej
             "clients must not POST responses in protocol revision 2026-07-28",
             id=message.id,
         )
-    mid = message_id(message)
-    mismatch = check_mirrored_headers(message, headers)
+    meta = meta_of(message)  # read once: rungs 9, 10 and 11 look at it
+    mismatch = check_mirrored_headers(message, headers, meta)
     if mismatch is not None:
         return mismatch
-    meta = meta_of(message) or {}
-    version = meta.get(PROTOCOL_VERSION_KEY, headers.get(h.MCP_PROTOCOL_VERSION))
-    unsupported = check_version_supported(version, mid)
+    header = headers.get(h.MCP_PROTOCOL_VERSION)
+    version: Any = header if meta is None else meta.get(PROTOCOL_VERSION_KEY, header)
+    unsupported = check_version_supported(version, message)
     if unsupported is not None:
         return unsupported
     if isinstance(message, Request):
-        problem = check_required_meta(message) or check_method_known(message)
+        problem = check_required_meta(message, meta) or check_method_known(message)
         if problem is not None:
             return problem
-    return Accepted(Era.MODERN, version, (message,), None, is_batch=False)
+    return Accepted(Era.MODERN, version, (message,), None)
 
 
-def check_version_supported(version: Any, mid: JsonId | None) -> Rejection | None:
+def check_version_supported(version: Any, message: Request | Notification) -> Rejection | None:
     if not isinstance(version, str):
         # Only a notification gets here (a request's header check refuses a non-string).
-        return reject(400, INVALID_PARAMS, f'params._meta "{PROTOCOL_VERSION_KEY}" must be a string', id=mid)
+        return reject(
+            400, INVALID_PARAMS, f'params._meta "{PROTOCOL_VERSION_KEY}" must be a string', id=message_id(message)
+        )
     if version in versions.MODERN_VERSIONS:
         return None
     hint = " (a legacy revision: initialize a session to use it)" if version in versions.LEGACY_VERSIONS else ""
@@ -289,15 +341,15 @@ def check_version_supported(version: Any, mid: JsonId | None) -> Rejection | Non
         400,
         UNSUPPORTED_PROTOCOL_VERSION,
         f"unsupported protocol version {describe(version)}{hint}",
-        id=mid,
+        id=message_id(message),
         data={"supported": list(versions.ADVERTISED_VERSIONS), "requested": version},
     )
 
 
-def check_required_meta(message: Request) -> Rejection | None:
-    """Digest §1.1: every modern request carries both keys; missing → -32602."""
-    meta = (message.params or {}).get("_meta")
-    if not isinstance(meta, dict):
+def check_required_meta(message: Request, meta: Mapping[str, Any] | None) -> Rejection | None:
+    """Digest §1.1: every modern request carries both keys; missing → -32602. ``meta``: the
+    request's ``meta_of``."""
+    if meta is None:
         return reject(
             400,
             INVALID_PARAMS,
@@ -362,4 +414,4 @@ def check_session_target(headers: Mapping[str, str], session_version: SessionLoo
     version_problem = check_legacy_version_header(headers, None)
     if version_problem is not None:
         return version_problem
-    return Accepted(Era.LEGACY, version, (), session_id, is_batch=False)
+    return Accepted(Era.LEGACY, version, (), session_id)

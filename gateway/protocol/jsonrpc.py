@@ -151,7 +151,7 @@ def parse_message(obj: Any) -> Message:
     if not isinstance(obj, dict):
         raise InvalidMessage(f"a JSON-RPC message is an object, not {_json_type(obj)}")
     raw_id = obj.get("id")
-    readable_id = raw_id if is_id(raw_id) else None
+    readable_id = raw_id if type(raw_id) is int or type(raw_id) is str else None  # is_id, inline: two calls a request
     if obj.get("jsonrpc") != "2.0":
         raise InvalidMessage('"jsonrpc" must be "2.0"', id=readable_id)
     params = obj.get("params")

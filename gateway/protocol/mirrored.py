@@ -47,13 +47,16 @@ def meta_of(message: Message) -> Mapping[str, Any] | None:
     return None
 
 
-def check_mirrored_headers(message: Request | Notification, headers: Mapping[str, str]) -> Rejection | None:
+def check_mirrored_headers(
+    message: Request | Notification, headers: Mapping[str, str], meta: Mapping[str, Any] | None
+) -> Rejection | None:
     """Rung 9 (digest §2.1, §2.4): mirrored headers present, well-formed and equal to the body.
+    ``meta``: the message's ``meta_of``, which the ladder has already read.
 
     For notifications a missing header is tolerated (their header rules are undefined).
     """
     return (
-        check_version_header(message, headers)
+        check_version_header(message, headers, meta)
         or check_method_header(message, headers)
         or check_name_header(message, headers)
     )
@@ -67,12 +70,13 @@ def _bad_chars(message: Request | Notification, header: str) -> Rejection:
     return _mismatch(message, f"{header} header holds characters not allowed in a header value")
 
 
-def check_version_header(message: Request | Notification, headers: Mapping[str, str]) -> Rejection | None:
+def check_version_header(
+    message: Request | Notification, headers: Mapping[str, str], meta: Mapping[str, Any] | None
+) -> Rejection | None:
     header = headers.get(h.MCP_PROTOCOL_VERSION)
     if header is not None and h.has_invalid_header_chars(header):
         return _bad_chars(message, "MCP-Protocol-Version")
-    meta = meta_of(message) or {}
-    if PROTOCOL_VERSION_KEY not in meta:
+    if meta is None or PROTOCOL_VERSION_KEY not in meta:
         # Modern by the header alone: the missing _meta key is reported by rung 11 as -32602,
         # the code the spec gives for a missing required field.
         return None

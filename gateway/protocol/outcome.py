@@ -54,7 +54,7 @@ class Accepted:
     version: str
     messages: tuple[Message, ...]
     session_id: str | None
-    is_batch: bool
+    is_batch: bool = False  # a default, not a keyword at each call: a class's keywords cost a dict
 
 
 def reject(

@@ -195,3 +195,31 @@ def test_remembered_accept_values_stay_within_their_bound() -> None:
         assert not h.accepts_json_and_sse(value.replace("text/event-stream", "text/plain"))
     assert h._parse_accept.cache_info().currsize <= h.MAX_REMEMBERED_ACCEPT
     assert h.accepts_json_and_sse.cache_info().currsize <= h.MAX_REMEMBERED_ACCEPT
+
+
+# --- plain values ---------------------------------------------------------------------------
+
+
+@given(st.text() | st.sampled_from(["=?base64?ZWNobw==?=", "=?base64?", " x", "x\t", "~"]))
+def test_a_value_said_plain_is_valid_and_means_itself(value: str) -> None:
+    if h.is_plain(value):
+        assert not h.has_invalid_header_chars(value)
+        assert h.decode_header_value(value) == value
+
+
+@pytest.mark.parametrize(
+    ("value", "plain"),
+    [
+        ("echo", True),
+        ("", True),
+        ("with space", True),
+        ("~!#$%", True),
+        (" echo", False),
+        ("echo ", False),
+        ("a\tb", False),
+        ("caf\xe9", False),
+        ("=?base64?ZWNobw==?=", False),
+    ],
+)
+def test_plain_values_are_visible_ascii_without_edge_spaces_or_a_sentinel(value: str, plain: bool) -> None:
+    assert h.is_plain(value) is plain

@@ -16,13 +16,17 @@ from gateway.protocol.ingress import (
     CLIENT_CAPABILITIES_KEY,
     MAX_BATCH_MESSAGES,
     MAX_JSON_DEPTH,
+    NAME_PARAMS,
     PROTOCOL_VERSION_KEY,
     Accepted,
     Rejection,
     check_delete,
     check_get,
+    check_modern,
+    check_modern_rungs,
     check_post,
     exceeds_depth,
+    plain_version,
 )
 from gateway.protocol.jsonrpc import (
     HEADER_MISMATCH,
@@ -756,3 +760,90 @@ def test_modern_error_responses_validate_against_the_official_schema(
     assert_well_formed(result)
     if isinstance(result, Rejection):
         assert result.id == id
+
+
+# --- The one pass for the usual modern request ------------------------------------------------
+
+ODD_NAMES = st.sampled_from(
+    ["echo", "", "with space", " echo", "echo ", "a\tb", "caf\xe9", "x\r\ny", "=?base64?ZWNobw==?=", "=?base64?!?="]
+)
+USUAL_METHODS = st.sampled_from(["tools/call", "prompts/get", "resources/read", "tasks/get", "tools/list"])
+ODD_METHODS = st.sampled_from(["ping", "roots/list", "logging/setLevel", "x y", " x", "x\n", "caf\xe9"])
+HEADER_PARTS = ("version header", "method header", "name header")
+PARTS = ("method", "meta", "version", "capabilities", "name", "params", *HEADER_PARTS)
+
+
+@st.composite
+def usual_requests(draw: st.DrawFn) -> tuple[Request, dict[str, str]]:
+    """Modern requests of the usual shape and their headers, with up to two parts (``PARTS``)
+    made odd: a wrong, absent or unusual value."""
+    odd = draw(st.sets(st.sampled_from(PARTS), max_size=2))
+    method = draw(ODD_METHODS if "method" in odd else USUAL_METHODS)
+    meta: dict[str, Any] = {PROTOCOL_VERSION_KEY: MODERN, CLIENT_CAPABILITIES_KEY: {}}
+    if "version" in odd:
+        meta[PROTOCOL_VERSION_KEY] = draw(st.sampled_from(["2025-06-18", "x", " 2026-07-28"]) | JSON_SCALARS)
+    if "capabilities" in odd:
+        meta[CLIENT_CAPABILITIES_KEY] = draw(JSON_VALUES)
+    for key in draw(st.sets(st.sampled_from(list(meta)))) if "meta" in odd else ():
+        del meta[key]
+    key = NAME_PARAMS.get(method, "name")
+    name: Any = draw(ODD_NAMES if "name" in odd else st.just("echo"))
+    params: dict[str, Any] = {"_meta": meta, key: name}
+    if "params" in odd:
+        params = draw(st.sampled_from([{key: name}, {"_meta": draw(JSON_VALUES), key: name}, {"_meta": meta}]))
+    request = Request(draw(st.integers(0, 3) | st.text(max_size=3)), method, params)
+    headers = {**BASE, "mcp-protocol-version": MODERN, "mcp-method": method}
+    if isinstance(name, str):
+        headers["mcp-name"] = name
+    for header in HEADER_PARTS:
+        if header in odd:
+            field = "mcp-" + {"version header": "protocol-version", "method header": "method"}.get(header, "name")
+            change = draw(st.sampled_from(["omit", "encoded", "arbitrary"]))
+            if change == "omit":
+                headers.pop(field, None)
+            elif change == "encoded":
+                headers[field] = encode_header_value(headers.get(field, ""))
+            else:
+                headers[field] = draw(HEADER_VALUES | ODD_NAMES)
+    return request, headers
+
+
+@settings(max_examples=1000)
+@given(usual_requests())
+def test_the_one_pass_agrees_with_the_rungs_on_every_request(case: tuple[Request, dict[str, str]]) -> None:
+    request, headers = case
+    answer = check_modern_rungs(request, headers)
+    assert check_modern(request, headers) == answer
+    if plain_version(request, headers) is not None:  # it only ever accepts what the rungs accept
+        assert isinstance(answer, Accepted)
+        assert plain_version(request, headers) == answer.version
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        mirrored("tools/call", "echo"),
+        {**mirrored("tools/list"), "mcp-name": "anything"},  # a method without a name parameter
+    ],
+)
+def test_the_usual_modern_request_takes_the_one_pass(headers: dict[str, str]) -> None:
+    request = Request(1, headers["mcp-method"], modern(headers["mcp-method"], name="echo")["params"])
+    assert plain_version(request, {**BASE, **headers}) == MODERN
+    assert check_modern(request, {**BASE, **headers}) == Accepted(Era.MODERN, MODERN, (request,), None)
+
+
+@pytest.mark.parametrize(
+    ("name", "header"),
+    [
+        (" echo", " echo"),  # read without its edge whitespace: a mismatch
+        ("echo", "=?base64?ZWNobw==?="),  # a sentinel: decoded by the rungs, accepted there
+        ("=?base64?!?=", "=?base64?!?="),  # not base64: refused by the rungs
+        ("a\tb", "a\tb"),
+        ("caf\xe9", "caf\xe9"),
+    ],
+)
+def test_a_name_that_is_not_plain_goes_up_the_rungs(name: str, header: str) -> None:
+    request = Request(1, "tools/call", modern("tools/call", name=name)["params"])
+    headers = {**BASE, **mirrored("tools/call", header)}
+    assert plain_version(request, headers) is None
+    assert check_modern(request, headers) == check_modern_rungs(request, headers)
