@@ -59,7 +59,7 @@ from gateway.protocol.jsonrpc import (
     error_object,
 )
 from gateway.protocol.outcome import Accepted, Rejection
-from gateway.protocol.versions import Era
+from gateway.protocol.versions import MODERN
 from gateway.relay import events
 from gateway.relay.client import ClientContext
 from gateway.relay.exchange import response
@@ -200,7 +200,7 @@ class McpEndpoint:
         log.update(era=str(outcome.era), method=getattr(first, "method", None) or "response")  # not .value: a property
         if isinstance(first, Request):
             note_request(log, first.id, first.params)
-        if outcome.era is Era.MODERN:
+        if outcome.era is MODERN:
             first_message = outcome.messages[0]
             if isinstance(first_message, Request) and first_message.method == subscriptions.LISTEN:
                 # A listen is a stream: it counts as one, not as a request in flight.

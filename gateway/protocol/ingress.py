@@ -93,7 +93,7 @@ from gateway.protocol.mirrored import meta_of as meta_of
 from gateway.protocol.outcome import Accepted as Accepted
 from gateway.protocol.outcome import Rejection as Rejection
 from gateway.protocol.outcome import describe, reject
-from gateway.protocol.versions import Era
+from gateway.protocol.versions import LEGACY, MODERN
 
 CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
 
@@ -195,7 +195,7 @@ def check_batch(
     version_problem = check_legacy_version_header(headers, None)
     if version_problem is not None:
         return version_problem
-    return Accepted(Era.LEGACY, version, tuple(messages), session_id, is_batch=True)
+    return Accepted(LEGACY, version, tuple(messages), session_id, is_batch=True)
 
 
 def is_modern(message: Message, headers: Mapping[str, str]) -> bool:
@@ -217,7 +217,7 @@ def check_legacy(message: Message, headers: Mapping[str, str], session_version: 
         requested = (message.params or {}).get("protocolVersion")
         if not isinstance(requested, str):
             return reject(400, INVALID_PARAMS, 'initialize needs a string "protocolVersion"', id=mid)
-        return Accepted(Era.LEGACY, requested, (message,), None)
+        return Accepted(LEGACY, requested, (message,), None)
     session_id = headers.get(h.MCP_SESSION_ID)
     if session_id is None:
         return reject(
@@ -233,7 +233,7 @@ def check_legacy(message: Message, headers: Mapping[str, str], session_version: 
     version_problem = check_legacy_version_header(headers, mid)
     if version_problem is not None:
         return version_problem
-    return Accepted(Era.LEGACY, version, (message,), session_id)
+    return Accepted(LEGACY, version, (message,), session_id)
 
 
 def unknown_session(mid: JsonId | None = None) -> Rejection:
@@ -268,7 +268,7 @@ def check_modern(message: Message, headers: Mapping[str, str]) -> Accepted | Rej
     if type(message) is Request:
         version = plain_version(message, headers)
         if version is not None:
-            return Accepted(Era.MODERN, version, (message,), None)
+            return Accepted(MODERN, version, (message,), None)
     return check_modern_rungs(message, headers)
 
 
@@ -325,7 +325,7 @@ def check_modern_rungs(message: Message, headers: Mapping[str, str]) -> Accepted
         problem = check_required_meta(message, meta) or check_method_known(message)
         if problem is not None:
             return problem
-    return Accepted(Era.MODERN, version, (message,), None)
+    return Accepted(MODERN, version, (message,), None)
 
 
 def check_version_supported(version: Any, message: Request | Notification) -> Rejection | None:
@@ -414,4 +414,4 @@ def check_session_target(headers: Mapping[str, str], session_version: SessionLoo
     version_problem = check_legacy_version_header(headers, None)
     if version_problem is not None:
         return version_problem
-    return Accepted(Era.LEGACY, version, (), session_id)
+    return Accepted(LEGACY, version, (), session_id)
