@@ -77,7 +77,7 @@ from gateway.protocol import inputs
 from gateway.protocol.jsonrpc import Reply, Request
 from gateway.protocol.roots import Roots, roots_key
 from gateway.protocol.versions import LEGACY, MODERN, Era
-from gateway.relay.poolkey import SHARED_KEY, PoolKey, credential_env, fingerprint
+from gateway.relay.poolkey import SHARED_KEY, SHARED_LEGACY_KEY, PoolKey, credential_env, fingerprint
 from gateway.relay.pools import RunningPools
 from gateway.relay.readiness import ServerReadiness, ServerState
 from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, RootsKeying, ServerConfig
@@ -114,6 +114,7 @@ servers that do, server-filesystem and server-everything, within ~10 ms of ``ini
 A server none of whose children asked by then is taken not to keep them, until one asks."""
 ANONYMOUS: Final = "anonymous"
 """The principal of requests that carry no identity (no token, no trusted identity header)."""
+_SHARED, _SESSION = Isolation.SHARED, Isolation.SESSION  # read per request: module names (versions.MODERN)
 
 
 class Router:
@@ -204,14 +205,15 @@ class Router:
 
     def _scope_key(self, principal: str | None, session_id: str | None, headers: Mapping[str, str]) -> PoolKey:
         """The isolation scope and credentials of ``key_for`` (no era, no capabilities)."""
-        isolation = self.server.isolation
-        if isolation is Isolation.SESSION and session_id is not None:
-            scope = f"session:{session_id}"
-        elif isolation in (Isolation.PRINCIPAL, Isolation.SESSION):
-            scope = f"principal:{principal or ANONYMOUS}"
-        else:
+        isolation, mapping = self.server.isolation, self.server.env_from_headers
+        if isolation is _SHARED:
+            if not mapping:
+                return SHARED_KEY  # the usual key: no string or tuple made per request
             scope = "shared"
-        mapping = self.server.env_from_headers
+        elif isolation is _SESSION and session_id is not None:
+            scope = f"session:{session_id}"
+        else:  # principal, or a session's request without a session
+            scope = f"principal:{principal or ANONYMOUS}"
         return PoolKey(scope, fingerprint(credential_env(mapping, headers)) if mapping else "")
 
     def _refine(
@@ -222,7 +224,7 @@ class Router:
         if era is LEGACY:
             self._learn_eras()
         if era is LEGACY and not self.single_era:
-            key = PoolKey(key.scope, key.fingerprint, "legacy")
+            key = SHARED_LEGACY_KEY if key is SHARED_KEY else PoolKey(key.scope, key.fingerprint, "legacy")
         if capabilities is None or key.scope.startswith("session:") or not self._tells_capabilities(key):
             return key  # a session's own pool is told its session's capabilities already (pool_for)
         told, told_set = self._told(capabilities) if self._exact else ("", None)
