@@ -41,7 +41,8 @@ On the child (``ON_CHILD``):
 7. ``set_level``: a legacy ``logging/setLevel`` where children are shared: kept on the session
    (the HTTP edge did), answered ``{}``.
 8. ``param_headers``: a modern ``tools/call`` over HTTP: its ``Mcp-Param-*`` headers against
-   the tool's schema, and a tool hidden from HTTP clients (``Rejected``: 400).
+   the tool's schema, and a tool hidden from HTTP clients (``Rejected``: 400). A tool already
+   known to declare no header parameter and to be callable (most calls) skips it.
 9. ``task_required``: a modern ``tools/call`` of a tool the child marks
    ``execution.taskSupport: "required"``, from a client that did not opt in to the Tasks
    extension (while tasks are on): 400, -32021 naming the extension in ``requiredCapabilities``.
@@ -282,8 +283,18 @@ async def answer_set_level(deps: Collaborators, on: Leased) -> Emissions:
     return only(events.Final(response(turn.request.id, result={})))
 
 
-def over_http(deps: Collaborators, on: Leased) -> bool:
-    return on.turn.headers is not None
+def params_to_check(deps: Collaborators, on: Leased) -> bool:
+    """Over HTTP, unless the tool is known to declare no header parameter and to be callable
+    (its child's list is loaded: the usual call), when there is nothing to check: then no
+    coroutine is made for the check. A call without a tool name is the child's to answer."""
+    turn = on.turn
+    if turn.headers is None:
+        return False
+    name = (turn.request.params or {}).get("name")
+    if not isinstance(name, str):
+        return False
+    known = deps.catalog.known(on.child, name)
+    return known is None or bool(known[0]) or known[1] is not None
 
 
 async def check_param_headers(deps: Collaborators, on: Leased) -> None:
@@ -403,7 +414,7 @@ async def hold_subscription(deps: Collaborators, leased: Leased) -> Emissions | 
 ON_CHILD: Final[tuple[Step[Leased], ...]] = (
     Step("discover", MODERN, frozenset({DISCOVER}), on_legacy_child, answer_discover),
     Step("set_level", LEGACY, frozenset({loglevels.SET_LEVEL}), always, answer_set_level),
-    Step("param_headers", MODERN, frozenset({"tools/call"}), over_http, check_param_headers),
+    Step("param_headers", MODERN, frozenset({"tools/call"}), params_to_check, check_param_headers),
     Step("task_required", MODERN, task_rules.TASK_METHODS, runs_only_as_task, refuse_untasked),
     Step("child_task", MODERN, task_rules.TASK_METHODS, child_takes_task, ask_child_for_task),
     Step("task", MODERN, task_rules.TASK_METHODS, becomes_task, start_task),
