@@ -183,12 +183,16 @@ class ChildSession(Generic[OwnerT]):
             raise self.death
         timeout = timeout if timeout is not None else self.request_timeout
         entry = Entry(owner, method, params, cancellable, asks, log_level, tool, timeout)
-        request, pending = self._correlator.outgoing(method, params, entry)
-        entry.child_id = pending.child_id
+        params, pending = self._correlator.mint(method, params, entry)
+        child_id = entry.child_id = pending.child_id
         if timeout is not None and math.isfinite(timeout):
             entry.deadline = now + timeout
             entry.due = self._deadlines.push(entry.deadline, entry)
-        return Sent(entry.child_id, jsonrpc.encode_line(request), entry.deadline)
+        # ``jsonrpc.encode_line(Request(child_id, method, params))``, without the record
+        message: JsonObject = {"jsonrpc": "2.0", "id": child_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        return Sent(child_id, orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE), entry.deadline)
 
     def abandon(self, child_id: int) -> list[ChildAction[OwnerT]]:
         """The caller left (rule 3); nothing when the request has ended already."""

@@ -106,6 +106,12 @@ class Correlator(Generic[OwnerT]):
 
     def outgoing(self, method: str, params: JsonObject | None, owner: OwnerT) -> tuple[Request, Pending[OwnerT]]:
         """Mint a child id, rewrite the progress token, and record the request as pending."""
+        params, pending = self.mint(method, params, owner)
+        return Request(pending.child_id, method, params), pending
+
+    def mint(self, method: str, params: JsonObject | None, owner: OwnerT) -> tuple[JsonObject | None, Pending[OwnerT]]:
+        """``outgoing`` without the ``Request``: the params as the child is to see them (the
+        session writes the line from them, sparing a record and a ``to_dict`` per request)."""
         child_id = self._next_id
         self._next_id += 1
         client_token: JsonId | None = None
@@ -115,7 +121,7 @@ class Correlator(Generic[OwnerT]):
             params = {**params, "_meta": {**meta, "progressToken": child_id}}
         pending = Pending(child_id, method, owner, client_token)
         self._pending[child_id] = pending
-        return Request(child_id, method, params), pending
+        return params, pending
 
     def abandon(self, child_id: int) -> Pending[OwnerT] | None:
         """Forget a request (timed out or cancelled); its late reply will be ``Late``."""

@@ -125,6 +125,23 @@ class PipeWriter(ByteSendStream):
         transport = self._writer.transport
         return transport.get_write_buffer_size() + size <= transport.get_write_buffer_limits()[1]
 
+    def write_now(self, item: bytes) -> bool:
+        """``send`` without a coroutine, for the usual line: write ``item`` when the transport is
+        open and takes it within its high-water mark (True), so ``send``'s drain would not wait.
+        False: nothing written (call ``send``). Raises ``BrokenResourceError`` when the write
+        broke the pipe (the transport closed on it), as ``send``'s drain would."""
+        transport = self._writer.transport
+        limit = transport.get_write_buffer_limits()[1]
+        if transport.is_closing() or transport.get_write_buffer_size() + len(item) > limit:
+            return False
+        try:
+            self._writer.write(item)
+        except RuntimeError as exc:  # uvloop's write() once closed, as in ``send``
+            raise anyio.BrokenResourceError from exc
+        if transport.is_closing():
+            raise anyio.BrokenResourceError("the pipe closed on a write")
+        return True
+
     async def send(self, item: bytes) -> None:
         writer = self._writer
         try:

@@ -340,7 +340,8 @@ class StdioChild:
         # The line is written now, or queued behind a write in progress (``LineWriter``): its
         # ticket while queued. 503 when what waits for the child's stdin is at its bound.
         try:
-            ex.stdin_ticket = await self._stdin.send(sent.line)
+            if not self._stdin.write_now(sent.line):
+                ex.stdin_ticket = await self._stdin.send(sent.line)
         except StdinFull as exc:  # the line was never queued
             self._close(ex, unsent=True)
             raise GatewayUnavailableError(

@@ -1,7 +1,8 @@
 """A child's stdin: whole lines, in order, never interleaved, batched under load, bounded.
 
 ``send(line)`` writes the line at once when the pipe is idle (nothing queued, no write in
-progress): the common case at low load costs what a plain write costs. Otherwise the line is
+progress): the common case at low load costs what a plain write costs, and ``write_now``
+does it without a coroutine when the pipe takes the line whole at once. Otherwise the line is
 queued, and one task, ``run``, writes everything queued in one go when the pipe is free (one
 system call for many requests under load). ``put(line)`` only queues, without waiting (a
 cancel, an answer to the child's question). Lines never interleave: one write at a time,
@@ -38,6 +39,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Final
 
 import anyio
@@ -84,6 +86,8 @@ class LineWriter:
         self.dropped = 0  # lines put while the queue was full, never written
         self.broken: BaseException | None = None
         self._stream = stream
+        # A pipe that can take a line without a coroutine (``PipeWriter.write_now``), else None.
+        self._stream_write_now: Callable[[bytes], bool] | None = getattr(stream, "write_now", None)
         self._lines: dict[int, bytes] = {}  # ticket → line, in the order queued
         self._tickets = 0
         self._queued = 0
@@ -146,6 +150,23 @@ class LineWriter:
         if self.broken is not None:
             raise BrokenPipe from self.broken
         return None
+
+    def write_now(self, line: bytes) -> bool:
+        """``send`` without waiting, for the usual line: True when the pipe was idle and took
+        ``line`` whole at once (a pipe with ``write_now``, ``PipeWriter``). False: nothing
+        written; call ``send``. Raises ``BrokenPipe`` as ``send`` does."""
+        stream_write_now = self._stream_write_now
+        if stream_write_now is None or self._busy or self._lines or self._unsettled or self.broken is not None:
+            return False
+        try:
+            if not stream_write_now(line):
+                return False
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self.broken = exc
+            self._wake.set()  # ``run`` sees it and returns
+            raise BrokenPipe from exc
+        self.written += len(line)
+        return True
 
     def withdraw(self, ticket: int | None) -> bool:
         """Take back a queued line whose request is gone; False when it was written already."""

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from gateway.errors import ChildExitedError, ChildFaultError, ChildProtocolError, ChildTimeoutError
+from gateway.protocol import jsonrpc
 from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.childactions import (
     Answered,
@@ -29,6 +30,7 @@ from gateway.protocol.childactions import (
 from gateway.protocol.childexit import describe_exit
 from gateway.protocol.childsession import ChildSession
 from gateway.protocol.childstate import COMPACT_ABOVE
+from gateway.protocol.correlation import Correlator
 from gateway.protocol.framing import OversizedLine
 from gateway.protocol.jsonrpc import Notification, Result
 
@@ -86,6 +88,18 @@ def test_a_request_gets_a_minted_id_and_a_whole_line_and_its_reply_goes_to_its_o
     actions = session.receive_line(result(2, {"tools": []}), now=1)
     assert actions == [Answered("b", Result(2, {"tools": []}))]
     assert session.in_flight == 1
+
+
+@pytest.mark.parametrize(
+    "params",
+    [None, {}, call("echo"), {"name": "echo", "_meta": {"progressToken": "tok", "x": 1}}],
+)
+def test_a_requests_line_is_what_encode_line_makes_of_its_request(params: dict[str, object] | None) -> None:
+    """``send`` writes the line without a ``Request``: it agrees with the general encoding."""
+    general = Correlator[str]()
+    request, _ = general.outgoing("tools/call", params, "a")
+    sent = make().send("tools/call", params, "a", now=0)
+    assert sent.line == jsonrpc.encode_line(request)
 
 
 def test_a_reply_for_an_id_no_longer_pending_is_late_and_dropped() -> None:

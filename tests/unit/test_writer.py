@@ -235,3 +235,51 @@ async def test_a_write_that_waits_for_the_pipe_says_since_when_until_it_goes_thr
             assert since >= before
             pipe.drain()
         assert writer.waiting_since is None  # it went through
+
+
+class NowPipe(Pipe):
+    """A ``Pipe`` that can also take a line without a coroutine, as ``PipeWriter`` can."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.at_once = True
+
+    def write_now(self, item: bytes) -> bool:
+        if self.broken:
+            raise anyio.BrokenResourceError
+        if not self.at_once:
+            return False
+        self.writes.append(item)
+        return True
+
+
+async def test_write_now_writes_what_send_would_and_only_when_the_pipe_is_idle() -> None:
+    fast, slow = NowPipe(), Pipe()
+    now, general = LineWriter(fast), LineWriter(slow)
+    assert now.write_now(b"one\n")
+    assert await general.send(b"one\n") is None
+    assert (fast.writes, now.written, now.queued) == (slow.writes, general.written, general.queued)
+    fast.at_once = False  # the pipe would have to wait: nothing is written, send takes it
+    assert not now.write_now(b"two\n")
+    assert fast.writes == [b"one\n"]
+    fast.at_once = True
+    now.put(b"queued\n")  # a line waits: write_now must not pass it
+    assert not now.write_now(b"three\n")
+    assert fast.writes == [b"one\n"]
+    assert not LineWriter(Pipe()).write_now(b"x\n")  # a pipe without write_now: always send
+
+
+async def test_write_now_on_a_broken_pipe_breaks_the_writer_as_send_does() -> None:
+    fast, slow = NowPipe(), Pipe()
+    now, general = LineWriter(fast), LineWriter(slow)
+    fast.broken = slow.broken = True
+    with pytest.raises(BrokenPipe):
+        now.write_now(b"line\n")
+    with pytest.raises(BrokenPipe):
+        await general.send(b"line\n")
+    assert isinstance(now.broken, anyio.BrokenResourceError)
+    assert isinstance(general.broken, anyio.BrokenResourceError)
+    assert not now.write_now(b"again\n")  # broken: the general path raises for it
+    with pytest.raises(BrokenPipe):
+        await now.send(b"again\n")
+    assert now.written == general.written == 0
