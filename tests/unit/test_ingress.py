@@ -21,6 +21,7 @@ from gateway.protocol.ingress import (
     Accepted,
     Rejection,
     check_delete,
+    check_depth,
     check_get,
     check_modern,
     check_modern_rungs,
@@ -196,6 +197,19 @@ def test_exceeds_depth_agrees_with_a_recursive_count(value: Any) -> None:
 
     for limit in range(1, 6):
         assert exceeds_depth(value, limit) == (depth(value) > limit)
+
+
+@given(
+    st.recursive(
+        st.integers(-(2**63), 2**63 - 1) | st.text(max_size=3),
+        lambda inner: st.lists(inner) | st.dictionaries(st.text(max_size=2), inner),
+        max_leaves=40,
+    )
+)
+def test_check_depth_skips_only_bodies_too_short_or_too_flat_to_be_deep(value: Any) -> None:
+    body = orjson.dumps(value)
+    for limit in range(1, 6):
+        assert (check_depth(body, value, limit) is not None) == exceeds_depth(value, limit)
 
 
 # --- Rung 5: batches ------------------------------------------------------------------------
