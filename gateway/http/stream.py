@@ -101,19 +101,17 @@ async def _nothing(message: Message) -> None:
 
 
 class Unbatched:
-    """A relay exchange's events one at a time; the rest of a ``Batch`` is ``ready()``.
-    ``exchange`` None: not known yet (an opening's, set once it is)."""
+    """A relay exchange's events one at a time; the rest of a ``Batch`` is ``ready()``."""
 
     __slots__ = ("_pending", "exchange")
 
-    def __init__(self, exchange: AsyncIterator[events.Emitted] | None) -> None:
+    def __init__(self, exchange: AsyncIterator[events.Emitted]) -> None:
         self.exchange = exchange
         self._pending: list[events.RelayEvent] = []
 
     async def __anext__(self) -> events.RelayEvent:
         if self._pending:
             return self._pending.pop(0)
-        assert self.exchange is not None
         return self.take(await self.exchange.__anext__())
 
     def take(self, emitted: events.Emitted) -> events.RelayEvent:
@@ -213,12 +211,14 @@ class LazyStream:
         # the exchange. None: none (yet, or left).
         self._opening: Opening | None = None
         self._exchange: Exchange | Answered | None = None
+        # The exchange's events one at a time, the rest of a Batch ready to be written with the
+        # first: made once there is an exchange (an opening's common ``Answered`` needs none).
+        self._events: Unbatched | None = None
         if isinstance(exchange, CoroutineType):
             self._opening = exchange
         else:
             self._exchange = cast(Exchange, exchange)
-        # One event at a time; the rest of a Batch is ready to be written with the first.
-        self._events = Unbatched(self._exchange)
+            self._events = Unbatched(self._exchange)
         # Where a POSTed notifications/cancelled finds this request (modern requests only).
         self._in_flight = in_flight
         self._principal = principal
@@ -240,6 +240,7 @@ class LazyStream:
         # Version Header); a missing client capability is 400 with -32021 (basic/index §_meta).
         self._error_statuses = error_statuses or {}
         self._headers = headers or []
+        self._writer: SseWriter | None = None  # made by ``_sse`` when the answer is an event stream
 
     def cancel(self) -> None:
         """The client cancelled this request (a POSTed ``notifications/cancelled``)."""
@@ -273,12 +274,10 @@ class LazyStream:
         try:
             watch = self._watch = Watch(scope, receive, machine.kind, self._feed)
             if legacy is None:
-                self._writer = SseWriter(send)
                 if self._max_seconds is not None:
                     watch.cancel_scope.deadline = anyio.current_time() + self._max_seconds
             else:
                 send = _unless_gone(watch.hangup, send)
-                self._writer = SseWriter(send) if self._resumable is None else _PolledWriter(send, machine)
                 legacy.handle.attach(watch.cancel_scope, self._session_cancelled)  # may decide it at once
             self._scope, self._receive, self._send = scope, receive, send
             if machine.state is _WAITING:  # not cancelled before it began
@@ -309,6 +308,14 @@ class LazyStream:
                 assert in_flight is not None
                 in_flight.discard(key, self)
 
+    def _sse(self) -> SseWriter:
+        """The event stream's writer, made when first needed: a JSON answer makes none."""
+        writer = self._writer
+        if writer is None:
+            send = self._send
+            writer = self._writer = SseWriter(send) if self._resumable is None else _PolledWriter(send, self._machine)
+        return writer
+
     async def _close_exchange(self) -> None:
         """Leave the exchange: its lease and child exchange, if it still holds them."""
         if self._opening is not None:
@@ -322,10 +329,10 @@ class LazyStream:
         try:
             opening = self._opening
             if opening is None:
-                given = self._events.exchange
-                assert given is not None
+                unbatched = self._events
+                assert unbatched is not None
                 # The exchange's first event read straight from it (nothing is pending before it).
-                first = self._events.take(await given.__anext__())
+                first = unbatched.take(await unbatched.exchange.__anext__())
             else:
                 opened = await opening
                 if type(opened) is Answered:  # the common shape: its holdings left once it is written
@@ -334,8 +341,9 @@ class LazyStream:
                 elif type(opened) is events.Final:  # known without the child's reply: nothing held
                     first = opened
                 else:
-                    exchange = self._exchange = self._events.exchange = cast(Exchange, opened)
-                    first = self._events.take(await exchange.__anext__())
+                    exchange = self._exchange = cast(Exchange, opened)
+                    unbatched = self._events = Unbatched(exchange)
+                    first = unbatched.take(await exchange.__anext__())
         except GatewayUnavailableError as exc:
             await self._do(step(Event.REFUSED), refusal=gateway_error_response(exc, self._request_id))
             return
@@ -351,7 +359,6 @@ class LazyStream:
         self, actions: Actions, event: events.RelayEvent | None = None, refusal: Response | None = None
     ) -> None:
         """Carry out the machine's ``actions`` in order (``event``: the exchange's, they are about)."""
-        writer = self._writer
         for action in actions:
             if action is _SEND_JSON:
                 assert isinstance(event, events.Final)
@@ -361,27 +368,27 @@ class LazyStream:
                 last = await self._stream_answer(event)
                 await self._do(self._machine.step(Event.EXHAUSTED if last is None else Event.FINAL), last)
             elif action is Action.END_SSE:
-                await writer.end()
+                await self._sse().end()
             elif action is Action.NOTE_ANSWER:
                 assert event is not None
                 note_answer(self._scope, event.message)
             elif action is Action.NOTE_CANCELLED:
                 note_cancelled(self._scope)
             elif action is Action.START_SSE:
-                await writer.start([*SSE_HEADERS, *self._headers])
+                await self._sse().start([*SSE_HEADERS, *self._headers])
             elif action is Action.SEND_REFUSAL:
                 assert refusal is not None
                 await refusal(self._scope, self._receive, self._send)
             elif action is Action.WRITE_GRACEFUL:
                 assert self._graceful_end is not None
-                await writer.write_message(self._graceful_end)
+                await self._sse().write_message(self._graceful_end)
             elif action is Action.NOTE_SHUTDOWN:
                 note_answer(self._scope, {"error": _shutting_down().error_object()})
             elif action is Action.SHUTDOWN_JSON:
                 await _after_admission(_shutting_down(), self._request_id)(self._scope, self._receive, self._send)
             elif action is Action.SHUTDOWN_EVENT:
                 error = _shutting_down().error_object()
-                await writer.write_message({"jsonrpc": "2.0", "id": self._request_id, "error": error})
+                await self._sse().write_message({"jsonrpc": "2.0", "id": self._request_id, "error": error})
             elif action is Action.REPLY_JSON:
                 assert self._legacy is not None
                 await self._json(events.Final(self._legacy.on_cancel()))
@@ -389,7 +396,7 @@ class LazyStream:
                 assert self._legacy is not None
                 final = self._legacy.on_cancel()
                 note_answer(self._scope, final)
-                await writer.write_message(final)
+                await self._sse().write_message(final)
             else:  # pragma: no cover - STOP and SEAL are done where the event came from (_feed)
                 raise AssertionError(action)
 
@@ -398,9 +405,11 @@ class LazyStream:
         headers = [*SSE_HEADERS, *self._headers]
         if self._resumable is not None:
             assert self._watch is not None
-            return await self._resumable.run(self._writer, self._events, first, self._watch, headers)
-        await self._writer.start(headers)
-        return await self._stream(self._writer, first)
+            assert self._events is not None  # an answer streams only from an exchange's events
+            return await self._resumable.run(self._sse(), self._events, first, self._watch, headers)
+        writer = self._sse()
+        await writer.start(headers)
+        return await self._stream(writer, first)
 
     async def _stream(self, writer: SseWriter, first: events.RelayEvent) -> events.RelayEvent | None:
         """The events after ``first`` as they come, up to the ``Final`` (returned; None: none came).
@@ -408,17 +417,19 @@ class LazyStream:
         A task reads the exchange into a bounded buffer, and the writer waits on that: its
         keep-alive timeout must never cancel the exchange itself, an async generator, which a
         cancelled ``__anext__`` ends (a call quiet for ``KEEPALIVE_SECONDS`` lost its answer)."""
-        taken = [first, *self._events.ready()]  # the rest of a Batch goes out with it
+        unbatched = self._events
+        assert unbatched is not None  # an answer streams only from an exchange's events
+        taken = [first, *unbatched.ready()]  # the rest of a Batch goes out with it
         send, receive = anyio.create_memory_object_stream[events.RelayEvent](PULLED_AHEAD)
 
         async def pull() -> None:
             with send:
                 while True:
                     try:
-                        event = await self._events.__anext__()
+                        event = await unbatched.__anext__()
                     except StopAsyncIteration:
                         return
-                    for item in (event, *self._events.ready()):
+                    for item in (event, *unbatched.ready()):
                         try:  # no checkpoint per event: the writer then takes what is queued in one send
                             send.send_nowait(item)
                         except anyio.WouldBlock:

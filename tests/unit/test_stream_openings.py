@@ -13,6 +13,7 @@ import orjson
 import pytest
 from starlette.types import Message
 
+from gateway.http.sse import frame
 from gateway.http.stream import LazyStream
 from gateway.relay import events
 from gateway.relay.exchange import Answered, Begun
@@ -80,6 +81,26 @@ async def test_an_opening_that_streams_is_read_and_closed_as_an_exchange() -> No
     exchange = Exchange(events.Notification(note(1)), events.Final(final()))
     await answer(LazyStream(opening(exchange), request_id=1), lean_scope(), client)  # type: ignore[arg-type]
     assert (b"content-type", b"text/event-stream") in client.sent[0]["headers"]
+    assert exchange.closed.is_set()
+
+
+async def test_a_json_answer_makes_no_event_stream_writer() -> None:
+    client, order = Client(), []
+    stream = LazyStream(opening(answered(client, order)), request_id=1)
+    await answer(stream, lean_scope(), client)
+    assert stream._writer is None  # made only when the answer is an event stream
+
+
+async def test_an_opening_that_streams_a_batch_first_writes_all_of_it_in_one_send() -> None:
+    client = Client()
+    batch = events.Batch((events.Progress(note(1)), events.Notification(note(2))))
+    exchange = Exchange(batch, events.Final(final()))
+    stream = LazyStream(opening(exchange), request_id=1)  # type: ignore[arg-type]
+    await answer(stream, lean_scope(), client)
+    assert (b"content-type", b"text/event-stream") in client.sent[0]["headers"]
+    assert client.bodies() == [frame(note(1)) + frame(note(2)), frame(final()), b""]  # the rest went with it
+    assert stream._writer is not None
+    assert stream._writer.ended
     assert exchange.closed.is_set()
 
 
