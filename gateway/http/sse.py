@@ -126,15 +126,15 @@ class Watch:
 
     async def run(self, body: Callable[[], Awaitable[None]], *also: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """``body()`` under the watch; ``also`` run beside it and end with it."""
-        drain, hangup, feed = self.drain, self.hangup, self._feed
-        spent = _Told(feed, _BUDGET_SPENT)
-        lost = _ToldLoss(feed, hangup) if hangup is not None else None
+        drain, hangup = self.drain, self.hangup
+        told = _Told(self._feed, hangup) if drain is not None or hangup is not None else None
         with self.cancel_scope:
             if drain is not None:
-                drain.scopes.add(spent)  # told when the drain budget is spent
-            if lost is not None:
-                assert hangup is not None
-                hangup.watch(lost)
+                assert told is not None
+                drain.scopes.add(told)  # told when the drain budget is spent
+            if hangup is not None:
+                assert told is not None
+                hangup.watch(told)
             watch_receive, ends_on_drain = self._watches_receive, self._ends_on_drain
             try:
                 if watch_receive or also or ends_on_drain:
@@ -152,10 +152,11 @@ class Watch:
                     await body()
             finally:
                 if drain is not None:
-                    drain.scopes.discard(spent)
-                if lost is not None:
-                    assert hangup is not None
-                    hangup.unwatch(lost)
+                    assert told is not None
+                    drain.scopes.discard(told)
+                if hangup is not None:
+                    assert told is not None
+                    hangup.unwatch(told)
 
     async def _watch_disconnect(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
@@ -168,30 +169,27 @@ class Watch:
 
 
 class _Told:
-    """Registered where a cancel scope would be: ``cancel()`` tells the answer's machine ``event``."""
+    """Registered where a cancel scope would be, with the connection's ``Hangup`` and in the
+    drain's ``scopes`` (one object for both: one fewer made per answer): ``cancel()`` tells the
+    answer's machine what happened. The connection's loss, the first time it is lost (it is
+    marked lost before it tells): a reset for not reading (``WRITE_STALLED``) or a plain
+    disconnect (``CLIENT_GONE``); else the drain's spent budget (``BUDGET_SPENT``), which the
+    drain tells only once."""
 
-    __slots__ = ("_event", "_feed")
+    __slots__ = ("_feed", "_hangup", "_loss_told")
 
-    def __init__(self, feed: Feed, event: answer.Event) -> None:
-        self._feed = feed
-        self._event = event
-
-    def cancel(self) -> None:
-        self._feed(self._event)
-
-
-class _ToldLoss:
-    """Registered with the connection's ``Hangup``: its loss told to the answer's machine, as a
-    reset for not reading (``WRITE_STALLED``) or a plain disconnect (``CLIENT_GONE``)."""
-
-    __slots__ = ("_feed", "_hangup")
-
-    def __init__(self, feed: Feed, hangup: Hangup) -> None:
+    def __init__(self, feed: Feed, hangup: Hangup | None) -> None:
         self._feed = feed
         self._hangup = hangup
+        self._loss_told = False
 
     def cancel(self) -> None:
-        self._feed(answer.Event.WRITE_STALLED if self._hangup.stalled else answer.Event.CLIENT_GONE)
+        hangup = self._hangup
+        if hangup is not None and hangup.is_lost and not self._loss_told:
+            self._loss_told = True
+            self._feed(answer.Event.WRITE_STALLED if hangup.stalled else answer.Event.CLIENT_GONE)
+        else:
+            self._feed(_BUDGET_SPENT)
 
 
 class SseWriter:

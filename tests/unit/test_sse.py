@@ -248,6 +248,28 @@ async def test_the_spent_drain_budget_is_told_to_every_kind(kind: answer_rules.K
     assert drain.scopes == set()
 
 
+@pytest.mark.parametrize("loss_first", [True, False])
+async def test_the_connection_s_loss_and_the_spent_drain_budget_are_each_told_in_either_order(
+    loss_first: bool,
+) -> None:
+    drain, hangup = Drain(), Hangup()
+    told = Told(answer_rules.Event.BUDGET_SPENT)
+    watch = told.watch = Watch({DRAIN: drain, HANGUP: hangup}, Client().receive, answer_rules.Kind.LEGACY, told)
+
+    def both() -> None:
+        if loss_first:
+            hangup.lost()
+            drain.cancel_rest()
+        else:
+            drain.cancel_rest()
+            hangup.lost()
+
+    await run_until_told(watch, both)
+    gone, spent = answer_rules.Event.CLIENT_GONE, answer_rules.Event.BUDGET_SPENT
+    assert told.events == ([gone, spent] if loss_first else [spent, gone])
+    assert drain.scopes == set()
+
+
 # -- a request's answer -------------------------------------------------------------------------
 
 
