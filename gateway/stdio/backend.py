@@ -131,8 +131,7 @@ class PipeWriter(ByteSendStream):
         False: nothing written (call ``send``). Raises ``BrokenResourceError`` when the write
         broke the pipe (the transport closed on it), as ``send``'s drain would."""
         transport = self._writer.transport
-        limit = transport.get_write_buffer_limits()[1]
-        if transport.is_closing() or transport.get_write_buffer_size() + len(item) > limit:
+        if transport.is_closing() or not self.takes_at_once(len(item)):
             return False
         try:
             self._writer.write(item)

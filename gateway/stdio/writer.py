@@ -162,8 +162,7 @@ class LineWriter:
             if not stream_write_now(line):
                 return False
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            self.broken = exc
-            self._wake.set()  # ``run`` sees it and returns
+            self._break(exc)
             raise BrokenPipe from exc
         self.written += len(line)
         return True
@@ -215,11 +214,14 @@ class LineWriter:
                 finally:
                     self.waiting_since = None
         except TimeoutError:
-            self.broken = StdinStalled(f"its stdin took no data for {self.stall_timeout:g} s")
-            self._wake.set()
+            self._break(StdinStalled(f"its stdin took no data for {self.stall_timeout:g} s"))
             return
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            self.broken = exc
-            self._wake.set()  # ``run`` sees it and returns
+            self._break(exc)
             return
         self.written += len(data)
+
+    def _break(self, exc: BaseException) -> None:
+        """The pipe failed (``exc``): every later line is refused, and ``run`` sees it and returns."""
+        self.broken = exc
+        self._wake.set()
