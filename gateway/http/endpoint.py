@@ -79,6 +79,17 @@ MODERN_ERROR_STATUSES: Final = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY
 CANCELLED: Final = "notifications/cancelled"
 
 
+def _is_whole(message: AsgiMessage) -> bool:
+    """Whether ``message`` holds a request's whole body (its only ``http.request``)."""
+    return message["type"] == "http.request" and not message.get("more_body", False)
+
+
+def _whole_body(message: AsgiMessage, limit: int) -> bytes | None:
+    """The body of a whole-body message (``_is_whole``), or None when it exceeds ``limit``."""
+    body: bytes = message.get("body", b"")
+    return body if len(body) <= limit else None
+
+
 async def read_body(
     headers: dict[str, str], receive: Receive, limit: int, first: AsgiMessage | None = None
 ) -> bytes | None:
@@ -93,9 +104,8 @@ async def read_body(
         message = await receive()
     else:
         message = first
-    if message["type"] == "http.request" and not message.get("more_body", False):
-        body: bytes = message.get("body", b"")  # the usual case: the whole body in one message
-        return body if len(body) <= limit else None
+    if _is_whole(message):  # the usual case: the whole body in one message
+        return _whole_body(message, limit)
     buffer = bytearray()
     while True:
         if message["type"] == "http.disconnect":
@@ -171,10 +181,8 @@ class McpEndpoint:
             )
         if scope.get(BODY_RECEIVED):  # all in already (the usual case): no timer, one message
             message = await receive()  # read here: ``read_body``'s coroutine costs ~3k instructions
-            if message["type"] == "http.request" and not message.get("more_body", False):
-                body = message.get("body", b"")
-                if len(body) > self.max_body_bytes:
-                    body = None
+            if _is_whole(message):
+                body = _whole_body(message, self.max_body_bytes)
             else:
                 body = await read_body(headers, receive, self.max_body_bytes, message)
         else:
