@@ -271,6 +271,13 @@ def noop(kind: str, log_dir: Path) -> Service:
     )
 
 
+def bridge(log_dir: Path) -> Service:
+    """``bench/bridge.py`` in front of the echo server: the bare uvicorn bridge (a yardstick)."""
+    port = free_port()
+    argv = [sys.executable, "-m", "bench.bridge", "--port", str(port), "--", *echo_command()]
+    return Service("bridge", argv, port, log_dir)
+
+
 def supergateway_bin() -> Path | None:
     path = PEERS / "node_modules" / ".bin" / "supergateway"
     return path if path.exists() else None

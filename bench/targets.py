@@ -40,6 +40,10 @@ from bench.suite import probe, run
 GATEWAY = "gateway"
 GATEWAY_AUTH = "gateway (bearer auth)"
 CEILING = "ceiling (raw)"
+BRIDGE = "bridge (bare uvicorn)"
+"""``bench/bridge.py``: the least a correct uvicorn gateway does per call; shown, never a peer."""
+YARDSTICKS = (CEILING, BRIDGE)
+"""Servers measured beside the peers to read the numbers by, never compared as peers."""
 FLOOR = "floor (pipe)"
 GATEWAYS = (GATEWAY, GATEWAY_AUTH)
 ERAS = ("modern", "legacy")
@@ -258,11 +262,13 @@ class TargetRun:
             GATEWAY: procs.gateway("gateway", log),
             GATEWAY_AUTH: procs.gateway("gateway-auth", log, "--auth-token", f"bench:{TOKEN}"),
             CEILING: procs.noop("raw", log),
+            BRIDGE: procs.bridge(log),
         }
         servers = {
             GATEWAY: Server(GATEWAY, ERAS),
             GATEWAY_AUTH: Server(GATEWAY_AUTH, ERAS),
             CEILING: Server(CEILING, ("modern",)),
+            BRIDGE: Server(BRIDGE, ERAS),
         }
         self._add_peers(servers, services)
         self.results.servers = servers
@@ -342,11 +348,12 @@ class TargetRun:
         plan = self.plan
         gateway = procs.gateway("gateway-c1", self.log_dir)
         runs: dict[str, list[Row]] = {FLOOR: [], "modern": [], "legacy": []}
-        peers: dict[str, Server] = {}
-        services: dict[str, Service] = {}
+        peers: dict[str, Server] = {BRIDGE: Server(BRIDGE, ERAS)}
+        services: dict[str, Service] = {BRIDGE: procs.bridge(self.log_dir)}
         self._add_peers(peers, services)
         self.results.c1_peers = peers
-        versus = f"gateway and {len(peers)} peer(s)" if peers else "gateway"
+        others = len(peers) - 1  # the bridge is a yardstick, not a peer
+        versus = f"gateway, the bare bridge and {others} peer(s)" if others else "gateway and the bare bridge"
         self.say(f"C = 1: {plan.c1_calls} calls, {versus} vs the stdio floor, {plan.reps} repetition(s)")
         live: dict[str, Service] = {GATEWAY: gateway}
         try:

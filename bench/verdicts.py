@@ -17,7 +17,17 @@ from importlib import metadata
 from bench import procs
 from bench.load import Row
 from bench.report import gateway_revision, table
-from bench.targets import C1_MAX_SECONDS, CEILING, FLOOR, GATEWAY, GATEWAYS, TargetResults, load_average
+from bench.targets import (
+    BRIDGE,
+    C1_MAX_SECONDS,
+    CEILING,
+    FLOOR,
+    GATEWAY,
+    GATEWAYS,
+    YARDSTICKS,
+    TargetResults,
+    load_average,
+)
 
 PEER_FACTOR = 3.0
 """The gateway's req/s at C = 64 over the best peer's, in the same era."""
@@ -92,7 +102,7 @@ def wrong_peers(results: TargetResults, era: str) -> list[str]:
     found = []
     for name in results.servers:
         row = load_row(results, name, era)
-        if name not in GATEWAYS and name != CEILING and row is not None and row.wrong:
+        if name not in GATEWAYS and name not in YARDSTICKS and row is not None and row.wrong:
             found.append(name)
     return found
 
@@ -101,7 +111,7 @@ def best_peer(results: TargetResults, era: str) -> tuple[str, float] | None:
     """The fastest peer in ``era`` among those whose every answer was right."""
     best: tuple[str, float] | None = None
     for name in results.servers:
-        if name in GATEWAYS or name == CEILING:
+        if name in GATEWAYS or name in YARDSTICKS:
             continue
         found = rps(results, name, era)
         if found is not None and (best is None or found > best[1]):
@@ -157,6 +167,14 @@ def load_verdicts(results: TargetResults) -> list[Verdict]:
     return out
 
 
+BARE_BRIDGE = (
+    "The bare bridge (`bench/bridge.py`) is a yardstick, never a peer: a bare ASGI callable on "
+    "uvicorn that rewrites ids and pipes each call to one shared echo child, with no checks, "
+    "sessions, pool, cancellation, bounds or logs: the least a correct gateway on uvicorn does "
+    "per call."
+)
+
+
 def c1_peer_row(results: TargetResults, name: str, era: str) -> Row | None:
     server = results.c1_peers.get(name)
     return server.row(era) if server is not None else None
@@ -172,7 +190,7 @@ def c1_left_out(results: TargetResults, era: str) -> list[str]:
     found = []
     for name in results.c1_peers:
         row = c1_peer_row(results, name, era)
-        if row is not None and (faults := c1_faults(row)):
+        if name != BRIDGE and row is not None and (faults := c1_faults(row)):
             found.append(f"{name} ({', '.join(faults)})")
     return found
 
@@ -186,7 +204,7 @@ def c1_best_peer(results: TargetResults, era: str) -> tuple[str, float] | None:
     best: tuple[str, float] | None = None
     for name in results.c1_peers:
         row = c1_peer_row(results, name, era)
-        if row is None or not row.ok or c1_faults(row) or math.isnan(row.p50_ms):
+        if name == BRIDGE or row is None or not row.ok or c1_faults(row) or math.isnan(row.p50_ms):
             continue
         overhead = row.p50_ms - floor.p50_ms
         if best is None or overhead < best[1]:
@@ -231,7 +249,9 @@ def _c1_peer_verdict(results: TargetResults, era: str) -> Verdict:
     mine = row.p50_ms - floor.p50_ms
     theirs = peer[1]
     share = f" ({mine / theirs:.2f}× its overhead)" if theirs > 0 else ""
-    measured = f"{mine:+.3f} ms vs {peer[0]} {theirs:+.3f} ms{share}{aside}"
+    bridge = c1_peer_row(results, BRIDGE, era)
+    bare = f"; bare bridge {bridge.p50_ms - floor.p50_ms:+.3f} ms" if bridge is not None and bridge.ok else ""
+    measured = f"{mine:+.3f} ms vs {peer[0]} {theirs:+.3f} ms{share}{bare}{aside}"
     return Verdict(name, measured, goal, at_most(mine, C1_PEER_SHARE * theirs))
 
 
@@ -338,6 +358,8 @@ def load_table(results: TargetResults) -> str:
             if name == CEILING:
                 mine_by_era = {e: rps(results, GATEWAY, e) for e in ("modern", "legacy")}
                 versus = ", ".join(f"{e} gateway = {g / row.rps:.1%}" for e, g in mine_by_era.items() if g)
+            elif name == BRIDGE and mine:
+                versus = f"yardstick: gateway = {mine / row.rps:.1%}"
             if row.wrong:
                 versus = WRONG_ANSWERS
             rows.append(
@@ -535,7 +557,7 @@ def page(results: TargetResults, command: str) -> str:
             "timed). The raw ceiling is a no-op asyncio HTTP server answering the same JSON: the "
             "load generator's own limit. `CPU µs/call` is the server's own process (children not "
             "included) between the first call and the last answer, per answered call. RSS is "
-            "read after the last run.\n\n"
+            "read after the last run. " + BARE_BRIDGE + "\n\n"
             "Every answer is checked: each client numbers its requests from 1, as a real client "
             "does, and each call echoes a message naming the client and the call "
             "(`client 12 call 34`); an answer is right only when it carries that client's "
@@ -545,7 +567,7 @@ def page(results: TargetResults, command: str) -> str:
         )
         sections.append("### Answers checked\n\n" + answers_section(results))
     if results.c1:
-        title = "the gateway and the peers" if results.c1_peers else "the gateway"
+        title = "the gateway and the peers" if any(name != BRIDGE for name in results.c1_peers) else "the gateway"
         sections.append(
             f"## C = 1: {title} against the stdio floor\n\n"
             "The floor drives the same echo server over one pipe with no HTTP "
@@ -555,7 +577,7 @@ def page(results: TargetResults, command: str) -> str:
             f"stops sending after {C1_MAX_SECONDS:g} s (*capped*). `over floor` is a row's p50 "
             "minus the floor's: the overhead the gateway must keep at or under half the best "
             "correct peer's. A peer with any wrong answer or error is shown but not compared "
-            "(`not compared`), and is no best peer.\n\n" + c1_table(results)
+            "(`not compared`), and is no best peer. " + BARE_BRIDGE + "\n\n" + c1_table(results)
         )
     if results.memory is not None:
         m = results.memory
