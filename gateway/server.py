@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import logging
 import os
 import shlex
@@ -63,6 +64,14 @@ LISTEN_BACKLOG: Final = 2048
 """Connections the kernel queues before uvicorn accepts them (uvicorn's own default)."""
 EXIT_SERVICE_FAILED: Final = 1
 """The exit code when the service failed after start-up (uvicorn's start-up failure is 3)."""
+YOUNG_GC_THRESHOLD: Final = 10_000
+"""Container objects allocated (net of those freed) before the cyclic collector looks at the
+young generation; CPython's default is 700. Under load every call in flight holds a hundred
+or more such objects that die by reference count when its answer is written: at 64 calls in
+flight the default ran a young collection about every 16 calls, and each found nothing
+(issue #42: 14 µs of CPU per call, 0 objects collected in 12,800 calls). At 10,000 the
+young collection runs when that much is really kept; garbage cycles (a cancelled call's
+traceback, say) wait at most that long, a few MB at worst."""
 OPS_FLAG: Final = flag_of("ops_listen")
 OPS_SHUTDOWN_GRACE: Final = 2
 """Seconds a scrape or probe in progress on the ops listener gets to finish when the gateway
@@ -429,12 +438,29 @@ def run(settings: Settings, app: Starlette | None = None) -> int:
         listener.stop()
 
 
+def settle_heap() -> None:
+    """Before serving: what exists now (the modules, the settings, the app, nothing of any
+    client or child) lives as long as the process, so the cyclic collector stops visiting it
+    (``gc.freeze``); and the young generation is collected at ``YOUNG_GC_THRESHOLD``.
+
+    Without the freeze, every full collection walked the ~60,000 objects of the imported
+    modules (about 60 ms each on a 2-core machine, seven in 12,800 calls at 64 in flight:
+    21 µs of CPU per call, finding nothing). Only start-up's own objects are frozen: the
+    children and pools start after this (the app's lifespan), so whatever they leave in
+    cycles is still collected."""
+    gc.collect()  # what start-up left in cycles goes now, not into the frozen heap
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(YOUNG_GC_THRESHOLD, middle, old)
+
+
 def serve(
     settings: Settings, app: Starlette, sockets: list[socket.socket], ops_sockets: Sequence[socket.socket] = ()
 ) -> int:
     """uvicorn on ``sockets`` (bound already) until a signal has drained it (0) or the service
     failed (``EXIT_SERVICE_FAILED``): the process's exit code. ``ops_sockets``: the ops
-    listener's (``--ops-listen``), served the app's ``ops_app`` beside it (``OpsServer``)."""
+    listener's (``--ops-listen``), served the app's ``ops_app`` beside it (``OpsServer``).
+    The heap is settled first (``settle_heap``)."""
     drain: Drain = app.state.drain
     ops = OpsServer.over(app.state.ops_app, ops_sockets, settings.log_level) if ops_sockets else None
     # TLS (and, under mutual TLS, a protocol that records client certificates) when configured.
@@ -461,6 +487,7 @@ def serve(
         **options,
     )
     server = DrainingServer(config, drain, settings.drain_timeout, getattr(app.state, "serving", None), ops)
+    settle_heap()
     try:
         server.run(sockets=sockets)
     finally:
