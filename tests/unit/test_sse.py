@@ -456,3 +456,31 @@ async def test_the_legacy_get_stream_ends_after_its_lifetime() -> None:
     with anyio.fail_after(WAIT):
         await EventStream(reader, max_seconds=0)(lean_scope(), client.receive, client.send)
     assert client.bodies() == [b""]
+
+
+def large_final() -> JsonObject:
+    return {"jsonrpc": "2.0", "id": 1, "result": {"text": "x" * (2 * replies.REPLY_CHUNK_BYTES)}}
+
+
+async def test_a_large_json_answer_goes_in_pieces_and_gives_its_budget_back() -> None:
+    client = Client()
+    await answer(LazyStream(Exchange(events.Final(large_final())), request_id=1), lean_scope(), client)
+    start, *bodies = client.sent
+    assert start["status"] == 200
+    assert len(bodies) == 3
+    assert [m["more_body"] for m in bodies] == [True, True, False]
+    assert orjson.loads(b"".join(m["body"] for m in bodies)) == large_final()
+    assert replies.BUDGET.used == 0
+
+
+async def test_a_large_json_answer_over_the_budget_is_a_200_error_and_holds_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(replies.BUDGET, "limit", 0)
+    client, exchange = Client(), Exchange(events.Final(large_final()))
+    await answer(LazyStream(exchange, request_id=1), lean_scope(), client)
+    start, body = client.sent
+    assert start["status"] == 200
+    assert orjson.loads(body["body"])["error"]["code"] == -31004
+    assert replies.BUDGET.used == 0
+    assert exchange.closed.is_set()
