@@ -79,7 +79,7 @@ class Answered:
         if on is None:
             return
         try:
-            await on.stack.aclose()
+            on.stack.close()
         finally:
             if on.child_span is not None:
                 on.child_span.end()
@@ -232,7 +232,11 @@ class Relay:
             # A request that may ask waits for a child where its questions can only be its own.
             lease = pool.lease(client.affinity(), client.charged, request.method, tool)  # 503 / 429 propagate
             if client.span is None:
-                child = await stack.enter(lease)
+                child = lease.take_now()  # the common shape: a child with room, no wait (no frame)
+                if child is None:
+                    child = await stack.enter(lease)
+                else:
+                    stack.hold(lease)
             else:
                 child = await timed(client.span.queue_wait(pool.label), stack.enter(lease))
             client.bind(child, pool)
@@ -273,7 +277,7 @@ class Relay:
         finally:
             if not handed:
                 try:
-                    await stack.aclose()
+                    stack.close()
                 finally:
                     if on is not None and on.child_span is not None:  # the answer ended before the child's reply
                         on.child_span.end()

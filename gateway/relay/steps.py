@@ -441,9 +441,9 @@ async def open_call(deps: Collaborators, on: Leased, turn: Turn) -> Running | ev
     # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
     timeout = math.inf if request.method == subscriptions.LISTEN else None
     try:
-        ex = await on.stack.enter(
-            child.exchange(request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=on.tool)
-        )
+        call = child.exchange(request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=on.tool)
+        ex = await call.__aenter__()  # ``on.stack.enter(call)`` without its coroutine frame
+        on.stack.hold(call)
     except ChildError as exc:
         if span is not None:
             span.end(exc)

@@ -69,9 +69,10 @@ base64url and never contain a dot."""
 class Holdings:
     """What a child call holds, its pool lease and its child exchange, released last first:
     the part of ``AsyncExitStack`` the relay uses. Unlike the stack, it leaves each with no
-    exception (``__aexit__(None, None, None)``), so it takes only the two context managers that
-    neither read nor suppress one (``Pool.lease``'s ``PoolLease``, ``StdioChild.exchange``'s
-    ``ChildCall``): anything else is a type error. One is made per call; an ``AsyncExitStack``
+    exception and no coroutine (``leave()``, their ``__aexit__`` that never awaits), so it takes
+    only the two context managers that neither read nor suppress one nor wait to be left
+    (``Pool.lease``'s ``PoolLease``, ``StdioChild.exchange``'s ``ChildCall``): anything else is
+    a type error. One is made per call; an ``AsyncExitStack``
     instead costs 0.7 to 2.7 % more instructions per call (``python -m bench.instructions``,
     two A/B runs, C = 1 and 16, both eras; the fence's threshold is 1 %)."""
 
@@ -89,23 +90,32 @@ class Holdings:
         self._held.append(manager)
         return value
 
+    def hold(self, manager: PoolLease | ChildCall) -> None:
+        """Hold ``manager``, entered already (``enter`` without its coroutine frame)."""
+        self._held.append(manager)
+
     def pop_all(self) -> Holdings:
         """These holdings, moved to a new object (a parked call's); this one then holds nothing."""
         moved = Holdings()
         moved._held, self._held = self._held, []
         return moved
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         """Leave every context manager, the last entered first; when one raises, the others
-        are still left, then the first failure is raised."""
+        are still left, then the first failure is raised. Synchronous: neither one awaits to
+        be left (``leave``, their ``__aexit__`` without its coroutine)."""
         failure: BaseException | None = None
         while self._held:
             try:
-                await self._held.pop().__aexit__(None, None, None)
+                self._held.pop().leave()
             except BaseException as exc:
                 failure = failure or exc
         if failure is not None:
             raise failure
+
+    async def aclose(self) -> None:
+        """``close``, for those that leave holdings with ``await``."""
+        self.close()
 
     async def __aenter__(self) -> Holdings:
         return self

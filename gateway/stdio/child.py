@@ -614,9 +614,14 @@ class ChildCall:
         self.tool = tool
         self.ex: Exchange | None = None
 
-    async def __aenter__(self) -> Exchange:
-        return await self.child._open(self)
+    def __aenter__(self) -> Coroutine[object, object, Exchange]:
+        # A plain method giving ``_open``'s coroutine: one coroutine frame less per request.
+        return self.child._open(self)
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    def leave(self) -> None:
+        """``__aexit__`` without a coroutine (it never awaits)."""
         assert self.ex is not None
         self.child._close(self.ex)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.leave()

@@ -490,16 +490,26 @@ class PoolLease:
         self.tool = tool
         self.held: ds.Lease[StdioChild] | None = None  # set once a child is taken
 
-    async def __aenter__(self) -> StdioChild:
+    def take_now(self) -> StdioChild | None:
+        """A child at once, when the common shape holds (no waiter, a child with room: no
+        ticket, no wait); None: entering waits (``__aenter__``). Taken, it is held as entered."""
         pool = self.pool
-        if pool.closed_error is None:  # the common shape: no waiter, a child with room (no ticket, no wait)
+        if pool.closed_error is None:
             held = pool.dispatch.acquire_now(self.principal, self.method, self.tool, self.prefer, time.monotonic())
             if held is not None:
                 self.held = held
                 child = held.member.child
                 assert child is not None
                 return child
-        return await pool._acquire(self)
+        return None
+
+    async def __aenter__(self) -> StdioChild:
+        child = self.take_now()
+        return child if child is not None else await self.pool._acquire(self)
+
+    def leave(self) -> None:
+        """``__aexit__`` without a coroutine (it never awaits): the child given back."""
+        self.pool._give_back(self)
 
     async def __aexit__(self, *exc_info: object) -> None:
-        self.pool._give_back(self)
+        self.leave()
