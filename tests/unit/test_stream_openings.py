@@ -30,7 +30,7 @@ class Stack:
         self.client = client
         self.order = order
 
-    async def aclose(self) -> None:
+    def close(self) -> None:  # ``Holdings.close``: leaving never waits
         self.order.append(f"left after {len(self.client.sent)} sent")
 
 
