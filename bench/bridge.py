@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from bench.noop import INIT_RESULT, SESSION
+from bench.noop import INIT_RESULT, SESSION, read_body
 
 READY = (200, [], b"ready\n")
 MAX_LINE = 64 * 1024 * 1024
@@ -90,12 +90,7 @@ def start_child(argv: list[str]) -> tuple[int, int]:
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] != "http":
         return
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await read_body(receive)
     headers: list[tuple[bytes, bytes]] = []
     if scope["method"] == "GET":
         status, headers, payload = READY

@@ -92,15 +92,20 @@ async def serve_raw(port: int) -> None:
         await server.serve_forever()
 
 
-async def asgi_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    if scope["type"] != "http":
-        return
+async def read_body(receive: Any) -> bytes:
+    """An ASGI request's whole body."""
     body = b""
     while True:
         message = await receive()
         body += message.get("body", b"")
         if not message.get("more_body"):
-            break
+            return body
+
+
+async def asgi_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    body = await read_body(receive)
     if scope["method"] == "GET":
         status, headers, payload = 200, [], b"ready\n"
     else:
