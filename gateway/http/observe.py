@@ -48,6 +48,7 @@ from starlette.types import Scope
 
 from gateway.errors import CODE_CANCELLED
 from gateway.http.limits import client_key
+from gateway.ops.logs import FIXED_TYPES, line_route
 from gateway.ops.metrics import GatewayMetrics
 from gateway.ops.records import log_fast
 from gateway.ops.tracing import RequestTrace
@@ -72,6 +73,16 @@ _X_REQUEST_ID: Final = b"x-request-id"
 _TRACEPARENT: Final = b"traceparent"
 _MCP_NAME: Final = MCP_NAME.encode()
 
+
+ACCESS_LINE: Final = (
+    "%s %s %s %d %.1fms era=%s outcome=%s code=%s principal=%s child=%s client=%s name=%s id=%s request_id=%s trace=%s"
+)
+"""The access line's message (its arguments: ``observe``)."""
+ACCESS_KEYS: Final = (
+    *("event", "server", "rpc_method", "era", "status", "outcome", "code", "duration_ms", "principal"),
+    *("child_pid", "session", "client", "peer", "mcp_name", "rpc_id", "request_id", "trace_id", "forwarded_to"),
+)
+"""The access record's ``extra`` keys, in order (the JSON line's fields after its message)."""
 
 SPAN: Final = "gateway.span"
 """Scope key of an MCP request's trace (``gateway.ops.tracing.RequestTrace``) when tracing is on."""
@@ -208,47 +219,90 @@ def observe(
     era = fields.get("era") or "-"
     if metrics is not None and (server is not None or status >= 400):  # a healthy probe is not counted
         metrics.observe(server or "-", method or scope["method"], era, status, outcome, seconds)
-    level = probes.level(scope["path"], status) if probes is not None else logging.INFO
+    path = scope["path"]
+    level = probes.level(path, status) if probes is not None and path in PROBE_PATHS else logging.INFO
     if not log.isEnabledFor(level):  # --log-level warning, or a probe answered as before: skip building the line
         return
     principal = scope.get("gateway.principal") or ANONYMOUS  # as /status and the pool labels say
     rpc_method = cut(method) if method else "-"  # refused before its body was read: no MCP method
     child_pid = fields.get("child_pid")
     client = cut(client_key(scope))
-    peer = scope.get("client")
     if named is None:
-        request_header, traceparent, name_header = correlation_headers(scope["headers"])
-    else:
-        request_header, traceparent, name_header = named_correlation_headers(named)
-    mcp_name = fields.get("mcp_name") or name_header
+        named = dict(scope["headers"])  # the last of a repeated header, as correlation_headers reads them
+    # Each header is decoded only when the line reads it: the name when the request named none,
+    # the traceparent when no span names the trace.
+    mcp_name = fields.get("mcp_name")
+    if not mcp_name:
+        header = named.get(_MCP_NAME)
+        mcp_name = None if header is None else header.decode("latin-1")
     mcp_name = cut(mcp_name) if mcp_name else None
     rpc_id = fields.get("rpc_id")
     if isinstance(rpc_id, str):
         rpc_id = cut(rpc_id)
-    request_id = request_id_of(request_header)
-    trace_id = span_trace_id or trace_id_of(traceparent or fields.get("traceparent"))
+    header = named.get(_X_REQUEST_ID)
+    request_id = request_id_of(header.decode("latin-1")) if header else None
+    trace_id = span_trace_id
+    if not trace_id:
+        header = named.get(_TRACEPARENT)
+        traceparent = (header.decode("latin-1") if header else None) or fields.get("traceparent")
+        trace_id = None if traceparent is None else trace_id_of(traceparent)
+    args = (
+        cut(scope["method"]),
+        cut(path),
+        rpc_method,
+        status,
+        seconds * 1000,
+        era,
+        outcome,
+        "-" if code is None else code,
+        cut(principal),
+        child_pid or "-",
+        client,
+        mcp_name or "-",
+        "-" if rpc_id is None else rpc_id,
+        request_id or "-",
+        trace_id or "-",
+    )
+    # The line's arguments are formatted on the log's thread, as a record's whose arguments are
+    # text and numbers (``DeferredQueueHandler``): all of them are, but the id of a forwarded
+    # request, read from its body unchecked, may be an array or an object: its record is made.
+    route = line_route(log, level) if type(rpc_id) in FIXED_TYPES else None
+    if route is not None and route.write(
+        level,
+        log.name,
+        ACCESS_LINE,
+        args,
+        ACCESS_KEYS,
+        (
+            "request",
+            server,
+            rpc_method,
+            era,
+            status,
+            outcome,
+            code,
+            round(seconds * 1000, 3),
+            principal,
+            child_pid,
+            fields.get("session"),
+            client,
+            str(scope["client"][0]) if scope.get("client") else None,
+            mcp_name,
+            rpc_id,
+            request_id,
+            trace_id,
+            fields.get("forwarded_to"),  # the owning replica, for the operator only
+        )
+        if route.extras
+        else (),  # the text line writes none of them
+    ):
+        return
+    peer = scope.get("client")
     log_fast(
         log,
         level,
-        "%s %s %s %d %.1fms era=%s outcome=%s code=%s principal=%s child=%s client=%s name=%s id=%s request_id=%s "
-        "trace=%s",
-        (
-            cut(scope["method"]),
-            cut(scope["path"]),
-            rpc_method,
-            status,
-            seconds * 1000,
-            era,
-            outcome,
-            "-" if code is None else code,
-            cut(principal),
-            child_pid or "-",
-            client,
-            mcp_name or "-",
-            "-" if rpc_id is None else rpc_id,
-            request_id or "-",
-            trace_id or "-",
-        ),
+        ACCESS_LINE,
+        args,
         {
             "event": "request",
             "server": server,
@@ -267,6 +321,6 @@ def observe(
             "rpc_id": rpc_id,
             "request_id": request_id,
             "trace_id": trace_id,
-            "forwarded_to": fields.get("forwarded_to"),  # the owning replica, for the operator only
+            "forwarded_to": fields.get("forwarded_to"),
         },
     )

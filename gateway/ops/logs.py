@@ -27,15 +27,18 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import math
 import queue
 import sys
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import IO, Any, Final
+from typing import IO, Any, Final, TypeAlias
 
 import orjson
 
+from gateway.ops.records import NS_CLOCK, clock, moment
 from gateway.protocol.redaction import REDACTED as REDACTED
 from gateway.protocol.redaction import is_secret as is_secret
 
@@ -82,11 +85,39 @@ class JsonFormatter(logging.Formatter):
             out["exception"] = escape_controls(self.formatException(record.exc_info), keep_newlines=True)
         return orjson.dumps(out, default=str).decode()
 
+    _keys: tuple[tuple[str, ...], tuple[tuple[str, bool], ...]] = ((), ())  # a line's keys, and _extras of them
+
+    def format_line(self, line: Line) -> str:
+        """What ``format`` writes for the record ``line`` stands for (``LineRoute``)."""
+        _, ct, _, levelname, name, msg, args, keys, values = line
+        known, keyed = self._keys  # one attribute: a pair is replaced at once, never torn
+        if keys is not known:
+            keyed = tuple((key, is_secret(key)) for key in keys)  # _extras: ``fits`` took them all
+            self._keys = (keys, keyed)
+        if args:
+            msg = msg % (args[0] if len(args) == 1 and isinstance(args[0], Mapping) and args[0] else args)
+        out: dict[str, Any] = {
+            "time": _iso_time(moment(ct)[0] if NS_CLOCK else ct),
+            "level": levelname.lower(),
+            "logger": name,
+            "message": escape_controls(msg),
+        }
+        for (key, secret), value in zip(keyed, values, strict=True):
+            if value is not None:
+                out[key] = REDACTED if secret else escape_controls(value) if isinstance(value, str) else value
+        return orjson.dumps(out, default=str).decode()
+
 
 @lru_cache(maxsize=256)  # one entry per kind of record (its attributes): a handful of call sites
 def _extras(attributes: tuple[str, ...]) -> tuple[tuple[str, bool], ...]:
     """A record's ``extra`` keys in order, each with whether its value is redacted."""
     return tuple((key, is_secret(key)) for key in attributes if key not in _STANDARD)
+
+
+def fits(keys: tuple[str, ...]) -> bool:
+    """Whether ``keys`` are ``extra`` keys a record takes as they are: none twice, none a field
+    of a record (``makeRecord`` refuses those) or another key the JSON lines leave out."""
+    return len(frozenset(keys)) == len(keys) and _STANDARD.isdisjoint(keys)
 
 
 def _iso_time(created: float) -> str:
@@ -98,6 +129,10 @@ LINE_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 """The text lines' format (``--log-format text``)."""
 _LINE: Final = "%s %s %s: %s"
 """``LINE_FORMAT`` with its fields given in order: the same conversions (``%s``), the same text."""
+_MSEC_FORMAT: Final = logging.Formatter.default_msec_format
+"""``"%s,%03d"``: the milliseconds after the local time (``TextFormatter.format_line``)."""
+_TIMED_LINE: Final = "%s,%03d %s %s: %s"
+"""``_LINE`` with the time as ``_MSEC_FORMAT`` writes it."""
 
 
 class TextFormatter(logging.Formatter):
@@ -113,7 +148,8 @@ class TextFormatter(logging.Formatter):
     them. ``record.message`` and ``record.asctime`` are set, as ``Formatter.format`` sets
     them. Any other format, or a record with a traceback or a stack, goes the standard way."""
 
-    _second: tuple[int, str] = (-1, "")  # one attribute: a pair is replaced at once, never torn
+    # One attribute: a pair is replaced at once, never torn. No second is -inf (-1 is one: 1969's last).
+    _second: tuple[float, str] = (-math.inf, "")
 
     def __init__(
         self,
@@ -135,15 +171,45 @@ class TextFormatter(logging.Formatter):
         line = _LINE % (asctime, record.levelname, record.name, message)
         return line if line.isprintable() else line.translate(_ESCAPES)
 
+    def format_line(self, line: Line) -> str:
+        """What ``format`` writes for the record ``line`` stands for (``LineRoute``; this
+        formatter takes lines with ``LINE_FORMAT`` only, ``takes_lines``). With the default
+        time format the line is one %-format (``_TIMED_LINE``): the local time of the second,
+        then the milliseconds as ``%03d`` truncates them, which is ``LogRecord.msecs``."""
+        _, ct, _, levelname, name, msg, args, _, _ = line
+        if args:
+            msg = msg % (args[0] if len(args) == 1 and isinstance(args[0], Mapping) and args[0] else args)
+        if NS_CLOCK or self.datefmt is not None or self.default_msec_format != _MSEC_FORMAT:
+            created, msecs = moment(ct)
+            if self.datefmt is None and self.default_msec_format:
+                asctime = self._local_time(created, msecs)
+            else:
+                asctime = self.formatTime(_Moment(created, msecs), self.datefmt)  # type: ignore[arg-type]
+            text = _LINE % (asctime, levelname, name, msg)
+        else:  # moment(ct) on this Python, and _local_time, written out
+            known, local = self._second
+            if not 0 <= known <= ct < known + 1:  # int(ct) is not the second known (none before 1970 is)
+                second = int(ct)
+                local = time.strftime(self.default_time_format, self.converter(second))
+                if second >= 0:
+                    self._second = (second, local)
+                known = second
+            # ``%03d`` of the milliseconds, as LogRecord's int(…) + 0.0 is written (truncated).
+            text = _TIMED_LINE % (local, (ct - known) * 1000, levelname, name, msg)
+        return text if text.isprintable() else text.translate(_ESCAPES)
+
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None or self.datefmt is not None or not self.default_msec_format:
             return super().formatTime(record, datefmt)
+        return self._local_time(record.created, record.msecs)
+
+    def _local_time(self, created: float, msecs: float) -> str:
         second, text = self._second
-        if second != int(record.created):
-            second = int(record.created)
+        if second != int(created):
+            second = int(created)
             text = time.strftime(self.default_time_format, self.converter(second))
             self._second = (second, text)
-        return self.default_msec_format % (text, record.msecs)
+        return self.default_msec_format % (text, msecs)  # type: ignore[operator]
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         return escape_controls(super().formatMessage(record))
@@ -155,7 +221,17 @@ class TextFormatter(logging.Formatter):
         return escape_controls(super().formatStack(stack_info), keep_newlines=True)
 
 
-_FIXED_TYPES: Final = frozenset({str, int, float, bool, type(None)})
+class _Moment:
+    """What ``Formatter.formatTime`` reads of a record: its ``created`` and ``msecs``."""
+
+    __slots__ = ("created", "msecs")
+
+    def __init__(self, created: float, msecs: float) -> None:
+        self.created = created
+        self.msecs = msecs
+
+
+FIXED_TYPES: Final = frozenset({str, int, float, bool, type(None)})
 """Argument types whose value cannot change between the call and the listener's formatting."""
 LOG_BATCH_SECONDS: Final = 0.01
 """How long the writing thread lets a burst of records gather after its first one: log lines
@@ -164,12 +240,139 @@ MAX_BATCH_LINES: Final = 256
 """Lines the listener gathers into one write at most (a burst is written as it drains)."""
 
 
+Line: TypeAlias = tuple["LineRoute", Any, int, str, str, str, tuple[Any, ...], tuple[str, ...], tuple[Any, ...]]
+"""A line put on the queue without a record (``LineRoute.write``): its route, the clock's
+reading (``records.clock``), the level and its name, the logger's name, the message and its
+arguments, the ``extra`` keys and their values."""
+
+
+class LineRoute:
+    """The way a line goes when the only handler its record would reach is a
+    ``DeferredQueueHandler`` whose listener writes through one ``BatchedStreamHandler`` with a
+    formatter that writes lines (``takes_lines``), and nothing else would see the record
+    (``line_route``): the line is put on the queue as a tuple (``Line``), and the listener's
+    thread writes what the formatter would write for the record. Nothing of a record is made
+    on the event loop: no record, no call site, no thread, process or task read, no handler
+    called. Made by ``DeferredQueueHandler.route``, one per listener's handlers and formatter."""
+
+    __slots__ = ("_keys", "extras", "formatter", "handlers", "put", "queue", "writer")
+
+    def __init__(
+        self, records: queue.SimpleQueue[Any], handlers: tuple[BatchedStreamHandler], formatter: LineFormatter
+    ) -> None:
+        self.queue: Final = records
+        self.put: Final = records.put
+        self.handlers: Final = handlers
+        """The listener's handlers when the route was made (``DeferredQueueHandler.route``)."""
+        self.writer: Final = handlers[0]
+        self.formatter: Final = formatter
+        self.extras: Final = type(formatter) is JsonFormatter
+        """Whether the formatter writes the ``extra`` values (the JSON lines do, the text lines
+        do not): when it does not, the caller may pass none (``write``)."""
+        self._keys: tuple[str, ...] | None = None  # the last keys that ``fits``
+
+    def write(
+        self, level: int, name: str, msg: str, args: tuple[Any, ...], keys: tuple[str, ...], values: tuple[Any, ...]
+    ) -> bool:
+        """Queue the line of ``logging.getLogger(name).log(level, msg, *args, extra=dict(zip(keys,
+        values)))`` (``msg`` a ``str``), its moment read now; False (nothing queued) when ``keys``
+        are not ones a record takes as they are (``fits``): the caller makes the record.
+        ``values`` may be ``()`` when the route does not write them (not ``extras``)."""
+        if keys is not self._keys:  # a call site's keys are one tuple: checked once
+            if not fits(keys):
+                return False
+            self._keys = keys
+        self.put((self, clock(), level, getLevelName(level), name, msg, args, keys, values))
+        return True
+
+
+LineFormatter: TypeAlias = "TextFormatter | JsonFormatter"
+
+
+def takes_lines(formatter: logging.Formatter | None) -> bool:
+    """Whether ``formatter`` writes a ``Line`` as it would write its record (``format_line``):
+    ``JsonFormatter``, or ``TextFormatter`` with ``LINE_FORMAT``, and not a subclass."""
+    return type(formatter) is JsonFormatter or (type(formatter) is TextFormatter and formatter._line)
+
+
+def line_route(logger: logging.Logger, level: int) -> LineRoute | None:
+    """The ``LineRoute`` a record of ``logger`` at ``level`` may take instead of being made, or
+    None: it may when ``Logger.handle`` would hand it to one handler only, a
+    ``DeferredQueueHandler`` with a route (``DeferredQueueHandler.route``), and nothing could
+    tell: the logger is a plain ``Logger`` (not one that makes or handles records its own way),
+    enabled and without filters, and the record factory is ``LogRecord`` (another could add
+    fields, which the JSON lines would carry). Read on every call, as ``Logger.callHandlers``
+    reads the handlers: a handler added anywhere on the way (a test's, ``RecentErrors`` at
+    the record's level) sends the record the usual way. The caller checks
+    ``logger.isEnabledFor(level)``."""
+    if type(logger) is not _LOGGER or logger.filters or logger.disabled or getLogRecordFactory() is not _RECORD:
+        return None
+    found: logging.Handler | None = None
+    current: logging.Logger | None = logger
+    while current:
+        handlers = current.handlers
+        if handlers:  # most loggers on the way have none
+            for handler in handlers:
+                if level >= handler.level:
+                    if found is not None or type(handler) is not DeferredQueueHandler:
+                        return None
+                    found = handler
+        if not current.propagate:
+            break
+        current = current.parent
+    return None if found is None else found.route()  # type: ignore[attr-defined]
+
+
+_LOGGER: Final = logging.Logger
+_RECORD: Final = logging.LogRecord
+getLogRecordFactory: Final = logging.getLogRecordFactory
+getLevelName: Final = logging.getLevelName
+
+
 class DeferredQueueHandler(logging.handlers.QueueHandler):
     """``QueueHandler`` for a listener in the same process: a record whose message and
     arguments are text and numbers is queued as it is, so the loop neither copies it nor
     merges its message (the listener formats it, to the same text). Any other record (a
     traceback, a stack, an argument that could change before the listener runs) is prepared
-    as ``QueueHandler`` does."""
+    as ``QueueHandler`` does.
+
+    ``listener``: the ``FlushingQueueListener`` reading this handler's queue, when it is known
+    (``configure``): then a line may skip its record (``route``)."""
+
+    listener: FlushingQueueListener | None = None
+    _route: LineRoute | None = None
+
+    def route(self) -> LineRoute | None:
+        """The ``LineRoute`` to this handler's listener: when no filter was added to this
+        handler, the listener reads its queue and writes through one ``BatchedStreamHandler``
+        without filters whose formatter ``takes_lines``. Else None (the record is made)."""
+        route = self._route
+        listener = self.listener
+        if (
+            route is not None
+            and listener is not None
+            and listener.handlers is route.handlers
+            and listener.queue is route.queue
+            and self.queue is route.queue
+            and route.writer.formatter is route.formatter
+            and not route.writer.filters
+            and not self.filters
+        ):
+            return route
+        return self._new_route()
+
+    def _new_route(self) -> LineRoute | None:
+        listener = self.listener
+        if listener is None or self.filters or listener.queue is not self.queue:
+            return None
+        handlers = listener.handlers
+        if len(handlers) != 1 or type(handlers[0]) is not BatchedStreamHandler or handlers[0].filters:
+            return None
+        formatter = handlers[0].formatter
+        if not takes_lines(formatter):
+            return None
+        self._route = LineRoute(self.queue, handlers, formatter)  # type: ignore[arg-type]
+        return self._route
 
     def handle(self, record: logging.LogRecord) -> Any:
         """``Handler.handle`` without the handler's lock, when no filter was added to this
@@ -186,7 +389,7 @@ class DeferredQueueHandler(logging.handlers.QueueHandler):
             type(record.msg) is str
             and record.exc_info is None
             and record.stack_info is None
-            and (not args or (type(args) is tuple and _FIXED_TYPES.issuperset(map(type, args))))
+            and (not args or (type(args) is tuple and FIXED_TYPES.issuperset(map(type, args))))
         ):
             return record
         return super().prepare(record)
@@ -211,6 +414,24 @@ class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             return
         if len(self._batch) >= MAX_BATCH_LINES:
             self.flush()
+
+    def handle_line(self, line: Line) -> None:
+        """``handle`` for a ``Line``: its formatter's text added to the batch, under the lock."""
+        try:
+            text = line[0].formatter.format_line(line) + self.terminator
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(line_record(line))
+            return
+        lock = self.lock
+        lock.acquire()  # type: ignore[union-attr]  # as Handler.handle holds it around emit
+        try:
+            self._batch.append(text)
+            if len(self._batch) >= MAX_BATCH_LINES:
+                self.flush()
+        finally:
+            lock.release()  # type: ignore[union-attr]
 
     def flush(self) -> None:
         self.acquire()
@@ -238,6 +459,13 @@ class FlushingQueueListener(logging.handlers.QueueListener):
         super().__init__(records, *handlers, respect_handler_level=False)
         self.records = records
 
+    def handle(self, record: logging.LogRecord | Line) -> None:
+        """A ``Line`` is written by the handler its route names; a record as ``QueueListener`` does."""
+        if type(record) is tuple:
+            record[0].writer.handle_line(record)
+        else:
+            super().handle(record)  # type: ignore[arg-type]
+
     def dequeue(self, block: bool) -> logging.LogRecord:
         records = self.records
         if not block:
@@ -258,6 +486,15 @@ class FlushingQueueListener(logging.handlers.QueueListener):
             handler.flush()
 
 
+def line_record(line: Line) -> logging.LogRecord:
+    """A record for a ``Line`` the formatter failed on, for ``Handler.handleError`` to report."""
+    _, ct, level, _, name, msg, args, keys, values = line
+    record = logging.LogRecord(name, level, "", 0, msg, args, None)
+    record.created, record.msecs = moment(ct)
+    record.__dict__.update(zip(keys, values, strict=False))  # a text line carries no values
+    return record
+
+
 def configure(level: str, fmt: str) -> logging.handlers.QueueListener:
     """Log through a queue: the event loop only enqueues records; a thread formats and writes
     them, so a slow stderr (a full pipe, a busy log shipper) never stalls requests. The
@@ -269,8 +506,10 @@ def configure(level: str, fmt: str) -> logging.handlers.QueueListener:
         handler.setFormatter(TextFormatter(LINE_FORMAT))
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     listener = FlushingQueueListener(records, handler)
+    queued = DeferredQueueHandler(records)
+    queued.listener = listener
     root = logging.getLogger()
-    root.handlers[:] = [DeferredQueueHandler(records)]
+    root.handlers[:] = [queued]
     root.setLevel(level.upper())
     listener.start()
     # uvicorn's own access log would repeat gateway.access in another shape.

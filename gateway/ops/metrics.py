@@ -192,18 +192,30 @@ class RequestMetrics(Collector):
         self.counts: dict[tuple[str, str, str, int, str], list[float]] = {}  # labels → [count, created]
         self.latencies: dict[tuple[str, str, str], _Latencies] = {}
         self.in_flight: dict[str, int] = {}
+        self._series: dict[tuple[str, str, str, int, str], tuple[list[float], _Latencies]] = {}
+        """Labels → their count and their histogram (in ``counts`` and ``latencies``): one look-up a request."""
 
     def observe(self, server: str, method: str, era: str, status: int, outcome: str, seconds: float) -> None:
+        series = self._series.get((server, method, era, status, outcome))
+        if series is None:
+            series = self._add(server, method, era, status, outcome)
+        series[0][0] += 1.0
+        latencies = series[1]
+        latencies.counts[bisect_left(_BOUNDS, seconds)] += 1.0  # the first bucket whose bound is ≥ seconds
+        latencies.sum += seconds
+
+    def _add(self, server: str, method: str, era: str, status: int, outcome: str) -> tuple[list[float], _Latencies]:
+        """The count and the histogram of labels seen for the first time (the histogram may be
+        known already: it has no ``status`` or ``outcome`` label)."""
         key = (server, method, era, status, outcome)
         count = self.counts.get(key)
         if count is None:
             count = self.counts[key] = [0.0, time.time()]
-        count[0] += 1.0
         latencies = self.latencies.get(key[:3])
         if latencies is None:
             latencies = self.latencies[key[:3]] = _Latencies()
-        latencies.counts[bisect_left(_BOUNDS, seconds)] += 1.0  # the first bucket whose bound is ≥ seconds
-        latencies.sum += seconds
+        series = self._series[key] = (count, latencies)
+        return series
 
     def collect(self) -> Iterator[Metric]:
         # fenced: prometheus_client._use_created

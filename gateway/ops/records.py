@@ -29,6 +29,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import CodeType
 from typing import Any, Final, TypeAlias
 
@@ -178,7 +179,20 @@ def _fresh(fields: dict[str, Any], name: str, level: int, msg: str, args: tuple[
         fields["taskName"] = _task_name()
 
 
+NS_CLOCK: Final = sys.version_info >= (3, 13)
+"""Whether ``LogRecord`` reads the time as ``time.time_ns()`` (3.13 and later), not ``time.time()``."""
+clock: Final[Callable[[], float | int]] = time.time_ns if NS_CLOCK else time.time
+"""The clock ``LogRecord`` reads for a record's time on this Python (``moment`` makes the fields)."""
+
 if sys.version_info >= (3, 13):
+
+    def moment(ct: float) -> tuple[float, float]:
+        """A record's ``created`` and ``msecs`` from a ``clock()`` reading, as ``LogRecord`` (3.13) makes them."""
+        created = ct / 1e9
+        msecs = (ct % 1_000_000_000) // 1_000_000 + 0.0
+        if msecs == 999.0 and int(created) != ct // 1_000_000_000:
+            msecs = 0.0  # the division to seconds rounded up to the next second
+        return created, msecs
 
     def _stamp(fields: dict[str, Any]) -> None:
         """The record's time fields, from one ``time.time_ns()`` as ``LogRecord`` (3.13) makes them."""
@@ -191,6 +205,10 @@ if sys.version_info >= (3, 13):
         fields["relativeCreated"] = (ct - _START) / 1e6
 
 else:
+
+    def moment(ct: float) -> tuple[float, float]:
+        """A record's ``created`` and ``msecs`` from a ``clock()`` reading, as ``LogRecord`` (3.11, 3.12) makes them."""
+        return ct, int((ct - int(ct)) * 1000) + 0.0
 
     def _stamp(fields: dict[str, Any]) -> None:
         """The record's time fields, from one ``time.time()`` as ``LogRecord`` (3.11, 3.12) makes them."""

@@ -214,7 +214,7 @@ def test_the_deferred_queue_handler_applies_a_filter_added_to_it() -> None:
 
 def test_the_text_formatter_gives_the_standard_time_for_every_line() -> None:
     ours, standard = TextFormatter(FORMAT), logging.Formatter(FORMAT)
-    for created in (1_700_000_000.0, 1_700_000_000.9994, 1_700_000_001.0005, 1_700_000_061.5, 0.25):
+    for created in (-1.0, 1_700_000_000.0, 1_700_000_000.9994, 1_700_000_001.0005, 1_700_000_061.5, 0.25):
         record = logging.LogRecord("gateway", logging.INFO, __file__, 1, "m", (), None)
         record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
         assert ours.format(record) == standard.format(record)
