@@ -267,12 +267,9 @@ def observe(
     # text and numbers (``DeferredQueueHandler``): all of them are, but the id of a forwarded
     # request, read from its body unchecked, may be an array or an object: its record is made.
     route = line_route(log, level) if type(rpc_id) in FIXED_TYPES else None
-    if route is not None and route.write(
-        level,
-        log.name,
-        ACCESS_LINE,
-        args,
-        ACCESS_KEYS,
+    # The record's ``extra`` values, in ``ACCESS_KEYS``' order; none when the line goes by a
+    # route whose formatter writes none (the text line): then only that formatter sees the line.
+    values = (
         (
             "request",
             server,
@@ -293,34 +290,9 @@ def observe(
             trace_id,
             fields.get("forwarded_to"),  # the owning replica, for the operator only
         )
-        if route.extras
-        else (),  # the text line writes none of them
-    ):
-        return
-    peer = scope.get("client")
-    log_fast(
-        log,
-        level,
-        ACCESS_LINE,
-        args,
-        {
-            "event": "request",
-            "server": server,
-            "rpc_method": rpc_method,
-            "era": era,
-            "status": status,
-            "outcome": outcome,
-            "code": code,
-            "duration_ms": round(seconds * 1000, 3),
-            "principal": principal,
-            "child_pid": child_pid,
-            "session": fields.get("session"),
-            "client": client,
-            "peer": str(peer[0]) if peer else None,
-            "mcp_name": mcp_name,
-            "rpc_id": rpc_id,
-            "request_id": request_id,
-            "trace_id": trace_id,
-            "forwarded_to": fields.get("forwarded_to"),
-        },
+        if route is None or route.extras
+        else ()
     )
+    if route is not None and route.write(level, log.name, ACCESS_LINE, args, ACCESS_KEYS, values):
+        return
+    log_fast(log, level, ACCESS_LINE, args, dict(zip(ACCESS_KEYS, values, strict=False)))  # () on a text route
