@@ -338,9 +338,13 @@ class StdioChild:
         ex.child_id = sent.child_id
         self._timer.note(sent.deadline)
         # The line is written now, or queued behind a write in progress (``LineWriter``): its
-        # ticket while queued. 503 when what waits for the child's stdin is at its bound.
+        # ticket while queued. 503 when what waits for the child's stdin is at its bound. With
+        # other requests in flight on the child it is queued for the writer's next write, so
+        # the requests one loop turn starts cost the child one system call and one wake-up.
         try:
-            if not self._stdin.write_now(sent.line):
+            if self._session.in_flight > 1:
+                ex.stdin_ticket = self._stdin.queue(sent.line)
+            elif not self._stdin.write_now(sent.line):
                 ex.stdin_ticket = await self._stdin.send(sent.line)
         except StdinFull as exc:  # the line was never queued
             self._close(ex, unsent=True)

@@ -5,7 +5,10 @@ progress): the common case at low load costs what a plain write costs, and ``wri
 does it without a coroutine when the pipe takes the line whole at once. Otherwise the line is
 queued, and one task, ``run``, writes everything queued in one go when the pipe is free (one
 system call for many requests under load). ``put(line)`` only queues, without waiting (a
-cancel, an answer to the child's question). Lines never interleave: one write at a time,
+cancel, an answer to the child's question). ``queue(line)`` queues a request's line for the end
+of the loop turn, when everything queued by then leaves in one write (the caller does this when
+other requests are in flight on the child, so a burst of requests costs one system call and one
+wake-up of the child, and a lone request still goes at once). Lines never interleave: one write at a time,
 each of whole lines, in the order they were sent or put.
 
 **Bounded.** At most ``max_queued`` bytes wait behind the write in progress
@@ -36,6 +39,7 @@ returns, and later ``send`` and ``put`` calls raise ``BrokenPipe`` for the edge 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -96,6 +100,7 @@ class LineWriter:
         # transport's, so ``run`` waits for the pipe to take them before anything else goes.
         self._unsettled = False
         self._wake = anyio.Event()
+        self._flush_due = False  # ``_flush`` is scheduled for the end of this loop turn
         # When the write in progress began waiting for the pipe (``time.monotonic``), None when
         # no write waits: the pool routes new requests around a child whose write waits long.
         self.waiting_since: float | None = None
@@ -150,6 +155,46 @@ class LineWriter:
         if self.broken is not None:
             raise BrokenPipe from self.broken
         return None
+
+    def queue(self, line: bytes) -> int:
+        """Queue ``line`` for ``run``'s next write, which takes everything queued by then: the
+        lines of the requests a loop turn starts leave in one system call (``StdioChild`` does
+        this while other requests are in flight on the child). The ticket to ``withdraw`` it
+        with. Raises ``StdinFull`` and ``BrokenPipe`` as ``send`` does."""
+        if self.broken is not None:
+            raise BrokenPipe from self.broken
+        if not self.fits(len(line)):
+            raise StdinFull(self._queued, len(line), self.max_queued)
+        self._tickets += 1
+        self._lines[self._tickets] = line
+        self._queued += len(line)
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+        return self._tickets
+
+    def _flush(self) -> None:
+        """The end of the loop turn that queued lines: what is queued leaves in one write, made
+        here when the pipe is idle and takes it whole at once, else by ``run``."""
+        self._flush_due = False
+        stream_write_now = self._stream_write_now
+        if not self._lines:
+            return  # withdrawn meanwhile, or taken by ``run``
+        if stream_write_now is None or self._busy or self._unsettled or self.broken is not None:
+            self._wake.set()
+            return
+        lines = self._lines
+        data = next(iter(lines.values())) if len(lines) == 1 else b"".join(lines.values())
+        try:
+            if not stream_write_now(data):
+                self._wake.set()
+                return
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self._break(exc)
+            return
+        self._lines = {}
+        self._queued = 0
+        self.written += len(data)
 
     def write_now(self, line: bytes) -> bool:
         """``send`` without waiting, for the usual line: True when the pipe was idle and took

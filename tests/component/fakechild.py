@@ -20,9 +20,10 @@ behind them an MCP server speaking newline-delimited JSON-RPC, scripted by a ``S
   writes), ``ignore_stdin_close`` / ``ignore_terminate`` (for the stop ladder).
 
 What the test waits on is state the fake keeps, with an event per change (``until``, never a
-poll or a sleep): every message the child read (``received``), its ``calls`` (one ``Call``
-per ``tools/call``: ``arrived``; ``cancelled`` when ``notifications/cancelled`` names its
-child-side id; ``release()`` to answer a held call), whether it exited (``exited``).
+poll or a sleep): every message the child read (``received``), the lines each write to its
+stdin carried (``reads``), its ``calls`` (one ``Call`` per ``tools/call``: ``arrived``;
+``cancelled`` when ``notifications/cancelled`` names its child-side id; ``release()`` to answer
+a held call), whether it exited (``exited``).
 Cancelled calls are never answered, as a real server should do.
 
 The tools and ``Call`` live in ``fakecalls``, the in-memory pipes in ``memstreams``.
@@ -106,6 +107,7 @@ class FakeChild:
         self._returncode: int | None = None
         self.exited = anyio.Event()
         self.received: list[JsonObject] = []  # every message read from stdin, in order
+        self.reads: list[int] = []  # the lines each write to stdin carried (one read each)
         self.calls: list[Call] = []
         self.era_of_handshake: str | None = None  # "initialize" or "server/discover", whichever succeeded
         self._legacy_version: str | None = None
@@ -242,6 +244,7 @@ class FakeChild:
             return
         buffer = b""
         async for chunk in self._stdin_recv:
+            self.reads.append(chunk.count(b"\n"))
             lines = (buffer + chunk).split(b"\n")
             buffer = lines.pop()
             for line in lines:

@@ -12,6 +12,7 @@ import pytest
 from gateway.errors import ChildExitedError, ChildStartError
 from gateway.protocol.jsonrpc import Result
 from gateway.protocol.versions import Era
+from gateway.stdio.child import StdioChild
 from gateway.stdio.launch import open_child
 from tests.component.fakechild import Era as FakeEra
 from tests.component.fakechild import Script, fake_backend
@@ -76,3 +77,30 @@ async def test_the_stop_ladder_terminates_then_kills_a_child_that_will_not_exit(
             assert isinstance(await child.request("ping", None), Result)  # serving until stopped
     [fake] = backend.children
     assert fake.returncode == returncode
+
+
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+async def test_requests_one_loop_turn_starts_beside_another_reach_the_child_in_one_write(era: FakeEra) -> None:
+    """Alone on the child, a request's line is written at once; beside others in flight, the
+    lines of the requests one turn of the loop starts are written together (one system call
+    and one wake-up of the child for all), in order, and each gets its own answer."""
+    replies: dict[int, object] = {}
+
+    async def call(child: StdioChild, i: int) -> None:
+        reply = await child.request("tools/call", {"name": "echo", "arguments": {"message": f"m{i}"}})
+        replies[i] = reply.result["content"] if isinstance(reply, Result) else reply
+
+    with anyio.fail_after(BOUND):
+        async with fake_backend(Script(era=era)) as backend, open_child(FAKE_SPEC, backend=backend) as child:
+            [fake] = backend.children
+            async with child.exchange("tools/call", {"name": "hold", "arguments": {}}):
+                await backend.changes.until(lambda: len(fake.calls) == 1)
+                before = len(fake.reads)
+                async with anyio.create_task_group() as tg:
+                    for i in range(5):
+                        tg.start_soon(call, child, i)
+                assert fake.reads[before:] == [5]
+                fake.calls[0].release()
+    assert replies == {i: [{"type": "text", "text": f"m{i}"}] for i in range(5)}
+    echoed = [m["params"]["arguments"]["message"] for m in fake.received if m.get("params", {}).get("name") == "echo"]
+    assert echoed == [f"m{i}" for i in range(5)]

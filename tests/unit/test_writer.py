@@ -250,6 +250,7 @@ class NowPipe(Pipe):
         if not self.at_once:
             return False
         self.writes.append(item)
+        self.arrived.set()
         return True
 
 
@@ -283,3 +284,68 @@ async def test_write_now_on_a_broken_pipe_breaks_the_writer_as_send_does() -> No
     with pytest.raises(BrokenPipe):
         await now.send(b"again\n")
     assert now.written == general.written == 0
+
+
+async def test_lines_queued_in_one_turn_go_out_in_one_write_in_order_even_to_an_idle_pipe() -> None:
+    pipe = Pipe()
+    writer = LineWriter(pipe, max_queued=20)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer.run)
+            first = writer.queue(b"one\n")  # the pipe is idle: queued all the same, not written
+            writer.queue(b"two\n")
+            gone = writer.queue(b"gone\n")
+            assert pipe.writes == []
+            assert writer.withdraw(gone)  # its request ended before the write: never written
+            writer.queue(b"three\n")
+            await wait_for_writes(pipe, 1)
+            assert not writer.withdraw(first)  # written already
+            tg.cancel_scope.cancel()
+    assert pipe.writes == [b"one\ntwo\nthree\n"]
+    assert writer.written == len(b"one\ntwo\nthree\n")
+
+
+async def test_a_queued_line_is_refused_as_a_sent_one_is() -> None:
+    writer = LineWriter(Pipe(), max_queued=10)
+    assert writer.queue(b"0123456789abcdef\n") == 1  # one line always fits an empty queue
+    with pytest.raises(StdinFull) as refused:
+        writer.queue(b"x\n")
+    assert (refused.value.queued, refused.value.line, refused.value.limit) == (17, 2, 10)
+    assert writer.queued == 17  # the refused line was never queued
+    broken = LineWriter(Pipe())
+    broken._break(OSError("gone"))
+    with pytest.raises(BrokenPipe):
+        broken.queue(b"y\n")
+
+
+async def test_lines_queued_in_one_turn_leave_at_its_end_in_one_write_made_without_the_writer_task() -> None:
+    pipe = NowPipe()
+    writer = LineWriter(pipe)
+    with anyio.fail_after(5):
+        writer.queue(b"one\n")
+        writer.queue(b"two\n")
+        assert pipe.writes == []
+        await wait_for_writes(pipe, 1)  # no ``run`` task: the end of the turn wrote them
+        assert (pipe.writes, writer.written, writer.queued) == ([b"one\ntwo\n"], 8, 0)
+        pipe.at_once = False  # the pipe would have to wait: the writer task takes the batch
+        writer.queue(b"three\n")
+        writer.queue(b"four\n")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer.run)
+            await wait_for_writes(pipe, 2)
+            tg.cancel_scope.cancel()
+    assert pipe.writes == [b"one\ntwo\n", b"three\nfour\n"]
+
+
+async def test_a_pipe_that_breaks_at_the_end_of_the_turn_breaks_the_writer() -> None:
+    pipe = NowPipe()
+    writer = LineWriter(pipe)
+    with anyio.fail_after(5):
+        writer.queue(b"one\n")
+        pipe.broken = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer.run)  # returns once the writer is broken
+    assert isinstance(writer.broken, anyio.BrokenResourceError)
+    with pytest.raises(BrokenPipe):
+        writer.queue(b"two\n")
+    assert pipe.writes == []
