@@ -21,6 +21,12 @@ once per burst: after the first record of a burst it waits ``LOG_BATCH_SECONDS``
 (``FlushingQueueListener``). Waking the thread for every line cost more than the line itself:
 each wake is a futex call and a hand-over of the GIL, about 130 µs of CPU per request at one
 request in flight, where the line's own formatting is a few µs.
+
+**Bounded.** At most ``MAX_LOG_QUEUE_LINES`` lines wait for the thread (checked before a line
+is queued): when stderr takes nothing (a full pipe nobody reads, a stalled log shipper, a
+terminal paused with Ctrl-S), later lines are dropped and counted (``DROPPED``,
+``mcp_gateway_log_lines_dropped_total``) instead of the gateway's memory growing with every
+request, and the thread writes one warning with the count once its writes go through again.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import logging.handlers
 import math
 import queue
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -238,6 +245,34 @@ LOG_BATCH_SECONDS: Final = 0.01
 appear at most this much later, and the thread wakes at most 100 times a second."""
 MAX_BATCH_LINES: Final = 256
 """Lines the listener gathers into one write at most (a burst is written as it drains)."""
+MAX_LOG_QUEUE_LINES: Final = 10_000
+"""Lines (records) that may wait for the writing thread; past it a line is dropped and counted
+(``DROPPED``). A queued record is one to two KB, so at most 10-20 MB wait for a stderr that
+takes nothing; at 8,000 requests a second it holds about a second of access lines."""
+
+
+class Dropped:
+    """Lines dropped because ``MAX_LOG_QUEUE_LINES`` waited (any thread may drop one: counted
+    under a lock, which only the dropping path takes). ``total`` never falls (the metric);
+    ``take_unreported`` hands the writing thread what it has not said yet."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self._reported = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> None:
+        with self._lock:
+            self.total += 1
+
+    def take_unreported(self) -> int:
+        with self._lock:
+            count, self._reported = self.total - self._reported, self.total
+        return count
+
+
+DROPPED: Final = Dropped()
+"""The process's dropped log lines (``mcp_gateway_log_lines_dropped_total``)."""
 
 
 Line: TypeAlias = tuple["LineRoute", Any, int, str, str, str, tuple[Any, ...], tuple[str, ...], tuple[Any, ...]]
@@ -255,13 +290,18 @@ class LineRoute:
     on the event loop: no record, no call site, no thread, process or task read, no handler
     called. Made by ``DeferredQueueHandler.route``, one per listener's handlers and formatter."""
 
-    __slots__ = ("_keys", "extras", "formatter", "handlers", "put", "queue", "writer")
+    __slots__ = ("_keys", "extras", "formatter", "handlers", "max_lines", "put", "queue", "writer")
 
     def __init__(
-        self, records: queue.SimpleQueue[Any], handlers: tuple[BatchedStreamHandler], formatter: LineFormatter
+        self,
+        records: queue.SimpleQueue[Any],
+        handlers: tuple[BatchedStreamHandler],
+        formatter: LineFormatter,
+        max_lines: int = MAX_LOG_QUEUE_LINES,
     ) -> None:
         self.queue: Final = records
         self.put: Final = records.put
+        self.max_lines: Final = max_lines  # the queue's bound (``MAX_LOG_QUEUE_LINES``)
         self.handlers: Final = handlers
         """The listener's handlers when the route was made (``DeferredQueueHandler.route``)."""
         self.writer: Final = handlers[0]
@@ -282,6 +322,9 @@ class LineRoute:
             if not fits(keys):
                 return False
             self._keys = keys
+        if self.queue.qsize() >= self.max_lines:
+            DROPPED.add()
+            return True
         self.put((self, clock(), level, getLevelName(level), name, msg, args, keys, values))
         return True
 
@@ -341,6 +384,19 @@ class DeferredQueueHandler(logging.handlers.QueueHandler):
 
     listener: FlushingQueueListener | None = None
     _route: LineRoute | None = None
+    max_lines: int = MAX_LOG_QUEUE_LINES
+    """At most this many records wait on the queue; past it a record is dropped (``DROPPED``)."""
+
+    def __init__(self, records: queue.SimpleQueue[Any]) -> None:
+        super().__init__(records)
+        self.records: Final = records
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        records = self.records
+        if records.qsize() >= self.max_lines:
+            DROPPED.add()
+            return
+        records.put_nowait(record)
 
     def route(self) -> LineRoute | None:
         """The ``LineRoute`` to this handler's listener: when no filter was added to this
@@ -357,6 +413,7 @@ class DeferredQueueHandler(logging.handlers.QueueHandler):
             and route.writer.formatter is route.formatter
             and not route.writer.filters
             and not self.filters
+            and route.max_lines == self.max_lines
         ):
             return route
         return self._new_route()
@@ -371,7 +428,7 @@ class DeferredQueueHandler(logging.handlers.QueueHandler):
         formatter = handlers[0].formatter
         if not takes_lines(formatter):
             return None
-        self._route = LineRoute(self.queue, handlers, formatter)  # type: ignore[arg-type]
+        self._route = LineRoute(self.queue, handlers, formatter, self.max_lines)  # type: ignore[arg-type]
         return self._route
 
     def handle(self, record: logging.LogRecord) -> Any:
@@ -474,16 +531,35 @@ class FlushingQueueListener(logging.handlers.QueueListener):
             return records.get_nowait()
         for handler in self.handlers:  # the burst is over: write it
             handler.flush()
+        self._report_drops()
         record = records.get()  # the first record of a burst wakes the thread
         # fenced: QueueListener._sentinel
         if record is not self._sentinel:  # type: ignore[attr-defined]
             time.sleep(LOG_BATCH_SECONDS)  # the rest of the burst is put without waking it
         return record
 
+    def _report_drops(self) -> None:
+        """Once the queue has drained, one warning for the lines dropped since the last one."""
+        dropped = DROPPED.take_unreported()
+        if dropped:
+            record = logging.LogRecord(
+                "gateway",
+                logging.WARNING,
+                __file__,
+                0,
+                "%d log line(s) dropped: the log output fell behind (at most MAX_LOG_QUEUE_LINES wait)",
+                (dropped,),
+                None,
+            )
+            for handler in self.handlers:
+                handler.handle(record)
+                handler.flush()
+
     def stop(self) -> None:
         super().stop()
         for handler in self.handlers:
             handler.flush()
+        self._report_drops()
 
 
 def line_record(line: Line) -> logging.LogRecord:

@@ -63,6 +63,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString  # fenced: prometheus_client.floatToGoString
 
+from gateway.ops.logs import DROPPED
 from gateway.relay.readiness import ServerState
 from gateway.relay.router import Router
 from gateway.relay.sessions import SessionStore
@@ -124,6 +125,7 @@ class GatewayMetrics:
         self.requests = RequestMetrics()
         self.registry.register(self.requests)
         self.registry.register(_PoolCollector(routers, sessions))
+        self.registry.register(LogDropMetrics())
         # The default registry's collectors, on this app's own registry: process_* (CPU, memory,
         # open files, start time of this process) and python_* (the interpreter, its collector).
         ProcessCollector(registry=self.registry)
@@ -142,6 +144,19 @@ class GatewayMetrics:
 
     def observe(self, server: str, method: str, era: str, status: int, outcome: str, seconds: float) -> None:
         self.requests.observe(server, METHOD_LABELS.get(method, "other"), era, status, outcome, seconds)
+
+
+class LogDropMetrics(Collector):
+    """``mcp_gateway_log_lines_dropped_total``: log lines dropped because the log output fell
+    ``MAX_LOG_QUEUE_LINES`` behind (``gateway.ops.logs``), read at scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "mcp_gateway_log_lines_dropped",
+            "Log lines dropped because the log output fell behind (MAX_LOG_QUEUE_LINES waited)",
+        )
+        family.add_metric([], DROPPED.total)
+        yield family
 
 
 class StateKeyMetrics(Collector):
