@@ -598,3 +598,28 @@ def test_a_legacy_server_that_assigns_no_session_is_measured_without_one(monkeyp
     monkeypatch.setattr(noop, "answer", sessionless)
     result = asyncio.run(load_against_noop("legacy", 2, 3))
     assert (result.ok, result.wrong, result.errors) == (6, {}, 0), result.first_error
+
+
+@MACHINE_WIDE  # its servers bind picked ports
+def test_the_paired_ab_runs_two_checkouts_in_turn_and_reports_ratios_to_the_first() -> None:
+    flags = ["--concurrency", "4", "--calls", "5", "--rounds", "2", "--era", "legacy"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.ab", "--checkout", str(REPO), "--checkout", str(REPO), *flags],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_DEADLINE,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith(f"| {REPO} |")]
+    assert len(rows) == 2, done.stdout
+    assert rows[0].split("|")[5].strip() == ""  # the first is the reference
+    assert float(rows[1].split("|")[5]) > 0  # a ratio to it
+    assert "medians of 2 rounds" in done.stdout
+
+
+def test_the_paired_ab_refuses_fewer_than_two_checkouts() -> None:
+    argv = [sys.executable, "-m", "bench.ab", "--checkout", str(REPO)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "at least two --checkout" in done.stderr
