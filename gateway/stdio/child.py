@@ -118,6 +118,7 @@ class StdioChild:
         from changed (``ChildFacts``); ``server``, ``pool``: what its log records name it by
         (``log_fields``); by default its spec's label."""
         self.spec = spec
+        self.pid: Final = proc.pid  # read once: the relay notes it for every call (``ClientContext.bind``)
         server = server or spec.label
         self.log_fields: dict[str, object] = {"server": server, "pool": pool or server, "pid": proc.pid}
         # What it was told at initialize it may ask (read-only here; the spec makes a copy per read).
@@ -177,10 +178,6 @@ class StdioChild:
     def info(self, info: ChildInfo | None) -> None:
         self._info = info
         self._session.legacy = self.is_legacy
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
 
     @property
     def in_flight(self) -> int:
