@@ -89,7 +89,7 @@ from gateway.protocol.childquestions import QuestionDesk
 from gateway.protocol.childstate import Deadlines, Entry, Held
 from gateway.protocol.correlation import CANCELLED, ChildRequest, Correlator, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import OversizedLine, sniff_id
-from gateway.protocol.jsonrpc import JsonObject, Notification, Reply, Result
+from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Result
 from gateway.protocol.redaction import redact_text
 
 OwnerT = TypeVar("OwnerT")
@@ -338,8 +338,15 @@ class ChildSession(Generic[OwnerT]):
             text = orjson.dumps(obj)[:NOISE_CHARS].decode("utf-8", "replace")
             actions.append(self._noise(text, "child %s sent an invalid message, dropped: %s", (self.label, exc.reason)))
             return
+        if isinstance(message, (Result, ErrorReply)):  # ``incoming``'s ``ReplyFor`` or ``Late``, without the record
+            pending = self._correlator.take_reply(message)
+            if pending is not None:
+                self._end(pending.owner, actions, reply=message)
+            else:
+                actions.append(Log(logging.DEBUG, "child %s: dropped a late message %r", (self.label, message)))
+            return
         routed = self._correlator.incoming(message)
-        if isinstance(routed, ReplyFor):
+        if isinstance(routed, ReplyFor):  # a listen the child ended with notifications/cancelled
             self._end(routed.pending.owner, actions, reply=routed.reply)
         elif isinstance(routed, ProgressFor):
             actions.append(Deliver(routed.pending.owner.owner, routed.notification))

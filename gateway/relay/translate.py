@@ -41,7 +41,8 @@ def note_for_client(note: Notification, request: Request, resumed: bool) -> Json
 
 
 def params_for_child(params: JsonObject | None, client: ClientContext, child: ChildInfo) -> JsonObject | None:
-    params = bridge.with_trace(params, client.trace)
+    if client.trace:  # most requests carry no trace context: no call for them
+        params = bridge.with_trace(params, client.trace)
     if child.era is LEGACY:
         return bridge.strip_modern_meta(params) if client.era is MODERN else params
     if client.era is LEGACY:
