@@ -97,7 +97,7 @@ def log_level(request: Request, client: ClientContext) -> str | None:
         return client.log_level
     meta = (request.params or {}).get("_meta")
     level = meta.get(META_LOG_LEVEL) if isinstance(meta, dict) else None
-    return level if loglevels.is_level(level) else None
+    return level if level is not None and loglevels.is_level(level) else None  # (most requests name none)
 
 
 def input_required_problem(wanted: object, state: object) -> str | None:
