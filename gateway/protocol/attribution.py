@@ -85,7 +85,7 @@ def may_ask(method: str | None) -> bool:
 def tool_key(method: str | None, params: Mapping[str, object] | None) -> str | None:
     """What rule 5 learns about: the request kind and its tool (or prompt) name; None when
     ``method`` never asks. ``resources/read`` is one key: URIs are many and often generated."""
-    if not may_ask(method):
+    if method not in ASKING_METHODS:  # ``may_ask``, spelled out: every request asks this
         return None
     assert method is not None
     if method == "resources/read":

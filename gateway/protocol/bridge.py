@@ -62,7 +62,14 @@ TRACE_KEYS: Final = ("traceparent", "tracestate")
 
 def trace_context(headers: Mapping[str, str]) -> JsonObject:
     """W3C trace context from HTTP headers, to carry into ``_meta`` (2026-07-28 ``_meta`` keys)."""
-    return {key: headers[key] for key in TRACE_KEYS if key in headers and len(headers[key]) <= 512}
+    # Spelled out, not a comprehension over ``TRACE_KEYS``: every request asks this, and most
+    # carry neither header (a comprehension is a call of its own).
+    trace: JsonObject = {}
+    if "traceparent" in headers and len(parent := headers["traceparent"]) <= 512:
+        trace["traceparent"] = parent
+    if "tracestate" in headers and len(state := headers["tracestate"]) <= 512:
+        trace["tracestate"] = state
+    return trace
 
 
 def with_trace(params: JsonObject | None, trace: Mapping[str, Any]) -> JsonObject | None:

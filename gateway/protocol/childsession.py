@@ -89,7 +89,7 @@ from gateway.protocol.childquestions import QuestionDesk
 from gateway.protocol.childstate import Deadlines, Entry, Held
 from gateway.protocol.correlation import CANCELLED, ChildRequest, Correlator, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import OversizedLine, sniff_id
-from gateway.protocol.jsonrpc import JsonObject, Notification, Reply, Result
+from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Result
 from gateway.protocol.redaction import redact_text
 
 OwnerT = TypeVar("OwnerT")
@@ -179,6 +179,34 @@ class ChildSession(Generic[OwnerT]):
         tool: str | None = None,
     ) -> Sent:
         """Record a request (rule 1) and return its line; raises the exit error after ``exited``."""
+        sent = self.send_line(
+            method,
+            params,
+            owner,
+            now=now,
+            timeout=timeout,
+            cancellable=cancellable,
+            asks=asks,
+            log_level=log_level,
+            tool=tool,
+        )
+        return Sent(*sent)
+
+    def send_line(
+        self,
+        method: str,
+        params: JsonObject | None,
+        owner: OwnerT,
+        *,
+        now: float,
+        timeout: float | None = None,
+        cancellable: bool = True,
+        asks: bool = False,
+        log_level: str | None = None,
+        tool: str | None = None,
+    ) -> tuple[int, bytes, float | None]:
+        """``send``, its ``Sent`` as a plain tuple (``child_id``, ``line``, ``deadline``): what the
+        stdio edge takes for every request, with no record made for it."""
         if self.death is not None:
             raise self.death
         timeout = timeout if timeout is not None else self.request_timeout
@@ -192,7 +220,7 @@ class ChildSession(Generic[OwnerT]):
         message: JsonObject = {"jsonrpc": "2.0", "id": child_id, "method": method}
         if params is not None:
             message["params"] = params
-        return Sent(child_id, orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE), entry.deadline)
+        return child_id, orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE), entry.deadline
 
     def abandon(self, child_id: int) -> list[ChildAction[OwnerT]]:
         """The caller left (rule 3); nothing when the request has ended already."""
@@ -226,8 +254,8 @@ class ChildSession(Generic[OwnerT]):
     def receive_line(self, line: bytes, now: float) -> list[ChildAction[OwnerT]]:
         """One framed stdout line: decoded and parsed once, then routed (rule 4)."""
         try:
-            decoded = jsonrpc.decode(line)
-        except jsonrpc.ParseError:
+            decoded = orjson.loads(line)  # ``jsonrpc.decode`` without its call: its ParseError is not read here
+        except orjson.JSONDecodeError:
             text = line[:NOISE_CHARS].decode("utf-8", "replace")
             template = "child %s (pid %d) wrote a non-JSON line on stdout, dropped: %r"
             # Logged redacted, as its stderr lines are (``noise`` keeps it for /status as it came).
@@ -338,8 +366,15 @@ class ChildSession(Generic[OwnerT]):
             text = orjson.dumps(obj)[:NOISE_CHARS].decode("utf-8", "replace")
             actions.append(self._noise(text, "child %s sent an invalid message, dropped: %s", (self.label, exc.reason)))
             return
+        if isinstance(message, (Result, ErrorReply)):  # ``incoming``'s ``ReplyFor`` or ``Late``, without the record
+            pending = self._correlator.take_reply(message)
+            if pending is not None:
+                self._end(pending.owner, actions, reply=message)
+            else:
+                actions.append(Log(logging.DEBUG, "child %s: dropped a late message %r", (self.label, message)))
+            return
         routed = self._correlator.incoming(message)
-        if isinstance(routed, ReplyFor):
+        if isinstance(routed, ReplyFor):  # a listen the child ended with notifications/cancelled
             self._end(routed.pending.owner, actions, reply=routed.reply)
         elif isinstance(routed, ProgressFor):
             actions.append(Deliver(routed.pending.owner.owner, routed.notification))

@@ -86,13 +86,11 @@ class Settles(Protocol):
 ItemT = TypeVar("ItemT", bound=Settles)
 
 
-@dataclass(slots=True, eq=False)
-class Due(Generic[ItemT]):
-    """An item's place in the heap, emptied (``item = None``) when the item settles early, so
-    a stale heap entry keeps no request alive: not its params (a megabyte method name, say),
-    not its owner, not the answer the owner holds."""
-
-    item: ItemT | None
+Due = list[ItemT | None]
+"""An item's place in the heap, a list of one: emptied (``[None]``) when the item settles
+early, so a stale heap entry keeps no request alive: not its params (a megabyte method name,
+say), not its owner, not the answer the owner holds. A list, not a record: one is made per
+timed request, and a list of one costs a fraction of a record's ``__init__``."""
 
 
 class Deadlines(Generic[ItemT]):
@@ -108,23 +106,23 @@ class Deadlines(Generic[ItemT]):
         """Add ``item``; the returned ``Due`` is what ``settled_early`` takes."""
         heap = self._heap
         if self._stale > COMPACT_ABOVE and self._stale * 2 > len(heap):
-            heap[:] = [slot for slot in heap if slot[2].item is not None]
+            heap[:] = [slot for slot in heap if slot[2][0] is not None]
             heapq.heapify(heap)
             self._stale = 0
-        due = Due(item)
+        due: Due[ItemT] = [item]
         heapq.heappush(heap, (deadline, next(self._order), due))
         return due
 
     def settled_early(self, due: Due[ItemT]) -> None:
         """An item settled before its deadline: its heap entry is stale from now on, and lets
         go of the item at once."""
-        if due.item is not None:
-            due.item = None
+        if due[0] is not None:
+            due[0] = None
             self._stale += 1
 
     def next(self) -> float | None:
         heap = self._heap
-        while heap and heap[0][2].item is None:
+        while heap and heap[0][2][0] is None:
             heapq.heappop(heap)
             self._stale -= 1
         return heap[0][0] if heap else None
@@ -134,7 +132,7 @@ class Deadlines(Generic[ItemT]):
         One at a time: handling one may settle the next."""
         heap = self._heap
         while heap and heap[0][0] <= now:
-            item = heapq.heappop(heap)[2].item
+            item = heapq.heappop(heap)[2][0]
             if item is not None and not item.settled:
                 return item
             if item is None:

@@ -153,9 +153,14 @@ class Correlator(Generic[OwnerT]):
     def is_pending(self, child_id: Any) -> bool:
         return type(child_id) is int and child_id in self._pending
 
+    def take_reply(self, reply: Reply) -> Pending[OwnerT] | None:
+        """The pending request ``reply`` answers, taken out (``incoming``'s ``ReplyFor`` without
+        the record, for the session's usual line); None: it is ``Late``."""
+        return self._pending.pop(reply.id, None) if type(reply.id) is int else None
+
     def incoming(self, message: Message) -> Routed[OwnerT]:
         if isinstance(message, (Result, ErrorReply)):
-            pending = self._pending.pop(message.id, None) if type(message.id) is int else None
+            pending = self.take_reply(message)
             if pending is None:
                 return Late(message)
             return ReplyFor(pending, message)

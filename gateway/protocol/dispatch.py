@@ -231,7 +231,7 @@ class Dispatcher(Generic[C]):
         ticket is made and tried: ``ticket``, ``try_acquire``). Raises what that try raises."""
         if self.queue:
             return None
-        asks = attribution.may_ask(method)
+        asks = method in attribution.ASKING_METHODS  # ``attribution.may_ask``, spelled out: one call less
         quiet_tool = asks and self.tools.is_quiet(tool)
         self._admit(principal, asks and not quiet_tool, now)  # (the ticket's ``asker``)
         alone = principal in self.suspects

@@ -129,9 +129,16 @@ class Unknown:
     reason: str
 
 
+PRIMING_VERSIONS: Final = frozenset(versions.ALL_VERSIONS[versions.rank(PRIMING_SINCE) :])
+"""The versions ranked ``PRIMING_SINCE`` or later (each legacy request asks ``primes``)."""
+
+
 def primes(version: str) -> bool:
     """Whether a session of ``version`` gets priming events and polling streams."""
-    return versions.rank(version) >= versions.rank(PRIMING_SINCE)
+    if version in PRIMING_VERSIONS:
+        return True
+    versions.rank(version)  # an unknown version raises ValueError, as ranking both always did
+    return False
 
 
 def parse_event_id(text: str) -> tuple[str, int] | None:

@@ -39,6 +39,12 @@ class ClientContext:
     trace: JsonObject = field(default_factory=dict)  # W3C traceparent/tracestate from the HTTP request
     accepts_requests: bool = True  # False where the answer cannot carry requests (legacy batches)
     span: RequestSpan | None = None  # the request's trace, when tracing is on (gateway.relay.spans)
+    # The key this client's leases are charged to: crash strikes, and whatever a pool counts per
+    # client. Worked out once (``__post_init__``): a call asks it three times.
+    charged: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.charged = self.owner or self.principal or "anonymous"  # router.ANONYMOUS
 
     @classmethod
     def of_request(
@@ -93,11 +99,6 @@ class ClientContext:
             log=log if log is not None else {},
             span=span,
         )
-
-    @property
-    def charged(self) -> str:
-        """The key this client's leases are charged to: crash strikes, and whatever a pool counts per client."""
-        return self.owner or self.principal or "anonymous"  # router.ANONYMOUS
 
     @property
     def session_id(self) -> str | None:

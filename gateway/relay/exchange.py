@@ -230,7 +230,9 @@ class Relay:
                 await ended.closed.wait()
             # The holdings own the lease and the child exchange, so that a parked MRTR call keeps both.
             # A request that may ask waits for a child where its questions can only be its own.
-            lease = pool.lease(client.affinity(), client.charged, request.method, tool)  # 503 / 429 propagate
+            # A modern client has no session, so no child it prefers (``affinity`` not called).
+            prefer = client.affinity() if client.session is not None else None
+            lease = pool.lease(prefer, client.charged, request.method, tool)  # 503 / 429 propagate
             if client.span is None:
                 child = lease.take_now()  # the common shape: a child with room, no wait (no frame)
                 if child is None:

@@ -33,7 +33,7 @@ a shared child one client's settings would reach every other client. So:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Final
 from weakref import WeakKeyDictionary
 
@@ -41,6 +41,7 @@ import anyio
 
 from gateway.errors import ChildError
 from gateway.protocol import inputs, loglevels
+from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.jsonrpc import Reply, Request
 from gateway.protocol.versions import LEGACY
 from gateway.relay.client import ClientContext
@@ -124,19 +125,29 @@ class SharedSettings:
         await anyio.sleep(ROOTS_SETTLE)  # what it does with them after reading them (module doc)
         return True
 
-    async def prepare(
+    def prepare(
         self,
         child: StdioChild,
         client: ClientContext,
         method: str,
         log_level: str | None = None,
         pool: Pool | None = None,
-    ) -> None:
+    ) -> Coroutine[object, object, None] | None:
         """Before ``client``'s ``method`` request on ``child`` of ``pool`` (which wants logs at
-        ``log_level``): make the child's per-process settings fit."""
+        ``log_level``): what makes the child's per-process settings fit, to await; None when
+        nothing is to be done (the usual legacy call: no coroutine is made for it)."""
         info = child.info
         if info is None or info.era is not LEGACY or not child.is_alive():
-            return
+            return None
+        if "logging" not in info.capabilities and not (
+            pool is not None and method in inputs.MRTR_METHODS and pool.spec.answers_roots and pool.spec.roots
+        ):
+            return None  # what ``_prepare`` would find now, with nothing awaited before it
+        return self._prepare(child, info, method, log_level, pool)
+
+    async def _prepare(
+        self, child: StdioChild, info: ChildInfo, method: str, log_level: str | None, pool: Pool | None
+    ) -> None:
         if "logging" in info.capabilities:
             await self._apply_log_level(child, log_level)
         if pool is not None and method in inputs.MRTR_METHODS and pool.spec.answers_roots and pool.spec.roots:

@@ -128,7 +128,8 @@ async def answer_tasks(deps: Collaborators, at: Admission) -> Emissions:
 
 
 def carries_gateway_state(deps: Collaborators, at: Admission) -> bool:
-    return requeststate.is_gateway_state((at.turn.request.params or {}).get("requestState"))
+    state = (at.turn.request.params or {}).get("requestState")
+    return state is not None and requeststate.is_gateway_state(state)  # (most requests carry none)
 
 
 async def take_retry(deps: Collaborators, at: Admission) -> Emissions | None:
@@ -249,7 +250,7 @@ def start_over(deps: Collaborators, turn: Turn, pool: Pool) -> Suspension | None
         or "requestState" in (request.params or {})
     ):
         return None
-    if not cap or pool.parked(client.charged) < cap:
+    if not cap or pool.dispatch.parked(client.charged) < cap:  # ``pool.parked``: one call less
         return None
     ended = deps.suspensions.supersede(client.charged, request, pool.children())
     if ended is not None:
@@ -279,7 +280,8 @@ async def answer_set_level(deps: Collaborators, on: Leased) -> Emissions:
     # Stored on the session (the HTTP edge did): a modern child gets it as logLevel with each
     # request, a legacy one the most verbose of its sessions' (prepare).
     turn = on.turn
-    await deps.settings.prepare(on.child, turn.client, turn.request.method)
+    if (fitting := deps.settings.prepare(on.child, turn.client, turn.request.method)) is not None:
+        await fitting
     return only(events.Final(response(turn.request.id, result={})))
 
 
@@ -332,7 +334,7 @@ def runs_only_as_task(deps: Collaborators, on: Leased) -> bool:
     turn = on.turn
     return (
         turn.headers is not None  # the tool list is loaded (param_headers)
-        and deps.tasks.enabled
+        and deps.tasks.policy.enabled  # (``TaskStore.enabled``, without the property's call)
         and not task_rules.opted_in(turn.client.capabilities)
         and deps.catalog.task_support(on.child, turn.request.params) == "required"
     )
@@ -348,8 +350,8 @@ def child_takes_task(deps: Collaborators, on: Leased) -> bool:
     turn = on.turn
     if not (
         turn.headers is not None
+        and on.info.era is versions.LEGACY  # (asked before the capabilities: a modern child needs no call)
         and task_rules.opted_in(turn.client.capabilities)
-        and on.info.era is versions.LEGACY
         and taskbridge.takes_tasks(on.info.capabilities)
     ):
         return False
@@ -428,8 +430,11 @@ async def open_call(deps: Collaborators, on: Leased, turn: Turn) -> Running | ev
     message, when the child cannot take it."""
     request, client, child, info = turn.request, turn.client, on.child, on.info
     log_level = translate.log_level(request, client)
-    if info.era is versions.LEGACY:  # last before the request: what the child holds fits this client
-        await deps.settings.prepare(child, client, request.method, log_level, on.pool)
+    # Last before the request, on a legacy child: what the child holds fits this client.
+    if info.era is versions.LEGACY and (
+        fitting := deps.settings.prepare(child, client, request.method, log_level, on.pool)
+    ):
+        await fitting
     params = translate.params_for_child(request.params, client, info)
     if on.bridged:
         params = taskbridge.task_params(params, deps.tasks.policy.ttl)
@@ -509,11 +514,11 @@ def advertise_tasks(deps: Collaborators, call: Running) -> None:
 
 def child_task(deps: Collaborators, call: Running) -> bool:
     # A discover result is never adopted (discover_tasks has it).
-    return (
-        call.info.era is versions.MODERN
-        and call.turn.request.method != DISCOVER
-        and task_rules.is_task_result(_result(call))
-    )
+    if call.info.era is not versions.MODERN or call.turn.request.method == DISCOVER:
+        return False
+    final = call.final  # (``_result`` spelled out: every modern child's reply asks this)
+    assert final is not None
+    return task_rules.is_task_result(final.get("result"))
 
 
 def adopt_task(deps: Collaborators, call: Running) -> None:

@@ -66,7 +66,7 @@ ROUND_PREFIX: Final = "round."
 base64url and never contain a dot."""
 
 
-class Holdings:
+class Holdings(list["PoolLease | ChildCall"]):
     """What a child call holds, its pool lease and its child exchange, released last first:
     the part of ``AsyncExitStack`` the relay uses. Unlike the stack, it leaves each with no
     exception and no coroutine (``leave()``, their ``__aexit__`` that never awaits), so it takes
@@ -74,12 +74,17 @@ class Holdings:
     (``Pool.lease``'s ``PoolLease``, ``StdioChild.exchange``'s ``ChildCall``): anything else is
     a type error. One is made per call; an ``AsyncExitStack``
     instead costs 0.7 to 2.7 % more instructions per call (``python -m bench.instructions``,
-    two A/B runs, C = 1 and 16, both eras; the fence's threshold is 1 %)."""
+    two A/B runs, C = 1 and 16, both eras; the fence's threshold is 1 %).
 
-    __slots__ = ("_held",)
+    It is the list of what it holds, in the order entered: made and added to without a Python
+    call (``Holdings()``, ``hold``: the list's own), as every call does twice. Compared and
+    hashed by identity, as the holdings of one call are never those of another."""
 
-    def __init__(self) -> None:
-        self._held: list[PoolLease | ChildCall] = []
+    __slots__ = ()
+    # One call's holdings, not a value: compared and hashed as an object, as before it was a list.
+    __eq__ = object.__eq__
+    __ne__ = object.__ne__
+    __hash__ = object.__hash__  # type: ignore[assignment]  # a list's is None: an object's kept
 
     @overload
     async def enter(self, manager: PoolLease) -> StdioChild: ...
@@ -87,17 +92,16 @@ class Holdings:
     async def enter(self, manager: ChildCall) -> Exchange: ...
     async def enter(self, manager: PoolLease | ChildCall) -> StdioChild | Exchange:
         value = await manager.__aenter__()
-        self._held.append(manager)
+        self.append(manager)
         return value
 
-    def hold(self, manager: PoolLease | ChildCall) -> None:
-        """Hold ``manager``, entered already (``enter`` without its coroutine frame)."""
-        self._held.append(manager)
+    hold = list.append
+    """Hold ``manager``, entered already (``enter`` without its coroutine frame)."""
 
     def pop_all(self) -> Holdings:
         """These holdings, moved to a new object (a parked call's); this one then holds nothing."""
-        moved = Holdings()
-        moved._held, self._held = self._held, []
+        moved = Holdings(self)
+        self.clear()
         return moved
 
     def close(self) -> None:
@@ -105,9 +109,9 @@ class Holdings:
         are still left, then the first failure is raised. Synchronous: neither one awaits to
         be left (``leave``, their ``__aexit__`` without its coroutine)."""
         failure: BaseException | None = None
-        while self._held:
+        while self:
             try:
-                self._held.pop().leave()
+                self.pop().leave()
             except BaseException as exc:
                 failure = failure or exc
         if failure is not None:

@@ -41,7 +41,8 @@ def note_for_client(note: Notification, request: Request, resumed: bool) -> Json
 
 
 def params_for_child(params: JsonObject | None, client: ClientContext, child: ChildInfo) -> JsonObject | None:
-    params = bridge.with_trace(params, client.trace)
+    if client.trace:  # most requests carry no trace context: no call for them
+        params = bridge.with_trace(params, client.trace)
     if child.era is LEGACY:
         return bridge.strip_modern_meta(params) if client.era is MODERN else params
     if client.era is LEGACY:
@@ -96,7 +97,7 @@ def log_level(request: Request, client: ClientContext) -> str | None:
         return client.log_level
     meta = (request.params or {}).get("_meta")
     level = meta.get(META_LOG_LEVEL) if isinstance(meta, dict) else None
-    return level if loglevels.is_level(level) else None
+    return level if level is not None and loglevels.is_level(level) else None  # (most requests name none)
 
 
 def input_required_problem(wanted: object, state: object) -> str | None:

@@ -107,6 +107,7 @@ class PipeWriter(ByteSendStream):
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
+        self._transport = writer.transport  # a writer's for its whole life (read once: a property)
 
     @classmethod
     def over(cls, stream: ByteSendStream) -> PipeWriter:
@@ -122,7 +123,7 @@ class PipeWriter(ByteSendStream):
     def takes_at_once(self, size: int) -> bool:
         """Whether ``send`` of ``size`` bytes returns without waiting: the transport's buffer stays
         within its high-water mark, so ``drain`` does not suspend (the public transport API)."""
-        transport = self._writer.transport
+        transport = self._transport
         return transport.get_write_buffer_size() + size <= transport.get_write_buffer_limits()[1]
 
     def write_now(self, item: bytes) -> bool:
@@ -130,11 +131,14 @@ class PipeWriter(ByteSendStream):
         open and takes it within its high-water mark (True), so ``send``'s drain would not wait.
         False: nothing written (call ``send``). Raises ``BrokenResourceError`` when the write
         broke the pipe (the transport closed on it), as ``send``'s drain would."""
-        transport = self._writer.transport
-        if transport.is_closing() or not self.takes_at_once(len(item)):
+        transport = self._transport
+        # ``takes_at_once`` spelled out, and the transport written to as ``StreamWriter.write``
+        # does: every request's line comes here, and each of those is a call.
+        high = transport.get_write_buffer_limits()[1]
+        if transport.is_closing() or transport.get_write_buffer_size() + len(item) > high:
             return False
         try:
-            self._writer.write(item)
+            transport.write(item)
         except RuntimeError as exc:  # uvloop's write() once closed, as in ``send``
             raise anyio.BrokenResourceError from exc
         if transport.is_closing():

@@ -118,6 +118,7 @@ class StdioChild:
         from changed (``ChildFacts``); ``server``, ``pool``: what its log records name it by
         (``log_fields``); by default its spec's label."""
         self.spec = spec
+        self.pid: Final = proc.pid  # read once: the relay notes it for every call (``ClientContext.bind``)
         server = server or spec.label
         self.log_fields: dict[str, object] = {"server": server, "pool": pool or server, "pid": proc.pid}
         # What it was told at initialize it may ask (read-only here; the spec makes a copy per read).
@@ -177,10 +178,6 @@ class StdioChild:
     def info(self, info: ChildInfo | None) -> None:
         self._info = info
         self._session.legacy = self.is_legacy
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
 
     @property
     def in_flight(self) -> int:
@@ -324,7 +321,7 @@ class StdioChild:
 
     async def _open(self, call: ChildCall) -> Exchange:
         ex = call.ex = Exchange(call.method)
-        sent = self._session.send(
+        child_id, line, deadline = self._session.send_line(
             call.method,
             call.params,
             ex,
@@ -335,17 +332,17 @@ class StdioChild:
             log_level=call.log_level,
             tool=call.tool,
         )  # raises the exit error of a dead child
-        ex.child_id = sent.child_id
-        self._timer.note(sent.deadline)
+        ex.child_id = child_id
+        self._timer.note(deadline)
         # The line is written now, or queued behind a write in progress (``LineWriter``): its
         # ticket while queued. 503 when what waits for the child's stdin is at its bound. With
         # other requests in flight on the child it is queued for the writer's next write, so
         # the requests one loop turn starts cost the child one system call and one wake-up.
         try:
             if self._session.in_flight > 1:
-                ex.stdin_ticket = self._stdin.queue(sent.line)
-            elif not self._stdin.write_now(sent.line):
-                ex.stdin_ticket = await self._stdin.send(sent.line)
+                ex.stdin_ticket = self._stdin.queue(line)
+            elif not self._stdin.write_now(line):
+                ex.stdin_ticket = await self._stdin.send(line)
         except StdinFull as exc:  # the line was never queued
             self._close(ex, unsent=True)
             raise GatewayUnavailableError(

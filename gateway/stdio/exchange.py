@@ -66,7 +66,7 @@ class Exchange:
         return True
 
     def finish(self, reply: Reply | None = None, error: ChildError | None = None) -> None:
-        if self.is_done:
+        if self._reply is not None or self._error is not None:  # ``is_done``, without the property's call
             return
         self._reply, self._error = reply, error
         self._inbox.close()

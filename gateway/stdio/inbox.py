@@ -74,7 +74,9 @@ class Inbox(Generic[T]):
 
     def close(self) -> None:
         self._closed = True
-        self._wake()
+        waiter = self._waiter  # ``_wake`` spelled out: every request's inbox is closed by its reply
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _wake(self) -> None:
         waiter = self._waiter

@@ -102,6 +102,29 @@ def test_a_requests_line_is_what_encode_line_makes_of_its_request(params: dict[s
     assert sent.line == jsonrpc.encode_line(request)
 
 
+@pytest.mark.parametrize("timeout", [None, 5, math.inf])
+def test_send_line_is_send_without_the_record(timeout: float | None) -> None:
+    """The stdio edge takes ``send_line``: the same child id, line and deadline as ``send``
+    gives, and the request recorded alike (its reply answers its owner, its deadline fires)."""
+    with_record, plain = make(request_timeout=30), make(request_timeout=30)
+    for params in (None, call("echo"), {**call(), "_meta": {"progressToken": "tok"}}):
+        sent = with_record.send("tools/call", params, "a", now=1, timeout=timeout)
+        assert plain.send_line("tools/call", params, "a", now=1, timeout=timeout) == (
+            sent.child_id,
+            sent.line,
+            sent.deadline,
+        )
+    assert plain.in_flight == with_record.in_flight == 3
+    assert plain.next_deadline() == with_record.next_deadline()
+    for session in (plain, with_record):
+        assert [a.owner for a in of(Answered, session.receive_line(result(2), now=2))] == ["a"]
+    ticks = [session.tick(100) for session in (plain, with_record)]
+    expired = [[(a.owner, a.error.message) for a in of(Failed, actions)] for actions in ticks]
+    assert expired[0] == expired[1]
+    assert len(expired[0]) == (0 if timeout == math.inf else 2)
+    assert cancel_ids(ticks[0]) == cancel_ids(ticks[1])
+
+
 def test_a_reply_for_an_id_no_longer_pending_is_late_and_dropped() -> None:
     session = make()
     sent = session.send("ping", None, "a", now=0)

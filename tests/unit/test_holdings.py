@@ -86,3 +86,21 @@ async def test_a_parked_call_nobody_retries_is_closed_before_its_questions_are_a
             parked.park(call, {"k1": ask}, Request(1, "tools/call", {}), None, 0.0)
     assert log == ["enter call", "close call; question answered: False"]
     assert ask.is_answered
+
+
+async def test_holdings_are_one_calls_own_compared_and_hashed_as_objects() -> None:
+    """A list underneath (made and added to with no Python call), still one call's holdings:
+    two calls' holdings never compare equal, whatever they hold, and each can be a key."""
+    log: list[str] = []
+    first, second = Holdings(), Holdings()
+    assert first != second
+    assert first == first
+    assert len({first, second}) == 2
+    first.hold(Held("lease", log))  # entered already: held as it is
+    await first.enter(Held("exchange", log))
+    moved = first.pop_all()
+    assert moved != first
+    assert first == first
+    first.close()  # holds nothing now
+    moved.close()
+    assert log == ["enter exchange", "leave exchange", "leave lease"]
