@@ -104,3 +104,23 @@ async def test_requests_one_loop_turn_starts_beside_another_reach_the_child_in_o
     assert replies == {i: [{"type": "text", "text": f"m{i}"}] for i in range(5)}
     echoed = [m["params"]["arguments"]["message"] for m in fake.received if m.get("params", {}).get("name") == "echo"]
     assert echoed == [f"m{i}" for i in range(5)]
+
+
+async def test_a_request_that_ends_in_the_turn_that_queued_it_is_never_written_nor_cancelled() -> None:
+    """Beside a request in flight, a request's line waits for the end of the loop turn; one
+    whose caller leaves before then takes its line back: the child never sees it, so it is
+    sent no cancel, and the requests around it go out and are answered as usual."""
+    with anyio.fail_after(BOUND):
+        async with fake_backend(Script(era="modern")) as backend, open_child(FAKE_SPEC, backend=backend) as child:
+            [fake] = backend.children
+            async with child.exchange("tools/call", {"name": "hold", "arguments": {}}):
+                await backend.changes.until(lambda: len(fake.calls) == 1)
+                async with child.exchange("tools/call", {"name": "echo", "arguments": {"message": "gone"}}):
+                    pass  # left at once, in the turn that queued its line
+                reply = await child.request("tools/call", {"name": "echo", "arguments": {"message": "kept"}})
+                assert isinstance(reply, Result)
+                assert reply.result["content"] == [{"type": "text", "text": "kept"}]
+                # Everything written before "kept" was read before it: the child has seen it all.
+                tools = [m["params"] for m in fake.received if m.get("method") == "tools/call"]
+                assert [t["arguments"].get("message") for t in tools] == [None, "kept"]  # "gone" never written
+                assert fake.cancels() == []  # and no cancel for it
