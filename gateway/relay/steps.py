@@ -96,6 +96,7 @@ from gateway.protocol.jsonrpc import JsonObject, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import asks, client_roots, events, input_rounds, translate
+from gateway.relay.catalog import Known
 from gateway.relay.events import Emitted
 from gateway.relay.rejected import Rejected
 from gateway.relay.suspensions import Call, Suspension
@@ -295,39 +296,49 @@ def params_to_check(deps: Collaborators, on: Leased) -> bool:
     name = (turn.request.params or {}).get("name")
     if not isinstance(name, str):
         return False
-    known = deps.catalog.known(on.child, name)
+    known = on.known = deps.catalog.known(on.child, name)  # (the steps after it read it there)
     return known is None or bool(known[0]) or known[1] is not None
 
 
 async def check_param_headers(deps: Collaborators, on: Leased) -> None:
-    await _check_param_headers(deps, on.turn, on.child)
+    on.known = await _check_param_headers(deps, on.turn, on.child)
 
 
-async def _check_param_headers(deps: Collaborators, turn: Turn, child: StdioChild) -> None:
-    """``turn``'s ``Mcp-Param-*`` headers against the tool's schema as ``child`` lists it."""
+async def _check_param_headers(deps: Collaborators, turn: Turn, child: StdioChild) -> Known | None:
+    """``turn``'s ``Mcp-Param-*`` headers against the tool's schema as ``child`` lists it; the
+    tool as the list has it (None: the call names no tool)."""
     request, headers, catalog = turn.request, turn.headers, deps.catalog
     assert headers is not None
     params = request.params or {}
     name = params.get("name")
     if not isinstance(name, str):
-        return  # the child answers a call without a tool name
+        return None  # the child answers a call without a tool name
     known = catalog.known(child, name)  # the usual case: the child's tools are listed already
     if known is None:
-        known = await catalog.header_params(child, name), catalog.hidden_reason(child, name)
-    header_params, hidden = known
+        header_params = await catalog.header_params(child, name)
+        known = header_params, catalog.hidden_reason(child, name), catalog.task_support(child, params)
+    header_params, hidden, _ = known
     if hidden is not None:  # not in the tools/list HTTP clients get, so not callable either
         error = jsonrpc.error_object(
             jsonrpc.INVALID_PARAMS, f"tool {name!r} is not available over HTTP: {hidden}", {"tool": name}
         )
         raise Rejected(Rejection(200, error, request.id))
     if not header_params:  # most tools declare none
-        return
+        return known
     arguments = params.get("arguments")
     rejection = xmcpheader.check_param_headers(
         header_params, arguments if isinstance(arguments, dict) else None, headers, request_id=request.id
     )
     if rejection is not None:
         raise Rejected(rejection)
+    return known
+
+
+def _task_support(deps: Collaborators, on: Leased) -> str | None:
+    """The called tool's ``execution.taskSupport`` (``ToolCatalog.task_support``): as the
+    ``param_headers`` step found it (every call over HTTP that names a tool), else the catalog's."""
+    known = on.known
+    return known[2] if known is not None else deps.catalog.task_support(on.child, on.turn.request.params)
 
 
 def runs_only_as_task(deps: Collaborators, on: Leased) -> bool:
@@ -335,8 +346,9 @@ def runs_only_as_task(deps: Collaborators, on: Leased) -> bool:
     return (
         turn.headers is not None  # the tool list is loaded (param_headers)
         and deps.tasks.policy.enabled  # (``TaskStore.enabled``, without the property's call)
+        # The tool first: most are not ``required``, and ``becomes_task`` asks ``opted_in`` next.
+        and _task_support(deps, on) == "required"
         and not task_rules.opted_in(turn.client.capabilities)
-        and deps.catalog.task_support(on.child, turn.request.params) == "required"
     )
 
 
@@ -355,7 +367,7 @@ def child_takes_task(deps: Collaborators, on: Leased) -> bool:
         and taskbridge.takes_tasks(on.info.capabilities)
     ):
         return False
-    support = deps.catalog.task_support(on.child, turn.request.params)
+    support = _task_support(deps, on)
     return support in taskbridge.TASK_SUPPORT and deps.tasks.wants(turn.request, turn.client, support)
 
 
@@ -373,7 +385,7 @@ def becomes_task(deps: Collaborators, on: Leased) -> bool:
         # A client that does not opt in (most calls) is told apart before the tool is looked up.
         and task_rules.opted_in(turn.client.capabilities)
         and not task_rules.child_serves(on.info.capabilities)
-        and deps.tasks.wants(turn.request, turn.client, deps.catalog.task_support(on.child, turn.request.params))
+        and deps.tasks.wants(turn.request, turn.client, _task_support(deps, on))
     )
 
 

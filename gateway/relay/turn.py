@@ -48,7 +48,7 @@ from gateway.stdio.exchange import Exchange
 from gateway.stdio.pool import Pool
 
 if TYPE_CHECKING:
-    from gateway.relay.catalog import ToolCatalog
+    from gateway.relay.catalog import Known, ToolCatalog
     from gateway.relay.exchange import Relay
     from gateway.relay.router import Router
     from gateway.relay.session_subscriptions import SessionSubscriptions
@@ -90,7 +90,7 @@ class Admission:
 class Leased:
     """The steps on the child, before the child exchange (see the module doc)."""
 
-    __slots__ = ("bridged", "child", "child_span", "info", "pool", "stack", "tool", "turn")
+    __slots__ = ("bridged", "child", "child_span", "info", "known", "pool", "stack", "tool", "turn")
 
     def __init__(
         self, turn: Turn, pool: Pool, tool: str | None, child: StdioChild, info: ChildInfo, stack: Holdings
@@ -103,6 +103,9 @@ class Leased:
         self.stack: Final = stack  # the lease, then the child exchange too (steps.open_call)
         self.bridged = False  # sent to its legacy child task-augmented (steps.ask_child_for_task)
         self.child_span: ChildSpan | None = None  # the child exchange's, when the request is traced
+        # The called tool as its child's list has it (``ToolCatalog.known``), once the
+        # ``param_headers`` step looked it up: the steps after it read it here, not again.
+        self.known: Known | None = None
 
 
 class Running(Call):
