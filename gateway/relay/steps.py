@@ -384,7 +384,7 @@ def becomes_task(deps: Collaborators, on: Leased) -> bool:
         and not on.bridged
         # A client that does not opt in (most calls) is told apart before the tool is looked up.
         and task_rules.opted_in(turn.client.capabilities)
-        and not task_rules.child_serves(on.info.capabilities)
+        and not on.info.serves_tasks
         and deps.tasks.wants(turn.request, turn.client, _task_support(deps, on))
     )
 

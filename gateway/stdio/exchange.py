@@ -79,8 +79,7 @@ class Exchange:
         """Wait for the first thing the child sends for this request, and say what it is,
         taking nothing: the oldest queued item, else the reply (None: it failed, or the
         reader left)."""
-        await self._inbox.wait()
-        return self._inbox.first() or self._reply
+        return await self._inbox.wait() or self._reply
 
     def ready(self) -> list[ExchangeItem]:
         """What is queued already, without waiting (so simultaneous asks make one round)."""
