@@ -249,7 +249,7 @@ class Relay:
             info = child.info
             assert info is not None
             on = Leased(turn, pool, tool, child, info, stack)
-            for on_when, on_act, _ in turn.plan.on_child:
+            for on_when, on_act, _ in turn.plan.on_child[info.era]:
                 if on_when is None or on_when(deps, on):
                     answer = await on_act(deps, on)
                     if answer is not None:
@@ -397,7 +397,7 @@ class Relay:
         if call.child_span is not None:
             call.child_span.end(reply=call.reply, child_id=call.ex.child_id)
         deps = self.collaborators
-        for when, act in call.turn.plan.on_reply:
+        for when, act in call.turn.plan.on_reply[call.info.era]:
             if when is None or when(deps, call):
                 answer = act(deps, call)
                 if answer is not None:

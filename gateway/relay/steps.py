@@ -2,7 +2,8 @@
 
 ``Relay.exchange`` (``gateway.relay.exchange``) runs this sequence for a request. Each step
 names the client eras and methods it is for (sorted once, at import, into a ``Plan`` per era
-and method, so a request only meets the steps that can apply to it) and, where needed, a
+and method, so a request only meets the steps that can apply to it), a step on the child or
+its reply the child eras too (the plan holds those by child era), and, where needed, a
 predicate. A step's predicate and action take its collaborators (``Collaborators``) and what
 its stretch works on (``gateway.relay.turn``): an ``Admission`` before the lease, a ``Leased``
 on the child, the ``Running`` call on the reply. Its action lets the exchange go on (it noted
@@ -262,10 +263,6 @@ def start_over(deps: Collaborators, turn: Turn, pool: Pool) -> Suspension | None
 # -- on the child ---------------------------------------------------------------------------
 
 
-def on_legacy_child(deps: Collaborators, on: Leased) -> bool:
-    return on.info.era is versions.LEGACY
-
-
 async def answer_discover(deps: Collaborators, on: Leased) -> Emissions:
     result = bridge.discover_result(on.info)
     if deps.tasks.enabled:  # as modern clients get it: with the Tasks extension
@@ -362,7 +359,6 @@ def child_takes_task(deps: Collaborators, on: Leased) -> bool:
     turn = on.turn
     if not (
         turn.headers is not None
-        and on.info.era is versions.LEGACY  # (asked before the capabilities: a modern child needs no call)
         and task_rules.opted_in(turn.client.capabilities)
         and taskbridge.takes_tasks(on.info.capabilities)
     ):
@@ -426,13 +422,13 @@ async def hold_subscription(deps: Collaborators, leased: Leased) -> Emissions | 
 
 
 ON_CHILD: Final[tuple[Step[Leased], ...]] = (
-    Step("discover", MODERN, frozenset({DISCOVER}), on_legacy_child, answer_discover),
+    Step("discover", MODERN, frozenset({DISCOVER}), None, answer_discover, child_eras=LEGACY),
     Step("set_level", LEGACY, frozenset({loglevels.SET_LEVEL}), always, answer_set_level),
     Step("param_headers", MODERN, frozenset({"tools/call"}), params_to_check, check_param_headers),
     Step("task_required", MODERN, task_rules.TASK_METHODS, runs_only_as_task, refuse_untasked),
-    Step("child_task", MODERN, task_rules.TASK_METHODS, child_takes_task, ask_child_for_task),
+    Step("child_task", MODERN, task_rules.TASK_METHODS, child_takes_task, ask_child_for_task, child_eras=LEGACY),
     Step("task", MODERN, task_rules.TASK_METHODS, becomes_task, start_task),
-    Step("subscriptions", LEGACY, subscriptions.SUBSCRIBE_METHODS, on_legacy_child, hold_subscription),
+    Step("subscriptions", LEGACY, subscriptions.SUBSCRIBE_METHODS, None, hold_subscription, child_eras=LEGACY),
 )
 
 
@@ -483,11 +479,7 @@ def show_visible_tools(deps: Collaborators, call: Running) -> None:
 
 def wants_input(deps: Collaborators, call: Running) -> bool:
     reply = call.reply
-    return (
-        call.info.era is versions.MODERN
-        and isinstance(reply, Result)
-        and reply.result.get("resultType") == INPUT_REQUIRED
-    )
+    return isinstance(reply, Result) and reply.result.get("resultType") == INPUT_REQUIRED
 
 
 def input_round(deps: Collaborators, call: Running) -> Emissions:
@@ -526,7 +518,7 @@ def advertise_tasks(deps: Collaborators, call: Running) -> None:
 
 def child_task(deps: Collaborators, call: Running) -> bool:
     # A discover result is never adopted (discover_tasks has it).
-    if call.info.era is not versions.MODERN or call.turn.request.method == DISCOVER:
+    if call.turn.request.method == DISCOVER:
         return False
     final = call.final  # (``_result`` spelled out: every modern child's reply asks this)
     assert final is not None
@@ -543,8 +535,7 @@ def child_made_task(deps: Collaborators, call: Running) -> bool:
     # The retry of a round the child asked before its handle is bridged too (not a ``bridged`` call).
     reply = call.reply
     return (
-        call.info.era is versions.LEGACY
-        and isinstance(reply, Result)
+        isinstance(reply, Result)
         and task_rules.opted_in(call.turn.client.capabilities)
         and taskbridge.child_task(reply.result) is not None
     )
@@ -562,11 +553,11 @@ def bridge_task(deps: Collaborators, call: Running) -> None:
 
 ON_REPLY: Final = (
     ReplyStep("visible_tools", BOTH, frozenset({"tools/list"}), replied_result, show_visible_tools),
-    ReplyStep("input_round", LEGACY, None, wants_input, input_round),
+    ReplyStep("input_round", LEGACY, None, wants_input, input_round, child_eras=MODERN),
     ReplyStep("translate", BOTH, None, None, translate_reply),
-    ReplyStep("bridge_task", MODERN, task_rules.TASK_METHODS, child_made_task, bridge_task),
+    ReplyStep("bridge_task", MODERN, task_rules.TASK_METHODS, child_made_task, bridge_task, child_eras=LEGACY),
     ReplyStep("discover_tasks", MODERN, frozenset({DISCOVER}), tasks_served, advertise_tasks),
-    ReplyStep("adopt_task", MODERN, None, child_task, adopt_task),
+    ReplyStep("adopt_task", MODERN, None, child_task, adopt_task, child_eras=MODERN),
 )
 
 
@@ -577,11 +568,18 @@ def _fits(step: Step[Admission] | Step[Leased] | ReplyStep, era: Era, method: st
     return era in step.eras and (step.methods is None or method in step.methods)
 
 
+def _on(step: Step[Leased] | ReplyStep, child: Era) -> bool:
+    return step.child_eras is None or child in step.child_eras
+
+
 def _plan(era: Era, method: str | None) -> Plan:
     return Plan(
         tuple((step.when, step.act, step.ends) for step in BEFORE_CHILD if _fits(step, era, method)),
-        tuple((step.when, step.act, step.ends) for step in ON_CHILD if _fits(step, era, method)),
-        tuple((step.when, step.act) for step in ON_REPLY if _fits(step, era, method)),
+        {
+            child: tuple((s.when, s.act, s.ends) for s in ON_CHILD if _fits(s, era, method) and _on(s, child))
+            for child in Era
+        },
+        {child: tuple((s.when, s.act) for s in ON_REPLY if _fits(s, era, method) and _on(s, child)) for child in Era},
     )
 
 

@@ -21,7 +21,9 @@ the task store, the tool catalog, the shared settings, and the relay whose loops
 on), never through the exchange's values.
 
 A step is for the client eras and the methods it names (``Step.eras``, ``Step.methods``:
-decided once, at import, into a ``Plan`` per era and method) and, where that is not all,
+decided once, at import, into a ``Plan`` per era and method; a step on the child or its reply
+also for the child eras it names, ``child_eras``: the plan holds those stretches by child era)
+and, where that is not all,
 when its predicate holds (``Step.when``, over its stretch's value); its action (``Step.act``)
 either lets the exchange go on (it noted what it learned, or checked something and raised)
 or returns the client's answer (``Emissions``: the events to yield). An answer ends the
@@ -173,6 +175,7 @@ class Step(NamedTuple, Generic[On]):
     when: Predicate[On] | None  # None: whenever the era and method fit
     act: Act[On]
     ends: bool = True  # whether its answer is the exchange's last
+    child_eras: frozenset[Era] | None = None  # on the child: the child eras it is for (None: every one)
 
 
 class ReplyStep(NamedTuple):
@@ -183,6 +186,7 @@ class ReplyStep(NamedTuple):
     methods: frozenset[str] | None
     when: ReplyPredicate | None
     act: ReplyAct
+    child_eras: frozenset[Era] | None = None  # the child eras it is for (None: every one)
 
 
 Stage = tuple[Predicate[On] | None, Act[On], bool]
@@ -191,8 +195,9 @@ ReplyStage = tuple[ReplyPredicate | None, ReplyAct]
 
 
 class Plan(NamedTuple):
-    """The steps for one client era and method, in order, in the exchange's three stretches."""
+    """The steps for one client era and method, in order, in the exchange's three stretches;
+    on the child and on its reply, by the child's era (known once a child is leased)."""
 
     before_child: tuple[Stage[Admission], ...]
-    on_child: tuple[Stage[Leased], ...]
-    on_reply: tuple[ReplyStage, ...]
+    on_child: Mapping[Era, tuple[Stage[Leased], ...]]
+    on_reply: Mapping[Era, tuple[ReplyStage, ...]]
