@@ -46,7 +46,7 @@ class QuestionDesk(Generic[OwnerT]):
         self.has_asked = False  # a question came while a request that may ask was in flight
         self._in_flight = in_flight
         self._deadlines = deadlines
-        self._held: list[Held[OwnerT]] = []
+        self.held: list[Held[OwnerT]] = []  # questions held back as ambiguous (read, never changed, outside)
         self._asks: dict[int, Request] = {}  # handed to a client, not closed yet
         self._ask_ids = itertools.count(1)
         # Methods the gateway answers alike whoever asked (a keeping server's roots, from its
@@ -56,12 +56,12 @@ class QuestionDesk(Generic[OwnerT]):
     @property
     def open(self) -> int:
         """Asks not closed yet, plus questions held back as ambiguous."""
-        return len(self._asks) + len(self._held)
+        return len(self._asks) + len(self.held)
 
     def is_open(self, method: str) -> bool:
         """A question of ``method`` is asked and not closed yet, or held back as ambiguous."""
         return any(ask.method == method for ask in self._asks.values()) or any(
-            held.request.method == method for held in self._held
+            held.request.method == method for held in self.held
         )
 
     def request(self, request: Request, now: float, actions: list[ChildAction[OwnerT]]) -> None:
@@ -94,7 +94,7 @@ class QuestionDesk(Generic[OwnerT]):
             if isinstance(decision, Ambiguous):
                 self.has_asked = True
                 held = Held(request, decision.candidates, now + self.input_timeout)
-                self._held.append(held)
+                self.held.append(held)
                 held.due = self._deadlines.push(held.deadline, held)
                 template = "child %s asked %s with %d requests in flight that may ask; held until only one is left"
                 actions.append(Log(logging.INFO, template, (self.label, request.method, len(candidates))))
@@ -116,12 +116,12 @@ class QuestionDesk(Generic[OwnerT]):
             if key is not None and self.tools is not None and self.tools.note_quiet(key):
                 template = "child %s: %s asked nothing; it now shares children"
                 actions.append(Log(logging.INFO, template, (self.label, key)))
-        if self._held:
+        if self.held:
             self._resolve(actions)
 
     def expire(self, held: Held[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
         """A held question's input timeout passed: nobody is known to wait for it."""
-        self._held.remove(held)
+        self.held.remove(held)
         held.settled = True
         self._asked(held.candidates, actions)
         actions.append(Changed())
@@ -132,18 +132,18 @@ class QuestionDesk(Generic[OwnerT]):
         actions.append(Unattributed(held.request, reason))
 
     def clear(self) -> None:
-        self._held.clear()
+        self.held.clear()
         self._asks.clear()
 
     def _resolve(self, actions: list[ChildAction[OwnerT]]) -> None:
         """A request ended: a held question may now have one candidate left (or none)."""
         in_flight = {entry for entry in self._in_flight() if entry.may_ask}
-        held, self._held = self._held, []
+        held, self.held = self.held, []
         outcomes = attribution.resolve([question.candidates for question in held], in_flight)
         for question, outcome in zip(held, outcomes, strict=True):
             if isinstance(outcome, Ambiguous):
                 question.candidates = outcome.candidates
-                self._held.append(question)
+                self.held.append(question)
                 continue
             question.settled = True
             if question.due is not None:
@@ -154,7 +154,7 @@ class QuestionDesk(Generic[OwnerT]):
             else:  # requests end one at a time, so one candidate is always left first
                 self._asked(question.candidates, actions)
                 actions.append(Unattributed(question.request, ALL_ENDED))
-        if not self._held:
+        if not self.held:
             actions.append(Changed())
 
     def _unattributed(self, request: Request) -> Unattributed:

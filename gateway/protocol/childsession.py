@@ -135,7 +135,7 @@ class ChildSession(Generic[OwnerT]):
 
     @property
     def in_flight(self) -> int:
-        return len(self._correlator)
+        return len(self._correlator.pending)  # (``len(self._correlator)`` without its ``__len__`` call)
 
     def answer_alike(self, answered_alike: Callable[[str], bool]) -> None:
         """Questions of these methods are answered alike whoever asked: never held (rule 5)."""
@@ -430,7 +430,9 @@ class ChildSession(Generic[OwnerT]):
         else:
             assert error is not None
             actions.append(Failed(entry.owner, error))
-        self._questions.ended(entry, actions, quiet=self.legacy and isinstance(reply, Result))
+        quiet = self.legacy and isinstance(reply, Result)
+        if quiet or self._questions.held:  # else ``ended`` has nothing to do (a modern child's usual reply)
+            self._questions.ended(entry, actions, quiet=quiet)
 
     def _expire(self, entry: Entry[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
         self._correlator.abandon(entry.child_id)

@@ -99,10 +99,10 @@ class Correlator(Generic[OwnerT]):
 
     def __init__(self) -> None:
         self._next_id = 1
-        self._pending: dict[int, Pending[OwnerT]] = {}
+        self.pending: dict[int, Pending[OwnerT]] = {}  # by child id (read, never changed, outside)
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return len(self.pending)
 
     def outgoing(self, method: str, params: JsonObject | None, owner: OwnerT) -> tuple[Request, Pending[OwnerT]]:
         """Mint a child id, rewrite the progress token, and record the request as pending."""
@@ -120,17 +120,17 @@ class Correlator(Generic[OwnerT]):
             client_token = meta["progressToken"]
             params = {**params, "_meta": {**meta, "progressToken": child_id}}
         pending = Pending(child_id, method, owner, client_token)
-        self._pending[child_id] = pending
+        self.pending[child_id] = pending
         return params, pending
 
     def abandon(self, child_id: int) -> Pending[OwnerT] | None:
         """Forget a request (timed out or cancelled); its late reply will be ``Late``."""
-        return self._pending.pop(child_id, None)
+        return self.pending.pop(child_id, None)
 
     def drain(self) -> list[Pending[OwnerT]]:
         """Forget every pending request (the child is gone) and return them to be failed."""
-        pending = list(self._pending.values())
-        self._pending.clear()
+        pending = list(self.pending.values())
+        self.pending.clear()
         return pending
 
     def sole(self) -> Pending[OwnerT] | None:
@@ -138,7 +138,7 @@ class Correlator(Generic[OwnerT]):
         child's own requests is certain only then: stdio carries no field that ties them).
         Open listens do not count: they never ask nor log (§1.5)."""
         found: Pending[OwnerT] | None = None
-        for pending in self._pending.values():
+        for pending in self.pending.values():
             if pending.method == LISTEN:
                 continue
             if found is not None:
@@ -148,15 +148,15 @@ class Correlator(Generic[OwnerT]):
 
     def owners(self) -> list[OwnerT]:
         """The owners of every request in flight, in the order they were sent."""
-        return [pending.owner for pending in self._pending.values()]
+        return [pending.owner for pending in self.pending.values()]
 
     def is_pending(self, child_id: Any) -> bool:
-        return type(child_id) is int and child_id in self._pending
+        return type(child_id) is int and child_id in self.pending
 
     def take_reply(self, reply: Reply) -> Pending[OwnerT] | None:
         """The pending request ``reply`` answers, taken out (``incoming``'s ``ReplyFor`` without
         the record, for the session's usual line); None: it is ``Late``."""
-        return self._pending.pop(reply.id, None) if type(reply.id) is int else None
+        return self.pending.pop(reply.id, None) if type(reply.id) is int else None
 
     def incoming(self, message: Message) -> Routed[OwnerT]:
         if isinstance(message, (Result, ErrorReply)):
@@ -172,7 +172,7 @@ class Correlator(Generic[OwnerT]):
             return ended
         meta = message.params.get("_meta") if message.params else None
         if isinstance(meta, dict) and SUBSCRIPTION_ID_KEY in meta:
-            listen = self._pending.get(meta[SUBSCRIPTION_ID_KEY]) if type(meta[SUBSCRIPTION_ID_KEY]) is int else None
+            listen = self.pending.get(meta[SUBSCRIPTION_ID_KEY]) if type(meta[SUBSCRIPTION_ID_KEY]) is int else None
             if listen is None or listen.method != LISTEN:
                 return Late(message)
             return ProgressFor(listen, message)
@@ -181,16 +181,16 @@ class Correlator(Generic[OwnerT]):
     def _ended_listen(self, note: Notification) -> ReplyFor[OwnerT] | None:
         """The child ended a listen with ``notifications/cancelled``: its graceful result."""
         child_id = note.params.get("requestId") if note.params else None
-        pending = self._pending.get(child_id) if type(child_id) is int else None
+        pending = self.pending.get(child_id) if type(child_id) is int else None
         if pending is None or pending.method != LISTEN:
             return None
-        del self._pending[pending.child_id]
+        del self.pending[pending.child_id]
         result = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: pending.child_id}}
         return ReplyFor(pending, Result(pending.child_id, result))
 
     def _progress(self, note: Notification) -> ProgressFor[OwnerT] | Late:
         token = note.params.get("progressToken") if note.params else None
-        pending = self._pending.get(token) if type(token) is int else None
+        pending = self.pending.get(token) if type(token) is int else None
         if pending is None or pending.client_token is None or note.params is None:
             return Late(note)
         restored = Notification(note.method, {**note.params, "progressToken": pending.client_token})

@@ -36,6 +36,11 @@ WALK_TIMEOUT: Final = 30.0
 """Seconds the whole walk may take."""
 
 
+Known = tuple[tuple[HeaderParam, ...], str | None, str | None]
+"""What ``ToolCatalog.known`` tells of a tool: its header parameters, why it is hidden from HTTP
+clients (None: it is not), its ``execution.taskSupport`` (None: not declared)."""
+
+
 class _Entry:
     def __init__(self) -> None:
         self.generation = -1
@@ -74,14 +79,15 @@ class ToolCatalog:
                 entry.loading = None
         return entry.params.get(tool, ())
 
-    def known(self, child: StdioChild, tool: str) -> tuple[tuple[HeaderParam, ...], str | None] | None:
-        """``tool``'s annotated parameters and why it is hidden from HTTP clients, when the list
-        of ``child``'s tools is loaded for its current generation (else None: ``header_params``
-        loads it). Every call over HTTP asks this, so it is one lookup and no coroutine."""
+    def known(self, child: StdioChild, tool: str) -> Known | None:
+        """``tool``'s annotated parameters, why it is hidden from HTTP clients and its
+        ``execution.taskSupport`` (as ``task_support``), when the list of ``child``'s tools is
+        loaded for its current generation (else None: ``header_params`` loads it). Every call
+        over HTTP asks this, so it is one lookup and no coroutine."""
         entry = self._entries.get(child)
         if entry is None or entry.generation != child.tools_generation:
             return None
-        return entry.params.get(tool, ()), entry.hidden.get(tool)
+        return entry.params.get(tool, ()), entry.hidden.get(tool), entry.task_support.get(tool)
 
     def task_support(self, child: StdioChild, params: JsonObject | None) -> str | None:
         """The called tool's ``execution.taskSupport`` as the child declared it (after

@@ -110,7 +110,11 @@ class ClientContext:
 
     def bind(self, child: StdioChild, pool: Pool | None = None) -> None:
         self.log["child_pid"] = child.pid
-        if self.session is not None and self.affinity() is None:  # a call lent to another child keeps the home
-            self.session.child = child
+        session = self.session
+        if session is None:
+            return
+        home = session.child  # (``affinity()`` spelled out: a legacy call asked it before its lease)
+        if home is None or not home.is_alive():  # a call lent to another child keeps the home
+            session.child = child
             if pool is not None:
-                self.session.pool = pool
+                session.pool = pool

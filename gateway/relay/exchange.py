@@ -209,21 +209,22 @@ class Relay:
         rather than raised for the HTTP edge to answer."""
         deps, turn = self.collaborators, admission.turn
         request, client, headers = turn.request, turn.client, turn.headers
+        session = client.session  # None: a modern client
         stack = Holdings()
         on: Leased | None = None
         handed = False
         try:
             pool = await self.router.pool_for(
                 client.principal,
-                client.session_id,
+                session.id if session is not None else None,  # ``client.session_id``
                 headers or {},
                 era=client.era,
                 # Legacy children are told exactly their client's capabilities (the pool key holds them).
                 capabilities=None if request.method in UNASKING_HANDSHAKE else client.capabilities,
                 roots=admission.roots,  # and a call's children hold its client's roots set only
             )
-            if admission.roots is not None and client.session is not None:
-                client.session.roots_pool = pool  # its subscriptions' updates come from here too
+            if admission.roots is not None and session is not None:
+                session.roots_pool = pool  # its subscriptions' updates come from here too
             tool = attribution.tool_key(request.method, request.params)  # the lease's and the child's
             ended = start_over(deps, turn, pool)  # a round its client left, sent again at its cap, ends
             if ended is not None:
@@ -231,7 +232,7 @@ class Relay:
             # The holdings own the lease and the child exchange, so that a parked MRTR call keeps both.
             # A request that may ask waits for a child where its questions can only be its own.
             # A modern client has no session, so no child it prefers (``affinity`` not called).
-            prefer = client.affinity() if client.session is not None else None
+            prefer = client.affinity() if session is not None else None
             lease = pool.lease(prefer, client.charged, request.method, tool)  # 503 / 429 propagate
             if client.span is None:
                 child = lease.take_now()  # the common shape: a child with room, no wait (no frame)
@@ -248,7 +249,7 @@ class Relay:
             info = child.info
             assert info is not None
             on = Leased(turn, pool, tool, child, info, stack)
-            for on_when, on_act, _ in turn.plan.on_child:
+            for on_when, on_act, _ in turn.plan.on_child[info.era]:
                 if on_when is None or on_when(deps, on):
                     answer = await on_act(deps, on)
                     if answer is not None:
@@ -396,7 +397,7 @@ class Relay:
         if call.child_span is not None:
             call.child_span.end(reply=call.reply, child_id=call.ex.child_id)
         deps = self.collaborators
-        for when, act in call.turn.plan.on_reply:
+        for when, act in call.turn.plan.on_reply[call.info.era]:
             if when is None or when(deps, call):
                 answer = act(deps, call)
                 if answer is not None:

@@ -2,7 +2,8 @@
 
 ``Relay.exchange`` (``gateway.relay.exchange``) runs this sequence for a request. Each step
 names the client eras and methods it is for (sorted once, at import, into a ``Plan`` per era
-and method, so a request only meets the steps that can apply to it) and, where needed, a
+and method, so a request only meets the steps that can apply to it), a step on the child or
+its reply the child eras too (the plan holds those by child era), and, where needed, a
 predicate. A step's predicate and action take its collaborators (``Collaborators``) and what
 its stretch works on (``gateway.relay.turn``): an ``Admission`` before the lease, a ``Leased``
 on the child, the ``Running`` call on the reply. Its action lets the exchange go on (it noted
@@ -96,6 +97,7 @@ from gateway.protocol.jsonrpc import JsonObject, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import asks, client_roots, events, input_rounds, translate
+from gateway.relay.catalog import Known
 from gateway.relay.events import Emitted
 from gateway.relay.rejected import Rejected
 from gateway.relay.suspensions import Call, Suspension
@@ -261,10 +263,6 @@ def start_over(deps: Collaborators, turn: Turn, pool: Pool) -> Suspension | None
 # -- on the child ---------------------------------------------------------------------------
 
 
-def on_legacy_child(deps: Collaborators, on: Leased) -> bool:
-    return on.info.era is versions.LEGACY
-
-
 async def answer_discover(deps: Collaborators, on: Leased) -> Emissions:
     result = bridge.discover_result(on.info)
     if deps.tasks.enabled:  # as modern clients get it: with the Tasks extension
@@ -295,39 +293,49 @@ def params_to_check(deps: Collaborators, on: Leased) -> bool:
     name = (turn.request.params or {}).get("name")
     if not isinstance(name, str):
         return False
-    known = deps.catalog.known(on.child, name)
+    known = on.known = deps.catalog.known(on.child, name)  # (the steps after it read it there)
     return known is None or bool(known[0]) or known[1] is not None
 
 
 async def check_param_headers(deps: Collaborators, on: Leased) -> None:
-    await _check_param_headers(deps, on.turn, on.child)
+    on.known = await _check_param_headers(deps, on.turn, on.child)
 
 
-async def _check_param_headers(deps: Collaborators, turn: Turn, child: StdioChild) -> None:
-    """``turn``'s ``Mcp-Param-*`` headers against the tool's schema as ``child`` lists it."""
+async def _check_param_headers(deps: Collaborators, turn: Turn, child: StdioChild) -> Known | None:
+    """``turn``'s ``Mcp-Param-*`` headers against the tool's schema as ``child`` lists it; the
+    tool as the list has it (None: the call names no tool)."""
     request, headers, catalog = turn.request, turn.headers, deps.catalog
     assert headers is not None
     params = request.params or {}
     name = params.get("name")
     if not isinstance(name, str):
-        return  # the child answers a call without a tool name
+        return None  # the child answers a call without a tool name
     known = catalog.known(child, name)  # the usual case: the child's tools are listed already
     if known is None:
-        known = await catalog.header_params(child, name), catalog.hidden_reason(child, name)
-    header_params, hidden = known
+        header_params = await catalog.header_params(child, name)
+        known = header_params, catalog.hidden_reason(child, name), catalog.task_support(child, params)
+    header_params, hidden, _ = known
     if hidden is not None:  # not in the tools/list HTTP clients get, so not callable either
         error = jsonrpc.error_object(
             jsonrpc.INVALID_PARAMS, f"tool {name!r} is not available over HTTP: {hidden}", {"tool": name}
         )
         raise Rejected(Rejection(200, error, request.id))
     if not header_params:  # most tools declare none
-        return
+        return known
     arguments = params.get("arguments")
     rejection = xmcpheader.check_param_headers(
         header_params, arguments if isinstance(arguments, dict) else None, headers, request_id=request.id
     )
     if rejection is not None:
         raise Rejected(rejection)
+    return known
+
+
+def _task_support(deps: Collaborators, on: Leased) -> str | None:
+    """The called tool's ``execution.taskSupport`` (``ToolCatalog.task_support``): as the
+    ``param_headers`` step found it (every call over HTTP that names a tool), else the catalog's."""
+    known = on.known
+    return known[2] if known is not None else deps.catalog.task_support(on.child, on.turn.request.params)
 
 
 def runs_only_as_task(deps: Collaborators, on: Leased) -> bool:
@@ -335,8 +343,9 @@ def runs_only_as_task(deps: Collaborators, on: Leased) -> bool:
     return (
         turn.headers is not None  # the tool list is loaded (param_headers)
         and deps.tasks.policy.enabled  # (``TaskStore.enabled``, without the property's call)
+        # The tool first: most are not ``required``, and ``becomes_task`` asks ``opted_in`` next.
+        and _task_support(deps, on) == "required"
         and not task_rules.opted_in(turn.client.capabilities)
-        and deps.catalog.task_support(on.child, turn.request.params) == "required"
     )
 
 
@@ -350,12 +359,11 @@ def child_takes_task(deps: Collaborators, on: Leased) -> bool:
     turn = on.turn
     if not (
         turn.headers is not None
-        and on.info.era is versions.LEGACY  # (asked before the capabilities: a modern child needs no call)
         and task_rules.opted_in(turn.client.capabilities)
         and taskbridge.takes_tasks(on.info.capabilities)
     ):
         return False
-    support = deps.catalog.task_support(on.child, turn.request.params)
+    support = _task_support(deps, on)
     return support in taskbridge.TASK_SUPPORT and deps.tasks.wants(turn.request, turn.client, support)
 
 
@@ -372,8 +380,8 @@ def becomes_task(deps: Collaborators, on: Leased) -> bool:
         and not on.bridged
         # A client that does not opt in (most calls) is told apart before the tool is looked up.
         and task_rules.opted_in(turn.client.capabilities)
-        and not task_rules.child_serves(on.info.capabilities)
-        and deps.tasks.wants(turn.request, turn.client, deps.catalog.task_support(on.child, turn.request.params))
+        and not on.info.serves_tasks
+        and deps.tasks.wants(turn.request, turn.client, _task_support(deps, on))
     )
 
 
@@ -414,13 +422,13 @@ async def hold_subscription(deps: Collaborators, leased: Leased) -> Emissions | 
 
 
 ON_CHILD: Final[tuple[Step[Leased], ...]] = (
-    Step("discover", MODERN, frozenset({DISCOVER}), on_legacy_child, answer_discover),
+    Step("discover", MODERN, frozenset({DISCOVER}), None, answer_discover, child_eras=LEGACY),
     Step("set_level", LEGACY, frozenset({loglevels.SET_LEVEL}), always, answer_set_level),
     Step("param_headers", MODERN, frozenset({"tools/call"}), params_to_check, check_param_headers),
     Step("task_required", MODERN, task_rules.TASK_METHODS, runs_only_as_task, refuse_untasked),
-    Step("child_task", MODERN, task_rules.TASK_METHODS, child_takes_task, ask_child_for_task),
+    Step("child_task", MODERN, task_rules.TASK_METHODS, child_takes_task, ask_child_for_task, child_eras=LEGACY),
     Step("task", MODERN, task_rules.TASK_METHODS, becomes_task, start_task),
-    Step("subscriptions", LEGACY, subscriptions.SUBSCRIBE_METHODS, on_legacy_child, hold_subscription),
+    Step("subscriptions", LEGACY, subscriptions.SUBSCRIBE_METHODS, None, hold_subscription, child_eras=LEGACY),
 )
 
 
@@ -471,11 +479,7 @@ def show_visible_tools(deps: Collaborators, call: Running) -> None:
 
 def wants_input(deps: Collaborators, call: Running) -> bool:
     reply = call.reply
-    return (
-        call.info.era is versions.MODERN
-        and isinstance(reply, Result)
-        and reply.result.get("resultType") == INPUT_REQUIRED
-    )
+    return isinstance(reply, Result) and reply.result.get("resultType") == INPUT_REQUIRED
 
 
 def input_round(deps: Collaborators, call: Running) -> Emissions:
@@ -514,7 +518,7 @@ def advertise_tasks(deps: Collaborators, call: Running) -> None:
 
 def child_task(deps: Collaborators, call: Running) -> bool:
     # A discover result is never adopted (discover_tasks has it).
-    if call.info.era is not versions.MODERN or call.turn.request.method == DISCOVER:
+    if call.turn.request.method == DISCOVER:
         return False
     final = call.final  # (``_result`` spelled out: every modern child's reply asks this)
     assert final is not None
@@ -531,8 +535,7 @@ def child_made_task(deps: Collaborators, call: Running) -> bool:
     # The retry of a round the child asked before its handle is bridged too (not a ``bridged`` call).
     reply = call.reply
     return (
-        call.info.era is versions.LEGACY
-        and isinstance(reply, Result)
+        isinstance(reply, Result)
         and task_rules.opted_in(call.turn.client.capabilities)
         and taskbridge.child_task(reply.result) is not None
     )
@@ -550,11 +553,11 @@ def bridge_task(deps: Collaborators, call: Running) -> None:
 
 ON_REPLY: Final = (
     ReplyStep("visible_tools", BOTH, frozenset({"tools/list"}), replied_result, show_visible_tools),
-    ReplyStep("input_round", LEGACY, None, wants_input, input_round),
+    ReplyStep("input_round", LEGACY, None, wants_input, input_round, child_eras=MODERN),
     ReplyStep("translate", BOTH, None, None, translate_reply),
-    ReplyStep("bridge_task", MODERN, task_rules.TASK_METHODS, child_made_task, bridge_task),
+    ReplyStep("bridge_task", MODERN, task_rules.TASK_METHODS, child_made_task, bridge_task, child_eras=LEGACY),
     ReplyStep("discover_tasks", MODERN, frozenset({DISCOVER}), tasks_served, advertise_tasks),
-    ReplyStep("adopt_task", MODERN, None, child_task, adopt_task),
+    ReplyStep("adopt_task", MODERN, None, child_task, adopt_task, child_eras=MODERN),
 )
 
 
@@ -565,11 +568,18 @@ def _fits(step: Step[Admission] | Step[Leased] | ReplyStep, era: Era, method: st
     return era in step.eras and (step.methods is None or method in step.methods)
 
 
+def _on(step: Step[Leased] | ReplyStep, child: Era) -> bool:
+    return step.child_eras is None or child in step.child_eras
+
+
 def _plan(era: Era, method: str | None) -> Plan:
     return Plan(
         tuple((step.when, step.act, step.ends) for step in BEFORE_CHILD if _fits(step, era, method)),
-        tuple((step.when, step.act, step.ends) for step in ON_CHILD if _fits(step, era, method)),
-        tuple((step.when, step.act) for step in ON_REPLY if _fits(step, era, method)),
+        {
+            child: tuple((s.when, s.act, s.ends) for s in ON_CHILD if _fits(s, era, method) and _on(s, child))
+            for child in Era
+        },
+        {child: tuple((s.when, s.act) for s in ON_REPLY if _fits(s, era, method) and _on(s, child)) for child in Era},
     )
 
 

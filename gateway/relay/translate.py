@@ -53,7 +53,7 @@ def params_for_child(params: JsonObject | None, client: ClientContext, child: Ch
             client_info=client.client_info,
             log_level=client.log_level,
         )
-    return params if tasks.child_serves(child.capabilities) else _without_tasks_extension(params)
+    return params if child.serves_tasks else _without_tasks_extension(params)
 
 
 def _without_tasks_extension(params: JsonObject | None) -> JsonObject | None:

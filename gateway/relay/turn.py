@@ -21,7 +21,9 @@ the task store, the tool catalog, the shared settings, and the relay whose loops
 on), never through the exchange's values.
 
 A step is for the client eras and the methods it names (``Step.eras``, ``Step.methods``:
-decided once, at import, into a ``Plan`` per era and method) and, where that is not all,
+decided once, at import, into a ``Plan`` per era and method; a step on the child or its reply
+also for the child eras it names, ``child_eras``: the plan holds those stretches by child era)
+and, where that is not all,
 when its predicate holds (``Step.when``, over its stretch's value); its action (``Step.act``)
 either lets the exchange go on (it noted what it learned, or checked something and raised)
 or returns the client's answer (``Emissions``: the events to yield). An answer ends the
@@ -48,7 +50,7 @@ from gateway.stdio.exchange import Exchange
 from gateway.stdio.pool import Pool
 
 if TYPE_CHECKING:
-    from gateway.relay.catalog import ToolCatalog
+    from gateway.relay.catalog import Known, ToolCatalog
     from gateway.relay.exchange import Relay
     from gateway.relay.router import Router
     from gateway.relay.session_subscriptions import SessionSubscriptions
@@ -90,7 +92,7 @@ class Admission:
 class Leased:
     """The steps on the child, before the child exchange (see the module doc)."""
 
-    __slots__ = ("bridged", "child", "child_span", "info", "pool", "stack", "tool", "turn")
+    __slots__ = ("bridged", "child", "child_span", "info", "known", "pool", "stack", "tool", "turn")
 
     def __init__(
         self, turn: Turn, pool: Pool, tool: str | None, child: StdioChild, info: ChildInfo, stack: Holdings
@@ -103,6 +105,9 @@ class Leased:
         self.stack: Final = stack  # the lease, then the child exchange too (steps.open_call)
         self.bridged = False  # sent to its legacy child task-augmented (steps.ask_child_for_task)
         self.child_span: ChildSpan | None = None  # the child exchange's, when the request is traced
+        # The called tool as its child's list has it (``ToolCatalog.known``), once the
+        # ``param_headers`` step looked it up: the steps after it read it here, not again.
+        self.known: Known | None = None
 
 
 class Running(Call):
@@ -170,6 +175,7 @@ class Step(NamedTuple, Generic[On]):
     when: Predicate[On] | None  # None: whenever the era and method fit
     act: Act[On]
     ends: bool = True  # whether its answer is the exchange's last
+    child_eras: frozenset[Era] | None = None  # on the child: the child eras it is for (None: every one)
 
 
 class ReplyStep(NamedTuple):
@@ -180,6 +186,7 @@ class ReplyStep(NamedTuple):
     methods: frozenset[str] | None
     when: ReplyPredicate | None
     act: ReplyAct
+    child_eras: frozenset[Era] | None = None  # the child eras it is for (None: every one)
 
 
 Stage = tuple[Predicate[On] | None, Act[On], bool]
@@ -188,8 +195,9 @@ ReplyStage = tuple[ReplyPredicate | None, ReplyAct]
 
 
 class Plan(NamedTuple):
-    """The steps for one client era and method, in order, in the exchange's three stretches."""
+    """The steps for one client era and method, in order, in the exchange's three stretches;
+    on the child and on its reply, by the child's era (known once a child is leased)."""
 
     before_child: tuple[Stage[Admission], ...]
-    on_child: tuple[Stage[Leased], ...]
-    on_reply: tuple[ReplyStage, ...]
+    on_child: Mapping[Era, tuple[Stage[Leased], ...]]
+    on_reply: Mapping[Era, tuple[ReplyStage, ...]]

@@ -35,14 +35,11 @@ class Exchange:
         self._inbox: Inbox[ExchangeItem] = Inbox()
         self._reply: Reply | None = None
         self._error: ChildError | None = None
+        self.is_done = False  # it has its outcome (``finish``): a reply or an error
         self._asks: list[ChildAsk] = []
 
     def __repr__(self) -> str:
         return f"<Exchange {self.method} child_id={self.child_id} done={self.is_done}>"
-
-    @property
-    def is_done(self) -> bool:
-        return self._reply is not None or self._error is not None
 
     def reply(self) -> Reply:
         if self._error is not None:
@@ -66,8 +63,9 @@ class Exchange:
         return True
 
     def finish(self, reply: Reply | None = None, error: ChildError | None = None) -> None:
-        if self._reply is not None or self._error is not None:  # ``is_done``, without the property's call
+        if self.is_done:
             return
+        self.is_done = True
         self._reply, self._error = reply, error
         self._inbox.close()
         for ask in self._asks:  # nobody will read them now
@@ -81,8 +79,7 @@ class Exchange:
         """Wait for the first thing the child sends for this request, and say what it is,
         taking nothing: the oldest queued item, else the reply (None: it failed, or the
         reader left)."""
-        await self._inbox.wait()
-        return self._inbox.first() or self._reply
+        return await self._inbox.wait() or self._reply
 
     def ready(self) -> list[ExchangeItem]:
         """What is queued already, without waiting (so simultaneous asks make one round)."""

@@ -98,14 +98,15 @@ class Inbox(Generic[T]):
             raise anyio.EndOfStream
         raise anyio.WouldBlock
 
-    async def wait(self) -> None:
-        """Until an item is queued or none will come (nothing is taken)."""
+    async def wait(self) -> T | None:
+        """Until an item is queued or none will come (nothing is taken): then ``first()``."""
         while not (self._backlog or self._closed or self._reader_gone):
             self._waiter = waiter = asyncio.get_running_loop().create_future()
             try:
                 await waiter
             finally:
                 self._waiter = None
+        return None if self._backlog is None else self._backlog.first()  # (``first()`` without its call)
 
     async def get(self) -> T:
         if self._backlog or self._closed or self._reader_gone:

@@ -339,14 +339,6 @@ class Pool:
             if self.budget is not None and not dispatch.waiting:
                 self.budget.waiting.discard(self)
 
-    def _give_back(self, request: PoolLease) -> None:
-        assert request.held is not None
-        actions = self.dispatch.release(request.held, time.monotonic(), self.room)
-        if actions:
-            self._apply(actions)
-        if self.budget is not None and self.budget.waiting:
-            self.budget.changed()  # an idle child may now be evicted for another pool, or one retired
-
     # -- children -----------------------------------------------------------------------
 
     async def _run_member(self, member: Member) -> None:
@@ -508,8 +500,14 @@ class PoolLease:
         return child if child is not None else await self.pool._acquire(self)
 
     def leave(self) -> None:
-        """``__aexit__`` without a coroutine (it never awaits): the child given back."""
-        self.pool._give_back(self)
+        """``__aexit__`` without a coroutine (it never awaits): the child given back to its pool."""
+        pool, held = self.pool, self.held
+        assert held is not None
+        actions = pool.dispatch.release(held, time.monotonic(), pool.room)
+        if actions:
+            pool._apply(actions)
+        if pool.budget is not None and pool.budget.waiting:
+            pool.budget.changed()  # an idle child may now be evicted for another pool, or one retired
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.leave()

@@ -100,12 +100,13 @@ async def test_an_inbox_wait_returns_once_an_item_is_queued_or_it_closes_taking_
             tg.start_soon(inbox.wait)
             await anyio.wait_all_tasks_blocked()
             inbox.put("x")
-        await inbox.wait()  # ready at once: still queued
+        assert await inbox.wait() == "x" == inbox.first()  # ready at once: still queued, the oldest given
         assert await inbox.get() == "x"
         async with anyio.create_task_group() as tg:
             tg.start_soon(inbox.wait)
             await anyio.wait_all_tasks_blocked()
             inbox.close()
+        assert await inbox.wait() is None  # closed, nothing queued
     with pytest.raises(anyio.EndOfStream):
         inbox.get_nowait()
 

@@ -102,7 +102,27 @@ async def test_what_is_known_of_a_tool_is_read_only_while_the_list_is_current() 
     assert bad_known is not None
     assert bad_known[0] == ()
     assert "number" in (bad_known[1] or "")
-    assert catalog.known(child, "missing") == ((), None)  # type: ignore[arg-type]
+    assert catalog.known(child, "missing") == ((), None, None)  # type: ignore[arg-type]
     child.tools_generation += 1  # notifications/tools/list_changed: listed again before it is known
     assert catalog.known(child, "b") is None  # type: ignore[arg-type]
     assert child.calls == [None]
+
+
+async def test_what_is_known_of_a_tool_names_the_task_support_the_catalog_gives() -> None:
+    """The steps read a called tool's ``taskSupport`` from ``known`` (one lookup per call): it is
+    ``task_support``'s, for every tool, and listed again after a tools/list_changed."""
+    required = {**tool("r"), "execution": {"taskSupport": "required"}}
+    optional = {**tool("o", ANNOTATED), "execution": {"taskSupport": "optional"}}
+    child = FakeChild({None: ([required, optional, tool("plain")], None)})
+    catalog = ToolCatalog()
+    await catalog.header_params(child, "r")  # type: ignore[arg-type]
+    for name in ("r", "o", "plain", "missing"):
+        known = catalog.known(child, name)  # type: ignore[arg-type]
+        assert known is not None
+        assert known[2] == catalog.task_support(child, {"name": name})  # type: ignore[arg-type]
+    assert [catalog.known(child, n)[2] for n in ("r", "o", "plain")] == ["required", "optional", None]  # type: ignore[arg-type,index]
+    child.pages[None] = ([tool("r")], None)  # the tool no longer requires a task
+    child.tools_generation += 1
+    assert catalog.known(child, "r") is None  # type: ignore[arg-type]
+    await catalog.header_params(child, "r")  # type: ignore[arg-type]
+    assert catalog.known(child, "r") == ((), None, None)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from gateway.protocol import tasks as task_rules
 from gateway.protocol import versions
 from gateway.protocol.handshake import (
     DISCOVER,
@@ -250,3 +251,21 @@ def test_an_error_reply_to_initialize_is_refused_with_its_message_and_code() -> 
         accept_initialize(reply)
 
     assert str(caught.value) == "initialize failed: Unsupported protocol version (code -32602)"
+
+
+def test_whether_a_child_serves_tasks_is_worked_out_once_as_the_tasks_rule_says() -> None:
+    """``ChildInfo.serves_tasks`` stands for ``tasks.child_serves(capabilities)`` (asked on
+    every modern call): equal for each shape, and left out of equality and repr."""
+    shapes: list[dict[str, Any]] = [
+        {},
+        {"extensions": {task_rules.EXTENSION: {}}},
+        {"extensions": {task_rules.EXTENSION: True}},
+        {"extensions": []},
+        {"tasks": {}},
+    ]
+    for capabilities in shapes:
+        info = ChildInfo(Era.MODERN, versions.LATEST_MODERN, capabilities)
+        assert info.serves_tasks is task_rules.child_serves(capabilities)
+        assert info == ChildInfo(Era.MODERN, versions.LATEST_MODERN, capabilities)
+        assert "serves_tasks" not in repr(info)
+    assert ChildInfo(Era.LEGACY, "2025-06-18", {"extensions": {task_rules.EXTENSION: {}}}).serves_tasks
