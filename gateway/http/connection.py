@@ -25,6 +25,10 @@ response's head leaves with its body in one write.
 lost: a stream registers its cancel scope there instead of running a task that waits for
 ``http.disconnect`` (``gateway.http.sse``), so an answer that is ready at once costs no task.
 
+Each request's scope also carries ``HEAD_BYTES`` (``gateway.http.limits``): at most how many
+bytes its head took (the reads its head came in, summed), so the edge need not sum the headers
+of a head too small to pass their byte limits.
+
 Refusals here happen before the ASGI app runs, so they are logged here (``gateway.http``).
 """
 
@@ -42,7 +46,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.http.heldhead import HeldHead
 from gateway.http.inflight import Cancellable
-from gateway.http.limits import MAX_HEADER_BYTES
+from gateway.http.limits import HEAD_BYTES, MAX_HEADER_BYTES
 from gateway.protocol.jsonrpc import error_object
 
 log = logging.getLogger("gateway.http")
@@ -136,6 +140,12 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         # comes whole, the usual case, never arms one: a timer armed and cancelled costs a
         # request about 2 µs).
         self._head_began: float | None = None
+        # Bytes handed to the parser: in all, before the read it parses now, and before the
+        # read in which the current request began. A head lies within the reads from the one
+        # its request began in to the one it ended in: their sum bounds it (``HEAD_BYTES``).
+        self._received = 0
+        self._read_start = 0
+        self._head_start = 0
         self._write_timer: asyncio.TimerHandle | None = None
         self._hangup = Hangup()
         # Made when the connection is accepted (uvicorn makes the protocol then), which over TLS
@@ -165,6 +175,8 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
             # pipelined requests, whose heads are counted afresh).
             room = self.max_head_bytes - self._head_bytes
             heads_done = self._heads_done
+            self._read_start = self._received
+            self._received += room
             super().data_received(data[:room])  # fenced: httptools.feed_data
             if self.transport.is_closing():
                 return
@@ -175,6 +187,8 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         if self._in_head:
             self._head_bytes += len(data)
         if data:
+            self._read_start = self._received
+            self._received += len(data)
             super().data_received(data)
         began = self._head_began
         if began is not None and self._head_timer is None and not self.transport.is_closing():
@@ -187,6 +201,7 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.scope[HANGUP] = self._hangup  # type: ignore[typeddict-unknown-key]
+        self._head_start = self._read_start
         if self._head_timer is None:  # armed in data_received if the head is not whole by then
             self._head_began = self.loop.time()
 
@@ -197,6 +212,7 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        self.scope[HEAD_BYTES] = self._received - self._head_start  # type: ignore[typeddict-unknown-key]
         super().on_headers_complete()
         self._held_head.hold_next()  # the next write is this request's response head
 

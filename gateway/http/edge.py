@@ -46,7 +46,7 @@ from gateway.http.drain import Drain, draining_refusal
 from gateway.http.edge_settings import BODY_TIMEOUT
 from gateway.http.forward_accept import AcceptForwards
 from gateway.http.lanes import Lane
-from gateway.http.limits import PrincipalQuotas, Slots, header_problem, header_refusal
+from gateway.http.limits import HEAD_BYTES, PrincipalQuotas, Slots, header_problem, header_refusal
 from gateway.http.observe import MAX_PARSED_ERROR_BYTES, PROBE_PATHS, SPAN, ProbeAnswers, error_code_of, observe
 from gateway.http.operator import OperatorAccess
 from gateway.http.origin import OriginPolicy
@@ -148,7 +148,8 @@ class Edge:
         headers = scope["headers"]
         named: dict[bytes, bytes] | None = None  # dict(headers), once they are bounded
         try:
-            problem = header_problem(headers)  # bound the headers before anything reads them all
+            # Bound the headers before anything reads them all.
+            problem = header_problem(headers, scope.get(HEAD_BYTES))
             if problem is not None:
                 await header_refusal(problem)(scope, receive, send_edge)
                 return

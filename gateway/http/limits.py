@@ -57,6 +57,9 @@ ANONYMOUS_PREFIX: Final = "anonymous@"
 """An anonymous client's key: this and its TCP peer address (IPv4 or IPv6, without the port)."""
 CLIENT_KEY: Final = "gateway.client_key"
 """Scope key of the request's client key (``client_key``), set by ``PrincipalQuotas.open``."""
+HEAD_BYTES: Final = "gateway.head_bytes"
+"""Scope key of at most how many bytes the request's head (its request line and headers, as sent)
+took, where the server counts them (``gateway.http.connection``); ``header_problem`` reads it."""
 SLOTS: Final = "gateway.slots"
 """Scope key of a request's ``Slots``; a POST's endpoint calls ``admit()`` once the body is read."""
 
@@ -79,10 +82,15 @@ def client_key(scope: Scope) -> str:
     return key
 
 
-def header_problem(headers: list[tuple[bytes, bytes]]) -> str | None:
-    """Why these request headers are refused (431), or None."""
+def header_problem(headers: list[tuple[bytes, bytes]], head_bytes: int | None = None) -> str | None:
+    """Why these request headers are refused (431), or None. ``head_bytes``: at most how many
+    bytes their head took (``HEAD_BYTES``), when known: names and values are part of it, so a
+    head within ``MAX_MCP_HEADER_BYTES`` (the usual call) can pass neither byte limit, and its
+    headers are not summed."""
     if len(headers) > MAX_HEADERS:
         return f"{len(headers)} headers; at most {MAX_HEADERS} are accepted"
+    if head_bytes is not None and head_bytes <= MAX_MCP_HEADER_BYTES:
+        return None
     total = sum(map(len, chain.from_iterable(headers)))  # names and values, counted in C
     if total > MAX_MCP_HEADER_BYTES:  # only then can one value be over its own limit
         for name, value in headers:

@@ -92,7 +92,7 @@ class LongStream:
         """What happened from outside (the watch): a leading ``stop`` now, the rest after the body."""
         actions = self._machine.step(event)
         if actions and actions[0] is Action.STOP:
-            self.watch.cancel()
+            self.watch.stop()
             actions = actions[1:]
         if actions:
             self._closing += actions

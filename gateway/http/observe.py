@@ -223,10 +223,18 @@ def observe(
     level = probes.level(path, status) if probes is not None and path in PROBE_PATHS else logging.INFO
     if not log.isEnabledFor(level):  # --log-level warning, or a probe answered as before: skip building the line
         return
+    # Client-chosen text is cut (``cut``) only when it is long: one call fewer for each value.
+    limit = MAX_LOGGED_CHARS
     principal = scope.get("gateway.principal") or ANONYMOUS  # as /status and the pool labels say
-    rpc_method = cut(method) if method else "-"  # refused before its body was read: no MCP method
+    logged_principal = principal if len(principal) <= limit else cut(principal)  # the JSON field is whole
+    http_method = scope["method"]
+    http_method = http_method if len(http_method) <= limit else cut(http_method)
+    logged_path = path if len(path) <= limit else cut(path)
+    rpc_method = method or "-"  # none: refused before its body was read (no MCP method)
+    rpc_method = rpc_method if len(rpc_method) <= limit else cut(rpc_method)
     child_pid = fields.get("child_pid")
-    client = cut(client_key(scope))
+    client = client_key(scope)
+    client = client if len(client) <= limit else cut(client)
     if named is None:
         named = dict(scope["headers"])  # the last of a repeated header, as correlation_headers reads them
     # Each header is decoded only when the line reads it: the name when the request named none,
@@ -235,9 +243,12 @@ def observe(
     if not mcp_name:
         header = named.get(_MCP_NAME)
         mcp_name = None if header is None else header.decode("latin-1")
-    mcp_name = cut(mcp_name) if mcp_name else None
+    if not mcp_name:
+        mcp_name = None
+    elif len(mcp_name) > limit:
+        mcp_name = cut(mcp_name)
     rpc_id = fields.get("rpc_id")
-    if isinstance(rpc_id, str):
+    if isinstance(rpc_id, str) and len(rpc_id) > limit:
         rpc_id = cut(rpc_id)
     header = named.get(_X_REQUEST_ID)
     request_id = request_id_of(header.decode("latin-1")) if header else None
@@ -247,15 +258,15 @@ def observe(
         traceparent = (header.decode("latin-1") if header else None) or fields.get("traceparent")
         trace_id = None if traceparent is None else trace_id_of(traceparent)
     args = (
-        cut(scope["method"]),
-        cut(path),
+        http_method,
+        logged_path,
         rpc_method,
         status,
         seconds * 1000,
         era,
         outcome,
         "-" if code is None else code,
-        cut(principal),
+        logged_principal,
         child_pid or "-",
         client,
         mcp_name or "-",

@@ -95,12 +95,29 @@ class Watch:
     ``WRITE_STALLED`` for a reset for not reading), the drain's start (``DRAIN_BEGINS``, watched
     only for the kinds it ends: ``answer.ENDS_ON_DRAIN``) and the spent drain budget
     (``BUDGET_SPENT``). ``feed`` steps the machine and carries out what must be done at once:
-    a ``STOP`` cancels ``cancel_scope``, the body's scope. The watch decides nothing itself.
+    a ``STOP`` ends the body (``stop``: it cancels ``cancel_scope``, the body's scope). The
+    watch decides nothing itself.
+
+    While ``run`` runs, the watch itself is registered where a cancel scope would be, with the
+    connection's ``Hangup`` and in the drain's ``scopes`` (one object for both, and no other made
+    per answer): its ``cancel()`` tells the machine what happened. The connection's loss, the
+    first time it is lost (it is marked lost before it tells): a reset for not reading
+    (``WRITE_STALLED``) or a plain disconnect (``CLIENT_GONE``); else the drain's spent budget
+    (``BUDGET_SPENT``), which the drain tells only once.
 
     A ``LEGACY`` answer outlives its client (L-TR §Sending Messages): without the connection's
     hook no task waits for ``http.disconnect`` for it (the machine would only note it)."""
 
-    __slots__ = ("_ends_on_drain", "_feed", "_receive", "_watches_receive", "cancel_scope", "drain", "hangup")
+    __slots__ = (
+        "_ends_on_drain",
+        "_feed",
+        "_loss_told",
+        "_receive",
+        "_watches_receive",
+        "cancel_scope",
+        "drain",
+        "hangup",
+    )
 
     def __init__(self, scope: Scope, receive: Receive, kind: answer.Kind, feed: Feed) -> None:
         # What ``anyio.CancelScope()`` makes on asyncio, made directly: anyio's finding its
@@ -115,26 +132,35 @@ class Watch:
         self._ends_on_drain = self.drain is not None and kind in answer.ENDS_ON_DRAIN
         self._watches_receive = self.hangup is None and kind is not _LEGACY
         self._feed = feed
+        self._loss_told = False
 
     @property
     def left(self) -> bool:
         """Whether the client's connection is gone (known only where the connection pushes it)."""
         return self.hangup is not None and self.hangup.is_lost
 
-    def cancel(self) -> None:
+    def stop(self) -> None:
+        """End the body (the machine's ``STOP``)."""
         self.cancel_scope.cancel()
+
+    def cancel(self) -> None:
+        """Told by the connection's ``Hangup`` or the drain (see the class docstring), as a
+        cancel scope registered there would be cancelled: tell the machine what happened."""
+        hangup = self.hangup
+        if hangup is not None and hangup.is_lost and not self._loss_told:
+            self._loss_told = True
+            self._feed(answer.Event.WRITE_STALLED if hangup.stalled else answer.Event.CLIENT_GONE)
+        else:
+            self._feed(_BUDGET_SPENT)
 
     async def run(self, body: Callable[[], Awaitable[None]], *also: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """``body()`` under the watch; ``also`` run beside it and end with it."""
         drain, hangup = self.drain, self.hangup
-        told = _Told(self._feed, hangup) if drain is not None or hangup is not None else None
         with self.cancel_scope:
             if drain is not None:
-                assert told is not None
-                drain.scopes.add(told)  # told when the drain budget is spent
+                drain.scopes.add(self)  # told when the drain budget is spent
             if hangup is not None:
-                assert told is not None
-                hangup.watch(told)
+                hangup.watch(self)
             watch_receive, ends_on_drain = self._watches_receive, self._ends_on_drain
             try:
                 if watch_receive or also or ends_on_drain:
@@ -152,11 +178,9 @@ class Watch:
                     await body()
             finally:
                 if drain is not None:
-                    assert told is not None
-                    drain.scopes.discard(told)
+                    drain.scopes.discard(self)
                 if hangup is not None:
-                    assert told is not None
-                    hangup.unwatch(told)
+                    hangup.unwatch(self)
 
     async def _watch_disconnect(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
@@ -166,30 +190,6 @@ class Watch:
     async def _watch_drain(self, drain: Drain) -> None:
         await drain.ending.wait()
         self._feed(answer.Event.DRAIN_BEGINS)
-
-
-class _Told:
-    """Registered where a cancel scope would be, with the connection's ``Hangup`` and in the
-    drain's ``scopes`` (one object for both: one fewer made per answer): ``cancel()`` tells the
-    answer's machine what happened. The connection's loss, the first time it is lost (it is
-    marked lost before it tells): a reset for not reading (``WRITE_STALLED``) or a plain
-    disconnect (``CLIENT_GONE``); else the drain's spent budget (``BUDGET_SPENT``), which the
-    drain tells only once."""
-
-    __slots__ = ("_feed", "_hangup", "_loss_told")
-
-    def __init__(self, feed: Feed, hangup: Hangup | None) -> None:
-        self._feed = feed
-        self._hangup = hangup
-        self._loss_told = False
-
-    def cancel(self) -> None:
-        hangup = self._hangup
-        if hangup is not None and hangup.is_lost and not self._loss_told:
-            self._loss_told = True
-            self._feed(answer.Event.WRITE_STALLED if hangup.stalled else answer.Event.CLIENT_GONE)
-        else:
-            self._feed(_BUDGET_SPENT)
 
 
 class SseWriter:

@@ -259,7 +259,7 @@ class LazyStream:
     def _at_once(self, action: Action) -> None:
         if action is Action.STOP:
             if self._watch is not None:
-                self._watch.cancel()
+                self._watch.stop()
         elif self._resumable is not None:  # SEAL: before the stream's end reaches the client
             self._resumable.seal()
 

@@ -3,15 +3,20 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 
+from gateway.http.limits import CLIENT_KEY
 from gateway.http.observe import (
+    MAX_LOGGED_CHARS,
     MAX_REQUEST_ID_CHARS,
     correlation_headers,
+    cut,
     named_correlation_headers,
     note_request,
+    observe,
     request_id_of,
     trace_id_of,
 )
@@ -80,3 +85,51 @@ def test_a_request_notes_its_id_its_name_or_uri_and_a_traceparent_in_meta(params
     fields: dict[str, Any] = {}
     note_request(fields, 7, params)
     assert fields == noted
+
+
+class _Keep(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.mark.parametrize("size", [MAX_LOGGED_CHARS, MAX_LOGGED_CHARS + 1, 1000])
+def test_client_chosen_text_is_cut_in_the_line_only_when_long(size: int) -> None:
+    """Each client-chosen value of the line is itself up to ``MAX_LOGGED_CHARS``, else ``cut``;
+    the JSON fields carry the principal whole, and the method, name, id and client key as the line does."""
+    long = "m" * size
+    scope: dict[str, Any] = {
+        "type": "http",
+        "method": "P" + long,
+        "path": "/" + long,
+        "headers": [],
+        "client": ("127.0.0.1", 1),
+        "gateway.principal": "p" + long,
+        CLIENT_KEY: "k" + long,
+    }
+    fields = {"method": "t" + long, "era": "2026-07-28", "rpc_id": "i" + long, "mcp_name": "n" + long}
+    keep = _Keep()
+    access = logging.getLogger("gateway.access")
+    level = access.level
+    access.addHandler(keep)
+    access.setLevel(logging.INFO)
+    try:
+        observe(None, scope, fields, "s", 200, None, False, 0.001)
+    finally:
+        access.removeHandler(keep)
+        access.setLevel(level)
+    (record,) = keep.records
+    expected = [cut(text) for text in ("P" + long, "/" + long, "t" + long)]
+    line = record.getMessage()
+    assert line.startswith(" ".join(expected) + " 200 ")
+    for key, text in (("principal", "p"), ("client", "k"), ("name", "n"), ("id", "i")):
+        assert f" {key}={cut(text + long)} " in line + " "
+    assert record.principal == "p" + long  # type: ignore[attr-defined]
+    assert record.client == cut("k" + long)  # type: ignore[attr-defined]
+    assert record.rpc_method == cut("t" + long)  # type: ignore[attr-defined]
+    assert record.mcp_name == cut("n" + long)  # type: ignore[attr-defined]
+    assert record.rpc_id == cut("i" + long)  # type: ignore[attr-defined]
+    assert (len(cut("x" * size)) == size) is (size <= MAX_LOGGED_CHARS)

@@ -10,7 +10,7 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.http.limits import Slots
+from gateway.http.limits import MAX_HEADERS, MAX_MCP_HEADER_BYTES, Slots, header_problem
 from gateway.http.observe import MAX_LOGGED_CHARS, cut
 from gateway.ops.logs import JsonFormatter, TextFormatter, escape_controls
 from gateway.ops.metrics import METHOD_LABELS, method_label
@@ -91,3 +91,22 @@ def test_a_batch_takes_slots_up_to_the_limit_and_never_past_it() -> None:
     assert table["alice"] == 256
     assert slots.held == 7
     assert Slots(table, "bob", 0, "requests in flight").take(10_000)  # 0: no limit
+
+
+_HEADER = st.tuples(st.binary(min_size=1, max_size=12), st.binary(max_size=600))
+
+
+@given(st.lists(_HEADER, max_size=120) | st.lists(_HEADER, min_size=90, max_size=110), st.integers(0, 9000))
+def test_a_bound_on_the_head_never_changes_what_the_header_checks_answer(
+    headers: list[tuple[bytes, bytes]], more: int
+) -> None:
+    """Any bound at least the headers' own bytes (a head holds them all) gives the answer the full checks give."""
+    total = sum(len(name) + len(value) for name, value in headers)
+    assert header_problem(headers, total + more) == header_problem(headers)
+
+
+def test_a_head_within_the_mcp_limit_is_not_summed_but_still_counted() -> None:
+    many = [(b"x-%d" % n, b"") for n in range(MAX_HEADERS + 1)]
+    assert header_problem(many, 2_000) == header_problem(many) is not None
+    big = [(b"mcp-name", b"n" * (MAX_MCP_HEADER_BYTES + 1))]
+    assert header_problem(big, MAX_MCP_HEADER_BYTES + 100) == header_problem(big) is not None

@@ -165,7 +165,7 @@ class Told:
         self.events.append(event)
         if event in self.stopping:
             assert self.watch is not None
-            self.watch.cancel()
+            self.watch.stop()
 
 
 async def run_until_told(watch: Watch, act: Any) -> None:
@@ -197,7 +197,7 @@ async def test_a_legacy_answer_waits_for_no_disconnect_where_the_server_pushes_n
 
     told = Told()
     watch = told.watch = Watch({}, receive, answer_rules.Kind.LEGACY, told)
-    await run_until_told(watch, watch.cancel)
+    await run_until_told(watch, watch.stop)
     assert told.events == []
 
 
