@@ -53,7 +53,9 @@ def params_for_child(params: JsonObject | None, client: ClientContext, child: Ch
             client_info=client.client_info,
             log_level=client.log_level,
         )
-    return params if child.serves_tasks else _without_tasks_extension(params)
+    if child.serves_tasks or not params or "_meta" not in params:
+        return params  # (no ``_meta``, no declared capabilities: ``_without_tasks_extension`` would keep them)
+    return _without_tasks_extension(params)
 
 
 def _without_tasks_extension(params: JsonObject | None) -> JsonObject | None:
