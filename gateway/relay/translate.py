@@ -89,7 +89,7 @@ def reply_for_client(
         result = bridge.advertised_discover(result)
     elif client.era is LEGACY and child.era is MODERN:
         result = bridge.legacy_result(result)
-    return response(request.id, result=result)
+    return {"jsonrpc": "2.0", "id": request.id, "result": result}  # (``response``, spelled out: every reply)
 
 
 def log_level(request: Request, client: ClientContext) -> str | None:
