@@ -49,14 +49,15 @@ class QuestionDesk(Generic[OwnerT]):
         self.held: list[Held[OwnerT]] = []  # questions held back as ambiguous (read, never changed, outside)
         self._asks: dict[int, Request] = {}  # handed to a client, not closed yet
         self._ask_ids = itertools.count(1)
+        # Asks not closed yet, plus questions held back as ambiguous: kept by ``_recount`` after
+        # each change to either (the child reads it on every line it receives).
+        self.open = 0
         # Methods the gateway answers alike whoever asked (a keeping server's roots, from its
         # pool): never held as ambiguous, since holding them could only stall their askers.
         self.answered_alike: Callable[[str], bool] = lambda method: False
 
-    @property
-    def open(self) -> int:
-        """Asks not closed yet, plus questions held back as ambiguous."""
-        return len(self._asks) + len(self.held)
+    def _recount(self) -> None:
+        self.open = len(self._asks) + len(self.held)
 
     def is_open(self, method: str) -> bool:
         """A question of ``method`` is asked and not closed yet, or held back as ambiguous."""
@@ -95,6 +96,7 @@ class QuestionDesk(Generic[OwnerT]):
                 self.has_asked = True
                 held = Held(request, decision.candidates, now + self.input_timeout)
                 self.held.append(held)
+                self._recount()
                 held.due = self._deadlines.push(held.deadline, held)
                 template = "child %s asked %s with %d requests in flight that may ask; held until only one is left"
                 actions.append(Log(logging.INFO, template, (self.label, request.method, len(candidates))))
@@ -103,10 +105,12 @@ class QuestionDesk(Generic[OwnerT]):
 
     def refused(self, ask_id: int) -> list[ChildAction[OwnerT]]:
         request = self._asks.pop(ask_id, None)
+        self._recount()
         return [] if request is None else [self._unattributed(request)]
 
     def closed(self, ask_id: int) -> list[ChildAction[OwnerT]]:
         self._asks.pop(ask_id, None)
+        self._recount()
         return [Changed()]
 
     def ended(self, entry: Entry[OwnerT], actions: list[ChildAction[OwnerT]], *, quiet: bool) -> None:
@@ -122,6 +126,7 @@ class QuestionDesk(Generic[OwnerT]):
     def expire(self, held: Held[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
         """A held question's input timeout passed: nobody is known to wait for it."""
         self.held.remove(held)
+        self._recount()
         held.settled = True
         self._asked(held.candidates, actions)
         actions.append(Changed())
@@ -134,6 +139,7 @@ class QuestionDesk(Generic[OwnerT]):
     def clear(self) -> None:
         self.held.clear()
         self._asks.clear()
+        self._recount()
 
     def _resolve(self, actions: list[ChildAction[OwnerT]]) -> None:
         """A request ended: a held question may now have one candidate left (or none)."""
@@ -154,6 +160,7 @@ class QuestionDesk(Generic[OwnerT]):
             else:  # requests end one at a time, so one candidate is always left first
                 self._asked(question.candidates, actions)
                 actions.append(Unattributed(question.request, ALL_ENDED))
+        self._recount()
         if not self.held:
             actions.append(Changed())
 
@@ -168,6 +175,7 @@ class QuestionDesk(Generic[OwnerT]):
     def _give(self, entry: Entry[OwnerT], request: Request, actions: list[ChildAction[OwnerT]]) -> None:
         ask_id = next(self._ask_ids)
         self._asks[ask_id] = request
+        self._recount()
         actions.append(Ask(entry.owner, ask_id, request))
 
     def _asked(self, entries: Iterable[Entry[OwnerT]], actions: list[ChildAction[OwnerT]]) -> None:

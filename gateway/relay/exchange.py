@@ -60,6 +60,7 @@ from gateway.relay.suspensions import Call, Holdings, Suspensions
 from gateway.relay.tasks import TaskStore
 from gateway.relay.translate import response as response
 from gateway.relay.turn import Admission, Collaborators, Emissions, Leased, Running, Turn
+from gateway.stdio.pool import PoolLease
 
 
 class Answered:
@@ -233,7 +234,8 @@ class Relay:
             # A request that may ask waits for a child where its questions can only be its own.
             # A modern client has no session, so no child it prefers (``affinity`` not called).
             prefer = client.affinity() if session is not None else None
-            lease = pool.lease(prefer, client.charged, request.method, tool)  # 503 / 429 propagate
+            # ``pool.lease(...)`` spelled out: one call less per request.
+            lease = PoolLease(pool, prefer, client.charged, request.method, tool)  # 503 / 429 propagate
             if client.span is None:
                 child = lease.take_now()  # the common shape: a child with room, no wait (no frame)
                 if child is None:

@@ -429,7 +429,9 @@ class Router:
         # ``main.is_starting()``, asked of its dispatcher directly: one call less per request.
         if main is not None and (era is LEGACY or capabilities is not None) and main.dispatch.may_start():
             await main.wait_started()  # (the usual case, a child up, without a coroutine)
-        key = self._refine(base, era, capabilities, roots)
+        # A modern client of a server whose probed child is modern: its children are told no
+        # capabilities (``_tells_capabilities`` is False for good), so ``_refine`` keeps ``base``.
+        key = base if era is MODERN and self._probed_era is MODERN else self._refine(base, era, capabilities, roots)
         pool = self._pools.ready(key)
         if pool is None:
             pool = await self._pools.get(key)  # waits while another request opens it

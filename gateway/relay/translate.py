@@ -53,7 +53,9 @@ def params_for_child(params: JsonObject | None, client: ClientContext, child: Ch
             client_info=client.client_info,
             log_level=client.log_level,
         )
-    return params if child.serves_tasks else _without_tasks_extension(params)
+    if child.serves_tasks or not params or "_meta" not in params:
+        return params  # (no ``_meta``, no declared capabilities: ``_without_tasks_extension`` would keep them)
+    return _without_tasks_extension(params)
 
 
 def _without_tasks_extension(params: JsonObject | None) -> JsonObject | None:
@@ -87,7 +89,7 @@ def reply_for_client(
         result = bridge.advertised_discover(result)
     elif client.era is LEGACY and child.era is MODERN:
         result = bridge.legacy_result(result)
-    return response(request.id, result=result)
+    return {"jsonrpc": "2.0", "id": request.id, "result": result}  # (``response``, spelled out: every reply)
 
 
 def log_level(request: Request, client: ClientContext) -> str | None:

@@ -136,3 +136,20 @@ def test_a_retry_gives_roots_under_the_rounds_key_and_the_child_never_sees_the_r
     assert client_roots.without_round(retry).params == {"name": "read"}
     assert client_roots.from_retry(Request(2, "tools/call", {"inputResponses": {}})) is None
     assert isinstance(client_roots.from_retry(Request(2, "tools/call", {"inputResponses": {"roots": {}}})), Rejection)
+
+
+@pytest.mark.parametrize("isolation", [Isolation.SHARED, Isolation.PRINCIPAL, Isolation.SESSION])
+@pytest.mark.parametrize("keying", [CapabilityKeying.SHARED, CapabilityKeying.EXACT])
+def test_a_modern_client_of_a_server_probed_modern_keeps_its_scope_key(
+    isolation: Isolation, keying: CapabilityKeying
+) -> None:
+    # ``pool_for`` skips ``_refine`` for such a client: what it would give is the scope key itself.
+    router = Router(ServerConfig("fs", ChildSpec("node"), isolation=isolation, capability_keying=keying))
+    router._probed_era = Era.MODERN  # its first probed child is up, and modern
+    router.roots_kept = True
+    assert not router._tells_capabilities(PoolKey("shared"))
+    for session_id in (None, "s1"):
+        base = router._scope_key("p", session_id, {})
+        for declared in (None, {}, {"sampling": {}}, WITH_ROOTS):
+            for roots in (None, (), ALICE):
+                assert router._refine(base, Era.MODERN, declared, roots) is base
