@@ -21,16 +21,6 @@ OwnerT = TypeVar("OwnerT")
 # The actions are values, made for every line and never changed after, but not frozen: a frozen
 # dataclass's __init__ sets each field through object.__setattr__ (``gateway.protocol.jsonrpc``).
 @dataclass(slots=True)
-class Sent:
-    """What ``send`` returns: the child id minted, the whole line for stdin, and the request's
-    deadline (None: none), so the edge can wake its timer when it is the earliest."""
-
-    child_id: int
-    line: bytes
-    deadline: float | None
-
-
-@dataclass(slots=True)
 class Deliver(Generic[OwnerT]):
     """A notification for a request's stream (progress, an attributed log, a listen's)."""
 

@@ -82,7 +82,6 @@ from gateway.protocol.childactions import (
     Deliver,
     Failed,
     Log,
-    Sent,
     Write,
 )
 from gateway.protocol.childquestions import QuestionDesk
@@ -165,33 +164,6 @@ class ChildSession(Generic[OwnerT]):
 
     # -- requests out ---------------------------------------------------------------------
 
-    def send(
-        self,
-        method: str,
-        params: JsonObject | None,
-        owner: OwnerT,
-        *,
-        now: float,
-        timeout: float | None = None,
-        cancellable: bool = True,
-        asks: bool = False,
-        log_level: str | None = None,
-        tool: str | None = None,
-    ) -> Sent:
-        """Record a request (rule 1) and return its line; raises the exit error after ``exited``."""
-        sent = self.send_line(
-            method,
-            params,
-            owner,
-            now=now,
-            timeout=timeout,
-            cancellable=cancellable,
-            asks=asks,
-            log_level=log_level,
-            tool=tool,
-        )
-        return Sent(*sent)
-
     def send_line(
         self,
         method: str,
@@ -205,8 +177,10 @@ class ChildSession(Generic[OwnerT]):
         log_level: str | None = None,
         tool: str | None = None,
     ) -> tuple[int, bytes, float | None]:
-        """``send``, its ``Sent`` as a plain tuple (``child_id``, ``line``, ``deadline``): what the
-        stdio edge takes for every request, with no record made for it."""
+        """Record a request (rule 1) and return its child id, its whole line for stdin and its
+        deadline (None: none), so the edge can wake its timer when it is the earliest: a plain
+        tuple, no record made for it (every request comes here). Raises the exit error after
+        ``exited``."""
         if self.death is not None:
             raise self.death
         timeout = timeout if timeout is not None else self.request_timeout

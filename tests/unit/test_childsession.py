@@ -33,6 +33,7 @@ from gateway.protocol.childstate import COMPACT_ABOVE
 from gateway.protocol.correlation import Correlator
 from gateway.protocol.framing import OversizedLine
 from gateway.protocol.jsonrpc import Notification, Result
+from tests.unit.sessionsend import send
 
 SAMPLING = "sampling/createMessage"
 
@@ -79,8 +80,8 @@ def cancel_ids(actions: list[ChildAction[str]]) -> list[object]:
 
 def test_a_request_gets_a_minted_id_and_a_whole_line_and_its_reply_goes_to_its_owner() -> None:
     session = make()
-    first = session.send("tools/list", None, "a", now=0)
-    second = session.send("tools/list", None, "b", now=0)
+    first = send(session, "tools/list", None, "a", now=0)
+    second = send(session, "tools/list", None, "b", now=0)
     assert (first.child_id, second.child_id) == (1, 2)
     assert first.line.endswith(b"\n")
     assert orjson.loads(first.line)["id"] == 1
@@ -98,36 +99,13 @@ def test_a_requests_line_is_what_encode_line_makes_of_its_request(params: dict[s
     """``send`` writes the line without a ``Request``: it agrees with the general encoding."""
     general = Correlator[str]()
     request, _ = general.outgoing("tools/call", params, "a")
-    sent = make().send("tools/call", params, "a", now=0)
+    sent = send(make(), "tools/call", params, "a", now=0)
     assert sent.line == jsonrpc.encode_line(request)
-
-
-@pytest.mark.parametrize("timeout", [None, 5, math.inf])
-def test_send_line_is_send_without_the_record(timeout: float | None) -> None:
-    """The stdio edge takes ``send_line``: the same child id, line and deadline as ``send``
-    gives, and the request recorded alike (its reply answers its owner, its deadline fires)."""
-    with_record, plain = make(request_timeout=30), make(request_timeout=30)
-    for params in (None, call("echo"), {**call(), "_meta": {"progressToken": "tok"}}):
-        sent = with_record.send("tools/call", params, "a", now=1, timeout=timeout)
-        assert plain.send_line("tools/call", params, "a", now=1, timeout=timeout) == (
-            sent.child_id,
-            sent.line,
-            sent.deadline,
-        )
-    assert plain.in_flight == with_record.in_flight == 3
-    assert plain.next_deadline() == with_record.next_deadline()
-    for session in (plain, with_record):
-        assert [a.owner for a in of(Answered, session.receive_line(result(2), now=2))] == ["a"]
-    ticks = [session.tick(100) for session in (plain, with_record)]
-    expired = [[(a.owner, a.error.message) for a in of(Failed, actions)] for actions in ticks]
-    assert expired[0] == expired[1]
-    assert len(expired[0]) == (0 if timeout == math.inf else 2)
-    assert cancel_ids(ticks[0]) == cancel_ids(ticks[1])
 
 
 def test_a_reply_for_an_id_no_longer_pending_is_late_and_dropped() -> None:
     session = make()
-    sent = session.send("ping", None, "a", now=0)
+    sent = send(session, "ping", None, "a", now=0)
     session.receive_line(result(sent.child_id), now=0)
     [late] = session.receive_line(result(sent.child_id), now=0)
     assert isinstance(late, Log)
@@ -137,7 +115,7 @@ def test_a_reply_for_an_id_no_longer_pending_is_late_and_dropped() -> None:
 
 def test_progress_goes_to_its_request_with_the_clients_token_restored() -> None:
     session = make()
-    sent = session.send("tools/call", {**call(), "_meta": {"progressToken": "tok"}}, "a", now=0)
+    sent = send(session, "tools/call", {**call(), "_meta": {"progressToken": "tok"}}, "a", now=0)
     assert orjson.loads(sent.line)["params"]["_meta"]["progressToken"] == sent.child_id
     [delivered] = session.receive_line(note("notifications/progress", progressToken=sent.child_id, progress=1), 0)
     assert isinstance(delivered, Deliver)
@@ -147,8 +125,8 @@ def test_progress_goes_to_its_request_with_the_clients_token_restored() -> None:
 
 def test_a_batch_on_stdio_is_taken_apart() -> None:
     session = make()
-    session.send("ping", None, "a", now=0)
-    session.send("ping", None, "b", now=0)
+    send(session, "ping", None, "a", now=0)
+    send(session, "ping", None, "b", now=0)
     batch = b"[" + result(1) + b"," + result(2) + b"]"
     assert [a.owner for a in of(Answered, session.receive_line(batch, now=0))] == ["a", "b"]
 
@@ -158,7 +136,7 @@ def test_a_batch_on_stdio_is_taken_apart() -> None:
 
 def test_a_request_past_its_deadline_fails_and_the_child_is_told_to_cancel() -> None:
     session = make()
-    sent = session.send("tools/call", call(), "a", now=10, timeout=2)
+    sent = send(session, "tools/call", call(), "a", now=10, timeout=2)
     assert sent.deadline == 12
     assert session.next_deadline() == 12
     assert session.tick(11.9) == []
@@ -174,7 +152,7 @@ def test_a_request_past_its_deadline_fails_and_the_child_is_told_to_cancel() -> 
 
 def test_a_request_that_may_not_be_cancelled_times_out_without_a_cancel() -> None:
     session = make()
-    session.send("server/discover", None, "probe", now=0, timeout=1, cancellable=False)
+    send(session, "server/discover", None, "probe", now=0, timeout=1, cancellable=False)
     actions = session.tick(5)
     assert of(Failed, actions)
     assert not of(Write, actions)
@@ -182,15 +160,15 @@ def test_a_request_that_may_not_be_cancelled_times_out_without_a_cancel() -> Non
 
 def test_the_default_timeout_applies_and_an_infinite_one_sets_no_deadline() -> None:
     session = make(request_timeout=30)
-    assert session.send("ping", None, "a", now=0).deadline == 30
-    assert session.send("subscriptions/listen", None, "b", now=0, timeout=math.inf).deadline is None
-    assert make().send("ping", None, "c", now=0).deadline is None
+    assert send(session, "ping", None, "a", now=0).deadline == 30
+    assert send(session, "subscriptions/listen", None, "b", now=0, timeout=math.inf).deadline is None
+    assert send(make(), "ping", None, "c", now=0).deadline is None
 
 
 def test_deadlines_fire_in_order_and_answered_ones_are_skipped() -> None:
     session = make()
-    late = session.send("ping", None, "late", now=0, timeout=9)
-    early = session.send("ping", None, "early", now=0, timeout=3)
+    late = send(session, "ping", None, "late", now=0, timeout=9)
+    early = send(session, "ping", None, "early", now=0, timeout=3)
     session.receive_line(result(early.child_id), now=1)
     assert session.next_deadline() == 9  # the answered one is skipped
     assert [a.owner for a in of(Failed, session.tick(100))] == ["late"]
@@ -200,7 +178,7 @@ def test_deadlines_fire_in_order_and_answered_ones_are_skipped() -> None:
 def test_the_deadline_heap_stays_proportional_to_the_live_requests() -> None:
     session = make()
     for n in range(20 * COMPACT_ABOVE):
-        sent = session.send("ping", None, f"r{n}", now=n, timeout=1000)
+        sent = send(session, "ping", None, f"r{n}", now=n, timeout=1000)
         session.receive_line(result(sent.child_id), now=n)
     assert len(session._deadlines) <= 2 * COMPACT_ABOVE + 2
 
@@ -215,7 +193,7 @@ def test_an_answered_request_is_not_kept_alive_by_its_stale_deadline() -> None:
     session: ChildSession[Owner] = ChildSession("srv", 42, input_timeout=5.0, max_line_bytes=100, command="srv-cmd")
     owner = Owner()
     gone = weakref.ref(owner)
-    sent = session.send("tools/call", call(), owner, now=0, timeout=1000)
+    sent = send(session, "tools/call", call(), owner, now=0, timeout=1000)
     actions = session.receive_line(result(sent.child_id), now=1)
     del owner, actions
     gc.collect()
@@ -229,7 +207,7 @@ def test_an_answered_request_is_not_kept_alive_by_its_stale_deadline() -> None:
 
 def test_an_abandoned_request_ends_once_and_the_child_is_told_once() -> None:
     session = make()
-    sent = session.send("tools/call", call(), "a", now=0, timeout=5)
+    sent = send(session, "tools/call", call(), "a", now=0, timeout=5)
     actions = session.abandon(sent.child_id)
     [failed] = of(Failed, actions)
     assert isinstance(failed.error, ChildExitedError)
@@ -242,7 +220,7 @@ def test_an_abandoned_request_ends_once_and_the_child_is_told_once() -> None:
 
 def test_abandoning_an_uncancellable_request_sends_nothing() -> None:
     session = make()
-    sent = session.send("initialize", None, "a", now=0, cancellable=False)
+    sent = send(session, "initialize", None, "a", now=0, cancellable=False)
     assert not of(Write, session.abandon(sent.child_id))
 
 
@@ -261,7 +239,7 @@ def test_a_non_json_line_is_noise_counted_and_kept() -> None:
 
 def test_json_that_is_not_json_rpc_fails_the_request_it_names_or_else_is_noise() -> None:
     session = make()
-    sent = session.send("ping", None, "a", now=0)
+    sent = send(session, "ping", None, "a", now=0)
     [failed] = session.receive_line(line({"id": sent.child_id, "result": {}}), now=0)  # no "jsonrpc"
     assert isinstance(failed, Failed)
     assert isinstance(failed.error, ChildProtocolError)
@@ -275,7 +253,7 @@ def test_json_that_is_not_json_rpc_fails_the_request_it_names_or_else_is_noise()
 
 def test_an_over_long_line_fails_the_request_whose_id_it_carries() -> None:
     session = make()
-    sent = session.send("tools/call", call(), "a", now=0)
+    sent = send(session, "tools/call", call(), "a", now=0)
     head = b'{"jsonrpc":"2.0","id":' + str(sent.child_id).encode() + b',"result":{"x":"'
     actions = session.receive_oversized(OversizedLine(5000, head, b'xxx"}}'))
     [failed] = of(Failed, actions)
@@ -287,8 +265,8 @@ def test_an_over_long_line_fails_the_request_whose_id_it_carries() -> None:
 
 def test_a_log_goes_to_the_one_request_in_flight_at_its_clients_level() -> None:
     session = make()
-    session.send("subscriptions/listen", None, "listen", now=0)  # listens never log
-    session.send("tools/call", call(), "a", now=0, log_level="info")
+    send(session, "subscriptions/listen", None, "listen", now=0)  # listens never log
+    send(session, "tools/call", call(), "a", now=0, log_level="info")
     [delivered] = session.receive_line(note("notifications/message", level="warning", data="x"), now=0)
     assert isinstance(delivered, Deliver)
     assert delivered.owner == "a"
@@ -301,8 +279,8 @@ def test_a_log_goes_to_the_one_request_in_flight_at_its_clients_level() -> None:
 def test_a_log_with_several_requests_in_flight_or_none_is_the_gateways() -> None:
     session = make()
     assert of(Log, session.receive_line(note("notifications/message", level="error", data="z"), now=0))
-    session.send("tools/call", call(), "a", now=0, log_level="debug")
-    session.send("tools/call", call(), "b", now=0, log_level="debug")
+    send(session, "tools/call", call(), "a", now=0, log_level="debug")
+    send(session, "tools/call", call(), "b", now=0, log_level="debug")
     [logged] = session.receive_line(note("notifications/message", level="error", data="z"), now=0)
     assert isinstance(logged, Log)
     assert logged.level == logging.ERROR
@@ -311,7 +289,7 @@ def test_a_log_with_several_requests_in_flight_or_none_is_the_gateways() -> None
 
 def test_a_request_whose_client_wants_no_logs_gets_none() -> None:
     session = make()
-    session.send("tools/call", call(), "a", now=0)
+    send(session, "tools/call", call(), "a", now=0)
     assert of(Log, session.receive_line(note("notifications/message", level="emergency", data="z"), now=0))
 
 
@@ -330,8 +308,8 @@ def test_notifications_of_no_request_are_broadcast_and_a_tools_change_is_counted
 
 def test_a_question_with_one_request_that_may_ask_goes_to_it() -> None:
     session = make()
-    session.send("tools/list", None, "lister", now=0, asks=True)  # a list never asks
-    session.send("tools/call", call(), "caller", now=0, asks=True)
+    send(session, "tools/list", None, "lister", now=0, asks=True)  # a list never asks
+    send(session, "tools/call", call(), "caller", now=0, asks=True)
     [facts, ask] = session.receive_line(question(), now=0)
     assert facts == ChildFacts(open_questions=1, has_asked=True, alive=True)  # rule 8: first
     assert isinstance(ask, Ask)
@@ -348,7 +326,7 @@ def test_a_question_nobody_can_carry_is_the_gateways_to_answer() -> None:
     [none] = session.receive_line(question(), now=0)
     assert isinstance(none, Unattributed)
     assert none.reason == "no client request is in flight on the child"
-    session.send("tools/call", call(), "no-asks", now=0)  # not opened with asks=True
+    send(session, "tools/call", call(), "no-asks", now=0)  # not opened with asks=True
     [other] = session.receive_line(question(), now=0)
     assert isinstance(other, Unattributed)
     assert "none of the 1 request(s)" in other.reason
@@ -365,9 +343,9 @@ ELICIT = "elicitation/create"
 
 def test_a_question_that_names_its_task_goes_to_that_tasks_result_whatever_else_may_ask() -> None:
     session = make()
-    session.send("tools/call", call(), "caller", now=0, asks=True)  # may ask, alone: would get a plain question
-    session.send("tasks/result", {"taskId": "A"}, "waits-a", now=0, asks=True)
-    session.send("tasks/result", {"taskId": "B"}, "waits-b", now=0, asks=True)
+    send(session, "tools/call", call(), "caller", now=0, asks=True)  # may ask, alone: would get a plain question
+    send(session, "tasks/result", {"taskId": "A"}, "waits-a", now=0, asks=True)
+    send(session, "tasks/result", {"taskId": "B"}, "waits-b", now=0, asks=True)
     [to_b] = without_facts(session.receive_line(task_question("B"), now=0))
     [to_a] = without_facts(session.receive_line(task_question("A", 92), now=0))
     assert isinstance(to_b, Ask)
@@ -381,22 +359,22 @@ def test_a_question_that_names_its_task_goes_to_that_tasks_result_whatever_else_
 
 def test_a_tasks_question_with_nobody_waiting_on_that_task_is_never_another_calls() -> None:
     session = make()
-    session.send("tools/call", call(), "caller", now=0, asks=True)
-    session.send("tasks/result", {"taskId": "A"}, "no-asks", now=0)  # not opened with asks=True
+    send(session, "tools/call", call(), "caller", now=0, asks=True)
+    send(session, "tasks/result", {"taskId": "A"}, "no-asks", now=0)  # not opened with asks=True
     [none] = session.receive_line(task_question("A"), now=0)
     assert isinstance(none, Unattributed)
 
 
 def test_a_child_request_that_is_no_question_is_answered_by_the_gateway() -> None:
     session = make()
-    session.send("tools/call", call(), "a", now=0, asks=True)
+    send(session, "tools/call", call(), "a", now=0, asks=True)
     [ping] = session.receive_line(question(method="ping"), now=0)
     assert isinstance(ping, Unattributed)
 
 
 def test_an_ask_its_owner_cannot_take_is_answered_by_the_gateway() -> None:
     session = make()
-    session.send("tools/call", call(), "a", now=0, asks=True)
+    send(session, "tools/call", call(), "a", now=0, asks=True)
     [ask] = without_facts(session.receive_line(question(), now=0))
     [answer] = without_facts(session.ask_refused(ask.ask_id))
     assert isinstance(answer, Unattributed)
@@ -407,8 +385,8 @@ def test_an_ask_its_owner_cannot_take_is_answered_by_the_gateway() -> None:
 
 def test_an_ambiguous_question_is_held_until_one_candidate_is_left() -> None:
     session = make()
-    first = session.send("tools/call", call("x"), "a", now=0, asks=True)
-    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    first = send(session, "tools/call", call("x"), "a", now=0, asks=True)
+    send(session, "tools/call", call("y"), "b", now=0, asks=True)
     [held] = without_facts(session.receive_line(question(), now=0))
     assert isinstance(held, Log)
     assert "held" in held.template
@@ -422,12 +400,12 @@ def test_an_ambiguous_question_is_held_until_one_candidate_is_left() -> None:
 
 def test_which_questions_are_open_is_known_by_method_asked_or_held() -> None:
     session = make()
-    session.send("tools/call", call(), "caller", now=0, asks=True)
+    send(session, "tools/call", call(), "caller", now=0, asks=True)
     [ask] = without_facts(session.receive_line(question(), now=0))
     assert isinstance(ask, Ask)
     assert session.asks_open(SAMPLING)
     assert not session.asks_open("roots/list")
-    session.send("tools/call", call("y"), "other", now=0, asks=True)
+    send(session, "tools/call", call("y"), "other", now=0, asks=True)
     session.receive_line(question(91, "roots/list"), now=0)  # two candidates now: held
     assert session.asks_open("roots/list")
     session.ask_closed(ask.ask_id)
@@ -440,8 +418,8 @@ def test_a_question_answered_alike_whoever_asked_is_never_held() -> None:
     # as ambiguous could only stall both calls (each waiting for it) until the input timeout.
     session = make()
     session.answer_alike(lambda method: method == "roots/list")
-    session.send("tools/call", call("x"), "a", now=0, asks=True)
-    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    send(session, "tools/call", call("x"), "a", now=0, asks=True)
+    send(session, "tools/call", call("y"), "b", now=0, asks=True)
     [roots] = session.receive_line(question(method="roots/list"), now=0)
     assert isinstance(roots, Unattributed)
     assert session.open_questions == 0
@@ -452,11 +430,11 @@ def test_a_question_answered_alike_whoever_asked_is_never_held() -> None:
 
 def test_a_held_question_goes_to_the_last_of_its_candidates_not_to_a_later_request() -> None:
     session = make()
-    child_ids = [session.send("tools/call", call(n), n, now=0, asks=True).child_id for n in "abc"]
+    child_ids = [send(session, "tools/call", call(n), n, now=0, asks=True).child_id for n in "abc"]
     session.receive_line(question(), now=0)
     session.abandon(child_ids[0])
     assert session.open_questions == 1  # still two candidates
-    session.send("tools/call", call(), "late-comer", now=0, asks=True)  # not a candidate
+    send(session, "tools/call", call(), "late-comer", now=0, asks=True)  # not a candidate
     actions = session.abandon(child_ids[1])
     [ask] = of(Ask, actions)
     assert ask.owner == "c"
@@ -466,8 +444,8 @@ def test_a_held_question_goes_to_the_last_of_its_candidates_not_to_a_later_reque
 
 def test_a_held_question_is_answered_by_the_gateway_after_the_input_timeout() -> None:
     session = make()
-    session.send("tools/call", call("x"), "a", now=0, asks=True)
-    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    send(session, "tools/call", call("x"), "a", now=0, asks=True)
+    send(session, "tools/call", call("y"), "b", now=0, asks=True)
     session.receive_line(question(), now=2)
     actions = session.tick(7)
     assert [type(a) for a in actions] == [ChildFacts, Changed, Unattributed]
@@ -488,7 +466,7 @@ def learning_session() -> ChildSession[str]:
 
 def test_a_tool_that_ends_with_a_result_and_no_question_is_learned_quiet() -> None:
     session = learning_session()
-    sent = session.send("tools/call", call("quiet"), "a", now=0, asks=True)
+    sent = send(session, "tools/call", call("quiet"), "a", now=0, asks=True)
     actions = session.receive_line(result(sent.child_id), now=0)
     assert of(Log, actions)
     assert session.tools is not None
@@ -497,7 +475,7 @@ def test_a_tool_that_ends_with_a_result_and_no_question_is_learned_quiet() -> No
 
 def test_the_callers_tool_key_is_used_as_given() -> None:
     session = learning_session()
-    sent = session.send("tools/call", call("x"), "a", now=0, asks=True, tool="tools/call given")
+    sent = send(session, "tools/call", call("x"), "a", now=0, asks=True, tool="tools/call given")
     session.receive_line(result(sent.child_id), now=0)
     assert session.tools is not None
     assert session.tools.quiet == {"tools/call given"}
@@ -507,7 +485,7 @@ def test_a_tool_that_asked_is_never_quiet_and_a_quiet_one_that_asks_is_unlearned
     session = learning_session()
     assert session.tools is not None
     session.tools.quiet.add("tools/call t")
-    sent = session.send("tools/call", call(), "a", now=0, asks=True)
+    sent = send(session, "tools/call", call(), "a", now=0, asks=True)
     [unlearned, ask] = without_facts(session.receive_line(question(), now=0))
     assert isinstance(unlearned, Log)
     assert "asked after all" in unlearned.template
@@ -520,21 +498,21 @@ def test_a_tool_that_asked_is_never_quiet_and_a_quiet_one_that_asks_is_unlearned
 def test_no_learning_for_a_modern_child_an_error_or_a_request_that_may_not_ask() -> None:
     session = learning_session()
     assert session.tools is not None
-    session.send("tools/call", call("err"), "a", now=0, asks=True)
+    send(session, "tools/call", call("err"), "a", now=0, asks=True)
     session.receive_line(line({"jsonrpc": "2.0", "id": 1, "error": {"code": -1, "message": "no"}}), now=0)
-    session.send("tools/call", call("no-asks"), "b", now=0)
+    send(session, "tools/call", call("no-asks"), "b", now=0)
     session.receive_line(result(2), now=0)
     modern = make()
     modern.tools = session.tools
-    modern.send("tools/call", call("modern"), "c", now=0, asks=True)
+    send(modern, "tools/call", call("modern"), "c", now=0, asks=True)
     modern.receive_line(result(1), now=0)
     assert session.tools.quiet == set()
 
 
 def test_unresolved_questions_mark_every_candidates_tool_asking() -> None:
     session = learning_session()
-    session.send("tools/call", call("x"), "a", now=0, asks=True)
-    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    send(session, "tools/call", call("x"), "a", now=0, asks=True)
+    send(session, "tools/call", call("y"), "b", now=0, asks=True)
     session.receive_line(question(), now=0)
     session.tick(100)
     assert session.tools is not None
@@ -546,8 +524,8 @@ def test_unresolved_questions_mark_every_candidates_tool_asking() -> None:
 
 def test_the_exit_fails_everything_pending_with_one_error_naming_the_exit() -> None:
     session = make()
-    session.send("tools/call", call("x"), "a", now=0, asks=True, timeout=3)
-    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    send(session, "tools/call", call("x"), "a", now=0, asks=True, timeout=3)
+    send(session, "tools/call", call("y"), "b", now=0, asks=True)
     session.receive_line(question(), now=0)  # held
     actions = session.exited(-9, stderr_tail=["one", "two", "three", "four"])
     failed = of(Failed, actions)
@@ -564,14 +542,14 @@ def test_the_exit_fails_everything_pending_with_one_error_naming_the_exit() -> N
     assert record.fields == {"event": "exit", "exit_code": None, "signal": "SIGKILL", "planned": False}
     assert (session.in_flight, session.open_questions, session.next_deadline()) == (0, 0, None)
     with pytest.raises(ChildExitedError):
-        session.send("ping", None, "c", now=1)
+        send(session, "ping", None, "c", now=1)
     assert session.exited(0) == []
 
 
 def test_a_fault_of_the_gateway_fails_everything_pending_and_the_later_exit_changes_nothing() -> None:
     session = make()
-    session.send("tools/call", call("x"), "a", now=0, timeout=3)
-    session.send("tools/call", call("y"), "b", now=0)
+    send(session, "tools/call", call("x"), "a", now=0, timeout=3)
+    send(session, "tools/call", call("y"), "b", now=0)
     actions = session.faulted("stderr pump")
     failed = of(Failed, actions)
     assert [a.owner for a in failed] == ["a", "b"]
@@ -604,7 +582,7 @@ def test_a_child_the_gateway_stopped_exits_with_a_record_at_info_level() -> None
 
 def test_a_child_the_gateway_stopped_with_requests_in_flight_leaves_its_details_in_the_log() -> None:
     session = make()
-    session.send("tools/call", call("x"), "a", now=0)
+    send(session, "tools/call", call("x"), "a", now=0)
     actions = session.exited(-15, stderr_tail=["last words"], stopping=True)
     [failed] = of(Failed, actions)
     assert failed.error.message == "srv was killed by SIGTERM after the gateway stopped it"
@@ -615,7 +593,7 @@ def test_a_child_the_gateway_stopped_with_requests_in_flight_leaves_its_details_
 
 def test_an_open_ask_is_forgotten_at_the_exit() -> None:
     session = make()
-    session.send("tools/call", call(), "a", now=0, asks=True)
+    send(session, "tools/call", call(), "a", now=0, asks=True)
     [ask] = without_facts(session.receive_line(question(), now=0))
     session.exited(None)
     assert session.open_questions == 0
@@ -627,8 +605,8 @@ def test_an_open_ask_is_forgotten_at_the_exit() -> None:
 
 def test_the_facts_the_pool_decides_from_lead_the_actions_whenever_they_change() -> None:
     session = make()
-    session.send("tools/call", call("x"), "a", now=0, asks=True)
-    session.send("tools/call", call("y"), "b", now=0, asks=True)
+    send(session, "tools/call", call("x"), "a", now=0, asks=True)
+    send(session, "tools/call", call("y"), "b", now=0, asks=True)
     assert not of(ChildFacts, session.receive_line(note("notifications/tools/list_changed"), now=0))  # none changed
     held = session.receive_line(question(), now=0)  # held as ambiguous: open, asked
     assert held[0] == ChildFacts(1, True, True)
@@ -642,7 +620,7 @@ def test_the_facts_the_pool_decides_from_lead_the_actions_whenever_they_change()
 
 def test_a_fault_tells_the_death_first_too() -> None:
     session = make()
-    session.send("tools/call", call(), "a", now=0)
+    send(session, "tools/call", call(), "a", now=0)
     assert [type(a) for a in session.faulted("stdin pump")] == [ChildFacts, Failed]
 
 
@@ -661,7 +639,7 @@ def test_an_exit_is_described_by_its_code_or_signal(returncode: int | None, desc
 
 def test_notifications_carry_through_unchanged() -> None:
     session = make()
-    session.send("tools/call", call(), "a", now=0)
+    send(session, "tools/call", call(), "a", now=0)
     [broadcast] = session.receive_line(note("notifications/prompts/list_changed"), now=0)
     assert broadcast == Broadcast(Notification("notifications/prompts/list_changed", {}))
 

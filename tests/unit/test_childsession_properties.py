@@ -23,6 +23,7 @@ from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.childactions import Answered, Ask, ChildAction, Deliver, Failed, Write
 from gateway.protocol.childsession import ChildSession
 from gateway.protocol.framing import OversizedLine
+from tests.unit.sessionsend import send
 
 METHODS = st.sampled_from(["tools/call", "tools/list", "ping", "prompts/get", "subscriptions/listen"])
 
@@ -84,11 +85,12 @@ class SessionMachine(RuleBasedStateMachine):
         params = {"name": f"tool{owner % 3}", "_meta": {"progressToken": f"c{owner}"}} if token else None
         if self.exited:
             try:
-                self.session.send(method, params, owner, now=self.now)
+                send(self.session, method, params, owner, now=self.now)
             except ChildExitedError:
                 return
             raise AssertionError("a dead child took a request")
-        sent = self.session.send(
+        sent = send(
+            self.session,
             method,
             params,
             owner,
