@@ -252,9 +252,9 @@ takes nothing; at 8,000 requests a second it holds about a second of access line
 
 
 class Dropped:
-    """Lines dropped because ``MAX_LOG_QUEUE_LINES`` waited (any thread may drop one: counted
-    under a lock, which only the dropping path takes). ``total`` never falls (the metric);
-    ``take_unreported`` hands the writing thread what it has not said yet."""
+    """Lines one queue dropped because ``MAX_LOG_QUEUE_LINES`` waited (any thread may drop one:
+    counted under a lock, which only the dropping path takes). ``total`` never falls (the
+    metric); ``take_unreported`` hands the queue's writing thread what it has not said yet."""
 
     def __init__(self) -> None:
         self.total = 0
@@ -272,7 +272,7 @@ class Dropped:
 
 
 DROPPED: Final = Dropped()
-"""The process's dropped log lines (``mcp_gateway_log_lines_dropped_total``)."""
+"""The lines the process's log queue dropped (``configure``'s; ``mcp_gateway_log_lines_dropped_total``)."""
 
 
 Line: TypeAlias = tuple["LineRoute", Any, int, str, str, str, tuple[Any, ...], tuple[str, ...], tuple[Any, ...]]
@@ -290,7 +290,7 @@ class LineRoute:
     on the event loop: no record, no call site, no thread, process or task read, no handler
     called. Made by ``DeferredQueueHandler.route``, one per listener's handlers and formatter."""
 
-    __slots__ = ("_keys", "extras", "formatter", "handlers", "max_lines", "put", "queue", "writer")
+    __slots__ = ("_keys", "dropped", "extras", "formatter", "handlers", "max_lines", "put", "queue", "writer")
 
     def __init__(
         self,
@@ -298,10 +298,12 @@ class LineRoute:
         handlers: tuple[BatchedStreamHandler],
         formatter: LineFormatter,
         max_lines: int = MAX_LOG_QUEUE_LINES,
+        dropped: Dropped | None = None,
     ) -> None:
         self.queue: Final = records
         self.put: Final = records.put
         self.max_lines: Final = max_lines  # the queue's bound (``MAX_LOG_QUEUE_LINES``)
+        self.dropped: Final = dropped if dropped is not None else Dropped()  # the queue's count
         self.handlers: Final = handlers
         """The listener's handlers when the route was made (``DeferredQueueHandler.route``)."""
         self.writer: Final = handlers[0]
@@ -323,7 +325,7 @@ class LineRoute:
                 return False
             self._keys = keys
         if self.queue.qsize() >= self.max_lines:
-            DROPPED.add()
+            self.dropped.add()
             return True
         self.put((self, clock(), level, getLevelName(level), name, msg, args, keys, values))
         return True
@@ -385,16 +387,18 @@ class DeferredQueueHandler(logging.handlers.QueueHandler):
     listener: FlushingQueueListener | None = None
     _route: LineRoute | None = None
     max_lines: int = MAX_LOG_QUEUE_LINES
-    """At most this many records wait on the queue; past it a record is dropped (``DROPPED``)."""
+    """At most this many records wait on the queue; past it a record is dropped (``dropped``)."""
 
-    def __init__(self, records: queue.SimpleQueue[Any]) -> None:
+    def __init__(self, records: queue.SimpleQueue[Any], dropped: Dropped | None = None) -> None:
+        """``dropped``: where the queue's drops are counted (``configure``: ``DROPPED``)."""
         super().__init__(records)
         self.records: Final = records
+        self.dropped: Final = dropped if dropped is not None else Dropped()
 
     def enqueue(self, record: logging.LogRecord) -> None:
         records = self.records
         if records.qsize() >= self.max_lines:
-            DROPPED.add()
+            self.dropped.add()
             return
         records.put_nowait(record)
 
@@ -414,6 +418,7 @@ class DeferredQueueHandler(logging.handlers.QueueHandler):
             and not route.writer.filters
             and not self.filters
             and route.max_lines == self.max_lines
+            and route.dropped is self.dropped
         ):
             return route
         return self._new_route()
@@ -428,7 +433,7 @@ class DeferredQueueHandler(logging.handlers.QueueHandler):
         formatter = handlers[0].formatter
         if not takes_lines(formatter):
             return None
-        self._route = LineRoute(self.queue, handlers, formatter, self.max_lines)  # type: ignore[arg-type]
+        self._route = LineRoute(self.queue, handlers, formatter, self.max_lines, self.dropped)  # type: ignore[arg-type]
         return self._route
 
     def handle(self, record: logging.LogRecord) -> Any:
@@ -512,9 +517,14 @@ class FlushingQueueListener(logging.handlers.QueueListener):
     asked (``empty()``), not learnt from ``queue.Empty``: raising and catching it once a burst
     cost about 2k instructions of a request at one request in flight."""
 
-    def __init__(self, records: queue.SimpleQueue[logging.LogRecord], *handlers: logging.Handler) -> None:
+    def __init__(
+        self, records: queue.SimpleQueue[logging.LogRecord], *handlers: logging.Handler, dropped: Dropped | None = None
+    ) -> None:
+        """``dropped``: the count of what its queue's handler dropped, reported once the queue
+        drains (``configure``: ``DROPPED``); None: none is reported."""
         super().__init__(records, *handlers, respect_handler_level=False)
         self.records = records
+        self.dropped = dropped
 
     def handle(self, record: logging.LogRecord | Line) -> None:
         """A ``Line`` is written by the handler its route names; a record as ``QueueListener`` does."""
@@ -540,7 +550,7 @@ class FlushingQueueListener(logging.handlers.QueueListener):
 
     def _report_drops(self) -> None:
         """Once the queue has drained, one warning for the lines dropped since the last one."""
-        dropped = DROPPED.take_unreported()
+        dropped = self.dropped.take_unreported() if self.dropped is not None else 0
         if dropped:
             record = logging.LogRecord(
                 "gateway",
@@ -581,8 +591,8 @@ def configure(level: str, fmt: str) -> logging.handlers.QueueListener:
     else:
         handler.setFormatter(TextFormatter(LINE_FORMAT))
     records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    listener = FlushingQueueListener(records, handler)
-    queued = DeferredQueueHandler(records)
+    listener = FlushingQueueListener(records, handler, dropped=DROPPED)
+    queued = DeferredQueueHandler(records, DROPPED)
     queued.listener = listener
     root = logging.getLogger()
     root.handlers[:] = [queued]

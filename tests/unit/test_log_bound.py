@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from gateway.ops import logs
 from gateway.ops.logs import (
     DROPPED,
     LINE_FORMAT,
     MAX_LOG_QUEUE_LINES,
     BatchedStreamHandler,
     DeferredQueueHandler,
+    Dropped,
     FlushingQueueListener,
     TextFormatter,
     line_route,
@@ -56,8 +56,9 @@ class Setup:
         self.handler = BatchedStreamHandler(stream)
         self.handler.setFormatter(TextFormatter(LINE_FORMAT))
         self.records: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self.listener = FlushingQueueListener(self.records, self.handler)
-        self.queued = DeferredQueueHandler(self.records)
+        self.dropped = Dropped()  # this queue's own count, as ``configure`` gives its queue ``DROPPED``
+        self.listener = FlushingQueueListener(self.records, self.handler, dropped=self.dropped)
+        self.queued = DeferredQueueHandler(self.records, self.dropped)
         self.queued.max_lines = bound
         self.queued.listener = self.listener
         self.logger = logging.getLogger(NAME)
@@ -68,7 +69,6 @@ class Setup:
 
 @pytest.fixture(autouse=True)
 def restore() -> Iterator[None]:
-    DROPPED.take_unreported()  # another test's drops are not this one's to report
     yield
     logger = logging.getLogger(NAME)
     logger.handlers[:] = []
@@ -82,11 +82,10 @@ def test_the_bound_is_named_and_small_enough_to_hold() -> None:
 
 def test_records_past_the_bound_are_dropped_and_counted() -> None:
     setup = Setup(io.StringIO(), bound=3)
-    before = DROPPED.total
     for i in range(5):
         setup.logger.info("record %d", i)
     assert setup.records.qsize() == 3
-    assert DROPPED.total - before == 2
+    assert setup.dropped.total == 2
 
 
 def test_lines_that_skip_their_record_are_bounded_alike() -> None:
@@ -94,11 +93,10 @@ def test_lines_that_skip_their_record_are_bounded_alike() -> None:
     route = line_route(setup.logger, logging.INFO)
     assert route is not None
     assert route.max_lines == 3
-    before = DROPPED.total
     for i in range(5):
         assert route.write(logging.INFO, NAME, "line %d", (i,), (), ())  # handled: queued or dropped
     assert setup.records.qsize() == 3
-    assert DROPPED.total - before == 2
+    assert setup.dropped.total == 2
     setup.queued.max_lines = 4  # a changed bound makes a new route
     assert line_route(setup.logger, logging.INFO) is not route
 
@@ -106,7 +104,6 @@ def test_lines_that_skip_their_record_are_bounded_alike() -> None:
 def test_a_stuck_log_output_holds_at_most_the_bound_and_the_drops_are_reported_once_it_moves() -> None:
     stream = StuckStream()
     setup = Setup(stream, bound=50)
-    before = DROPPED.total
     setup.listener.start()
     try:
         setup.logger.info("first")
@@ -119,7 +116,7 @@ def test_a_stuck_log_output_holds_at_most_the_bound_and_the_drops_are_reported_o
         for i in range(20):
             route.write(logging.INFO, NAME, "routed %d", (i,), (), ())
         assert setup.records.qsize() == 50
-        dropped = DROPPED.total - before
+        dropped = setup.dropped.total
         assert dropped == 200 + 20 - 50
     finally:
         stream.release()
@@ -131,4 +128,17 @@ def test_a_stuck_log_output_holds_at_most_the_bound_and_the_drops_are_reported_o
     warnings = [line for line in lines if "dropped" in line]
     assert len(warnings) == 1
     assert f"WARNING gateway: {dropped} log line(s) dropped" in warnings[0]
-    assert logs.DROPPED.take_unreported() == 0  # reported once
+    assert setup.dropped.take_unreported() == 0  # reported once
+
+
+def test_a_queue_counts_and_reports_its_own_drops_only() -> None:
+    full = Setup(io.StringIO(), bound=1)
+    for i in range(3):
+        full.logger.info("record %d", i)
+    assert full.dropped.total == 2
+    quiet = Setup(io.StringIO(), bound=10)
+    quiet.listener.start()
+    quiet.logger.info("one line")
+    quiet.listener.stop()
+    assert quiet.stream.getvalue().count("\n") == 1  # another queue's drops are not its to report
+    assert DeferredQueueHandler(queue.SimpleQueue()).dropped is not DROPPED

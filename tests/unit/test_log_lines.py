@@ -392,6 +392,9 @@ def test_configure_hands_its_queue_handler_the_listener_that_reads_its_queue(mon
         (queued,) = root.handlers
         assert isinstance(queued, DeferredQueueHandler)
         assert queued.listener is listener
+        assert queued.dropped is logs.DROPPED  # the process's count (the metric's)
+        assert isinstance(listener, FlushingQueueListener)
+        assert listener.dropped is logs.DROPPED  # reported by the process's writer
         access = logging.getLogger("gateway.access")
         with RecentErrors().attached():
             assert line_route(access, logging.INFO) is queued.route() is not None
