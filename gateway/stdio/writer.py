@@ -126,11 +126,21 @@ class LineWriter:
         self._queue(line)
 
     def _queue(self, line: bytes) -> int:
+        """Queue ``line`` for ``run``, woken now; its ticket."""
+        ticket = self._add(line)
+        self._wake.set()
+        return ticket
+
+    def _add(self, line: bytes) -> int:
         self._tickets += 1
         self._lines[self._tickets] = line
         self._queued += len(line)
-        self._wake.set()
         return self._tickets
+
+    def _batch(self) -> bytes:
+        """Everything queued, in order, as one write's bytes (still queued)."""
+        lines = self._lines
+        return next(iter(lines.values())) if len(lines) == 1 else b"".join(lines.values())
 
     async def send(self, line: bytes) -> int | None:
         """Write ``line`` now if the pipe is idle (None), else queue it: the ticket to
@@ -165,13 +175,11 @@ class LineWriter:
             raise BrokenPipe from self.broken
         if not self.fits(len(line)):
             raise StdinFull(self._queued, len(line), self.max_queued)
-        self._tickets += 1
-        self._lines[self._tickets] = line
-        self._queued += len(line)
+        ticket = self._add(line)
         if not self._flush_due:
             self._flush_due = True
             asyncio.get_running_loop().call_soon(self._flush)
-        return self._tickets
+        return ticket
 
     def _flush(self) -> None:
         """The end of the loop turn that queued lines: what is queued leaves in one write, made
@@ -183,8 +191,7 @@ class LineWriter:
         if stream_write_now is None or self._busy or self._unsettled or self.broken is not None:
             self._wake.set()
             return
-        lines = self._lines
-        data = next(iter(lines.values())) if len(lines) == 1 else b"".join(lines.values())
+        data = self._batch()
         try:
             if not stream_write_now(data):
                 self._wake.set()
@@ -235,8 +242,7 @@ class LineWriter:
                 finally:
                     self._busy = False
                 continue
-            lines = self._lines
-            data = next(iter(lines.values())) if len(lines) == 1 else b"".join(lines.values())
+            data = self._batch()
             self._lines = {}
             self._queued = 0
             self._busy = True
