@@ -1,18 +1,23 @@
-"""The bare bridge: the least work a correct uvicorn-based gateway does per call (a yardstick).
+"""The bare bridges: the least work a correct gateway does per call (two yardsticks).
 
-A bare ASGI callable on uvicorn (httptools, uvloop, no framework, no access log) in front of
-one shared echo child over two pipes, read by the event loop as the gateway reads its
-children. Each request's id is rewritten to one of the bridge's own before its line goes to
+``--kind asgi`` (the default): a bare ASGI callable on uvicorn (httptools, uvloop, no
+framework, no access log); ``--kind protocol``: a bare asyncio protocol on uvloop, no HTTP
+server library at all (keep-alive, ``Content-Length`` bodies, the head read as
+``bench.noop``'s raw ceiling reads it), no task per request: the request's line is written to
+the child from the socket's read callback and the answer to the socket from the pipe's. Each
+is in front of one shared echo child over two pipes, read by the event loop as the gateway
+reads its children. Each request's id is rewritten to one of the bridge's own before its line goes to
 the child and restored on the reply, so concurrent clients that number their calls alike
 each get their own answer: the one thing a shared child needs to be correct. Nothing else
 is done: no header checks, no sessions (a legacy ``initialize`` is answered here with a
 fixed session id), no pool, no cancellation, no bounds, no logs, no metrics.
 
-It is not a peer and never a best peer: the tables show it to say how much of the gateway's
-time per call is the HTTP hop plus the pipe, which no gateway on uvicorn avoids, and how much
-is the gateway's own work.
+Neither is a peer or ever a best peer: the tables show them to say how much of the gateway's
+time per call is the HTTP hop plus the pipe, which no gateway on uvicorn avoids (``asgi``), how
+much of that is uvicorn's ASGI path rather than the socket (``protocol``: what a server of the
+gateway's own on the event loop could reach at best), and how much is the gateway's own work.
 
-    python -m bench.bridge --port PORT -- CHILD ARGV...
+    python -m bench.bridge [--kind asgi|protocol] --port PORT -- CHILD ARGV...
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from bench.noop import INIT_RESULT, SESSION, read_body
+from bench.noop import INIT_RESULT, SESSION, content_length, read_body
 
 READY = (200, [], b"ready\n")
 MAX_LINE = 64 * 1024 * 1024
@@ -37,7 +42,7 @@ class Child(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.buffer = b""
-        self.waiting: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.waiting: dict[int, asyncio.Future[dict[str, Any]] | tuple[Connection, Any]] = {}
         self.next_id = 0
         self.stdin: Any = None  # uvloop's pipe transports are not asyncio.WriteTransport subclasses
 
@@ -54,9 +59,13 @@ class Child(asyncio.Protocol):
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
             reply = orjson.loads(line)
-            future = self.waiting.pop(reply.get("id"), None)
-            if future is not None and not future.done():
-                future.set_result(reply)
+            waiter = self.waiting.pop(reply.get("id"), None)
+            if isinstance(waiter, tuple):  # a protocol connection's: answered from here
+                connection, theirs = waiter
+                reply["id"] = theirs
+                connection.respond(200, b"", orjson.dumps(reply))
+            elif waiter is not None and not waiter.done():
+                waiter.set_result(reply)
 
     async def call(self, message: dict[str, Any]) -> dict[str, Any]:
         self.next_id += 1
@@ -73,8 +82,56 @@ class Child(asyncio.Protocol):
         reply["id"] = theirs
         return reply
 
+    def send(self, connection: Connection, message: dict[str, Any]) -> None:
+        """``message`` to the child, its answer to go to ``connection`` (no task, no future)."""
+        self.next_id += 1
+        self.waiting[self.next_id] = (connection, message["id"])
+        message["id"] = self.next_id
+        self.stdin.write(orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE))
+
 
 CHILD = Child()
+
+
+class Connection(asyncio.Protocol):
+    """``--kind protocol``: one keep-alive HTTP/1.1 connection, answered from callbacks."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.transport: Any = None  # uvloop's transports are not asyncio.Transport subclasses
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def respond(self, status: int, extra: bytes, payload: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(
+                b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n%scontent-length: %d\r\n\r\n%s"
+                % (status, b"OK" if status == 200 else b"Accepted", extra, len(payload), payload)
+            )
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while (end := self.buffer.find(b"\r\n\r\n")) >= 0:
+            head = self.buffer[:end].lower()
+            length = content_length(head)
+            if len(self.buffer) < end + 4 + length:
+                return
+            body = self.buffer[end + 4 : end + 4 + length]
+            self.buffer = self.buffer[end + 4 + length :]
+            if not head.startswith(b"post"):  # GET /readyz, a legacy DELETE
+                self.respond(200, b"", b"ready\n")
+                continue
+            request = orjson.loads(body)
+            if "id" not in request:
+                self.respond(202, b"", b"")
+            elif request.get("method") == "initialize":
+                self.respond(200, b"mcp-session-id: " + SESSION + b"\r\n", INIT_RESULT)
+            else:
+                CHILD.send(self, request)
 
 
 def start_child(argv: list[str]) -> tuple[int, int]:
@@ -108,17 +165,23 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-async def serve(port: int, pipes: tuple[int, int]) -> None:
+async def serve(port: int, pipes: tuple[int, int], kind: str) -> None:
+    await CHILD.attach(pipes)
+    if kind == "protocol":
+        server = await asyncio.get_running_loop().create_server(Connection, "127.0.0.1", port, backlog=2048)
+        async with server:
+            await server.serve_forever()
+        return
     import uvicorn
 
-    await CHILD.attach(pipes)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off")
     await uvicorn.Server(config).serve()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="the bare uvicorn bridge to one stdio child (a yardstick)")
+    parser = argparse.ArgumentParser(description="a bare bridge to one stdio child (a yardstick)")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--kind", choices=["asgi", "protocol"], default="asgi")
     parser.add_argument("child", nargs=argparse.REMAINDER, help="-- then the child's argv")
     args = parser.parse_args()
     argv = args.child[1:] if args.child[:1] == ["--"] else args.child
@@ -128,9 +191,9 @@ def main() -> None:
     try:
         import uvloop
 
-        uvloop.run(serve(args.port, pipes))
+        uvloop.run(serve(args.port, pipes, args.kind))
     except ImportError:
-        asyncio.run(serve(args.port, pipes))
+        asyncio.run(serve(args.port, pipes, args.kind))
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ after the last answer, so legacy clients' session set-up and teardown are left o
 System calls are not counted (they run in the kernel), and an instruction is not a fixed
 time, so this compares code, not servers; ``python -m bench`` measures the real thing.
 ``--reference`` adds the two no-op servers of ``bench.noop``: a bare uvicorn ASGI callable
-(what any uvicorn app pays per request) and a bare asyncio protocol; and the bare bridge
-(``bench.bridge``: that callable piping each call to one shared echo child, ids rewritten).
+(what any uvicorn app pays per request) and a bare asyncio protocol; and the bare bridges
+(``bench.bridge``: that callable piping each call to one shared echo child, ids rewritten; and
+the same on a bare asyncio protocol, no HTTP server library, no task per request).
 Needs ``valgrind``.
 """
 
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         help="run the gateway from this checkout (repeatable; a worktree of another commit); default: this one",
     )
     parser.add_argument(
-        "--reference", action="store_true", help="also the bare uvicorn and raw no-op servers and the bare bridge"
+        "--reference", action="store_true", help="also the bare uvicorn and raw no-op servers and the bare bridges"
     )
     parser.add_argument(
         "--engine",
@@ -162,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         for kind in ("uvicorn", "raw"):
             noop = [python, "-m", "bench.noop", "--kind", kind, "--port", "{port}"]
             rows.append((f"no-op {kind}", measure(noop, REPO, "/readyz", ("modern",), dict(os.environ))))
-        bridge = [python, "-m", "bench.bridge", "--port", "{port}", "--", *echo_command()]
-        rows.append(("bare bridge", measure(bridge, REPO, "/readyz", ("modern", "legacy"), dict(os.environ))))
+        for kind, label in (("asgi", "bare bridge"), ("protocol", "bare protocol bridge")):
+            bridge = [python, "-m", "bench.bridge", "--kind", kind, "--port", "{port}", "--", *echo_command()]
+            rows.append((label, measure(bridge, REPO, "/readyz", ("modern", "legacy"), dict(os.environ))))
     keys = {key for _, result in rows for key in result}
     columns = sorted(keys, key=lambda k: (int(k[2:].split()[0]), "legacy" in k))  # "C=16 modern": by C, modern first
     print("| server | " + " | ".join(columns) + " |")

@@ -271,11 +271,12 @@ def noop(kind: str, log_dir: Path) -> Service:
     )
 
 
-def bridge(log_dir: Path) -> Service:
-    """``bench/bridge.py`` in front of the echo server: the bare uvicorn bridge (a yardstick)."""
+def bridge(log_dir: Path, kind: str = "asgi") -> Service:
+    """``bench/bridge.py`` in front of the echo server: a bare bridge (a yardstick), on uvicorn
+    (``asgi``) or on a bare asyncio protocol (``protocol``)."""
     port = free_port()
-    argv = [sys.executable, "-m", "bench.bridge", "--port", str(port), "--", *echo_command()]
-    return Service("bridge", argv, port, log_dir)
+    argv = [sys.executable, "-m", "bench.bridge", "--kind", kind, "--port", str(port), "--", *echo_command()]
+    return Service("bridge" if kind == "asgi" else f"bridge-{kind}", argv, port, log_dir)
 
 
 def supergateway_bin() -> Path | None:

@@ -42,7 +42,11 @@ GATEWAY_AUTH = "gateway (bearer auth)"
 CEILING = "ceiling (raw)"
 BRIDGE = "bridge (bare uvicorn)"
 """``bench/bridge.py``: the least a correct uvicorn gateway does per call; shown, never a peer."""
-YARDSTICKS = (CEILING, BRIDGE)
+PROTOCOL_BRIDGE = "bridge (bare protocol)"
+"""``bench/bridge.py --kind protocol``: the same bridge with no HTTP server library and no task
+per request, the least any gateway on the event loop does per call; shown, never a peer."""
+BRIDGES = (BRIDGE, PROTOCOL_BRIDGE)
+YARDSTICKS = (CEILING, *BRIDGES)
 """Servers measured beside the peers to read the numbers by, never compared as peers."""
 FLOOR = "floor (pipe)"
 GATEWAYS = (GATEWAY, GATEWAY_AUTH)
@@ -263,12 +267,14 @@ class TargetRun:
             GATEWAY_AUTH: procs.gateway("gateway-auth", log, "--auth-token", f"bench:{TOKEN}"),
             CEILING: procs.noop("raw", log),
             BRIDGE: procs.bridge(log),
+            PROTOCOL_BRIDGE: procs.bridge(log, "protocol"),
         }
         servers = {
             GATEWAY: Server(GATEWAY, ERAS),
             GATEWAY_AUTH: Server(GATEWAY_AUTH, ERAS),
             CEILING: Server(CEILING, ("modern",)),
             BRIDGE: Server(BRIDGE, ERAS),
+            PROTOCOL_BRIDGE: Server(PROTOCOL_BRIDGE, ERAS),
         }
         self._add_peers(servers, services)
         self.results.servers = servers
@@ -348,12 +354,15 @@ class TargetRun:
         plan = self.plan
         gateway = procs.gateway("gateway-c1", self.log_dir)
         runs: dict[str, list[Row]] = {FLOOR: [], "modern": [], "legacy": []}
-        peers: dict[str, Server] = {BRIDGE: Server(BRIDGE, ERAS)}
-        services: dict[str, Service] = {BRIDGE: procs.bridge(self.log_dir)}
+        peers: dict[str, Server] = {name: Server(name, ERAS) for name in BRIDGES}
+        services: dict[str, Service] = {
+            BRIDGE: procs.bridge(self.log_dir),
+            PROTOCOL_BRIDGE: procs.bridge(self.log_dir, "protocol"),
+        }
         self._add_peers(peers, services)
         self.results.c1_peers = peers
-        others = len(peers) - 1  # the bridge is a yardstick, not a peer
-        versus = f"gateway, the bare bridge and {others} peer(s)" if others else "gateway and the bare bridge"
+        others = len(peers) - len(BRIDGES)  # the bridges are yardsticks, not peers
+        versus = f"gateway, the bare bridges and {others} peer(s)" if others else "gateway and the bare bridges"
         self.say(f"C = 1: {plan.c1_calls} calls, {versus} vs the stdio floor, {plan.reps} repetition(s)")
         live: dict[str, Service] = {GATEWAY: gateway}
         try:

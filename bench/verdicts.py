@@ -19,11 +19,13 @@ from bench.load import Row
 from bench.report import gateway_revision, table
 from bench.targets import (
     BRIDGE,
+    BRIDGES,
     C1_MAX_SECONDS,
     CEILING,
     FLOOR,
     GATEWAY,
     GATEWAYS,
+    PROTOCOL_BRIDGE,
     YARDSTICKS,
     TargetResults,
     load_average,
@@ -168,10 +170,12 @@ def load_verdicts(results: TargetResults) -> list[Verdict]:
 
 
 BARE_BRIDGE = (
-    "The bare bridge (`bench/bridge.py`) is a yardstick, never a peer: a bare ASGI callable on "
-    "uvicorn that rewrites ids and pipes each call to one shared echo child, with no checks, "
-    "sessions, pool, cancellation, bounds or logs: the least a correct gateway on uvicorn does "
-    "per call."
+    "The bare bridges (`bench/bridge.py`) are yardsticks, never peers: each rewrites ids and "
+    "pipes each call to one shared echo child, with no checks, sessions, pool, cancellation, "
+    "bounds or logs. `bare uvicorn` is a bare ASGI callable on uvicorn: the least a correct "
+    "gateway on uvicorn does per call. `bare protocol` is a bare asyncio protocol with no HTTP "
+    "server library and no task per request (the line written from the socket's callback, the "
+    "answer from the pipe's): the least any correct gateway on the event loop does per call."
 )
 
 
@@ -190,7 +194,7 @@ def c1_left_out(results: TargetResults, era: str) -> list[str]:
     found = []
     for name in results.c1_peers:
         row = c1_peer_row(results, name, era)
-        if name != BRIDGE and row is not None and (faults := c1_faults(row)):
+        if name not in BRIDGES and row is not None and (faults := c1_faults(row)):
             found.append(f"{name} ({', '.join(faults)})")
     return found
 
@@ -204,7 +208,7 @@ def c1_best_peer(results: TargetResults, era: str) -> tuple[str, float] | None:
     best: tuple[str, float] | None = None
     for name in results.c1_peers:
         row = c1_peer_row(results, name, era)
-        if name == BRIDGE or row is None or not row.ok or c1_faults(row) or math.isnan(row.p50_ms):
+        if name in BRIDGES or row is None or not row.ok or c1_faults(row) or math.isnan(row.p50_ms):
             continue
         overhead = row.p50_ms - floor.p50_ms
         if best is None or overhead < best[1]:
@@ -249,8 +253,11 @@ def _c1_peer_verdict(results: TargetResults, era: str) -> Verdict:
     mine = row.p50_ms - floor.p50_ms
     theirs = peer[1]
     share = f" ({mine / theirs:.2f}× its overhead)" if theirs > 0 else ""
-    bridge = c1_peer_row(results, BRIDGE, era)
-    bare = f"; bare bridge {bridge.p50_ms - floor.p50_ms:+.3f} ms" if bridge is not None and bridge.ok else ""
+    bare = "".join(
+        f"; {label} {bridge.p50_ms - floor.p50_ms:+.3f} ms"
+        for label, name in (("bare bridge", BRIDGE), ("bare protocol bridge", PROTOCOL_BRIDGE))
+        if (bridge := c1_peer_row(results, name, era)) is not None and bridge.ok
+    )
     measured = f"{mine:+.3f} ms vs {peer[0]} {theirs:+.3f} ms{share}{bare}{aside}"
     return Verdict(name, measured, goal, at_most(mine, C1_PEER_SHARE * theirs))
 
@@ -358,7 +365,7 @@ def load_table(results: TargetResults) -> str:
             if name == CEILING:
                 mine_by_era = {e: rps(results, GATEWAY, e) for e in ("modern", "legacy")}
                 versus = ", ".join(f"{e} gateway = {g / row.rps:.1%}" for e, g in mine_by_era.items() if g)
-            elif name == BRIDGE and mine:
+            elif name in BRIDGES and mine:
                 versus = f"yardstick: gateway = {mine / row.rps:.1%}"
             if row.wrong:
                 versus = WRONG_ANSWERS
@@ -567,7 +574,7 @@ def page(results: TargetResults, command: str) -> str:
         )
         sections.append("### Answers checked\n\n" + answers_section(results))
     if results.c1:
-        title = "the gateway and the peers" if any(name != BRIDGE for name in results.c1_peers) else "the gateway"
+        title = "the gateway and the peers" if any(name not in BRIDGES for name in results.c1_peers) else "the gateway"
         sections.append(
             f"## C = 1: {title} against the stdio floor\n\n"
             "The floor drives the same echo server over one pipe with no HTTP "

@@ -34,6 +34,7 @@ from bench.targets import (
     FLOOR,
     GATEWAY,
     GATEWAY_AUTH,
+    PROTOCOL_BRIDGE,
     TINY,
     MemoryNumbers,
     Server,
@@ -116,8 +117,9 @@ def test_the_tiny_load_run_measures_both_gateways_in_both_eras(tmp_path: Path) -
             assert row.split("|")[6].strip() == "0", row  # errors
             assert row.split("|")[7].strip() == "20/20", row  # answers right: 4 clients x 5 calls
     assert "- ceiling (raw), modern: 20 of 20 answers right" in text
-    for era in ("modern", "legacy"):  # the bare bridge rewrites ids: every echo reached its client
+    for era in ("modern", "legacy"):  # the bare bridges rewrite ids: every echo reached its client
         assert f"- bridge (bare uvicorn), {era}: 20 of 20 answers right" in text
+        assert f"- bridge (bare protocol), {era}: 20 of 20 answers right" in text
     assert "### Before" in text
 
 
@@ -144,9 +146,10 @@ def test_the_tiny_run_of_the_other_groups_delivers_every_notification_and_stream
     assert "| no peer measured |" in text
     assert all(label in ("PASS", "MISS") for name, label in labels.items() if name not in versus_peers), labels
     assert "## C = 1: the gateway against the stdio floor" in text  # no peer rows in its table
-    for era in ("modern", "legacy"):  # but the bare bridge's, a yardstick, every answer right
-        assert re.search(rf"\| bridge \(bare uvicorn\), {era} \| [\d,]+ \| [\d.]+ \| \+?-?[\d.]+ ms \|", text), text
-        assert re.search(rf"\| bridge \(bare uvicorn\), {era} \|.*\| 0 \| 20/20 \|", text), text
+    for era in ("modern", "legacy"):  # but the bare bridges', yardsticks, every answer right
+        for kind in ("uvicorn", "protocol"):
+            assert re.search(rf"\| bridge \(bare {kind}\), {era} \| [\d,]+ \| [\d.]+ \| \+?-?[\d.]+ ms \|", text), text
+            assert re.search(rf"\| bridge \(bare {kind}\), {era} \|.*\| 0 \| 20/20 \|", text), text
     # Correctness, not speed: every notification, the result and every held stream arrived.
     assert labels["streaming: 50 progress written flat out"] == "PASS"
     assert labels["streaming: 200 progress + 20 log messages flat out"] == "PASS"
@@ -336,6 +339,7 @@ def test_the_bare_bridge_is_a_yardstick_shown_beside_the_peers_and_never_the_bes
     measured = results(
         gateway=server(GATEWAY, 3_000, 3_000),
         bridge=server(BRIDGE, 9_000, 8_000),
+        protocol=server(PROTOCOL_BRIDGE, 12_000, 12_000),
         peer=server("mcp-proxy (npm)", 1_000, 1_000),
     )
     assert verdicts.best_peer(measured, "modern") == ("mcp-proxy (npm)", 1_000)
@@ -345,14 +349,27 @@ def test_the_bare_bridge_is_a_yardstick_shown_beside_the_peers_and_never_the_bes
     assert "| bridge (bare uvicorn) | modern | 9,000 |" in table
     assert "| yardstick: gateway = 33.3% |" in table
     assert "| yardstick: gateway = 37.5% |" in table  # legacy: 3,000 of 8,000
+    assert "| bridge (bare protocol) | modern | 12,000 |" in table
+    assert "| yardstick: gateway = 25.0% |" in table
     # At C = 1: faster than every peer, or faulty, it is neither the best peer nor "not compared".
-    fast = c1_results(0.25, 0.26, c1_peer(BRIDGE, 0.15, 0.16), c1_peer("ContextForge", 0.4, 0.4))
+    fast = c1_results(
+        0.25, 0.26, c1_peer(BRIDGE, 0.15, 0.16), c1_peer(PROTOCOL_BRIDGE, 0.12, 0.12), c1_peer("ContextForge", 0.4, 0.4)
+    )
     assert verdicts.c1_best_peer(fast, "modern") == ("ContextForge", pytest.approx(0.3))
     modern = by_target(verdicts.verdicts(fast))["C = 1, modern: overhead vs the best correct peer"]
-    assert modern.measured == "+0.150 ms vs ContextForge +0.300 ms (0.50× its overhead); bare bridge +0.050 ms"
-    faulty = c1_results(0.25, 0.25, c1_peer(BRIDGE, 0.15, 0.15, errors=1), c1_peer("ContextForge", 0.4, 0.4))
+    assert modern.measured == (
+        "+0.150 ms vs ContextForge +0.300 ms (0.50× its overhead); "
+        "bare bridge +0.050 ms; bare protocol bridge +0.020 ms"
+    )
+    faulty = c1_results(
+        0.25,
+        0.25,
+        c1_peer(BRIDGE, 0.15, 0.15, errors=1),
+        c1_peer(PROTOCOL_BRIDGE, 0.1, 0.1, wrong=3),
+        c1_peer("ContextForge", 0.4, 0.4),
+    )
     assert verdicts.c1_left_out(faulty, "modern") == []
-    alone = c1_results(0.25, 0.25, c1_peer(BRIDGE, 0.15, 0.15))
+    alone = c1_results(0.25, 0.25, c1_peer(BRIDGE, 0.15, 0.15), c1_peer(PROTOCOL_BRIDGE, 0.12, 0.12))
     assert verdicts.c1_best_peer(alone, "legacy") is None
     text = verdicts.page(alone, "python -m bench")
     assert "## C = 1: the gateway against the stdio floor" in text  # the bridge is no peer
