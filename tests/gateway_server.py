@@ -23,7 +23,14 @@ from gateway.http.connection import GuardedHttpTools
 from gateway.http.edge_settings import EdgeSettings
 from gateway.protocol.tasks import DEFAULT_FIRST_ROUND
 from gateway.relay.router import Router
-from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, RootsKeying, ServerConfig
+from gateway.relay.server_config import (
+    ROOTS_LEARN_WAIT,
+    CapabilityKeying,
+    DualEra,
+    Isolation,
+    RootsKeying,
+    ServerConfig,
+)
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 
@@ -197,13 +204,16 @@ async def running_gateway(
     dual_era: DualEra = DualEra.PER_CLIENT,
     capability_keying: CapabilityKeying = CapabilityKeying.SHARED,
     roots_keying: RootsKeying = RootsKeying.AUTO,
+    roots_learn_wait: float = ROOTS_LEARN_WAIT,
     sock: socket.socket | None = None,
     task_first_round: float = DEFAULT_FIRST_ROUND,
     **app_options: Any,
 ) -> AsyncIterator[str]:
     """Serve ``spec`` behind the gateway (on ``sock``, a listening socket, when given); yield
     the MCP endpoint URL. ``dual_era=MODERN`` keeps legacy and modern clients of the (dual by
-    default) test server on the same children."""
+    default) test server on the same children. ``roots_learn_wait=0``: for a test whose first
+    roots-declaring call would otherwise wait out the learning window (the test server fetches
+    no roots at start-up unless run with ``--cache-roots``)."""
     if pool_size is not None:
         pool = PoolSettings(min_size=pool_size, max_size=pool_size, asking_max=0)  # exactly that many
     server = ServerConfig(
@@ -215,6 +225,7 @@ async def running_gateway(
         dual_era=dual_era,
         capability_keying=capability_keying,
         roots_keying=roots_keying,
+        roots_learn_wait=roots_learn_wait,
         task_first_round=task_first_round,
     )
     app = app_for(Router(server), **app_options)

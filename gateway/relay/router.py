@@ -107,11 +107,6 @@ MAX_ROOTS_SETS: Final = 16
 of new sets must not start a child each without bound. At it, a call that needs a new set first
 stops the children of the set used least recently that nothing uses now (no request, no waiter,
 no open question); only when all 16 are in use does it get 503 + ``Retry-After``."""
-ROOTS_LEARN_WAIT: Final = 5.0
-"""Seconds after a server's first child is up in which a call of a client that declares roots
-waits to learn whether the server keeps roots (its children fetch them outside any call: the npm
-servers that do, server-filesystem and server-everything, within ~10 ms of ``initialized``).
-A server none of whose children asked by then is taken not to keep them, until one asks."""
 ANONYMOUS: Final = "anonymous"
 """The principal of requests that carry no identity (no token, no trusted identity header)."""
 _SHARED, _SESSION = Isolation.SHARED, Isolation.SESSION  # read per request: module names (versions.MODERN)
@@ -278,14 +273,14 @@ class Router:
 
     async def _keeps_roots(self, main: Pool | None) -> bool:
         """Whether this server keeps roots: configured, learnt, or learnt now by waiting out what
-        is left of ``ROOTS_LEARN_WAIT`` since its first child came up (once per server). With no
+        is left of ``--roots-learn-wait`` since its first child came up (once per server). With no
         child up to learn from, a client's roots set gets children of its own (the safe side)."""
         if self.roots_kept is not None:
             return self.roots_kept
         started = [member.started_at for member in main.members if member.is_live] if main is not None else []
         if not started:
             return True
-        left = min(started) + ROOTS_LEARN_WAIT - time.monotonic()
+        left = min(started) + self.server.roots_learn_wait - time.monotonic()
         if left > 0:
             with anyio.move_on_after(left):
                 await self._roots_fetched.wait()
@@ -321,16 +316,16 @@ class Router:
         return method == inputs.ROOTS and self.pool_gives_roots
 
     def note_roots_question(self, child: StdioChild) -> None:
-        """A shared child asked ``roots/list`` during a call. Within ``ROOTS_LEARN_WAIT`` of its
+        """A shared child asked ``roots/list`` during a call. Within ``--roots-learn-wait`` of its
         start that may be its start-up fetch, attributed to a call that happened to be in flight
         (a client without roots calling at once): it is taken as keeping roots, the safe side (a
         server that reads roots in its first calls only is keyed needlessly, never shared wrongly)."""
         if not child.spec.answers_roots or self.roots_kept is not None:
             return
-        now = time.monotonic()
+        now, window = time.monotonic(), self.server.roots_learn_wait
         for pool in self.pools.values():
             for member in pool.members:
-                if member.child is child and now - member.started_at < ROOTS_LEARN_WAIT:
+                if member.child is child and now - member.started_at < window:
                     self._learn_keeps_roots("right after it started, while a call was in flight")
                     return
 

@@ -56,6 +56,17 @@ class RootsKeying(StrEnum):
     NEVER = "never"  # the server reads roots only inside a call, from that call's client
 
 
+ROOTS_LEARN_WAIT: Final = 5.0
+"""Seconds after a server's first child is up in which a call of a client that declares roots
+waits to learn whether the server keeps roots (its children fetch them outside any call: the npm
+servers that do, server-filesystem and server-everything, within ~10 ms of ``initialized``).
+A server none of whose children asked by then is taken not to keep them, until one asks. The
+default of ``--roots-learn-wait`` (per server: a server that fetches later needs more; 0 decides
+at once, for a server known to fetch none at start-up, as ``--roots-keying never`` would)."""
+MAX_ROOTS_LEARN_WAIT: Final = 60.0
+"""The longest ``--roots-learn-wait``: a call waits it out once per server, at most."""
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """One stdio server behind the gateway, with its pool and isolation policy."""
@@ -71,6 +82,7 @@ class ServerConfig:
     dual_era: DualEra = DualEra.PER_CLIENT
     capability_keying: CapabilityKeying = CapabilityKeying.SHARED
     roots_keying: RootsKeying = RootsKeying.AUTO
+    roots_learn_wait: float = ROOTS_LEARN_WAIT  # seconds ``auto`` learns for (``--roots-learn-wait``)
     task_tools: tuple[str, ...] = ()  # tool-name patterns whose calls become tasks (gateway.protocol.tasks)
     task_ttl: float = DEFAULT_TASK_TTL  # seconds a task and its outcome are kept
     task_first_round: float = DEFAULT_TASK_FIRST_ROUND  # seconds to wait for a first question

@@ -8,7 +8,14 @@ from typing import Final
 
 from gateway.protocol.attribution import AskPolicy
 from gateway.protocol.dispatchstate import PoolSettings
-from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, RootsKeying
+from gateway.relay.server_config import (
+    MAX_ROOTS_LEARN_WAIT,
+    ROOTS_LEARN_WAIT,
+    CapabilityKeying,
+    DualEra,
+    Isolation,
+    RootsKeying,
+)
 from gateway.settings import convert
 from gateway.settings.declaration import POOL, Setting, rule
 
@@ -198,6 +205,19 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "outside any call (the server keeps them: server-filesystem, server-everything), else a roots/list "
         "during a call asks that call's client; always = the server keeps roots (roots are access rights); "
         "never = it reads them only during a call (default: %(default)s)",
+    ),
+    Setting(
+        "--roots-learn-wait",
+        key="rootsLearnWait",
+        target="server.roots_learn_wait",
+        kind=float,
+        default=ROOTS_LEARN_WAIT,
+        metavar="SECONDS",
+        section=POOL,
+        check=rule(lambda v: 0 <= v <= MAX_ROOTS_LEARN_WAIT, f"must be between 0 and {MAX_ROOTS_LEARN_WAIT:g} seconds"),
+        help="with --roots-keying auto: how long after a server's first child is up a roots-declaring "
+        "call waits (once per server) to learn whether the server fetches roots outside a call; raise it for "
+        "a server that fetches them later, 0 = decide at once (default: %(default)s)",
     ),
     Setting(
         "--isolation",

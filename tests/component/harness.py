@@ -27,7 +27,14 @@ from starlette.applications import Starlette
 
 from gateway.http.connection import HANGUP, Hangup
 from gateway.relay.router import Router
-from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, RootsKeying, ServerConfig
+from gateway.relay.server_config import (
+    ROOTS_LEARN_WAIT,
+    CapabilityKeying,
+    DualEra,
+    Isolation,
+    RootsKeying,
+    ServerConfig,
+)
 from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 from tests.component.fakechild import FakeBackend
@@ -236,6 +243,7 @@ async def in_process_gateway(
     isolation: Isolation = Isolation.SHARED,
     dual_era: DualEra = DualEra.PER_CLIENT,
     roots_keying: RootsKeying = RootsKeying.AUTO,
+    roots_learn_wait: float = ROOTS_LEARN_WAIT,
     capability_keying: CapabilityKeying = CapabilityKeying.SHARED,
     **app_options: Any,
 ) -> AsyncIterator[Gateway]:
@@ -247,6 +255,7 @@ async def in_process_gateway(
         isolation,
         dual_era=dual_era,
         roots_keying=roots_keying,
+        roots_learn_wait=roots_learn_wait,
         capability_keying=capability_keying,
     )
     async with in_process_servers([Router(server, backend=backend)], **app_options) as gw:

@@ -19,9 +19,8 @@ import pytest
 
 from gateway.protocol.jsonrpc import Request, Result
 from gateway.relay import events
-from gateway.relay import router as router_module
 from gateway.relay.client import ClientContext
-from gateway.relay.server_config import RootsKeying
+from gateway.relay.server_config import ROOTS_LEARN_WAIT, RootsKeying
 from tests.component.fakecalls import DEFAULT_TOOLS
 from tests.component.fakechild import FakeChild, JsonObject, Script, fake_backend
 from tests.component.harness import Gateway, in_process_gateway
@@ -104,12 +103,9 @@ async def test_every_declaration_is_served_by_the_prestarted_child(script: Any, 
     assert pools(status) == ["test"]
 
 
-async def test_a_roots_declaring_call_to_a_server_that_keeps_none_takes_one_round_trip(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(router_module, "ROOTS_LEARN_WAIT", 0.0)  # nothing to wait for: it never fetches
-    with anyio.fail_after(BOUND):
-        async with fake_backend(keeps_no_roots()) as backend, in_process_gateway(backend) as gw:
+async def test_a_roots_declaring_call_to_a_server_that_keeps_none_takes_one_round_trip() -> None:
+    with anyio.fail_after(BOUND):  # --roots-learn-wait 0: nothing to wait for, it never fetches
+        async with fake_backend(keeps_no_roots()) as backend, in_process_gateway(backend, roots_learn_wait=0) as gw:
             finals = [
                 await post(gw, modern_body(name, "whoami", {}, WITH_ROOTS), "whoami") for name in ("alice", "bob")
             ]
@@ -121,14 +117,13 @@ async def test_a_roots_declaring_call_to_a_server_that_keeps_none_takes_one_roun
     assert pools(status) == ["test"]
 
 
-async def test_a_roots_list_during_a_call_goes_to_that_calls_client(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_roots_list_during_a_call_goes_to_that_calls_client() -> None:
     # Two modern clients and a legacy session, at once, on the one shared child: each call's
     # roots/list reaches its own client, and the child gets that client's answer.
-    monkeypatch.setattr(router_module, "ROOTS_LEARN_WAIT", 0.0)
     ask_roots = {"method": "roots/list"}
     got: dict[str, Any] = {}
     with anyio.fail_after(BOUND):
-        async with fake_backend(keeps_no_roots()) as backend, in_process_gateway(backend) as gw:
+        async with fake_backend(keeps_no_roots()) as backend, in_process_gateway(backend, roots_learn_wait=0) as gw:
 
             async def modern_client(name: str) -> None:
                 body = modern_body(name, "ask", ask_roots, WITH_ROOTS)
@@ -206,16 +201,13 @@ async def test_a_header_mismatch_is_refused_before_the_roots_round() -> None:
     assert matching.json()["result"]["resultType"] == "input_required"  # then the round
 
 
-async def test_an_abandoned_question_that_is_not_roots_leaves_the_server_known_to_keep_none(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+async def test_an_abandoned_question_that_is_not_roots_leaves_the_server_known_to_keep_none() -> None:
     # A client's elicitation round it never answers keeps a question open on the usual child.
     # That says nothing of roots: the learning window still ends with "keeps none", and a
     # roots-declaring client's call takes one round trip (not a round of the gateway's).
-    monkeypatch.setattr(router_module, "ROOTS_LEARN_WAIT", 0.0)
     elicit = {"method": "elicitation/create", "params": {"message": "?", "requestedSchema": {"type": "object"}}}
     with anyio.fail_after(BOUND):
-        async with fake_backend(keeps_no_roots()) as backend, in_process_gateway(backend) as gw:
+        async with fake_backend(keeps_no_roots()) as backend, in_process_gateway(backend, roots_learn_wait=0) as gw:
             abandoned = await post(gw, modern_body("left", "ask", elicit, {"elicitation": {}}), "ask")
             with_roots = await post(gw, modern_body("alice", "whoami", {}, WITH_ROOTS), "whoami")
             router = served_of(gw.app).relay.router
@@ -224,11 +216,14 @@ async def test_an_abandoned_question_that_is_not_roots_leaves_the_server_known_t
     assert router.roots_kept is False
 
 
-async def test_a_start_up_fetch_attributed_to_a_call_in_flight_still_teaches_that_roots_are_kept() -> None:
+@pytest.mark.parametrize("window", [ROOTS_LEARN_WAIT, 0.0])
+async def test_a_start_up_fetch_attributed_to_a_call_in_flight_still_teaches_that_roots_are_kept(window: float) -> None:
     # A server fetches its roots at start, but a client without roots called at once: the fetch
-    # arrives while that call is in flight and is attributed to it. Within ROOTS_LEARN_WAIT of
+    # arrives while that call is in flight and is attributed to it. Within --roots-learn-wait of
     # the child's start, that is taken as keeping roots (the safe side), so the next client
     # with roots still gets a child given its own set. (Seen in CI with server-everything.)
+    # With --roots-learn-wait 0 the operator said there is no start-up fetch to wait for: a
+    # roots/list during a call teaches nothing (the same fetch is then that call's question).
     gate = anyio.Event()
     held: dict[int, Any] = {}
 
@@ -246,7 +241,7 @@ async def test_a_start_up_fetch_attributed_to_a_call_in_flight_still_teaches_tha
         on_notification={"notifications/initialized": fetch_late},
     )
     with anyio.fail_after(BOUND):
-        async with fake_backend(script) as backend, in_process_gateway(backend) as gw:
+        async with fake_backend(script) as backend, in_process_gateway(backend, roots_learn_wait=window) as gw:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(post, gw, modern_body("none", "hold", {}, {"sampling": {}}), "hold")
                 [call] = await backend.wait_calls(1, "hold")
@@ -254,5 +249,8 @@ async def test_a_start_up_fetch_attributed_to_a_call_in_flight_still_teaches_tha
                 with_roots = await post(gw, modern_body("alice", "cached", {}, WITH_ROOTS), "cached")
                 call.release()
             router = served_of(gw.app).relay.router
+    if window == 0:
+        assert router.roots_kept is not True
+        return
     assert router.roots_kept is True
     assert with_roots["result"]["inputRequests"] == {"roots": {"method": "roots/list", "params": {}}}

@@ -18,7 +18,7 @@ import pytest
 
 from gateway.protocol import tasks
 from gateway.relay.router import Router
-from gateway.relay.server_config import ServerConfig
+from gateway.relay.server_config import ROOTS_LEARN_WAIT, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
 from tests.gateway_server import app_for, serving
@@ -30,11 +30,20 @@ WAIT = 30.0
 
 
 @asynccontextmanager
-async def gateway(first_round: float = tasks.DEFAULT_FIRST_ROUND) -> AsyncIterator[str]:
-    """``first_round``: 0 makes a call that asks at once a task at once (its questions on the task)."""
+async def gateway(
+    first_round: float = tasks.DEFAULT_FIRST_ROUND, roots_learn_wait: float = ROOTS_LEARN_WAIT
+) -> AsyncIterator[str]:
+    """``first_round``: 0 makes a call that asks at once a task at once (its questions on the task).
+    ``roots_learn_wait``: 0 for a call with roots that need not wait to learn the test server
+    fetches none at start-up."""
     spec = server_spec("--era", "legacy", "--task-support", "sleep")
     server = ServerConfig(
-        "test", spec, PoolSettings(max_size=2), task_tools=("ask_client",), task_first_round=first_round
+        "test",
+        spec,
+        PoolSettings(max_size=2),
+        roots_learn_wait=roots_learn_wait,
+        task_tools=("ask_client",),
+        task_first_round=first_round,
     )
     with anyio.fail_after(WAIT):
         async with serving(app_for(Router(server))) as base:
@@ -85,7 +94,7 @@ async def test_call_answers_round_one_of_a_tool_that_asks_at_once_then_polls_the
     answer is the task handle; the task's result carries those roots."""
     recorder = Recorder()
     arguments = json.dumps({"requests": [{"method": "roots/list", "params": {}}]})
-    async with gateway() as url:
+    async with gateway(roots_learn_wait=0) as url:
         run = await call(
             url, "--mode", "modern", "--root", "/srv/project", "ask_client", "--json", arguments, transport=recorder
         )

@@ -80,7 +80,7 @@ async def four_clients(keying: CapabilityKeying) -> tuple[dict[str, Any], list[s
     got: dict[str, Any] = {}
     with anyio.fail_after(WAIT):
         spec = server_spec("--era", "legacy")
-        gateway = running_gateway(spec, capability_keying=keying)
+        gateway = running_gateway(spec, capability_keying=keying, roots_learn_wait=0)
         async with gateway as url, httpx.AsyncClient(timeout=WAIT) as http:
 
             async def run(name: str, era: str, capabilities: dict[str, Any]) -> None:

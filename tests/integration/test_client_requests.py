@@ -131,7 +131,7 @@ async def test_a_legacy_client_gets_each_question_on_its_requests_stream_and_its
     None
 ):
     with anyio.fail_after(WAIT):
-        async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+        async with running_gateway(legacy_child(), roots_learn_wait=0) as url, httpx.AsyncClient(timeout=WAIT) as http:
             headers = await open_session(http, url, {"sampling": {}, "roots": {}})
             async with http.stream("POST", url, headers=headers, json=legacy_ask(7, [SAMPLING, ROOTS])) as reply:
                 assert reply.headers["content-type"].startswith("text/event-stream")
@@ -311,7 +311,7 @@ async def test_the_sdk_clients_callbacks_answer_sampling_elicitation_and_roots_i
 ) -> None:
     with anyio.fail_after(WAIT):
         async with (
-            running_gateway(legacy_child()) as url,
+            running_gateway(legacy_child(), roots_learn_wait=0) as url,
             Client(
                 url,
                 mode=mode,
@@ -492,7 +492,10 @@ async def test_a_retry_by_another_principal_is_refused_and_the_owner_can_still_r
     bob = {"authorization": "Bearer bob-token-0123456789ab"}
     call = modern_ask(1, [ROOTS], {"roots": {}})
     with anyio.fail_after(WAIT):
-        async with running_gateway(legacy_child(), tokens=tokens) as url, httpx.AsyncClient(timeout=WAIT) as http:
+        async with (
+            running_gateway(legacy_child(), tokens=tokens, roots_learn_wait=0) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
             [ended] = messages(await post(http, url, call, **alice))  # the child's roots/list, as a round
             [(key, asked)] = ended["result"]["inputRequests"].items()
             assert asked["method"] == "roots/list"

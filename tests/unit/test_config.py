@@ -117,12 +117,27 @@ def test_a_config_file_gives_each_server_its_own_settings(tmp_path: Path) -> Non
         ({"mcpServers": {"x": {"command": "a", "maxBatchSize": 2.5}}}, "mcpServers.x.maxBatchSize"),
         ({"mcpServers": {"x": {"command": "a", "readyRequired": "yes"}}}, "mcpServers.x.readyRequired"),
         ({"mcpServers": {"x": {"command": "a", "exposeChildErrors": 1}}}, "mcpServers.x.exposeChildErrors"),
+        ({"mcpServers": {"x": {"command": "a", "rootsLearnWait": 61}}}, "mcpServers.x.rootsLearnWait"),
+        ({"mcpServers": {"x": {"command": "a", "rootsLearnWait": -1}}}, "mcpServers.x.rootsLearnWait"),
     ],
 )
 def test_an_invalid_config_fails_at_start_naming_the_key(tmp_path: Path, body: object, key: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_settings(["--config", write(tmp_path, body)], environ={})
     assert info.value.key == key
+
+
+def test_the_roots_learn_wait_is_set_per_server_by_flag_variable_or_config_key(tmp_path: Path) -> None:
+    assert parse_settings(["--", "srv"], environ={}).servers[0].roots_learn_wait == 5.0
+    assert parse_settings(["--roots-learn-wait", "0", "--", "srv"], environ={}).servers[0].roots_learn_wait == 0.0
+    environ = {"MCP_GATEWAY_ROOTS_LEARN_WAIT": "12.5"}
+    assert parse_settings(["--", "srv"], environ=environ).servers[0].roots_learn_wait == 12.5
+    body = {"mcpServers": {"fs": {"command": "a", "rootsLearnWait": 20}, "memory": {"command": "b"}}}
+    servers = parse_settings(["--config", write(tmp_path, body), "--roots-learn-wait", "1"], environ={}).servers
+    assert {s.name: s.roots_learn_wait for s in servers} == {"fs": 20.0, "memory": 1.0}  # the flag: the default
+    with pytest.raises(ConfigError) as info:
+        parse_settings(["--roots-learn-wait", "90", "--", "srv"], environ={})
+    assert info.value.message == "--roots-learn-wait: must be between 0 and 60 seconds"
 
 
 def test_an_unreadable_or_malformed_file_is_refused_clearly(tmp_path: Path) -> None:

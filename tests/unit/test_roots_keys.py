@@ -3,6 +3,9 @@ the pool key, which keys carry it, and the gateway's own round's ``requestState`
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -17,7 +20,7 @@ from gateway.protocol.versions import Era
 from gateway.relay import client_roots
 from gateway.relay.poolkey import PoolKey
 from gateway.relay.router import Router
-from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, ServerConfig
+from gateway.relay.server_config import ROOTS_LEARN_WAIT, CapabilityKeying, DualEra, Isolation, ServerConfig
 from gateway.relay.statekeys import StateKeys
 from gateway.relay.suspensions import Suspensions
 from gateway.stdio.spec import ChildSpec
@@ -153,3 +156,55 @@ def test_a_modern_client_of_a_server_probed_modern_keeps_its_scope_key(
         for declared in (None, {}, {"sampling": {}}, WITH_ROOTS):
             for roots in (None, (), ALICE):
                 assert router._refine(base, Era.MODERN, declared, roots) is base
+
+
+def _started(seconds_ago: float) -> Any:
+    """A pool with one live child up ``seconds_ago``, that asks nothing: what ``_keeps_roots`` reads."""
+    child = SimpleNamespace(asks_open=lambda method: False)
+    member = SimpleNamespace(started_at=time.monotonic() - seconds_ago, is_live=True, child=child)
+    return SimpleNamespace(members=[member])
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("window", [0.0, 0.5])
+async def test_past_the_learn_wait_a_server_none_of_whose_children_fetched_keeps_no_roots(window: float) -> None:
+    # --roots-learn-wait 0 (decide at once), or a window already over: no wait at all.
+    router = Router(ServerConfig("memory", ChildSpec("node"), roots_learn_wait=window))
+    found: list[bool] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append(found, router._keeps_roots(_started(1.0))))
+        await anyio.wait_all_tasks_blocked()
+        assert found == [False]  # decided without waiting
+    assert router.roots_kept is False
+
+
+@pytest.mark.anyio
+async def test_within_the_learn_wait_a_roots_call_waits_for_the_servers_first_fetch() -> None:
+    router = Router(ServerConfig("fs", ChildSpec("node"), roots_learn_wait=60.0))  # longer than this test
+    found: list[bool] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append(found, router._keeps_roots(_started(1.0))))
+        await anyio.wait_all_tasks_blocked()
+        assert found == []  # waiting, 59 s left of the window
+        router._learn_keeps_roots("outside a call")
+    assert found == [True]
+    assert router.roots_kept is True
+
+
+async def _append(found: list[bool], decided: Awaitable[bool]) -> None:
+    found.append(await decided)
+
+
+@pytest.mark.parametrize(("window", "learnt"), [(ROOTS_LEARN_WAIT, True), (0.0, None)])
+def test_a_roots_list_during_a_call_right_after_start_teaches_keeping_only_within_the_learn_wait(
+    window: float, learnt: bool | None
+) -> None:
+    # Within the window it may be the child's start-up fetch, met by a call in flight: taken as
+    # keeping roots (the safe side). --roots-learn-wait 0 says there is none to wait for.
+    router = Router(ServerConfig("fs", ChildSpec("node", answers_roots=True), roots_learn_wait=window))
+    pool = _started(0.0)
+    child = pool.members[0].child
+    child.spec = router.server.spec
+    router.pools[PoolKey("shared")] = pool
+    router.note_roots_question(child)
+    assert router.roots_kept is learnt
