@@ -42,7 +42,7 @@ import anyio
 
 from gateway.errors import ChildError, GatewayUnavailableError
 from gateway.protocol import attribution, bridge, inputs
-from gateway.protocol.jsonrpc import Reply, Request
+from gateway.protocol.jsonrpc import Request
 from gateway.protocol.versions import LEGACY, MODERN
 from gateway.relay import asks, events
 from gateway.relay.catalog import ToolCatalog
@@ -266,10 +266,12 @@ class Relay:
             running = await open_call(deps, on, turn)
             if not isinstance(running, Running):
                 return running
-            if isinstance(await running.ex.first_sign(), Reply):
+            ex = running.ex
+            # ``isinstance(await ex.first_sign(), Reply)``, without its coroutine frame.
+            if await ex.wait() is None and ex.replied:
                 # The common shape: the child's reply with nothing before it, so no run to
                 # drive (no loop over the child's items): the steps on the reply at once.
-                running.reply = running.ex.reply()
+                running.reply = ex.reply()
                 answered = self._on_reply(running)
                 if isinstance(answered, events.Final):
                     handed = True
