@@ -455,7 +455,10 @@ async def open_call(deps: Collaborators, on: Leased, turn: Turn) -> Running | ev
     timeout = math.inf if request.method == subscriptions.LISTEN else None
     try:
         call = child.exchange(request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=on.tool)
-        ex = await call.__aenter__()  # ``on.stack.enter(call)`` without its coroutine frame
+        # ``on.stack.enter(call)`` without a coroutine: the usual request is entered at once.
+        ex = call.enter_now()
+        if not isinstance(ex, Exchange):
+            ex = await ex
         on.stack.hold(call)
     except ChildError as exc:
         if span is not None:

@@ -39,7 +39,7 @@ class Exchange(Inbox[ExchangeItem]):
         self._error: ChildError | None = None
         self.is_done = False  # it has its outcome (``finish``): a reply or an error
         self.replied = False  # that outcome is a reply (``reply()`` gives it)
-        self._asks: list[ChildAsk] = []
+        self._asks: list[ChildAsk] | None = None  # made with the first (most requests ask nothing)
 
     def __repr__(self) -> str:
         return f"<Exchange {self.method} child_id={self.child_id} done={self.is_done}>"
@@ -62,6 +62,8 @@ class Exchange(Inbox[ExchangeItem]):
         """Queue an attributed ask for the reader; False if it cannot be (then the gateway answers)."""
         if self.is_done or not self.put(ask):
             return False
+        if self._asks is None:
+            self._asks = []
         self._asks.append(ask)
         return True
 
@@ -72,7 +74,7 @@ class Exchange(Inbox[ExchangeItem]):
         self.replied = reply is not None
         self._reply, self._error = reply, error
         self.close()
-        for ask in self._asks:  # nobody will read them now
+        for ask in self._asks or ():  # nobody will read them now
             ask.answer_error(CODE_NO_CLIENT_INPUT, f"the request ({self.method}) ended before the client answered")
 
     leave = Inbox.close_reader
