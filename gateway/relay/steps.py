@@ -344,7 +344,8 @@ def runs_only_as_task(deps: Collaborators, on: Leased) -> bool:
         turn.headers is not None  # the tool list is loaded (param_headers)
         and deps.tasks.policy.enabled  # (``TaskStore.enabled``, without the property's call)
         # The tool first: most are not ``required``, and ``becomes_task`` asks ``opted_in`` next.
-        and _task_support(deps, on) == "required"
+        # (``_task_support``, spelled out for the usual call: the tool as ``param_headers`` found it.)
+        and (known[2] if (known := on.known) is not None else _task_support(deps, on)) == "required"
         and not task_rules.opted_in(turn.client.capabilities)
     )
 
