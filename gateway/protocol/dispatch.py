@@ -232,7 +232,8 @@ class Dispatcher(Generic[C]):
         if self.queue:
             return None
         asks = method in attribution.ASKING_METHODS  # ``attribution.may_ask``, spelled out: one call less
-        quiet_tool = asks and self.tools.is_quiet(tool)
+        # ``self.tools.is_quiet(tool)`` spelled out: one call less per request.
+        quiet_tool = asks and tool is not None and tool in self.tools.quiet
         self._admit(principal, asks and not quiet_tool, now)  # (the ticket's ``asker``)
         alone = principal in self.suspects
         member = self._pick(prefer, asks, quiet_tool, alone)
