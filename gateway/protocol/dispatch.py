@@ -171,7 +171,8 @@ class Dispatcher(Generic[C]):
         if self.last_error is not None or not self.members:
             return False
         for member in self.members:  # noqa: SIM110 - per request (``Pool.is_starting``): no list, no generator
-            if member.is_live and member.child is not None:
+            # ``member.is_live`` spelled out: a property costs a call.
+            if member.alive and not member.retiring and member.child is not None:
                 return False
         return True
 
