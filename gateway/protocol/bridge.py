@@ -205,7 +205,9 @@ def add_modern_meta(
 
 def legacy_result(result: JsonObject) -> JsonObject:
     """A modern child's result for a legacy client: modern-only fields and ``_meta`` keys removed."""
-    out = {k: v for k, v in result.items() if k not in MODERN_ONLY_RESULT_KEYS}
+    out = dict(result)  # copied and its modern keys taken out: no comprehension (every legacy reply)
+    for key in MODERN_ONLY_RESULT_KEYS:
+        out.pop(key, None)
     meta = out.get("_meta")
     if isinstance(meta, dict) and any(k.startswith(RESERVED_META_PREFIX) for k in meta):
         kept = {k: v for k, v in meta.items() if not k.startswith(RESERVED_META_PREFIX)}

@@ -171,7 +171,8 @@ class Dispatcher(Generic[C]):
         if self.last_error is not None or not self.members:
             return False
         for member in self.members:  # noqa: SIM110 - per request (``Pool.is_starting``): no list, no generator
-            if member.is_live and member.child is not None:
+            # ``member.is_live`` spelled out: a property costs a call.
+            if member.alive and not member.retiring and member.child is not None:
                 return False
         return True
 
@@ -232,7 +233,8 @@ class Dispatcher(Generic[C]):
         if self.queue:
             return None
         asks = method in attribution.ASKING_METHODS  # ``attribution.may_ask``, spelled out: one call less
-        quiet_tool = asks and self.tools.is_quiet(tool)
+        # ``self.tools.is_quiet(tool)`` spelled out: one call less per request.
+        quiet_tool = asks and tool is not None and tool in self.tools.quiet
         self._admit(principal, asks and not quiet_tool, now)  # (the ticket's ``asker``)
         alone = principal in self.suspects
         member = self._pick(prefer, asks, quiet_tool, alone)

@@ -187,7 +187,13 @@ class Member(Generic[C]):
         if asking:
             self.asking_leases -= 1
             _drop(self.askers, principal)
-        _drop(self.principals, principal)
+        # ``_drop(self.principals, principal)`` spelled out: every lease ends here.
+        principals = self.principals
+        left = principals.get(principal, 0) - 1
+        if left > 0:
+            principals[principal] = left
+        else:
+            principals.pop(principal, None)
         self.leases -= 1
 
 

@@ -68,7 +68,8 @@ class ClientContext:
             principal=principal,
             owner=owner,
             log=log if log is not None else {},
-            trace=bridge.trace_context(headers),
+            # No call for the usual request, which carries neither trace header.
+            trace=bridge.trace_context(headers) if "traceparent" in headers or "tracestate" in headers else {},
             span=span,
         )
 
@@ -94,7 +95,9 @@ class ClientContext:
             session,
             session.principal,
             session.owner,
-            trace=bridge.trace_context(headers or {}),
+            trace=bridge.trace_context(headers)
+            if headers is not None and ("traceparent" in headers or "tracestate" in headers)
+            else {},
             accepts_requests=streamed,
             log=log if log is not None else {},
             span=span,

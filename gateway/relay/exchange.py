@@ -42,7 +42,7 @@ import anyio
 
 from gateway.errors import ChildError, GatewayUnavailableError
 from gateway.protocol import attribution, bridge, inputs
-from gateway.protocol.jsonrpc import Reply, Request
+from gateway.protocol.jsonrpc import Request
 from gateway.protocol.versions import LEGACY, MODERN
 from gateway.relay import asks, events
 from gateway.relay.catalog import ToolCatalog
@@ -215,16 +215,22 @@ class Relay:
         on: Leased | None = None
         handed = False
         try:
-            pool = await self.router.pool_for(
-                client.principal,
-                session.id if session is not None else None,  # ``client.session_id``
-                headers or {},
-                era=client.era,
-                # Legacy children are told exactly their client's capabilities (the pool key holds them).
-                capabilities=None if request.method in UNASKING_HANDSHAKE else client.capabilities,
-                roots=admission.roots,  # and a call's children hold its client's roots set only
-            )
-            if admission.roots is not None and session is not None:
+            session_id = session.id if session is not None else None  # ``client.session_id``
+            # Legacy children are told exactly their client's capabilities (the pool key holds them).
+            capabilities = None if request.method in UNASKING_HANDSHAKE else client.capabilities
+            roots = admission.roots  # and a call's children hold its client's roots set only
+            # The usual pool, there already, without ``pool_for``'s coroutine.
+            pool = self.router.ready_pool(client.principal, session_id, headers or {}, client.era, capabilities, roots)
+            if pool is None:
+                pool = await self.router.pool_for(
+                    client.principal,
+                    session_id,
+                    headers or {},
+                    era=client.era,
+                    capabilities=capabilities,
+                    roots=roots,
+                )
+            if roots is not None and session is not None:
                 session.roots_pool = pool  # its subscriptions' updates come from here too
             tool = attribution.tool_key(request.method, request.params)  # the lease's and the child's
             ended = start_over(deps, turn, pool)  # a round its client left, sent again at its cap, ends
@@ -260,10 +266,12 @@ class Relay:
             running = await open_call(deps, on, turn)
             if not isinstance(running, Running):
                 return running
-            if isinstance(await running.ex.first_sign(), Reply):
+            ex = running.ex
+            # ``isinstance(await ex.first_sign(), Reply)``, without its coroutine frame.
+            if await ex.wait() is None and ex.replied:
                 # The common shape: the child's reply with nothing before it, so no run to
                 # drive (no loop over the child's items): the steps on the reply at once.
-                running.reply = running.ex.reply()
+                running.reply = ex.reply()
                 answered = self._on_reply(running)
                 if isinstance(answered, events.Final):
                     handed = True

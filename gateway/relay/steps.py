@@ -104,7 +104,7 @@ from gateway.relay.suspensions import Call, Suspension
 from gateway.relay.translate import response
 from gateway.relay.turn import Admission, Collaborators, Emissions, Leased, Plan, ReplyStep, Running, Step, Turn
 from gateway.stdio.ask import ChildAsk
-from gateway.stdio.child import StdioChild
+from gateway.stdio.child import ChildCall, StdioChild
 from gateway.stdio.exchange import Exchange
 from gateway.stdio.pool import Pool
 
@@ -344,7 +344,8 @@ def runs_only_as_task(deps: Collaborators, on: Leased) -> bool:
         turn.headers is not None  # the tool list is loaded (param_headers)
         and deps.tasks.policy.enabled  # (``TaskStore.enabled``, without the property's call)
         # The tool first: most are not ``required``, and ``becomes_task`` asks ``opted_in`` next.
-        and _task_support(deps, on) == "required"
+        # (``_task_support``, spelled out for the usual call: the tool as ``param_headers`` found it.)
+        and (known[2] if (known := on.known) is not None else _task_support(deps, on)) == "required"
         and not task_rules.opted_in(turn.client.capabilities)
     )
 
@@ -454,8 +455,12 @@ async def open_call(deps: Collaborators, on: Leased, turn: Turn) -> Running | ev
     # A listen lives until the client leaves: no request timeout (math.inf, not None: the default).
     timeout = math.inf if request.method == subscriptions.LISTEN else None
     try:
-        call = child.exchange(request.method, params, timeout=timeout, asks=True, log_level=log_level, tool=on.tool)
-        ex = await call.__aenter__()  # ``on.stack.enter(call)`` without its coroutine frame
+        # ``child.exchange(..., asks=True, ...)`` spelled out: one call less per request.
+        call = ChildCall(child, request.method, params, timeout, True, True, log_level, on.tool)
+        # ``on.stack.enter(call)`` without a coroutine: the usual request is entered at once.
+        ex = call.enter_now()
+        if not isinstance(ex, Exchange):
+            ex = await ex
         on.stack.hold(call)
     except ChildError as exc:
         if span is not None:

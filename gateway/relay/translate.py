@@ -55,19 +55,19 @@ def params_for_child(params: JsonObject | None, client: ClientContext, child: Ch
         )
     if child.serves_tasks or not params or "_meta" not in params:
         return params  # (no ``_meta``, no declared capabilities: ``_without_tasks_extension`` would keep them)
-    return _without_tasks_extension(params)
-
-
-def _without_tasks_extension(params: JsonObject | None) -> JsonObject | None:
-    """A modern client's params for a modern child, without the Tasks extension in its
-    declared capabilities: the gateway serves tasks itself, so the child answers every call
-    with its result and never with a task id the gateway could not route."""
-    meta = params.get("_meta") if params else None
+    meta = params["_meta"]
     capabilities = meta.get(META_CLIENT_CAPABILITIES) if isinstance(meta, dict) else None
     if not isinstance(capabilities, dict) or "extensions" not in capabilities:
-        return params
-    assert params is not None
+        return params  # (most clients declare no extension: no call for them)
     assert isinstance(meta, dict)
+    return _without_tasks_extension(params, meta, capabilities)
+
+
+def _without_tasks_extension(params: JsonObject, meta: JsonObject, capabilities: JsonObject) -> JsonObject:
+    """A modern client's params for a modern child (their ``_meta`` and its declared
+    ``capabilities``, which name extensions), without the Tasks extension: the gateway serves
+    tasks itself, so the child answers every call with its result and never with a task id
+    the gateway could not route."""
     kept = tasks.without_extension(capabilities)
     if kept is capabilities:
         return params

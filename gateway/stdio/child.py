@@ -42,7 +42,7 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
-from typing import Final
+from typing import Final, NoReturn
 
 import anyio
 from anyio.abc import TaskGroup
@@ -319,7 +319,9 @@ class StdioChild:
         ``attribution.tool_key`` for the request, if it has it (else computed when needed)."""
         return ChildCall(self, method, params, timeout, cancellable, asks, log_level, tool)
 
-    async def _open(self, call: ChildCall) -> Exchange:
+    def _begin(self, call: ChildCall) -> Exchange | Coroutine[object, object, Exchange]:
+        """Enter ``call``: its exchange, the request recorded and its line written or queued;
+        else (the pipe is busy, or broken) a coroutine to await for it (``_written``)."""
         ex = call.ex = Exchange(call.method)
         child_id, line, deadline = self._session.send_line(
             call.method,
@@ -342,26 +344,47 @@ class StdioChild:
             if self._session.in_flight > 1:
                 ex.stdin_ticket = self._stdin.queue(line)
             elif not self._stdin.write_now(line):
-                ex.stdin_ticket = await self._stdin.send(line)
+                return self._written(ex, line)
         except StdinFull as exc:  # the line was never queued
             self._close(ex, unsent=True)
-            raise GatewayUnavailableError(
-                f"{self.spec.label} is not reading its stdin fast enough: {exc}; retry later",
-                retry_after=5,
-                stdin_queued_bytes=exc.queued,
-                max_stdin_queue_bytes=exc.limit,
-            ) from None
+            raise self._stdin_full(exc) from None
         except BrokenPipe:
-            try:
-                await self._exited_or_timeout()
-                error = self._stdin_error()
-            finally:
-                self._close(ex)
-            raise error from None
+            return self._broken(ex)
         except BaseException:
             self._close(ex)
             raise
         return ex
+
+    async def _written(self, ex: Exchange, line: bytes) -> Exchange:
+        """``_begin``'s end when the pipe is busy: ``line`` sent once the pipe takes it."""
+        try:
+            ex.stdin_ticket = await self._stdin.send(line)
+        except StdinFull as exc:  # the line was never queued
+            self._close(ex, unsent=True)
+            raise self._stdin_full(exc) from None
+        except BrokenPipe:
+            await self._broken(ex)
+        except BaseException:
+            self._close(ex)
+            raise
+        return ex
+
+    async def _broken(self, ex: Exchange) -> NoReturn:
+        """``_begin``'s end when the pipe broke: the child's exit error, once it has exited."""
+        try:
+            await self._exited_or_timeout()
+            error = self._stdin_error()
+        finally:
+            self._close(ex)
+        raise error from None
+
+    def _stdin_full(self, exc: StdinFull) -> GatewayUnavailableError:
+        return GatewayUnavailableError(
+            f"{self.spec.label} is not reading its stdin fast enough: {exc}; retry later",
+            retry_after=5,
+            stdin_queued_bytes=exc.queued,
+            max_stdin_queue_bytes=exc.limit,
+        )
 
     def _close(self, ex: Exchange, *, unsent: bool = False) -> None:
         # A line still queued for a child that has not read it is dropped with its request,
@@ -615,9 +638,15 @@ class ChildCall:
         self.tool = tool
         self.ex: Exchange | None = None
 
-    def __aenter__(self) -> Coroutine[object, object, Exchange]:
-        # A plain method giving ``_open``'s coroutine: one coroutine frame less per request.
-        return self.child._open(self)
+    def enter_now(self) -> Exchange | Coroutine[object, object, Exchange]:
+        """Entered at once (the usual request: its line written or queued, no wait): the
+        exchange; else a coroutine to await for it (``__aenter__`` without a coroutine of
+        its own for the usual request)."""
+        return self.child._begin(self)
+
+    async def __aenter__(self) -> Exchange:
+        entered = self.child._begin(self)
+        return entered if isinstance(entered, Exchange) else await entered
 
     def leave(self) -> None:
         """``__aexit__`` without a coroutine (it never awaits)."""

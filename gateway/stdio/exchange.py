@@ -4,8 +4,10 @@
 calls ``deliver``, ``offer_ask`` and ``finish`` as the session machine decides
 (``gateway.protocol.childsession``); the caller iterates the exchange (notifications, and
 ``ChildAsk`` items when it was opened with ``asks=True``), then reads ``reply()``. The queue
-never blocks the pump that serves every client of the child (``inbox``). The exchange knows
-nothing of the child: the pump and the exchange meet only through these public methods.
+never blocks the pump that serves every client of the child: an exchange is an ``Inbox``
+(``gateway.stdio.inbox``), its own queue, and uses only what the inbox offers anyone (one
+object less per request than one holding an inbox). The exchange knows nothing of the child:
+the pump and the exchange meet only through these public methods.
 """
 
 from __future__ import annotations
@@ -20,23 +22,24 @@ from gateway.stdio.inbox import Inbox, progress_key
 ExchangeItem = Notification | ChildAsk
 
 
-class Exchange:
+class Exchange(Inbox[ExchangeItem]):
     """One request in flight: notifications (and attributed asks) as they arrive, then exactly one outcome.
 
     The pump calls ``deliver``, ``offer_ask`` and ``finish`` as the machine decides; the
     reader iterates, then calls ``reply()``."""
 
     def __init__(self, method: str) -> None:
+        # Never blocks the pump that serves every client of the child: past a bound, progress
+        # for a token is coalesced (latest value kept); nothing else is dropped (``inbox``).
+        Inbox.__init__(self)  # (not ``super()``: no proxy made per request)
         self.method = method
         self.child_id = 0
         self.stdin_ticket: int | None = None  # its line while queued for the child's stdin (``LineWriter``)
-        # Never blocks the pump that serves every client of the child: past a bound, progress
-        # for a token is coalesced (latest value kept); nothing else is dropped (``inbox``).
-        self._inbox: Inbox[ExchangeItem] = Inbox()
         self._reply: Reply | None = None
         self._error: ChildError | None = None
         self.is_done = False  # it has its outcome (``finish``): a reply or an error
-        self._asks: list[ChildAsk] = []
+        self.replied = False  # that outcome is a reply (``reply()`` gives it)
+        self._asks: list[ChildAsk] | None = None  # made with the first (most requests ask nothing)
 
     def __repr__(self) -> str:
         return f"<Exchange {self.method} child_id={self.child_id} done={self.is_done}>"
@@ -50,15 +53,17 @@ class Exchange:
 
     @property
     def dropped_notifications(self) -> int:
-        return self._inbox.dropped
+        return self.dropped
 
     def deliver(self, note: Notification) -> None:
-        self._inbox.put(note, progress_key(note.method, note.params))
+        self.put(note, progress_key(note.method, note.params))
 
     def offer_ask(self, ask: ChildAsk) -> bool:
         """Queue an attributed ask for the reader; False if it cannot be (then the gateway answers)."""
-        if self.is_done or not self._inbox.put(ask):
+        if self.is_done or not self.put(ask):
             return False
+        if self._asks is None:
+            self._asks = []
         self._asks.append(ask)
         return True
 
@@ -66,27 +71,28 @@ class Exchange:
         if self.is_done:
             return
         self.is_done = True
+        self.replied = reply is not None
         self._reply, self._error = reply, error
-        self._inbox.close()
-        for ask in self._asks:  # nobody will read them now
+        self.close()
+        for ask in self._asks or ():  # nobody will read them now
             ask.answer_error(CODE_NO_CLIENT_INPUT, f"the request ({self.method}) ended before the client answered")
 
-    def leave(self) -> None:
-        """The reader is gone: what arrives from now on is discarded."""
-        self._inbox.close_reader()
+    leave = Inbox.close_reader
+    """The reader is gone: what arrives from now on is discarded (the inbox's ``close_reader``)."""
 
     async def first_sign(self) -> ExchangeItem | Reply | None:
         """Wait for the first thing the child sends for this request, and say what it is,
         taking nothing: the oldest queued item, else the reply (None: it failed, or the
-        reader left)."""
-        return await self._inbox.wait() or self._reply
+        reader left). It is the reply exactly when the inbox's ``wait()`` gives None and the
+        exchange ``replied`` (what a caller that needs no more asks, without this frame)."""
+        return await self.wait() or self._reply
 
     def ready(self) -> list[ExchangeItem]:
         """What is queued already, without waiting (so simultaneous asks make one round)."""
         items: list[ExchangeItem] = []
         while True:
             try:
-                items.append(self._inbox.get_nowait())
+                items.append(self.get_nowait())
             except (anyio.WouldBlock, anyio.EndOfStream):
                 return items
 
@@ -97,7 +103,7 @@ class Exchange:
         # No deadline here: the child's deadline pump ends a request that times out, and the
         # reader learns it here (every other outcome is read with ``reply()``).
         try:
-            return await self._inbox.get()
+            return await self.get()
         except anyio.EndOfStream:
             if isinstance(self._error, ChildTimeoutError):
                 raise self._error from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from gateway.errors import ChildExitedError
 from gateway.protocol.backlog import Backlog
 from gateway.protocol.jsonrpc import PROGRESS, Notification, Request, Result
 from gateway.stdio.ask import ChildAsk
@@ -125,3 +126,32 @@ async def test_an_exchanges_first_sign_is_its_oldest_item_else_its_reply_taking_
         first = await answered.first_sign()
         assert isinstance(first, Result)
         assert first.result == {"resultType": "input_required"}
+
+
+@pytest.mark.anyio
+async def test_an_exchanges_first_sign_is_its_reply_exactly_when_its_wait_gives_none_and_it_replied() -> None:
+    # What the relay asks for the usual call, without first_sign's frame (Relay._on_child).
+    with anyio.fail_after(5):
+        answered = Exchange("tools/call")
+        assert not answered.replied
+        answered.finish(Result(2, {}))
+        assert await answered.wait() is None
+        assert answered.replied
+        assert isinstance(await answered.first_sign(), Result)
+        failed = Exchange("tools/call")
+        failed.finish(error=ChildExitedError("gone"))
+        assert await failed.wait() is None
+        assert not failed.replied
+        assert await failed.first_sign() is None
+        noted = Exchange("tools/call")
+        note = Notification("notifications/message", {})
+        noted.deliver(note)
+        noted.finish(Result(3, {}))
+        assert await noted.wait() is note
+        assert noted.replied
+        assert await noted.first_sign() is note
+        left = Exchange("tools/call")
+        left.leave()  # the reader went away before any outcome
+        assert await left.wait() is None
+        assert not left.replied
+        assert await left.first_sign() is None
