@@ -24,9 +24,10 @@ What the children send unasked reaches the GET streams and listens through
 from __future__ import annotations
 
 import logging
+from collections.abc import Coroutine
 from contextlib import aclosing
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import anyio
 import orjson
@@ -72,22 +73,14 @@ from gateway.relay.spans import RequestSpan
 
 log = logging.getLogger("gateway.http")
 
+EndpointResponse: TypeAlias = (
+    Response | LazyStream | ListenStream | TaskListenStream | EventStream | ResumedStream | LostStream
+)
 """What the endpoint answers with: an ASGI response of one of these kinds."""
 
 MODERN_ERROR_STATUSES: Final = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY: 400}
 """HTTP statuses of a modern final error sent as JSON: the spec maps these two (digest §0.2)."""
 CANCELLED: Final = "notifications/cancelled"
-
-
-def _is_whole(message: AsgiMessage) -> bool:
-    """Whether ``message`` holds a request's whole body (its only ``http.request``)."""
-    return message["type"] == "http.request" and not message.get("more_body", False)
-
-
-def _whole_body(message: AsgiMessage, limit: int) -> bytes | None:
-    """The body of a whole-body message (``_is_whole``), or None when it exceeds ``limit``."""
-    body: bytes = message.get("body", b"")
-    return body if len(body) <= limit else None
 
 
 async def read_body(
@@ -104,8 +97,9 @@ async def read_body(
         message = await receive()
     else:
         message = first
-    if _is_whole(message):  # the usual case: the whole body in one message
-        return _whole_body(message, limit)
+    if message["type"] == "http.request" and not message.get("more_body", False):  # the whole body, in one
+        body: bytes = message.get("body", b"")
+        return body if len(body) <= limit else None
     buffer = bytearray()
     while True:
         if message["type"] == "http.disconnect":
@@ -143,13 +137,9 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The endpoint as a pure ASGI app (no ``Request`` object, no exception wrapper: it
-        answers every refusal itself, and what it raises reaches the edge's 500)."""
-        response = await self.respond(scope, receive)
-        await response(scope, receive, send)
-
-    async def respond(
-        self, scope: Scope, receive: Receive
-    ) -> Response | LazyStream | ListenStream | TaskListenStream | EventStream | ResumedStream | LostStream:
+        answers every refusal itself, and what it raises reaches the edge's 500). One coroutine
+        frame for a modern call: its answer is found by plain calls (``_post``); only reading a
+        body that is not in yet, and a legacy or listen request, await more."""
         headers = wire.header_map(scope)
         # Who is asking, as the edge's authentication (``gateway.http.auth``) established it.
         principal = scope.get("gateway.principal")
@@ -157,6 +147,31 @@ class McpEndpoint:
             principal = None
         method = scope["method"]
         owner = client_key(scope)  # whose limits, crash strikes and cancels (the principal, or the peer)
+        response: EndpointResponse
+        if method != "POST":
+            response = self._not_post(scope, method, headers, principal, owner)
+        else:
+            if scope.get(BODY_RECEIVED):  # all in already (the usual case): no timer, one message
+                message = await receive()  # read here: ``read_body``'s coroutine costs ~3k instructions
+                if message["type"] == "http.request" and not message.get("more_body", False):  # as ``read_body``
+                    body = message.get("body", b"")
+                    if len(body) > self.max_body_bytes:
+                        body = None
+                else:
+                    body = await read_body(headers, receive, self.max_body_bytes, message)
+            else:
+                body = await self._read_in_time(headers, receive)
+            if isinstance(body, Response):
+                response = body
+            else:
+                posted = self._post(scope, headers, principal, owner, body)
+                response = posted if isinstance(posted, (Response, LazyStream)) else await posted
+        await response(scope, receive, send)
+
+    def _not_post(
+        self, scope: Scope, method: str, headers: dict[str, str], principal: str | None, owner: str
+    ) -> Response | EventStream | ResumedStream | LostStream:
+        """A legacy session's GET stream or DELETE; 405 for any other method."""
         if method == "GET":
             fields = scope.setdefault("gateway.log", {})
             fields.update(method="GET stream", era="legacy")
@@ -173,28 +188,30 @@ class McpEndpoint:
         if method == "DELETE":
             scope.setdefault("gateway.log", {}).update(method="DELETE session", era="legacy")
             return session_requests.end(headers, principal, owner, self.sessions)
-        if method != "POST":
+        return wire.error_response(
+            405,
+            error_object(-32600, f"{method} is not used by MCP here; POST a JSON-RPC message"),
+            headers={"allow": "POST, GET, DELETE"},
+        )
+
+    async def _read_in_time(self, headers: dict[str, str], receive: Receive) -> bytes | Response | None:
+        """A body not all in yet: read within the body timeout (else the 408 to answer)."""
+        body: bytes | None = b""
+        with anyio.move_on_after(self.body_timeout) as reading:
+            body = await read_body(headers, receive, self.max_body_bytes)
+        if reading.cancelled_caught:
             return wire.error_response(
-                405,
-                error_object(-32600, f"{method} is not used by MCP here; POST a JSON-RPC message"),
-                headers={"allow": "POST, GET, DELETE"},
+                408,
+                error_object(-32600, f"request body not received within {self.body_timeout:g} s"),
+                headers={"connection": "close"},  # the rest of the body would be read as the next request
             )
-        if scope.get(BODY_RECEIVED):  # all in already (the usual case): no timer, one message
-            message = await receive()  # read here: ``read_body``'s coroutine costs ~3k instructions
-            if _is_whole(message):
-                body = _whole_body(message, self.max_body_bytes)
-            else:
-                body = await read_body(headers, receive, self.max_body_bytes, message)
-        else:
-            body = b""
-            with anyio.move_on_after(self.body_timeout) as reading:
-                body = await read_body(headers, receive, self.max_body_bytes)
-            if reading.cancelled_caught:
-                return wire.error_response(
-                    408,
-                    error_object(-32600, f"request body not received within {self.body_timeout:g} s"),
-                    headers={"connection": "close"},  # the rest of the body would be read as the next request
-                )
+        return body
+
+    def _post(
+        self, scope: Scope, headers: dict[str, str], principal: str | None, owner: str, body: bytes | None
+    ) -> Response | LazyStream | Coroutine[Any, Any, Response | LazyStream | ListenStream | TaskListenStream]:
+        """A POST's answer once its body is read (None: over the limit): a modern request's at
+        once; a listen's or a legacy request's is a coroutine to await."""
         if body is None:
             return wire.error_response(
                 413, error_object(-32600, f"request body over the {self.max_body_bytes}-byte limit")
@@ -203,11 +220,6 @@ class McpEndpoint:
         refusal = slots.admit() if isinstance(slots, Slots) else None
         if refusal is not None:
             return refusal
-        return await self._post(scope, headers, principal, owner, body)
-
-    async def _post(
-        self, scope: Scope, headers: dict[str, str], principal: str | None, owner: str, body: bytes
-    ) -> Response | LazyStream | ListenStream | TaskListenStream:
         outcome = ingress.check_post(
             headers,
             body,
@@ -219,22 +231,21 @@ class McpEndpoint:
             return rejection_response(outcome)
         log = scope.setdefault("gateway.log", {})
         first = outcome.messages[0] if outcome.messages else None
-        log.update(era=str(outcome.era), method=getattr(first, "method", None) or "response")  # not .value: a property
+        log["era"] = str(outcome.era)  # not .value: a property
+        log["method"] = getattr(first, "method", None) or "response"
         if isinstance(first, Request):
             note_request(log, first.id, first.params)
         if outcome.era is MODERN:
-            first_message = outcome.messages[0]
-            if isinstance(first_message, Request) and first_message.method == subscriptions.LISTEN:
+            if isinstance(first, Request) and first.method == subscriptions.LISTEN:
                 # A listen is a stream: it counts as one, not as a request in flight.
-                slots = scope.get(SLOTS)
                 refusal = slots.as_stream() if isinstance(slots, Slots) else None
                 if refusal is not None:
                     return refusal
-                return await self._listen(outcome, first_message, headers, principal, owner, log, scope.get(SPAN))
+                return self._listen(outcome, first, headers, principal, owner, log, scope.get(SPAN))
             return self._modern(outcome, headers, principal, owner, log, span=scope.get(SPAN))
         if outcome.session_id:
             log["session"] = outcome.session_id[:8]
-        return await self._legacy(outcome, headers, principal, owner, scope)
+        return self._legacy(outcome, headers, principal, owner, scope)
 
     # -- modern -------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from types import TracebackType
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -91,14 +92,15 @@ def retry_field(milliseconds: int) -> bytes:
 
 class Watch:
     """Tells a response's answer machine (``gateway.protocol.answer``) what happens to it from
-    outside while ``run`` runs its body: the connection's loss (``CLIENT_GONE``, or
-    ``WRITE_STALLED`` for a reset for not reading), the drain's start (``DRAIN_BEGINS``, watched
-    only for the kinds it ends: ``answer.ENDS_ON_DRAIN``) and the spent drain budget
+    outside while ``run`` runs its body (or, for a ``lean`` watch, within ``with watch:``): the
+    connection's loss (``CLIENT_GONE``, or ``WRITE_STALLED`` for a reset for not reading), the
+    drain's start (``DRAIN_BEGINS``, watched only for the kinds it ends:
+    ``answer.ENDS_ON_DRAIN``) and the spent drain budget
     (``BUDGET_SPENT``). ``feed`` steps the machine and carries out what must be done at once:
     a ``STOP`` ends the body (``stop``: it cancels ``cancel_scope``, the body's scope). The
     watch decides nothing itself.
 
-    While ``run`` runs, the watch itself is registered where a cancel scope would be, with the
+    While it watches, the watch itself is registered where a cancel scope would be, with the
     connection's ``Hangup`` and in the drain's ``scopes`` (one object for both, and no other made
     per answer): its ``cancel()`` tells the machine what happened. The connection's loss, the
     first time it is lost (it is marked lost before it tells): a reset for not reading
@@ -117,6 +119,7 @@ class Watch:
         "cancel_scope",
         "drain",
         "hangup",
+        "lean",
     )
 
     def __init__(self, scope: Scope, receive: Receive, kind: answer.Kind, feed: Feed) -> None:
@@ -131,6 +134,9 @@ class Watch:
         self._receive = receive
         self._ends_on_drain = self.drain is not None and kind in answer.ENDS_ON_DRAIN
         self._watches_receive = self.hangup is None and kind is not _LEGACY
+        self.lean = not (self._watches_receive or self._ends_on_drain)
+        """Whether no task need run beside the body (``run`` without ``also``): then the body may
+        be awaited in the caller's own frame, under the watch (``with watch:``)."""
         self._feed = feed
         self._loss_told = False
 
@@ -153,34 +159,44 @@ class Watch:
         else:
             self._feed(_BUDGET_SPENT)
 
+    def __enter__(self) -> Watch:
+        """The watch begins: its cancel scope entered, the watch registered with the drain (told
+        when the budget is spent) and the connection's ``Hangup``. ``with watch:`` around a body
+        awaited in the caller's own frame is ``run`` for a ``lean`` watch, without ``run``'s
+        coroutine frame (one fewer on every step of every answer)."""
+        self.cancel_scope.__enter__()
+        if self.drain is not None:
+            self.drain.scopes.add(self)
+        if self.hangup is not None:
+            self.hangup.watch(self)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
+        if self.drain is not None:
+            self.drain.scopes.discard(self)
+        if self.hangup is not None:
+            self.hangup.unwatch(self)
+        return self.cancel_scope.__exit__(exc_type, exc, tb)
+
     async def run(self, body: Callable[[], Awaitable[None]], *also: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """``body()`` under the watch; ``also`` run beside it and end with it."""
-        drain, hangup = self.drain, self.hangup
-        with self.cancel_scope:
-            if drain is not None:
-                drain.scopes.add(self)  # told when the drain budget is spent
-            if hangup is not None:
-                hangup.watch(self)
-            watch_receive, ends_on_drain = self._watches_receive, self._ends_on_drain
-            try:
-                if watch_receive or also or ends_on_drain:
-                    async with anyio.create_task_group() as tg:
-                        if watch_receive:
-                            tg.start_soon(self._watch_disconnect)
-                        if ends_on_drain:
-                            assert drain is not None
-                            tg.start_soon(self._watch_drain, drain)
-                        for task in also:
-                            tg.start_soon(task)
-                        await body()
-                        tg.cancel_scope.cancel()
-                else:  # the lean path: no task, the connection tells the machine when it is lost
-                    await body()
-            finally:
-                if drain is not None:
-                    drain.scopes.discard(self)
-                if hangup is not None:
-                    hangup.unwatch(self)
+        with self:
+            if self.lean and not also:  # no task: the connection tells the machine when it is lost
+                await body()
+                return
+            drain = self.drain
+            async with anyio.create_task_group() as tg:
+                if self._watches_receive:
+                    tg.start_soon(self._watch_disconnect)
+                if self._ends_on_drain:
+                    assert drain is not None
+                    tg.start_soon(self._watch_drain, drain)
+                for task in also:
+                    tg.start_soon(task)
+                await body()
+                tg.cancel_scope.cancel()
 
     async def _watch_disconnect(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":

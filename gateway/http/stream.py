@@ -281,7 +281,11 @@ class LazyStream:
                 legacy.handle.attach(watch.cancel_scope, self._session_cancelled)  # may decide it at once
             self._scope, self._receive, self._send = scope, receive, send
             if machine.state is _WAITING:  # not cancelled before it began
-                await watch.run(self._respond)
+                if watch.lean:  # nothing runs beside the answer: awaited in this frame, under the watch
+                    with watch:
+                        await self._respond()
+                else:
+                    await watch.run(self._respond)
             if machine.state in DECIDED and not self._closing:
                 # The usual end: nothing cancels this task here (the watch's scope is closed, the
                 # drain cancels only that), so closing the exchange (its lease) needs no shield.
