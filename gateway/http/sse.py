@@ -164,11 +164,18 @@ class Watch:
         when the budget is spent) and the connection's ``Hangup``. ``with watch:`` around a body
         awaited in the caller's own frame is ``run`` for a ``lean`` watch, without ``run``'s
         coroutine frame (one fewer on every step of every answer)."""
-        self.cancel_scope.__enter__()
-        if self.drain is not None:
-            self.drain.scopes.add(self)
-        if self.hangup is not None:
-            self.hangup.watch(self)
+        scope = self.cancel_scope
+        scope.__enter__()
+        try:
+            if self.drain is not None:
+                self.drain.scopes.add(self)
+            if self.hangup is not None:
+                self.hangup.watch(self)  # a connection lost already tells the machine now
+        except BaseException as exc:  # the scope entered here is left here, whatever broke
+            if self.drain is not None:
+                self.drain.scopes.discard(self)
+            scope.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
     def __exit__(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import orjson
 import pytest
 from starlette.types import Message, Scope
@@ -267,6 +268,26 @@ async def test_the_connection_s_loss_and_the_spent_drain_budget_are_each_told_in
     await run_until_told(watch, both)
     gone, spent = answer_rules.Event.CLIENT_GONE, answer_rules.Event.BUDGET_SPENT
     assert told.events == ([gone, spent] if loss_first else [spent, gone])
+    assert drain.scopes == set()
+
+
+async def test_a_watch_whose_registration_fails_leaves_its_scope_and_the_drain_as_they_were() -> None:
+    # The connection was lost before the watch began: registering tells the machine at once. If
+    # that telling fails, ``with watch:`` raises it, with its cancel scope left (not still on the
+    # task's stack) and the drain no longer holding the watch.
+    drain, hangup = Drain(), Hangup()
+    hangup.lost()
+
+    def broken_feed(event: answer_rules.Event) -> None:
+        raise LookupError(event)
+
+    watch = Watch({DRAIN: drain, HANGUP: hangup}, Client().receive, answer_rules.Kind.CALL, broken_feed)
+    assert watch.lean
+    with anyio.fail_after(WAIT), anyio.CancelScope() as outer:  # exits cleanly only if the stack is whole
+        with pytest.raises(LookupError), watch:
+            raise AssertionError("the body must not run")
+        await anyio.lowlevel.checkpoint()
+    assert not outer.cancel_called
     assert drain.scopes == set()
 
 
