@@ -17,7 +17,10 @@ time per call is the HTTP hop plus the pipe, which no gateway on uvicorn avoids 
 much of that is uvicorn's ASGI path rather than the socket (``protocol``: what a server of the
 gateway's own on the event loop could reach at best), and how much is the gateway's own work.
 
-    python -m bench.bridge [--kind asgi|protocol] --port PORT -- CHILD ARGV...
+``--kind task`` is the protocol bridge with an asyncio task per request that awaits its answer
+(what a task per request costs, ``python -m bench.layers``).
+
+    python -m bench.bridge [--kind asgi|protocol|task] --port PORT -- CHILD ARGV...
 """
 
 from __future__ import annotations
@@ -94,10 +97,12 @@ CHILD = Child()
 
 
 class Connection(asyncio.Protocol):
-    """``--kind protocol``: one keep-alive HTTP/1.1 connection, answered from callbacks."""
+    """``--kind protocol``: one keep-alive HTTP/1.1 connection, answered from callbacks
+    (``--kind task``: each call in an asyncio task of its own that awaits its answer)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tasks: bool = False) -> None:
         self.buffer = b""
+        self.tasks = tasks
         self.transport: Any = None  # uvloop's transports are not asyncio.Transport subclasses
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -130,8 +135,13 @@ class Connection(asyncio.Protocol):
                 self.respond(202, b"", b"")
             elif request.get("method") == "initialize":
                 self.respond(200, b"mcp-session-id: " + SESSION + b"\r\n", INIT_RESULT)
+            elif self.tasks:  # ``--kind task``: the same, with a task per request awaiting a future
+                asyncio.get_running_loop().create_task(self._answer(request))
             else:
                 CHILD.send(self, request)
+
+    async def _answer(self, request: dict[str, Any]) -> None:
+        self.respond(200, b"", orjson.dumps(await CHILD.call(request)))
 
 
 def start_child(argv: list[str]) -> tuple[int, int]:
@@ -167,8 +177,11 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 async def serve(port: int, pipes: tuple[int, int], kind: str) -> None:
     await CHILD.attach(pipes)
-    if kind == "protocol":
-        server = await asyncio.get_running_loop().create_server(Connection, "127.0.0.1", port, backlog=2048)
+    if kind in ("protocol", "task"):
+        tasks = kind == "task"
+        server = await asyncio.get_running_loop().create_server(
+            lambda: Connection(tasks), "127.0.0.1", port, backlog=2048
+        )
         async with server:
             await server.serve_forever()
         return
@@ -181,7 +194,7 @@ async def serve(port: int, pipes: tuple[int, int], kind: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description="a bare bridge to one stdio child (a yardstick)")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--kind", choices=["asgi", "protocol"], default="asgi")
+    parser.add_argument("--kind", choices=["asgi", "protocol", "task"], default="asgi")
     parser.add_argument("child", nargs=argparse.REMAINDER, help="-- then the child's argv")
     args = parser.parse_args()
     argv = args.child[1:] if args.child[:1] == ["--"] else args.child

@@ -124,6 +124,30 @@ def test_the_tiny_load_run_measures_both_gateways_in_both_eras(tmp_path: Path) -
 
 
 @MACHINE_WIDE  # its servers bind picked ports
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_the_layers_table_measures_every_layer_with_every_answer_right(era: str) -> None:
+    # The bridges (callbacks, a task per request, uvicorn), the gateway's app on the lean
+    # server and on uvicorn, each answering every call right, in a table with one row each.
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.layers", "--era", era, "--reps", "1", "--calls", "10"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_DEADLINE,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line.startswith("| ")}
+    for name in (
+        "bare protocol bridge: callbacks only",
+        "+ an asyncio task per request",
+        "bare uvicorn bridge",
+        "the gateway's app on a lean HTTP server",
+        "the gateway on uvicorn, as shipped",
+    ):
+        assert re.fullmatch(rf"\| {re.escape(name)} \| [+-]\d\.\d{{3}} ms \| .* \| 0 \|", rows[name]), rows[name]
+
+
+@MACHINE_WIDE  # its servers bind picked ports
 def test_the_tiny_run_of_the_other_groups_delivers_every_notification_and_stream(tmp_path: Path) -> None:
     page = tmp_path / "benchmarks.md"
     done = run_bench("--tiny", "--only", "c1,stream,memory", "--output", str(page))
