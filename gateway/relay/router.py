@@ -402,6 +402,29 @@ class Router:
                     log.info("%s speaks one era only: legacy clients share its children", self.server.name)
                     return
 
+    def _base(
+        self,
+        principal: str | None,
+        session_id: str | None,
+        headers: Mapping[str, str],
+        era: Era,
+        capabilities: Mapping[str, object] | None,
+    ) -> tuple[PoolKey, Pool | None]:
+        """``key_for``'s scope key, and its pool when a call must first wait for it to start:
+        whether this server speaks one era only (or is legacy, so that children are told
+        capabilities) is known once its first child is up."""
+        base = self._scope_key(principal, session_id, headers)
+        main = self.pools.get(base)
+        # ``main.is_starting()``, asked of its dispatcher directly: one call less per request.
+        if main is not None and (era is LEGACY or capabilities is not None) and main.dispatch.may_start():
+            return base, main
+        return base, None
+
+    def _key(self, base: PoolKey, era: Era, capabilities: Mapping[str, object] | None, roots: Roots | None) -> PoolKey:
+        # A modern client of a server whose probed child is modern: its children are told no
+        # capabilities (``_tells_capabilities`` is False for good), so ``_refine`` keeps ``base``.
+        return base if era is MODERN and self._probed_era is MODERN else self._refine(base, era, capabilities, roots)
+
     def ready_pool(
         self,
         principal: str | None,
@@ -413,22 +436,8 @@ class Router:
     ) -> Pool | None:
         """``pool_for``'s pool when it is there with nothing to wait for (the usual request:
         answered without a coroutine); else None, and ``pool_for`` waits, or opens it."""
-        isolation = self.server.isolation
-        # ``_scope_key``'s usual key, spelled out: every request asks it.
-        if isolation is _SHARED and not self.server.env_from_headers:
-            base = SHARED_KEY
-        else:
-            base = self._scope_key(principal, session_id, headers)
-        main = self.pools.get(base)
-        # Whether this server speaks one era only (or is legacy, so that children are told
-        # capabilities) is known once its first child is up: while it starts, ``pool_for`` waits.
-        # ``main.is_starting()``, asked of its dispatcher directly: one call less per request.
-        if main is not None and (era is LEGACY or capabilities is not None) and main.dispatch.may_start():
-            return None
-        # A modern client of a server whose probed child is modern: its children are told no
-        # capabilities (``_tells_capabilities`` is False for good), so ``_refine`` keeps ``base``.
-        key = base if era is MODERN and self._probed_era is MODERN else self._refine(base, era, capabilities, roots)
-        return self._pools.ready(key)
+        base, starting = self._base(principal, session_id, headers, era, capabilities)
+        return None if starting is not None else self._pools.ready(self._key(base, era, capabilities, roots))
 
     async def pool_for(
         self,
@@ -445,17 +454,13 @@ class Router:
         for: a session's own pool's (``isolation: session``), or a pool of children told
         exactly that set (``key_for``); ``roots``, the client's roots set, is what they are
         given (at most ``MAX_ROOTS_SETS`` sets at once, else 503)."""
-        pool = self.ready_pool(principal, session_id, headers, era, capabilities, roots)
-        if pool is not None:
-            return pool
-        # Whether this server speaks one era only (or is legacy, so that children are told
-        # capabilities) is known once its first child is up.
-        base = self._scope_key(principal, session_id, headers)
-        main = self.pools.get(base)
-        if main is not None and (era is LEGACY or capabilities is not None) and main.dispatch.may_start():
-            await main.wait_started()
-        key = base if era is MODERN and self._probed_era is MODERN else self._refine(base, era, capabilities, roots)
-        pool = await self._pools.get(key)  # waits while another request opens it
+        base, starting = self._base(principal, session_id, headers, era, capabilities)
+        if starting is not None:
+            await starting.wait_started()
+        key = self._key(base, era, capabilities, roots)
+        pool = self._pools.ready(key)  # the usual case: there, without a wait
+        if pool is None:
+            pool = await self._pools.get(key)  # waits while another request opens it
         if pool is not None:
             return pool
         if key.roots and sum(1 for k in self.pools if k.roots) >= MAX_ROOTS_SETS:
