@@ -27,7 +27,7 @@ import logging
 from collections.abc import Coroutine
 from contextlib import aclosing
 from dataclasses import replace
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 import anyio
 import orjson
@@ -83,6 +83,16 @@ MODERN_ERROR_STATUSES: Final = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY
 CANCELLED: Final = "notifications/cancelled"
 
 
+def whole_body(message: AsgiMessage, limit: int) -> bytes | Literal[False] | None:
+    """The body of a message that holds a request's whole body (its only ``http.request``), or
+    None when it exceeds ``limit``; False when it is not such a message (more follows, or the
+    client left)."""
+    if message["type"] != "http.request" or message.get("more_body", False):
+        return False
+    body: bytes = message.get("body", b"")
+    return body if len(body) <= limit else None
+
+
 async def read_body(
     headers: dict[str, str], receive: Receive, limit: int, first: AsgiMessage | None = None
 ) -> bytes | None:
@@ -97,9 +107,9 @@ async def read_body(
         message = await receive()
     else:
         message = first
-    if message["type"] == "http.request" and not message.get("more_body", False):  # the whole body, in one
-        body: bytes = message.get("body", b"")
-        return body if len(body) <= limit else None
+    whole = whole_body(message, limit)  # the usual case: the whole body in one message
+    if whole is not False:
+        return whole
     buffer = bytearray()
     while True:
         if message["type"] == "http.disconnect":
@@ -151,14 +161,11 @@ class McpEndpoint:
         if method != "POST":
             response = self._not_post(scope, method, headers, principal, owner)
         else:
+            body: bytes | Response | None
             if scope.get(BODY_RECEIVED):  # all in already (the usual case): no timer, one message
                 message = await receive()  # read here: ``read_body``'s coroutine costs ~3k instructions
-                if message["type"] == "http.request" and not message.get("more_body", False):  # as ``read_body``
-                    body = message.get("body", b"")
-                    if len(body) > self.max_body_bytes:
-                        body = None
-                else:
-                    body = await read_body(headers, receive, self.max_body_bytes, message)
+                whole = whole_body(message, self.max_body_bytes)
+                body = whole if whole is not False else await read_body(headers, receive, self.max_body_bytes, message)
             else:
                 body = await self._read_in_time(headers, receive)
             if isinstance(body, Response):
