@@ -147,7 +147,8 @@ class McpEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The endpoint as a pure ASGI app (no ``Request`` object, no exception wrapper: it
-        answers every refusal itself, and what it raises reaches the edge's 500). One coroutine
+        answers every refusal itself, and what it raises reaches the edge's 500; a client that
+        leaves before its whole body is in gets nothing, which the edge logs as 499). One coroutine
         frame for a modern call: its answer is found by plain calls (``_post``); only reading a
         body that is not in yet, and a legacy or listen request, await more."""
         headers = wire.header_map(scope)
@@ -162,12 +163,17 @@ class McpEndpoint:
             response = self._not_post(scope, method, headers, principal, owner)
         else:
             body: bytes | Response | None
-            if scope.get(BODY_RECEIVED):  # all in already (the usual case): no timer, one message
-                message = await receive()  # read here: ``read_body``'s coroutine costs ~3k instructions
-                whole = whole_body(message, self.max_body_bytes)
-                body = whole if whole is not False else await read_body(headers, receive, self.max_body_bytes, message)
-            else:
-                body = await self._read_in_time(headers, receive)
+            try:
+                if scope.get(BODY_RECEIVED):  # all in already (the usual case): no timer, one message
+                    message = await receive()  # read here: ``read_body``'s coroutine costs ~3k instructions
+                    whole = whole_body(message, self.max_body_bytes)
+                    body = (
+                        whole if whole is not False else await read_body(headers, receive, self.max_body_bytes, message)
+                    )
+                else:
+                    body = await self._read_in_time(headers, receive)
+            except ClientDisconnect:  # the client left before its whole body was in: nobody to answer
+                return  # nothing sent: the edge's access line and metrics say 499 (client closed)
             if isinstance(body, Response):
                 response = body
             else:

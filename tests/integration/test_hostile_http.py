@@ -308,6 +308,27 @@ async def test_slow_bodies_hold_no_request_slot_and_end_with_408_after_the_body_
                     await stream.aclose()
 
 
+async def test_a_client_that_leaves_before_its_body_is_in_is_logged_499_and_not_as_a_crash() -> None:
+    """Closing the connection after the head, or in the middle of the body, is a client's right:
+    the gateway has nobody to answer, logs the request as 499 (client closed), and neither sends
+    a 500 nor logs an exception. It was "Exception in ASGI application" and a 500 access line."""
+    with anyio.fail_after(30), recording("gateway", "uvicorn") as records:
+        async with gateway_app() as (url, drain), httpx.AsyncClient(timeout=20) as http:
+            port = port_of(url)
+            request = post_bytes(port, modern_call(9, "echo", {"message": "x"}), modern_headers("tools/call", "echo"))
+            head_end = request.index(b"\r\n\r\n") + 4
+            for count, cut in enumerate((head_end, len(request) - 5), start=1):  # no body byte; most of it
+                async with await connect(port) as stream:
+                    await stream.send(request[:cut])
+                    await drain.wait_for(lambda in_flight: in_flight >= 1)  # its body is being read
+                await records.wait_for(lambda record: record.name == "gateway.access", count)
+                await drain.wait_for(lambda in_flight: in_flight == 0)
+            assert (await echo(http, url)).status_code == 200  # and the next client is served
+    lines = [(r.status, r.outcome) for r in records.records if r.name == "gateway.access"]  # type: ignore[attr-defined]
+    assert lines == [(499, "cancelled"), (499, "cancelled"), (200, "ok")]
+    assert records.errors() == []
+
+
 async def test_the_request_limit_still_counts_requests_whose_body_is_in() -> None:
     with anyio.fail_after(30):
         async with (
