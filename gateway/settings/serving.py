@@ -183,7 +183,10 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         kind=float,
         default=STDIN_STALL_TIMEOUT,
         metavar="SECONDS",
-        help="stop a child whose stdin takes no data this long; 0 = never (default: %(default)s)",
+        help=(
+            "stop a child that reads nothing of its stdin this long while lines wait for it "
+            "(and, for lines in the pipe, writes nothing); 0 = never (default: %(default)s)"
+        ),
     ),
     Setting(
         "--max-body-bytes",

@@ -21,10 +21,17 @@ Imports: anyio and ``gateway.stdio`` (``process``, ``spec``) only.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import os
 from collections.abc import Callable
 from typing import Final, Protocol
+
+try:  # the kernel's count of what a child has not read of its stdin (``PipeWriter.unread``)
+    from fcntl import ioctl
+    from termios import FIONREAD, TIOCOUTQ
+except ImportError:  # pragma: no cover - not POSIX: nothing is counted
+    ioctl = None  # type: ignore[assignment]
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
@@ -93,6 +100,20 @@ class ChildBackend(Protocol):
         ...
 
 
+def unread_counter(transport: asyncio.BaseTransport) -> tuple[int, int] | None:
+    """The descriptor and ``ioctl`` request that count what a child has not read of its stdin
+    (``PipeWriter.unread``), None where nothing does. asyncio's loop spawns a child with a pipe
+    (FIONREAD on the write end: the bytes in the pipe); uvloop's, libuv, with a socket pair
+    (TIOCOUTQ on our end: the memory of the writes the child has not read whole)."""
+    if ioctl is None:  # pragma: no cover - not POSIX
+        return None
+    pipe = transport.get_extra_info("pipe")
+    if pipe is not None:
+        return pipe.fileno(), FIONREAD
+    sock = transport.get_extra_info("socket")
+    return (sock.fileno(), TIOCOUTQ) if sock is not None else None
+
+
 class PipeWriter(ByteSendStream):
     """A child's stdin as asyncio's ``StreamWriter`` under anyio's wrapper: a line goes to the
     pipe's transport at once (which writes it to the pipe at once when it can), and the drain
@@ -107,7 +128,8 @@ class PipeWriter(ByteSendStream):
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
-        self._transport = writer.transport  # a writer's for its whole life (read once: a property)
+        self._transport = transport = writer.transport  # a writer's for its whole life (read once: a property)
+        self._unread_at = unread_counter(transport)  # where the kernel counts what the child has not read
 
     @classmethod
     def over(cls, stream: ByteSendStream) -> PipeWriter:
@@ -144,6 +166,24 @@ class PipeWriter(ByteSendStream):
         if transport.is_closing():
             raise anyio.BrokenResourceError("the pipe closed on a write")
         return True
+
+    def unread(self) -> int | None:
+        """How much of what it was handed the child has not read yet: 0 once it has read it all;
+        None when this system cannot tell (or the pipe is closed). What waits in the transport's
+        buffer, plus what the kernel holds for the child: bytes over a pipe; over a socket pair,
+        the memory of the writes the child has not read whole (it moves when the child finishes
+        reading a write, or another is written). Read once a maintenance tick (``LineWriter``'s
+        stall watch), never on a request's path."""
+        at, transport = self._unread_at, self._transport
+        if at is None or transport.is_closing():  # closed: the descriptor may be another file's now
+            return None
+        count = array.array("i", [0])
+        try:
+            ioctl(at[0], at[1], count)
+        except OSError:  # not a pipe or socket after all: stop asking
+            self._unread_at = None
+            return None
+        return count[0] + transport.get_write_buffer_size()
 
     async def send(self, item: bytes) -> None:
         writer = self._writer

@@ -240,12 +240,6 @@ class StdioChild:
         return self._stdin.queued
 
     @property
-    def stdin_waiting_since(self) -> float | None:
-        """Since when (``time.monotonic``) a write to its stdin has waited for the pipe; None when
-        none waits (the dispatcher routes around a child whose write waits long)."""
-        return self._stdin.waiting_since
-
-    @property
     def awaiting_input(self) -> int:
         """Child requests waiting for a client's answer (the child's silence is then no stall)."""
         return self.questions.awaiting_input
@@ -292,9 +286,14 @@ class StdioChild:
         session = self._session
         return ChildFacts(session.open_questions, session.has_asked, session.death is None)
 
-    def reading(self) -> Reading:
-        """Its counters now, for a maintenance tick (``Dispatcher.maintain``)."""
-        return Reading(self.in_flight, self.awaiting_input, self.last_output, self.stdin_waiting_since)
+    def reading(self, now: float) -> Reading:
+        """Its counters at ``now`` (``time.monotonic``), for a maintenance tick
+        (``Dispatcher.maintain``). Its stdin is looked at then (``LineWriter.stalled_since``):
+        since when it has taken nothing while something waited for it, which breaks its writer,
+        and so stops it, past the stdin stall timeout (silent on stdout as long, when what
+        waits is in the pipe)."""
+        last_output = self.last_output
+        return Reading(self.in_flight, self.awaiting_input, last_output, self._stdin.stalled_since(now, last_output))
 
     # -- exchanges ------------------------------------------------------------------------
 

@@ -436,8 +436,9 @@ class Pool:
         """Idle stop, age recycling and liveness, once a tick (never on the request path)."""
         while True:
             await anyio.sleep(MAINTENANCE_TICK)
-            readings = {m: m.child.reading() for m in self.members if m.child is not None}
-            self._apply(self.dispatch.maintain(time.monotonic(), self.room, readings))
+            now = time.monotonic()
+            readings = {m: m.child.reading(now) for m in self.members if m.child is not None}
+            self._apply(self.dispatch.maintain(now, self.room, readings))
             self._room_may_have_freed()
 
     def _room_may_have_freed(self) -> None:

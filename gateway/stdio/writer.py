@@ -25,13 +25,21 @@ each of whole lines, in the order they were sent or put.
 So a child that stops reading its stdin holds at most the batch being written (in the pipe's
 transport) and ``max_queued`` bytes behind it, about twice the bound, whatever its clients do.
 
-**Slow, then stalled.** While a write waits for the pipe, ``waiting_since`` says since when:
-once that is longer than ``STDIN_STALL_NOTICE``, the pool gives the child no new request and
-starts another beside it (``gateway.protocol.dispatch`` rule 7). A write the pipe has not
-taken within ``stall_timeout`` seconds (``STDIN_STALL_TIMEOUT``, ``--stdin-stall-timeout``)
-breaks the writer with ``StdinStalled``: the child has kept its stdin full that long, so it
-is stopped (``StdioChild.pump_stdin``) and its pool replaces it; its requests fail with the
-exit error, and what it held is freed.
+**Slow, then stalled.** ``stalled_since(now)``, looked at once a maintenance tick, says since
+when the child has taken nothing of its stdin while something waited for it: a write waiting
+for a full pipe (``waiting_since``), or lines in the pipe the child has not read with nothing
+read or written since an earlier look (``unread_since``: the kernel's count, from the pipe's
+``unread``, unchanged between looks; a request of a few hundred bytes fits in the pipe, so a
+child that stopped reading would otherwise look idle and keep getting requests, each held
+until the request timeout). Once that is longer than ``STDIN_STALL_NOTICE``, the pool gives
+the child no new request and starts another beside it (``gateway.protocol.dispatch`` rule 7).
+A child that has taken nothing for ``stall_timeout`` seconds (``STDIN_STALL_TIMEOUT``,
+``--stdin-stall-timeout``; with the pipe's lines unread, also silent on stdout that long)
+breaks the writer with ``StdinStalled``: it is stopped
+(``StdioChild.pump_stdin``) and its pool replaces it; its requests fail with the exit error,
+and what it held is freed. A child that reads, however slowly, never stalls: each look that
+finds the count moved starts the clock again (over a socket pair the count moves when a
+write has been read whole, so a single write read for longer than the notice looks stalled).
 
 When a write fails (the child closed its stdin or is gone), ``broken`` is set, ``run``
 returns, and later ``send`` and ``put`` calls raise ``BrokenPipe`` for the edge to translate.
@@ -104,6 +112,15 @@ class LineWriter:
         # When the write in progress began waiting for the pipe (``time.monotonic``), None when
         # no write waits: the pool routes new requests around a child whose write waits long.
         self.waiting_since: float | None = None
+        # The pipe's count of what the child has not read (``PipeWriter.unread``), else None.
+        self._stream_unread: Callable[[], int | None] | None = getattr(stream, "unread", None)
+        # Since when (a look's ``now``) the pipe has held bytes the child has not read, with
+        # nothing read or written since (``stalled_since``); None when it holds none.
+        self.unread_since: float | None = None
+        self._looked: tuple[int, int] | None = None  # (``written``, unread) at that look
+        # Since when it had taken nothing when the writer broke with ``StdinStalled``: a child
+        # being stopped for it stays out of its pool's routing until it is gone.
+        self.stalled_from: float | None = None
 
     @property
     def queued(self) -> int:
@@ -219,6 +236,34 @@ class LineWriter:
         self.written += len(line)
         return True
 
+    def stalled_since(self, now: float, last_output: float) -> float | None:
+        """Since when the child has taken nothing of its stdin while something waited for it, as
+        a look at ``now`` finds (the module's "Slow, then stalled"); None when it is not stalled.
+        Looked at once a maintenance tick: past ``stall_timeout`` with the pipe's bytes unread
+        and nothing on its stdout since they were (``last_output``: a child that reports
+        progress is working, not stuck), the writer breaks with ``StdinStalled`` (a write
+        waiting that long breaks it itself)."""
+        if self.broken is not None:  # being stopped: stalled (``StdinStalled``) or gone
+            return self.stalled_from
+        measure = self._stream_unread
+        unread = measure() if measure is not None else None
+        if not unread:  # none unread, or nobody can tell
+            self.unread_since = self._looked = None
+        elif (looked := (self.written, unread)) != self._looked or self.unread_since is None:
+            self._looked, self.unread_since = looked, now  # it read, or was written to: from now
+        elif (
+            self.waiting_since is None
+            and self.stall_timeout
+            and now - max(self.unread_since, last_output) >= self.stall_timeout
+        ):
+            self.stalled_from = self.unread_since
+            self._break(StdinStalled(f"it read nothing of its stdin, and wrote nothing, for {self.stall_timeout:g} s"))
+            return self.stalled_from
+        waiting, unread_since = self.waiting_since, self.unread_since
+        if unread_since is None or (waiting is not None and waiting <= unread_since):
+            return waiting
+        return unread_since
+
     def withdraw(self, ticket: int | None) -> bool:
         """Take back a queued line whose request is gone; False when it was written already."""
         line = self._lines.pop(ticket, None) if ticket is not None else None
@@ -258,10 +303,13 @@ class LineWriter:
             if takes_at_once is not None and takes_at_once(len(data)):
                 await stream.send(data)  # it cannot wait: no stall timer (a cancel scope costs per line)
             else:
-                self.waiting_since = time.monotonic()
+                self.waiting_since = since = time.monotonic()
                 try:
                     with anyio.fail_after(self.stall_timeout or math.inf):
                         await stream.send(data)
+                except TimeoutError:
+                    self.stalled_from = since
+                    raise
                 finally:
                     self.waiting_since = None
         except TimeoutError:

@@ -193,6 +193,47 @@ async def test_while_a_childs_stdin_is_stalled_other_clients_are_served_by_anoth
                 tg.cancel_scope.cancel()  # the stuck client leaves
 
 
+async def test_a_child_that_leaves_small_calls_unread_is_routed_around_and_stopped_at_the_stall_timeout() -> None:
+    """Calls that fit in the pipe: no write ever waits, so only the looks at the pipe
+    (``LineWriter.stalled_since``, once a tick) find them unread. Before, a call written to a
+    child that had stopped reading was held until the request timeout (an hour), and the child
+    kept getting new calls (a soak had every client of a principal stuck on it in seconds).
+    Now the pool routes around it, and the stall timeout stops it and fails what it held."""
+    with anyio.fail_after(90):
+        async with AsyncExitStack() as stack:
+            notes = await stack.enter_async_context(keep_records("gateway.pool"))
+            warnings = await stack.enter_async_context(keep_records("gateway.child"))
+            router, url = await deafened_gateway(stack, stdin_stall_timeout=4.0)
+            stuck_client, modern, legacy = [http async for http in clients(stack, 3)]
+            assert (await call(stuck_client, url, 0, "deafen", {})).status_code == 200
+            deaf = only_child(router)
+            held: list[httpx.Response] = []
+            async with anyio.create_task_group() as tg:
+
+                async def small_call() -> None:
+                    held.append(await call(stuck_client, url, 1, "echo", {"message": "small"}))
+
+                tg.start_soon(small_call)  # written to the deaf child, the pool's only one
+                routed = await wait_for_record(notes, "has read nothing of its stdin")
+                assert str(deaf.pid) in routed
+                # Other clients are served by another child meanwhile, modern and legacy.
+                served_by = await call(modern, url, 2, "pid", {})
+                assert served_by.status_code == 200, served_by.text
+                assert served_by.json()["result"]["content"][0]["text"] != str(deaf.pid)
+                session = await open_legacy_session(legacy, url)
+                legacy_reply = await legacy.post(url, headers=session, json=legacy_call(3, "echo", {"message": "l"}))
+                assert legacy_reply.status_code == 200, legacy_reply.text
+                assert '"text":"l"' in legacy_reply.text.replace(" ", "")
+            # The held call ended (the task group waited for it) with the exit error: not held
+            # until the request timeout.
+            [reply] = held
+            assert reply.json()["error"]["code"] == -31001, reply.text
+            await deaf.wait_exited()
+            stopped = [r.getMessage() for r in warnings.records if "stopped reading its stdin" in r.getMessage()]
+            assert stopped
+            assert "read nothing of its stdin, and wrote nothing, for 4 s" in stopped[0]
+
+
 async def wait_for_record(log: AccessLog, text: str) -> str:
     while True:
         changed = log._changed

@@ -349,3 +349,81 @@ async def test_a_pipe_that_breaks_at_the_end_of_the_turn_breaks_the_writer() -> 
     with pytest.raises(BrokenPipe):
         writer.queue(b"two\n")
     assert pipe.writes == []
+
+
+class CountingPipe(NowPipe):
+    """A ``NowPipe`` with the kernel's count of what its reader has not read (``unread``), as
+    ``PipeWriter`` has: every write stays unread until ``read``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unread_bytes = 0
+        self.counted = True
+
+    def write_now(self, item: bytes) -> bool:
+        taken = super().write_now(item)
+        self.unread_bytes += len(item) if taken else 0
+        return taken
+
+    def read(self, size: int) -> None:
+        self.unread_bytes -= size
+
+    def unread(self) -> int | None:
+        return self.unread_bytes if self.counted else None
+
+
+def test_lines_the_child_leaves_unread_in_the_pipe_stall_it_from_the_look_that_first_finds_them() -> None:
+    """Rule 7's other half: a request of a few hundred bytes fits in the pipe, so a child that
+    stopped reading has no write waiting (``waiting_since`` stays None); the looks, once a
+    tick, find its lines unread with nothing read or written since, and say since when."""
+    pipe = CountingPipe()
+    writer = LineWriter(pipe, stall_timeout=60.0)
+    assert writer.stalled_since(100.0, last_output=0.0) is None  # nothing written: nothing waits
+    assert writer.write_now(b"request one\n")
+    assert writer.waiting_since is None
+    assert writer.stalled_since(101.0, last_output=0.0) == 101.0  # unread, from this look
+    assert writer.stalled_since(105.0, last_output=0.0) == 101.0  # nothing read or written since
+    pipe.read(5)  # it read a little: the clock starts again
+    assert writer.stalled_since(106.0, last_output=0.0) == 106.0
+    assert writer.write_now(b"request two\n")  # written to: the clock starts again too
+    assert writer.stalled_since(107.0, last_output=0.0) == 107.0
+    pipe.read(pipe.unread_bytes)  # it read everything
+    assert writer.stalled_since(108.0, last_output=0.0) is None
+    assert writer.broken is None
+    pipe.counted = False  # a pipe nobody can count: only a waiting write stalls it
+    assert writer.write_now(b"request three\n")
+    assert writer.stalled_since(109.0, last_output=0.0) is None
+    assert writer.stalled_since(200.0, last_output=0.0) is None
+
+
+async def test_lines_left_unread_past_the_stall_timeout_break_the_writer_unless_the_child_speaks() -> None:
+    pipe = CountingPipe()
+    writer = LineWriter(pipe, stall_timeout=10.0)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer.run)
+            assert writer.write_now(b"never read\n")
+            assert writer.stalled_since(100.0, last_output=50.0) == 100.0
+            # Output since the lines were left unread (a tool reporting progress): working, not stuck.
+            assert writer.stalled_since(115.0, last_output=108.0) == 100.0
+            assert writer.broken is None
+            # Silent and not reading for the whole timeout: the writer breaks, and ``run`` returns.
+            assert writer.stalled_since(118.0, last_output=108.0) == 100.0
+            assert isinstance(writer.broken, StdinStalled)
+            assert "read nothing of its stdin, and wrote nothing, for 10 s" in str(writer.broken)
+    # Being stopped, it stays stalled for its pool's routing (it never "reads again").
+    assert writer.stalled_since(119.0, last_output=108.0) == 100.0
+    with pytest.raises(BrokenPipe):
+        await writer.send(b"more\n")
+
+
+def test_a_write_that_waits_for_the_pipe_is_left_to_its_own_stall_timer() -> None:
+    """A write waiting for a full pipe breaks the writer itself (``fail_after``); a look finding
+    the same unread bytes then reports the earlier of the two moments and breaks nothing."""
+    pipe = CountingPipe()
+    writer = LineWriter(pipe, stall_timeout=10.0)
+    assert writer.write_now(b"in the pipe\n")
+    assert writer.stalled_since(100.0, last_output=0.0) == 100.0
+    writer.waiting_since = 103.0  # as ``_write`` sets it while a write waits
+    assert writer.stalled_since(120.0, last_output=0.0) == 100.0
+    assert writer.broken is None
