@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
+import socket
 
 import anyio
 import pytest
@@ -25,7 +26,7 @@ from gateway.relay.router import Router
 from gateway.relay.server_config import ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.conftest import server_spec
-from tests.gateway_server import app_for, modern_call, modern_headers, serving
+from tests.gateway_server import app_for, loopback_socket, modern_call, modern_headers, serving
 from tests.integration.test_hostile_http import WatchedDrain, connect, port_of, post_bytes
 
 pytestmark = pytest.mark.anyio
@@ -80,7 +81,11 @@ async def test_unread_large_replies_hold_about_their_budget_and_no_more(monkeypa
     map_large_blocks()
     with anyio.fail_after(60):
         app = app_for(Router(ServerConfig("test", server_spec(), PoolSettings())), drain=drain)
-        async with serving(app, http=patient) as base:
+        # Accepted connections inherit the listener's send buffer: a small fixed one (no
+        # autotuning) so the kernel cannot take a whole 4 MB reply, whatever tcp_wmem allows.
+        listener = loopback_socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        async with serving(app, listener, http=patient) as base:
             port = port_of(base)
             request = post_bytes(
                 port, modern_call(1, "big", {"bytes": reply_bytes}), modern_headers("tools/call", "big")
