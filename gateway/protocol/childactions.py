@@ -89,6 +89,14 @@ class Changed:
 
 
 @dataclass(slots=True)
+class Timed:
+    """A deadline the machine set on its own (a held question's, a lingering asker's): the
+    edge's timer must wake by ``at`` (``gateway.stdio.timer.DeadlineTimer.note``) to ``tick``."""
+
+    at: float
+
+
+@dataclass(slots=True)
 class ChildFacts:
     """What the pool's dispatcher decides from, as the machine has it now (``childsession``
     rule 8): the questions open (asked of a client and not closed, plus those held as
@@ -112,5 +120,6 @@ ChildAction = (
     | Broadcast
     | Log
     | Changed
+    | Timed
     | ChildFacts
 )

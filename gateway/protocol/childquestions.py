@@ -6,10 +6,24 @@ the rules of ``gateway.protocol.attribution``, as the line is read: to the one r
 flight that may ask (``Ask``), held while several may, or left to the gateway
 (``Unattributed``). A question that names its task (2025-11-25 ``_meta`` related-task) goes
 to the ``tasks/result`` in flight for that task, whatever else runs, or to the gateway when
-none is. A held question is settled when a request ends (``ended``) or its
-deadline passes (``expire``). It also keeps the pool's ``ToolLearning`` up to date: a request
-that ends with a result and was never a question's candidate makes its tool quiet; a question
-makes its owner's tool (or every candidate's, when it stays unresolved) asking.
+none is. A held question is settled when a request ends (``ended``) or its deadline passes
+(``expire``).
+
+**A cancelled asker lingers.** A request that asked its client something and was then
+cancelled by the gateway (``cancelled``: its caller left, or it timed out) stays a candidate
+for ``ASKER_LINGERS`` seconds from the cancel (``ASKER_LINGERS_ASKING`` from each question it
+asks on), or until the child answers it after all (``replied_late``): a tool that does not stop at the cancel asks its
+next question as soon as the last is refused. A question only it may have asked goes to the
+gateway, which answers it; one it may have asked with requests in flight is held like any
+ambiguous question, and goes to the gateway too once settled, never to another request; and
+while it lingers the child counts an open question, so no other request that may ask is
+admitted to it (quiet ones are). Before, such a question went to whatever request was in
+flight, a quiet tool's call of another client included: that client was asked a question
+that was not its own, or its call was cancelled for a capability it did not need.
+
+It also keeps the pool's ``ToolLearning`` up to date: a request that ends with a result and
+was never a question's candidate makes its tool quiet; a question makes its owner's tool (or
+every candidate's, when it stays unresolved) asking.
 
 Imports: standard library and ``gateway.protocol`` only; no I/O, no clock.
 """
@@ -19,17 +33,26 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from gateway.protocol import attribution, inputs
 from gateway.protocol.attribution import Ambiguous, Attributed, ToolLearning
-from gateway.protocol.childactions import Ask, Changed, ChildAction, Log, Unattributed
-from gateway.protocol.childstate import Deadlines, Entry, Held
+from gateway.protocol.childactions import Ask, Changed, ChildAction, Log, Timed, Unattributed
+from gateway.protocol.childstate import Deadlines, Entry, Held, Lingering
 from gateway.protocol.jsonrpc import Request
 
 OwnerT = TypeVar("OwnerT")
 
 ALL_ENDED = "every request that was in flight when it asked has ended"
+CANCELLED_ASKER = "the request that asked before on this child was cancelled; nobody waits for its questions"
+ASKER_LINGERS: Final = 2.0
+"""Seconds a request that asked and was cancelled by the gateway stays a candidate for its
+child's questions (``QuestionDesk.cancelled``): a tool that does not stop at the cancel asks
+its next question as soon as the last is refused, within milliseconds. Meanwhile that child
+takes no other request that may ask (quiet ones still join), so it is kept short."""
+ASKER_LINGERS_ASKING: Final = 10.0
+"""Seconds it lingers from each question it asked while lingering: a tool shown to ask on
+after its cancel is given longer between questions."""
 
 
 class QuestionDesk(Generic[OwnerT]):
@@ -38,7 +61,7 @@ class QuestionDesk(Generic[OwnerT]):
         label: str,
         input_timeout: float,
         in_flight: Callable[[], list[Entry[OwnerT]]],
-        deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT]],
+        deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]],
     ) -> None:
         self.label = label
         self.input_timeout = input_timeout
@@ -47,17 +70,19 @@ class QuestionDesk(Generic[OwnerT]):
         self._in_flight = in_flight
         self._deadlines = deadlines
         self.held: list[Held[OwnerT]] = []  # questions held back as ambiguous (read, never changed, outside)
+        # Requests that asked and were cancelled by the gateway, while they linger (``cancelled``).
+        self.lingering: dict[Entry[OwnerT], Lingering[OwnerT]] = {}
         self._asks: dict[int, Request] = {}  # handed to a client, not closed yet
         self._ask_ids = itertools.count(1)
-        # Asks not closed yet, plus questions held back as ambiguous: kept by ``_recount`` after
-        # each change to either (the child reads it on every line it receives).
+        # Asks not closed yet, plus questions held back as ambiguous, plus lingering askers: kept
+        # by ``_recount`` after each change to any (the child reads it on every line it receives).
         self.open = 0
         # Methods the gateway answers alike whoever asked (a keeping server's roots, from its
         # pool): never held as ambiguous, since holding them could only stall their askers.
         self.answered_alike: Callable[[str], bool] = lambda method: False
 
     def _recount(self) -> None:
-        self.open = len(self._asks) + len(self.held)
+        self.open = len(self._asks) + len(self.held) + len(self.lingering)
 
     def is_open(self, method: str) -> bool:
         """A question of ``method`` is asked and not closed yet, or held back as ambiguous."""
@@ -83,7 +108,13 @@ class QuestionDesk(Generic[OwnerT]):
             candidates = [entry for entry in self._in_flight() if entry.may_ask]
             for entry in candidates:
                 entry.questioned = True
+            if self.lingering:  # a cancelled asker's child may still be asking for it
+                candidates += self.lingering
             decision = attribution.attribute(candidates)
+            if isinstance(decision, Attributed) and decision.owner in self.lingering:
+                self._linger(decision.owner, now + ASKER_LINGERS_ASKING, actions)  # it asks on: longer
+                actions.append(Unattributed(request, CANCELLED_ASKER))
+                return
             if isinstance(decision, Attributed):
                 self.has_asked = True
                 self._asked([decision.owner], actions)
@@ -95,9 +126,11 @@ class QuestionDesk(Generic[OwnerT]):
             if isinstance(decision, Ambiguous):
                 self.has_asked = True
                 held = Held(request, decision.candidates, now + self.input_timeout)
+                held.lingering = bool(self.lingering) and not self.lingering.keys().isdisjoint(decision.candidates)
                 self.held.append(held)
                 self._recount()
                 held.due = self._deadlines.push(held.deadline, held)
+                actions.append(Timed(held.deadline))
                 template = "child %s asked %s with %d requests in flight that may ask; held until only one is left"
                 actions.append(Log(logging.INFO, template, (self.label, request.method, len(candidates))))
                 return
@@ -123,8 +156,47 @@ class QuestionDesk(Generic[OwnerT]):
         if self.held:
             self._resolve(actions)
 
-    def expire(self, held: Held[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
-        """A held question's input timeout passed: nobody is known to wait for it."""
+    def cancelled(self, entry: Entry[OwnerT], now: float, actions: list[ChildAction[OwnerT]]) -> None:
+        """The gateway ended ``entry`` without its child's answer and told the child to cancel it
+        (its caller left, or it timed out): if it had asked its client something, it lingers."""
+        if entry.asked:
+            self._linger(entry, now + ASKER_LINGERS, actions)
+            self._recount()
+            actions.append(Changed())
+
+    def replied_late(self, child_id: object, actions: list[ChildAction[OwnerT]]) -> None:
+        """The child answered a request after the gateway had ended it (rule 1's late reply):
+        if that request lingers, it ends now, for the child is done with it."""
+        entry = next((entry for entry in self.lingering if entry.child_id == child_id), None)
+        if entry is not None:
+            self._unlinger(self.lingering[entry], actions)
+
+    def _unlinger(self, lingering: Lingering[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
+        lingering.settled = True
+        if lingering.due is not None:
+            self._deadlines.settled_early(lingering.due)
+        del self.lingering[lingering.entry]
+        self._recount()
+        if self.held:
+            self._resolve(actions)
+        actions.append(Changed())
+
+    def _linger(self, entry: Entry[OwnerT], until: float, actions: list[ChildAction[OwnerT]]) -> None:
+        """``entry`` lingers until ``until`` (anew when it lingers already)."""
+        old = self.lingering.get(entry)
+        if old is not None and old.due is not None:
+            self._deadlines.settled_early(old.due)
+        lingering = self.lingering[entry] = Lingering(entry, until)
+        lingering.due = self._deadlines.push(lingering.deadline, lingering)
+        actions.append(Timed(until))
+
+    def expire(self, item: Held[OwnerT] | Lingering[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
+        """A held question's input timeout passed: nobody is known to wait for it. Or a cancelled
+        asker has lingered long enough: the questions held for it and others may now resolve."""
+        if isinstance(item, Lingering):
+            self._unlinger(item, actions)
+            return
+        held = item
         self.held.remove(held)
         self._recount()
         held.settled = True
@@ -139,11 +211,13 @@ class QuestionDesk(Generic[OwnerT]):
     def clear(self) -> None:
         self.held.clear()
         self._asks.clear()
+        self.lingering.clear()
         self._recount()
 
     def _resolve(self, actions: list[ChildAction[OwnerT]]) -> None:
         """A request ended: a held question may now have one candidate left (or none)."""
         in_flight = {entry for entry in self._in_flight() if entry.may_ask}
+        in_flight.update(self.lingering)  # still candidates while they linger
         held, self.held = self.held, []
         outcomes = attribution.resolve([question.candidates for question in held], in_flight)
         for question, outcome in zip(held, outcomes, strict=True):
@@ -154,7 +228,9 @@ class QuestionDesk(Generic[OwnerT]):
             question.settled = True
             if question.due is not None:
                 self._deadlines.settled_early(question.due)
-            if isinstance(outcome, Attributed):
+            if isinstance(outcome, Attributed) and (question.lingering or outcome.owner in self.lingering):
+                actions.append(Unattributed(question.request, CANCELLED_ASKER))  # maybe the cancelled one's
+            elif isinstance(outcome, Attributed):
                 self._asked([outcome.owner], actions)
                 self._give(outcome.owner, question.request, actions)
             else:  # requests end one at a time, so one candidate is always left first
@@ -173,6 +249,7 @@ class QuestionDesk(Generic[OwnerT]):
         return Unattributed(request, reason)
 
     def _give(self, entry: Entry[OwnerT], request: Request, actions: list[ChildAction[OwnerT]]) -> None:
+        entry.asked = True
         ask_id = next(self._ask_ids)
         self._asks[ask_id] = request
         self._recount()

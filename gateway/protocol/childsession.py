@@ -19,7 +19,9 @@ Rules (digest §4.1, §7.3, §8):
    id. Its late reply is dropped (``Late``).
 3. **Abandon.** A caller that leaves before the outcome (its client went away) ends the
    request with ``ChildExitedError("request abandoned …")`` and, when cancellable, the child
-   gets ``notifications/cancelled`` once. Abandoning an ended request does nothing.
+   gets ``notifications/cancelled`` once. Abandoning an ended request does nothing. A request
+   cancelled so (or by its timeout, rule 2) after it asked its client something lingers as
+   its child's questions' candidate for a while (rule 5).
 4. **What the child says, and to whom.** Each line is decoded and parsed once; the typed
    message is what is delivered (nothing downstream parses it again). A reply goes to its
    request; progress (and a listen's notifications) to its request with the client's token
@@ -38,8 +40,10 @@ Rules (digest §4.1, §7.3, §8):
    for that task id (``Ask``), else it is ``Unattributed``. An ``Ask`` the edge
    cannot hand over comes back through ``ask_refused``; an answered one through
    ``ask_closed``. Every other child request, and every question nobody can carry, is
-   ``Unattributed``: the edge answers it. ``open_questions`` counts asks not closed and
-   questions held; ``Changed`` says it may have dropped.
+   ``Unattributed``: the edge answers it. A request that asked and was then cancelled by the
+   gateway lingers (``childquestions.ASKER_LINGERS``): a question only it may have asked is
+   ``Unattributed``, never another request's. ``open_questions`` counts asks not closed,
+   questions held and lingering askers; ``Changed`` says it may have dropped.
 6. **Tool learning** (attribution rule 5, legacy children only): a request of a tool that
    ends with a result while no question was ever its candidate makes the tool quiet; a
    question marks its owner's tool (or all its candidates' when unresolved) asking.
@@ -85,7 +89,7 @@ from gateway.protocol.childactions import (
     Write,
 )
 from gateway.protocol.childquestions import QuestionDesk
-from gateway.protocol.childstate import Deadlines, Entry, Held
+from gateway.protocol.childstate import Deadlines, Entry, Held, Lingering
 from gateway.protocol.correlation import CANCELLED, ChildRequest, Correlator, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import OversizedLine, sniff_id
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Result
@@ -128,7 +132,7 @@ class ChildSession(Generic[OwnerT]):
         self.timeouts = 0
         self.noise: deque[str] = deque(maxlen=NOISE_LINES)
         self._correlator: Correlator[Entry[OwnerT]] = Correlator()
-        self._deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT]] = Deadlines()
+        self._deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]] = Deadlines()
         self._questions = QuestionDesk(label, input_timeout, self._correlator.owners, self._deadlines)
         self._facts = (0, False, True)  # the last ``ChildFacts`` sent (rule 8): none open, not asked, alive
 
@@ -196,15 +200,17 @@ class ChildSession(Generic[OwnerT]):
             message["params"] = params
         return child_id, orjson.dumps(message, option=orjson.OPT_APPEND_NEWLINE), entry.deadline
 
-    def abandon(self, child_id: int) -> list[ChildAction[OwnerT]]:
-        """The caller left (rule 3); nothing when the request has ended already."""
+    def abandon(self, child_id: int, now: float) -> list[ChildAction[OwnerT]]:
+        """The caller left (rule 3), at ``now``; nothing when the request has ended already."""
         pending = self._correlator.abandon(child_id)
         if pending is None:
             return []
         actions: list[ChildAction[OwnerT]] = []
-        self._end(pending.owner, actions, error=ChildExitedError("request abandoned by the caller"))
-        if pending.owner.cancellable:
+        entry = pending.owner
+        self._end(entry, actions, error=ChildExitedError("request abandoned by the caller"))
+        if entry.cancellable:
             self._cancel(child_id, "the client cancelled the request", actions)
+            self._questions.cancelled(entry, now, actions)
         return self._noting(actions)
 
     # -- the clock ------------------------------------------------------------------------
@@ -218,7 +224,7 @@ class ChildSession(Generic[OwnerT]):
         actions: list[ChildAction[OwnerT]] = []
         while (item := self._deadlines.pop_due(now)) is not None:
             if isinstance(item, Entry):
-                self._expire(item, actions)
+                self._expire(item, now, actions)
             else:
                 self._questions.expire(item, actions)
         return self._noting(actions)
@@ -346,6 +352,8 @@ class ChildSession(Generic[OwnerT]):
                 self._end(pending.owner, actions, reply=message)
             else:
                 actions.append(Log(logging.DEBUG, "child %s: dropped a late message %r", (self.label, message)))
+                if self._questions.lingering:  # a cancelled asker's reply: it asks nothing more
+                    self._questions.replied_late(message.id, actions)
             return
         routed = self._correlator.incoming(message)
         if isinstance(routed, ReplyFor):  # a listen the child ended with notifications/cancelled
@@ -408,7 +416,7 @@ class ChildSession(Generic[OwnerT]):
         if quiet or self._questions.held:  # else ``ended`` has nothing to do (a modern child's usual reply)
             self._questions.ended(entry, actions, quiet=quiet)
 
-    def _expire(self, entry: Entry[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
+    def _expire(self, entry: Entry[OwnerT], now: float, actions: list[ChildAction[OwnerT]]) -> None:
         self._correlator.abandon(entry.child_id)
         self.timeouts += 1
         entry.deadline = None  # popped already: not stale
@@ -420,6 +428,7 @@ class ChildSession(Generic[OwnerT]):
         self._end(entry, actions, error=error)
         if entry.cancellable:
             self._cancel(entry.child_id, "timed out in the gateway", actions)
+            self._questions.cancelled(entry, now, actions)
 
     def _fail_one(self, child_id: object, error: ChildError, actions: list[ChildAction[OwnerT]]) -> None:
         pending = self._correlator.abandon(child_id) if type(child_id) is int else None

@@ -40,11 +40,12 @@ class Entry(Generic[OwnerT]):
     tool: str | None  # the caller's tool key (``attribution.tool_key``); computed when absent
     timeout: float | None
     deadline: float | None = None
-    due: Due[Entry[OwnerT] | Held[OwnerT]] | None = (
+    due: Due[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]] | None = (
         None  # its place in the deadline heap, emptied when it settles early
     )
     child_id: int = 0
     questioned: bool = False  # a question came while this request was one of its candidates
+    asked: bool = False  # a question was given to its client (``QuestionDesk``)
     settled: bool = False  # it has had its outcome
 
     @property
@@ -74,8 +75,24 @@ class Held(Generic[OwnerT]):
     request: Request
     candidates: frozenset[Entry[OwnerT]]
     deadline: float
+    # A cancelled request that asked (``Lingering``) was among its candidates: the question may
+    # be that request's, so it never goes to another (``QuestionDesk``).
+    lingering: bool = False
     settled: bool = False
-    due: Due[Entry[OwnerT] | Held[OwnerT]] | None = None
+    due: Due[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]] | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Lingering(Generic[OwnerT]):
+    """A request that asked its client something and was then cancelled by the gateway (its
+    caller left, or it timed out) without its child's answer: the child may go on asking for it
+    (a tool that does not stop at the cancel), so until ``deadline`` it stays a candidate for
+    the child's questions, which nobody answers but the gateway (``QuestionDesk``)."""
+
+    entry: Entry[OwnerT]
+    deadline: float
+    settled: bool = False
+    due: Due[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]] | None = None
 
 
 class Settles(Protocol):

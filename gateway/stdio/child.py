@@ -60,6 +60,7 @@ from gateway.protocol.childactions import (
     Deliver,
     Failed,
     Log,
+    Timed,
     Unattributed,
     Write,
 )
@@ -392,7 +393,7 @@ class StdioChild:
         withdrawn = (ticket is not None and self._stdin.withdraw(ticket)) or unsent
         ex.leave()
         if not ex.is_done:
-            actions = self._session.abandon(ex.child_id)
+            actions = self._session.abandon(ex.child_id, time.monotonic())
             self._apply([a for a in actions if not isinstance(a, Write)] if withdrawn else actions)
 
     async def request(
@@ -456,8 +457,11 @@ class StdioChild:
             elif isinstance(action, ChildFacts):
                 if self._on_facts is not None:
                     self._on_facts(action)
-            elif isinstance(action, Changed) and self._on_change is not None:
-                self._on_change()
+            elif isinstance(action, Changed):
+                if self._on_change is not None:
+                    self._on_change()
+            elif isinstance(action, Timed):
+                self._timer.note(action.at)
 
     # -- pumps ----------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -178,7 +179,10 @@ async def test_a_legacy_client_is_asked_only_for_what_it_declared_and_the_gatewa
 
 async def test_a_question_the_legacy_client_leaves_unanswered_ends_with_a_timeout_error_at_the_child() -> None:
     with anyio.fail_after(WAIT):
-        async with running_gateway(legacy_child(input_timeout=0.5)) as url, httpx.AsyncClient(timeout=WAIT) as http:
+        async with (
+            running_gateway(legacy_child(input_timeout=0.5), pool_size=1) as url,  # as above: its child
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
             headers = await open_session(http, url, {"elicitation": {}})
             async with http.stream("POST", url, headers=headers, json=legacy_ask(1, [ELICITATION])) as reply:
                 stream = sse(reply)
@@ -523,7 +527,9 @@ async def wait_for_a_cancellation(
 
 async def test_an_undeclared_capability_gets_32021_and_the_call_is_cancelled_at_the_child() -> None:
     with anyio.fail_after(WAIT), recording("gateway.access") as access:
-        async with running_gateway(legacy_child()) as url, httpx.AsyncClient(timeout=WAIT) as http:
+        # One child: the call asked its client (and lingers, ``childquestions.ASKER_LINGERS``),
+        # so the question about what it was told waits for that child rather than starting one.
+        async with running_gateway(legacy_child(), pool_size=1) as url, httpx.AsyncClient(timeout=WAIT) as http:
             refused = await post(http, url, modern_ask(1, [ELICITATION], {"sampling": {}}))
             cancelled = await wait_for_a_cancellation(http, url, access, "code=-32021", {"sampling": {}})
     assert refused.status_code == 400
@@ -551,7 +557,10 @@ async def test_undeclared_roots_are_answered_by_the_gateway_rather_than_refused(
 async def test_a_call_whose_retry_never_comes_is_cancelled_at_the_child_and_its_state_refused() -> None:
     call = modern_ask(1, [SAMPLING], {"sampling": {}})
     with anyio.fail_after(WAIT), recording("gateway.mrtr") as parked:
-        async with running_gateway(legacy_child(input_timeout=0.5)) as url, httpx.AsyncClient(timeout=WAIT) as http:
+        async with (
+            running_gateway(legacy_child(input_timeout=0.5), pool_size=1) as url,  # as above: its child
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
             [ended] = messages(await post(http, url, call))
             cancelled = await wait_for_a_cancellation(http, url, parked, "no retry came within", {"sampling": {}})
             late = await post(http, url, retry_of(call, 2, ended["result"]["requestState"], {"k1": SAMPLED}))
@@ -566,7 +575,7 @@ async def test_a_round_is_held_for_its_retry_no_longer_than_the_round_timeout() 
     call = modern_ask(1, [SAMPLING], {"sampling": {}})
     with anyio.fail_after(WAIT), recording("gateway.mrtr") as parked:
         spec = legacy_child(input_timeout=30, round_timeout=0.5)
-        async with running_gateway(spec) as url, httpx.AsyncClient(timeout=WAIT) as http:
+        async with running_gateway(spec, pool_size=1) as url, httpx.AsyncClient(timeout=WAIT) as http:
             [ended] = messages(await post(http, url, call))
             held = await parked.wait_for_text("parked for the client's input")
             cancelled = await wait_for_a_cancellation(http, url, parked, "no retry came within", {"sampling": {}})
@@ -575,6 +584,56 @@ async def test_a_round_is_held_for_its_retry_no_longer_than_the_round_timeout() 
     assert len(cancelled) == 1
     assert late.status_code == 400
     assert late.json()["error"]["data"]["requestState"] in ("expired", "unknown")
+
+
+async def test_a_question_a_cancelled_call_asks_later_never_reaches_another_clients_call(tmp_path: Path) -> None:
+    """A tool that does not stop at the cancel: its client left a round unanswered, the round
+    timed out and the call was cancelled at the child, and the tool, its first question
+    refused, asked its second. Another client's call of a quiet tool was in flight on the same
+    child, and was given that question as its own (a soak saw it: the other client got a
+    round asking for the first client's input). The cancelled call lingers as the question's
+    candidate now (``childquestions.ASKER_LINGERS``): the question is held while the other
+    call runs, the other call ends with its own result, and then the gateway answers it."""
+    asks_twice = modern_ask(1, [ELICITATION, ELICITATION], {"elicitation": {}})  # one after the other
+    gate = tmp_path / "gate"
+    with anyio.fail_after(WAIT), recording("gateway") as records:
+        spec = legacy_child(input_timeout=30, round_timeout=0.5)
+        async with (
+            running_gateway(spec, pool_size=1, roots_learn_wait=0) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+
+            async def wait_gate(request_id: int, path: Path) -> httpx.Response:
+                call = modern_call(request_id, "wait_gate", {"gate": str(path)}, **{CAPABILITIES_KEY: ALL})
+                return await http.post(url, headers=modern_headers("tools/call", "wait_gate"), json=call)
+
+            (tmp_path / "open").touch()
+            assert (await wait_gate(10, tmp_path / "open")).json()["result"]["structuredContent"]["gate"]
+            await records.wait_for_text("wait_gate asked nothing; it now shares children")
+            [first_round] = messages(await post(http, url, asks_twice))
+            assert first_round["result"]["resultType"] == "input_required"  # its client never answers
+            others: list[httpx.Response] = []
+            came = anyio.Event()
+            async with anyio.create_task_group() as tg:
+
+                async def other_client() -> None:  # a quiet call, in flight when the question comes
+                    others.append(await wait_gate(11, gate))
+                    came.set()
+
+                async def question_held() -> None:
+                    await records.wait_for_text("held until only one is left")
+                    came.set()
+
+                tg.start_soon(other_client)
+                tg.start_soon(question_held)
+                await came.wait()  # the question was held, or went to the other call as its round
+                assert not others, others[0].text  # the other call was not given the question
+                gate.touch()
+            await records.wait_for_text("the request that asked before on this child was cancelled")
+    [other] = others
+    assert other.status_code == 200, other.text
+    assert other.json()["result"]["structuredContent"]["gate"] == str(gate)
+    assert "inputRequests" not in other.text
 
 
 # -- a modern child's input_required, for legacy clients ------------------------------------

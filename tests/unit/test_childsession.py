@@ -24,10 +24,12 @@ from gateway.protocol.childactions import (
     Deliver,
     Failed,
     Log,
+    Timed,
     Unattributed,
     Write,
 )
 from gateway.protocol.childexit import describe_exit
+from gateway.protocol.childquestions import ASKER_LINGERS, ASKER_LINGERS_ASKING
 from gateway.protocol.childsession import ChildSession
 from gateway.protocol.childstate import COMPACT_ABOVE
 from gateway.protocol.correlation import Correlator
@@ -67,8 +69,8 @@ def of(kind: type, actions: list[ChildAction[str]]) -> list[Any]:
 
 
 def without_facts(actions: list[ChildAction[str]]) -> list[ChildAction[str]]:
-    """The actions but ``ChildFacts`` (rule 8, tested on its own)."""
-    return [action for action in actions if not isinstance(action, ChildFacts)]
+    """The actions but ``ChildFacts`` (rule 8) and ``Timed`` (the deadlines), tested on their own."""
+    return [action for action in actions if not isinstance(action, (ChildFacts, Timed))]
 
 
 def cancel_ids(actions: list[ChildAction[str]]) -> list[object]:
@@ -208,12 +210,12 @@ def test_an_answered_request_is_not_kept_alive_by_its_stale_deadline() -> None:
 def test_an_abandoned_request_ends_once_and_the_child_is_told_once() -> None:
     session = make()
     sent = send(session, "tools/call", call(), "a", now=0, timeout=5)
-    actions = session.abandon(sent.child_id)
+    actions = session.abandon(sent.child_id, 0.0)
     [failed] = of(Failed, actions)
     assert isinstance(failed.error, ChildExitedError)
     assert "abandoned" in failed.error.message
     assert cancel_ids(actions) == [sent.child_id]
-    assert session.abandon(sent.child_id) == []
+    assert session.abandon(sent.child_id, 0.0) == []
     assert session.tick(10) == []  # its deadline is gone with it
     assert of(Log, session.receive_line(result(sent.child_id), now=1))
 
@@ -221,7 +223,7 @@ def test_an_abandoned_request_ends_once_and_the_child_is_told_once() -> None:
 def test_abandoning_an_uncancellable_request_sends_nothing() -> None:
     session = make()
     sent = send(session, "initialize", None, "a", now=0, cancellable=False)
-    assert not of(Write, session.abandon(sent.child_id))
+    assert not of(Write, session.abandon(sent.child_id, 0.0))
 
 
 # -- rule 4: what the child says -----------------------------------------------------------------
@@ -432,10 +434,10 @@ def test_a_held_question_goes_to_the_last_of_its_candidates_not_to_a_later_reque
     session = make()
     child_ids = [send(session, "tools/call", call(n), n, now=0, asks=True).child_id for n in "abc"]
     session.receive_line(question(), now=0)
-    session.abandon(child_ids[0])
+    session.abandon(child_ids[0], 0.0)
     assert session.open_questions == 1  # still two candidates
     send(session, "tools/call", call(), "late-comer", now=0, asks=True)  # not a candidate
-    actions = session.abandon(child_ids[1])
+    actions = session.abandon(child_ids[1], 0.0)
     [ask] = of(Ask, actions)
     assert ask.owner == "c"
     assert of(Changed, actions)
@@ -452,6 +454,115 @@ def test_a_held_question_is_answered_by_the_gateway_after_the_input_timeout() ->
     assert "none was left alone within 5 s" in of(Unattributed, actions)[0].reason
     assert session.open_questions == 0
     assert session.in_flight == 2
+
+
+def asked_then_cancelled(session: ChildSession[str], now: float = 0) -> int:
+    """A call of owner "gone" that asked its client something (the ask still open) and was
+    then abandoned by its caller: its child id."""
+    gone = send(session, "tools/call", call("asks"), "gone", now=now, asks=True).child_id
+    [ask] = of(Ask, session.receive_line(question(80), now=now))
+    assert ask.owner == "gone"
+    actions = session.abandon(gone, now)
+    assert cancel_ids(actions) == [gone]
+    return gone
+
+
+def test_a_cancelled_call_that_asked_lingers_and_its_next_question_is_the_gateways() -> None:
+    """A tool that does not stop at the cancel asks again: that question is no other call's."""
+    session = make()
+    asked_then_cancelled(session, now=0)
+    assert session.open_questions == 2  # its ask, still open at the edge, and the lingering call
+    [late] = without_facts(session.receive_line(question(81), now=1))
+    assert isinstance(late, Unattributed)
+    assert "the request that asked before on this child was cancelled" in late.reason
+
+
+def test_a_question_a_lingering_call_may_have_asked_is_held_and_never_given_to_another_call() -> None:
+    session = make()
+    asked_then_cancelled(session, now=0)
+    other = send(session, "tools/call", call("quiet"), "other", now=0, asks=True).child_id
+    [held] = without_facts(session.receive_line(question(81), now=1))
+    assert isinstance(held, Log)
+    assert "held" in held.template
+    actions = session.receive_line(result(other), now=2)  # the other call ends with its own result
+    assert [a.owner for a in of(Answered, actions)] == ["other"]
+    assert not of(Ask, actions)
+    [answered] = of(Unattributed, actions)
+    assert "was cancelled" in answered.reason
+
+
+def test_a_held_question_stays_the_gateways_when_the_lingering_call_is_done_first() -> None:
+    """Its linger over (the time, or its late reply), the question may still have been the
+    cancelled call's: it goes to the gateway, not to the call left in flight."""
+    for done in ("time", "late reply"):
+        session = ChildSession[str]("srv", 42, input_timeout=60.0)  # held past the linger
+        gone = asked_then_cancelled(session, now=0)
+        send(session, "tools/call", call("quiet"), "other", now=0, asks=True)
+        session.receive_line(question(81), now=1)  # held: the lingering call or the other's
+        actions = session.tick(1 + ASKER_LINGERS) if done == "time" else session.receive_line(result(gone), now=2)
+        assert not of(Ask, actions), done
+        [answered] = of(Unattributed, actions)
+        assert "was cancelled" in answered.reason, done
+        assert session.open_questions == 1, done  # only the first ask, open at the edge
+
+
+def test_a_lingering_call_stops_lingering_after_the_time_or_its_late_reply_and_questions_go_as_before() -> None:
+    for done in ("time", "late reply"):
+        session = make()
+        gone = asked_then_cancelled(session, now=0)
+        assert session.open_questions == 2
+        if done == "time":
+            assert not of(Changed, session.tick(ASKER_LINGERS - 0.5))  # not yet
+            actions = session.tick(ASKER_LINGERS)
+        else:
+            actions = session.receive_line(result(gone), now=1)
+        assert of(Changed, actions), done  # the pool may give the child an asking call again
+        assert session.open_questions == 1, done
+        send(session, "tools/call", call("next"), "next", now=20, asks=True)
+        [ask] = of(Ask, session.receive_line(question(82), now=20))
+        assert ask.owner == "next", done
+
+
+def test_each_question_of_a_lingering_call_starts_its_linger_anew() -> None:
+    session = make()
+    asked_then_cancelled(session, now=0)
+    session.receive_line(question(81), now=1)  # it asks on at 1 s: it lingers, longer, from then
+    assert not of(Changed, session.tick(ASKER_LINGERS + 1))
+    assert session.open_questions == 2
+    session.receive_line(question(82), now=1 + ASKER_LINGERS_ASKING - 1)  # and again: anew from then
+    assert not of(Changed, session.tick(1 + ASKER_LINGERS_ASKING))
+    assert of(Changed, session.tick(2 * ASKER_LINGERS_ASKING))
+    assert session.open_questions == 1
+
+
+def test_the_deadlines_the_machine_sets_itself_are_told_to_the_edges_timer() -> None:
+    """A held question's input timeout and a lingering asker's end are set by the machine, not
+    by a request the edge sent: ``Timed`` tells the edge's timer to wake by then (it slept on,
+    and a child whose asker lingered took no asking call again until some later deadline)."""
+    session = make()
+    gone = send(session, "tools/call", call("asks"), "gone", now=0, asks=True).child_id
+    session.receive_line(question(80), now=0)
+    assert [a.at for a in of(Timed, session.abandon(gone, 1))] == [1 + ASKER_LINGERS]
+    assert session.next_deadline() == 1 + ASKER_LINGERS
+    [timed] = of(Timed, session.receive_line(question(81), now=2))  # it asks on
+    assert timed.at == 2 + ASKER_LINGERS_ASKING
+    send(session, "tools/call", call("x"), "a", now=3, asks=True)
+    [held] = of(Timed, session.receive_line(question(82), now=3))  # ambiguous: held
+    assert held.at == 3 + 5.0  # the input timeout
+
+
+def test_a_call_cancelled_without_having_asked_or_ended_by_its_child_does_not_linger() -> None:
+    session = make()
+    quiet = send(session, "tools/call", call(), "quiet", now=0, asks=True).child_id
+    session.abandon(quiet, 0)  # never asked
+    answered = send(session, "tools/call", call(), "answered", now=0, asks=True).child_id
+    [ask] = of(Ask, session.receive_line(question(80), now=0))
+    session.ask_closed(ask.ask_id)
+    session.receive_line(result(answered), now=0)  # asked, then answered by its child: done
+    assert session.open_questions == 0
+    session.send_line("tools/call", call(), "next", now=1, asks=True)
+    [next_ask] = of(Ask, session.receive_line(question(81), now=1))
+    assert next_ask.owner == "next"
 
 
 # -- rule 6: tool learning ---------------------------------------------------------------------

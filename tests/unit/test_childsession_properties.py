@@ -156,7 +156,7 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def abandon(self, data: st.DataObject) -> None:
         owner = data.draw(st.sampled_from(list(self.child_id_of)))
-        self.apply(self.session.abandon(self.child_id_of[owner]))
+        self.apply(self.session.abandon(self.child_id_of[owner], self.now))
 
     @rule(seconds=st.floats(min_value=0, max_value=5))
     def tick(self, seconds: float) -> None:
