@@ -9,17 +9,18 @@ to the ``tasks/result`` in flight for that task, whatever else runs, or to the g
 none is. A held question is settled when a request ends (``ended``) or its deadline passes
 (``expire``).
 
-**A cancelled asker lingers.** A request that asked its client something and was then
-cancelled by the gateway (``cancelled``: its caller left, or it timed out) stays a candidate
-for ``ASKER_LINGERS`` seconds from the cancel (``ASKER_LINGERS_ASKING`` from each question it
-asks on), or until the child answers it after all (``replied_late``): a tool that does not stop at the cancel asks its
-next question as soon as the last is refused. A question only it may have asked goes to the
-gateway, which answers it; one it may have asked with requests in flight is held like any
-ambiguous question, and goes to the gateway too once settled, never to another request; and
-while it lingers the child counts an open question, so no other request that may ask is
-admitted to it (quiet ones are). Before, such a question went to whatever request was in
-flight, a quiet tool's call of another client included: that client was asked a question
-that was not its own, or its call was cancelled for a capability it did not need.
+**A cancelled asker lingers.** A request that asked its client something and is then ended
+by the gateway without its child's answer (``abandoned``: its caller left, or it timed out)
+stays a candidate for ``ASKER_LINGERS`` seconds from then (``ASKER_LINGERS_ASKING`` from each
+question it asks on), or until the child answers it after all (``replied_late``): a tool that
+does not stop at the cancel asks its next question as soon as the last is refused. A
+question only it may have asked goes to the gateway, which answers it; one it may have asked
+with requests in flight (held, also from before it was ended) is held like any ambiguous
+question, and goes to the gateway too once settled, never to another request; and while it
+lingers the child counts an open question, so no other request that may ask is admitted to
+it (quiet ones are). Before, such a question went to whatever request was in flight, a quiet
+tool's call of another client included: that client was asked a question that was not its
+own, or its call was cancelled for a capability it did not need.
 
 It also keeps the pool's ``ToolLearning`` up to date: a request that ends with a result and
 was never a question's candidate makes its tool quiet; a question makes its owner's tool (or
@@ -47,7 +48,7 @@ ALL_ENDED = "every request that was in flight when it asked has ended"
 CANCELLED_ASKER = "the request that asked before on this child was cancelled; nobody waits for its questions"
 ASKER_LINGERS: Final = 2.0
 """Seconds a request that asked and was cancelled by the gateway stays a candidate for its
-child's questions (``QuestionDesk.cancelled``): a tool that does not stop at the cancel asks
+child's questions (``QuestionDesk.abandoned``): a tool that does not stop at the cancel asks
 its next question as soon as the last is refused, within milliseconds. Meanwhile that child
 takes no other request that may ask (quiet ones still join), so it is kept short."""
 ASKER_LINGERS_ASKING: Final = 10.0
@@ -70,7 +71,7 @@ class QuestionDesk(Generic[OwnerT]):
         self._in_flight = in_flight
         self._deadlines = deadlines
         self.held: list[Held[OwnerT]] = []  # questions held back as ambiguous (read, never changed, outside)
-        # Requests that asked and were cancelled by the gateway, while they linger (``cancelled``).
+        # Requests that asked and were cancelled by the gateway, while they linger (``abandoned``).
         self.lingering: dict[Entry[OwnerT], Lingering[OwnerT]] = {}
         self._asks: dict[int, Request] = {}  # handed to a client, not closed yet
         self._ask_ids = itertools.count(1)
@@ -156,10 +157,14 @@ class QuestionDesk(Generic[OwnerT]):
         if self.held:
             self._resolve(actions)
 
-    def cancelled(self, entry: Entry[OwnerT], now: float, actions: list[ChildAction[OwnerT]]) -> None:
-        """The gateway ended ``entry`` without its child's answer and told the child to cancel it
-        (its caller left, or it timed out): if it had asked its client something, it lingers."""
+    def abandoned(self, entry: Entry[OwnerT], now: float, actions: list[ChildAction[OwnerT]]) -> None:
+        """The gateway is ending ``entry`` without its child's answer (its caller left, or it
+        timed out; told before its end settles anything): if it asked its client something,
+        it lingers."""
         if entry.asked:
+            for held in self.held:  # held while it was in flight: it may be its next question
+                if entry in held.candidates:
+                    held.lingering = True
             self._linger(entry, now + ASKER_LINGERS, actions)
             self._recount()
             actions.append(Changed())

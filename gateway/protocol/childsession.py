@@ -207,10 +207,10 @@ class ChildSession(Generic[OwnerT]):
             return []
         actions: list[ChildAction[OwnerT]] = []
         entry = pending.owner
+        self._questions.abandoned(entry, now, actions)  # before its end settles a held question
         self._end(entry, actions, error=ChildExitedError("request abandoned by the caller"))
         if entry.cancellable:
             self._cancel(child_id, "the client cancelled the request", actions)
-            self._questions.cancelled(entry, now, actions)
         return self._noting(actions)
 
     # -- the clock ------------------------------------------------------------------------
@@ -425,10 +425,10 @@ class ChildSession(Generic[OwnerT]):
             timeout_seconds=entry.timeout,
             method=entry.method,
         )
+        self._questions.abandoned(entry, now, actions)  # before its end settles a held question
         self._end(entry, actions, error=error)
         if entry.cancellable:
             self._cancel(entry.child_id, "timed out in the gateway", actions)
-            self._questions.cancelled(entry, now, actions)
 
     def _fail_one(self, child_id: object, error: ChildError, actions: list[ChildAction[OwnerT]]) -> None:
         pending = self._correlator.abandon(child_id) if type(child_id) is int else None

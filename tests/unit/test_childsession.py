@@ -434,14 +434,35 @@ def test_a_held_question_goes_to_the_last_of_its_candidates_not_to_a_later_reque
     session = make()
     child_ids = [send(session, "tools/call", call(n), n, now=0, asks=True).child_id for n in "abc"]
     session.receive_line(question(), now=0)
-    session.abandon(child_ids[0], 0.0)
+    session.receive_line(result(child_ids[0]), now=0)  # answered without waiting for it: not its
     assert session.open_questions == 1  # still two candidates
     send(session, "tools/call", call(), "late-comer", now=0, asks=True)  # not a candidate
-    actions = session.abandon(child_ids[1], 0.0)
+    actions = session.receive_line(result(child_ids[1]), now=0)
     [ask] = of(Ask, actions)
     assert ask.owner == "c"
     assert of(Changed, actions)
     assert session.open_questions == 1  # now an open ask
+
+
+def test_a_held_question_whose_asking_candidate_the_gateway_ended_never_goes_to_another() -> None:
+    """A candidate that asked before and whose client then left did not end by itself: its
+    tool may be the one waiting for this answer too. The question went to the last candidate
+    left (another client's); it is the gateway's now, and the ended one lingers."""
+    session = ChildSession[str]("srv", 42, input_timeout=60.0)
+    a = send(session, "tools/call", call("a"), "a", now=0, asks=True).child_id
+    [first] = of(Ask, session.receive_line(question(80), now=0))  # a's, alone in flight
+    session.ask_closed(first.ask_id)  # answered
+    b = send(session, "tools/call", call("b"), "b", now=0, asks=True).child_id  # a quiet tool's, say
+    session.receive_line(question(81), now=0)  # held: a's or b's
+    actions = session.abandon(a, 1.0)
+    assert not of(Ask, actions)
+    assert session.open_questions == 2  # the held question, and a, lingering
+    actions = session.receive_line(result(b), now=2)  # b ends: only a is left, lingering
+    assert not of(Ask, actions)
+    [answered] = of(Unattributed, actions)
+    assert "was cancelled" in answered.reason
+    assert of(Changed, session.tick(1 + ASKER_LINGERS))
+    assert session.open_questions == 0
 
 
 def test_a_held_question_is_answered_by_the_gateway_after_the_input_timeout() -> None:
