@@ -107,11 +107,14 @@ def unread_counter(transport: asyncio.BaseTransport) -> tuple[int, int] | None:
     (TIOCOUTQ on our end: the memory of the writes the child has not read whole)."""
     if ioctl is None:  # pragma: no cover - not POSIX
         return None
-    pipe = transport.get_extra_info("pipe")
-    if pipe is not None:
-        return pipe.fileno(), FIONREAD
-    sock = transport.get_extra_info("socket")
-    return (sock.fileno(), TIOCOUTQ) if sock is not None else None
+    try:
+        pipe = transport.get_extra_info("pipe")
+        if pipe is not None:
+            return pipe.fileno(), FIONREAD
+        sock = transport.get_extra_info("socket")
+        return (sock.fileno(), TIOCOUTQ) if sock is not None else None
+    except (ValueError, OSError):  # closed already (a child that exited at once): nothing to count
+        return None
 
 
 class PipeWriter(ByteSendStream):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from anyio.abc import ByteSendStream
 
+from gateway.stdio.backend import unread_counter
 from gateway.stdio.writer import BrokenPipe, LineWriter, StdinFull, StdinStalled
 
 pytestmark = pytest.mark.anyio
@@ -427,3 +431,16 @@ def test_a_write_that_waits_for_the_pipe_is_left_to_its_own_stall_timer() -> Non
     writer.waiting_since = 103.0  # as ``_write`` sets it while a write waits
     assert writer.stalled_since(120.0, last_output=0.0) == 100.0
     assert writer.broken is None
+
+
+def test_a_pipe_closed_before_it_is_counted_counts_nothing_and_raises_nothing(tmp_path: Path) -> None:
+    """A child that exits at once can have its stdin pipe closed before the gateway wraps it:
+    ``fileno()`` then raises, which failed the whole pool (a gateway fault) in CI."""
+    closed = (tmp_path / "pipe").open("wb")
+    closed.close()
+
+    class ClosedPipe(asyncio.BaseTransport):
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return closed if name == "pipe" else default
+
+    assert unread_counter(ClosedPipe()) is None
