@@ -664,3 +664,21 @@ def test_the_paired_ab_refuses_fewer_than_two_checkouts() -> None:
     done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert "at least two --checkout" in done.stderr
+
+
+@MACHINE_WIDE  # its gateways bind picked ports
+@pytest.mark.parametrize("scenario", ["hangups", "deaf", "dialogs", "servers"])
+def test_a_short_soak_runs_every_kind_of_client_and_finds_no_problem(scenario: str) -> None:
+    # Two seconds of each scenario's clients against a real gateway: every client kind ran
+    # (its count is in the report), and no answer crossed, went missing or came twice.
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.soak", "--seconds", "2", "--scenario", scenario],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=SMOKE_DEADLINE,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.startswith(f"## {scenario}: no problem"), done.stdout[-3000:]
+    counted = [line for line in done.stdout.splitlines() if line.startswith("    ")]
+    assert counted, done.stdout

@@ -1,0 +1,690 @@
+"""A soak: many clients of both eras doing what people do to a real gateway, every answer checked.
+
+    python -m bench.soak [--seconds N] [--scenario NAME ...]
+
+Each scenario starts a gateway (``python -m gateway``, uvloop, real children:
+``tests/servers/testserver.py``) with a bearer token per kind of client, so that each kind is
+its own principal, runs its clients concurrently for ``--seconds`` (default 30), stops the
+gateway with SIGTERM while calls are in flight, and reports:
+
+- ``hangups``: modern and legacy echo clients beside clients that hang up mid-body (raw
+  sockets) and mid-stream (a countdown's progress), crash their child, and read a 2 MB reply
+  slowly or stop reading it;
+- ``deaf``: echo clients while a child stops reading its stdin (``deafen``) and another is
+  killed (SIGKILL); legacy sessions deleted mid-call; streams resumed with ``Last-Event-ID``;
+  legacy GET streams opened and dropped;
+- ``dialogs``: modern clients on a legacy-only child answering or abandoning elicitation
+  rounds (MRTR), legacy sessions answering theirs, echo clients that declare elicitation;
+- ``servers``: three servers from a config file, one failing to start; Tasks polled,
+  abandoned, cancelled, and read by another principal; /readyz, /metrics scraped.
+
+A problem is anything a client of an MCP gateway must never see: another client's echo,
+progress, question or task; a request with no final answer, or two; a worker stuck past the
+end; a child left running after the gateway stopped; an ERROR line in the gateway's log (but
+the broken server's own); a 5xx to a malformed request. The exit status is 1 when any
+scenario had one. Issue #42's sessions found three defects with these clients (CHANGELOG,
+Fixed): a 500 for a client gone mid-body, calls held an hour by a child that stopped
+reading, and a cancelled call's question handed to another client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import procs
+
+MODERN = "2026-07-28"
+LEGACY = "2025-11-25"
+CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+TASKS = "io.modelcontextprotocol/tasks"
+TEST_SERVER = [sys.executable, "tests/servers/testserver.py"]
+ELICIT = {
+    "method": "elicitation/create",
+    "params": {
+        "mode": "form",
+        "message": "Your name?",
+        "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+    },
+}
+END_GRACE = 60.0
+"""Seconds the workers get to finish after the end (and the gateway to drain) before they are stuck."""
+
+
+def meta(capabilities: dict[str, Any] | None = None, **more: Any) -> dict[str, Any]:
+    return {"io.modelcontextprotocol/protocolVersion": MODERN, CAPABILITIES: capabilities or {}, **more}
+
+
+def parse_sse(text: str) -> list[dict[str, Any]]:
+    found = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        data = [line[5:].lstrip() for line in block.split("\n") if line.startswith("data:")]
+        if any(data):
+            found.append(json.loads("\n".join(data)))
+    return found
+
+
+def messages(reply: httpx.Response) -> list[dict[str, Any]]:
+    if reply.headers.get("content-type", "").startswith("text/event-stream"):
+        return parse_sse(reply.text)
+    parsed = reply.json()
+    return parsed if isinstance(parsed, list) else [parsed]
+
+
+class Soak:
+    """One scenario's gateway, clients, counts and problems."""
+
+    def __init__(self, name: str, seconds: float, log_dir: Path) -> None:
+        self.name, self.seconds, self.log_dir = name, seconds, log_dir
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.problems: list[str] = []
+        self.tokens: dict[str, str] = {}
+        self.stop = asyncio.Event()
+        self.url = self.base = ""
+        self.port = 0
+        self.http: httpx.AsyncClient | None = None
+        self.sealed = False  # the gateway has read its tokens: no principal can be added
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+
+    def token(self, who: str) -> str:
+        if who not in self.tokens:
+            if self.sealed:
+                raise KeyError(f"{who} is no principal of this soak (each worker's name and number is)")
+            self.tokens[who] = f"soak-{who}-{os.urandom(12).hex()}"
+        return self.tokens[who]
+
+    def headers(self, who: str, method: str = "tools/call", name: str | None = None) -> dict[str, str]:
+        headers = {
+            "authorization": f"Bearer {self.token(who)}",
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": MODERN,
+            "mcp-method": method,
+        }
+        if name is not None:
+            headers["mcp-name"] = name
+        return headers
+
+    def final(self, found: list[dict[str, Any]], request_id: Any, who: str) -> dict[str, Any] | None:
+        """The one final answer for ``request_id`` in ``found``; a problem when not exactly one.
+        A refusal before the body is read (a drain's 503, a 429) has no id: the gateway never
+        knew it (the 2026-07-28 schema has no null id)."""
+        finals = [m for m in found if "result" in m or "error" in m]
+        if len(finals) != 1 or finals[0].get("id", request_id if "error" in finals[0] else None) != request_id:
+            self.problem(f"{who}: {len(finals)} final answers for id {request_id}: {json.dumps(finals)[:200]}")
+            return None
+        return finals[0]
+
+    async def call(
+        self, url: str, who: str, request_id: Any, tool: str, arguments: dict[str, Any], **more: Any
+    ) -> tuple[httpx.Response, dict[str, Any] | None]:
+        assert self.http is not None
+        params: dict[str, Any] = {"name": tool, "arguments": arguments, "_meta": meta(), **more}
+        body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+        reply = await self.http.post(url, headers=self.headers(who, name=tool), json=body)
+        if reply.status_code >= 500 and reply.status_code != 503:
+            self.problem(f"{who}: {tool} answered {reply.status_code}: {reply.text[:200]}")
+        return reply, self.final(messages(reply), request_id, f"{who} ({reply.status_code} {reply.text[:120]!r})")
+
+    async def task_request(self, url: str, who: str, method: str, task_id: str, request_id: Any) -> dict[str, Any]:
+        """``tasks/get`` or ``tasks/cancel`` of ``task_id`` as ``who``: its last message."""
+        assert self.http is not None
+        params = {"taskId": task_id, "_meta": meta({"extensions": {TASKS: {}}})}
+        body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        return messages(await self.http.post(url, headers=self.headers(who, method, task_id), json=body))[-1]
+
+    async def legacy_session(
+        self, url: str, who: str, capabilities: dict[str, Any], version: str = LEGACY
+    ) -> dict[str, str] | None:
+        assert self.http is not None
+        headers = {
+            "authorization": f"Bearer {self.token(who)}",
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+        }
+        params = {"protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": who, "version": "1"}}
+        reply = await self.http.post(
+            url, headers=headers, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
+        )
+        if reply.status_code != 200:
+            self.counts[f"{who}: initialize {reply.status_code}"] += 1
+            return None
+        headers = {**headers, "mcp-session-id": reply.headers["mcp-session-id"], "mcp-protocol-version": version}
+        await self.http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return headers
+
+    async def run(
+        self,
+        argv: list[str],
+        workers: list[tuple[Callable[[Soak, int], Awaitable[None]], int]],
+        *,
+        allowed_errors: tuple[str, ...] = (),
+    ) -> None:
+        tokens = self.log_dir / f"{self.name}-tokens"
+        for fn, count in workers:  # every kind of client its own principal
+            self.token(fn.__name__)
+            for n in range(count):
+                self.token(f"{fn.__name__}{n}")
+        tokens.write_text("".join(f"{who}:{token}\n" for who, token in self.tokens.items()))
+        self.sealed = True
+        self.port = procs.free_port()
+        command = [sys.executable, "-m", "gateway", "--port", str(self.port), "--auth-token-file", str(tokens), *argv]
+        gateway = procs.Service(f"soak-{self.name}", command, self.port, self.log_dir)
+        gateway.start()
+        gateway.wait_ready()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.url = f"{self.base}/mcp"
+        children: set[int] = set()
+        async with httpx.AsyncClient(timeout=90, limits=httpx.Limits(max_connections=200)) as self.http:
+
+            async def worker(fn: Callable[[Soak, int], Awaitable[None]], n: int) -> None:
+                try:
+                    await fn(self, n)
+                except Exception as exc:  # a client's own failure is a finding, not a crash of the soak
+                    if self.stop.is_set() and isinstance(exc, (httpx.TransportError, ConnectionError)):
+                        self.counts[f"after the end: {type(exc).__name__}"] += 1  # it stopped listening
+                    else:
+                        self.problem(f"{fn.__name__}{n}: {type(exc).__name__}: {exc}")
+
+            tasks = [asyncio.create_task(worker(fn, n)) for fn, count in workers for n in range(count)]
+            deadline = time.monotonic() + self.seconds
+            while time.monotonic() < deadline:
+                children.update(procs.descendants(gateway.pid))
+                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+            self.stop.set()
+            children.update(procs.descendants(gateway.pid))
+            gateway.proc.send_signal(signal.SIGTERM) if gateway.proc is not None else None  # drain, calls in flight
+            _, stuck = await asyncio.wait(tasks, timeout=END_GRACE)
+            if stuck:
+                self.problem(f"{len(stuck)} client(s) stuck {END_GRACE:g} s after the end")
+                for task in stuck:
+                    task.cancel()
+        gateway.stop()
+        left = [pid for pid in children if _alive(pid)]
+        if left:
+            self.problem(f"children left running after the gateway stopped: {sorted(left)}")
+        for line in gateway.log_path.read_text(errors="replace").splitlines():
+            if " ERROR " in line and not any(allowed in line for allowed in allowed_errors):
+                self.problem(f"gateway log: {line[:300]}")
+
+    def report(self) -> list[str]:
+        lines = [f"## {self.name}: " + ("no problem" if not self.problems else f"{len(self.problems)} problem(s)")]
+        lines += [f"    {count:7d}  {what}" for what, count in sorted(self.counts.items())]
+        lines += [f"  ! {problem}" for problem in self.problems[:30]]
+        return lines
+
+
+def outcome(final: dict[str, Any] | None) -> str:
+    """A final answer in a word: ``result``, the error's code, or ``none``."""
+    if final is None:
+        return "none"
+    return "result" if "result" in final else str(final["error"].get("code"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+# -- clients ------------------------------------------------------------------------------
+
+
+async def echo(
+    soak: Soak, n: int, *, tools: tuple[str, ...] = ("echo",), elicit: bool = False, who: str | None = None
+) -> None:
+    """Modern echo calls: each answer must be this call's own message."""
+    who = who or f"echo{n}"
+    request_id = 0
+    while not soak.stop.is_set():
+        request_id += 1
+        tool = random.choice(tools)
+        message = f"echo{n}-{request_id}-" + "x" * random.randint(0, 2000)
+        arguments = {"message": message} if tool == "echo" else {"text": f"noise {message}"}
+        more = {"_meta": meta({"elicitation": {}})} if elicit else {}
+        _, final = await soak.call(soak.url, who, request_id, tool, arguments, **more)
+        if final is None or "error" in final:
+            soak.counts[f"echo: error {final['error']['code'] if final else None}"] += 1
+            continue
+        if final["result"].get("resultType") == "input_required":
+            soak.problem(f"{who} was asked a question it never caused: {json.dumps(final)[:200]}")
+        elif tool == "echo" and final["result"]["content"][0]["text"] != message:
+            soak.problem(f"{who} got another answer: {final['result']['content'][0]['text'][:60]}")
+        soak.counts[f"{tool}: answered right"] += 1
+
+
+async def legacy_echo(soak: Soak, n: int, *, url: str | None = None, who: str | None = None) -> None:
+    url, who = url or soak.url, who or f"legacy_echo{n}"
+    while not soak.stop.is_set():
+        headers = await soak.legacy_session(url, who, {})
+        if headers is None:
+            await asyncio.sleep(0.2)
+            continue
+        assert soak.http is not None
+        for request_id in range(1, random.randint(2, 30)):
+            if soak.stop.is_set():
+                break
+            message = f"legacy{n}-{request_id}-{headers['mcp-session-id'][:8]}"
+            body = {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"message": message}},
+            }
+            reply = await soak.http.post(url, headers=headers, json=body)
+            final = soak.final(messages(reply), request_id, who)
+            if final is not None and "result" in final:
+                if final["result"]["content"][0]["text"] != message:
+                    soak.problem(f"{who} got another answer")
+                soak.counts["legacy echo: answered right"] += 1
+        if random.random() < 0.5:
+            await soak.http.delete(url, headers=headers)
+
+
+async def hang_up_mid_body(soak: Soak, n: int) -> None:
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"message": "x"}, "_meta": meta()},
+        }
+    ).encode()
+    head = "".join(f"{k}: {v}\r\n" for k, v in soak.headers(f"hang_up_mid_body{n}", name="echo").items())
+    request = f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n{head}content-length: {len(body)}\r\n\r\n".encode() + body
+    while not soak.stop.is_set():
+        _, writer = await asyncio.open_connection("127.0.0.1", soak.port)
+        writer.write(request[: random.randint(0, len(request) - 1)])
+        await writer.drain()
+        await asyncio.sleep(random.random() * 0.05)
+        writer.close()
+        soak.counts["hung up mid-request"] += 1
+        await asyncio.sleep(0.01)
+
+
+async def hang_up_mid_stream(soak: Soak, n: int) -> None:
+    request_id = 0
+    while not soak.stop.is_set():
+        request_id += 1
+        params = {"name": "countdown", "arguments": {"steps": 50, "interval_ms": 100}, "_meta": meta(progressToken=n)}
+        body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+        headers = soak.headers(f"hang_up_mid_stream{n}", name="countdown")
+        async with (
+            httpx.AsyncClient(timeout=30) as own,  # its own connection, closed mid-stream
+            own.stream("POST", soak.url, headers=headers, json=body) as reply,
+        ):
+            async for chunk in reply.aiter_bytes():
+                if b"progress" in chunk and random.random() < 0.7:
+                    break
+        soak.counts["hung up mid-stream"] += 1
+
+
+async def progress(soak: Soak, n: int) -> None:
+    request_id = 0
+    while not soak.stop.is_set():
+        request_id += 1
+        tag = f"progress{n}-{request_id}"
+        arguments = {"count": random.randint(1, 200), "tag": tag}
+        reply, final = await soak.call(
+            soak.url, f"progress{n}", request_id, "progress_burst", arguments, _meta=meta(progressToken=tag)
+        )
+        for message in messages(reply):
+            if message.get("method") == "notifications/progress" and message["params"]["progressToken"] != tag:
+                soak.problem(f"progress{n} got another call's progress: {message['params']['progressToken']}")
+        if final is not None and "result" in final:
+            if final["result"]["content"][0]["text"] != tag:
+                soak.problem(f"progress{n} got another result")
+            soak.counts["progress stream: answered right"] += 1
+
+
+async def crash(soak: Soak, n: int) -> None:
+    while not soak.stop.is_set():
+        await asyncio.sleep(random.uniform(0.5, 2.0))
+        _, final = await soak.call(soak.url, f"crash{n}", 1, "crash", {})
+        soak.counts[f"crash: {outcome(final)}"] += 1
+
+
+async def slow_reader(soak: Soak, n: int) -> None:
+    params = {"name": "big", "arguments": {"bytes": 2_000_000}, "_meta": meta()}
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
+    while not soak.stop.is_set():
+        try:
+            async with httpx.AsyncClient(timeout=60) as own:
+                headers = soak.headers(f"slow_reader{n}", name="big")
+                async with own.stream("POST", soak.url, headers=headers, json=body) as reply:
+                    async for _ in reply.aiter_bytes(16384):
+                        await asyncio.sleep(0.01)
+                        if random.random() < 0.02:
+                            break  # stops reading, then leaves
+            soak.counts["slow reader"] += 1
+        except httpx.HTTPError as exc:
+            soak.counts[f"slow reader: {type(exc).__name__}"] += 1
+
+
+async def deafen(soak: Soak, n: int) -> None:
+    while not soak.stop.is_set():
+        await asyncio.sleep(random.uniform(3, 8))
+        await soak.call(soak.url, f"deafen{n}", 1, "deafen", {})
+        soak.counts["a child stopped reading its stdin"] += 1
+
+
+async def kill_child(soak: Soak, n: int) -> None:
+    while not soak.stop.is_set():
+        await asyncio.sleep(random.uniform(2, 5))
+        _, final = await soak.call(soak.url, f"kill_child{n}", 1, "kill_self", {"signal": 9})
+        soak.counts[f"child killed: {outcome(final)}"] += 1
+
+
+async def delete_mid_call(soak: Soak, n: int) -> None:
+    assert soak.http is not None
+    while not soak.stop.is_set():
+        headers = await soak.legacy_session(soak.url, f"delete_mid_call{n}", {})
+        if headers is None:
+            await asyncio.sleep(0.3)
+            continue
+        params = {"name": "countdown", "arguments": {"steps": 40, "interval_ms": 50}, "_meta": {"progressToken": 5}}
+        body = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": params}
+        async with soak.http.stream("POST", soak.url, headers=headers, json=body) as reply:
+            streamed = reply.headers.get("content-type", "").startswith("text/event-stream")
+            text, deleted = "", False
+            async for chunk in reply.aiter_text():
+                text += chunk
+                if streamed and not deleted and "progress" in text:
+                    deleted = True
+                    await soak.http.delete(soak.url, headers=headers)
+        found = parse_sse(text) if streamed else [json.loads(text)]
+        final = soak.final(found, 5, f"delete_mid_call{n} ({text[-300:]!r})")
+        soak.counts[f"deleted mid-call: {outcome(final)}"] += 1
+
+
+async def resume(soak: Soak, n: int) -> None:
+    assert soak.http is not None
+    while not soak.stop.is_set():
+        headers = await soak.legacy_session(soak.url, f"resume{n}", {})
+        if headers is None:
+            await asyncio.sleep(0.3)
+            continue
+        params = {"name": "countdown", "arguments": {"steps": 10, "interval_ms": 30}, "_meta": {"progressToken": "r"}}
+        body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}
+        last, text = None, ""
+        async with soak.http.stream("POST", soak.url, headers=headers, json=body) as reply:
+            async for chunk in reply.aiter_text():
+                text += chunk
+                for block in text.replace("\r\n", "\n").split("\n\n")[:-1]:
+                    for line in block.split("\n"):
+                        if line.startswith("id:"):
+                            last = line[3:].strip()
+                if "progress" in text and random.random() < 0.5:
+                    break  # the connection drops: resume
+        complete = text.replace("\r\n", "\n").rsplit("\n\n", 1)[0]
+        if any("id" in m and "method" not in m for m in parse_sse(complete)):
+            soak.counts["resume: not needed"] += 1
+        elif last is not None:
+            resumed = await soak.http.get(soak.url, headers={**headers, "last-event-id": last})
+            finals = [m for m in parse_sse(resumed.text) if "id" in m and "method" not in m]
+            if resumed.status_code == 200 and len(finals) != 1:
+                soak.problem(f"resume{n}: {len(finals)} final answers after resuming")
+            soak.counts[f"resumed: {resumed.status_code}"] += 1
+        await soak.http.delete(soak.url, headers=headers)
+
+
+async def get_stream(soak: Soak, n: int) -> None:
+    assert soak.http is not None
+    while not soak.stop.is_set():
+        headers = await soak.legacy_session(soak.url, f"get_stream{n}", {})
+        if headers is None:
+            await asyncio.sleep(0.3)
+            continue
+        get_headers = {k: v for k, v in headers.items() if k != "content-type"}
+        async with soak.http.stream("GET", soak.url, headers=get_headers) as reply:
+            soak.counts[f"GET stream: {reply.status_code}"] += 1
+            try:
+                async with asyncio.timeout(random.uniform(0.1, 2)):
+                    async for _ in reply.aiter_bytes():
+                        pass
+            except TimeoutError:
+                pass
+        if random.random() < 0.5:
+            await soak.http.delete(soak.url, headers=headers)
+
+
+async def dialog(soak: Soak, n: int) -> None:
+    """A modern client answering (80 %) or abandoning elicitation rounds, its own name in each."""
+    who, request_id = f"dialog{n % 3}", 0
+    while not soak.stop.is_set():
+        request_id += 1
+        name = f"name-{n}-{request_id}"
+        arguments = {"requests": [ELICIT] * random.randint(1, 2), "parallel": random.random() < 0.5}
+        more: dict[str, Any] = {"_meta": meta({"elicitation": {}})}
+        _, final = await soak.call(soak.url, who, request_id, "ask_client", arguments, **more)
+        rounds = 0
+        while final is not None and "result" in final and final["result"].get("resultType") == "input_required":
+            if random.random() < 0.2:
+                soak.counts["dialog: abandoned"] += 1
+                break
+            rounds += 1
+            result = final["result"]
+            answers = {key: {"action": "accept", "content": {"name": name}} for key in result["inputRequests"]}
+            request_id += 1
+            retry = {**more, "inputResponses": answers, "requestState": result["requestState"]}
+            _, final = await soak.call(soak.url, who, request_id, "ask_client", arguments, **retry)
+        else:
+            if final is not None and "result" in final:
+                if rounds and name not in json.dumps(final["result"]):
+                    soak.problem(f"dialog{n}: its answers lack its own name: {json.dumps(final)[:200]}")
+                soak.counts[f"dialog: done after {rounds} round(s)"] += 1
+            elif final is not None:
+                soak.counts[f"dialog: error {final['error']['code']}"] += 1
+
+
+async def legacy_dialog(soak: Soak, n: int) -> None:
+    assert soak.http is not None
+    while not soak.stop.is_set():
+        headers = await soak.legacy_session(soak.url, f"legacy_dialog{n}", {"elicitation": {}})
+        if headers is None:
+            await asyncio.sleep(0.3)
+            continue
+        for request_id in range(1, 5):
+            name = f"L{n}-{request_id}"
+            params = {"name": "ask_client", "arguments": {"requests": [ELICIT]}}
+            body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+            final = None
+            async with soak.http.stream("POST", soak.url, headers=headers, json=body) as reply:
+                if not reply.headers.get("content-type", "").startswith("text/event-stream"):
+                    soak.counts[f"legacy dialog: {reply.status_code}"] += 1
+                    await reply.aread()
+                    continue
+                text = ""
+                async for chunk in reply.aiter_text():
+                    text += chunk
+                    if not text.endswith("\r\n\r\n"):
+                        continue
+                    for message in parse_sse(text):
+                        if message.get("method") == "elicitation/create":
+                            answer = {"action": "accept", "content": {"name": name}}
+                            await soak.http.post(
+                                soak.url,
+                                headers=headers,
+                                json={"jsonrpc": "2.0", "id": message["id"], "result": answer},
+                            )
+                        elif "id" in message and "method" not in message:
+                            final = message
+                    text = ""
+            if final is None:
+                soak.problem(f"legacy_dialog{n}: no final answer")
+            elif "error" in final:
+                soak.counts[f"legacy dialog: error {outcome(final)}"] += 1
+            elif name not in json.dumps(final):
+                soak.problem(f"legacy_dialog{n}: its answer lacks its own name: {json.dumps(final)[:200]}")
+            else:
+                soak.counts["legacy dialog: answered right"] += 1
+        await soak.http.delete(soak.url, headers=headers)
+
+
+STOLEN: list[tuple[str, str]] = []
+
+
+async def task_client(soak: Soak, n: int) -> None:
+    url, who, request_id = f"{soak.base}/servers/good/mcp", f"task_client{n}", 0
+    with_tasks = meta({"extensions": {TASKS: {}}})
+    while not soak.stop.is_set():
+        request_id += 1
+        steps = random.randint(1, 6)
+        arguments = {"steps": steps, "interval_ms": 50}
+        _, final = await soak.call(url, who, request_id, "countdown", arguments, _meta=with_tasks)
+        result = final.get("result", {}) if final else {}
+        if result.get("resultType") != "task":
+            soak.counts[f"task: answered {result.get('resultType')}"] += 1
+            continue
+        task_id = result["taskId"]
+        STOLEN.append((who, task_id))
+        mode = random.choice(["poll", "poll", "poll", "abandon", "cancel"])
+        if mode == "cancel":
+            request_id += 1
+            await soak.task_request(url, who, "tasks/cancel", task_id, request_id)
+        if mode != "poll":
+            soak.counts[f"task: {mode}ed"] += 1
+            continue
+        for _ in range(400):
+            request_id += 1
+            got = await soak.task_request(url, who, "tasks/get", task_id, request_id)
+            status = got.get("result", {}).get("status")
+            if status is None:
+                soak.counts[f"task: tasks/get {outcome(got)}"] += 1
+                break
+            if status in ("completed", "failed", "cancelled"):
+                if status == "completed" and f"done after {steps} steps" not in json.dumps(got["result"]):
+                    soak.problem(f"{who}: another task's result: {json.dumps(got)[:200]}")
+                soak.counts[f"task: {status}"] += 1
+                break
+            await asyncio.sleep(0.05)
+        else:
+            soak.problem(f"{who}: task {task_id} never ended")
+
+
+async def task_thief(soak: Soak, n: int) -> None:
+    url = f"{soak.base}/servers/good/mcp"
+    assert soak.http is not None
+    while not soak.stop.is_set():
+        await asyncio.sleep(0.05)
+        if not STOLEN:
+            continue
+        owner, task_id = random.choice(STOLEN)
+        got = await soak.task_request(url, "task_thief", "tasks/get", task_id, 1)
+        if "result" in got:
+            soak.problem(f"task_thief read {owner}'s task {task_id}")
+        soak.counts[f"another principal's task: {outcome(got)}"] += 1
+
+
+async def broken_server(soak: Soak, n: int) -> None:
+    url = f"{soak.base}/servers/broken/mcp"
+    while not soak.stop.is_set():
+        reply, final = await soak.call(url, f"broken_server{n}", 1, "echo", {"message": "x"})
+        soak.counts[f"broken server: {reply.status_code} {outcome(final)}"] += 1
+        await asyncio.sleep(0.1)
+
+
+async def legacy_server(soak: Soak, n: int) -> None:
+    await legacy_echo(soak, n, url=f"{soak.base}/servers/legacy/mcp", who=f"legacy_server{n}")
+
+
+async def scrape(soak: Soak, n: int) -> None:
+    assert soak.http is not None
+    while not soak.stop.is_set():
+        for path in ("/readyz", "/healthz", "/metrics"):
+            reply = await soak.http.get(soak.base + path)
+            if path != "/metrics" and reply.status_code != 200:  # one broken server leaves the replica ready
+                soak.problem(f"{path} answered {reply.status_code}")
+            soak.counts[f"GET {path}: {reply.status_code}"] += 1
+        await asyncio.sleep(0.1)
+
+
+async def echo_asking(soak: Soak, n: int) -> None:
+    await echo(soak, n, elicit=True, who=f"echo_asking{n}")
+
+
+async def echo_and_noise(soak: Soak, n: int) -> None:
+    await echo(soak, n, tools=("echo", "echo", "noise"), who=f"echo_and_noise{n}")
+
+
+# -- scenarios ------------------------------------------------------------------------------
+
+
+async def hangups(soak: Soak) -> None:
+    workers = [
+        (echo_and_noise, 6), (legacy_echo, 4), (progress, 3), (hang_up_mid_stream, 3),
+        (hang_up_mid_body, 2), (crash, 1), (slow_reader, 2),
+    ]  # fmt: skip
+    await soak.run(["--pool-max", "4", "--", *TEST_SERVER], workers)
+
+
+async def deaf(soak: Soak) -> None:
+    workers = [(deafen, 1), (kill_child, 1), (echo, 4), (delete_mid_call, 2), (resume, 2), (get_stream, 2)]
+    await soak.run(["--pool-max", "4", "--stdin-stall-timeout", "5", "--", *TEST_SERVER, "--deafen-tool"], workers)
+
+
+async def dialogs(soak: Soak) -> None:
+    workers = [(dialog, 6), (legacy_dialog, 2), (echo_asking, 2)]
+    await soak.run(["--pool-max", "4", "--round-timeout", "5", "--", *TEST_SERVER, "--era", "legacy"], workers)
+
+
+async def servers(soak: Soak) -> None:
+    config = {
+        "mcpServers": {
+            "good": {"command": TEST_SERVER[0], "args": TEST_SERVER[1:], "taskTools": ["countdown"]},
+            "legacy": {"command": TEST_SERVER[0], "args": [*TEST_SERVER[1:], "--era", "legacy"]},
+            "broken": {"command": TEST_SERVER[0], "args": [*TEST_SERVER[1:], "--exit-at-start", "3"]},
+        }
+    }
+    path = soak.log_dir / "servers.json"
+    path.write_text(json.dumps(config))
+    workers = [(task_client, 4), (task_thief, 1), (broken_server, 1), (legacy_server, 3), (scrape, 1)]
+    await soak.run(["--config", str(path)], workers, allowed_errors=("broken: failing after",))
+
+
+SCENARIOS: dict[str, Callable[[Soak], Awaitable[None]]] = {
+    "hangups": hangups,
+    "deaf": deaf,
+    "dialogs": dialogs,
+    "servers": servers,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long each scenario's clients run")
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="only these (repeatable)")
+    args = parser.parse_args(argv)
+    lines: list[str] = []
+    failed = False
+    with tempfile.TemporaryDirectory(prefix="soak-") as directory:
+        for name in args.scenario or list(SCENARIOS):
+            soak = Soak(name, args.seconds, Path(directory))
+            STOLEN.clear()
+            asyncio.run(SCENARIOS[name](soak))
+            report = soak.report()
+            print("\n".join(report), flush=True)
+            lines += report
+            failed = failed or bool(soak.problems)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
