@@ -60,6 +60,7 @@ from gateway.protocol import tasks as rules
 from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, ErrorReply, JsonObject, Request, error_object
 from gateway.protocol.owner import IdKeys, Owner
 from gateway.protocol.tasks import KeptBytes, Task, TaskPolicy
+from gateway.protocol.throttle import LineThrottle
 from gateway.relay import task_bridge, task_run
 from gateway.relay.client import ClientContext
 from gateway.relay.suspensions import Call
@@ -78,6 +79,13 @@ PASS_THROUGH_TIMEOUT: Final = 30.0
 TASK_PROGRESS_PREFIX: Final = "gateway-task:"
 """The progressToken the gateway gives a task's call when the client gave none: the child's
 progress then reaches the task's ``statusMessage``."""
+SYNCHRONOUS_NOTES_RATE: Final = 1.0
+SYNCHRONOUS_NOTES_BURST: Final = 5
+"""The warnings that a call runs synchronously (a principal at its task bounds) a store logs:
+5 at once, then one a second, the rest counted into the next one. A principal calling on at
+its bounds (a soak's made 425 in 40 s) would otherwise fill the log, and its queue
+(``MAX_LOG_QUEUE_LINES``), with one line each, crowding out everyone else's."""
+_monotonic = time.monotonic  # the notes' clock (a test stops it)
 
 
 @dataclass
@@ -138,6 +146,7 @@ class TaskStore:
         self._next_expiry = float("inf")
         self._change = anyio.Event()  # set (and replaced) whenever a task changes
         self._watchers: dict[str, set[MemoryObjectSendStream[Task]]] = {}  # task id → listens (rule 8)
+        self._synchronous_notes = LineThrottle(SYNCHRONOUS_NOTES_RATE, SYNCHRONOUS_NOTES_BURST, _monotonic())
 
     def __len__(self) -> int:
         return len(self._runs) + len(self._passed)
@@ -231,19 +240,24 @@ class TaskStore:
             or self._held[principal] >= rules.MAX_HELD_TASKS_PER_PRINCIPAL
             or len(self._runs) >= rules.MAX_TASKS
         ):
-            log.warning(
-                "%s: %s runs synchronously: %s has %d tasks running (at most %d) and holds %d (at most %d); "
-                "the store holds %d (at most %d)",
-                self.server,
-                name,
-                principal,
-                running,
-                rules.MAX_TASKS_PER_PRINCIPAL,
-                self._held[principal],
-                rules.MAX_HELD_TASKS_PER_PRINCIPAL,
-                len(self._runs),
-                rules.MAX_TASKS,
-            )
+            left_out = self._synchronous_notes.admit(_monotonic())
+            if left_out is not None:  # else counted into the next one (``SYNCHRONOUS_NOTES_RATE``)
+                log.warning(
+                    "%s: %s runs synchronously: %s has %d tasks running (at most %d) and holds %d (at most %d); "
+                    "the store holds %d (at most %d)%s",
+                    self.server,
+                    name,
+                    principal,
+                    running,
+                    rules.MAX_TASKS_PER_PRINCIPAL,
+                    self._held[principal],
+                    rules.MAX_HELD_TASKS_PER_PRINCIPAL,
+                    len(self._runs),
+                    rules.MAX_TASKS,
+                    f" ({left_out} more calls ran synchronously since the last such line, not logged)"
+                    if left_out
+                    else "",
+                )
             return False
         return True
 

@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from gateway.protocol import tasks as rules
+from gateway.relay import tasks as tasks_module
 from gateway.relay.router import Router
 from gateway.relay.server_config import Isolation, ServerConfig
 from gateway.relay.tasks import TaskStore
@@ -29,6 +30,7 @@ from gateway.stdio.pool import PoolSettings
 from tests.component.fakechild import FakeBackend, Script, fake_backend
 from tests.component.harness import FAKE_SPEC, WAIT, Gateway, in_process_servers
 from tests.gateway_server import MODERN_META, modern_headers
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -183,3 +185,32 @@ async def test_kept_outcomes_are_counted_as_stored_and_held_within_the_bounds(mo
             reply, task = await bob.get(mine["bob"][0]), store.snapshot(mine["bob"][0])
             assert task is not None
             assert len(orjson.dumps(reply["result"]["result"])) == task.size
+
+
+async def test_a_principal_calling_on_at_its_bounds_is_logged_a_few_times_not_once_a_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # With the notes' clock stopped the bucket never refills: its burst is logged, the rest
+    # counted, and the count reported with the first line once the clock moves on.
+    clock = [1000.0]
+    monkeypatch.setattr(tasks_module, "_monotonic", lambda: clock[0])
+    calls = 4 * tasks_module.SYNCHRONOUS_NOTES_BURST
+    with anyio.fail_after(BOUND), recording("gateway.tasks") as records:
+        async with fake_backend(Script(era="dual")) as backend, task_gateway(backend) as (gw, store):
+            flooder = Client(gw, store, "127.0.0.2")
+            held = [await flooder.task("hold", n=n) for n in range(rules.MAX_TASKS_PER_PRINCIPAL)]
+            await backend.wait_calls(rules.MAX_TASKS_PER_PRINCIPAL, "hold")
+            for n in range(calls):  # at its running cap: each call runs synchronously
+                assert (await flooder.call("echo", message=f"{n}"))["content"][0]["text"] == f"{n}"
+            notes = [r.getMessage() for r in records.records if "runs synchronously" in r.getMessage()]
+            assert len(notes) == tasks_module.SYNCHRONOUS_NOTES_BURST
+            clock[0] += 1 / tasks_module.SYNCHRONOUS_NOTES_RATE
+            await flooder.call("echo", message="later")
+            later = [r.getMessage() for r in records.records if "runs synchronously" in r.getMessage()]
+            assert len(later) == tasks_module.SYNCHRONOUS_NOTES_BURST + 1
+            left_out = calls - tasks_module.SYNCHRONOUS_NOTES_BURST
+            assert f"({left_out} more calls ran synchronously since the last such line, not logged)" in later[-1]
+            for call in backend.running_calls("hold"):
+                call.release()
+            for task_id in held:
+                await flooder.ended(task_id)
