@@ -127,7 +127,7 @@ class QuestionDesk(Generic[OwnerT]):
             if isinstance(decision, Ambiguous):
                 self.has_asked = True
                 held = Held(request, decision.candidates, now + self.input_timeout)
-                held.lingering = bool(self.lingering) and not self.lingering.keys().isdisjoint(decision.candidates)
+                held.lingering = not self.lingering.keys().isdisjoint(decision.candidates)
                 self.held.append(held)
                 self._recount()
                 held.due = self._deadlines.push(held.deadline, held)
@@ -183,7 +183,9 @@ class QuestionDesk(Generic[OwnerT]):
         del self.lingering[lingering.entry]
         self._recount()
         if self.held:
-            self._resolve(actions)
+            self._resolve(actions)  # says ``Changed`` when it settles the last held question
+            if not self.held:
+                return
         actions.append(Changed())
 
     def _linger(self, entry: Entry[OwnerT], until: float, actions: list[ChildAction[OwnerT]]) -> None:
@@ -233,7 +235,7 @@ class QuestionDesk(Generic[OwnerT]):
             question.settled = True
             if question.due is not None:
                 self._deadlines.settled_early(question.due)
-            if isinstance(outcome, Attributed) and (question.lingering or outcome.owner in self.lingering):
+            if isinstance(outcome, Attributed) and question.lingering:  # a lingering candidate is flagged
                 actions.append(Unattributed(question.request, CANCELLED_ASKER))  # maybe the cancelled one's
             elif isinstance(outcome, Attributed):
                 self._asked([outcome.owner], actions)
