@@ -46,9 +46,8 @@ from typing import Any
 import httpx
 
 from bench import procs
+from bench.httpclient import LEGACY, MODERN, legacy_headers, modern_headers
 
-MODERN = "2026-07-28"
-LEGACY = "2025-11-25"
 CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
 TASKS = "io.modelcontextprotocol/tasks"
 TEST_SERVER = [sys.executable, "tests/servers/testserver.py"]
@@ -109,16 +108,8 @@ class Soak:
         return self.tokens[who]
 
     def headers(self, who: str, method: str = "tools/call", name: str | None = None) -> dict[str, str]:
-        headers = {
-            "authorization": f"Bearer {self.token(who)}",
-            "content-type": "application/json",
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": MODERN,
-            "mcp-method": method,
-        }
-        if name is not None:
-            headers["mcp-name"] = name
-        return headers
+        """A modern request's headers (``bench.httpclient.modern_headers``) as principal ``who``."""
+        return {**modern_headers(method, name), "authorization": f"Bearer {self.token(who)}"}
 
     def final(self, found: list[dict[str, Any]], request_id: Any, who: str) -> dict[str, Any] | None:
         """The one final answer for ``request_id`` in ``found``; a problem when not exactly one.
@@ -148,23 +139,18 @@ class Soak:
         body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
         return messages(await self.http.post(url, headers=self.headers(who, method, task_id), json=body))[-1]
 
-    async def legacy_session(
-        self, url: str, who: str, capabilities: dict[str, Any], version: str = LEGACY
-    ) -> dict[str, str] | None:
+    async def legacy_session(self, url: str, who: str, capabilities: dict[str, Any]) -> dict[str, str] | None:
+        """A 2025-11-25 session of principal ``who``: its requests' headers
+        (``bench.httpclient.legacy_headers``), or None when ``initialize`` was refused."""
         assert self.http is not None
-        headers = {
-            "authorization": f"Bearer {self.token(who)}",
-            "content-type": "application/json",
-            "accept": "application/json, text/event-stream",
-        }
-        params = {"protocolVersion": version, "capabilities": capabilities, "clientInfo": {"name": who, "version": "1"}}
-        reply = await self.http.post(
-            url, headers=headers, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
-        )
+        auth = {"authorization": f"Bearer {self.token(who)}"}
+        params = {"protocolVersion": LEGACY, "capabilities": capabilities, "clientInfo": {"name": who, "version": "1"}}
+        initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
+        reply = await self.http.post(url, headers={**legacy_headers(None), **auth}, json=initialize)
         if reply.status_code != 200:
             self.counts[f"{who}: initialize {reply.status_code}"] += 1
             return None
-        headers = {**headers, "mcp-session-id": reply.headers["mcp-session-id"], "mcp-protocol-version": version}
+        headers = {**legacy_headers(reply.headers["mcp-session-id"]), **auth}
         await self.http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
         return headers
 
