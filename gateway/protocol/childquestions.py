@@ -22,6 +22,13 @@ it (quiet ones are). Before, such a question went to whatever request was in fli
 tool's call of another client included: that client was asked a question that was not its
 own, or its call was cancelled for a capability it did not need.
 
+So does a request the gateway ends while it is a candidate of a held question, though it
+never asked before: the held question may be its own (a held question has no owner yet), so
+it goes to the gateway, not to the candidate left. Before, the candidate left was given it,
+as if a request ended by its client's leaving had ended by its child's answer: with calls
+that may ask sharing a child (``--child-asks never``, or a tool learned quiet), one client's
+hang-up handed its question to another client.
+
 It also keeps the pool's ``ToolLearning`` up to date: a request that ends with a result and
 was never a question's candidate makes its tool quiet; a question makes its owner's tool (or
 every candidate's, when it stays unresolved) asking.
@@ -46,6 +53,9 @@ OwnerT = TypeVar("OwnerT")
 
 ALL_ENDED = "every request that was in flight when it asked has ended"
 CANCELLED_ASKER = "the request that asked before on this child was cancelled; nobody waits for its questions"
+CANCELLED_CANDIDATE = (
+    "a request that may have asked it was cancelled, so it may be that request's; nobody waits for its questions"
+)
 ASKER_LINGERS: Final = 2.0
 """Seconds a request that asked and was cancelled by the gateway stays a candidate for its
 child's questions (``QuestionDesk.abandoned``): a tool that does not stop at the cancel asks
@@ -159,12 +169,12 @@ class QuestionDesk(Generic[OwnerT]):
 
     def abandoned(self, entry: Entry[OwnerT], now: float, actions: list[ChildAction[OwnerT]]) -> None:
         """The gateway is ending ``entry`` without its child's answer (its caller left, or it
-        timed out; told before its end settles anything): if it asked its client something,
-        it lingers."""
-        if entry.asked:
-            for held in self.held:  # held while it was in flight: it may be its next question
-                if entry in held.candidates:
-                    held.lingering = True
+        timed out; told before its end settles anything): if it asked its client something, or
+        a held question may be its, it lingers."""
+        candidate_of = [held for held in self.held if entry in held.candidates]
+        if entry.asked or candidate_of:
+            for held in candidate_of:  # held while it was in flight: it may be that call's
+                held.lingering = True
             self._linger(entry, now + ASKER_LINGERS, actions)
             self._recount()
             actions.append(Changed())
@@ -236,7 +246,7 @@ class QuestionDesk(Generic[OwnerT]):
             if question.due is not None:
                 self._deadlines.settled_early(question.due)
             if isinstance(outcome, Attributed) and question.lingering:  # a lingering candidate is flagged
-                actions.append(Unattributed(question.request, CANCELLED_ASKER))  # maybe the cancelled one's
+                actions.append(Unattributed(question.request, CANCELLED_CANDIDATE))  # maybe the cancelled one's
             elif isinstance(outcome, Attributed):
                 self._asked([outcome.owner], actions)
                 self._give(outcome.owner, question.request, actions)

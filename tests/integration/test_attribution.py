@@ -10,6 +10,7 @@ every answer it got, so each client can check that the answers in its result are
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -136,11 +137,19 @@ async def test_past_the_queue_timeout_a_call_that_may_ask_gets_503_while_the_chi
     assert answers(alice_final) == [{"result": elicited("Alice")}]
 
 
-async def test_with_child_asks_never_a_question_from_two_calls_in_flight_waits_until_one_is_left() -> None:
-    """Sharing on purpose: the question is held, not answered, until the other call has ended."""
+def gated_call(gate: Path) -> dict[str, Any]:
+    """A modern call that reports progress and waits at ``gate`` (it never asks), declaring what
+    Alice declares: children told them are one pool, so it may be a held question's candidate."""
+    return modern_call(5, "wait_gate", {"gate": str(gate)}, progressToken="g", **{CAPABILITIES_KEY: ALL})
+
+
+async def test_with_child_asks_never_a_question_from_two_calls_in_flight_waits_until_one_is_left(
+    tmp_path: Path,
+) -> None:
+    """Sharing on purpose: the question is held, not answered, until the other call has ended
+    with its child's answer (a call whose tool waits for the answer cannot end so)."""
     pool = PoolSettings(child_asks=AskPolicy.NEVER)
-    # Alice and the sleeper declare the same capabilities: children told them are one pool.
-    sleeper = modern_call(5, "sleep", {"ms": 60_000, "progress": True}, progressToken="s", **{CAPABILITIES_KEY: ALL})
+    gate = tmp_path / "gate"
     send, receive = anyio.create_memory_object_stream[dict[str, Any]](10)
     with anyio.fail_after(WAIT), send, receive, recording("gateway.child") as held_questions:
         async with running_gateway(legacy_child(), pool=pool) as url, httpx.AsyncClient(timeout=WAIT) as http:
@@ -151,9 +160,10 @@ async def test_with_child_asks_never_a_question_from_two_calls_in_flight_waits_u
                     async for message in sse(pending):
                         await send.send(message)
 
-            async with http.stream("POST", url, headers=modern_headers("tools/call", "sleep"), json=sleeper) as slow:
-                slow_messages = sse(slow)
-                assert (await anext(slow_messages))["method"] == "notifications/progress"  # in flight at the child
+            other = http.stream("POST", url, headers=modern_headers("tools/call", "wait_gate"), json=gated_call(gate))
+            async with other as gated:
+                gated_messages = sse(gated)
+                assert (await anext(gated_messages))["method"] == "notifications/progress"  # in flight at the child
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(alice_calls)
                     # The child asks (either call may have asked): the question is held, nobody is asked.
@@ -161,16 +171,55 @@ async def test_with_child_asks_never_a_question_from_two_calls_in_flight_waits_u
                     early: list[dict[str, Any]] = []
                     with contextlib.suppress(anyio.WouldBlock):
                         early.append(receive.receive_nowait())
-                    await slow.aclose()  # the sleeper's client leaves: it is cancelled, one candidate is left
+                    gate.touch()  # the other call ends with its result: one candidate is left
+                    gated_rest = [message async for message in gated_messages]
                     question = await receive.receive()
                     answer = {"jsonrpc": "2.0", "id": question["id"], "result": elicited("Alice")}
                     await http.post(url, headers=alice, json=answer)
                     alice_final = await receive.receive()
             by_gateway = await metric(http, url, "mcp_gateway_child_questions_answered_by_gateway_total")
     assert early == []
+    assert [message["result"]["structuredContent"]["gate"] for message in gated_rest] == [str(gate)]
     assert question["method"] == "elicitation/create"
     assert answers(alice_final) == [{"result": elicited("Alice")}]
     assert by_gateway == 0
+
+
+async def test_with_child_asks_never_a_held_question_goes_to_no_client_when_a_candidate_leaves(tmp_path: Path) -> None:
+    """The candidate whose client left did not end by its child's answer: the question may be
+    its own, so the gateway answers it; the call left in flight is never asked (before, it was
+    given the leaver's question)."""
+    pool = PoolSettings(child_asks=AskPolicy.NEVER)
+    gate = tmp_path / "gate"
+    with anyio.fail_after(WAIT), recording("gateway.child") as child_log:
+        async with running_gateway(legacy_child(), pool=pool) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            other = http.stream("POST", url, headers=modern_headers("tools/call", "wait_gate"), json=gated_call(gate))
+            async with other as gated:
+                gated_messages = sse(gated)
+                assert (await anext(gated_messages))["method"] == "notifications/progress"  # in flight at the child
+                asking = modern_ask(7, [ELICITATION], ALL)
+                ask_headers = modern_headers("tools/call", "ask_client")
+                async with anyio.create_task_group() as tg:  # Alice's call: its answer would come at the end
+                    tg.start_soon(lambda: http.post(url, headers=ask_headers, json=asking))
+                    await child_log.wait_for_text("held until only one is left")  # Alice's, or the other's?
+                    tg.cancel_scope.cancel()
+                # Alice's client has left (a modern client's hang-up cancels its call): her call is
+                # cancelled at the child, and her question is nobody's to answer but the gateway's.
+                answered: list[str] = []
+
+                async def open_the_gate_once_answered() -> None:
+                    answered.append((await child_log.wait_for_text("the gateway answered it")).getMessage())
+                    gate.touch()
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(open_the_gate_once_answered)
+                    following = await anext(gated_messages)  # the gate's result, or a question (before: Alice's)
+                    tg.cancel_scope.cancel()
+            by_gateway = await metric(http, url, "mcp_gateway_child_questions_answered_by_gateway_total")
+    assert following.get("result", {}).get("structuredContent", {}).get("gate") == str(gate), following  # no question
+    assert len(answered) == 1
+    assert "may have asked it was cancelled" in answered[0]
+    assert by_gateway == 1
 
 
 async def test_a_legacy_session_whose_child_is_asking_for_another_runs_its_call_on_a_second_child() -> None:

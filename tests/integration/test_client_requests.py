@@ -629,7 +629,7 @@ async def test_a_question_a_cancelled_call_asks_later_never_reaches_another_clie
                 await came.wait()  # the question was held, or went to the other call as its round
                 assert not others, others[0].text  # the other call was not given the question
                 gate.touch()
-            await records.wait_for_text("the request that asked before on this child was cancelled")
+            await records.wait_for_text("a request that may have asked it was cancelled")  # held: maybe its
     [other] = others
     assert other.status_code == 200, other.text
     assert other.json()["result"]["structuredContent"]["gate"] == str(gate)

@@ -12,6 +12,7 @@ in flight (its progress came, its result cannot come within the test) while anot
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -89,7 +90,8 @@ async def test_a_tool_that_asked_once_keeps_the_child_to_itself_while_a_quiet_to
     assert shared["structuredContent"]["started"] <= shared["structuredContent"]["ended"]
 
 
-async def test_a_quiet_tool_that_asks_while_sharing_is_held_until_alone_and_then_runs_alone() -> None:
+async def test_a_quiet_tool_that_asks_while_sharing_is_held_until_alone_and_then_runs_alone(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
     pool = PoolSettings(min_size=1, max_size=1, queue_timeout=0.2, asking_max=0)  # no child to spare
     send, receive = anyio.create_memory_object_stream[dict[str, Any]](10)
     with anyio.fail_after(WAIT), send, receive, recording("gateway.child") as held_questions:
@@ -103,7 +105,7 @@ async def test_a_quiet_tool_that_asks_while_sharing_is_held_until_alone_and_then
                     async for message in sse(pending):
                         await send.send(message)
 
-            held = with_progress(legacy_ask(1, [], wait_ms=HELD_MS, progress=True), "bob")
+            held = with_progress(legacy_ask(1, [], gate=str(gate), progress=True), "bob")
             async with http.stream("POST", url, headers=bob, json=held) as bobs:
                 bob_stream = sse(bobs)  # kept: a dropped iterator closes the stream (a cancel)
                 assert (await anext(bob_stream))["method"] == "notifications/progress"
@@ -114,8 +116,8 @@ async def test_a_quiet_tool_that_asks_while_sharing_is_held_until_alone_and_then
                     early: list[dict[str, Any]] = []
                     with contextlib.suppress(anyio.WouldBlock):
                         early.append(receive.receive_nowait())
-                    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
-                    await http.post(url, headers=bob, json=cancel)  # bob's call ends: alice's is the one left
+                    gate.touch()  # bob's call ends with its child's answer: alice's is the one left
+                    bob_rest = [message async for message in bob_stream]
                     question = await receive.receive()
                     answer = {"jsonrpc": "2.0", "id": question["id"], "result": elicited("Alice")}
                     await http.post(url, headers=alice, json=answer)
@@ -127,6 +129,8 @@ async def test_a_quiet_tool_that_asks_while_sharing_is_held_until_alone_and_then
                 assert (await anext(again_stream))["method"] == "notifications/progress"
                 refused = await http.post(url, headers=bob, json=legacy_ask(2, []))
     assert early == []
+    assert [message.get("method") for message in bob_rest] == ["notifications/progress", None]  # never asked
+    assert answers(bob_rest[-1]) == []
     assert question["method"] == "elicitation/create"
     assert answers(alice_final) == [{"result": elicited("Alice")}]
     assert refused.status_code == 503

@@ -172,7 +172,8 @@ def _ask_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
     ``parallel`` threads, or ``together`` in one write, and return every answer:
     ``{"result": ...}`` or ``{"error": ...}``.
     With ``progress``, a progress notification goes out before asking and one after; with
-    ``wait_ms``, the tool waits that long (or until cancelled) after the first one, before asking."""
+    ``wait_ms``, the tool waits that long (or until cancelled) after the first one, before asking;
+    with ``gate``, until that file exists (or until cancelled)."""
     requests = args.get("requests")
     if not isinstance(requests, list) or not all(isinstance(r, dict) for r in requests):
         raise ToolInputError("requests must be a list of {method, params} objects")
@@ -196,6 +197,9 @@ def _ask_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
         ctx.progress(1, 2, "asking")
     if args.get("wait_ms"):  # in flight, no question yet (a test holds the call on the child)
         ctx.cancelled.wait(int_arg(args, "wait_ms", minimum=0) / 1000)
+    gate = args.get("gate")
+    while isinstance(gate, str) and not os.path.exists(gate) and not ctx.cancelled.wait(0.02):
+        pass  # in flight, no question yet, until a test opens the gate
     if args.get("together"):  # one write: the gateway reads them as one round
         pairs = [(str(r["method"]), r["params"] if isinstance(r.get("params"), dict) else None) for r in requests]
         for index, outcome in enumerate(ctx.send_requests(pairs, timeout)):

@@ -465,6 +465,39 @@ def test_a_held_question_whose_asking_candidate_the_gateway_ended_never_goes_to_
     assert session.open_questions == 0
 
 
+def test_a_held_question_whose_candidate_the_gateway_ended_before_it_asked_anything_is_the_gateways() -> None:
+    """No candidate of a held question asked before: the question may be any of theirs. One
+    whose client leaves (or that times out) did not end by its child's answer, so the question
+    may be its own; it goes to the gateway, never to the candidate left, whether that one is
+    still in flight when the leaver's linger ends or ends first by its own result."""
+    for then in ("linger ends", "other ends"):
+        session = ChildSession[str]("srv", 42, input_timeout=60.0)
+        gone = send(session, "tools/call", call("a"), "gone", now=0, asks=True).child_id
+        other = send(session, "tools/call", call("b"), "other", now=0, asks=True).child_id
+        [held] = without_facts(session.receive_line(question(81), now=0))
+        assert isinstance(held, Log), then
+        actions = session.abandon(gone, 1.0)
+        assert cancel_ids(actions) == [gone], then
+        assert not of(Ask, actions), then
+        assert session.open_questions == 2, then  # the held question, and the leaver, lingering
+        if then == "linger ends":
+            actions = session.tick(1.0 + ASKER_LINGERS)
+        else:
+            actions = session.receive_line(result(other), now=2)
+            assert [a.owner for a in of(Answered, actions)] == ["other"], then
+        assert not of(Ask, actions), then
+        [answered] = of(Unattributed, actions)
+        assert answered.request.id == 81, then
+        assert "may have asked it was cancelled" in answered.reason, then
+        if then == "other ends":  # the leaver lingers on, then the child is free of both
+            assert session.open_questions == 1, then
+            assert of(Changed, session.tick(1.0 + ASKER_LINGERS)), then
+        assert session.open_questions == 0, then
+        if then == "linger ends":  # the linger over, a question only the other may ask is its own
+            [ask] = of(Ask, session.receive_line(question(82), now=4))
+            assert ask.owner == "other", then
+
+
 def test_a_held_question_is_answered_by_the_gateway_after_the_input_timeout() -> None:
     session = make()
     send(session, "tools/call", call("x"), "a", now=0, asks=True)
