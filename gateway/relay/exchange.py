@@ -229,6 +229,7 @@ class Relay:
                     era=client.era,
                     capabilities=capabilities,
                     roots=roots,
+                    charged=client.charged,
                 )
             if roots is not None and session is not None:
                 session.roots_pool = pool  # its subscriptions' updates come from here too

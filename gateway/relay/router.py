@@ -72,7 +72,7 @@ from typing import Any, Final
 import anyio
 import orjson
 
-from gateway.errors import GatewayUnavailableError
+from gateway.errors import ClientThrottledError, GatewayUnavailableError
 from gateway.protocol import inputs
 from gateway.protocol.jsonrpc import Reply, Request
 from gateway.protocol.roots import Roots, roots_key
@@ -107,6 +107,12 @@ MAX_ROOTS_SETS: Final = 16
 of new sets must not start a child each without bound. At it, a call that needs a new set first
 stops the children of the set used least recently that nothing uses now (no request, no waiter,
 no open question); only when all 16 are in use does it get 503 + ``Retry-After``."""
+MAX_ROOTS_SETS_PER_PRINCIPAL: Final = 4
+"""Roots sets of ``MAX_ROOTS_SETS`` one client (its charge key: a principal, or an anonymous
+client's address) may have calls running or waiting in when its call needs a set with no
+children yet: past it that call gets 429 (-31008), so that one client holding many long calls
+with a new set each cannot take every set and leave the others 503. A set already running is
+joined whoever holds it."""
 ANONYMOUS: Final = "anonymous"
 """The principal of requests that carry no identity (no token, no trusted identity header)."""
 _SHARED, _SESSION = Isolation.SHARED, Isolation.SESSION  # read per request: module names (versions.MODERN)
@@ -152,6 +158,7 @@ class Router:
         self._pools.hooks.add_request_handler(self._note_roots_fetch)
         self._pools.answered_alike = self._answered_alike
         self._started_once = False  # a child of this server started or failed to start (is_first_start)
+        self._roots_opening: dict[str, int] = {}  # roots pools being opened, by the charge key they are for
 
     def add_listener(self, listener: PoolListener) -> None:
         self._pools.hooks.add_listener(listener)
@@ -448,12 +455,14 @@ class Router:
         era: Era = MODERN,
         capabilities: Mapping[str, object] | None = None,
         roots: Roots | None = None,
+        charged: str = ANONYMOUS,
     ) -> Pool:
         """The pool for a client of ``era``; ``capabilities`` (a legacy session's, or a modern
         request's ``clientCapabilities``) are what its legacy children are told they may ask
         for: a session's own pool's (``isolation: session``), or a pool of children told
         exactly that set (``key_for``); ``roots``, the client's roots set, is what they are
-        given (at most ``MAX_ROOTS_SETS`` sets at once, else 503)."""
+        given (at most ``MAX_ROOTS_SETS`` sets at once, else 503; a new set only while the
+        client charged as ``charged`` uses fewer than ``MAX_ROOTS_SETS_PER_PRINCIPAL``, else 429)."""
         base, starting = self._base(principal, session_id, headers, era, capabilities)
         if starting is not None:
             await starting.wait_started()
@@ -463,6 +472,8 @@ class Router:
             pool = await self._pools.get(key)  # waits while another request opens it
         if pool is not None:
             return pool
+        if key.roots:
+            self._check_roots_share(charged)  # before any other client's idle set is stopped for it
         if key.roots and sum(1 for k in self.pools if k.roots) >= MAX_ROOTS_SETS:
             reclaimed = self._pools.reclaim(lambda k: bool(k.roots))  # an idle set's children stop first
             if reclaimed is not None:
@@ -485,7 +496,30 @@ class Router:
             spec = replace(spec, client_capabilities=self.told_for(capabilities))
         if key.roots and roots is not None:
             spec = replace(spec, roots=roots)  # the gateway answers its children's roots/list with these only
-        return await self._pools.open(key, spec)  # what entering it raised propagates
+        if not key.roots:
+            return await self._pools.open(key, spec)  # what entering it raised propagates
+        opening = self._roots_opening
+        opening[charged] = opening.get(charged, 0) + 1  # counted until its call holds a lease there
+        try:
+            return await self._pools.open(key, spec)
+        finally:
+            opening[charged] -= 1
+            if not opening[charged]:
+                del opening[charged]
+
+    def _check_roots_share(self, charged: str) -> None:
+        """``charged``'s call needs a roots set with no children yet: 429 when that client
+        already has calls running or waiting in ``MAX_ROOTS_SETS_PER_PRINCIPAL`` sets (or
+        sets being opened for it)."""
+        held = self._roots_opening.get(charged, 0)
+        held += sum(1 for key, pool in self.pools.items() if key.roots and pool.used_by(charged))
+        if held >= MAX_ROOTS_SETS_PER_PRINCIPAL:
+            raise ClientThrottledError(
+                f"{self.server.name}: this client has calls running in {held} client roots sets "
+                f"(at most {MAX_ROOTS_SETS_PER_PRINCIPAL} per client, MAX_ROOTS_SETS_PER_PRINCIPAL); "
+                "a call with another set waits until one of them is done",
+                retry_after=max(1, int(MAINTENANCE_TICK)),
+            )
 
     def started_child(
         self, principal: str | None, session_id: str | None, headers: Mapping[str, str]

@@ -283,6 +283,13 @@ class Pool:
         members = self.members
         return self.dispatch.waiting == 0 and not any(m.leases or m.holds_questions() for m in members)
 
+    def used_by(self, principal: str) -> bool:
+        """A request charged to ``principal`` holds a child here or waits for one."""
+        dispatch = self.dispatch
+        return any(principal in m.principals for m in dispatch.members) or any(
+            ticket.principal == principal for ticket in dispatch.queue
+        )
+
     def status(self) -> dict[str, Any]:
         now = time.monotonic()
         return {

@@ -251,3 +251,66 @@ async def test_past_max_roots_sets_in_use_a_call_with_another_set_gets_503(monke
     assert carols["id"] == 9
     assert "MAX_ROOTS_SETS" in carols["error"]["message"], carols
     assert holding == [200]  # the set in use kept its child
+
+
+IDENTITY: dict[str, Any] = {"principal_header": "X-User", "trusted_proxies": ["127.0.0.0/8"]}
+
+
+async def call_as(gw: Gateway, user: str, request_id: str, tool: str, roots: list[JsonObject]) -> JsonObject:
+    """A modern ``tool`` call of client ``user`` declaring roots, its roots round answered with
+    ``roots``: the final message (with the HTTP ``status``)."""
+    headers = {**modern_headers("tools/call", tool), "X-User": user}
+    body = modern_call(request_id, tool, {}, **{CAPABILITIES_KEY: WITH_ROOTS})
+    round_ = await gw.http.post(gw.url, headers=headers, json=body)
+    result = round_.json().get("result", {})
+    assert result.get("resultType") == "input_required", round_.text
+    body["params"].update(inputResponses={"roots": {"roots": roots}}, requestState=result["requestState"])
+    reply = await gw.http.post(gw.url, headers=headers, json=body)
+    streamed = reply.headers["content-type"].startswith("text/")
+    message: JsonObject = parse_sse(reply.text)[-1] if streamed else reply.json()
+    message["status"] = reply.status_code
+    return message
+
+
+async def test_one_client_holding_calls_in_many_roots_sets_cannot_take_every_set_from_the_others() -> None:
+    """Roots sets are a server-wide resource (``MAX_ROOTS_SETS``); one client's share of them is
+    ``MAX_ROOTS_SETS_PER_PRINCIPAL``. Past it, that client's call with yet another set gets
+    429 (-31008), and the sets left stay for the others (before: 16 long calls of one client
+    took every set and everyone else's new set got 503); a set already running is joined by
+    anyone, and a set freed makes room for the client's next one."""
+    share = router_module.MAX_ROOTS_SETS_PER_PRINCIPAL
+    assert share < router_module.MAX_ROOTS_SETS
+    script = caching_script()
+    script.tools = {**script.tools, "hold": DEFAULT_TOOLS["hold"]}
+    sets = [[{"uri": f"file:///home/mallory/{n}", "name": str(n)}] for n in range(share + 1)]
+    with anyio.fail_after(BOUND):
+        held_calls: list[JsonObject] = []
+        one_done = anyio.Event()
+        async with (
+            fake_backend(script) as backend,
+            in_process_gateway(backend, **IDENTITY) as gw,
+            anyio.create_task_group() as tg,
+        ):
+
+            async def hold(n: int) -> None:
+                held_calls.append(await call_as(gw, "mallory", f"hold-{n}", "hold", sets[n]))
+                one_done.set()  # its answer came: the app is done with the call, its lease left
+
+            for n in range(share):
+                tg.start_soon(hold, n)
+            holds = await backend.wait_calls(share, "hold")
+            over = await call_as(gw, "mallory", "over", "cached", sets[share])
+            bobs = await call_as(gw, "bob", "bob", "cached", ROOTS["bob"])
+            joined = await call_as(gw, "mallory", "joins", "cached", sets[0])  # a set it runs already
+            holds[0].release()
+            await one_done.wait()
+            freed = await call_as(gw, "mallory", "freed", "cached", sets[share])  # room again
+            for call in holds[1:]:
+                call.release()
+    assert over["status"] == 429, over
+    assert over["error"]["code"] == -31008
+    assert "MAX_ROOTS_SETS_PER_PRINCIPAL" in over["error"]["message"]
+    assert held(bobs) == {"roots": ROOTS["bob"]}  # another client's new set is served
+    assert held(joined) == {"roots": sets[0]}
+    assert held(freed) == {"roots": sets[share]}
+    assert sorted(call["status"] for call in held_calls) == [200] * share
