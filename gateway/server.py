@@ -56,7 +56,7 @@ from gateway.relay.statekeys import StateKeys
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.confinement import describe, make_undumpable
-from gateway.stdio.process import become_subreaper, sweep_descendants
+from gateway.stdio.process import become_subreaper, hold_late_signals, sweep_descendants
 
 log = logging.getLogger("gateway")
 
@@ -253,8 +253,14 @@ class DrainingServer(uvicorn.Server):  # fenced: uvicorn.Server
     def _on_signal(self, sig: int, frame: FrameType | None) -> None:
         self._signals += 1
         if self._signals > 1:  # impatient operator: stop now
+            log.info("received %s: stopping now", signal.Signals(sig).name)
             self.drain.cancel_rest()
-            super().handle_exit(sig, frame)
+            # Not uvicorn's ``handle_exit``: it records the signal and raises it again once it
+            # has put back the default handlers, which ended the process by SIGTERM (exit status
+            # -15, before the sweep of orphans) or with a KeyboardInterrupt instead of exit code
+            # 0; and on a later SIGINT it sets ``force_exit``, which skips the app's lifespan
+            # shutdown, where every child is stopped in its spec's order and reaped.
+            self.should_exit = True
             return
         log.info("received %s: draining (up to %.0f s)", signal.Signals(sig).name, self.budget)
         self.drain.begin()
@@ -491,6 +497,9 @@ def serve(
     try:
         server.run(sockets=sockets)
     finally:
+        # uvicorn has put back the handlers it found (the default ones): a signal now would end
+        # the process by that signal, before the sweep below.
+        hold_late_signals()
         # Every child has stopped; what they started outside their process group (setsid)
         # was re-parented to us (the subreaper) and must not outlive the gateway.
         sweep_descendants()

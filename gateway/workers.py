@@ -45,7 +45,7 @@ from typing import Final
 
 from gateway.config import Settings
 from gateway.ops import logs
-from gateway.stdio.process import become_subreaper
+from gateway.stdio.process import become_subreaper, hold_late_signals
 
 log = logging.getLogger("gateway.workers")
 
@@ -138,6 +138,8 @@ def supervise(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if signals:  # stopping for good: a later signal must not cut the supervisor's last steps
+            hold_late_signals()
     return 1 if failed_starts >= WORKER_CRASH_LOOP else 0
 
 

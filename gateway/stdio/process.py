@@ -336,6 +336,17 @@ def sweep_descendants(grace: float = ORPHAN_TERM_GRACE) -> int:
     return len(noted)
 
 
+def hold_late_signals() -> None:
+    """The gateway is stopping for good (its server and its children have stopped): from now
+    on SIGTERM and SIGINT are blocked, left pending until the process exits, so that a signal
+    that comes late (an operator's second or third, a supervisor's) cannot cut the sweep of
+    orphans (``sweep_descendants``) or the last log lines, nor end the process by that signal
+    instead of its exit code. Blocked, not handled: Python puts back the default handlers
+    while it finalizes, and a handled signal then ended the process all the same. SIGKILL
+    still ends it. Never undone: the process exits, and starts no process after it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+
+
 def _group_alive(pgid: int) -> bool:
     """True while a member of the group is running (zombies do not count)."""
     return any(state != "Z" for _, state, _ in _group_members(pgid))

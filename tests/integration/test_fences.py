@@ -212,6 +212,9 @@ def test_uvicorns_server_still_has_what_the_draining_server_overrides_and_none_o
     assert "self.serve(sockets=sockets)" in inspect.getsource(base.run), "uvicorn's run no longer runs serve"
     for name in ("handle_exit", "main_loop", "serve"):
         assert name in vars(DrainingServer), name  # overridden there, so a rename upstream is caught above
+    # A second signal sets should_exit itself (uvicorn's handle_exit would record the signal and
+    # raise it again once it has put back the default handlers): the main loop reads it.
+    assert "if self.should_exit:" in inspect.getsource(base.on_tick), "uvicorn's main loop no longer reads should_exit"
     config = uvicorn.Config(lambda scope, receive, send: None, lifespan="off", log_level="warning")
     theirs = set(dir(base)) | set(vars(base(config)))
     ours = {name for name in vars(DrainingServer(config, Drain(), 1.0)) if name not in vars(base(config))}

@@ -202,6 +202,59 @@ async def test_a_setsid_grandchild_orphaned_by_a_crash_does_not_outlive_the_gate
     assert any("outlived them" in line["message"] for line in lines), json.dumps(lines[-5:])
 
 
+async def test_a_second_signal_stops_at_once_exits_zero_and_still_ends_what_children_left() -> None:
+    """An impatient operator: a second signal during the drain stops the gateway at once. It
+    ended the process by that signal (uvicorn raised it again once it had put back the default
+    handler), before the sweep, so a setsid grandchild outlived the gateway and the exit status
+    was -15 (SIGTERM) or a KeyboardInterrupt's (SIGINT); a third SIGINT skipped the lifespan's
+    end, where the children stop in order. Now: exit code 0, the children stopped, the orphan
+    ended, no error logged."""
+    command = [
+        *(sys.executable, "-m", "gateway", "--port", "0", "--log-format", "json", "--drain-timeout", "60"),
+        *("--", sys.executable, str(TEST_SERVER)),
+    ]
+    lines: list[dict[str, Any]] = []
+    grandchild = 0
+    try:
+        with anyio.fail_after(60):
+            async with (
+                await anyio.open_process(command) as gateway,
+                httpx.AsyncClient(timeout=30) as http,
+                anyio.create_task_group() as logs,
+            ):
+                found: list[int] = []
+                listening, log_ended, draining = anyio.Event(), anyio.Event(), anyio.Event()
+                logs.start_soon(read_log, gateway, lines, found, listening, log_ended, draining)
+                await listening.wait()
+                logs.start_soon(kill_after_failure, gateway)
+                url = f"http://127.0.0.1:{found[0]}/mcp"
+                grandchild = pid_of(await call(http, url, "anyone", "spawn_detached", {}))
+                crashed = await call(http, url, "anyone", "exit", {"code": 1})
+                assert crashed.json()["error"]["code"] == -31001
+                assert parent_of(grandchild) == gateway.pid  # an orphan, adopted by the subreaper
+                body = modern_call(2, "sleep", {"ms": 60_000, "progress": True}, progressToken="p")
+                async with http.stream("POST", url, headers=modern_headers("tools/call", "sleep"), json=body) as slow:
+                    async for line in slow.aiter_lines():
+                        if line.startswith("data:"):
+                            break  # the sleep runs at the child: the drain will wait for it
+                    gateway.send_signal(signal.SIGTERM)
+                    await draining.wait()
+                    gateway.send_signal(signal.SIGINT)  # the second: stop now
+                    gateway.send_signal(signal.SIGINT)  # and a third (uvicorn's would skip the lifespan's end)
+                    assert await gateway.wait() == 0
+                await log_ended.wait()
+                logs.cancel_scope.cancel()
+        assert not is_running(grandchild)
+    finally:
+        if grandchild and is_running(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+    messages = [line["message"] for line in lines]
+    assert "received SIGINT: stopping now" in messages, messages[-5:]
+    assert any("outlived them" in message for message in messages), messages[-5:]
+    assert any("exited with code 0 after the gateway stopped it" in message for message in messages)  # in order
+    assert [line for line in lines if line["level"] in ("error", "critical")] == []
+
+
 async def test_a_setsid_grandchild_is_ended_when_its_child_stops() -> None:
     server = ServerConfig("test", server_spec(), PoolSettings(min_size=1, max_size=1, max_requests=2))
     grandchild = 0

@@ -10,6 +10,7 @@ SIGTERM drains every worker and the gateway exits 0.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -296,3 +297,20 @@ async def test_every_worker_reads_the_state_key_file_and_takes_a_rotation_withou
             assert (await http.post(second, headers=before, json=ping)).status_code == 404  # its key is gone
             assert (await http.post(third, headers=after, json=ping)).status_code == 200
     assert gw.process.returncode == 0
+
+
+async def test_a_signal_after_every_worker_exited_is_noted_and_the_supervisor_still_exits_zero() -> None:
+    """The supervisor put back the default handlers when its workers were gone: a signal then
+    (an operator's second Ctrl-C, a supervisor's second SIGTERM) ended it by that signal
+    (exit status -15, its last log lines cut). Now it is noted, and the exit code is 0."""
+    with anyio.fail_after(WAIT):
+        async with gateway_with_workers() as gw:
+            # Each worker's signal handlers are uvicorn's from its start-up on (a SIGTERM before
+            # that ends the worker by it: it runs no child yet).
+            await gw.wait_for("Application startup complete", WORKERS)
+            gw.process.send_signal(signal.SIGTERM)
+            await gw.wait_for("exited (0)", WORKERS)  # the supervisor's "worker N exited (0)", for each
+            if gw.process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    gw.process.send_signal(signal.SIGTERM)  # late: every worker has exited
+            assert await gw.process.wait() == 0
