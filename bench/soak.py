@@ -16,15 +16,25 @@ gateway with SIGTERM while calls are in flight, and reports:
 - ``dialogs``: modern clients on a legacy-only child answering or abandoning elicitation
   rounds (MRTR), legacy sessions answering theirs, echo clients that declare elicitation;
 - ``servers``: three servers from a config file, one failing to start; Tasks polled,
-  abandoned, cancelled, and read by another principal; /readyz, /metrics scraped.
+  abandoned, cancelled, and read by another principal; /readyz, /metrics scraped;
+- ``keyed``: a legacy server that keeps roots and takes subscriptions, its legacy children told
+  each client's own capabilities (``--capability-keying exact``): modern and legacy clients
+  declaring roots sets (shared and their own, changed now and then), each call's child must
+  hold exactly its client's set; clients without roots must meet none; legacy sessions
+  subscribed to a resource each, having the child tell updates of theirs and of others', must
+  hear only their own.
+
+``--gateway-arg`` adds an option to every scenario's gateway (``--gateway-arg=--workers
+--gateway-arg=2`` runs them all on two workers).
 
 A problem is anything a client of an MCP gateway must never see: another client's echo,
 progress, question or task; a request with no final answer, or two; a worker stuck past the
-end; a child left running after the gateway stopped; an ERROR line in the gateway's log (but
-the broken server's own); a 5xx to a malformed request. The exit status is 1 when any
-scenario had one. Issue #42's sessions found three defects with these clients (CHANGELOG,
+end; a child left running after the gateway stopped, or an exit status other than 0; an
+ERROR line in the gateway's log (but the broken server's own); a 5xx to a malformed request.
+The exit status is 1 when any scenario had one. Issue #42's sessions found three defects with these clients (CHANGELOG,
 Fixed): a 500 for a client gone mid-body, calls held an hour by a child that stopped
-reading, and a cancelled call's question handed to another client.
+reading, and a cancelled call's question handed to another client; a later session's, with
+two workers, a supervisor that died by a late signal.
 """
 
 from __future__ import annotations
@@ -32,9 +42,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import itertools
 import json
 import os
 import random
+import select
 import signal
 import sys
 import tempfile
@@ -59,6 +71,8 @@ ELICIT = {
         "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
     },
 }
+EXIT_GRACE = 2.0
+"""Seconds a process seen below the gateway gets to exit after the gateway has exited."""
 END_GRACE = 60.0
 """Seconds the workers get to finish after the end (and the gateway to drain) before they are stuck."""
 
@@ -86,8 +100,9 @@ def messages(reply: httpx.Response) -> list[dict[str, Any]]:
 class Soak:
     """One scenario's gateway, clients, counts and problems."""
 
-    def __init__(self, name: str, seconds: float, log_dir: Path) -> None:
+    def __init__(self, name: str, seconds: float, log_dir: Path, extra: list[str] | None = None) -> None:
         self.name, self.seconds, self.log_dir = name, seconds, log_dir
+        self.extra = extra or []  # more of the gateway's options (``--gateway-arg``)
         self.counts: collections.Counter[str] = collections.Counter()
         self.problems: list[str] = []
         self.tokens: dict[str, str] = {}
@@ -169,13 +184,23 @@ class Soak:
         tokens.write_text("".join(f"{who}:{token}\n" for who, token in self.tokens.items()))
         self.sealed = True
         self.port = procs.free_port()
-        command = [sys.executable, "-m", "gateway", "--port", str(self.port), "--auth-token-file", str(tokens), *argv]
+        command = [
+            sys.executable,
+            "-m",
+            "gateway",
+            "--port",
+            str(self.port),
+            "--auth-token-file",
+            str(tokens),
+            *self.extra,
+            *argv,
+        ]
         gateway = procs.Service(f"soak-{self.name}", command, self.port, self.log_dir)
         gateway.start()
         gateway.wait_ready()
         self.base = f"http://127.0.0.1:{self.port}"
         self.url = f"{self.base}/mcp"
-        children: set[int] = set()
+        children: dict[int, str] = {}  # every process seen below the gateway: its command line
         async with httpx.AsyncClient(timeout=90, limits=httpx.Limits(max_connections=200)) as self.http:
 
             async def worker(fn: Callable[[Soak, int], Awaitable[None]], n: int) -> None:
@@ -190,10 +215,10 @@ class Soak:
             tasks = [asyncio.create_task(worker(fn, n)) for fn, count in workers for n in range(count)]
             deadline = time.monotonic() + self.seconds
             while time.monotonic() < deadline:
-                children.update(procs.descendants(gateway.pid))
+                children.update(_commands(procs.descendants(gateway.pid), children))
                 await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
             self.stop.set()
-            children.update(procs.descendants(gateway.pid))
+            children.update(_commands(procs.descendants(gateway.pid), children))
             gateway.proc.send_signal(signal.SIGTERM) if gateway.proc is not None else None  # drain, calls in flight
             _, stuck = await asyncio.wait(tasks, timeout=END_GRACE)
             if stuck:
@@ -201,12 +226,20 @@ class Soak:
                 for task in stuck:
                     task.cancel()
         gateway.stop()
-        left = [pid for pid in children if _alive(pid)]
+        code = gateway.proc.returncode if gateway.proc is not None else None
+        if code != 0:  # SIGTERM, perhaps a second one (``stop``): a drain, then exit code 0
+            self.problem(f"the gateway's exit status was {code}, not 0")
+        left = [f"{pid} ({command})" for pid, command in sorted(children.items()) if _outlives(pid, EXIT_GRACE)]
         if left:
-            self.problem(f"children left running after the gateway stopped: {sorted(left)}")
-        for line in gateway.log_path.read_text(errors="replace").splitlines():
+            self.problem(f"processes left running after the gateway stopped: {left}")
+        lines = gateway.log_path.read_text(errors="replace").splitlines()
+        for index, line in enumerate(lines):
             if " ERROR " in line and not any(allowed in line for allowed in allowed_errors):
-                self.problem(f"gateway log: {line[:300]}")
+                # A traceback's lines follow, up to the next record's (each starts with its year).
+                after = list(itertools.takewhile(lambda more: not more[:2].isdigit(), lines[index + 1 :]))
+                frames = [more.strip() for more in after if "gateway/" in more][-2:]
+                told = " | ".join([*frames, after[-1].strip()] if after else [])
+                self.problem(f"gateway log: {line[:300]}{' | ' + told[:600] if told else ''}")
 
     def report(self) -> list[str]:
         lines = [f"## {self.name}: " + ("no problem" if not self.problems else f"{len(self.problems)} problem(s)")]
@@ -220,6 +253,33 @@ def outcome(final: dict[str, Any] | None) -> str:
     if final is None:
         return "none"
     return "result" if "result" in final else str(final["error"].get("code"))
+
+
+def _commands(pids: list[int], known: dict[int, str]) -> dict[int, str]:
+    """``pids`` with their command lines (read once per process)."""
+    found = {}
+    for pid in pids:
+        if pid not in known:
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    found[pid] = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+            except OSError:
+                found[pid] = "?"
+    return found
+
+
+def _outlives(pid: int, grace: float) -> bool:
+    """``pid`` is still running ``grace`` seconds from now at the latest (a process that was
+    told to go, multiprocessing's resource tracker once the supervisor has gone, takes a moment)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        return False
+    try:
+        select.select([fd], [], [], grace)  # readable once it has exited
+    finally:
+        os.close(fd)
+    return _alive(pid)
 
 
 def _alive(pid: int) -> bool:
@@ -480,6 +540,34 @@ async def dialog(soak: Soak, n: int) -> None:
                 soak.counts[f"dialog: error {final['error']['code']}"] += 1
 
 
+async def legacy_streamed(
+    soak: Soak, headers: dict[str, str], body: dict[str, Any], answer: dict[str, Any]
+) -> tuple[int, dict[str, Any] | None, list[str]]:
+    """A legacy session's request, its stream read as it comes: each request of the server on it
+    answered (POSTed) with the result ``answer``. Its HTTP status, its final answer (None
+    when none came), and the methods it was asked, in order."""
+    assert soak.http is not None
+    final, asked = None, []
+    async with soak.http.stream("POST", soak.url, headers=headers, json=body) as reply:
+        if not reply.headers.get("content-type", "").startswith("text/event-stream"):
+            found = messages(httpx.Response(reply.status_code, headers=reply.headers, content=await reply.aread()))
+            return reply.status_code, found[-1] if found else None, asked
+        text = ""
+        async for chunk in reply.aiter_text():
+            text += chunk
+            if not text.endswith("\r\n\r\n"):
+                continue
+            for message in parse_sse(text):
+                if "method" in message and "id" in message:
+                    asked.append(message["method"])
+                    reply_body = {"jsonrpc": "2.0", "id": message["id"], "result": answer}
+                    await soak.http.post(soak.url, headers=headers, json=reply_body)
+                elif "id" in message and "method" not in message:
+                    final = message
+            text = ""
+    return reply.status_code, final, asked
+
+
 async def legacy_dialog(soak: Soak, n: int) -> None:
     assert soak.http is not None
     while not soak.stop.is_set():
@@ -491,29 +579,11 @@ async def legacy_dialog(soak: Soak, n: int) -> None:
             name = f"L{n}-{request_id}"
             params = {"name": "ask_client", "arguments": {"requests": [ELICIT]}}
             body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
-            final = None
-            async with soak.http.stream("POST", soak.url, headers=headers, json=body) as reply:
-                if not reply.headers.get("content-type", "").startswith("text/event-stream"):
-                    soak.counts[f"legacy dialog: {reply.status_code}"] += 1
-                    await reply.aread()
-                    continue
-                text = ""
-                async for chunk in reply.aiter_text():
-                    text += chunk
-                    if not text.endswith("\r\n\r\n"):
-                        continue
-                    for message in parse_sse(text):
-                        if message.get("method") == "elicitation/create":
-                            answer = {"action": "accept", "content": {"name": name}}
-                            await soak.http.post(
-                                soak.url,
-                                headers=headers,
-                                json={"jsonrpc": "2.0", "id": message["id"], "result": answer},
-                            )
-                        elif "id" in message and "method" not in message:
-                            final = message
-                    text = ""
-            if final is None:
+            accept = {"action": "accept", "content": {"name": name}}
+            status, final, _ = await legacy_streamed(soak, headers, body, accept)
+            if status != 200:
+                soak.counts[f"legacy dialog: {status}"] += 1
+            elif final is None:
                 soak.problem(f"legacy_dialog{n}: no final answer")
             elif "error" in final:
                 soak.counts[f"legacy dialog: error {outcome(final)}"] += 1
@@ -610,6 +680,144 @@ async def echo_and_noise(soak: Soak, n: int) -> None:
     await echo(soak, n, tools=("echo", "echo", "noise"), who=f"echo_and_noise{n}")
 
 
+SHARED_ROOTS = [[{"uri": f"file:///soak/shared/{k}", "name": f"shared{k}"}] for k in range(3)]
+"""Roots sets several clients declare (so they share a set's children); each also has its own."""
+
+
+def roots_of(who: str, k: int) -> list[dict[str, Any]]:
+    return random.choice(SHARED_ROOTS) if random.random() < 0.6 else [{"uri": f"file:///soak/{who}/{k % 4}"}]
+
+
+def held_roots(soak: Soak, who: str, final: dict[str, Any] | None, expected: Any) -> None:
+    """``final`` of a ``cached_roots`` call: the roots its child holds must be ``expected``."""
+    if final is None:
+        return
+    if "error" in final:
+        soak.counts[f"cached_roots: error {outcome(final)} {final['error']['message'][:90]}"] += 1
+        return
+    held = final["result"].get("structuredContent", {}).get("roots")
+    if held != expected:
+        soak.problem(f"{who}: its call's child holds roots {json.dumps(held)[:160]}, not {json.dumps(expected)[:160]}")
+    else:
+        soak.counts["cached_roots: its own roots"] += 1
+
+
+async def roots_modern(soak: Soak, n: int) -> None:
+    """Modern calls declaring roots (and some other capability): the gateway's roots round
+    answered with a set, the call's child must hold exactly that set."""
+    who, request_id = f"roots_modern{n}", 0
+    while not soak.stop.is_set():
+        request_id += 1
+        roots = roots_of(who, request_id)
+        declared = {"roots": {}, **random.choice([{}, {"sampling": {}}, {"elicitation": {}}])}
+        more: dict[str, Any] = {"_meta": meta(declared)}
+        _, final = await soak.call(soak.url, who, request_id, "cached_roots", {}, **more)
+        if final is not None and final.get("result", {}).get("resultType") == "input_required":
+            result = final["result"]
+            if set(result["inputRequests"]) != {"roots"}:
+                soak.problem(f"{who} was asked what it never caused: {json.dumps(result)[:200]}")
+                continue
+            request_id += 1
+            retry = {**more, "inputResponses": {"roots": {"roots": roots}}, "requestState": result["requestState"]}
+            _, final = await soak.call(soak.url, who, request_id, "cached_roots", {}, **retry)
+        elif final is not None and "result" in final:
+            soak.problem(f"{who}: no roots round for a call declaring roots: {json.dumps(final)[:200]}")
+            continue
+        held_roots(soak, who, final, roots)
+
+
+async def roots_legacy(soak: Soak, n: int) -> None:
+    """Legacy sessions declaring roots: asked on a call's stream, answered with the session's set,
+    which changes now and then (``notifications/roots/list_changed``)."""
+    who = f"roots_legacy{n}"
+    while not soak.stop.is_set():
+        headers = await soak.legacy_session(soak.url, who, {"roots": {"listChanged": True}})
+        if headers is None:
+            await asyncio.sleep(0.3)
+            continue
+        assert soak.http is not None
+        roots = roots_of(who, 0)
+        for request_id in range(1, random.randint(2, 16)):
+            if soak.stop.is_set():
+                break
+            if random.random() < 0.2:
+                roots = roots_of(who, request_id)
+                changed = {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}
+                await soak.http.post(soak.url, headers=headers, json=changed)
+            body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": {"name": "cached_roots"}}
+            answered = {"roots": roots}
+            status, final, asked = await legacy_streamed(soak, headers, body, answered)
+            if any(method != "roots/list" for method in asked):
+                soak.problem(f"{who} was asked {asked}, never caused")
+            if status != 200:
+                soak.counts[f"roots legacy: {status}"] += 1
+                continue
+            held_roots(soak, who, soak.final([final] if final else [], request_id, who), roots)
+        if random.random() < 0.5:
+            await soak.http.delete(soak.url, headers=headers)
+
+
+async def rootless(soak: Soak, n: int) -> None:
+    """Clients declaring no roots: their calls' children hold none (no roots are configured),
+    never another client's."""
+    who, request_id = f"rootless{n}", 0
+    while not soak.stop.is_set():
+        request_id += 1
+        _, final = await soak.call(soak.url, who, request_id, "cached_roots", {})
+        held_roots(soak, who, final, [])
+
+
+async def subscriber(soak: Soak, n: int) -> None:
+    """A legacy session subscribed to its own resource, its GET stream open, having the child
+    tell updates of its own resource and of others' (``notify``): it must hear only its own."""
+    who, mine = f"subscriber{n}", f"file:///soak/sub/{n}"
+    while not soak.stop.is_set():
+        headers = await soak.legacy_session(soak.url, who, {})
+        if headers is None:
+            await asyncio.sleep(0.3)
+            continue
+        assert soak.http is not None
+        body = {"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": mine}}
+        await soak.http.post(soak.url, headers=headers, json=body)
+        heard: list[str] = []
+
+        async def listen(get_headers: dict[str, str], heard: list[str]) -> None:
+            assert soak.http is not None
+            async with soak.http.stream("GET", soak.url, headers=get_headers) as reply:
+                text = ""
+                async for chunk in reply.aiter_text():
+                    text += chunk
+                    if text.endswith("\r\n\r\n"):
+                        heard.extend(str(m.get("params", {}).get("uri")) for m in parse_sse(text) if "method" in m)
+                        text = ""
+
+        get_headers = {k: v for k, v in headers.items() if k != "content-type"}
+        listening = asyncio.create_task(listen(get_headers, heard))
+        for request_id in range(2, random.randint(4, 20)):
+            if soak.stop.is_set():
+                break
+            uri = mine if random.random() < 0.5 else f"file:///soak/sub/{random.randint(0, 9)}"
+            arguments = {"method": "notifications/resources/updated", "params": {"uri": uri}}
+            call = {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": "notify", "arguments": arguments},
+            }
+            reply = await soak.http.post(soak.url, headers=headers, json=call)
+            soak.final(messages(reply), request_id, who)
+            soak.counts["subscriber: updates told"] += 1
+        await soak.http.delete(soak.url, headers=headers)  # ends the GET stream
+        try:
+            await asyncio.wait_for(listening, 10)
+        except TimeoutError:
+            soak.problem(f"{who}: its GET stream outlived its session by 10 s")
+        others = [uri for uri in heard if uri != mine]
+        if others:
+            soak.problem(f"{who} heard updates it never subscribed to: {others[:3]}")
+        soak.counts["subscriber: updates heard"] += len(heard)
+
+
 # -- scenarios ------------------------------------------------------------------------------
 
 
@@ -645,11 +853,18 @@ async def servers(soak: Soak) -> None:
     await soak.run(["--config", str(path)], workers, allowed_errors=("broken: failing after",))
 
 
+async def keyed(soak: Soak) -> None:
+    workers = [(roots_modern, 4), (roots_legacy, 3), (rootless, 2), (subscriber, 3), (echo, 2)]
+    server = [*TEST_SERVER, "--era", "legacy", "--cache-roots", "--subscribe"]
+    await soak.run(["--pool-max", "3", "--capability-keying", "exact", "--", *server], workers)
+
+
 SCENARIOS: dict[str, Callable[[Soak], Awaitable[None]]] = {
     "hangups": hangups,
     "deaf": deaf,
     "dialogs": dialogs,
     "servers": servers,
+    "keyed": keyed,
 }
 
 
@@ -657,12 +872,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0, help="how long each scenario's clients run")
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="only these (repeatable)")
+    parser.add_argument(
+        "--gateway-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more option for every scenario's gateway, e.g. --gateway-arg=--workers --gateway-arg=2 (repeatable)",
+    )
     args = parser.parse_args(argv)
     lines: list[str] = []
     failed = False
     with tempfile.TemporaryDirectory(prefix="soak-") as directory:
         for name in args.scenario or list(SCENARIOS):
-            soak = Soak(name, args.seconds, Path(directory))
+            soak = Soak(name, args.seconds, Path(directory), args.gateway_arg)
             STOLEN.clear()
             asyncio.run(SCENARIOS[name](soak))
             report = soak.report()

@@ -667,12 +667,25 @@ def test_the_paired_ab_refuses_fewer_than_two_checkouts() -> None:
 
 
 @MACHINE_WIDE  # its gateways bind picked ports
-@pytest.mark.parametrize("scenario", ["hangups", "deaf", "dialogs", "servers"])
-def test_a_short_soak_runs_every_kind_of_client_and_finds_no_problem(scenario: str) -> None:
+@pytest.mark.parametrize(
+    ("scenario", "gateway_args"),
+    [
+        ("hangups", ()),
+        ("deaf", ()),
+        ("dialogs", ()),
+        ("servers", ()),
+        ("keyed", ()),
+        ("keyed", ("--workers", "2")),  # found a supervisor ended by a late signal
+    ],
+)
+def test_a_short_soak_runs_every_kind_of_client_and_finds_no_problem(
+    scenario: str, gateway_args: tuple[str, ...]
+) -> None:
     # Two seconds of each scenario's clients against a real gateway: every client kind ran
     # (its count is in the report), and no answer crossed, went missing or came twice.
+    more = [f"--gateway-arg={arg}" for arg in gateway_args]
     done = subprocess.run(
-        [sys.executable, "-m", "bench.soak", "--seconds", "2", "--scenario", scenario],
+        [sys.executable, "-m", "bench.soak", "--seconds", "2", "--scenario", scenario, *more],
         cwd=REPO,
         capture_output=True,
         text=True,
