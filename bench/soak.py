@@ -537,7 +537,7 @@ async def dialog(soak: Soak, n: int) -> None:
                     soak.problem(f"dialog{n}: its answers lack its own name: {json.dumps(final)[:200]}")
                 soak.counts[f"dialog: done after {rounds} round(s)"] += 1
             elif final is not None:
-                soak.counts[f"dialog: error {final['error']['code']}"] += 1
+                soak.counts[f"dialog: error {final['error']['code']} {final['error']['message'][:100]}"] += 1
 
 
 async def legacy_streamed(
