@@ -69,6 +69,7 @@ from gateway.relay.router import Router
 from gateway.relay.sessions import SessionStore
 from gateway.relay.statekeys import StateKeys
 from gateway.stdio import usage
+from gateway.stdio.member import CHILD_STATES, member_state
 from gateway.stdio.pool import Pool
 from gateway.stdio.tally import START_BUCKETS
 
@@ -312,10 +313,10 @@ class _PoolCollector(Collector):
             for pool_key, pool in list(router.pools.items()):
                 by_kind.setdefault(pool_key.kind, []).append(pool)
             for kind, pools in by_kind.items():
-                states = {"ready": 0, "starting": 0, "retiring": 0}
+                states = dict.fromkeys(CHILD_STATES, 0)
                 for pool in pools:
-                    for child in pool.status()["children"]:
-                        states[child["state"]] += 1
+                    for member in pool.members:
+                        states[member_state(member)] += 1
                 for state, count in states.items():
                     children.add_metric([name, kind, state], count)
                 waiting.add_metric([name, kind], sum(pool.dispatch.waiting for pool in pools))

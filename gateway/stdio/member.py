@@ -90,12 +90,23 @@ class PoolHooks:
             listener(pool, notification)
 
 
+CHILD_STATES: Final = ("ready", "starting", "stalled", "retiring")
+"""The states ``member_state`` gives a child: ``/status`` shows them, and the
+``mcp_gateway_children`` gauge counts each (every one, 0 included)."""
+
+
+def member_state(m: Member) -> str:
+    """One of ``CHILD_STATES``: ``stalled`` while its stdin takes nothing (new requests go to
+    other children), ``retiring`` once it takes no more."""
+    return "retiring" if m.retiring else "stalled" if m.stalled else "ready" if m.is_live else "starting"
+
+
 def member_status(m: Member, now: float, start: StartWait | None) -> dict[str, Any]:
     """One child of a pool as ``/status`` (and ``/ui``) show it; ``start``: what its handshake
     waits for, while it starts."""
     return {
         "pid": m.child.pid if m.child else None,
-        "state": "retiring" if m.retiring else "stalled" if m.stalled else "ready" if m.is_live else "starting",
+        "state": member_state(m),
         "era": m.child.info.era.value if m.child and m.child.info else None,
         "protocol_version": m.child.info.version if m.child and m.child.info else None,
         "in_flight": m.leases,

@@ -190,6 +190,11 @@ async def test_while_a_childs_stdin_is_stalled_other_clients_are_served_by_anoth
                 assert len(live) == 2
                 assert deaf in live
                 assert deaf.is_alive()
+                # Operators see it (the metrics page answered 500 while a child was stalled).
+                metrics = await modern.get(url.replace("/mcp", "/metrics"))
+                assert metrics.status_code == 200, metrics.text
+                stalled = [line for line in metrics.text.splitlines() if line.startswith("mcp_gateway_children{")]
+                assert any('state="stalled"' in line and line.endswith(" 1.0") for line in stalled), stalled
                 tg.cancel_scope.cancel()  # the stuck client leaves
 
 
