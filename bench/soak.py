@@ -24,6 +24,12 @@ gateway with SIGTERM while calls are in flight, and reports:
   subscribed to a resource each, having the child tell updates of theirs and of others', must
   hear only their own.
 
+- ``domains``: four servers from a config file: a good one, whose modern and legacy echo
+  clients must see nothing of the others' trouble; a hostile one whose clients freeze, stop
+  (SIGSTOP), crash and kill its children, flood their stderr, write garbage and 8 MB replies;
+  one that never answers its handshake; one that ignores SIGTERM and stdin's end. /readyz,
+  /healthz and /metrics must answer 200 throughout.
+
 ``--gateway-arg`` adds an option to every scenario's gateway (``--gateway-arg=--workers
 --gateway-arg=2`` runs them all on two workers).
 
@@ -34,7 +40,8 @@ ERROR line in the gateway's log (but the broken server's own); a 5xx to a malfor
 The exit status is 1 when any scenario had one. Issue #42's sessions found three defects with these clients (CHANGELOG,
 Fixed): a 500 for a client gone mid-body, calls held an hour by a child that stopped
 reading, and a cancelled call's question handed to another client; a later session's, with
-two workers, a supervisor that died by a late signal.
+two workers, a supervisor that died by a late signal, and ``domains`` a metrics page that
+failed while a child was stalled.
 """
 
 from __future__ import annotations
@@ -666,7 +673,7 @@ async def scrape(soak: Soak, n: int) -> None:
     while not soak.stop.is_set():
         for path in ("/readyz", "/healthz", "/metrics"):
             reply = await soak.http.get(soak.base + path)
-            if path != "/metrics" and reply.status_code != 200:  # one broken server leaves the replica ready
+            if reply.status_code != 200 and not soak.stop.is_set():  # one broken server leaves the replica ready
                 soak.problem(f"{path} answered {reply.status_code}")
             soak.counts[f"GET {path}: {reply.status_code}"] += 1
         await asyncio.sleep(0.1)
@@ -818,6 +825,66 @@ async def subscriber(soak: Soak, n: int) -> None:
         soak.counts["subscriber: updates heard"] += len(heard)
 
 
+HOSTILE_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("freeze", {}),  # holds its stdout for good: nothing more is answered by that child
+    ("big", {"bytes": 8_000_000}),
+    ("stderr", {"lines": [f"flood line {n} " + "y" * 200 for n in range(2_000)]}),
+    ("noise", {"text": "not json {{{"}),
+    ("kill_self", {"signal": int(signal.SIGSTOP)}),  # stopped: it reads and writes nothing
+    ("malformed_error", {}),
+    ("exit", {"code": 3, "stderr": "hostile exit"}),
+    ("crash", {}),
+]
+
+
+async def hostile(soak: Soak, n: int) -> None:
+    """Calls that make their child misbehave, on a server of their own."""
+    url = f"{soak.base}/servers/hostile/mcp"
+    request_id = 0
+    while not soak.stop.is_set():
+        request_id += 1
+        tool, arguments = random.choice(HOSTILE_CALLS)
+        try:
+            reply, final = await asyncio.wait_for(soak.call(url, f"hostile{n}", request_id, tool, arguments), 20)
+        except TimeoutError:  # a frozen or stopped child's call: the client gives up, as people do
+            soak.counts[f"hostile {tool}: gave up after 20 s"] += 1
+            continue
+        soak.counts[f"hostile {tool}: {reply.status_code} {outcome(final)}"] += 1
+
+
+async def never_ready(soak: Soak, n: int) -> None:
+    """Calls to servers whose child never answers, or cannot be stopped but by SIGKILL."""
+    for name in ("silent", "sticky"):
+        if soak.stop.is_set():
+            return
+        url = f"{soak.base}/servers/{name}/mcp"
+        reply, final = await soak.call(url, f"never_ready{n}", 1, "echo", {"message": "x"})
+        soak.counts[f"{name} server: {reply.status_code} {outcome(final)}"] += 1
+
+
+async def good_echo(soak: Soak, n: int) -> None:
+    """Echo clients of the good server: none of the others' trouble may reach them."""
+    who, request_id = f"good_echo{n}", 0
+    url = f"{soak.base}/servers/good/mcp"
+    while not soak.stop.is_set():
+        request_id += 1
+        message = f"good{n}-{request_id}"
+        _, final = await soak.call(url, who, request_id, "echo", {"message": message})
+        if final is None:
+            continue
+        if "error" in final:
+            if not soak.stop.is_set():
+                soak.problem(f"{who}: the good server answered {json.dumps(final)[:200]}")
+            continue
+        if final["result"]["content"][0]["text"] != message:
+            soak.problem(f"{who} got another answer")
+        soak.counts["good server: echo answered right"] += 1
+
+
+async def good_legacy(soak: Soak, n: int) -> None:
+    await legacy_echo(soak, n, url=f"{soak.base}/servers/good/mcp", who=f"good_legacy{n}")
+
+
 # -- scenarios ------------------------------------------------------------------------------
 
 
@@ -859,12 +926,30 @@ async def keyed(soak: Soak) -> None:
     await soak.run(["--pool-max", "3", "--capability-keying", "exact", "--", *server], workers)
 
 
+async def domains(soak: Soak) -> None:
+    command, args = TEST_SERVER[0], TEST_SERVER[1:]
+    config = {
+        "mcpServers": {
+            "good": {"command": command, "args": args},
+            "hostile": {"command": command, "args": args, "pool": {"max": 3}},
+            "silent": {"command": command, "args": [*args, "--silent"], "probeTimeout": 2, "startupTimeout": 2},
+            "sticky": {"command": command, "args": [*args, "--ignore-stdin-eof", "--ignore-sigterm"]},
+        }
+    }
+    path = soak.log_dir / "domains.json"
+    path.write_text(json.dumps(config))
+    workers = [(good_echo, 4), (good_legacy, 2), (hostile, 4), (never_ready, 1), (scrape, 1)]
+    allowed = ("silent", "hostile")  # their own failures, logged as such
+    await soak.run(["--config", str(path), "--stall-timeout", "5"], workers, allowed_errors=allowed)
+
+
 SCENARIOS: dict[str, Callable[[Soak], Awaitable[None]]] = {
     "hangups": hangups,
     "deaf": deaf,
     "dialogs": dialogs,
     "servers": servers,
     "keyed": keyed,
+    "domains": domains,
 }
 
 

@@ -676,6 +676,7 @@ def test_the_paired_ab_refuses_fewer_than_two_checkouts() -> None:
         ("servers", ()),
         ("keyed", ()),
         ("keyed", ("--workers", "2")),  # found a supervisor ended by a late signal
+        ("domains", ()),
     ],
 )
 def test_a_short_soak_runs_every_kind_of_client_and_finds_no_problem(
