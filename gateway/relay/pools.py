@@ -60,13 +60,14 @@ SESSION_PREFIX = "session:"
 def pool_plan(key: PoolKey, spec: ChildSpec, settings: PoolSettings) -> tuple[ChildSpec, PoolSettings]:
     """The spec and settings of ``key``'s pool, from the server's: a dedicated pool starts empty
     and grows on demand (a principal or session that never comes back must not keep a child
-    alive); a session's own has one child for the session's lifetime; a pool shared by clients
-    answers its children's ``roots/list`` itself (no client is asked for a shared child's roots)."""
+    alive); a session's own has one child for the session's lifetime; a pool shared by clients,
+    and a session's roots pool, answer their children's ``roots/list`` themselves, with the
+    pool's roots (no client is asked for such a child's roots)."""
     if key not in (SHARED_KEY, SHARED_LEGACY_KEY):
         settings = replace(settings, min_size=0)
     if key.scope.startswith(SESSION_PREFIX):
         settings = replace(settings, max_size=1, asking_max=0)
-    else:
+    if not key.scope.startswith(SESSION_PREFIX) or key.roots:  # a session's roots pool: its set, given
         spec = replace(spec, answers_roots=True)
     return spec, settings
 

@@ -48,8 +48,12 @@ children are given already (the configured roots, or an empty set). Every ``root
 shared child asks is answered by the gateway (``ChildSpec.answers_roots``) with its pool's
 roots. A server that keeps none gets no roots keying and no round: its children's in-call
 ``roots/list`` goes to the call's client. At most ``MAX_ROOTS_SETS`` roots pools per server at
-once; at the bound the least recently used unused one is dropped first, else 503. A session's
-own pool (``isolation: session``) is exempt: its one client answers its child's questions.
+once; at the bound the least recently used unused one is dropped first, else 503. Under
+``isolation: session`` a session that declares roots gets a roots pool of its own (scope
+``session:ID``, one child, its set given): the child its session started with fetched roots
+before the session could be asked and kept the configured ones. A session has one such pool
+(its old set's goes once unused); they count against the sessions' bounds, not
+``MAX_ROOTS_SETS``.
 
 Pools other than the shared one are made on demand and dropped once they have been empty
 (no child, no waiter) for a maintenance tick; their children stop after the pool's idle
@@ -227,8 +231,14 @@ class Router:
             self._learn_eras()
         if era is LEGACY and not self.single_era:
             key = SHARED_LEGACY_KEY if key is SHARED_KEY else PoolKey(key.scope, key.fingerprint, "legacy")
-        if capabilities is None or key.scope.startswith("session:") or not self._tells_capabilities(key):
-            return key  # a session's own pool is told its session's capabilities already (pool_for)
+        if capabilities is None or not self._tells_capabilities(key):
+            return key
+        if key.scope.startswith("session:"):
+            # Its own pool is told its session's capabilities (``pool_for``); given its roots set
+            # when the server keeps roots, as a shared pool would be (``keys_roots``).
+            told_set = self._told(capabilities)[1]
+            given = roots_key(roots) if roots is not None and self._gives_roots(roots, told_set) else ""
+            return key._replace(roots=given) if given else key
         told, told_set = self._told(capabilities) if self._exact else ("", None)
         given = roots_key(roots) if roots is not None and self._gives_roots(roots, told_set) else ""
         return key._replace(told=told, roots=given) if told or given else key
@@ -260,21 +270,22 @@ class Router:
         capabilities: Mapping[str, object],
     ) -> bool:
         """Whether a call of this client runs on children given its own roots set (so the
-        caller must learn the set first, and pass it to ``pool_for``): its children are legacy,
-        shared (not a session's own) and told roots, because the client declared them, and
-        the server keeps roots between calls (``RootsKeying``; ``_keeps_roots``)."""
+        caller must learn the set first, and pass it to ``pool_for``): its children are legacy
+        and told roots, because the client declared them, and the server keeps roots between
+        calls (``RootsKeying``; ``_keeps_roots``). A session's own pool too (``isolation:
+        session``): the child it starts with fetches its roots before the session could be
+        asked (no call, no GET stream yet) and kept the configured ones."""
         if "roots" not in capabilities or self.roots_kept is False:
             return False
         base = self._scope_key(principal, session_id, headers)
-        if base.scope.startswith("session:"):
-            return False
         main = self.pools.get(base)
         if main is not None:
             await main.wait_started()  # whether the server is legacy is known once a child is up
         key = self._refine(base, era, capabilities)
-        if key.scope.startswith("session:") or not self._tells_capabilities(key):
+        if not self._tells_capabilities(key):
             return False
-        if not self._tells_roots(self._told(capabilities)[1] if self._exact else None):
+        own = key.scope.startswith("session:") or self._exact  # told the client's own set
+        if not self._tells_roots(self._told(capabilities)[1] if own else None):
             return False
         return await self._keeps_roots(main)
 
@@ -308,8 +319,9 @@ class Router:
         return self.roots_kept
 
     async def _note_roots_fetch(self, pool: Pool, request: Request) -> Reply | None:
-        """A shared child's ``roots/list`` outside any call: the server keeps roots (``auto``)."""
-        if request.method == inputs.ROOTS and pool.spec.answers_roots:
+        """A child's ``roots/list`` outside any call: the server keeps roots (``auto``). A
+        shared child's, or a session's own child's (which goes to its session, or is answered)."""
+        if request.method == inputs.ROOTS and (pool.spec.answers_roots or pool.session_id is not None):
             self._learn_keeps_roots("outside a call")
         return None
 
@@ -472,13 +484,17 @@ class Router:
             pool = await self._pools.get(key)  # waits while another request opens it
         if pool is not None:
             return pool
-        if key.roots:
+        own = key.scope.startswith("session:")  # a session's roots pool: its sessions bound them
+        if key.roots and own:  # the set it had before, unused now, goes (a session has one)
+            while self._pools.reclaim(lambda k: k.scope == key.scope and bool(k.roots)) is not None:
+                pass
+        elif key.roots:
             self._check_roots_share(charged)  # before any other client's idle set is stopped for it
-        if key.roots and sum(1 for k in self.pools if k.roots) >= MAX_ROOTS_SETS:
-            reclaimed = self._pools.reclaim(lambda k: bool(k.roots))  # an idle set's children stop first
+        if key.roots and not own and _shared_roots_sets(self.pools) >= MAX_ROOTS_SETS:
+            reclaimed = self._pools.reclaim(_shared_roots)  # an idle set's children stop first
             if reclaimed is not None:
                 log.info("%s: stopped the idle children of %s for another roots set", self.server.name, reclaimed.roots)
-        if key.roots and sum(1 for k in self.pools if k.roots) >= MAX_ROOTS_SETS:
+        if key.roots and not own and _shared_roots_sets(self.pools) >= MAX_ROOTS_SETS:
             raise GatewayUnavailableError(
                 f"{self.server.name}: {MAX_ROOTS_SETS} distinct client roots sets have calls running now "
                 "(MAX_ROOTS_SETS); a call with another set waits until one of them is done",
@@ -512,7 +528,7 @@ class Router:
         already has calls running or waiting in ``MAX_ROOTS_SETS_PER_PRINCIPAL`` sets (or
         sets being opened for it)."""
         held = self._roots_opening.get(charged, 0)
-        held += sum(1 for key, pool in self.pools.items() if key.roots and pool.used_by(charged))
+        held += sum(1 for key, pool in self.pools.items() if _shared_roots(key) and pool.used_by(charged))
         if held >= MAX_ROOTS_SETS_PER_PRINCIPAL:
             raise ClientThrottledError(
                 f"{self.server.name}: this client has calls running in {held} client roots sets "
@@ -586,3 +602,12 @@ class Router:
             "throttled_for_crashes": self.crashes.throttled,  # requests refused with 429
             "pools": {pool.label: pool.status() for pool in self.pools.values()},
         }
+
+
+def _shared_roots(key: PoolKey) -> bool:
+    """A roots set's pool that clients share (``MAX_ROOTS_SETS``), not a session's own."""
+    return bool(key.roots) and not key.scope.startswith("session:")
+
+
+def _shared_roots_sets(pools: Mapping[PoolKey, Pool]) -> int:
+    return sum(1 for key in pools if _shared_roots(key))

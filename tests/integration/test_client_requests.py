@@ -36,7 +36,7 @@ from gateway.protocol.jsonrpc import INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
 from gateway.protocol.requeststate import StateClaims, encode_state, params_digest
 from gateway.relay import asks
 from gateway.relay.exchange import MAX_INPUT_ROUNDS
-from gateway.relay.server_config import Isolation
+from gateway.relay.server_config import Isolation, RootsKeying
 from gateway.relay.statekeys import StateKeys
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import server_spec
@@ -215,9 +215,11 @@ async def legacy_result(http: httpx.AsyncClient, url: str, headers: dict[str, st
 
 
 async def test_an_unprompted_question_goes_to_the_get_stream_of_the_session_whose_own_child_asks() -> None:
+    # A server known to keep no roots: a session that declares roots is not asked for them on
+    # its first call's stream first (tests/integration/test_session_roots.py: one that keeps them).
     with anyio.fail_after(WAIT):
         async with (
-            running_gateway(legacy_child(), isolation=Isolation.SESSION) as url,
+            running_gateway(legacy_child(), isolation=Isolation.SESSION, roots_keying=RootsKeying.NEVER) as url,
             httpx.AsyncClient(timeout=WAIT) as http,
         ):
             headers = await open_session(http, url, {"roots": {}})

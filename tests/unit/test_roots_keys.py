@@ -106,9 +106,19 @@ def test_children_told_no_roots_are_never_keyed_by_a_roots_set() -> None:
     assert router.key_for("p", None, {}, Era.LEGACY, WITH_ROOTS, ALICE).roots == ""
 
 
-def test_a_sessions_own_pool_is_not_keyed_by_roots() -> None:
+def test_a_sessions_own_pool_is_keyed_by_its_roots_and_no_other_sessions() -> None:
+    """Under ``isolation: session`` the child a session starts with fetched its roots before
+    the session could be asked (it kept the configured ones): a session that declares roots
+    runs its calls on a pool of its own given its set, like a shared roots pool (a session
+    without roots, or with the configured set, on its own pool as before)."""
     router = legacy_router(Isolation.SESSION)
-    assert router.key_for("p", "s1", {}, Era.LEGACY, WITH_ROOTS, ALICE).roots == ""
+    alice = router.key_for("p", "s1", {}, Era.LEGACY, WITH_ROOTS, ALICE)
+    assert alice.scope == "session:s1"
+    assert alice.roots == roots_key(ALICE)
+    assert router.key_for("p", "s2", {}, Era.LEGACY, WITH_ROOTS, ALICE).scope == "session:s2"  # never shared
+    assert router.key_for("p", "s1", {}, Era.LEGACY, WITH_ROOTS, BOB).roots == roots_key(BOB)
+    assert router.key_for("p", "s1", {}, Era.LEGACY, WITH_ROOTS, ()).roots == ""  # the configured set (none)
+    assert router.key_for("p", "s1", {}, Era.LEGACY, WITH_ROOTS, None).roots == ""
 
 
 def request(name: str = "read") -> Request:
