@@ -76,7 +76,7 @@ from typing import Any, Final
 import anyio
 import orjson
 
-from gateway.errors import ClientThrottledError, GatewayUnavailableError
+from gateway.errors import ClientThrottledError, GatewayError, GatewayUnavailableError
 from gateway.protocol import inputs
 from gateway.protocol.jsonrpc import Reply, Request
 from gateway.protocol.roots import Roots, roots_key
@@ -94,6 +94,7 @@ from gateway.stdio.pool import (
     LossListener,
     ParkedReleaser,
     Pool,
+    PoolLease,
     PoolListener,
     PoolRequestHandler,
 )
@@ -282,12 +283,35 @@ class Router:
         if main is not None:
             await main.wait_started()  # whether the server is legacy is known once a child is up
         key = self._refine(base, era, capabilities)
+        if not self._tells_capabilities(key) and self._probed_era is None and not self._probes_nothing:
+            # No child of this server is up to say its era (a pool made on demand: principal or
+            # session isolation, mapped credentials): this call's own child is started first.
+            await self._start_first_child(principal, session_id, headers, era)
+            key = self._refine(base, era, capabilities)
         if not self._tells_capabilities(key):
             return False
         own = key.scope.startswith("session:") or self._exact  # told the client's own set
         if not self._tells_roots(self._told(capabilities)[1] if own else None):
             return False
         return await self._keeps_roots(main)
+
+    @property
+    def _probes_nothing(self) -> bool:
+        """Every child is opened with ``initialize``: no probe tells the server's era."""
+        return self.server.spec.handshake == INITIALIZE_FIRST
+
+    async def _start_first_child(
+        self, principal: str | None, session_id: str | None, headers: Mapping[str, str], era: Era
+    ) -> None:
+        """A child of this client's usual pool up (started now if none is), so that the server's
+        era is known: the call that waits here would start it anyway, and then leases it. A child
+        that cannot start is left for that lease to report."""
+        try:
+            pool = await self.pool_for(principal, session_id, headers, era=era)
+            async with PoolLease(pool, None, principal or ANONYMOUS, None, None):
+                pass
+        except GatewayError:  # unavailable, throttled, failing to start: the call's own lease says so
+            return
 
     async def _keeps_roots(self, main: Pool | None) -> bool:
         """Whether this server keeps roots: configured, learnt, or learnt now by waiting out what

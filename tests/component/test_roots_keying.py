@@ -25,6 +25,7 @@ from gateway.protocol.jsonrpc import Notification, Request, Result
 from gateway.relay import events
 from gateway.relay import router as router_module
 from gateway.relay.client import ClientContext
+from gateway.relay.server_config import Isolation
 from gateway.relay.service import Served, Service
 from gateway.relay.sessions import LegacySession
 from tests.component.fakecalls import DEFAULT_TOOLS
@@ -314,3 +315,20 @@ async def test_one_client_holding_calls_in_many_roots_sets_cannot_take_every_set
     assert held(joined) == {"roots": sets[0]}
     assert held(freed) == {"roots": sets[share]}
     assert sorted(call["status"] for call in held_calls) == [200] * share
+
+
+@pytest.mark.parametrize("isolation", [Isolation.PRINCIPAL, Isolation.SESSION])
+async def test_a_first_call_before_any_child_is_up_is_still_given_its_clients_roots(isolation: Isolation) -> None:
+    """Pools made on demand (principal or session isolation) have no child up when the first
+    call comes, so the server's era was not known and that call ran without its roots (no
+    round, the configured roots). Its own child is now started first, and the era read."""
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend(caching_script()) as backend,
+            in_process_gateway(backend, isolation=isolation, **IDENTITY) as gw,
+        ):
+            assert backend.children == []  # nothing pre-warmed
+            first = await call_as(gw, "alice", "first", "cached", ROOTS["alice"])
+            bobs = await call_as(gw, "bob", "bob", "cached", ROOTS["bob"])
+    assert held(first) == {"roots": ROOTS["alice"]}
+    assert held(bobs) == {"roots": ROOTS["bob"]}
