@@ -494,11 +494,14 @@ def serve(
     )
     server = DrainingServer(config, drain, settings.drain_timeout, getattr(app.state, "serving", None), ops)
     settle_heap()
+    # uvicorn installs ``handle_exit`` while it runs and then puts back the handlers it found:
+    # these, so that a signal after it (before ``hold_late_signals``) is noted, not the default
+    # action, which would end the process by that signal before the sweep below.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, server.handle_exit)
     try:
         server.run(sockets=sockets)
     finally:
-        # uvicorn has put back the handlers it found (the default ones): a signal now would end
-        # the process by that signal, before the sweep below.
         hold_late_signals()
         # Every child has stopped; what they started outside their process group (setsid)
         # was re-parented to us (the subreaper) and must not outlive the gateway.

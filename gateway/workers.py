@@ -136,10 +136,11 @@ def supervise(
                 if not signals:
                     start(index)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if signals:  # stopping for good: a later signal must not cut the supervisor's last steps
-            hold_late_signals()
+            hold_late_signals()  # straight from ``on_signal``: no moment with the default action
+        else:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     return 1 if failed_starts >= WORKER_CRASH_LOOP else 0
 
 

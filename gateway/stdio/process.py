@@ -338,13 +338,15 @@ def sweep_descendants(grace: float = ORPHAN_TERM_GRACE) -> int:
 
 def hold_late_signals() -> None:
     """The gateway is stopping for good (its server and its children have stopped): from now
-    on SIGTERM and SIGINT are blocked, left pending until the process exits, so that a signal
-    that comes late (an operator's second or third, a supervisor's) cannot cut the sweep of
-    orphans (``sweep_descendants``) or the last log lines, nor end the process by that signal
-    instead of its exit code. Blocked, not handled: Python puts back the default handlers
-    while it finalizes, and a handled signal then ended the process all the same. SIGKILL
-    still ends it. Never undone: the process exits, and starts no process after it."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    on SIGTERM and SIGINT are ignored, so that a signal that comes late (an operator's second or
+    third, a supervisor's) cannot cut the sweep of orphans (``sweep_descendants``) or the last
+    log lines, nor end the process by that signal instead of its exit code. Ignored, not
+    handled or blocked: Python puts the default action back for a signal it handles while it
+    finalizes (an ignored one it leaves), and a signal blocked in the main thread is delivered
+    to another. SIGKILL still ends it. Main thread only; never undone: the process exits, and
+    starts no process after it."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _group_alive(pgid: int) -> bool:
