@@ -11,11 +11,15 @@ import json
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
 import pytest
+from anyio.abc import Process
 
 from gateway.errors import ClientThrottledError, GatewayUnavailableError
 from gateway.relay.router import Router
@@ -165,41 +169,63 @@ def parent_of(pid: int) -> int:
     return int(stat[stat.rfind(b")") + 2 :].split()[1])
 
 
-async def test_a_setsid_grandchild_orphaned_by_a_crash_does_not_outlive_the_gateway_process() -> None:
+@dataclass
+class Orphaned:
+    """A gateway process (``--log-format json``) whose crashed child left a setsid grandchild,
+    adopted by the gateway as the subreaper (``gateway_with_an_orphan``)."""
+
+    process: Process
+    http: httpx.AsyncClient
+    url: str
+    grandchild: int
+    lines: list[dict[str, Any]]
+    draining: anyio.Event  # the gateway logged that it drains
+
+
+@asynccontextmanager
+async def gateway_with_an_orphan(*flags: str) -> AsyncIterator[Orphaned]:
+    """The gateway (with ``flags``), its child's setsid grandchild orphaned by a crash. The
+    test stops the gateway; on the way out every log line has been read (``Orphaned.lines``), and
+    the grandchild is killed should it have outlived the gateway (the test asserts it did not)."""
     command = [
-        *(sys.executable, "-m", "gateway", "--port", "0", "--log-format", "json"),
+        *(sys.executable, "-m", "gateway", "--port", "0", "--log-format", "json", *flags),
         *("--", sys.executable, str(TEST_SERVER)),
     ]
     lines: list[dict[str, Any]] = []
     grandchild = 0
     try:
-        with anyio.fail_after(60):
-            async with (
-                await anyio.open_process(command) as gateway,
-                httpx.AsyncClient(timeout=30) as http,
-                anyio.create_task_group() as logs,
-            ):
-                found: list[int] = []
-                listening, ended = anyio.Event(), anyio.Event()
-                logs.start_soon(read_log, gateway, lines, found, listening, ended)
-                await listening.wait()
-                logs.start_soon(kill_after_failure, gateway)
-                url = f"http://127.0.0.1:{found[0]}/mcp"
-                grandchild = pid_of(await call(http, url, "anyone", "spawn_detached", {}))
-                assert is_running(grandchild)
-                assert os.getsid(grandchild) == grandchild  # it left the child's session
-                crashed = await call(http, url, "anyone", "exit", {"code": 1})
-                assert crashed.json()["error"]["code"] == -31001
-                assert parent_of(grandchild) == gateway.pid  # an orphan, adopted by the subreaper
-                gateway.send_signal(signal.SIGTERM)
-                assert await gateway.wait() == 0
-                await ended.wait()
-                logs.cancel_scope.cancel()
-        assert not is_running(grandchild)
+        async with (
+            await anyio.open_process(command) as gateway,
+            httpx.AsyncClient(timeout=30) as http,
+            anyio.create_task_group() as logs,
+        ):
+            found: list[int] = []
+            listening, log_ended, draining = anyio.Event(), anyio.Event(), anyio.Event()
+            logs.start_soon(read_log, gateway, lines, found, listening, log_ended, draining)
+            await listening.wait()
+            logs.start_soon(kill_after_failure, gateway)
+            url = f"http://127.0.0.1:{found[0]}/mcp"
+            grandchild = pid_of(await call(http, url, "anyone", "spawn_detached", {}))
+            assert is_running(grandchild)
+            assert os.getsid(grandchild) == grandchild  # it left the child's session
+            crashed = await call(http, url, "anyone", "exit", {"code": 1})
+            assert crashed.json()["error"]["code"] == -31001
+            assert parent_of(grandchild) == gateway.pid  # an orphan, adopted by the subreaper
+            yield Orphaned(gateway, http, url, grandchild, lines, draining)
+            await log_ended.wait()
+            logs.cancel_scope.cancel()
     finally:
         if grandchild and is_running(grandchild):
             os.kill(grandchild, signal.SIGKILL)
-    assert any("outlived them" in line["message"] for line in lines), json.dumps(lines[-5:])
+
+
+async def test_a_setsid_grandchild_orphaned_by_a_crash_does_not_outlive_the_gateway_process() -> None:
+    with anyio.fail_after(60):
+        async with gateway_with_an_orphan() as gw:
+            gw.process.send_signal(signal.SIGTERM)
+            assert await gw.process.wait() == 0
+            assert not is_running(gw.grandchild)  # here: leaving the helper kills one that outlived it
+    assert any("outlived them" in line["message"] for line in gw.lines), json.dumps(gw.lines[-5:])
 
 
 async def test_a_second_signal_stops_at_once_exits_zero_and_still_ends_what_children_left() -> None:
@@ -209,50 +235,25 @@ async def test_a_second_signal_stops_at_once_exits_zero_and_still_ends_what_chil
     was -15 (SIGTERM) or a KeyboardInterrupt's (SIGINT); a third SIGINT skipped the lifespan's
     end, where the children stop in order. Now: exit code 0, the children stopped, the orphan
     ended, no error logged."""
-    command = [
-        *(sys.executable, "-m", "gateway", "--port", "0", "--log-format", "json", "--drain-timeout", "60"),
-        *("--", sys.executable, str(TEST_SERVER)),
-    ]
-    lines: list[dict[str, Any]] = []
-    grandchild = 0
-    try:
-        with anyio.fail_after(60):
-            async with (
-                await anyio.open_process(command) as gateway,
-                httpx.AsyncClient(timeout=30) as http,
-                anyio.create_task_group() as logs,
-            ):
-                found: list[int] = []
-                listening, log_ended, draining = anyio.Event(), anyio.Event(), anyio.Event()
-                logs.start_soon(read_log, gateway, lines, found, listening, log_ended, draining)
-                await listening.wait()
-                logs.start_soon(kill_after_failure, gateway)
-                url = f"http://127.0.0.1:{found[0]}/mcp"
-                grandchild = pid_of(await call(http, url, "anyone", "spawn_detached", {}))
-                crashed = await call(http, url, "anyone", "exit", {"code": 1})
-                assert crashed.json()["error"]["code"] == -31001
-                assert parent_of(grandchild) == gateway.pid  # an orphan, adopted by the subreaper
-                body = modern_call(2, "sleep", {"ms": 60_000, "progress": True}, progressToken="p")
-                async with http.stream("POST", url, headers=modern_headers("tools/call", "sleep"), json=body) as slow:
-                    async for line in slow.aiter_lines():
-                        if line.startswith("data:"):
-                            break  # the sleep runs at the child: the drain will wait for it
-                    gateway.send_signal(signal.SIGTERM)
-                    await draining.wait()
-                    gateway.send_signal(signal.SIGINT)  # the second: stop now
-                    gateway.send_signal(signal.SIGINT)  # and a third (uvicorn's would skip the lifespan's end)
-                    assert await gateway.wait() == 0
-                await log_ended.wait()
-                logs.cancel_scope.cancel()
-        assert not is_running(grandchild)
-    finally:
-        if grandchild and is_running(grandchild):
-            os.kill(grandchild, signal.SIGKILL)
-    messages = [line["message"] for line in lines]
+    with anyio.fail_after(60):
+        async with gateway_with_an_orphan("--drain-timeout", "60") as gw:
+            body = modern_call(2, "sleep", {"ms": 60_000, "progress": True}, progressToken="p")
+            headers = modern_headers("tools/call", "sleep")
+            async with gw.http.stream("POST", gw.url, headers=headers, json=body) as slow:
+                async for line in slow.aiter_lines():
+                    if line.startswith("data:"):
+                        break  # the sleep runs at the child: the drain will wait for it
+                gw.process.send_signal(signal.SIGTERM)
+                await gw.draining.wait()
+                gw.process.send_signal(signal.SIGINT)  # the second: stop now
+                gw.process.send_signal(signal.SIGINT)  # and a third (uvicorn's would skip the lifespan's end)
+                assert await gw.process.wait() == 0
+            assert not is_running(gw.grandchild)  # here: leaving the helper kills one that outlived it
+    messages = [line["message"] for line in gw.lines]
     assert "received SIGINT: stopping now" in messages, messages[-5:]
     assert any("outlived them" in message for message in messages), messages[-5:]
     assert any("exited with code 0 after the gateway stopped it" in message for message in messages)  # in order
-    assert [line for line in lines if line["level"] in ("error", "critical")] == []
+    assert [line for line in gw.lines if line["level"] in ("error", "critical")] == []
 
 
 async def test_a_setsid_grandchild_is_ended_when_its_child_stops() -> None:
