@@ -286,7 +286,8 @@ class Router:
         if not self._tells_capabilities(key) and self._probed_era is None and not self._probes_nothing:
             # No child of this server is up to say its era (a pool made on demand: principal or
             # session isolation, mapped credentials): this call's own child is started first.
-            await self._start_first_child(principal, session_id, headers, era)
+            told = capabilities if base.scope.startswith("session:") else None  # its pool is told them
+            await self._start_first_child(principal, session_id, headers, era, told)
             key = self._refine(base, era, capabilities)
         if not self._tells_capabilities(key):
             return False
@@ -301,13 +302,19 @@ class Router:
         return self.server.spec.handshake == INITIALIZE_FIRST
 
     async def _start_first_child(
-        self, principal: str | None, session_id: str | None, headers: Mapping[str, str], era: Era
+        self,
+        principal: str | None,
+        session_id: str | None,
+        headers: Mapping[str, str],
+        era: Era,
+        capabilities: Mapping[str, object] | None,
     ) -> None:
         """A child of this client's usual pool up (started now if none is), so that the server's
         era is known: the call that waits here would start it anyway, and then leases it. A child
-        that cannot start is left for that lease to report."""
+        that cannot start is left for that lease to report. ``capabilities``: a session's, told
+        to its own pool's child should this open that pool."""
         try:
-            pool = await self.pool_for(principal, session_id, headers, era=era)
+            pool = await self.pool_for(principal, session_id, headers, era=era, capabilities=capabilities)
             async with PoolLease(pool, None, principal or ANONYMOUS, None, None):
                 pass
         except GatewayError:  # unavailable, throttled, failing to start: the call's own lease says so
