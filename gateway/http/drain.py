@@ -14,6 +14,12 @@ MCP endpoint is such a refusal too (no child free, a queue or a store full); wha
 request that a child already had is never a 503 (``CUT_BY_DRAIN``: HTTP 200 with the error,
 like a child's own failure), so that no proxy runs it twice.
 
+A legacy session's POST is let in while draining (``admitted_while_draining``), marked
+``DRAINING``: it may carry its client's answers to questions of calls still in flight (and the
+drain waits for those calls), or notifications (a cancel). The endpoint refuses it as below
+once it finds a request in it. Refusing every POST before its body was read left such a call
+waiting on an answer the client had sent, until the drain budget ended it.
+
 What the refusal says depends on where the request can go: a request without a session may
 be sent anywhere, and is told so; a legacy session's request (``Mcp-Session-Id``) cannot,
 since its session lives in this process and ends with it: it is told to start a new one.
@@ -48,6 +54,8 @@ CUT_BY_DRAIN = (
 """The error of a request that was running when the drain budget ran out (sent with HTTP 200:
 it reached a child, so no proxy may retry it as a refusal)."""
 DRAIN: Final = "gateway.drain"
+DRAINING: Final = "gateway.draining"
+"""Scope key, true on a session's POST let in while draining: its requests are refused."""
 """Scope key of the ``Drain``, for the responses that end with it (``gateway.http.sse.Watch``)."""
 
 
@@ -99,6 +107,15 @@ def draining_refusal(scope: Scope) -> Response:
     return gateway_error_response(GatewayUnavailableError(message, retry_after=5))
 
 
+def admitted_while_draining(scope: Scope) -> bool:
+    """A POST of a legacy session: let in while draining (marked ``DRAINING``), since it may
+    answer a question of a call the drain waits for; its requests are refused once read."""
+    if scope["method"] != "POST" or not any(name.lower() == SESSION_HEADER for name, _ in scope["headers"]):
+        return False
+    scope[DRAINING] = True
+    return True
+
+
 class DrainGuard:
     """Around each MCP endpoint: refuse while draining, count what is in flight.
     (``gateway.http.edge`` does the same inline for the endpoints' paths.)"""
@@ -108,7 +125,7 @@ class DrainGuard:
         self.drain = drain
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.drain.draining:
+        if self.drain.draining and not admitted_while_draining(scope):
             await draining_refusal(scope)(scope, receive, send)
             return
         scope[DRAIN] = self.drain

@@ -42,7 +42,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.http.auth import OPERATOR_PATHS, Authentication
 from gateway.http.cors import CorsPolicy, add_cors_headers
-from gateway.http.drain import Drain, draining_refusal
+from gateway.http.drain import Drain, admitted_while_draining, draining_refusal
 from gateway.http.edge_settings import BODY_TIMEOUT
 from gateway.http.forward_accept import AcceptForwards
 from gateway.http.lanes import Lane
@@ -100,7 +100,7 @@ class Edge:
         if lane is None:
             await self.app(scope, receive, send)
             return
-        if self.drain.draining:
+        if self.drain.draining and not admitted_while_draining(scope):
             await draining_refusal(scope)(scope, receive, send)
             return
         scope["gateway.drain"] = self.drain
@@ -187,7 +187,7 @@ class Edge:
                         return
             if lane is None:
                 await self.app(scope, receive, send_edge)
-            elif self.drain.draining:
+            elif self.drain.draining and not admitted_while_draining(scope):
                 await draining_refusal(scope)(scope, receive, send_edge)
             else:  # ``route``, inline: one coroutine frame less on every resumption of the call
                 drain = scope["gateway.drain"] = self.drain

@@ -39,6 +39,7 @@ from starlette.types import Receive, Scope, Send
 from gateway.errors import CODE_CANCELLED, GatewayError
 from gateway.http import session_requests, wire
 from gateway.http.connection import BODY_RECEIVED
+from gateway.http.drain import DRAINING, draining_refusal
 from gateway.http.edge_settings import BODY_TIMEOUT, MAX_BODY_BYTES, MAX_STREAM_SECONDS, SSE_POLL_SECONDS
 from gateway.http.inflight import InFlight
 from gateway.http.limits import SLOTS, Slots, client_key
@@ -242,6 +243,8 @@ class McpEndpoint:
         )
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
+        if DRAINING in scope and (outcome.era is MODERN or any(isinstance(m, Request) for m in outcome.messages)):
+            return draining_refusal(scope)  # let in for its answers and notifications only
         log = scope.setdefault("gateway.log", {})
         first = outcome.messages[0] if outcome.messages else None
         log["era"] = str(outcome.era)  # not .value: a property

@@ -16,7 +16,7 @@ from anyio.abc import Process
 from anyio.streams.text import TextReceiveStream
 
 from tests.conftest import TEST_SERVER
-from tests.gateway_server import modern_call, modern_headers
+from tests.gateway_server import modern_call, modern_headers, open_legacy_session
 
 pytestmark = pytest.mark.anyio
 
@@ -164,3 +164,55 @@ async def test_a_signal_runs_the_drain_as_a_loop_callback_not_inside_the_code_it
     await after
     assert server.should_exit
     assert drain.cancel.is_set()
+
+
+async def test_a_legacy_clients_answer_during_the_drain_reaches_its_call_and_new_requests_are_refused() -> None:
+    """A call in flight waits on its client's answer to the server's question when the drain
+    begins: the answer (a POST of the session) is let in and the call finishes within the
+    drain. Before, every POST was refused (503) before its body was read, so the call waited on
+    an answer its client had sent until the drain budget ended it. A request in the same
+    session's POST is still refused."""
+    command = [
+        *(sys.executable, "-m", "gateway", "--port", "0", "--drain-timeout", "30", "--log-format", "json"),
+        *("--", sys.executable, str(TEST_SERVER), "--era", "legacy"),
+    ]
+    lines: list[dict[str, Any]] = []
+    elicit = {"method": "elicitation/create", "params": {"message": "Name?", "requestedSchema": {"type": "object"}}}
+    arguments = {"requests": [elicit]}
+    ask = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "ask_client", "arguments": arguments}}
+    with anyio.fail_after(60):
+        async with (
+            await anyio.open_process(command) as gateway,
+            httpx.AsyncClient(timeout=30) as http,
+            anyio.create_task_group() as logs,
+        ):
+            found: list[int] = []
+            listening, ended, draining = anyio.Event(), anyio.Event(), anyio.Event()
+            logs.start_soon(read_log, gateway, lines, found, listening, ended, draining)
+            await listening.wait()
+            logs.start_soon(kill_after_failure, gateway)
+            url = f"http://127.0.0.1:{found[0]}/mcp"
+            session = await open_legacy_session(http, url, capabilities={"elicitation": {}})
+            messages: list[dict[str, Any]] = []
+            async with http.stream("POST", url, headers=session, json=ask) as reply:
+                async for line in reply.aiter_lines():
+                    if not line.startswith("data:") or not line[5:].strip():
+                        continue
+                    message = json.loads(line[5:])
+                    messages.append(message)
+                    if message.get("method") == "elicitation/create":
+                        gateway.send_signal(signal.SIGTERM)
+                        await draining.wait()
+                        refused = await http.post(url, headers=session, json={**ask, "id": 8})
+                        answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"action": "accept", "content": {}}}
+                        taken = await http.post(url, headers=session, json=answer)
+            assert await gateway.wait() == 0
+            await ended.wait()
+            logs.cancel_scope.cancel()
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == -31004
+    assert taken.status_code == 202, taken.text
+    final = messages[-1]
+    assert final["id"] == 7
+    assert final["result"]["structuredContent"]["answers"] == [{"result": {"action": "accept", "content": {}}}]
+    assert any(line["message"] == "drained: every request finished" for line in lines)
