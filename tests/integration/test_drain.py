@@ -7,6 +7,9 @@ import os
 import re
 import signal
 import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -56,6 +59,49 @@ async def kill_after_failure(process: Process) -> None:
             process.kill()
 
 
+@dataclass
+class Logged:
+    """A gateway process started by ``logged_gateway``: its JSON log, read as it comes."""
+
+    process: Process
+    http: httpx.AsyncClient
+    port: int
+    lines: list[dict[str, Any]]
+    draining: anyio.Event  # the gateway logged that it drains
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    @property
+    def messages(self) -> list[str]:
+        return [line["message"] for line in self.lines]
+
+
+@asynccontextmanager
+async def logged_gateway(*flags: str, child: Sequence[str] = ()) -> AsyncIterator[Logged]:
+    """``python -m gateway --port 0 --log-format json FLAGS -- testserver CHILD``, once it
+    listens; killed should the test fail, and its whole log read when the test has stopped it."""
+    command = [
+        *(sys.executable, "-m", "gateway", "--port", "0", "--log-format", "json", *flags),
+        *("--", sys.executable, str(TEST_SERVER), *child),
+    ]
+    lines: list[dict[str, Any]] = []
+    async with (
+        await anyio.open_process(command) as process,
+        httpx.AsyncClient(timeout=30) as http,
+        anyio.create_task_group() as logs,
+    ):
+        found: list[int] = []
+        listening, ended, draining = anyio.Event(), anyio.Event(), anyio.Event()
+        logs.start_soon(read_log, process, lines, found, listening, ended, draining)
+        await listening.wait()
+        logs.start_soon(kill_after_failure, process)  # the gateway must not outlive a failed test
+        yield Logged(process, http, found[0], lines, draining)
+        await ended.wait()  # every log line read
+        logs.cancel_scope.cancel()
+
+
 def servers_named(marker: str) -> list[int]:
     """Test-server processes started with ``--name marker`` (not the gateway that names them)."""
     pids = []
@@ -73,26 +119,10 @@ def servers_named(marker: str) -> list[int]:
 
 async def test_sigterm_drains_then_stops_children_and_exits_zero() -> None:
     marker = f"drain-test-{os.getpid()}"
-    command = [
-        *(sys.executable, "-m", "gateway", "--port", "0", "--drain-timeout", "2", "--log-format", "json"),
-        *("--", sys.executable, str(TEST_SERVER), "--name", marker),
-    ]
-    lines: list[dict[str, Any]] = []
     with anyio.fail_after(60):
-        async with (
-            await anyio.open_process(command) as gateway,
-            httpx.AsyncClient(timeout=30) as http,
-            anyio.create_task_group() as logs,
-        ):
-            found: list[int] = []
-            listening, ended, draining = anyio.Event(), anyio.Event(), anyio.Event()
-            logs.start_soon(read_log, gateway, lines, found, listening, ended, draining)
-            await listening.wait()
-            port = found[0]
-            url = f"http://127.0.0.1:{port}/mcp"
+        async with logged_gateway("--drain-timeout", "2", child=("--name", marker)) as gw:
+            gateway, http, port, url = gw.process, gw.http, gw.port, gw.url
             results: dict[str, Any] = {}
-            # Should an assertion fail below, the gateway must not outlive the test.
-            logs.start_soon(kill_after_failure, gateway)
 
             running: list[str] = []
             both_running = anyio.Event()
@@ -117,7 +147,7 @@ async def test_sigterm_drains_then_stops_children_and_exits_zero() -> None:
                 await both_running.wait()  # both calls leased to the child and running there
                 assert len(servers_named(marker)) == 1
                 gateway.send_signal(signal.SIGTERM)
-                await draining.wait()  # the gateway logged that it drains: readiness says so from then on
+                await gw.draining.wait()  # the gateway logged that it drains: readiness says so from then on
                 readiness = await http.get(f"http://127.0.0.1:{port}/readyz")
                 assert readiness.status_code == 503
                 assert "draining" in readiness.text
@@ -129,10 +159,8 @@ async def test_sigterm_drains_then_stops_children_and_exits_zero() -> None:
             assert results["long"]["error"]["code"] == -31004  # cut at the drain budget, with a clear error
             assert "shutting down" in results["long"]["error"]["message"]
             assert await gateway.wait() == 0
-            await ended.wait()  # every log line read
-            logs.cancel_scope.cancel()
     assert servers_named(marker) == []
-    messages = [line["message"] for line in lines]
+    messages = gw.messages
     assert any("draining" in m for m in messages)
     assert any("drain budget spent" in m for m in messages)
 
@@ -172,26 +200,12 @@ async def test_a_legacy_clients_answer_during_the_drain_reaches_its_call_and_new
     drain. Before, every POST was refused (503) before its body was read, so the call waited on
     an answer its client had sent until the drain budget ended it. A request in the same
     session's POST is still refused."""
-    command = [
-        *(sys.executable, "-m", "gateway", "--port", "0", "--drain-timeout", "30", "--log-format", "json"),
-        *("--", sys.executable, str(TEST_SERVER), "--era", "legacy"),
-    ]
-    lines: list[dict[str, Any]] = []
     elicit = {"method": "elicitation/create", "params": {"message": "Name?", "requestedSchema": {"type": "object"}}}
     arguments = {"requests": [elicit]}
     ask = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "ask_client", "arguments": arguments}}
     with anyio.fail_after(60):
-        async with (
-            await anyio.open_process(command) as gateway,
-            httpx.AsyncClient(timeout=30) as http,
-            anyio.create_task_group() as logs,
-        ):
-            found: list[int] = []
-            listening, ended, draining = anyio.Event(), anyio.Event(), anyio.Event()
-            logs.start_soon(read_log, gateway, lines, found, listening, ended, draining)
-            await listening.wait()
-            logs.start_soon(kill_after_failure, gateway)
-            url = f"http://127.0.0.1:{found[0]}/mcp"
+        async with logged_gateway("--drain-timeout", "30", child=("--era", "legacy")) as gw:
+            gateway, http, url = gw.process, gw.http, gw.url
             session = await open_legacy_session(http, url, capabilities={"elicitation": {}})
             messages: list[dict[str, Any]] = []
             async with http.stream("POST", url, headers=session, json=ask) as reply:
@@ -202,17 +216,15 @@ async def test_a_legacy_clients_answer_during_the_drain_reaches_its_call_and_new
                     messages.append(message)
                     if message.get("method") == "elicitation/create":
                         gateway.send_signal(signal.SIGTERM)
-                        await draining.wait()
+                        await gw.draining.wait()
                         refused = await http.post(url, headers=session, json={**ask, "id": 8})
                         answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"action": "accept", "content": {}}}
                         taken = await http.post(url, headers=session, json=answer)
             assert await gateway.wait() == 0
-            await ended.wait()
-            logs.cancel_scope.cancel()
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == -31004
     assert taken.status_code == 202, taken.text
     final = messages[-1]
     assert final["id"] == 7
     assert final["result"]["structuredContent"]["answers"] == [{"result": {"action": "accept", "content": {}}}]
-    assert any(line["message"] == "drained: every request finished" for line in lines)
+    assert "drained: every request finished" in gw.messages

@@ -10,16 +10,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
 import pytest
-from anyio.abc import Process
 
 from gateway.errors import ClientThrottledError, GatewayUnavailableError
 from gateway.relay.router import Router
@@ -28,7 +25,7 @@ from gateway.relay.sessions import SessionStore
 from gateway.stdio.budget import ChildBudget
 from gateway.stdio.crashes import CrashLedger
 from gateway.stdio.pool import PoolSettings
-from tests.conftest import TEST_SERVER, server_processes, server_spec
+from tests.conftest import server_processes, server_spec
 from tests.gateway_server import (
     BASE_HEADERS,
     OPERATOR,
@@ -39,7 +36,7 @@ from tests.gateway_server import (
     operator_tokens,
     serving,
 )
-from tests.integration.test_drain import kill_after_failure, read_log
+from tests.integration.test_drain import Logged, logged_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -169,51 +166,22 @@ def parent_of(pid: int) -> int:
     return int(stat[stat.rfind(b")") + 2 :].split()[1])
 
 
-@dataclass
-class Orphaned:
-    """A gateway process (``--log-format json``) whose crashed child left a setsid grandchild,
-    adopted by the gateway as the subreaper (``gateway_with_an_orphan``)."""
-
-    process: Process
-    http: httpx.AsyncClient
-    url: str
-    grandchild: int
-    lines: list[dict[str, Any]]
-    draining: anyio.Event  # the gateway logged that it drains
-
-
 @asynccontextmanager
-async def gateway_with_an_orphan(*flags: str) -> AsyncIterator[Orphaned]:
-    """The gateway (with ``flags``), its child's setsid grandchild orphaned by a crash. The
-    test stops the gateway; on the way out every log line has been read (``Orphaned.lines``), and
-    the grandchild is killed should it have outlived the gateway (the test asserts it did not)."""
-    command = [
-        *(sys.executable, "-m", "gateway", "--port", "0", "--log-format", "json", *flags),
-        *("--", sys.executable, str(TEST_SERVER)),
-    ]
-    lines: list[dict[str, Any]] = []
+async def gateway_with_an_orphan(*flags: str) -> AsyncIterator[tuple[Logged, int]]:
+    """The gateway (``logged_gateway`` with ``flags``) and the pid of its child's setsid
+    grandchild, orphaned by a crash. The test stops the gateway; on the way out every log line
+    has been read, and the grandchild is killed should it have outlived the gateway (the test
+    asserts, before, that it did not)."""
     grandchild = 0
     try:
-        async with (
-            await anyio.open_process(command) as gateway,
-            httpx.AsyncClient(timeout=30) as http,
-            anyio.create_task_group() as logs,
-        ):
-            found: list[int] = []
-            listening, log_ended, draining = anyio.Event(), anyio.Event(), anyio.Event()
-            logs.start_soon(read_log, gateway, lines, found, listening, log_ended, draining)
-            await listening.wait()
-            logs.start_soon(kill_after_failure, gateway)
-            url = f"http://127.0.0.1:{found[0]}/mcp"
-            grandchild = pid_of(await call(http, url, "anyone", "spawn_detached", {}))
+        async with logged_gateway(*flags) as gw:
+            grandchild = pid_of(await call(gw.http, gw.url, "anyone", "spawn_detached", {}))
             assert is_running(grandchild)
             assert os.getsid(grandchild) == grandchild  # it left the child's session
-            crashed = await call(http, url, "anyone", "exit", {"code": 1})
+            crashed = await call(gw.http, gw.url, "anyone", "exit", {"code": 1})
             assert crashed.json()["error"]["code"] == -31001
-            assert parent_of(grandchild) == gateway.pid  # an orphan, adopted by the subreaper
-            yield Orphaned(gateway, http, url, grandchild, lines, draining)
-            await log_ended.wait()
-            logs.cancel_scope.cancel()
+            assert parent_of(grandchild) == gw.process.pid  # an orphan, adopted by the subreaper
+            yield gw, grandchild
     finally:
         if grandchild and is_running(grandchild):
             os.kill(grandchild, signal.SIGKILL)
@@ -221,11 +189,11 @@ async def gateway_with_an_orphan(*flags: str) -> AsyncIterator[Orphaned]:
 
 async def test_a_setsid_grandchild_orphaned_by_a_crash_does_not_outlive_the_gateway_process() -> None:
     with anyio.fail_after(60):
-        async with gateway_with_an_orphan() as gw:
+        async with gateway_with_an_orphan() as (gw, grandchild):
             gw.process.send_signal(signal.SIGTERM)
             assert await gw.process.wait() == 0
-            assert not is_running(gw.grandchild)  # here: leaving the helper kills one that outlived it
-    assert any("outlived them" in line["message"] for line in gw.lines), json.dumps(gw.lines[-5:])
+            assert not is_running(grandchild)  # here: leaving the helper kills one that outlived it
+    assert any("outlived them" in message for message in gw.messages), json.dumps(gw.lines[-5:])
 
 
 async def test_a_second_signal_stops_at_once_exits_zero_and_still_ends_what_children_left() -> None:
@@ -236,7 +204,7 @@ async def test_a_second_signal_stops_at_once_exits_zero_and_still_ends_what_chil
     end, where the children stop in order. Now: exit code 0, the children stopped, the orphan
     ended, no error logged."""
     with anyio.fail_after(60):
-        async with gateway_with_an_orphan("--drain-timeout", "60") as gw:
+        async with gateway_with_an_orphan("--drain-timeout", "60") as (gw, grandchild):
             body = modern_call(2, "sleep", {"ms": 60_000, "progress": True}, progressToken="p")
             headers = modern_headers("tools/call", "sleep")
             async with gw.http.stream("POST", gw.url, headers=headers, json=body) as slow:
@@ -248,8 +216,8 @@ async def test_a_second_signal_stops_at_once_exits_zero_and_still_ends_what_chil
                 gw.process.send_signal(signal.SIGINT)  # the second: stop now
                 gw.process.send_signal(signal.SIGINT)  # and a third (uvicorn's would skip the lifespan's end)
                 assert await gw.process.wait() == 0
-            assert not is_running(gw.grandchild)  # here: leaving the helper kills one that outlived it
-    messages = [line["message"] for line in gw.lines]
+            assert not is_running(grandchild)  # here: leaving the helper kills one that outlived it
+    messages = gw.messages
     assert "received SIGINT: stopping now" in messages, messages[-5:]
     assert any("outlived them" in message for message in messages), messages[-5:]
     assert any("exited with code 0 after the gateway stopped it" in message for message in messages)  # in order
