@@ -54,9 +54,9 @@ CUT_BY_DRAIN = (
 """The error of a request that was running when the drain budget ran out (sent with HTTP 200:
 it reached a child, so no proxy may retry it as a refusal)."""
 DRAIN: Final = "gateway.drain"
+"""Scope key of the ``Drain``, for the responses that end with it (``gateway.http.sse.Watch``)."""
 DRAINING: Final = "gateway.draining"
 """Scope key, true on a session's POST let in while draining: its requests are refused."""
-"""Scope key of the ``Drain``, for the responses that end with it (``gateway.http.sse.Watch``)."""
 
 
 class Drain:
@@ -102,18 +102,22 @@ class Drain:
 def draining_refusal(scope: Scope) -> Response:
     """The 503 (-31004, ``Retry-After``) for a new MCP request while draining; its message says
     whether a retry can succeed elsewhere (``SESSION_ENDING`` for a session's request)."""
-    in_session = any(name.lower() == SESSION_HEADER for name, _ in scope["headers"])
-    message = SESSION_ENDING if in_session else SHUTTING_DOWN
+    message = SESSION_ENDING if _in_session(scope) else SHUTTING_DOWN
     return gateway_error_response(GatewayUnavailableError(message, retry_after=5))
 
 
 def admitted_while_draining(scope: Scope) -> bool:
     """A POST of a legacy session: let in while draining (marked ``DRAINING``), since it may
     answer a question of a call the drain waits for; its requests are refused once read."""
-    if scope["method"] != "POST" or not any(name.lower() == SESSION_HEADER for name, _ in scope["headers"]):
+    if scope["method"] != "POST" or not _in_session(scope):
         return False
     scope[DRAINING] = True
     return True
+
+
+def _in_session(scope: Scope) -> bool:
+    """The request names a legacy session (``Mcp-Session-Id``)."""
+    return any(name.lower() == SESSION_HEADER for name, _ in scope["headers"])
 
 
 class DrainGuard:

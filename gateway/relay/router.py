@@ -234,14 +234,14 @@ class Router:
             key = SHARED_LEGACY_KEY if key is SHARED_KEY else PoolKey(key.scope, key.fingerprint, "legacy")
         if capabilities is None or not self._tells_capabilities(key):
             return key
-        if key.scope.startswith("session:"):
-            # Its own pool is told its session's capabilities (``pool_for``); given its roots set
-            # when the server keeps roots, as a shared pool would be (``keys_roots``).
-            told_set = self._told(capabilities)[1]
-            given = roots_key(roots) if roots is not None and self._gives_roots(roots, told_set) else ""
-            return key._replace(roots=given) if given else key
-        told, told_set = self._told(capabilities) if self._exact else ("", None)
+        # A session's own pool is told its session's capabilities (``pool_for``), so its key
+        # holds none; it is given its session's roots set as a shared pool is (``keys_roots``).
+        own = key.scope.startswith("session:")
+        if own and roots is None:
+            return key
+        told, told_set = self._told(capabilities) if self._exact or own else ("", None)
         given = roots_key(roots) if roots is not None and self._gives_roots(roots, told_set) else ""
+        told = "" if own else told
         return key._replace(told=told, roots=given) if told or given else key
 
     @property
