@@ -58,7 +58,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +175,18 @@ class Soak:
         headers = {**legacy_headers(reply.headers["mcp-session-id"]), **auth}
         await self.http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
         return headers
+
+    async def sessions(
+        self, url: str, who: str, capabilities: dict[str, Any], *, retry_after: float = 0.3
+    ) -> AsyncIterator[dict[str, str]]:
+        """Legacy sessions of ``who`` (``legacy_session``), one after another until the end;
+        ``initialize`` again ``retry_after`` seconds after a refusal."""
+        while not self.stop.is_set():
+            headers = await self.legacy_session(url, who, capabilities)
+            if headers is None:
+                await asyncio.sleep(retry_after)
+                continue
+            yield headers
 
     async def run(
         self,
@@ -325,11 +337,7 @@ async def echo(
 
 async def legacy_echo(soak: Soak, n: int, *, url: str | None = None, who: str | None = None) -> None:
     url, who = url or soak.url, who or f"legacy_echo{n}"
-    while not soak.stop.is_set():
-        headers = await soak.legacy_session(url, who, {})
-        if headers is None:
-            await asyncio.sleep(0.2)
-            continue
+    async for headers in soak.sessions(url, who, {}, retry_after=0.2):
         assert soak.http is not None
         for request_id in range(1, random.randint(2, 30)):
             if soak.stop.is_set():
@@ -447,11 +455,7 @@ async def kill_child(soak: Soak, n: int) -> None:
 
 async def delete_mid_call(soak: Soak, n: int) -> None:
     assert soak.http is not None
-    while not soak.stop.is_set():
-        headers = await soak.legacy_session(soak.url, f"delete_mid_call{n}", {})
-        if headers is None:
-            await asyncio.sleep(0.3)
-            continue
+    async for headers in soak.sessions(soak.url, f"delete_mid_call{n}", {}):
         params = {"name": "countdown", "arguments": {"steps": 40, "interval_ms": 50}, "_meta": {"progressToken": 5}}
         body = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": params}
         async with soak.http.stream("POST", soak.url, headers=headers, json=body) as reply:
@@ -469,11 +473,7 @@ async def delete_mid_call(soak: Soak, n: int) -> None:
 
 async def resume(soak: Soak, n: int) -> None:
     assert soak.http is not None
-    while not soak.stop.is_set():
-        headers = await soak.legacy_session(soak.url, f"resume{n}", {})
-        if headers is None:
-            await asyncio.sleep(0.3)
-            continue
+    async for headers in soak.sessions(soak.url, f"resume{n}", {}):
         params = {"name": "countdown", "arguments": {"steps": 10, "interval_ms": 30}, "_meta": {"progressToken": "r"}}
         body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}
         last, text = None, ""
@@ -500,11 +500,7 @@ async def resume(soak: Soak, n: int) -> None:
 
 async def get_stream(soak: Soak, n: int) -> None:
     assert soak.http is not None
-    while not soak.stop.is_set():
-        headers = await soak.legacy_session(soak.url, f"get_stream{n}", {})
-        if headers is None:
-            await asyncio.sleep(0.3)
-            continue
+    async for headers in soak.sessions(soak.url, f"get_stream{n}", {}):
         get_headers = {k: v for k, v in headers.items() if k != "content-type"}
         async with soak.http.stream("GET", soak.url, headers=get_headers) as reply:
             soak.counts[f"GET stream: {reply.status_code}"] += 1
@@ -577,11 +573,7 @@ async def legacy_streamed(
 
 async def legacy_dialog(soak: Soak, n: int) -> None:
     assert soak.http is not None
-    while not soak.stop.is_set():
-        headers = await soak.legacy_session(soak.url, f"legacy_dialog{n}", {"elicitation": {}})
-        if headers is None:
-            await asyncio.sleep(0.3)
-            continue
+    async for headers in soak.sessions(soak.url, f"legacy_dialog{n}", {"elicitation": {}}):
         for request_id in range(1, 5):
             name = f"L{n}-{request_id}"
             params = {"name": "ask_client", "arguments": {"requests": [ELICIT]}}
@@ -737,11 +729,7 @@ async def roots_legacy(soak: Soak, n: int) -> None:
     """Legacy sessions declaring roots: asked on a call's stream, answered with the session's set,
     which changes now and then (``notifications/roots/list_changed``)."""
     who = f"roots_legacy{n}"
-    while not soak.stop.is_set():
-        headers = await soak.legacy_session(soak.url, who, {"roots": {"listChanged": True}})
-        if headers is None:
-            await asyncio.sleep(0.3)
-            continue
+    async for headers in soak.sessions(soak.url, who, {"roots": {"listChanged": True}}):
         assert soak.http is not None
         roots = roots_of(who, 0)
         for request_id in range(1, random.randint(2, 16)):
@@ -778,11 +766,7 @@ async def subscriber(soak: Soak, n: int) -> None:
     """A legacy session subscribed to its own resource, its GET stream open, having the child
     tell updates of its own resource and of others' (``notify``): it must hear only its own."""
     who, mine = f"subscriber{n}", f"file:///soak/sub/{n}"
-    while not soak.stop.is_set():
-        headers = await soak.legacy_session(soak.url, who, {})
-        if headers is None:
-            await asyncio.sleep(0.3)
-            continue
+    async for headers in soak.sessions(soak.url, who, {}):
         assert soak.http is not None
         body = {"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": mine}}
         await soak.http.post(soak.url, headers=headers, json=body)
