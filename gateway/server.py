@@ -295,7 +295,9 @@ class DrainingServer(uvicorn.Server):  # fenced: uvicorn.Server
         if await self.drain.wait_idle(self.budget):
             log.info("drained: every request finished")
         else:
-            log.warning("drain budget spent with %d request(s) in flight; ending them", self.drain.in_flight)
+            log.warning(
+                "drain budget spent with %d request(s) or parked call(s) in flight; ending them", self.drain.in_flight
+            )
             self.drain.cancel_rest()
         self.should_exit = True
 

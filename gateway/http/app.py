@@ -37,7 +37,7 @@ from gateway import __version__
 from gateway.errors import ConfigError
 from gateway.http.auth import Authentication, TokenStore
 from gateway.http.cors import CorsPolicy
-from gateway.http.drain import Drain
+from gateway.http.drain import Drain, DrainedQuota
 from gateway.http.edge import Edge
 from gateway.http.edge_settings import EdgeSettings
 from gateway.http.endpoint import McpEndpoint
@@ -182,7 +182,8 @@ def create_app(
                 gateway_version=__version__,
                 state_keys=keys,
                 routing=routing,
-                quota=quotas,  # a parked call counts as its principal's request in flight
+                # A parked call counts as its principal's request in flight, and the drain waits for it.
+                quota=DrainedQuota(quotas, drain),
                 resume_window=settings.stream_resume_seconds,
                 end_sessions_when=drain.cancel,  # GET streams close; legacy requests end with an error
                 replicas=not settings.loopback_only,  # reachable by a load balancer: maybe one of several

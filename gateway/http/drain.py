@@ -14,11 +14,21 @@ MCP endpoint is such a refusal too (no child free, a queue or a store full); wha
 request that a child already had is never a 503 (``CUT_BY_DRAIN``: HTTP 200 with the error,
 like a child's own failure), so that no proxy runs it twice.
 
-A legacy session's POST is let in while draining (``admitted_while_draining``), marked
-``DRAINING``: it may carry its client's answers to questions of calls still in flight (and the
-drain waits for those calls), or notifications (a cancel). The endpoint refuses it as below
-once it finds a request in it. Refusing every POST before its body was read left such a call
-waiting on an answer the client had sent, until the drain budget ended it.
+Two kinds of POST are let in while draining (``admitted_while_draining``), marked
+``DRAINING``, because they may finish work the drain waits for:
+
+- a legacy session's: it may carry its client's answers to questions of calls still in
+  flight, or notifications (a cancel). The endpoint refuses it as below once it finds a
+  request in it. Refusing every POST before its body was read left such a call waiting on an
+  answer the client had sent, until the drain budget ended it;
+- a modern ``tools/call``, ``prompts/get`` or ``resources/read`` (by its ``Mcp-Method``),
+  which may be the MRTR retry of a call parked here, and a modern ``notifications/cancelled``,
+  which may end one. The endpoint lets a request in only when its ``requestState`` names a call
+  this gateway holds (``Suspensions.holds``); any other gets the refusal below, before it has
+  run anywhere. A parked call counts as in flight for the drain (``DrainedQuota``): the drain
+  waits for its retry (or its client's cancel, or its round timeout) within its budget. Before,
+  the drain did not wait for it, and its retry, which another replica forwards to the owner,
+  was refused here as "retry on another replica", where no replica holds the call.
 
 What the refusal says depends on where the request can go: a request without a session may
 be sent anywhere, and is told so; a legacy session's request (``Mcp-Session-Id``) cannot,
@@ -27,6 +37,7 @@ since its session lives in this process and ends with it: it is told to start a 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 import anyio
@@ -35,10 +46,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import GatewayUnavailableError
 from gateway.http.inflight import Cancellable
+from gateway.http.limits import PrincipalQuotas
 from gateway.http.wire import gateway_error_response
-from gateway.protocol.headers import MCP_SESSION_ID
+from gateway.protocol.correlation import CANCELLED
+from gateway.protocol.headers import MCP_METHOD, MCP_SESSION_ID
+from gateway.protocol.inputs import MRTR_METHODS
 
 SESSION_HEADER: Final = MCP_SESSION_ID.encode("latin-1")
+METHOD_HEADER: Final = MCP_METHOD.encode("latin-1")
+MAY_FINISH_PARKED: Final = frozenset(method.encode("latin-1") for method in (*MRTR_METHODS, CANCELLED))
+"""The ``Mcp-Method`` of a modern POST let in while draining: a retry of a parked call, or a cancel of one."""
 
 SHUTTING_DOWN = "the gateway is shutting down; retry on another replica or later"
 """The refusal of a request that belongs to no session: any replica may answer it."""
@@ -107,9 +124,10 @@ def draining_refusal(scope: Scope) -> Response:
 
 
 def admitted_while_draining(scope: Scope) -> bool:
-    """A POST of a legacy session: let in while draining (marked ``DRAINING``), since it may
-    answer a question of a call the drain waits for; its requests are refused once read."""
-    if scope["method"] != "POST" or not _in_session(scope):
+    """A POST of a legacy session, or a modern POST that may resume or cancel a parked call
+    (``MAY_FINISH_PARKED``): let in while draining (marked ``DRAINING``), since it may finish
+    work the drain waits for; the endpoint refuses what it finds to be new work."""
+    if scope["method"] != "POST" or not _may_finish_work(scope):
         return False
     scope[DRAINING] = True
     return True
@@ -118,6 +136,43 @@ def admitted_while_draining(scope: Scope) -> bool:
 def _in_session(scope: Scope) -> bool:
     """The request names a legacy session (``Mcp-Session-Id``)."""
     return any(name.lower() == SESSION_HEADER for name, _ in scope["headers"])
+
+
+def _may_finish_work(scope: Scope) -> bool:
+    """The request names a legacy session, or its ``Mcp-Method`` is one of ``MAY_FINISH_PARKED``."""
+    for name, value in scope["headers"]:
+        name = name.lower()
+        if name == SESSION_HEADER or (name == METHOD_HEADER and value in MAY_FINISH_PARKED):
+            return True
+    return False
+
+
+class DrainedQuota:
+    """The principals' quota as parked MRTR calls use it (``gateway.relay.suspensions.ParkedQuota``),
+    with each parked call also counted in flight for the drain: a drain waits for it as for a
+    request, within its budget (module docstring)."""
+
+    def __init__(self, quota: PrincipalQuotas, drain: Drain) -> None:
+        self.quota = quota
+        self.drain = drain
+
+    def hold(self, principal: str) -> Callable[[], None]:
+        release = self.quota.hold(principal)
+        drain = self.drain
+        drain.enter()
+        held = True
+
+        def let_go() -> None:
+            nonlocal held
+            if held:
+                held = False
+                release()
+                drain.leave()
+
+        return let_go
+
+    def over_limit(self, principal: str) -> str | None:
+        return self.quota.over_limit(principal)
 
 
 class DrainGuard:

@@ -243,8 +243,8 @@ class McpEndpoint:
         )
         if isinstance(outcome, Rejection):
             return rejection_response(outcome)
-        if DRAINING in scope and (outcome.era is MODERN or any(isinstance(m, Request) for m in outcome.messages)):
-            return draining_refusal(scope)  # let in for its answers and notifications only
+        if DRAINING in scope and self._new_work(outcome):
+            return draining_refusal(scope)  # let in to finish work the drain waits for only
         log = scope.setdefault("gateway.log", {})
         first = outcome.messages[0] if outcome.messages else None
         log["era"] = str(outcome.era)  # not .value: a property
@@ -262,6 +262,19 @@ class McpEndpoint:
         if outcome.session_id:
             log["session"] = outcome.session_id[:8]
         return self._legacy(outcome, headers, principal, owner, scope)
+
+    def _new_work(self, outcome: Accepted) -> bool:
+        """While draining: whether a POST let in (``gateway.http.drain``) holds a request that
+        would start work here. A modern request is let through only as the retry of a call
+        parked here (its ``requestState`` held: ``Suspensions.holds``); a legacy session's POST
+        only with answers and notifications."""
+        if outcome.era is not MODERN:
+            return any(isinstance(m, Request) for m in outcome.messages)
+        [message] = outcome.messages
+        if not isinstance(message, Request):
+            return False  # a cancel: it may end a parked call
+        token = (message.params or {}).get("requestState")
+        return not (isinstance(token, str) and self.relay.suspensions.holds(token))
 
     # -- modern -------------------------------------------------------------------------
 

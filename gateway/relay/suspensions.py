@@ -309,6 +309,17 @@ class Suspensions:
             suspension.release()  # the retry holds a slot of its own
         return suspension
 
+    def holds(self, token: str) -> bool:
+        """Whether ``token`` (a client's ``requestState``) names a call parked here that no
+        retry has taken: while the gateway drains, only such a retry is let in. Not a check of
+        the retry itself: ``take`` does that."""
+        try:
+            claims = requeststate.decode_state(token, self._keys.ring.keys, now=self._clock())
+        except StateError:
+            return False
+        suspension = self._held.get(claims.state_id)
+        return suspension is not None and not suspension.settled.is_set()
+
     def _spend(self, state_id: str, expires_at: float, now: float) -> None:
         if len(self._used) >= USED_IDS_MAX:
             self._used = {k: v for k, v in self._used.items() if v > now}

@@ -228,3 +228,77 @@ async def test_a_legacy_clients_answer_during_the_drain_reaches_its_call_and_new
     assert final["id"] == 7
     assert final["result"]["structuredContent"]["answers"] == [{"result": {"action": "accept", "content": {}}}]
     assert "drained: every request finished" in gw.messages
+
+
+ELICIT_ARGUMENTS = {
+    "requests": [
+        {"method": "elicitation/create", "params": {"message": "Name?", "requestedSchema": {"type": "object"}}}
+    ]
+}
+ELICITING = {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
+
+
+async def test_a_modern_clients_retry_during_the_drain_resumes_its_parked_call() -> None:
+    """A modern client was answered ``input_required`` (its call parked on a legacy child) when
+    the drain begins: the drain waits for that call, and the client's retry with its
+    ``requestState`` is let in and finishes it. Before, the drain counted only HTTP requests in
+    flight, so it ended at once and took the parked call with it, and the retry was refused
+    (503 "retry on another replica", where no replica holds the call). A new call is still
+    refused, and so is a retry naming a call this gateway does not hold."""
+    capabilities, arguments = ELICITING, ELICIT_ARGUMENTS
+    headers = modern_headers("tools/call", "ask_client")
+    with anyio.fail_after(60):
+        async with logged_gateway("--drain-timeout", "30", child=("--era", "legacy")) as gw:
+            gateway, http, url = gw.process, gw.http, gw.url
+            first = await http.post(url, headers=headers, json=modern_call(1, "ask_client", arguments, **capabilities))
+            round_ = first.json()["result"]
+            assert round_["resultType"] == "input_required", round_
+            [(key, asked)] = round_["inputRequests"].items()
+            assert asked["method"] == "elicitation/create"
+            gateway.send_signal(signal.SIGTERM)
+            await gw.draining.wait()
+            new_call = await http.post(
+                url, headers=headers, json=modern_call(2, "ask_client", arguments, **capabilities)
+            )
+            stranger = modern_call(3, "ask_client", arguments, **capabilities)
+            stranger["params"].update(inputResponses={key: {"action": "decline"}}, requestState="not-a-state")
+            strange = await http.post(url, headers=headers, json=stranger)
+            retry = modern_call(4, "ask_client", arguments, **capabilities)
+            accepted = {"action": "accept", "content": {"name": "Ada"}}
+            retry["params"].update(inputResponses={key: accepted}, requestState=round_["requestState"])
+            resumed = await http.post(url, headers=headers, json=retry)
+            assert await gateway.wait() == 0
+    for refused in (new_call, strange):
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == -31004
+        assert "shutting down" in refused.json()["error"]["message"]
+    assert resumed.status_code == 200, resumed.text
+    result = resumed.json()["result"]
+    assert result["structuredContent"]["answers"] == [{"result": accepted}], result
+    messages = gw.messages
+    drained = messages.index("drained: every request finished")
+    [retried] = [i for i, m in enumerate(messages) if m.startswith("POST /mcp tools/call 200") and " id=4 " in m]
+    assert retried < drained  # the drain waited for the parked call (before: it ended at the signal)
+
+
+async def test_a_modern_clients_cancel_during_the_drain_ends_its_parked_call_and_the_drain() -> None:
+    """A client that gives up its dialog while the gateway drains (``notifications/cancelled``
+    naming the request answered ``input_required``): the cancel is let in, the parked call
+    ends, and with it the drain, well before its budget."""
+    headers = modern_headers("tools/call", "ask_client")
+    with anyio.fail_after(60):
+        async with logged_gateway("--drain-timeout", "30", child=("--era", "legacy")) as gw:
+            gateway, http, url = gw.process, gw.http, gw.url
+            first = await http.post(
+                url, headers=headers, json=modern_call(1, "ask_client", ELICIT_ARGUMENTS, **ELICITING)
+            )
+            assert first.json()["result"]["resultType"] == "input_required", first.text
+            gateway.send_signal(signal.SIGTERM)
+            await gw.draining.wait()
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}
+            cancelled = await http.post(url, headers=modern_headers("notifications/cancelled"), json=cancel)
+            assert await gateway.wait() == 0
+    assert cancelled.status_code == 202, cancelled.text
+    messages = gw.messages
+    [ended] = [i for i, m in enumerate(messages) if "parked tools/call ended: the client cancelled it" in m]
+    assert ended < messages.index("drained: every request finished")

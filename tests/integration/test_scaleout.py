@@ -31,7 +31,16 @@ from gateway.relay.statekeys import StateKeys
 from gateway.server import build_app
 from tests.balancer import SECRET, cluster
 from tests.conftest import server_spec
-from tests.gateway_server import BASE_HEADERS, app_for, legacy_initialize, loopback_socket, open_legacy_session, serving
+from tests.gateway_server import (
+    BASE_HEADERS,
+    MODERN,
+    app_for,
+    legacy_initialize,
+    loopback_socket,
+    modern_call,
+    open_legacy_session,
+    serving,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -109,6 +118,41 @@ async def test_a_parked_mrtr_call_resumes_when_the_retry_reaches_another_instanc
     assert len(calls) == 2
     assert calls[0].backend != calls[1].backend
     assert 404 not in c.balancer.statuses()
+
+
+async def test_a_retry_forwarded_to_a_draining_owner_resumes_its_parked_call_there() -> None:
+    """A rolling update: the replica holding a parked MRTR call starts to drain, and the
+    client's retry reaches the other replica, which forwards it to the owner. The owner lets it
+    in (its ``requestState`` names a call held there) and the call finishes; a new call that
+    reaches the draining replica is refused as before. Before, the forward got the owner's
+    503 "retry on another replica", where no replica holds the call."""
+    capabilities = {"io.modelcontextprotocol/clientCapabilities": {"elicitation": {}}}
+    elicit = {"method": "elicitation/create", "params": {"message": "Name?", "requestedSchema": {"type": "object"}}}
+    arguments = {"requests": [elicit]}
+    headers = {**BASE_HEADERS, "mcp-protocol-version": MODERN, "mcp-method": "tools/call", "mcp-name": "ask_client"}
+    with anyio.fail_after(WAIT):
+        async with cluster(server_spec("--era", "legacy"), size=2) as c, httpx.AsyncClient(timeout=WAIT) as http:
+            first = await http.post(
+                c.url, headers=headers, json=modern_call(1, "ask_client", arguments, **capabilities)
+            )
+            round_ = first.json()["result"]
+            assert round_["resultType"] == "input_required", round_
+            [key] = round_["inputRequests"]
+            owner = c.balancer.hits[-1].backend
+            c.apps[owner].state.drain.begin()  # as on SIGTERM
+            new_call = await http.post(  # reaches the draining owner (round robin: the next is the other)
+                c.instances[owner] + "/mcp",
+                headers=headers,
+                json=modern_call(2, "ask_client", arguments, **capabilities),
+            )
+            retry = modern_call(3, "ask_client", arguments, **capabilities)
+            accepted = {"action": "accept", "content": {"name": "Ada"}}
+            retry["params"].update(inputResponses={key: accepted}, requestState=round_["requestState"])
+            resumed = await http.post(c.url, headers=headers, json=retry)
+            assert c.balancer.hits[-1].backend != owner  # it was forwarded
+    assert new_call.status_code == 503, new_call.text
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.json()["result"]["structuredContent"]["answers"] == [{"result": accepted}]
 
 
 async def test_a_legacy_sessions_resources_subscribe_and_its_updates_cross_instances() -> None:
