@@ -187,6 +187,7 @@ def create_app(
                 resume_window=settings.stream_resume_seconds,
                 end_sessions_when=drain.cancel,  # GET streams close; legacy requests end with an error
                 replicas=not settings.loopback_only,  # reachable by a load balancer: maybe one of several
+                drain=drain,  # waits for the tasks
             )
         )
         stack.enter_context(serving.open(service, endpoint_app))

@@ -28,7 +28,13 @@ Two kinds of POST are let in while draining (``admitted_while_draining``), marke
   run anywhere. A parked call counts as in flight for the drain (``DrainedQuota``): the drain
   waits for its retry (or its client's cancel, or its round timeout) within its budget. Before,
   the drain did not wait for it, and its retry, which another replica forwards to the owner,
-  was refused here as "retry on another replica", where no replica holds the call.
+  was refused here as "retry on another replica", where no replica holds the call;
+- a modern ``tasks/get``, ``tasks/update`` or ``tasks/cancel``: let in when its ``taskId``
+  names a task held here (``TaskStore.holds``). The drain waits for the gateway's running
+  tasks, and for the outcome of one that ends meanwhile to be read (``gateway.relay.tasks``).
+
+Such a POST for another replica's parked call or task is forwarded there by owner routing,
+as at any time.
 
 What the refusal says depends on where the request can go: a request without a session may
 be sent anywhere, and is told so; a legacy session's request (``Mcp-Session-Id``) cannot,
@@ -48,14 +54,16 @@ from gateway.errors import GatewayUnavailableError
 from gateway.http.inflight import Cancellable
 from gateway.http.limits import PrincipalQuotas
 from gateway.http.wire import gateway_error_response
+from gateway.protocol import tasks
 from gateway.protocol.correlation import CANCELLED
 from gateway.protocol.headers import MCP_METHOD, MCP_SESSION_ID
 from gateway.protocol.inputs import MRTR_METHODS
 
 SESSION_HEADER: Final = MCP_SESSION_ID.encode("latin-1")
 METHOD_HEADER: Final = MCP_METHOD.encode("latin-1")
-MAY_FINISH_PARKED: Final = frozenset(method.encode("latin-1") for method in (*MRTR_METHODS, CANCELLED))
-"""The ``Mcp-Method`` of a modern POST let in while draining: a retry of a parked call, or a cancel of one."""
+MAY_FINISH_WORK: Final = frozenset(method.encode("latin-1") for method in (*MRTR_METHODS, CANCELLED, *tasks.METHODS))
+"""The ``Mcp-Method`` of a modern POST let in while draining: a retry of a parked call, a
+cancel of one, or ``tasks/*`` for a task held here."""
 
 SHUTTING_DOWN = "the gateway is shutting down; retry on another replica or later"
 """The refusal of a request that belongs to no session: any replica may answer it."""
@@ -110,6 +118,20 @@ class Drain:
     def enter(self) -> None:
         self.in_flight += 1
 
+    def hold(self) -> Callable[[], None]:
+        """Count work that is no request in flight (a parked MRTR call, a task) until the
+        function returned is called; a second call of it changes nothing."""
+        self.enter()
+        held = True
+
+        def let_go() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self.leave()
+
+        return let_go
+
     def leave(self) -> None:
         self.in_flight -= 1
         if self.draining and self.in_flight == 0:
@@ -125,7 +147,7 @@ def draining_refusal(scope: Scope) -> Response:
 
 def admitted_while_draining(scope: Scope) -> bool:
     """A POST of a legacy session, or a modern POST that may resume or cancel a parked call
-    (``MAY_FINISH_PARKED``): let in while draining (marked ``DRAINING``), since it may finish
+    (``MAY_FINISH_WORK``): let in while draining (marked ``DRAINING``), since it may finish
     work the drain waits for; the endpoint refuses what it finds to be new work."""
     if scope["method"] != "POST" or not _may_finish_work(scope):
         return False
@@ -139,10 +161,10 @@ def _in_session(scope: Scope) -> bool:
 
 
 def _may_finish_work(scope: Scope) -> bool:
-    """The request names a legacy session, or its ``Mcp-Method`` is one of ``MAY_FINISH_PARKED``."""
+    """The request names a legacy session, or its ``Mcp-Method`` is one of ``MAY_FINISH_WORK``."""
     for name, value in scope["headers"]:
         name = name.lower()
-        if name == SESSION_HEADER or (name == METHOD_HEADER and value in MAY_FINISH_PARKED):
+        if name == SESSION_HEADER or (name == METHOD_HEADER and value in MAY_FINISH_WORK):
             return True
     return False
 
@@ -157,19 +179,13 @@ class DrainedQuota:
         self.drain = drain
 
     def hold(self, principal: str) -> Callable[[], None]:
-        release = self.quota.hold(principal)
-        drain = self.drain
-        drain.enter()
-        held = True
+        release, let_go = self.quota.hold(principal), self.drain.hold()
 
-        def let_go() -> None:
-            nonlocal held
-            if held:
-                held = False
-                release()
-                drain.leave()
+        def both() -> None:  # each stops counting once
+            release()
+            let_go()
 
-        return let_go
+        return both
 
     def over_limit(self, principal: str) -> str | None:
         return self.quota.over_limit(principal)

@@ -266,13 +266,17 @@ class McpEndpoint:
     def _new_work(self, outcome: Accepted) -> bool:
         """While draining: whether a POST let in (``gateway.http.drain``) holds a request that
         would start work here. A modern request is let through only as the retry of a call
-        parked here (its ``requestState`` held: ``Suspensions.holds``); a legacy session's POST
-        only with answers and notifications."""
+        parked here (its ``requestState`` held: ``Suspensions.holds``) or as ``tasks/*`` for a
+        task held here (``TaskStore.holds``); a legacy session's POST only with answers and
+        notifications."""
         if outcome.era is not MODERN:
             return any(isinstance(m, Request) for m in outcome.messages)
         [message] = outcome.messages
         if not isinstance(message, Request):
             return False  # a cancel: it may end a parked call
+        if message.method in task_rules.METHODS:
+            task_id = task_rules.task_id_of(message.params)
+            return not (task_id is not None and self.relay.tasks.holds(task_id))
         token = (message.params or {}).get("requestState")
         return not (isinstance(token, str) and self.relay.suspensions.holds(token))
 

@@ -53,7 +53,7 @@ from gateway.relay.sessions import SessionStore
 from gateway.relay.shared_settings import SharedSettings
 from gateway.relay.statekeys import StateKeys
 from gateway.relay.suspensions import FAIR_SHARE_REASON, ParkedQuota, Suspensions
-from gateway.relay.tasks import KeptOutcomes, TaskStore
+from gateway.relay.tasks import DrainHold, KeptOutcomes, TaskStore
 from gateway.relay.unsolicited import Unsolicited
 from gateway.stdio.boundary import contained
 
@@ -124,6 +124,7 @@ def _served(
     quota: ParkedQuota | None,
     replicas: bool,
     outcomes: KeptOutcomes,
+    drain: DrainHold | None,
 ) -> Served:
     server = parts.router.server
     suspensions = Suspensions(
@@ -145,6 +146,7 @@ def _served(
         owner=routing.me if routing else None,
         keys=routing.task_id_keys if routing else None,
         outcomes=outcomes,
+        drain=drain,
     )
     relay = Relay(
         parts.router,
@@ -170,6 +172,7 @@ async def open_service(
     resume_window: float = RESUME_WINDOW,
     end_sessions_when: anyio.Event | None = None,
     replicas: bool = False,
+    drain: DrainHold | None = None,
 ) -> AsyncIterator[Service]:
     """The service over ``routers`` while the block runs (the routers are run here: not
     entered before). ``state_keys`` sign MRTR ``requestState`` (None: a random key);
@@ -177,7 +180,8 @@ async def open_service(
     ``quota``: parked calls count as their principal's requests in flight;
     ``resume_window``: how long a legacy session's SSE stream is kept for a resume;
     ``end_sessions_when``: every session ends once it is set (the drain's last step);
-    ``replicas``: other processes may serve the endpoints (owner routing implies it)."""
+    ``replicas``: other processes may serve the endpoints (owner routing implies it);
+    ``drain``: what waits for the tasks at a drain (``gateway.relay.tasks``)."""
     if routing is not None:
         state_keys = routing.keys
     parts = [_attached(router, routing, resume_window) for router in routers]
@@ -197,6 +201,7 @@ async def open_service(
                         quota=quota,
                         replicas=replicas or routing is not None,
                         outcomes=outcomes,
+                        drain=drain,
                     )
                     for part in parts
                 )

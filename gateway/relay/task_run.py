@@ -14,7 +14,7 @@ round still parked is then taken and closed at once (``release``).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -51,6 +51,13 @@ class Run:
     answered: anyio.Event = field(default_factory=anyio.Event)
     child: StdioChild | None = None  # a bridged task's child (``gateway.relay.task_bridge``)
     child_task_id: str | None = None  # and the child's own id for it
+    release: Callable[[], None] | None = None  # stops a drain's count of it (``TaskStore``'s drain)
+
+    def let_go(self) -> None:
+        """A drain no longer waits for this task (each time after the first: nothing)."""
+        release, self.release = self.release, None
+        if release is not None:
+            release()
 
 
 async def run_task(store: TaskStore, relay: Relay, run: Run, call: Call) -> None:

@@ -36,6 +36,11 @@ states and wire shapes); this module runs them:
   ``MAX_BYTES_PER_PRINCIPAL`` per owner (its own oldest ended tasks are dropped), and
   ``MAX_KEPT_BYTES`` over every store of the process (``KeptOutcomes``: the oldest ended tasks
   of whoever holds the most bytes are dropped).
+- **The drain** (``drain``: ``gateway.http.drain.Drain``) waits for the gateway's own tasks
+  within its budget: a running task counts as work in flight, and one that ends while the
+  gateway drains counts on until its client has read the outcome (a ``tasks/get`` of the ended
+  task), cancelled it, or it is dropped. A task that ended before the drain is not waited for
+  (nobody may come for it). A child's own task (pass-through) is the child's: not counted.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import anyio
 from anyio.abc import TaskGroup
@@ -98,6 +103,14 @@ class _Passed:
     expires_at: float
 
 
+class DrainHold(Protocol):
+    """What a drain (``gateway.http.drain.Drain``) offers the work it waits for."""
+
+    draining: bool
+
+    def hold(self) -> Callable[[], None]: ...
+
+
 class KeptOutcomes:
     """Every task store of one gateway process, under one bound on kept outcome bytes
     (``MAX_KEPT_BYTES``). Past it, the oldest ended tasks of whoever holds the most bytes, in
@@ -127,9 +140,11 @@ class TaskStore:
         keys: Callable[[], IdKeys] | None = None,
         clock: Callable[[], float] = time.time,
         outcomes: KeptOutcomes | None = None,
+        drain: DrainHold | None = None,
     ) -> None:
         """``task_group`` runs the tasks (the service's: they end with it); ``outcomes``: the
-        process's stores and their byte bound (None: this store alone)."""
+        process's stores and their byte bound (None: this store alone); ``drain``: what waits
+        for the tasks at a drain (module docstring; None: nothing does)."""
         self.server = server
         self.policy = policy if policy is not None else TaskPolicy()
         self.task_group = task_group
@@ -142,6 +157,7 @@ class TaskStore:
         self._held: Counter[str] = Counter()  # owner → tasks in ``_runs`` (running or kept)
         self._kept: dict[str, int] = {}  # owner → bytes of kept outcomes
         self.outcomes = outcomes if outcomes is not None else KeptOutcomes()
+        self._drain = drain
         self.outcomes.stores.append(self)
         self._next_expiry = float("inf")
         self._change = anyio.Event()  # set (and replaced) whenever a task changes
@@ -177,6 +193,11 @@ class TaskStore:
         """A task's status (None: not held here, or a child's own task), for tests."""
         run = self._runs.get(task_id)
         return run.task.status if run is not None else None
+
+    def holds(self, task_id: str) -> bool:
+        """Whether ``task_id`` names a task here, the gateway's or a child's own (while the
+        gateway drains, only ``tasks/*`` for such a task is let in; whose it is is checked as always)."""
+        return task_id in self._runs or task_id in self._passed
 
     def passes_through(self, task_id: str) -> bool:
         """Whether ``task_id`` is a child's own task that the gateway only routes."""
@@ -306,6 +327,8 @@ class TaskStore:
         task_id = rules.mint_task_id(self._owner, self._id_keys(), secrets.token_bytes(rules.TASK_RANDOM_BYTES))
         task = Task(task_id, _owner_of(client), self.server, now, self.policy.ttl)
         run = _Run(task, request, client)
+        if self._drain is not None:
+            run.release = self._drain.hold()  # the drain waits for it (module docstring)
         self._runs[task_id] = run
         self._live[task.principal] = self._live.get(task.principal, 0) + 1
         self._held[task.principal] += 1
@@ -365,6 +388,8 @@ class TaskStore:
         task = run.task
         if request.method == rules.GET:
             task.delivered = task.delivered or task.is_terminal
+            if task.delivered:
+                run.let_go()  # its client has the outcome: a drain need not wait for it
             if run.child_task_id is not None:  # a bridged task: the child's latest status message
                 await task_bridge.refresh(self, run)
             return response(request.id, result=task.detailed())
@@ -385,6 +410,7 @@ class TaskStore:
             if run.scope is not None:
                 run.scope.cancel()
             log.info("%s: task %s… cancelled by the client", self.server, task_id[:14])
+        run.let_go()  # its client knows how it ended
         return response(request.id, result={"resultType": "complete"})
 
     async def _pass(self, passed: _Passed, task_id: str, request: Request) -> JsonObject:
@@ -442,6 +468,10 @@ class TaskStore:
             self._shed(task.principal)
         self.outcomes.shed()
         self.touch(task)
+        if self._drain is None or not self._drain.draining:
+            run = self._runs.get(task.task_id)
+            if run is not None:
+                run.let_go()  # ended before a drain: nothing waits for its outcome to be read
 
     def _shed(self, principal: str) -> None:
         """Drop this principal's oldest ended tasks until its kept bytes fit (rule: nobody else's)."""
@@ -498,7 +528,7 @@ class TaskStore:
                 self._next_expiry = min(self._next_expiry, expires)
 
     def _drop(self, task_id: str, task: Task) -> None:
-        del self._runs[task_id]
+        self._runs.pop(task_id).let_go()
         self._held[task.principal] -= 1
         if self._held[task.principal] <= 0:
             del self._held[task.principal]

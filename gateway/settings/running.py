@@ -77,7 +77,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         kind=float,
         default=DRAIN_TIMEOUT,
         metavar="SECONDS",
-        help="on SIGTERM, let in-flight requests finish this long (default: %(default)s)",
+        help="on SIGTERM, let in-flight requests, parked MRTR calls and tasks finish this long (default: %(default)s)",
     ),
     Setting(
         "--no-metrics",

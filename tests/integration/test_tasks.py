@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from gateway.http.auth import TokenStore
+from gateway.http.drain import Drain
 from gateway.protocol import tasks as rules
 from gateway.protocol.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
 from gateway.relay.router import Router
@@ -170,6 +171,52 @@ async def test_concurrent_clients_get_tasks_that_poll_to_completed_with_the_resu
     for task in finals:
         assert "_meta" not in task["result"] or "io.modelcontextprotocol/related-task" not in task["result"]["_meta"]
         assert ISO.match(task["lastUpdatedAt"])
+
+
+@pytest.mark.parametrize("era", sorted(CHILDREN))
+async def test_a_drain_waits_for_running_tasks_and_lets_their_clients_read_and_cancel_them(
+    era: str, tmp_path: Path
+) -> None:
+    """Three clients' tasks when the drain begins: Ada's ended before it and was never read
+    (nothing waits for it), Bob's and Cy's run. Their ``tasks/*`` are let in (a new call and an
+    unknown task id get the drain's 503); the drain waits for Bob's task until he has read its
+    outcome, and for Cy's until he cancels it. Before, the drain did not wait for tasks at all,
+    and every ``tasks/*`` got 503, also from a replica forwarding it to this one, the owner."""
+    gates = [str(tmp_path / f"g{n}") for n in range(3)]
+    await anyio.Path(gates[0]).touch()  # Ada's task passes its gate at once
+    drain = Drain()
+    with anyio.fail_after(WAIT):
+        async with gateway(CHILDREN[era](), pool_max=3, drain=drain) as gw:
+            ada, bob, cy = (gw.client(token) for token in TOKENS)
+            ids = [
+                created(await c.call("wait_gate", {"gate": g}))["taskId"]
+                for c, g in zip((ada, bob, cy), gates, strict=True)
+            ]
+            await ada.until(ids[0], lambda status: status == rules.COMPLETED)
+            for client, task_id in ((bob, ids[1]), (cy, ids[2])):
+                await client.until(task_id, lambda status: status is not None)  # running at their gates
+            drain.begin()  # as on SIGTERM
+            counted_at_start = drain.in_flight
+            new_call = await bob.call("wait_gate", {"gate": gates[1]})
+            unknown = await bob.task(rules.GET, "t.no-such-task")
+            working = await bob.get(ids[1])
+            await anyio.Path(gates[1]).touch()
+            while gw.store.status(ids[1]) != rules.COMPLETED:
+                await gw.store.changed()
+            counted_unread = drain.in_flight  # Bob's ended during the drain: waited for until read
+            completed = await bob.get(ids[1])
+            counted_read = drain.in_flight
+            cancelled = await cy.task(rules.CANCEL, ids[2])
+            assert await drain.wait_idle(WAIT)  # nothing left: every task's client is done with it
+    assert counted_at_start == 2  # Bob's and Cy's: Ada's ended before the drain
+    for refused in (new_call, unknown):
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["error"]["code"] == -31004
+    assert working["status"] == rules.WORKING
+    assert (counted_unread, counted_read) == (2, 1)
+    assert completed["status"] == rules.COMPLETED
+    assert completed["result"]["structuredContent"]["gate"] == gates[1]
+    assert cancelled.json()["result"] == {"resultType": "complete"}
 
 
 async def test_a_tool_error_is_completed_with_is_error_and_a_protocol_error_or_a_crash_is_failed() -> None:

@@ -25,7 +25,10 @@ def scope(method: str, **headers: str) -> dict[str, Any]:
         ("POST", {"mcp-method": "resources/read"}, True),
         ("POST", {"mcp-method": "notifications/cancelled"}, True),  # maybe ends a parked call
         ("POST", {"mcp-method": "tools/list"}, False),
-        ("POST", {"mcp-method": "tasks/get"}, False),
+        ("POST", {"mcp-method": "tasks/get"}, True),  # maybe a task held here
+        ("POST", {"mcp-method": "tasks/update"}, True),
+        ("POST", {"mcp-method": "tasks/cancel"}, True),
+        ("POST", {"mcp-method": "tasks/list"}, False),
         ("POST", {"mcp-method": "Tools/Call"}, False),  # the method is case-sensitive
         ("POST", {"mcp-name": "tools/call"}, False),
         ("POST", {}, False),  # initialize and the rest: new work
