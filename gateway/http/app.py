@@ -118,7 +118,7 @@ def create_app(
             registry=metrics.registry,
         ).labels(routing.me.url, routing.me.boot, label_value(routing.label or "")).set(1)
     if metrics is not None:
-        metrics.registry.register(StateKeyMetrics(keys))
+        metrics.register(StateKeyMetrics(keys), "state_keys")
     protected: dict[str, OAuthPolicy | None] = {f"/servers/{r.server.name}/mcp": r.server.oauth for r in routers}
     if len(routers) == 1:
         protected["/mcp"] = routers[0].server.oauth

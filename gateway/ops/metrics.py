@@ -22,12 +22,25 @@ lists every metric with its type, labels and label values; this is the short for
 | ``mcp_gateway_server_state`` (1 for its state, else 0) | gauge | server, state |
 | ``mcp_gateway_build_info`` (1) | gauge | version, python |
 | ``mcp_gateway_state_key`` (1 per key of the state keyring) | gauge | fingerprint, position |
+| ``mcp_gateway_scrape_failures_total`` | counter | part, server |
 | ``process_*``, ``python_*`` | prometheus_client's | theirs |
 
 **Counters never fall.** A server's child counters include the pools it has dropped
 (``Router.tallies``: a pool's tally is kept by pool kind once it has ended), so none falls when
 an idle principal's or session's pool goes; a child's CPU time is the highest its process group
 was read at (``gateway.stdio.usage``), kept when it exits.
+
+**A fault in one part of the page costs that part only.** Each collector of the gateway's own
+(requests, log drops, state keys), the one read of the children's usage, and each server's
+series (its pools, children, sessions, state and usage) are collected in a failure domain of
+their own (``ScrapeFailures``): a part that raises is left out of that
+scrape, counted in ``mcp_gateway_scrape_failures_total{part, server}``, and logged with its
+traceback the first time (an ERROR; later ones are only counted, so a scrape every 15 s does
+not fill the log). The rest of the page, and every other server's series, are served as
+always; a server's series are all left out together (never half of them). Before, one fault
+anywhere failed the whole page with a 500 (a stalled child's state once did), leaving an
+operator blind to every server exactly when one misbehaved. Alert on
+``increase(mcp_gateway_scrape_failures_total[10m]) > 0``.
 
 **Label values are bounded and have no spaces.** Every one comes from a fixed set or from the
 configuration (server names; the state keys' fingerprints, at most
@@ -43,13 +56,16 @@ the answer); ``reason`` is ``code_N``, a signal's name, ``start_failure`` or ``g
 
 from __future__ import annotations
 
+import logging
 import math
 import platform
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from itertools import accumulate
-from typing import Final
+from typing import Final, NamedTuple, TypeVar
 
 import prometheus_client.metrics
 from prometheus_client import CollectorRegistry, GCCollector, Info, PlatformCollector, ProcessCollector
@@ -72,6 +88,9 @@ from gateway.stdio import usage
 from gateway.stdio.member import CHILD_STATES, member_state
 from gateway.stdio.pool import Pool
 from gateway.stdio.tally import START_BUCKETS
+
+log = logging.getLogger("gateway.metrics")
+_T = TypeVar("_T")
 
 LATENCY_LABELS: Final = ("server", "method", "era")
 LATENCY_BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -123,10 +142,12 @@ class GatewayMetrics:
         """``sessions(server)``: that server's legacy sessions (None: none yet, the service is not
         open); ``version``: the gateway's (``mcp_gateway_build_info``)."""
         self.registry = CollectorRegistry(auto_describe=True)
+        self.failures = ScrapeFailures()
         self.requests = RequestMetrics()
-        self.registry.register(self.requests)
-        self.registry.register(_PoolCollector(routers, sessions))
-        self.registry.register(LogDropMetrics())
+        self.register(self.requests, "requests")
+        self.registry.register(_PoolCollector(routers, sessions, self.failures))  # contained per server
+        self.register(LogDropMetrics(), "log_drops")
+        self.registry.register(self.failures)
         # The default registry's collectors, on this app's own registry: process_* (CPU, memory,
         # open files, start time of this process) and python_* (the interpreter, its collector).
         ProcessCollector(registry=self.registry)
@@ -137,6 +158,11 @@ class GatewayMetrics:
         self.observe: Final = self.requests.observe
         """A request answered: ``RequestMetrics.observe`` itself (one call frame, not two, a request)."""
 
+    def register(self, collector: Collector, part: str) -> None:
+        """``collector`` on this registry, in a failure domain of its own (``part``: its name
+        in ``mcp_gateway_scrape_failures_total``; module docstring)."""
+        self.registry.register(_Contained(collector, part, self.failures))
+
     def enter(self, server: str) -> None:
         """A request to ``server`` (a configured name) began: one more in flight."""
         in_flight = self.requests.in_flight
@@ -144,6 +170,60 @@ class GatewayMetrics:
 
     def leave(self, server: str) -> None:
         self.requests.in_flight[server] -= 1
+
+
+class ScrapeFailures(Collector):
+    """The failure domains of a scrape (module docstring): ``attempt`` runs one part's
+    collection; a fault in it is counted by part and server (labels from the code and the
+    configuration only) and logged the first time each. Serves
+    ``mcp_gateway_scrape_failures_total``."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def expect(self, part: str, server: str = "") -> None:
+        """Serve ``part``'s count from 0: a series that first appears at 1 would hide its first
+        failure from ``increase()``."""
+        self.counts[(part, server)] += 0
+
+    def attempt(self, part: str, server: str, collect: Callable[[], _T]) -> _T | None:
+        """What ``collect`` returns, or None when it raises (counted, and logged once)."""
+        try:
+            return collect()
+        except Exception as exc:
+            key = (part, server)
+            if not self.counts[key]:
+                where = f"the series of server {server}" if server else f"the {part} metrics"
+                log.error(
+                    "/metrics: collecting %s failed: %r; left out of this scrape (and counted in "
+                    "mcp_gateway_scrape_failures_total, not logged again); the rest of the page is served",
+                    where,
+                    exc,
+                    exc_info=exc,
+                )
+            self.counts[key] += 1
+            return None
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "mcp_gateway_scrape_failures",
+            "Parts of /metrics left out of a scrape because collecting them failed, by part and server",
+            labels=["part", "server"],
+        )
+        for (part, server), count in list(self.counts.items()):
+            family.add_metric([part, server], count)
+        yield family
+
+
+class _Contained(Collector):
+    """A collector whose families are left out of a scrape when collecting them fails (``ScrapeFailures``)."""
+
+    def __init__(self, inner: Collector, part: str, failures: ScrapeFailures) -> None:
+        self.inner, self.part, self.failures = inner, part, failures
+        failures.expect(part)
+
+    def collect(self) -> Iterable[Metric]:
+        return self.failures.attempt(self.part, "", lambda: list(self.inner.collect())) or []
 
 
 class LogDropMetrics(Collector):
@@ -273,96 +353,150 @@ def label_value(text: str) -> str:
     return text.replace(" ", "_")
 
 
+class _Families(NamedTuple):
+    """The pool collector's families, each server's samples added to them."""
+
+    children: GaugeMetricFamily
+    waiting: GaugeMetricFamily
+    spawns: CounterMetricFamily
+    restarts: CounterMetricFamily
+    exits: CounterMetricFamily
+    starts: HistogramMetricFamily
+    counters: dict[str, CounterMetricFamily]
+    sessions: GaugeMetricFamily
+    streams: GaugeMetricFamily
+    server_states: GaugeMetricFamily
+    resident: GaugeMetricFamily
+    cpu: CounterMetricFamily
+
+
 class _PoolCollector(Collector):
-    def __init__(self, routers: Sequence[Router], sessions: Callable[[str], SessionStore | None]) -> None:
+    def __init__(
+        self, routers: Sequence[Router], sessions: Callable[[str], SessionStore | None], failures: ScrapeFailures
+    ) -> None:
         self.routers = routers
         self.sessions = sessions
+        self.failures = failures
+        for router in routers:
+            failures.expect("server", router.server.name)
+        if usage.READABLE:
+            failures.expect("children_usage")
 
     def collect(self) -> Iterator[Metric]:
         labels = ["server", "pool"]
-        children = GaugeMetricFamily("mcp_gateway_children", "Children by state", labels=[*labels, "state"])
-        waiting = GaugeMetricFamily("mcp_gateway_queue_waiting", "Requests waiting for a free child", labels=labels)
-        spawns = CounterMetricFamily("mcp_gateway_child_spawns", "Children started", labels=labels)
-        restarts = CounterMetricFamily("mcp_gateway_child_restarts", "Children restarted after an exit", labels=labels)
-        exits = CounterMetricFamily("mcp_gateway_child_exits", "Child exits by reason", labels=[*labels, "reason"])
-        starts = HistogramMetricFamily(
-            "mcp_gateway_child_start_seconds", "Cold starts: spawn to handshake done", labels=labels
+        families = _Families(
+            children=GaugeMetricFamily("mcp_gateway_children", "Children by state", labels=[*labels, "state"]),
+            waiting=GaugeMetricFamily("mcp_gateway_queue_waiting", "Requests waiting for a free child", labels=labels),
+            spawns=CounterMetricFamily("mcp_gateway_child_spawns", "Children started", labels=labels),
+            restarts=CounterMetricFamily(
+                "mcp_gateway_child_restarts", "Children restarted after an exit", labels=labels
+            ),
+            exits=CounterMetricFamily("mcp_gateway_child_exits", "Child exits by reason", labels=[*labels, "reason"]),
+            starts=HistogramMetricFamily(
+                "mcp_gateway_child_start_seconds", "Cold starts: spawn to handshake done", labels=labels
+            ),
+            counters={
+                key: CounterMetricFamily(name, doc, labels=labels) for key, (name, doc) in _CHILD_COUNTERS.items()
+            },
+            sessions=GaugeMetricFamily("mcp_gateway_sessions", "Open legacy sessions", labels=["server"]),
+            streams=GaugeMetricFamily("mcp_gateway_session_streams", "Open legacy GET streams", labels=["server"]),
+            server_states=GaugeMetricFamily(
+                "mcp_gateway_server_state",
+                "1 for the state each server is in (ready, starting, failing), 0 for the others",
+                labels=["server", "state"],
+            ),
+            resident=GaugeMetricFamily(
+                "mcp_gateway_children_resident_bytes",
+                "Resident memory of the server's live children (each child's process group)",
+                labels=["server"],
+            ),
+            cpu=CounterMetricFamily(
+                "mcp_gateway_children_cpu_seconds",
+                "CPU time of the server's children (each child's process group), exited children included",
+                labels=["server"],
+            ),
         )
-        counters = {key: CounterMetricFamily(name, doc, labels=labels) for key, (name, doc) in _CHILD_COUNTERS.items()}
-        sessions = GaugeMetricFamily("mcp_gateway_sessions", "Open legacy sessions", labels=["server"])
-        streams = GaugeMetricFamily("mcp_gateway_session_streams", "Open legacy GET streams", labels=["server"])
-        server_states = GaugeMetricFamily(
-            "mcp_gateway_server_state",
-            "1 for the state each server is in (ready, starting, failing), 0 for the others",
-            labels=["server", "state"],
-        )
-        usage_families = self._children_usage() if usage.READABLE else ()
+        # The children's usage: one pass over /proc for every server (None: not on this system,
+        # or the read failed, which leaves out the usage families alone).
+        groups = self.failures.attempt("children_usage", "", self._read_usage) if usage.READABLE else None
         for router in self.routers:
-            name = router.server.name
-            current = router.state()
-            for server_state in ServerState:
-                server_states.add_metric([name, server_state.value], 1 if server_state is current else 0)
-            store = self.sessions(name)
-            if store is not None:
-                sessions.add_metric([name], len(store))
-                streams.add_metric([name], store.open_streams())
-            # Pools are aggregated by kind (shared, principal, session): a label per principal,
-            # session or credential would put identities on an unauthenticated endpoint and
-            # grow without bound.
-            by_kind: dict[str, list[Pool]] = {}
-            for pool_key, pool in list(router.pools.items()):
-                by_kind.setdefault(pool_key.kind, []).append(pool)
-            for kind, pools in by_kind.items():
-                states = dict.fromkeys(CHILD_STATES, 0)
-                for pool in pools:
-                    for member in pool.members:
-                        states[member_state(member)] += 1
-                for state, count in states.items():
-                    children.add_metric([name, kind, state], count)
-                waiting.add_metric([name, kind], sum(pool.dispatch.waiting for pool in pools))
-            # Counters: the pools gone count too, so none falls when an idle pool is dropped.
-            for kind, tally in router.tallies().items():
-                key = [name, kind]
-                spawns.add_metric(key, tally.spawns)
-                restarts.add_metric(key, tally.restarts)
-                for reason, count in tally.exits.items():
-                    exits.add_metric([*key, label_value(reason)], count)
-                buckets = [(le, count) for le, (_, count) in zip(_START_LES, tally.starts.buckets(), strict=True)]
-                starts.add_metric(key, buckets, tally.starts.sum)
-                for counter_key, family in counters.items():
-                    family.add_metric(key, tally.children.get(counter_key, 0))
-        yield from (children, waiting, spawns, restarts, exits, starts, *counters.values(), sessions, streams)
-        yield server_states
-        yield from usage_families
+            # Each server's samples are worked out first and added only when all of them were:
+            # a fault leaves out that server's series, whole, and no other server's.
+            for add in (
+                self.failures.attempt("server", router.server.name, partial(self._samples, router, families, groups))
+                or ()
+            ):
+                add()
+        f = families
+        yield from (f.children, f.waiting, f.spawns, f.restarts, f.exits, f.starts, *f.counters.values())
+        yield from (f.sessions, f.streams, f.server_states)
+        if groups is not None:
+            yield from (f.resident, f.cpu)
 
-    def _children_usage(self) -> tuple[Metric, Metric]:
-        """Resident memory and CPU time of every server's children, their process groups summed
-        (``gateway.stdio.usage``; one pass over ``/proc``). Each live child keeps its highest CPU
-        reading, which its pool keeps when it exits: the CPU counter never falls."""
-        resident = GaugeMetricFamily(
-            "mcp_gateway_children_resident_bytes",
-            "Resident memory of the server's live children (each child's process group)",
-            labels=["server"],
-        )
-        cpu = CounterMetricFamily(
-            "mcp_gateway_children_cpu_seconds",
-            "CPU time of the server's children (each child's process group), exited children included",
-            labels=["server"],
-        )
-        live = {
-            router.server.name: [m.child for pool in router.live_pools() for m in pool.members if m.child is not None]
-            for router in self.routers
+    def _read_usage(self) -> dict[int, usage.GroupUsage]:
+        """Every live child's process group's usage (``gateway.stdio.usage``), by the child's pid."""
+        pids = {
+            m.child.pid for r in self.routers for pool in r.live_pools() for m in pool.members if m.child is not None
         }
-        groups = usage.read_groups({child.pid for children in live.values() for child in children})
-        for router in self.routers:
-            name = router.server.name
-            rss = 0
-            for child in live[name]:
-                group = groups.get(child.pid)
-                if group is not None:
+        return usage.read_groups(pids)
+
+    def _samples(
+        self, router: Router, f: _Families, groups: Mapping[int, usage.GroupUsage] | None
+    ) -> list[Callable[[], None]]:
+        """One server's samples, each to be added to its family (``groups``: the children's
+        usage, when read)."""
+        samples: list[Callable[[], None]] = []
+        add = samples.append
+        name = router.server.name
+        if groups is not None:
+            add(partial(f.resident.add_metric, [name], self._usage(router, groups)))
+            cpu_us = sum(tally.children.get("cpu_us", 0) for tally in router.tallies().values())
+            add(partial(f.cpu.add_metric, [name], cpu_us / 1_000_000))
+        current = router.state()
+        for server_state in ServerState:
+            add(partial(f.server_states.add_metric, [name, server_state.value], 1 if server_state is current else 0))
+        store = self.sessions(name)
+        if store is not None:
+            add(partial(f.sessions.add_metric, [name], len(store)))
+            add(partial(f.streams.add_metric, [name], store.open_streams()))
+        # Pools are aggregated by kind (shared, principal, session): a label per principal,
+        # session or credential would put identities on an unauthenticated endpoint and
+        # grow without bound.
+        by_kind: dict[str, list[Pool]] = {}
+        for pool_key, pool in list(router.pools.items()):
+            by_kind.setdefault(pool_key.kind, []).append(pool)
+        for kind, pools in by_kind.items():
+            states = dict.fromkeys(CHILD_STATES, 0)
+            for pool in pools:
+                for member in pool.members:
+                    states[member_state(member)] += 1
+            for state, count in states.items():
+                add(partial(f.children.add_metric, [name, kind, state], count))
+            add(partial(f.waiting.add_metric, [name, kind], sum(pool.dispatch.waiting for pool in pools)))
+        # Counters: the pools gone count too, so none falls when an idle pool is dropped.
+        for kind, tally in router.tallies().items():
+            key = [name, kind]
+            add(partial(f.spawns.add_metric, key, tally.spawns))
+            add(partial(f.restarts.add_metric, key, tally.restarts))
+            for reason, count in tally.exits.items():
+                add(partial(f.exits.add_metric, [*key, label_value(reason)], count))
+            buckets = [(le, count) for le, (_, count) in zip(_START_LES, tally.starts.buckets(), strict=True)]
+            add(partial(f.starts.add_metric, key, buckets, tally.starts.sum))
+            for counter_key, family in f.counters.items():
+                add(partial(family.add_metric, key, tally.children.get(counter_key, 0)))
+        return samples
+
+    @staticmethod
+    def _usage(router: Router, groups: Mapping[int, usage.GroupUsage]) -> int:
+        """Resident bytes of ``router``'s live children, their process groups summed. Each live
+        child keeps its highest CPU reading, which its pool keeps when it exits: the CPU counter
+        never falls."""
+        rss = 0
+        for pool in router.live_pools():
+            for member in pool.members:
+                child = member.child
+                group = groups.get(child.pid) if child is not None else None
+                if child is not None and group is not None:
                     child.note_cpu(group.cpu_seconds)
                     rss += group.rss_bytes
-            resident.add_metric([name], rss)
-            cpu_us = sum(tally.children.get("cpu_us", 0) for tally in router.tallies().values())
-            cpu.add_metric([name], cpu_us / 1_000_000)
-        return resident, cpu
+        return rss

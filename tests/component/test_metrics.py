@@ -14,13 +14,16 @@ from prometheus_client.samples import Sample
 
 from gateway import __version__
 from gateway.http.edge_settings import MAX_BODY_BYTES
+from gateway.ops.metrics import RequestMetrics
 from gateway.relay.owner import OwnerRouting
-from gateway.relay.server_config import DualEra, Isolation
+from gateway.relay.router import Router
+from gateway.relay.server_config import DualEra, Isolation, ServerConfig
 from gateway.relay.statekeys import StateKeys
 from tests import operations_doc
 from tests.component.fakechild import fake_backend
-from tests.component.harness import Gateway, in_process_gateway, legacy_call
+from tests.component.harness import FAKE_SPEC, Gateway, in_process_gateway, in_process_servers, legacy_call
 from tests.gateway_server import modern_call, modern_headers, open_legacy_session
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -172,3 +175,72 @@ async def test_the_operations_page_lists_every_metric_served_with_its_type_and_l
     assert sorted(set(listed) - set(on_the_page)) == [], "in docs/operations.md, not served"
     wrong = {name: (listed[name], found) for name, found in on_the_page.items() if listed[name] != found}
     assert wrong == {}, "docs/operations.md says (type, labels), /metrics serves"
+
+
+SERVER_PART = {
+    f"mcp_gateway_{name}"
+    for name in (
+        "children", "queue_waiting", "child_spawns_total", "child_restarts_total", "child_start_seconds_count",
+        "sessions", "session_streams", "server_state", "children_resident_bytes", "children_cpu_seconds_total",
+    )
+}  # fmt: skip
+"""Series of one server's part of the page (a sample of each)."""
+
+
+async def test_a_fault_collecting_one_servers_series_leaves_out_that_server_only_and_is_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fault reading one server's pools (here its tallies) is contained: the page answers 200
+    with the other server's series and every other part; the faulty server's series are left out
+    whole (none of them, not half), the failure is counted by part and server, and logged once
+    with its traceback, not at every scrape. A fault in another collector (the request counts)
+    leaves out that part only. Before, any such fault failed the whole page with a 500."""
+    with anyio.fail_after(BOUND), recording("gateway.metrics") as records:
+        async with (
+            fake_backend() as good_backend,
+            fake_backend() as bad_backend,
+            in_process_servers(
+                [
+                    Router(ServerConfig("good", FAKE_SPEC), backend=good_backend),
+                    Router(ServerConfig("bad", FAKE_SPEC), backend=bad_backend),
+                ]
+            ) as gw,
+        ):
+            call = modern_call(1, "echo", {"message": "x"})
+            for server in ("good", "bad"):
+                await gw.http.post(f"/servers/{server}/mcp", headers=modern_headers("tools/call", "echo"), json=call)
+            healthy = await scrape(gw)
+            [bad] = [router for router in gw.app.state.routers if router.server.name == "bad"]
+
+            def broken_tallies() -> None:
+                raise RuntimeError("a bug in the bad server's tallies")
+
+            monkeypatch.setattr(bad, "tallies", broken_tallies)
+            first, second = await scrape(gw), await scrape(gw)
+
+            def broken_collect(self: RequestMetrics) -> None:
+                raise RuntimeError("a bug in the request counts")
+
+            monkeypatch.setattr(RequestMetrics, "collect", broken_collect)
+            third = await scrape(gw)
+    assert value(healthy, "mcp_gateway_scrape_failures_total") == 0
+    assert value(healthy, "mcp_gateway_scrape_failures_total", part="server", server="bad") == 0  # served from 0
+    assert value(healthy, "mcp_gateway_server_state", server="bad", state="ready") == 1
+    for text in (first, second, third):
+        assert value(text, "mcp_gateway_server_state", server="good", state="ready") == 1
+        assert value(text, "mcp_gateway_child_spawns_total", server="good") >= 1
+        assert not [s for s in samples(text) if s.labels.get("server") == "bad" and s.name in SERVER_PART]
+        good_usage = [s for s in samples(text) if s.name in SERVER_PART and s.labels.get("server") == "good"]
+        assert {s.name for s in good_usage} == SERVER_PART  # every one of the good server's series
+        assert value(text, "process_cpu_seconds_total") > 0
+    assert value(first, "mcp_gateway_scrape_failures_total", part="server", server="bad") == 1
+    assert value(second, "mcp_gateway_scrape_failures_total", part="server", server="bad") == 2
+    assert value(second, "mcp_gateway_requests_total", server="good") >= 1
+    assert value(third, "mcp_gateway_requests_total") == 0  # that part is left out
+    assert value(third, "mcp_gateway_scrape_failures_total", part="requests", server="") == 1
+    logged = records.matching(lambda r: r.levelname == "ERROR")
+    assert [r.getMessage().split(":")[1].strip() for r in logged] == [
+        "collecting the series of server bad failed",
+        "collecting the requests metrics failed",
+    ]
+    assert all(r.exc_info for r in logged)
