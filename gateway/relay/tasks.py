@@ -39,8 +39,10 @@ states and wire shapes); this module runs them:
 - **The drain** (``drain``: ``gateway.http.drain.Drain``) waits for the gateway's own tasks
   within its budget: a running task counts as work in flight, and one that ends while the
   gateway drains counts on until its client has read the outcome (a ``tasks/get`` of the ended
-  task), cancelled it, or it is dropped. A task that ended before the drain is not waited for
-  (nobody may come for it). A child's own task (pass-through) is the child's: not counted.
+  task) or cancelled it, at most ``DRAIN_READ_GRACE`` seconds (a client that polls comes within
+  its poll interval; an abandoned task must not hold the drain to its budget). A task that
+  ended before the drain is not waited for (nobody may come for it). A child's own task
+  (pass-through) is the child's: not counted.
 """
 
 from __future__ import annotations
@@ -91,6 +93,9 @@ SYNCHRONOUS_NOTES_BURST: Final = 5
 its bounds (a soak's made 425 in 40 s) would otherwise fill the log, and its queue
 (``MAX_LOG_QUEUE_LINES``), with one line each, crowding out everyone else's."""
 _monotonic = time.monotonic  # the notes' clock (a test stops it)
+DRAIN_READ_GRACE: Final = 5.0
+"""Seconds a drain waits, at most, for the client of a task that ended during the drain to read
+its outcome: five of the poll intervals the gateway suggests (``rules.POLL_INTERVAL_MS``)."""
 
 
 @dataclass
@@ -468,10 +473,20 @@ class TaskStore:
             self._shed(task.principal)
         self.outcomes.shed()
         self.touch(task)
+        run = self._runs.get(task.task_id)
+        if run is None or run.release is None:
+            return
         if self._drain is None or not self._drain.draining:
-            run = self._runs.get(task.task_id)
-            if run is not None:
-                run.let_go()  # ended before a drain: nothing waits for its outcome to be read
+            run.let_go()  # ended before a drain: nothing waits for its outcome to be read
+        else:
+            self.task_group.start_soon(self._read_grace, run)
+
+    @staticmethod
+    async def _read_grace(run: _Run) -> None:
+        """A task ended during the drain: the drain waits for its client to read it at most
+        ``DRAIN_READ_GRACE`` seconds (read at call time: a test lengthens it)."""
+        await anyio.sleep(DRAIN_READ_GRACE)
+        run.let_go()
 
     def _shed(self, principal: str) -> None:
         """Drop this principal's oldest ended tasks until its kept bytes fit (rule: nobody else's)."""

@@ -23,6 +23,7 @@ from gateway.http.auth import TokenStore
 from gateway.http.drain import Drain
 from gateway.protocol import tasks as rules
 from gateway.protocol.jsonrpc import HEADER_MISMATCH, INVALID_PARAMS, MISSING_CLIENT_CAPABILITY
+from gateway.relay import tasks as task_store
 from gateway.relay.router import Router
 from gateway.relay.server_config import ServerConfig
 from gateway.relay.tasks import TaskStore
@@ -175,13 +176,14 @@ async def test_concurrent_clients_get_tasks_that_poll_to_completed_with_the_resu
 
 @pytest.mark.parametrize("era", sorted(CHILDREN))
 async def test_a_drain_waits_for_running_tasks_and_lets_their_clients_read_and_cancel_them(
-    era: str, tmp_path: Path
+    era: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three clients' tasks when the drain begins: Ada's ended before it and was never read
     (nothing waits for it), Bob's and Cy's run. Their ``tasks/*`` are let in (a new call and an
     unknown task id get the drain's 503); the drain waits for Bob's task until he has read its
     outcome, and for Cy's until he cancels it. Before, the drain did not wait for tasks at all,
     and every ``tasks/*`` got 503, also from a replica forwarding it to this one, the owner."""
+    monkeypatch.setattr(task_store, "DRAIN_READ_GRACE", 3600.0)  # Bob reads his outcome well within it
     gates = [str(tmp_path / f"g{n}") for n in range(3)]
     await anyio.Path(gates[0]).touch()  # Ada's task passes its gate at once
     drain = Drain()
@@ -217,6 +219,25 @@ async def test_a_drain_waits_for_running_tasks_and_lets_their_clients_read_and_c
     assert completed["status"] == rules.COMPLETED
     assert completed["result"]["structuredContent"]["gate"] == gates[1]
     assert cancelled.json()["result"] == {"resultType": "complete"}
+
+
+async def test_a_task_that_ends_during_the_drain_and_is_never_read_holds_it_only_for_the_read_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An abandoned task (its client never polls again) that ends while the gateway drains is
+    waited for ``DRAIN_READ_GRACE`` at most, not to the drain's budget."""
+    monkeypatch.setattr(task_store, "DRAIN_READ_GRACE", 0.0)
+    gate = str(tmp_path / "gate")
+    drain = Drain()
+    with anyio.fail_after(WAIT):
+        async with gateway(CHILDREN["dual"](), drain=drain) as gw:
+            task_id = created(await gw.call("wait_gate", {"gate": gate}))["taskId"]
+            await gw.until(task_id, lambda status: status is not None)
+            drain.begin()
+            assert drain.in_flight == 1
+            await anyio.Path(gate).touch()
+            assert await drain.wait_idle(WAIT)  # with no read: let go after the grace
+    assert gw.store.status(task_id) == rules.COMPLETED
 
 
 async def test_a_tool_error_is_completed_with_is_error_and_a_protocol_error_or_a_crash_is_failed() -> None:
