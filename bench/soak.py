@@ -30,6 +30,12 @@ gateway with SIGTERM while calls are in flight, and reports:
   one that never answers its handshake; one that ignores SIGTERM and stdin's end. /readyz,
   /healthz and /metrics must answer 200 throughout.
 
+- ``rolling``: two replicas with owner routing, each request sent to either (a balancer
+  without affinity): modern echo and dialog (MRTR) clients, legacy sessions, Tasks; every few
+  seconds one replica leaves the balancer, drains on SIGTERM (exit status 0) and starts again
+  at its address (a rolling update). Sessions and parked calls of a replica that went are
+  lost with a clear error; nothing may cross, go missing, or be cut.
+
 ``--gateway-arg`` adds an option to every scenario's gateway (``--gateway-arg=--workers
 --gateway-arg=2`` runs them all on two workers).
 
@@ -55,6 +61,7 @@ import os
 import random
 import select
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -82,6 +89,10 @@ EXIT_GRACE = 2.0
 """Seconds a process seen below the gateway gets to exit after the gateway has exited."""
 END_GRACE = 60.0
 """Seconds the workers get to finish after the end (and the gateway to drain) before they are stuck."""
+PRE_STOP = 0.5
+"""``rolling``: seconds between a replica's leaving the balancer and its SIGTERM (a preStop hook's)."""
+ROLL_STOP_WAIT = 30.0
+"""``rolling``: seconds a replica gets to drain and exit after SIGTERM (its drain budget is 20)."""
 
 
 def meta(capabilities: dict[str, Any] | None = None, **more: Any) -> dict[str, Any]:
@@ -114,10 +125,37 @@ class Soak:
         self.problems: list[str] = []
         self.tokens: dict[str, str] = {}
         self.stop = asyncio.Event()
-        self.url = self.base = ""
+        self._base = ""
         self.port = 0
         self.http: httpx.AsyncClient | None = None
         self.sealed = False  # the gateway has read its tokens: no principal can be added
+        self.routed: list[str] = []  # ``rolling``: the replicas a balancer sends new requests to
+        self.task_server = "good"  # the server ``task_client`` calls
+
+    @property
+    def base(self) -> str:
+        """The gateway's base URL; with replicas, one that takes new requests, picked per
+        request as a balancer without affinity would."""
+        return random.choice(self.routed) if self.routed else self._base
+
+    @property
+    def url(self) -> str:
+        return f"{self.base}/mcp"
+
+    async def post(self, url: str, **kwargs: Any) -> httpx.Response:
+        """``POST url``; with replicas, a connection refused (a replica between its stop and its
+        restart) is sent to another, as a balancer does (nothing of it reached the gateway)."""
+        assert self.http is not None
+        for _ in range(5):
+            try:
+                return await self.http.post(url, **kwargs)
+            except httpx.ConnectError:
+                if not self.routed:
+                    raise
+                self.counts["connection refused: sent to another replica"] += 1
+                old = url.split("/", 3)
+                url = f"{self.base}/{old[3]}" if len(old) > 3 else self.base
+        return await self.http.post(url, **kwargs)
 
     def problem(self, text: str) -> None:
         self.problems.append(text)
@@ -149,7 +187,7 @@ class Soak:
         assert self.http is not None
         params: dict[str, Any] = {"name": tool, "arguments": arguments, "_meta": meta(), **more}
         body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
-        reply = await self.http.post(url, headers=self.headers(who, name=tool), json=body)
+        reply = await self.post(url, headers=self.headers(who, name=tool), json=body)
         if reply.status_code >= 500 and reply.status_code != 503:
             self.problem(f"{who}: {tool} answered {reply.status_code}: {reply.text[:200]}")
         return reply, self.final(messages(reply), request_id, f"{who} ({reply.status_code} {reply.text[:120]!r})")
@@ -159,7 +197,7 @@ class Soak:
         assert self.http is not None
         params = {"taskId": task_id, "_meta": meta({"extensions": {TASKS: {}}})}
         body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-        return messages(await self.http.post(url, headers=self.headers(who, method, task_id), json=body))[-1]
+        return messages(await self.post(url, headers=self.headers(who, method, task_id), json=body))[-1]
 
     async def legacy_session(self, url: str, who: str, capabilities: dict[str, Any]) -> dict[str, str] | None:
         """A 2025-11-25 session of principal ``who``: its requests' headers
@@ -168,21 +206,22 @@ class Soak:
         auth = {"authorization": f"Bearer {self.token(who)}"}
         params = {"protocolVersion": LEGACY, "capabilities": capabilities, "clientInfo": {"name": who, "version": "1"}}
         initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
-        reply = await self.http.post(url, headers={**legacy_headers(None), **auth}, json=initialize)
+        reply = await self.post(url, headers={**legacy_headers(None), **auth}, json=initialize)
         if reply.status_code != 200:
-            self.counts[f"{who}: initialize {reply.status_code}"] += 1
+            self.counts[f"{who}: initialize {reply.status_code} {reply.text[:100]}"] += 1
             return None
         headers = {**legacy_headers(reply.headers["mcp-session-id"]), **auth}
-        await self.http.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        await self.post(url, headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"})
         return headers
 
     async def sessions(
-        self, url: str, who: str, capabilities: dict[str, Any], *, retry_after: float = 0.3
+        self, url: str | None, who: str, capabilities: dict[str, Any], *, retry_after: float = 0.3
     ) -> AsyncIterator[dict[str, str]]:
-        """Legacy sessions of ``who`` (``legacy_session``), one after another until the end;
+        """Legacy sessions of ``who`` (``legacy_session``) at ``url`` (None: any replica, picked
+        for each ``initialize``), one after another until the end;
         ``initialize`` again ``retry_after`` seconds after a refusal."""
         while not self.stop.is_set():
-            headers = await self.legacy_session(url, who, capabilities)
+            headers = await self.legacy_session(url or self.url, who, capabilities)
             if headers is None:
                 await asyncio.sleep(retry_after)
                 continue
@@ -194,7 +233,12 @@ class Soak:
         workers: list[tuple[Callable[[Soak, int], Awaitable[None]], int]],
         *,
         allowed_errors: tuple[str, ...] = (),
+        replicas: int = 1,
+        roll_every: float = 0.0,
     ) -> None:
+        """The gateway (``replicas`` of them, with owner routing, the clients sending each request
+        to any: ``base``), ``workers`` against it for ``seconds``, then SIGTERM and the checks.
+        ``roll_every``: a replica is drained and started again (a rolling update) this often."""
         tokens = self.log_dir / f"{self.name}-tokens"
         for fn, count in workers:  # every kind of client its own principal
             self.token(fn.__name__)
@@ -202,24 +246,30 @@ class Soak:
                 self.token(f"{fn.__name__}{n}")
         tokens.write_text("".join(f"{who}:{token}\n" for who, token in self.tokens.items()))
         self.sealed = True
-        self.port = procs.free_port()
-        command = [
-            sys.executable,
-            "-m",
-            "gateway",
-            "--port",
-            str(self.port),
-            "--auth-token-file",
-            str(tokens),
-            *self.extra,
-            *argv,
-        ]
-        gateway = procs.Service(f"soak-{self.name}", command, self.port, self.log_dir)
-        gateway.start()
-        gateway.wait_ready()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.url = f"{self.base}/mcp"
-        children: dict[int, str] = {}  # every process seen below the gateway: its command line
+        secret = self.log_dir / f"{self.name}-state-secret"
+        secret.write_text(os.urandom(32).hex() + "\n")
+        ports: list[int] = []
+        while len(ports) < replicas:
+            if (port := procs.free_port()) not in ports:
+                ports.append(port)
+        self.port = ports[0]
+
+        def gateway(port: int, generation: int = 0) -> procs.Service:
+            routing = ["--advertise-url", f"http://127.0.0.1:{port}", "--state-secret-file", str(secret)]
+            command = [sys.executable, "-m", "gateway", "--port", str(port), "--auth-token-file", str(tokens)]
+            command += [*(routing if replicas > 1 else ()), *self.extra, *argv]
+            name = f"soak-{self.name}" if replicas == 1 else f"soak-{self.name}-{port}-{generation}"
+            return procs.Service(name, command, port, self.log_dir)
+
+        live = [gateway(port) for port in ports]
+        every = list(live)  # each process ever started: its exit status, log and children are checked
+        for service in live:
+            service.start()
+        for service in live:
+            service.wait_ready()
+        self._base = f"http://127.0.0.1:{self.port}"
+        self.routed = [f"http://127.0.0.1:{port}" for port in ports] if replicas > 1 else []
+        children: dict[int, str] = {}  # every process seen below a gateway: its command line
         async with httpx.AsyncClient(timeout=90, limits=httpx.Limits(max_connections=200)) as self.http:
 
             async def worker(fn: Callable[[Soak, int], Awaitable[None]], n: int) -> None:
@@ -232,26 +282,78 @@ class Soak:
                         self.problem(f"{fn.__name__}{n}: {type(exc).__name__}: {exc}")
 
             tasks = [asyncio.create_task(worker(fn, n)) for fn, count in workers for n in range(count)]
+            roller = asyncio.create_task(self._roll(live, every, gateway, roll_every, children)) if roll_every else None
             deadline = time.monotonic() + self.seconds
             while time.monotonic() < deadline:
-                children.update(_commands(procs.descendants(gateway.pid), children))
+                for service in live:
+                    children.update(_commands(procs.descendants(service.pid), children))
                 await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
             self.stop.set()
-            children.update(_commands(procs.descendants(gateway.pid), children))
-            gateway.proc.send_signal(signal.SIGTERM) if gateway.proc is not None else None  # drain, calls in flight
+            if roller is not None:
+                await roller  # its replica back, or its problem noted
+            for service in live:
+                children.update(_commands(procs.descendants(service.pid), children))
+                if service.proc is not None:
+                    service.proc.send_signal(signal.SIGTERM)  # drain, calls in flight
             _, stuck = await asyncio.wait(tasks, timeout=END_GRACE)
             if stuck:
                 self.problem(f"{len(stuck)} client(s) stuck {END_GRACE:g} s after the end")
                 for task in stuck:
                     task.cancel()
-        gateway.stop()
-        code = gateway.proc.returncode if gateway.proc is not None else None
-        if code != 0:  # SIGTERM, perhaps a second one (``stop``): a drain, then exit code 0
-            self.problem(f"the gateway's exit status was {code}, not 0")
+        for service in live:
+            service.stop()
+        for service in every:
+            code = service.proc.returncode if service.proc is not None else None
+            if code != 0:  # SIGTERM, perhaps a second one (``stop``): a drain, then exit code 0
+                self.problem(f"{service.name}: the gateway's exit status was {code}, not 0")
         left = [f"{pid} ({command})" for pid, command in sorted(children.items()) if _outlives(pid, EXIT_GRACE)]
         if left:
             self.problem(f"processes left running after the gateway stopped: {left}")
-        lines = gateway.log_path.read_text(errors="replace").splitlines()
+        for service in every:
+            self._check_log(service, allowed_errors)
+
+    async def _roll(
+        self,
+        live: list[procs.Service],
+        every: list[procs.Service],
+        gateway: Callable[[int, int], procs.Service],
+        period: float,
+        children: dict[int, str],
+    ) -> None:
+        """A rolling update, one replica at a time: taken out of the balancer, ``PRE_STOP`` for the
+        requests already sent to it, SIGTERM (its drain; exit status 0 within ``ROLL_STOP_WAIT``),
+        started again at its address (a new owner: another boot id), back in the balancer."""
+        generation = 0
+        while not self.stop.is_set():
+            try:
+                await asyncio.wait_for(self.stop.wait(), period)
+                return
+            except TimeoutError:
+                pass
+            index = random.randrange(len(live))
+            old = live[index]
+            base = f"http://127.0.0.1:{old.port}"
+            self.routed.remove(base)
+            await asyncio.sleep(PRE_STOP)
+            children.update(_commands(procs.descendants(old.pid), children))
+            assert old.proc is not None
+            old.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(old.proc.wait, ROLL_STOP_WAIT)
+            except subprocess.TimeoutExpired:
+                self.problem(f"{old.name} did not exit within {ROLL_STOP_WAIT:g} s of SIGTERM")
+                old.stop()
+            generation += 1
+            new = live[index] = gateway(old.port, generation)
+            every.append(new)
+            new.start()
+            await asyncio.to_thread(new.wait_ready)
+            self.routed.append(base)
+            self.counts["replica rolled: drained, exited, started again"] += 1
+
+    def _check_log(self, service: procs.Service, allowed_errors: tuple[str, ...]) -> None:
+        """Every ERROR line of ``service``'s log is a problem, but those naming ``allowed_errors``."""
+        lines = service.log_path.read_text(errors="replace").splitlines()
         for index, line in enumerate(lines):
             if " ERROR " in line and not any(allowed in line for allowed in allowed_errors):
                 # A traceback's lines follow, up to the next record's (each starts with its year).
@@ -336,12 +438,15 @@ async def echo(
 
 
 async def legacy_echo(soak: Soak, n: int, *, url: str | None = None, who: str | None = None) -> None:
-    url, who = url or soak.url, who or f"legacy_echo{n}"
+    """Legacy sessions' echo calls (to ``url``, else to any replica per request: ``Soak.url``);
+    a session its replica ended (503 while it drains, 404 once it is gone) is replaced."""
+    who = who or f"legacy_echo{n}"
     async for headers in soak.sessions(url, who, {}, retry_after=0.2):
         assert soak.http is not None
         for request_id in range(1, random.randint(2, 30)):
             if soak.stop.is_set():
                 break
+            target = url or soak.url
             message = f"legacy{n}-{request_id}-{headers['mcp-session-id'][:8]}"
             body = {
                 "jsonrpc": "2.0",
@@ -349,14 +454,18 @@ async def legacy_echo(soak: Soak, n: int, *, url: str | None = None, who: str | 
                 "method": "tools/call",
                 "params": {"name": "echo", "arguments": {"message": message}},
             }
-            reply = await soak.http.post(url, headers=headers, json=body)
+            reply = await soak.post(target, headers=headers, json=body)
             final = soak.final(messages(reply), request_id, who)
+            if reply.status_code in (404, 503):  # its session ended with its replica: a new one
+                soak.counts[f"legacy echo: {reply.status_code}, a new session"] += 1
+                break
             if final is not None and "result" in final:
                 if final["result"]["content"][0]["text"] != message:
                     soak.problem(f"{who} got another answer")
                 soak.counts["legacy echo: answered right"] += 1
-        if random.random() < 0.5:
-            await soak.http.delete(url, headers=headers)
+        else:
+            if random.random() < 0.5:
+                await soak.http.delete(url or soak.url, headers=headers)
 
 
 async def hang_up_mid_body(soak: Soak, n: int) -> None:
@@ -538,7 +647,13 @@ async def dialog(soak: Soak, n: int) -> None:
             if final is not None and "result" in final:
                 if rounds and name not in json.dumps(final["result"]):
                     soak.problem(f"dialog{n}: its answers lack its own name: {json.dumps(final)[:200]}")
-                soak.counts[f"dialog: done after {rounds} round(s)"] += 1
+                if not rounds and '"decline"' in json.dumps(final["result"]):
+                    # Its question was held beside another client's call on the child (a tool
+                    # learned quiet), which was cancelled: the question may have been that
+                    # call's, so the gateway answered it (docs/bridging.md, rule 1).
+                    soak.counts["dialog: declined by the gateway (another candidate was cancelled)"] += 1
+                else:
+                    soak.counts[f"dialog: done after {rounds} round(s)"] += 1
             elif final is not None:
                 soak.counts[f"dialog: error {final['error']['code']} {final['error']['message'][:100]}"] += 1
 
@@ -597,13 +712,17 @@ STOLEN: list[tuple[str, str]] = []
 
 
 async def task_client(soak: Soak, n: int) -> None:
-    url, who, request_id = f"{soak.base}/servers/good/mcp", f"task_client{n}", 0
+    who, request_id = f"task_client{n}", 0
     with_tasks = meta({"extensions": {TASKS: {}}})
+
+    def url() -> str:  # any replica, per request
+        return f"{soak.base}/servers/{soak.task_server}/mcp"
+
     while not soak.stop.is_set():
         request_id += 1
         steps = random.randint(1, 6)
         arguments = {"steps": steps, "interval_ms": 50}
-        _, final = await soak.call(url, who, request_id, "countdown", arguments, _meta=with_tasks)
+        _, final = await soak.call(url(), who, request_id, "countdown", arguments, _meta=with_tasks)
         result = final.get("result", {}) if final else {}
         if result.get("resultType") != "task":
             soak.counts[f"task: answered {result.get('resultType')}"] += 1
@@ -613,13 +732,13 @@ async def task_client(soak: Soak, n: int) -> None:
         mode = random.choice(["poll", "poll", "poll", "abandon", "cancel"])
         if mode == "cancel":
             request_id += 1
-            await soak.task_request(url, who, "tasks/cancel", task_id, request_id)
+            await soak.task_request(url(), who, "tasks/cancel", task_id, request_id)
         if mode != "poll":
             soak.counts[f"task: {mode}ed"] += 1
             continue
         for _ in range(400):
             request_id += 1
-            got = await soak.task_request(url, who, "tasks/get", task_id, request_id)
+            got = await soak.task_request(url(), who, "tasks/get", task_id, request_id)
             status = got.get("result", {}).get("status")
             if status is None:
                 soak.counts[f"task: tasks/get {outcome(got)}"] += 1
@@ -927,6 +1046,14 @@ async def domains(soak: Soak) -> None:
     await soak.run(["--config", str(path), "--stall-timeout", "5"], workers, allowed_errors=allowed)
 
 
+async def rolling(soak: Soak) -> None:
+    soak.task_server = "default"  # the one server, named so by the command line
+    workers = [(echo, 3), (dialog, 4), (legacy_echo, 3), (task_client, 3)]
+    server = ["--task-tool", "countdown", "--", *TEST_SERVER, "--era", "legacy"]
+    every = max(1.0, min(5.0, soak.seconds / 3))
+    await soak.run(["--pool-max", "4", "--round-timeout", "5", *server], workers, replicas=2, roll_every=every)
+
+
 SCENARIOS: dict[str, Callable[[Soak], Awaitable[None]]] = {
     "hangups": hangups,
     "deaf": deaf,
@@ -934,6 +1061,7 @@ SCENARIOS: dict[str, Callable[[Soak], Awaitable[None]]] = {
     "servers": servers,
     "keyed": keyed,
     "domains": domains,
+    "rolling": rolling,
 }
 
 

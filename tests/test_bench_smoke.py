@@ -677,6 +677,7 @@ def test_the_paired_ab_refuses_fewer_than_two_checkouts() -> None:
         ("keyed", ()),
         ("keyed", ("--workers", "2")),  # found a supervisor ended by a late signal
         ("domains", ()),
+        ("rolling", ()),  # two replicas, one drained and started again
     ],
 )
 def test_a_short_soak_runs_every_kind_of_client_and_finds_no_problem(
@@ -696,3 +697,5 @@ def test_a_short_soak_runs_every_kind_of_client_and_finds_no_problem(
     assert done.stdout.startswith(f"## {scenario}: no problem"), done.stdout[-3000:]
     counted = [line for line in done.stdout.splitlines() if line.startswith("    ")]
     assert counted, done.stdout
+    if scenario == "rolling":  # a replica was drained and started again while its clients ran
+        assert "replica rolled: drained, exited, started again" in done.stdout, done.stdout
