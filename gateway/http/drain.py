@@ -146,9 +146,10 @@ def draining_refusal(scope: Scope) -> Response:
 
 
 def admitted_while_draining(scope: Scope) -> bool:
-    """A POST of a legacy session, or a modern POST that may resume or cancel a parked call
-    (``MAY_FINISH_WORK``): let in while draining (marked ``DRAINING``), since it may finish
-    work the drain waits for; the endpoint refuses what it finds to be new work."""
+    """A POST of a legacy session, or a modern POST that may finish work held here (a parked
+    call's retry or cancel, ``tasks/*``: ``MAY_FINISH_WORK``): let in while draining (marked
+    ``DRAINING``), since the drain may wait for that work; the endpoint refuses what it finds
+    to be new work."""
     if scope["method"] != "POST" or not _may_finish_work(scope):
         return False
     scope[DRAINING] = True
