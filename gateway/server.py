@@ -293,10 +293,13 @@ class DrainingServer(uvicorn.Server):  # fenced: uvicorn.Server
     async def _drain_then_exit(self, signalled: anyio.Event) -> None:
         await signalled.wait()
         if await self.drain.wait_idle(self.budget):
-            log.info("drained: every request finished")
+            log.info("drained: every request finished")  # and every parked call and task the drain waited for
         else:
+            drain = self.drain
             log.warning(
-                "drain budget spent with %d request(s) or parked call(s) in flight; ending them", self.drain.in_flight
+                "drain budget spent with %d request(s) in flight and %d parked call(s) or task(s) held; ending them",
+                drain.in_flight - drain.held,
+                drain.held,
             )
             self.drain.cancel_rest()
         self.should_exit = True

@@ -88,6 +88,7 @@ class Drain:
     def __init__(self) -> None:
         self.draining = False
         self.in_flight = 0
+        self.held = 0  # of them, parked calls and tasks (``hold``): no request in flight
         self.cancel = anyio.Event()  # set when the drain budget is spent
         self.ending = anyio.Event()  # set when the drain starts waiting: listen streams end gracefully
         # Responses to end when it is: their cancel scopes, or what tells an answer's machine
@@ -122,12 +123,14 @@ class Drain:
         """Count work that is no request in flight (a parked MRTR call, a task) until the
         function returned is called; a second call of it changes nothing."""
         self.enter()
+        self.held += 1
         held = True
 
         def let_go() -> None:
             nonlocal held
             if held:
                 held = False
+                self.held -= 1
                 self.leave()
 
         return let_go
