@@ -13,11 +13,18 @@ metadata when OAuth guards an endpoint, and ``/metrics`` unless ``--no-metrics``
 the ops listener's app (``--ops-listen``): ``/healthz``, ``/readyz`` and ``/metrics`` alone. The edge
 (``gateway.http.edge``) sends the MCP paths straight to their lane; the routes answer what
 reaches Starlette anyway, such as a path with a root_path.
+
+Each server's part of ``/status`` and ``/ui`` is read in a failure domain of its own
+(``_server_status``): a fault reading one server (a gateway bug) shows that server with
+``"state": "unknown"`` and its ``status_error``, logged once (an ERROR with its traceback,
+again only after it has worked in between), and every other server as always. Before, one
+such fault answered the whole page with a 500.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, Final
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -40,7 +47,10 @@ from gateway.protocol.jsonrpc import error_object
 from gateway.relay.owner import OwnerRouting
 from gateway.relay.readiness import Readiness, replica_readiness, required_names
 from gateway.relay.router import Router
+from gateway.relay.service import Served
 from gateway.relay.statekeys import StateKeys
+
+log = logging.getLogger("gateway.status")
 
 MAX_LISTED_ENDPOINTS: Final = 20
 """Server names a 404 lists at most: a hint, not an inventory of a big config file."""
@@ -98,19 +108,14 @@ def status_document(
     routing: OwnerRouting | None,
     recent_errors: RecentErrors,
     state_keys: StateKeys | None = None,
+    failing: set[str] | None = None,
 ) -> dict[str, Any]:
-    """What ``/status`` answers and ``/ui`` shows."""
-    servers = []
+    """What ``/status`` answers and ``/ui`` shows. ``failing``: the servers whose part failed
+    last time (module docstring; None: a set of this call's own)."""
+    failing = failing if failing is not None else set()
     service = serving.service
     required = required_names([(r.server.name, r.server.ready_required) for r in routers])
-    for served in service.served:
-        server = served.router.status()
-        server["ready_required"] = served.router.server.name in required
-        server["sessions"] = len(served.sessions)
-        server["listens"] = len(served.listens.open)
-        server["parked_calls"] = len(served.relay.suspensions)
-        server["tasks"] = {"running": served.relay.tasks.live(), "kept": len(served.relay.tasks)}
-        servers.append(server)
+    servers = [_server_status(served, required, failing) for served in service.served]
     budget = routers[0].children  # one budget is shared by every router (server.build_app)
     children = (
         {"children": {"in_service": budget.in_service(), "max": budget.capacity, "evicted": budget.evictions}}
@@ -128,6 +133,31 @@ def status_document(
     }
 
 
+def _server_status(served: Served, required: Collection[str], failing: set[str]) -> dict[str, Any]:
+    """One server's part of ``/status``, in a failure domain of its own (module docstring)."""
+    name = served.router.server.name
+    try:
+        server = served.router.status()
+        server["ready_required"] = name in required
+        server["sessions"] = len(served.sessions)
+        server["listens"] = len(served.listens.open)
+        server["parked_calls"] = len(served.relay.suspensions)
+        server["tasks"] = {"running": served.relay.tasks.live(), "kept": len(served.relay.tasks)}
+    except Exception as exc:
+        if name not in failing:
+            failing.add(name)
+            log.error(
+                "/status: reading server %s failed: %r; it is shown as unknown (not logged again until it "
+                "works), every other server as always",
+                name,
+                exc,
+                exc_info=exc,
+            )
+        return {"name": name, "state": "unknown", "status_error": repr(exc)}
+    failing.discard(name)
+    return server
+
+
 def build_routes(
     routers: Sequence[Router],
     serving: Serving,
@@ -142,12 +172,14 @@ def build_routes(
 ) -> list[Route]:
     """Starlette's routes over ``serving``'s lanes and the service it has open."""
 
+    failing: set[str] = set()  # servers whose part of the page failed last time (``_server_status``)
+
     async def status(request: Request) -> Response:
-        return wire.json_response(status_document(routers, serving, routing, recent_errors, state_keys))
+        return wire.json_response(status_document(routers, serving, routing, recent_errors, state_keys, failing))
 
     async def ui_page(request: Request) -> Response:
         headers = {"content-security-policy": ui.CONTENT_SECURITY_POLICY, "cache-control": "no-store"}
-        document = status_document(routers, serving, routing, recent_errors, state_keys)
+        document = status_document(routers, serving, routing, recent_errors, state_keys, failing)
         return HTMLResponse(ui.render_page(document), headers=headers)
 
     async def protected_resource(request: Request) -> Response:

@@ -114,6 +114,8 @@ def _server(server: Mapping[str, Any]) -> str:
     )
     pools = server.get("pools") or {}
     body = "".join(_pool(str(label), pool) for label, pool in pools.items()) or '<p class="dim">no pool open</p>'
+    if server.get("status_error"):  # reading this server failed (gateway.http.routes)
+        body = f'<p class="meta">status unavailable: {_e(server.get("status_error"))}</p>'
     return (
         f'<section class="server" data-server="{_e(name)}"><h2>{_e(name)} {ready}</h2>'
         f'<p class="meta">command: <code>{_e(command)}</code></p>{counts}{body}</section>'

@@ -147,3 +147,41 @@ async def test_a_server_in_its_first_start_holds_the_replica_until_the_start_end
             await starting.until(lambda: bool(starting.running()))
             ready = await gw.http.get("/readyz")
             assert (ready.status_code, ready.text) == (503, "not ready: broken starting\n")
+
+
+async def test_a_fault_reading_one_server_shows_it_unknown_and_every_other_server_as_always(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``/status`` and ``/ui`` with a fault reading one server's status (a gateway bug): both
+    answer 200, that server shows ``unknown`` with its error, the good one in full; the fault is
+    logged once with its traceback, not at every page, and again only after the server's part
+    worked in between. Before, the whole page was a 500."""
+    with anyio.fail_after(BOUND), recording("gateway.status") as records:
+        async with fake_backend() as good, fake_backend() as bad, in_process_servers(good_and_broken(good, bad)) as gw:
+            assert await echo(gw, "good", "hi") == "hi"
+            [broken] = [router for router in gw.app.state.routers if router.server.name == "broken"]
+
+            def fails() -> None:
+                raise RuntimeError("a bug reading the broken server")
+
+            monkeypatch.setattr(broken, "status", fails)
+            first, page = await gw.http.get("/status"), await gw.http.get("/ui")
+            monkeypatch.undo()
+            healthy = await gw.http.get("/status")
+            monkeypatch.setattr(broken, "status", fails)
+            again = await gw.http.get("/status")
+    for reply in (first, page, healthy, again):
+        assert reply.status_code == 200, reply.text
+    servers = {server["name"]: server for server in first.json()["servers"]}
+    assert servers["broken"] == {
+        "name": "broken",
+        "state": "unknown",
+        "status_error": "RuntimeError('a bug reading the broken server')",
+    }
+    assert servers["good"]["state"] == "ready"
+    assert servers["good"]["pools"]
+    assert "status unavailable: RuntimeError(&#x27;a bug reading the broken server&#x27;)" in page.text
+    assert all("status_error" not in server for server in healthy.json()["servers"])
+    errors = records.matching(lambda r: r.levelname == "ERROR")
+    assert len(errors) == 2  # the first fault, and the first after it had worked again
+    assert all(r.exc_info and "reading server broken failed" in r.getMessage() for r in errors)
