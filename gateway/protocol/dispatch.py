@@ -360,7 +360,8 @@ class Dispatcher(Generic[C]):
         if asker and cap and (held := self.parked(principal)) >= cap:
             raise ClientThrottledError(
                 f"{self.label}: {principal} already holds {held} calls waiting for its answers "
-                f"(at most {cap} per client, --max-parked-per-principal); answer or cancel one, then retry",
+                f"(from {cap} on, its next call that may ask is refused: --max-parked-per-principal); "
+                "answer or cancel one, then retry",
                 retry_after=PARKED_RETRY_AFTER,
                 server=self.label,
                 principal=principal,

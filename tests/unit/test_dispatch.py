@@ -269,6 +269,8 @@ def test_a_principal_at_its_cap_of_parked_questions_gets_429_and_nobody_else_doe
     with pytest.raises(ClientThrottledError, match="mallory already holds 2 calls waiting for its answers") as refused:
         take(d, "mallory")
     assert refused.value.status == 429
+    # The cap is the admission's threshold, not a bound the count never passes: said so.
+    assert "(from 2 on, its next call that may ask is refused: --max-parked-per-principal)" in str(refused.value)
     assert granted(take(d, "mallory", "tools/list", None))  # a quiet call of the same client still runs
     assert isinstance(take(d, "alice"), Waiting)  # another client's asker: a child is started for it
 
