@@ -48,6 +48,8 @@ class PoolKey(NamedTuple):
         return " ".join(parts)
 
 
+SESSION_PREFIX: Final = "session:"
+"""A session's own pool's key scope starts with this (``isolation: session``)."""
 SHARED_KEY: Final = PoolKey("shared")
 SHARED_LEGACY_KEY: Final = PoolKey("shared", era="legacy")
 """The legacy clients' share of a dual server's children: kept warm like the shared pool once

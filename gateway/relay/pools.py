@@ -41,7 +41,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from gateway.errors import GatewayError
-from gateway.relay.poolkey import SHARED_KEY, SHARED_LEGACY_KEY, PoolKey
+from gateway.relay.poolkey import SESSION_PREFIX, SHARED_KEY, SHARED_LEGACY_KEY, PoolKey
 from gateway.stdio.backend import ChildBackend
 from gateway.stdio.boundary import RESTART_PAUSE, contained, keep_running
 from gateway.stdio.budget import ChildBudget
@@ -52,9 +52,6 @@ from gateway.stdio.spec import ChildSpec
 from gateway.stdio.tally import PoolTally
 
 log = logging.getLogger("gateway.relay.router")
-
-SESSION_PREFIX = "session:"
-"""A session's own pool's key scope starts with this (``isolation: session``)."""
 
 
 def pool_plan(key: PoolKey, spec: ChildSpec, settings: PoolSettings) -> tuple[ChildSpec, PoolSettings]:

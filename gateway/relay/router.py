@@ -81,7 +81,14 @@ from gateway.protocol import inputs
 from gateway.protocol.jsonrpc import Reply, Request
 from gateway.protocol.roots import Roots, roots_key
 from gateway.protocol.versions import LEGACY, MODERN, Era
-from gateway.relay.poolkey import SHARED_KEY, SHARED_LEGACY_KEY, PoolKey, credential_env, fingerprint
+from gateway.relay.poolkey import (
+    SESSION_PREFIX,
+    SHARED_KEY,
+    SHARED_LEGACY_KEY,
+    PoolKey,
+    credential_env,
+    fingerprint,
+)
 from gateway.relay.pools import RunningPools
 from gateway.relay.readiness import ServerReadiness, ServerState
 from gateway.relay.server_config import CapabilityKeying, DualEra, Isolation, RootsKeying, ServerConfig
@@ -218,7 +225,7 @@ class Router:
                 return SHARED_KEY  # the usual key: no string or tuple made per request
             scope = "shared"
         elif isolation is _SESSION and session_id is not None:
-            scope = f"session:{session_id}"
+            scope = SESSION_PREFIX + session_id
         else:  # principal, or a session's request without a session
             scope = f"principal:{principal or ANONYMOUS}"
         return PoolKey(scope, fingerprint(credential_env(mapping, headers)) if mapping else "")
@@ -236,7 +243,7 @@ class Router:
             return key
         # A session's own pool is told its session's capabilities (``pool_for``), so its key
         # holds none; it is given its session's roots set as a shared pool is (``keys_roots``).
-        own = key.scope.startswith("session:")
+        own = key.scope.startswith(SESSION_PREFIX)
         if own and roots is None:
             return key
         told, told_set = self._told(capabilities) if self._exact or own else ("", None)
@@ -286,12 +293,12 @@ class Router:
         if not self._tells_capabilities(key) and self._probed_era is None and not self._probes_nothing:
             # No child of this server is up to say its era (a pool made on demand: principal or
             # session isolation, mapped credentials): this call's own child is started first.
-            told = capabilities if base.scope.startswith("session:") else None  # its pool is told them
+            told = capabilities if base.scope.startswith(SESSION_PREFIX) else None  # its pool is told them
             await self._start_first_child(principal, session_id, headers, era, told)
             key = self._refine(base, era, capabilities)
         if not self._tells_capabilities(key):
             return False
-        own = key.scope.startswith("session:") or self._exact  # told the client's own set
+        own = key.scope.startswith(SESSION_PREFIX) or self._exact  # told the client's own set
         if not self._tells_roots(self._told(capabilities)[1] if own else None):
             return False
         return await self._keeps_roots(main)
@@ -515,7 +522,7 @@ class Router:
             pool = await self._pools.get(key)  # waits while another request opens it
         if pool is not None:
             return pool
-        own = key.scope.startswith("session:")  # a session's roots pool: its sessions bound them
+        own = key.scope.startswith(SESSION_PREFIX)  # a session's roots pool: its sessions bound them
         if key.roots and own:  # the set it had before, unused now, goes (a session has one)
             while self._pools.reclaim(lambda k: k.scope == key.scope and bool(k.roots)) is not None:
                 pass
@@ -537,7 +544,7 @@ class Router:
             spec = replace(spec, env={**spec.env, **env})
         if key.era:
             spec = replace(spec, handshake=INITIALIZE_FIRST)
-        if key.scope.startswith("session:") and capabilities is not None:
+        if key.scope.startswith(SESSION_PREFIX) and capabilities is not None:
             spec = replace(spec, client_capabilities=inputs.told_to_child(spec.declared_capabilities, capabilities))
         elif key.told and capabilities is not None:
             spec = replace(spec, client_capabilities=self.told_for(capabilities))
@@ -637,7 +644,7 @@ class Router:
 
 def _shared_roots(key: PoolKey) -> bool:
     """A roots set's pool that clients share (``MAX_ROOTS_SETS``), not a session's own."""
-    return bool(key.roots) and not key.scope.startswith("session:")
+    return bool(key.roots) and not key.scope.startswith(SESSION_PREFIX)
 
 
 def _shared_roots_sets(pools: Mapping[PoolKey, Pool]) -> int:
