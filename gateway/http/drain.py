@@ -81,7 +81,8 @@ it reached a child, so no proxy may retry it as a refusal)."""
 DRAIN: Final = "gateway.drain"
 """Scope key of the ``Drain``, for the responses that end with it (``gateway.http.sse.Watch``)."""
 DRAINING: Final = "gateway.draining"
-"""Scope key, true on a session's POST let in while draining: its requests are refused."""
+"""Scope key, true on a POST let in while draining (``admitted_while_draining``): the endpoint
+refuses what it finds to be new work in it."""
 
 
 class Drain:

@@ -107,12 +107,11 @@ def status_document(
     serving: Serving,
     routing: OwnerRouting | None,
     recent_errors: RecentErrors,
-    state_keys: StateKeys | None = None,
-    failing: set[str] | None = None,
+    state_keys: StateKeys | None,
+    failing: set[str],
 ) -> dict[str, Any]:
     """What ``/status`` answers and ``/ui`` shows. ``failing``: the servers whose part failed
-    last time (module docstring; None: a set of this call's own)."""
-    failing = failing if failing is not None else set()
+    last time (module docstring)."""
     service = serving.service
     required = required_names([(r.server.name, r.server.ready_required) for r in routers])
     servers = [_server_status(served, required, failing) for served in service.served]
