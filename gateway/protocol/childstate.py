@@ -149,8 +149,10 @@ class Deadlines(Generic[ItemT]):
         One at a time: handling one may settle the next."""
         heap = self._heap
         while heap and heap[0][0] <= now:
-            item = heapq.heappop(heap)[2][0]
+            due = heapq.heappop(heap)[2]
+            item = due[0]
             if item is not None and not item.settled:
+                due[0] = None  # out of the heap: a later ``settled_early`` counts nothing stale
                 return item
             if item is None:
                 self._stale -= 1

@@ -185,6 +185,19 @@ def test_the_deadline_heap_stays_proportional_to_the_live_requests() -> None:
     assert len(session._deadlines) <= 2 * COMPACT_ABOVE + 2
 
 
+def test_the_heap_counts_as_stale_only_the_entries_it_still_holds() -> None:
+    """A deadline that passed is taken out of the heap: the request's end after it counts
+    nothing stale (it did, so the count drifted above the stale entries really held)."""
+    session = make()
+    for n in range(3):
+        send(session, "ping", None, f"r{n}", now=0, timeout=1)
+    answered = send(session, "ping", None, "answered", now=0, timeout=9)
+    session.receive_line(result(answered.child_id), now=0)
+    assert len(of(Failed, session.tick(5))) == 3
+    deadlines = session._deadlines
+    assert deadlines._stale == sum(1 for slot in deadlines._heap if slot[2][0] is None) == 1
+
+
 def test_an_answered_request_is_not_kept_alive_by_its_stale_deadline() -> None:
     """A stale heap entry lets go of its request at once: a megabyte of params, the owner and
     what the owner holds are freed when the answer comes, not at the next compaction."""
