@@ -29,6 +29,16 @@ as if a request ended by its client's leaving had ended by its child's answer: w
 that may ask sharing a child (``--child-asks never``, or a tool learned quiet), one client's
 hang-up handed its question to another client.
 
+**Its cancel waits while it lingers.** Such a candidate never asked, so its child may still
+end it on its own, which proves the question is not its: the ``notifications/cancelled``
+for it is held back for its ``ASKER_LINGERS`` (``abandoned`` says so). Its child's reply
+within them is the child's own end of it (``replied_late``): it leaves every held question's
+candidates as a request that ended does, and the question goes to the candidate left, its
+asker. Otherwise the cancel is written when they pass, or at once when a question proves it
+asks on, and it lingers ``ASKER_LINGERS`` from then. Before, the cancel went at once: a reply
+after it proves nothing (a tool may turn its cancelled question into a result), so a quiet
+call that its client cancelled (a task's, say) got another client's dialog declined.
+
 It also keeps the pool's ``ToolLearning`` up to date: a request that ends with a result and
 was never a question's candidate makes its tool quiet; a question makes its owner's tool (or
 every candidate's, when it stays unresolved) asking.
@@ -73,6 +83,7 @@ class QuestionDesk(Generic[OwnerT]):
         input_timeout: float,
         in_flight: Callable[[], list[Entry[OwnerT]]],
         deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]],
+        cancel: Callable[[int, str, list[ChildAction[OwnerT]]], None],
     ) -> None:
         self.label = label
         self.input_timeout = input_timeout
@@ -80,6 +91,7 @@ class QuestionDesk(Generic[OwnerT]):
         self.has_asked = False  # a question came while a request that may ask was in flight
         self._in_flight = in_flight
         self._deadlines = deadlines
+        self._cancel = cancel  # writes ``notifications/cancelled`` for a child id (the session's)
         self.held: list[Held[OwnerT]] = []  # questions held back as ambiguous (read, never changed, outside)
         # Requests that asked and were cancelled by the gateway, while they linger (``abandoned``).
         self.lingering: dict[Entry[OwnerT], Lingering[OwnerT]] = {}
@@ -123,7 +135,7 @@ class QuestionDesk(Generic[OwnerT]):
                 candidates += self.lingering
             decision = attribution.attribute(candidates)
             if isinstance(decision, Attributed) and decision.owner in self.lingering:
-                self._linger(decision.owner, now + ASKER_LINGERS_ASKING, actions)  # it asks on: longer
+                self._asks_on(self.lingering[decision.owner], now, actions)
                 actions.append(Unattributed(request, CANCELLED_ASKER))
                 return
             if isinstance(decision, Attributed):
@@ -137,7 +149,8 @@ class QuestionDesk(Generic[OwnerT]):
             if isinstance(decision, Ambiguous):
                 self.has_asked = True
                 held = Held(request, decision.candidates, now + self.input_timeout)
-                held.lingering = not self.lingering.keys().isdisjoint(decision.candidates)
+                if self.lingering:
+                    held.cancelled.update(entry for entry in decision.candidates if entry in self.lingering)
                 self.held.append(held)
                 self._recount()
                 held.due = self._deadlines.push(held.deadline, held)
@@ -167,24 +180,43 @@ class QuestionDesk(Generic[OwnerT]):
         if self.held:
             self._resolve(actions)
 
-    def abandoned(self, entry: Entry[OwnerT], now: float, actions: list[ChildAction[OwnerT]]) -> None:
+    def abandoned(
+        self, entry: Entry[OwnerT], now: float, actions: list[ChildAction[OwnerT]], cancel: str | None
+    ) -> bool:
         """The gateway is ending ``entry`` without its child's answer (its caller left, or it
-        timed out; told before its end settles anything): if it asked its client something, or
-        a held question may be its, it lingers."""
+        timed out; told before its end settles anything), with ``cancel`` the reason of the
+        ``notifications/cancelled`` it is to get (None: none): if it asked its client
+        something, or a held question may be its, it lingers. True when that cancel is held
+        back (a candidate that never asked): this desk writes it later, or never."""
         candidate_of = [held for held in self.held if entry in held.candidates]
-        if entry.asked or candidate_of:
-            for held in candidate_of:  # held while it was in flight: it may be that call's
-                held.lingering = True
-            self._linger(entry, now + ASKER_LINGERS, actions)
-            self._recount()
-            actions.append(Changed())
+        if not (entry.asked or candidate_of):
+            return False
+        for held in candidate_of:  # held while it was in flight: it may be that call's
+            held.cancelled.add(entry)
+        held_back = cancel if not entry.asked else None
+        self._linger(entry, now + ASKER_LINGERS, actions, cancel=held_back, natural=cancel is None or not entry.asked)
+        self._recount()
+        actions.append(Changed())
+        if held_back is not None:
+            template = (
+                "child %s: the cancel of %s (child id %d) is held back up to %g s: a held question may be its, "
+                "unless the child ends it on its own"
+            )
+            actions.append(Log(logging.INFO, template, (self.label, entry.method, entry.child_id, ASKER_LINGERS)))
+        return held_back is not None
 
     def replied_late(self, child_id: object, actions: list[ChildAction[OwnerT]]) -> None:
         """The child answered a request after the gateway had ended it (rule 1's late reply):
-        if that request lingers, it ends now, for the child is done with it."""
+        if that request lingers, it ends now, for the child is done with it. With no cancel
+        written for it, the child ended it on its own: no held question is its."""
         entry = next((entry for entry in self.lingering if entry.child_id == child_id), None)
-        if entry is not None:
-            self._unlinger(self.lingering[entry], actions)
+        if entry is None:
+            return
+        lingering = self.lingering[entry]
+        if lingering.natural:
+            for held in self.held:
+                held.cancelled.discard(entry)
+        self._unlinger(lingering, actions)
 
     def _unlinger(self, lingering: Lingering[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
         lingering.settled = True
@@ -198,18 +230,41 @@ class QuestionDesk(Generic[OwnerT]):
                 return
         actions.append(Changed())
 
-    def _linger(self, entry: Entry[OwnerT], until: float, actions: list[ChildAction[OwnerT]]) -> None:
+    def _linger(
+        self,
+        entry: Entry[OwnerT],
+        until: float,
+        actions: list[ChildAction[OwnerT]],
+        *,
+        cancel: str | None = None,
+        natural: bool = False,
+    ) -> None:
         """``entry`` lingers until ``until`` (anew when it lingers already)."""
         old = self.lingering.get(entry)
         if old is not None and old.due is not None:
             self._deadlines.settled_early(old.due)
-        lingering = self.lingering[entry] = Lingering(entry, until)
+        lingering = self.lingering[entry] = Lingering(entry, until, cancel, natural)
         lingering.due = self._deadlines.push(lingering.deadline, lingering)
         actions.append(Timed(until))
 
+    def _asks_on(self, lingering: Lingering[OwnerT], now: float, actions: list[ChildAction[OwnerT]]) -> None:
+        """A question only ``lingering`` may have asked: it asks on, so its cancel (held back
+        or not) is written now, and it lingers longer, from now."""
+        natural = lingering.natural
+        if lingering.cancel is not None:
+            self._cancel(lingering.entry.child_id, lingering.cancel, actions)
+            natural = False
+        self._linger(lingering.entry, now + ASKER_LINGERS_ASKING, actions, natural=natural)
+
     def expire(self, item: Held[OwnerT] | Lingering[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
         """A held question's input timeout passed: nobody is known to wait for it. Or a cancelled
-        asker has lingered long enough: the questions held for it and others may now resolve."""
+        asker has lingered long enough: the questions held for it and others may now resolve.
+        Or a candidate whose cancel was held back was not ended by its child in that time: the
+        cancel is written, and it lingers on from then, as if cancelled now."""
+        if isinstance(item, Lingering) and item.cancel is not None:
+            self._cancel(item.entry.child_id, item.cancel, actions)
+            self._linger(item.entry, item.deadline + ASKER_LINGERS, actions)
+            return
         if isinstance(item, Lingering):
             self._unlinger(item, actions)
             return
@@ -245,7 +300,7 @@ class QuestionDesk(Generic[OwnerT]):
             question.settled = True
             if question.due is not None:
                 self._deadlines.settled_early(question.due)
-            if isinstance(outcome, Attributed) and question.lingering:  # a lingering candidate is flagged
+            if isinstance(outcome, Attributed) and question.cancelled:  # it may be a cancelled one's
                 actions.append(Unattributed(question.request, CANCELLED_CANDIDATE))  # maybe the cancelled one's
             elif isinstance(outcome, Attributed):
                 self._asked([outcome.owner], actions)

@@ -21,7 +21,9 @@ Rules (digest §4.1, §7.3, §8):
    request with ``ChildExitedError("request abandoned …")`` and, when cancellable, the child
    gets ``notifications/cancelled`` once. Abandoning an ended request does nothing. A request
    cancelled so (or by its timeout, rule 2) after it asked its client something lingers as
-   its child's questions' candidate for a while (rule 5).
+   its child's questions' candidate for a while (rule 5); one that never asked but is a held
+   question's candidate lingers too, and its cancel is held back meanwhile, so that its
+   child may still end it on its own and so prove the question is not its.
 4. **What the child says, and to whom.** Each line is decoded and parsed once; the typed
    message is what is delivered (nothing downstream parses it again). A reply goes to its
    request; progress (and a listen's notifications) to its request with the client's token
@@ -133,7 +135,7 @@ class ChildSession(Generic[OwnerT]):
         self.noise: deque[str] = deque(maxlen=NOISE_LINES)
         self._correlator: Correlator[Entry[OwnerT]] = Correlator()
         self._deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]] = Deadlines()
-        self._questions = QuestionDesk(label, input_timeout, self._correlator.owners, self._deadlines)
+        self._questions = QuestionDesk(label, input_timeout, self._correlator.owners, self._deadlines, self._cancel)
         self._facts = (0, False, True)  # the last ``ChildFacts`` sent (rule 8): none open, not asked, alive
 
     @property
@@ -207,10 +209,11 @@ class ChildSession(Generic[OwnerT]):
             return []
         actions: list[ChildAction[OwnerT]] = []
         entry = pending.owner
-        self._questions.abandoned(entry, now, actions)  # before its end settles a held question
+        reason = "the client cancelled the request" if entry.cancellable else None
+        held_back = self._questions.abandoned(entry, now, actions, reason)  # before its end settles a held question
         self._end(entry, actions, error=ChildExitedError("request abandoned by the caller"))
-        if entry.cancellable:
-            self._cancel(child_id, "the client cancelled the request", actions)
+        if reason is not None and not held_back:
+            self._cancel(child_id, reason, actions)
         return self._noting(actions)
 
     # -- the clock ------------------------------------------------------------------------
@@ -425,10 +428,11 @@ class ChildSession(Generic[OwnerT]):
             timeout_seconds=entry.timeout,
             method=entry.method,
         )
-        self._questions.abandoned(entry, now, actions)  # before its end settles a held question
+        reason = "timed out in the gateway" if entry.cancellable else None
+        held_back = self._questions.abandoned(entry, now, actions, reason)  # before its end settles a held question
         self._end(entry, actions, error=error)
-        if entry.cancellable:
-            self._cancel(entry.child_id, "timed out in the gateway", actions)
+        if reason is not None and not held_back:
+            self._cancel(entry.child_id, reason, actions)
 
     def _fail_one(self, child_id: object, error: ChildError, actions: list[ChildAction[OwnerT]]) -> None:
         pending = self._correlator.abandon(child_id) if type(child_id) is int else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Generic, Protocol, TypeVar
 
 from gateway.protocol import attribution
@@ -75,22 +75,30 @@ class Held(Generic[OwnerT]):
     request: Request
     candidates: frozenset[Entry[OwnerT]]
     deadline: float
-    # A cancelled request that asked (``Lingering``) was among its candidates: the question may
-    # be that request's, so it never goes to another (``QuestionDesk``).
-    lingering: bool = False
+    # Candidates the gateway ended without their child's answer (``Lingering``): the question
+    # may be one of theirs, so it never goes to another (``QuestionDesk``). One whose child
+    # then answers it on its own (no cancel was written) is taken out again: it asked nothing.
+    cancelled: set[Entry[OwnerT]] = field(default_factory=set)
     settled: bool = False
     due: Due[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]] | None = None
 
 
 @dataclass(slots=True, eq=False)
 class Lingering(Generic[OwnerT]):
-    """A request that asked its client something and was then cancelled by the gateway (its
-    caller left, or it timed out) without its child's answer: the child may go on asking for it
-    (a tool that does not stop at the cancel), so until ``deadline`` it stays a candidate for
-    the child's questions, which nobody answers but the gateway (``QuestionDesk``)."""
+    """A request that asked its client something, or was a held question's candidate, and was
+    then ended by the gateway (its caller left, or it timed out) without its child's answer:
+    the child may go on asking for it (a tool that does not stop at the cancel), so until
+    ``deadline`` it stays a candidate for the child's questions, which nobody answers but the
+    gateway (``QuestionDesk``).
+
+    ``cancel`` is the reason of a ``notifications/cancelled`` held back (None: written, or
+    none to write); ``natural``: no cancel was written for it, so a reply from its child is
+    the child's own end of it, not an answer to the cancel."""
 
     entry: Entry[OwnerT]
     deadline: float
+    cancel: str | None = None
+    natural: bool = False
     settled: bool = False
     due: Due[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]] | None = None
 

@@ -638,6 +638,71 @@ async def test_a_question_a_cancelled_call_asks_later_never_reaches_another_clie
     assert "inputRequests" not in other.text
 
 
+async def test_a_held_question_goes_to_its_asker_when_the_other_candidates_client_left_and_its_tool_ended(
+    tmp_path: Path,
+) -> None:
+    """One child: a quiet tool's call of one client is in flight when another client's dialog
+    asks, so the question is held (it may be either's). The quiet call's client hangs up. Its
+    tool never asked, so the gateway holds its cancel back a moment (``ASKER_LINGERS``); the
+    tool passes its gate and answers on its own meanwhile, which proves the question was not
+    its: the dialog's client gets its round. Before, the cancel went at once and the gateway
+    declined the dialog's question (a soak saw it when a task's countdown beside a dialog was
+    cancelled by its client)."""
+    gate = tmp_path / "gate"
+    dialog = modern_ask(1, [ELICITATION], {"elicitation": {}})
+    with anyio.fail_after(WAIT), recording("gateway") as records:
+        async with (
+            running_gateway(legacy_child(input_timeout=30), pool_size=1, roots_learn_wait=0) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+
+            def wait_gate(request_id: int, path: Path) -> dict[str, Any]:
+                return modern_call(
+                    request_id, "wait_gate", {"gate": str(path)}, progressToken=request_id, **{CAPABILITIES_KEY: ALL}
+                )
+
+            opened = await http.post(
+                url, headers=modern_headers("tools/call", "wait_gate"), json=wait_gate(10, tmp_path)
+            )
+            assert messages(opened)[-1]["result"]["structuredContent"]["gate"] == str(tmp_path)  # a dir: open
+            await records.wait_for_text("wait_gate asked nothing; it now shares children")
+            at_the_gate, hang_up = anyio.Event(), anyio.Event()
+            rounds: list[httpx.Response] = []
+
+            async def quiet_client() -> None:  # its own connection, closed mid-stream
+                async with (
+                    httpx.AsyncClient(timeout=WAIT) as own,
+                    own.stream(
+                        "POST", url, headers=modern_headers("tools/call", "wait_gate"), json=wait_gate(11, gate)
+                    ) as reply,
+                ):
+                    async for chunk in reply.aiter_bytes():  # (leaving the loop would hang up)
+                        if b"waiting at the gate" in chunk:
+                            at_the_gate.set()
+                            await hang_up.wait()
+                            return
+
+            async def dialog_client() -> None:
+                rounds.append(await post(http, url, dialog))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(quiet_client)
+                await at_the_gate.wait()  # the quiet call is in flight on the child
+                tg.start_soon(dialog_client)
+                await records.wait_for_text("held until only one is left")  # the dialog's, or the quiet call's
+                hang_up.set()
+                await records.wait_for_text("outcome=cancelled")  # the gateway has ended the quiet call
+                gate.touch()  # its tool passes the gate and answers on its own
+            [first] = messages(rounds[0])
+            assert first["result"].get("resultType") == "input_required", first
+            [(key, asked)] = first["result"]["inputRequests"].items()
+            assert asked["params"]["message"] == "Your name?"
+            state = first["result"]["requestState"]
+            final = messages(await post(http, url, retry_of(dialog, 2, state, {key: ELICITED})))[-1]
+    assert answers(final) == [{"result": ELICITED}]
+    assert not any("may have asked it was cancelled" in record.getMessage() for record in records.records)
+
+
 # -- a modern child's input_required, for legacy clients ------------------------------------
 
 NAME_ELICITATION = {

@@ -478,37 +478,108 @@ def test_a_held_question_whose_asking_candidate_the_gateway_ended_never_goes_to_
     assert session.open_questions == 0
 
 
-def test_a_held_question_whose_candidate_the_gateway_ended_before_it_asked_anything_is_the_gateways() -> None:
-    """No candidate of a held question asked before: the question may be any of theirs. One
-    whose client leaves (or that times out) did not end by its child's answer, so the question
-    may be its own; it goes to the gateway, never to the candidate left, whether that one is
-    still in flight when the leaver's linger ends or ends first by its own result."""
-    for then in ("linger ends", "other ends"):
-        session = ChildSession[str]("srv", 42, input_timeout=60.0)
-        gone = send(session, "tools/call", call("a"), "gone", now=0, asks=True).child_id
-        other = send(session, "tools/call", call("b"), "other", now=0, asks=True).child_id
-        [held] = without_facts(session.receive_line(question(81), now=0))
-        assert isinstance(held, Log), then
-        actions = session.abandon(gone, 1.0)
-        assert cancel_ids(actions) == [gone], then
-        assert not of(Ask, actions), then
-        assert session.open_questions == 2, then  # the held question, and the leaver, lingering
+def held_with_a_leaver(**options: Any) -> tuple[ChildSession[str], int, int]:
+    """Two calls that may ask, "gone" and "other", neither having asked before; the child asks
+    (held: either's); then "gone"'s client leaves at 1 s. Its child id and "other"'s."""
+    session = ChildSession[str]("srv", 42, input_timeout=60.0)
+    gone = send(session, "tools/call", call("a"), "gone", now=0, asks=True, **options).child_id
+    other = send(session, "tools/call", call("b"), "other", now=0, asks=True).child_id
+    [held] = without_facts(session.receive_line(question(81), now=0))
+    assert isinstance(held, Log)
+    actions = session.abandon(gone, 1.0) if not options else session.tick(options["timeout"])
+    assert [a.owner for a in of(Failed, actions)] == ["gone"]
+    assert not of(Ask, actions)
+    assert session.open_questions == 2  # the held question, and the leaver, lingering
+    return session, gone, other
+
+
+def test_a_held_questions_candidate_that_never_asked_has_its_cancel_held_back_while_it_lingers() -> None:
+    """The held question may be the leaver's, or the other's: the leaver's child may still end
+    it on its own, which would prove it asked nothing. So its cancel waits for its linger."""
+    session, gone, _ = held_with_a_leaver()
+    assert session.cancels_sent == 0
+    assert not of(Write, session.tick(1.0 + ASKER_LINGERS - 0.5))
+    actions = session.tick(1.0 + ASKER_LINGERS)
+    assert cancel_ids(actions) == [gone]  # not ended by its child in time: cancelled now
+    assert not of(Unattributed, actions)  # and it lingers from then: the question stays held
+    assert [a.at for a in of(Timed, actions)] == [1.0 + 2 * ASKER_LINGERS]
+    assert session.open_questions == 2
+    assert session.cancels_sent == 1
+
+
+def test_a_held_question_whose_leaving_candidate_its_child_ends_on_its_own_goes_to_the_other() -> None:
+    """The leaver's child answers it before any cancel (a result or an error: its own end),
+    so the question was not its, and the other call, the one candidate left, asked it. No
+    cancel is written for the leaver at all. (A soak saw the other client's dialog declined
+    by the gateway when a task's quiet call beside it was cancelled by its client.)"""
+
+    def error(child_id: object) -> bytes:
+        return line({"jsonrpc": "2.0", "id": child_id, "error": {"code": 1, "message": "x"}})
+
+    for reply in (result, error):
+        session, gone, _ = held_with_a_leaver()
+        actions = session.receive_line(reply(gone), now=1.5)
+        assert not of(Answered, actions)  # a late reply: its caller has left
+        [ask] = of(Ask, actions)
+        assert (ask.owner, ask.request.id) == ("other", 81)
+        assert not of(Unattributed, actions)
+        assert session.open_questions == 1  # the other's ask, open at the edge
+        assert not of(Write, session.tick(100.0))
+        assert session.cancels_sent == 0
+
+
+def test_a_held_questions_candidate_that_timed_out_has_its_cancel_held_back_too() -> None:
+    session, gone, _ = held_with_a_leaver(timeout=1.0)
+    assert session.cancels_sent == 0
+    [ask] = of(Ask, session.receive_line(result(gone), now=1.5))  # ended on its own after all
+    assert ask.owner == "other"
+    assert not of(Write, session.tick(100.0))
+
+
+def test_a_held_question_stays_the_gateways_when_its_leaving_candidate_is_ended_after_the_cancel() -> None:
+    """A reply after the cancel proves nothing (the tool may have turned its cancelled question
+    into a result), and nor does the other call's own end: the question is the gateway's,
+    never the other's, however the linger ends."""
+    for then in ("linger ends", "late reply", "other ends"):
+        session, gone, other = held_with_a_leaver()
+        assert cancel_ids(session.tick(1.0 + ASKER_LINGERS)) == [gone], then
         if then == "linger ends":
-            actions = session.tick(1.0 + ASKER_LINGERS)
+            actions = session.tick(1.0 + 2 * ASKER_LINGERS)
+        elif then == "late reply":
+            actions = session.receive_line(result(gone), now=4)
         else:
-            actions = session.receive_line(result(other), now=2)
+            actions = session.receive_line(result(other), now=4)
             assert [a.owner for a in of(Answered, actions)] == ["other"], then
         assert not of(Ask, actions), then
         [answered] = of(Unattributed, actions)
         assert answered.request.id == 81, then
         assert "may have asked it was cancelled" in answered.reason, then
+        assert session.cancels_sent == 1, then
         if then == "other ends":  # the leaver lingers on, then the child is free of both
             assert session.open_questions == 1, then
-            assert of(Changed, session.tick(1.0 + ASKER_LINGERS)), then
+            assert of(Changed, session.tick(1.0 + 2 * ASKER_LINGERS)), then
         assert session.open_questions == 0, then
-        if then == "linger ends":  # the linger over, a question only the other may ask is its own
-            [ask] = of(Ask, session.receive_line(question(82), now=4))
+        if then != "other ends":  # the linger over, a question only the other may ask is its own
+            [ask] = of(Ask, session.receive_line(question(82), now=9))
             assert ask.owner == "other", then
+
+
+def test_the_held_question_is_the_gateways_when_the_other_candidate_ends_first() -> None:
+    """The other call ends by its own result: the leaver, lingering, is the one candidate left,
+    so the question was the leaver's (the gateway answers it). Its next question shows it asks
+    on: its cancel is written at once, and it lingers longer."""
+    session, gone, other = held_with_a_leaver()
+    actions = session.receive_line(result(other), now=1.5)
+    [answered] = of(Unattributed, actions)
+    assert "may have asked it was cancelled" in answered.reason
+    assert not of(Write, actions)
+    actions = session.receive_line(question(82), now=1.6)
+    assert cancel_ids(actions) == [gone]
+    [answered] = of(Unattributed, actions)
+    assert "asked before on this child was cancelled" in answered.reason
+    assert [a.at for a in of(Timed, actions)] == [1.6 + ASKER_LINGERS_ASKING]
+    assert not of(Write, session.tick(100.0))  # written once
+    assert session.cancels_sent == 1
 
 
 def test_a_held_question_is_answered_by_the_gateway_after_the_input_timeout() -> None:
