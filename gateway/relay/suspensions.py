@@ -11,7 +11,9 @@ hands the client a signed ``requestState`` (``gateway.protocol.requeststate``).
   the call, which sends the child ``notifications/cancelled``.
 - ``take`` verifies a retry's token (signature, expiry, principal, server, method, params
   digest) and hands the call over exactly once; a second use of the same token is
-  refused as a replay. Every refusal is a ``Rejection`` (400, -32602) saying why.
+  refused as a replay, and a retry of a call ended before it came (the client's cancel,
+  its same request sent again at its cap, another client's fair share, the gateway
+  stopping) is told why it ended. Every refusal is a ``Rejection`` (400, -32602) saying why.
 
 The key comes from ``--state-secret-file`` (``gateway.relay.statekeys``: a keyring, re-read
 when it changes; tokens are signed with its current key and verified with any of its keys)
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import sys
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -55,7 +58,8 @@ MAX_PARKED: Final = 1024
 timeout, so clients that never retry must not pile them up; past this, the gateway answers
 the child's questions itself and the call goes on."""
 USED_IDS_MAX: Final = 100_000
-"""Spent state ids remembered (until their expiry) to tell a replay from an unknown token."""
+"""Spent state ids remembered (until their expiry) to tell a replay from an unknown token, and
+a retry that came too late from one, with why its call ended (one interned reason each)."""
 FAIR_SHARE_REASON: Final = (
     "another client's call needed a child that may ask, and this client held more calls waiting for "
     "its answers than that client (fair share)"
@@ -196,7 +200,8 @@ class Suspensions:
         self._replicas = replicas
         self._clock = clock
         self._held: dict[str, Suspension] = {}
-        self._used: dict[str, float] = {}  # spent state id → its expiry
+        # Spent state id → its expiry, and why its call ended with no retry (None: a retry took it).
+        self._used: dict[str, tuple[float, str | None]] = {}
 
     def __len__(self) -> int:
         return len(self._held)
@@ -294,7 +299,11 @@ class Suspensions:
             return _refuse(request.id, problem, "mismatch")
         suspension = self._held.pop(claims.state_id, None)
         if suspension is None:
-            if claims.state_id in self._used:
+            spent = self._used.get(claims.state_id)
+            if spent is not None and spent[1] is not None:  # no retry took it: the client never used it
+                message = f"requestState names a call that has ended ({spent[1]}); send the request again without it"
+                return _refuse(request.id, message, "unknown")
+            if spent is not None:
                 return _refuse(request.id, "requestState was already used: each one is good for one retry", "replayed")
             return _refuse(
                 request.id,
@@ -302,7 +311,7 @@ class Suspensions:
                 "restarted), or another replica issued it",
                 "unknown",
             )
-        self._spend(claims.state_id, claims.expires_at, now)
+        self._spend(claims.state_id, claims.expires_at, now, None)
         suspension.taken.set()
         suspension.settled.set()
         if suspension.release is not None:
@@ -320,12 +329,14 @@ class Suspensions:
         suspension = self._held.get(claims.state_id)
         return suspension is not None and not suspension.settled.is_set()
 
-    def _spend(self, state_id: str, expires_at: float, now: float) -> None:
+    def _spend(self, state_id: str, expires_at: float, now: float, ended: str | None) -> None:
+        """``state_id`` resumes nothing from now on: taken by a retry (``ended`` None), or its
+        call ended with no retry, for the reason ``ended`` (told to a retry that comes late)."""
         if len(self._used) >= USED_IDS_MAX:
-            self._used = {k: v for k, v in self._used.items() if v > now}
+            self._used = {k: v for k, v in self._used.items() if v[0] > now}
             while len(self._used) >= USED_IDS_MAX:  # all still live: forget the oldest
                 del self._used[next(iter(self._used))]
-        self._used[state_id] = expires_at
+        self._used[state_id] = (expires_at, None if ended is None else sys.intern(ended))
 
     async def _keeper(self, suspension: Suspension, timeout: float) -> None:
         """``_keep`` in its own failure domain: a fault ends this parked call only. What it held
@@ -374,10 +385,10 @@ class Suspensions:
             stopping = False
         finally:
             if not suspension.taken.is_set():
-                self._spend(suspension.state_id, suspension.expires_at, self._clock())
                 why = suspension.ended or (
                     "the gateway is stopping" if stopping else f"no retry came within {timeout:g} s"
                 )
+                self._spend(suspension.state_id, suspension.expires_at, self._clock(), why)
                 await self._end(suspension, why)
 
     def cancel(self, charged: str, request_id: object) -> bool:

@@ -58,10 +58,13 @@ async def modern(gw: Gateway, user: str, body: dict[str, Any], tool: str = "ask"
     return await gw.http.post(gw.url, headers=headers, json=body)
 
 
-async def park(gw: Gateway, user: str, request_id: int = 1) -> None:
-    """A modern call of ``user`` that gets ``input_required`` and is never retried."""
+async def park(gw: Gateway, user: str, request_id: int = 1) -> str:
+    """A modern call of ``user`` that gets ``input_required`` and is never retried: its
+    ``requestState``."""
     reply = (await modern(gw, user, asking_call(request_id))).json()
     assert reply["result"]["resultType"] == "input_required", reply
+    state: str = reply["result"]["requestState"]
+    return state
 
 
 @asynccontextmanager
@@ -271,7 +274,7 @@ async def test_a_round_the_client_cancels_ends_its_parked_call_and_frees_its_chi
             fake_backend(Script(era="legacy")) as backend,
             in_process_gateway(backend, pool=settings, **IDENTITY) as gw,
         ):
-            await park(gw, "alice", 7)
+            state = await park(gw, "alice", 7)
             refused = await modern(gw, "alice", asking_call(8))  # at her cap of one
             cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
             headers = modern_headers("notifications/cancelled", None, **{"x-user": "alice"})
@@ -282,9 +285,16 @@ async def test_a_round_the_client_cancels_ends_its_parked_call_and_frees_its_chi
             accepted = await gw.http.post(gw.url, headers=headers, json=cancel)
             await parked.cancelled.wait()
             again = (await modern(gw, "alice", asking_call(9))).json()
+            retry = asking_call(7) | {"id": 10}  # the same call, retried
+            retry["params"] |= {"requestState": state, "inputResponses": {}}
+            late = await modern(gw, "alice", retry)  # a retry that comes after all
     assert refused.status_code == 429
     assert bobs.status_code == accepted.status_code == 202
     assert again["result"]["resultType"] == "input_required"  # her cap has room again
+    assert late.status_code == 400
+    error = late.json()["error"]
+    assert error["data"]["requestState"] == "unknown"  # told why, not "already used"
+    assert "has ended (the client cancelled it (notifications/cancelled))" in error["message"]
 
 
 async def test_the_same_call_sent_again_at_the_cap_ends_the_round_it_left_instead_of_a_429() -> None:
@@ -316,4 +326,6 @@ async def test_the_same_call_sent_again_at_the_cap_ends_the_round_it_left_instea
     assert other.status_code == 429
     assert again["result"]["resultType"] == "input_required"
     assert retried.status_code == 400
-    assert retried.json()["error"]["data"]["requestState"] in ("unknown", "replayed")
+    error = retried.json()["error"]
+    assert error["data"]["requestState"] == "unknown"  # she never used it: not a replay
+    assert "has ended (the client sent the same request again, without its requestState)" in error["message"]
