@@ -95,10 +95,13 @@ class BriefHelpParser(argparse.ArgumentParser):
     def _is_brief(self, action: argparse.Action) -> bool:
         return not action.option_strings or any(o in self.brief for o in action.option_strings)
 
-    def format_help(self) -> str:
+    def format_help(self, formatter: argparse.HelpFormatter | None = None) -> str:
+        """(Python 3.15 passes the formatter it made for the output, coloured for a terminal;
+        earlier Pythons pass none.)"""
         if self.show_all:
             return super().format_help()
-        formatter = self._get_formatter()
+        if formatter is None:
+            formatter = self._get_formatter()
         formatter.add_usage(self.usage, self._actions, self._mutually_exclusive_groups)
         formatter.add_text(self.description)
         formatter.start_section("common options")
