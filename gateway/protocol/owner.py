@@ -64,12 +64,11 @@ cannot be replayed at all. The client's own credentials never travel. ``k_s`` an
 derived from the secret, so a signature of one kind is never valid as the other (nor as a
 ``requestState``).
 
-Imports: standard library only. Randomness and the clock are passed in.
+Imports: standard library and ``gateway.protocol`` only. Randomness and the clock are passed in.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 from collections import OrderedDict
@@ -77,6 +76,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from gateway.protocol import b64url
 from gateway.protocol.keyring import Keyring, matching
 from gateway.protocol.keyring import derive_key as derive_key
 
@@ -206,12 +206,12 @@ def unseal_owner(sealed: bytes, key: bytes, nonce: bytes) -> Owner:
 
 def seal_owner_text(owner: Owner, key: bytes, nonce: bytes) -> str:
     """``base64url(nonce || sealed)``: a sealed owner that carries its nonce (``requestState``)."""
-    return _b64(nonce + seal_owner(owner, key, nonce))
+    return b64url.encode(nonce + seal_owner(owner, key, nonce))
 
 
 def unseal_owner_text(text: str, key: bytes) -> Owner:
     try:
-        raw = _unb64(text)
+        raw = b64url.decode(text)
     except ValueError:
         raise OwnerError("malformed", "the sealed owner is not base64url") from None
     return unseal_owner(raw[SEAL_NONCE_BYTES:], key, raw[:SEAL_NONCE_BYTES])
@@ -219,8 +219,8 @@ def unseal_owner_text(text: str, key: bytes) -> Owner:
 
 def mint_session_id(owner: Owner, keys: IdKeys, random: bytes) -> str:
     """A session id naming ``owner``, sealed; ``random`` (``SESSION_RANDOM_BYTES``) is also the seal's nonce."""
-    body = f"{SESSION_PREFIX}{_b64(random)}.{_b64(seal_owner(owner, keys.seal, random))}"
-    return f"{body}.{_b64(_mac(keys.mac, body))}"
+    body = f"{SESSION_PREFIX}{b64url.encode(random)}.{b64url.encode(seal_owner(owner, keys.seal, random))}"
+    return f"{body}.{b64url.encode(_mac(keys.mac, body))}"
 
 
 def is_owned_session_id(session_id: str) -> bool:
@@ -240,14 +240,14 @@ def session_owner(session_id: str, keys: Sequence[IdKeys]) -> Owner:
     if len(parts) != 2:
         raise OwnerError("malformed", "the session id names no gateway instance")
     try:
-        given = _unb64(mac)
+        given = b64url.decode(mac)
     except ValueError:
         raise OwnerError("malformed", "the session id has an unreadable signature") from None
     signer = matching(given, [_mac(key.mac, body) for key in keys])
     if signer is None:
         raise OwnerError("forged", "the session id failed verification (altered, or minted with another secret)")
     try:
-        nonce, sealed = _unb64(parts[0]), _unb64(parts[1])
+        nonce, sealed = b64url.decode(parts[0]), b64url.decode(parts[1])
     except ValueError:  # pragma: no cover - signed by us, so readable
         raise OwnerError("malformed", "the session id names an unreadable owner") from None
     return unseal_owner(sealed, keys[signer].seal, nonce)
@@ -288,9 +288,9 @@ def sign_forward(
     (sent with ``signed_names(headers)`` in ``x-mcp-gateway-signed``)."""
     names = signed_names(headers)
     covered = _covered(names.split(",") if names else [], headers)
-    token = _b64(nonce)
+    token = b64url.encode(nonce)
     mac = _forward_mac(key, now, token, method, path, principal, owner, digest, names, covered)
-    return f"{FORWARD_VERSION};{now};{token};{digest};{_b64(mac)}"
+    return f"{FORWARD_VERSION};{now};{token};{digest};{b64url.encode(mac)}"
 
 
 def check_forward(
@@ -316,7 +316,7 @@ def check_forward(
     if len(listed) > MAX_SIGNED_HEADERS:
         raise OwnerError("malformed", f"{SIGNED_HEADER} lists more than {MAX_SIGNED_HEADERS} headers")
     try:
-        given = _unb64(mac)
+        given = b64url.decode(mac)
     except ValueError:
         raise OwnerError("malformed", f"{FORWARD_HEADER} has an unreadable signature") from None
     covered = _covered(listed, received)
@@ -361,14 +361,14 @@ class SeenForwards:
 
 
 def encode_principal(principal: str) -> str:
-    return _b64(principal.encode("utf-8"))
+    return b64url.encode(principal.encode("utf-8"))
 
 
 def decode_principal(value: str) -> str:
     if len(value) > MAX_PRINCIPAL_CHARS * 2:
         raise OwnerError("malformed", f"{PRINCIPAL_HEADER} is too long")
     try:
-        return _unb64(value).decode("utf-8")
+        return b64url.decode(value).decode("utf-8")
     except (ValueError, UnicodeDecodeError):
         raise OwnerError("malformed", f"{PRINCIPAL_HEADER} is not base64url of UTF-8") from None
 
@@ -418,19 +418,3 @@ def _xor(data: bytes, stream: bytes) -> bytes:
 
 def _mac(key: bytes, body: str) -> bytes:
     return hmac.new(key, body.encode("ascii"), hashlib.sha256).digest()[:MAC_BYTES]
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    if not text.isascii() or "=" in text:
-        raise ValueError("not base64url")
-    try:
-        decoded = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    except (ValueError, TypeError) as exc:
-        raise ValueError("not base64url") from exc
-    if _b64(decoded) != text:  # one spelling per value: base64 tolerates stray trailing bits
-        raise ValueError("not base64url")
-    return decoded

@@ -8,6 +8,7 @@ import binascii
 import orjson
 import pytest
 
+from gateway.protocol import b64url
 from gateway.protocol import owner as owners
 from gateway.protocol.owner import Owner, OwnerError
 from gateway.protocol.requeststate import StateClaims, StateError, decode_state, encode_state, is_gateway_state
@@ -58,7 +59,7 @@ def test_a_session_id_shows_no_address_nor_boot_only_the_replicas_can_read_them(
     other = owners.IdKeys.derive(b"another secret, 16+ bytes", "session id")
     _, rand, sealed, _ = session_id.split(".")
     with pytest.raises(OwnerError):  # another secret's seal key does not read it
-        owners.unseal_owner(owners._unb64(sealed), other.seal, owners._unb64(rand))
+        owners.unseal_owner(b64url.decode(sealed), other.seal, b64url.decode(rand))
 
 
 def test_the_same_owner_seals_differently_under_each_nonce() -> None:
@@ -73,7 +74,7 @@ def test_a_sealed_owner_round_trips_as_text_with_its_nonce() -> None:
     text = owners.seal_owner_text(ME, KEYS.seal, RANDOM)
     assert_no_address(text)
     assert owners.unseal_owner_text(text, KEYS.seal) == ME
-    for broken in ("!!", text[:-4], owners._b64(bytes(16 + 32))):
+    for broken in ("!!", text[:-4], b64url.encode(bytes(16 + 32))):
         with pytest.raises(OwnerError):
             owners.unseal_owner_text(broken, KEYS.seal)
 
@@ -99,7 +100,7 @@ def test_an_id_minted_with_another_secret_is_refused() -> None:
 
 
 def test_an_earlier_versions_id_with_its_owner_in_clear_is_refused_as_outdated() -> None:
-    earlier = f"o1.{owners._b64(ME.url.encode())}.{ME.boot}.{owners._b64(RANDOM)}.AAAA"
+    earlier = f"o1.{b64url.encode(ME.url.encode())}.{ME.boot}.{b64url.encode(RANDOM)}.AAAA"
     assert owners.is_owned_session_id(earlier)
     with pytest.raises(OwnerError) as caught:
         owners.session_owner(earlier, [KEYS])
@@ -174,7 +175,7 @@ def test_a_forward_verifies_for_exactly_the_request_it_signs_and_keeps_only_sign
     added = [("x-envoy-added", "by a mesh"), *HEADERS, ("x-forwarded-for", "10.0.0.1")]
     forward = check(sign(), received=added)
     assert forward.headers == HEADERS  # what a hop added is not acted on
-    assert forward.nonce == owners._b64(NONCE)
+    assert forward.nonce == b64url.encode(NONCE)
     assert owners.body_matches(forward, b"{}")
     assert not owners.body_matches(forward, b'{"altered": true}')
 
@@ -279,7 +280,7 @@ def test_a_request_state_carries_its_owner_sealed_and_a_token_without_one_still_
 
 
 def test_an_earlier_versions_request_state_is_still_the_gateways_and_refused() -> None:
-    earlier = "mcpgw1." + owners._b64(orjson.dumps({"own": ME.key})) + ".AAAA"
+    earlier = "mcpgw1." + b64url.encode(orjson.dumps({"own": ME.key})) + ".AAAA"
     assert is_gateway_state(earlier)
     with pytest.raises(StateError) as caught:
         decode_state(earlier, [SECRET], now=NOW)
