@@ -239,9 +239,10 @@ async def test_a_refused_connection_exits_2() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         with anyio.fail_after(20):
-            run = await call(f"http://127.0.0.1:{port}/mcp", "echo")
+            run = await call(f"http://127.0.0.1:{port}/mcp", "echo", "--connect-timeout", "0.5")  # not the 10 s
     assert run.code == 2
     assert "cannot reach" in run.err
+    assert "nothing accepted a connection for 0.5 s" in run.err
 
 
 @pytest.mark.parametrize(
