@@ -34,6 +34,7 @@ find_python() {
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+trap 'exit 143' TERM # stopped (.ci/run stops it when a step fails): the directory goes all the same
 git clone -q --no-hardlinks "$PWD" "$work/main"
 cd "$work/main"
 
