@@ -194,7 +194,7 @@ class QuestionDesk(Generic[OwnerT]):
         for held in candidate_of:  # held while it was in flight: it may be that call's
             held.cancelled.add(entry)
         held_back = cancel if not entry.asked else None
-        self._linger(entry, now + ASKER_LINGERS, actions, cancel=held_back, natural=cancel is None or not entry.asked)
+        self._linger(entry, now + ASKER_LINGERS, actions, cancel=held_back)
         self._recount()
         actions.append(Changed())
         if held_back is not None:
@@ -237,24 +237,21 @@ class QuestionDesk(Generic[OwnerT]):
         actions: list[ChildAction[OwnerT]],
         *,
         cancel: str | None = None,
-        natural: bool = False,
     ) -> None:
         """``entry`` lingers until ``until`` (anew when it lingers already)."""
         old = self.lingering.get(entry)
         if old is not None and old.due is not None:
             self._deadlines.settled_early(old.due)
-        lingering = self.lingering[entry] = Lingering(entry, until, cancel, natural)
+        lingering = self.lingering[entry] = Lingering(entry, until, cancel)
         lingering.due = self._deadlines.push(lingering.deadline, lingering)
         actions.append(Timed(until))
 
     def _asks_on(self, lingering: Lingering[OwnerT], now: float, actions: list[ChildAction[OwnerT]]) -> None:
         """A question only ``lingering`` may have asked: it asks on, so its cancel (held back
         or not) is written now, and it lingers longer, from now."""
-        natural = lingering.natural
         if lingering.cancel is not None:
             self._cancel(lingering.entry.child_id, lingering.cancel, actions)
-            natural = False
-        self._linger(lingering.entry, now + ASKER_LINGERS_ASKING, actions, natural=natural)
+        self._linger(lingering.entry, now + ASKER_LINGERS_ASKING, actions)
 
     def expire(self, item: Held[OwnerT] | Lingering[OwnerT], actions: list[ChildAction[OwnerT]]) -> None:
         """A held question's input timeout passed: nobody is known to wait for it. Or a cancelled

@@ -92,15 +92,19 @@ class Lingering(Generic[OwnerT]):
     gateway (``QuestionDesk``).
 
     ``cancel`` is the reason of a ``notifications/cancelled`` held back (None: written, or
-    none to write); ``natural``: no cancel was written for it, so a reply from its child is
-    the child's own end of it, not an answer to the cancel."""
+    none to write)."""
 
     entry: Entry[OwnerT]
     deadline: float
     cancel: str | None = None
-    natural: bool = False
     settled: bool = False
     due: Due[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]] | None = None
+
+    @property
+    def natural(self) -> bool:
+        """No cancel was written for it (held back, or none to write): a reply from its child
+        is the child's own end of it, not an answer to the cancel."""
+        return self.cancel is not None or not self.entry.cancellable
 
 
 class Settles(Protocol):
