@@ -5,10 +5,10 @@
 #
 # For each version: a clone of HEAD in a temporary directory (no ../shared, no untracked
 # file), a virtual environment of that interpreter, `pip install -e '.[dev]'` (every version's
-# at once), then mypy for that version and the quick tier (unit + component, on xdist workers
-# as pyproject's addopts say) plus the tests whose code branches per Python: TLS (CPython's
-# sslproto callback order), the fences on library internals, the emitted-schema checks and
-# the access-log records (ops/records.py). The full suite runs on
+# at once), then mypy for that version and the quick tier (unit + component, on two xdist
+# workers) plus the tests whose code branches per Python: TLS (CPython's sslproto callback
+# order; on two workers of their own, beside the rest), the fences on library internals, the
+# emitted-schema checks and the access-log records (ops/records.py). The full suite runs on
 # the machine's python3 in .ci/run. The interpreter is found on PATH (python3.X) or under
 # pyenv; a version found in neither runs in a Debian sid root built for it
 # (scripts/debian-pythons.sh: Debian's python3.X, as root, with mmdebstrap). A version that
@@ -76,6 +76,7 @@ for version in "${versions[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then # Debian's, in a root of their own (one root for all of them)
     if scripts/debian-pythons.sh root "$debian_root" "${missing[@]}" >"$work/debian-root.log" 2>&1; then
+        echo "other-pythons: the Debian root for ${missing[*]} was ready at $SECONDS s"
         for version in "${missing[@]}"; do
             where[$version]=debian python_of[$version]=/usr/bin/python$version
             start_install "$version"
@@ -95,6 +96,7 @@ for version in "${versions[@]}"; do
     echo "== Python $version ($python$from), fresh clone at $(git rev-parse --short HEAD)"
     install_status=0
     wait "$pid" || install_status=$?
+    echo "other-pythons: installed at $SECONDS s"
     cat "$work/install-$version.log"
     if [ "$install_status" -ne 0 ]; then
         echo "other-pythons: installing into a Python $version environment failed" >&2
@@ -102,18 +104,26 @@ for version in "${versions[@]}"; do
         continue
     fi
     venv="$work/venv-$version"
-    # mypy takes one core, beside the tests' two workers: it finishes within them, so the
-    # checks of a version take about the tests' time (its report comes after theirs).
+    # Three processes at once (their reports in this order): the tests on two workers, the TLS
+    # tests on two more, and mypy. The TLS tests mostly wait on real timeouts (39 tests: 51 s
+    # alone, 10 s of it CPU), so they run beside the others rather than after them, where two
+    # workers would wait on them with the cores idle (80 s a version before, 57 s so).
     in_env "$version" "$venv/bin/python" -m mypy --python-version "$version" --cache-dir "$work/mypy-$version" \
         >"$work/mypy-$version.log" 2>&1 &
     typing=$!
-    in_env "$version" "$venv/bin/python" -m pytest -q -p no:cacheprovider -m 'not npm and not container' \
+    in_env "$version" "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 \
+        tests/integration/test_tls.py tests/integration/test_tls_limits.py >"$work/tls-$version.log" 2>&1 &
+    tls=$!
+    in_env "$version" "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 -m 'not npm and not container' \
         tests/unit tests/component \
-        tests/integration/test_tls.py tests/integration/test_tls_limits.py \
         tests/integration/test_fences.py tests/integration/test_emitted_schemas.py \
         tests/integration/test_access_log.py || status=1
+    wait "$tls" || status=1
+    echo "TLS tests, Python $version:"
+    cat "$work/tls-$version.log"
     wait "$typing" || status=1
     echo "mypy, Python $version:"
     cat "$work/mypy-$version.log"
+    echo "other-pythons: Python $version checked at $SECONDS s"
 done
 exit $status

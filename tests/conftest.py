@@ -32,19 +32,25 @@ out, so the tests beside them never take it; two pickers in turn never race each
 
 MAX_WORKERS = 8
 """Workers for ``-n auto`` (pyproject's addopts) at most: past a few, a run is as long as its
-longest group (the container tier, about 2.5 min), and more only start more children at once."""
+longest group (the machine-wide one: the container tier and the bench's servers, about 3.5 min),
+and more only start more children at once."""
+
+WORKERS_PER_CORE = 2
+"""Workers for ``-n auto`` per usable core. Most of the suite waits on child processes,
+sockets and timeouts: with one worker per core, a full run on 2 cores kept them busy about half
+the time (52 % over 520 s); with two per core, 81 % over 326 s."""
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """How many xdist workers ``-n auto`` starts: none when every argument names a test
-    (``pytest FILE::TEST`` runs in process and starts at once); otherwise one per usable core,
-    at least two (most tests wait on child processes, so two overlap even on one core) and at
-    most ``MAX_WORKERS``. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still overrides it (xdist reads it)."""
+    (``pytest FILE::TEST`` runs in process and starts at once); otherwise ``WORKERS_PER_CORE``
+    per usable core, at most ``MAX_WORKERS``. ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still overrides
+    it (xdist reads it)."""
     if "PYTEST_XDIST_AUTO_NUM_WORKERS" in os.environ:
         return None
     if config.args and all("::" in arg for arg in config.args):
         return 0
-    return min(max(2, len(os.sched_getaffinity(0))), MAX_WORKERS)
+    return min(WORKERS_PER_CORE * len(os.sched_getaffinity(0)), MAX_WORKERS)
 
 
 @pytest.fixture(scope="session", autouse=True)
