@@ -6,7 +6,9 @@
   ``resultType: "complete"``, the caching hints the modern schema requires on list/read
   results (``ttlMs: 0``, ``cacheScope: "private"``: a legacy child gives no freshness
   promise, and its answers may depend on who asks), and ``_meta.serverInfo``; the legacy
-  "resource not found" -32002 becomes -32602.
+  "resource not found" -32002 becomes -32602, and a -32042 (URL elicitation required) the
+  gateway's -31006 with the URLs in ``data`` (``urlelicitation.unusable_error``; where a round
+  can carry it, the relay makes one instead).
 - **Legacy client → modern child (D):** the per-request ``_meta`` is built from the
   session (the child's version, the client's declared capabilities, its clientInfo);
   modern-only result fields are removed.
@@ -21,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from gateway.protocol import versions
+from gateway.protocol import urlelicitation, versions
 from gateway.protocol.handshake import (
     META_CLIENT_CAPABILITIES,
     META_CLIENT_INFO,
@@ -30,7 +32,7 @@ from gateway.protocol.handshake import (
     META_SERVER_INFO,
     ChildInfo,
 )
-from gateway.protocol.jsonrpc import INVALID_PARAMS, LEGACY_RESOURCE_NOT_FOUND, JsonObject
+from gateway.protocol.jsonrpc import INVALID_PARAMS, LEGACY_RESOURCE_NOT_FOUND, URL_ELICITATION_REQUIRED, JsonObject
 
 RESERVED_META_PREFIX: Final = "io.modelcontextprotocol/"
 CHILD_META: Final = "mcp-stdio-gateway/child"
@@ -110,9 +112,13 @@ def modernize_result(method: str, result: JsonObject, child: ChildInfo) -> JsonO
 
 
 def modernize_error(error: JsonObject) -> JsonObject:
-    """Modern servers must not emit -32002; its modern meaning is invalid params (-32602)."""
-    if error.get("code") == LEGACY_RESOURCE_NOT_FOUND:
+    """Modern servers must not emit -32002 (its modern meaning is invalid params, -32602) nor
+    -32042 (a modern client takes URL elicitations as input requests)."""
+    code = error.get("code")
+    if code == LEGACY_RESOURCE_NOT_FOUND:
         return {**error, "code": INVALID_PARAMS}
+    if code == URL_ELICITATION_REQUIRED:
+        return urlelicitation.unusable_error(error)
     return error
 
 

@@ -33,6 +33,8 @@ MISSING_CLIENT_CAPABILITY = -32021
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 # Legacy "resource not found" (modern servers must not emit it).
 LEGACY_RESOURCE_NOT_FOUND = -32002
+# Legacy (2025-11-25) URLElicitationRequired (modern servers must not emit it either).
+URL_ELICITATION_REQUIRED = -32042
 
 PROGRESS = "notifications/progress"
 """The one request-scoped notification every layer knows by name (it is coalesced, retagged, rendered)."""

@@ -1,7 +1,8 @@
 """A modern child's ``input_required``, for a legacy client (digest §7.6 D).
 
 Each ``inputRequests`` entry goes to the client on its request's stream as a JSON-RPC request
-with a gateway id; the client's POSTed results (within the input timeout) go back to the child
+with a gateway id (a URL elicitation with an ``elicitationId`` of the gateway's, as 2025-11-25
+requires); the client's POSTed results (within the input timeout) go back to the child
 in a retry — a new child request with the original params, ``inputResponses`` under the same
 keys and the child's ``requestState`` unchanged — whose outcome, maybe another round, the relay
 streams as any call's (``next_round``), at most ``MAX_INPUT_ROUNDS`` rounds. A session that did
@@ -10,6 +11,7 @@ not declare what is asked, or does not answer in time, gets a gateway error (-31
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Final
@@ -17,7 +19,7 @@ from typing import Final
 import anyio
 
 from gateway.errors import CODE_INPUT_TIMEOUT, GATEWAY_NAME, ChildError, ChildProtocolError
-from gateway.protocol import inputs, jsonrpc
+from gateway.protocol import inputs, jsonrpc, urlelicitation
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Request, Result
 from gateway.relay import events, translate
 from gateway.relay.client import ClientContext
@@ -72,7 +74,8 @@ async def input_round(
         for ask in asks.values():
             assert session is not None  # only a session's client is asked (reachable, above)
             gateway_id: str = session.track_ask(ask)
-            yield events.Ask(Request(gateway_id, ask.method, ask.params).to_dict())
+            params = urlelicitation.for_legacy_client(ask.params, secrets.token_urlsafe(12))
+            yield events.Ask(Request(gateway_id, ask.method, params).to_dict())
         with anyio.move_on_after(timeout):
             for ask in asks.values():
                 await ask.wait()

@@ -16,8 +16,9 @@ Before a child (``BEFORE_CHILD``):
    answers it (a task of the gateway's, or a child's own; ``TaskStore.answer``).
 2. ``retry``: a modern request whose ``requestState`` is one of the gateway's: a parked call's
    retry resumes that call (``asks.resume``: no lease, no new child exchange); the retry of
-   the gateway's own roots round starts its call now, with the roots it carries and without
-   the round's ``inputResponses`` and ``requestState``; a state that fails its checks is a 400.
+   the gateway's own round (roots, URL elicitation) starts its call now, with the roots it
+   carries and without the round's ``inputResponses`` and ``requestState`` (a URL the user
+   declined to visit ends it instead: -31006); a state that fails its checks is a 400.
 3. ``quota``: a client whose calls hold too many unanswered questions
    (``--max-parked-per-principal``; not the roots round's retry): 429.
 4. ``roots_round``: a modern ``tools/call``, ``prompts/get`` or ``resources/read`` of a client
@@ -72,11 +73,16 @@ On the reply (``ON_REPLY``):
 14. ``input_round``: a modern child's ``input_required``, for a legacy client: asked on the
     client's stream, the child retried with the answers (``gateway.relay.input_rounds``).
 15. ``translate``: the reply in the client's era, under its id (``translate.reply_for_client``).
-16. ``bridge_task``: a legacy child's ``CreateTaskResult`` for a modern client that opted in:
+16. ``url_round``: a child's -32042 (URL elicitation required) for a modern ``tools/call``,
+    ``prompts/get`` or ``resources/read``: the gateway's own round (``input_required``, each
+    URL an ``elicitation/create`` of mode ``url``, ``gateway.protocol.urlelicitation``); its
+    retry sends the request again (``retry``), or ends it when the user declined. Without
+    ``elicitation.url`` in the client's capabilities: -32021.
+17. ``bridge_task``: a legacy child's ``CreateTaskResult`` for a modern client that opted in:
     a task of the gateway's, whose run (with the lease) waits on the child's task
     (``TaskStore.bridge``, ``gateway.relay.task_bridge``); the answer is the gateway's handle.
-17. ``discover_tasks``: a modern ``server/discover`` result: the Tasks extension advertised.
-18. ``adopt_task``: a modern child's own task handle, for a modern client: under a gateway id.
+18. ``discover_tasks``: a modern ``server/discover`` result: the Tasks extension advertised.
+19. ``adopt_task``: a modern child's own task handle, for a modern client: under a gateway id.
 """
 
 from __future__ import annotations
@@ -90,17 +96,29 @@ from typing import Final
 import anyio
 
 from gateway.errors import ChildError, ClientThrottledError
-from gateway.protocol import bridge, jsonrpc, loglevels, requeststate, subscriptions, taskbridge, versions, xmcpheader
+from gateway.protocol import (
+    bridge,
+    inputs,
+    jsonrpc,
+    loglevels,
+    requeststate,
+    roots,
+    subscriptions,
+    taskbridge,
+    urlelicitation,
+    versions,
+    xmcpheader,
+)
 from gateway.protocol import tasks as task_rules
 from gateway.protocol.inputs import MRTR_METHODS, ROOTS_CAPABILITY
-from gateway.protocol.jsonrpc import JsonObject, Result
+from gateway.protocol.jsonrpc import URL_ELICITATION_REQUIRED, ErrorReply, JsonObject, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
 from gateway.relay import asks, client_roots, events, input_rounds, translate
 from gateway.relay.catalog import Known
 from gateway.relay.events import Emitted
 from gateway.relay.rejected import Rejected
-from gateway.relay.suspensions import Call, Suspension
+from gateway.relay.suspensions import Call, Suspension, input_responses
 from gateway.relay.translate import response
 from gateway.relay.turn import Admission, Collaborators, Emissions, Leased, Plan, ReplyStep, Running, Step, Turn
 from gateway.stdio.ask import ChildAsk
@@ -142,7 +160,10 @@ async def take_retry(deps: Collaborators, at: Admission) -> Emissions | None:
     checked = suspensions.check_round(state, request, client.principal)
     if isinstance(checked, Rejection):
         raise Rejected(checked)
-    if checked:  # the gateway's own roots round: its inputResponses and state are not the child's
+    if checked:  # the gateway's own round (roots, URL): its inputResponses and state are not the child's
+        refused = urlelicitation.refusal(input_responses(request.params))
+        if refused is not None:  # the user did not visit the server's URL: not sent again
+            raise Rejected(Rejection(200, urlelicitation.declined_error(refused), request.id))
         at.round_retry = True
         at.round_roots = client_roots.from_retry(request)
         at.turn = turn.with_request(client_roots.without_round(request))
@@ -501,6 +522,35 @@ def translate_reply(deps: Collaborators, call: Running) -> None:
     call.final = translate.reply_for_client(call.turn.request, call.reply, call.turn.client, call.info)
 
 
+def url_required(deps: Collaborators, call: Running) -> bool:
+    reply = call.reply
+    return type(reply) is ErrorReply and reply.error.get("code") == URL_ELICITATION_REQUIRED
+
+
+def url_round(deps: Collaborators, call: Running) -> None:
+    """A child's -32042 (URL elicitation required), for a modern client: the gateway's own
+    round asking the client to have its user visit each URL; its retry sends the request to
+    the server again (``take_retry``). ``translate`` made it -31006 already: that stands when
+    the error carries no usable URL."""
+    reply = call.reply
+    assert isinstance(reply, ErrorReply)
+    turn = call.turn
+    request, client = turn.request, turn.client
+    found = urlelicitation.elicitations(reply.error)
+    if found is None:
+        return
+    if not inputs.is_declared(client.capabilities, urlelicitation.ELICITATION, {"mode": urlelicitation.URL_MODE}):
+        call.final = response(request.id, error=urlelicitation.missing_capability_error(reply.error))
+        return
+    wanted = urlelicitation.round_requests(found)
+    if ROOTS_CAPABILITY in client.capabilities and deps.router.roots_kept is not False:
+        # Its retry may run on children given the client's roots: asked now, not in a round more.
+        wanted[roots.ROOTS_INPUT_KEY] = roots.roots_request()
+    token = deps.suspensions.mint_round(request, client.principal, deps.router.server.spec.input_timeout)
+    call.final = response(request.id, result=inputs.input_required_result(wanted, token))
+    log.info("%s: %s needs its user at %d URL(s): asked in a round", call.child.spec.name, request.method, len(found))
+
+
 def _result(call: Running) -> object:
     assert call.final is not None
     return call.final.get("result")
@@ -560,6 +610,7 @@ ON_REPLY: Final = (
     ReplyStep("visible_tools", BOTH, frozenset({"tools/list"}), replied_result, show_visible_tools),
     ReplyStep("input_round", LEGACY, None, wants_input, input_round, child_eras=MODERN),
     ReplyStep("translate", BOTH, None, None, translate_reply),
+    ReplyStep("url_round", MODERN, MRTR_METHODS, url_required, url_round),
     ReplyStep("bridge_task", MODERN, task_rules.TASK_METHODS, child_made_task, bridge_task, child_eras=LEGACY),
     ReplyStep("discover_tasks", MODERN, frozenset({DISCOVER}), tasks_served, advertise_tasks),
     ReplyStep("adopt_task", MODERN, None, child_task, adopt_task, child_eras=MODERN),

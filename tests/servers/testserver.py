@@ -281,6 +281,43 @@ def _needs_input(ctx: ToolContext, args: JsonObject) -> JsonObject:
     return text_result(f"hello {name}", structured=structured)
 
 
+def _url_required(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    """As a 2025-11-25 server that needs its user to sign in first: error -32042 with ``urls``
+    URL elicitations (default 1) until the file ``grant_dir``/``account`` exists (the user
+    completed the flow out of band: the test makes it), then "connected as ACCOUNT"."""
+    account, grant_dir = str_arg(args, "account"), str_arg(args, "grant_dir")
+    if os.path.exists(os.path.join(grant_dir, account)):
+        return text_result(f"connected as {account}", structured={"account": account})
+    elicitations = [
+        {
+            "mode": "url",
+            "elicitationId": f"{account}-{n}",
+            "url": f"https://auth.example/grant/{account}/{n}",
+            "message": f"Sign in as {account} ({n})",
+        }
+        for n in range(1, int_arg(args, "urls", minimum=0, default=1) + 1)
+    ]
+    raise RpcError(-32042, f"{account} must sign in first", {"elicitations": elicitations})
+
+
+URL_STATE = "url-state"
+
+
+def _needs_url(ctx: ToolContext, args: JsonObject) -> JsonObject:
+    """A modern MRTR tool asking for a URL visit: ``input_required`` (key ``auth``, state
+    "url-state") until retried with that state and ``auth`` accepted."""
+    if ctx.params.get("requestState") != URL_STATE:
+        request = {
+            "method": "elicitation/create",
+            "params": {"mode": "url", "message": "Sign in", "url": "https://auth.example/x"},
+        }
+        return {"resultType": "input_required", "inputRequests": {"auth": request}, "requestState": URL_STATE}
+    given = ctx.params.get("inputResponses")
+    answer = given.get("auth") if isinstance(given, dict) else None
+    action = answer.get("action") if isinstance(answer, dict) else None
+    return text_result(f"signed in: {action}", structured={"action": action})
+
+
 def _notify(ctx: ToolContext, args: JsonObject) -> JsonObject:
     params = args.get("params")
     ctx.notify(str_arg(args, "method"), params if isinstance(params, dict) else None)
@@ -540,6 +577,21 @@ def add_test_tools(server: StdioServer) -> None:
                 }
             ),
             _needs_input,
+        ),
+        (
+            "url_required",
+            "As a 2025-11-25 server: error -32042 (urls URL elicitations) until grant_dir/account exists.",
+            object_schema(
+                {"account": _str("account"), "grant_dir": _str("dir"), "urls": _int("how many")},
+                ["account", "grant_dir"],
+            ),
+            _url_required,
+        ),
+        (
+            "needs_url",
+            "Modern MRTR: answer input_required (a URL elicitation, key auth) until retried with it.",
+            object_schema(),
+            _needs_url,
         ),
         (
             "end_listens",

@@ -44,12 +44,12 @@ def test_a_modern_tool_call_meets_only_the_steps_for_it() -> None:
     assert names(steps.plan_for(Era.MODERN, "tools/call"), Era.LEGACY) == [
         ["retry", "quota", "roots_round"],
         ["param_headers", "task_required", "child_task", "task"],
-        ["translate", "bridge_task"],
+        ["translate", "url_round", "bridge_task"],
     ]
     assert names(steps.plan_for(Era.MODERN, "tools/call"), Era.MODERN) == [
         ["retry", "quota", "roots_round"],
         ["param_headers", "task_required", "task"],
-        ["translate", "adopt_task"],
+        ["translate", "url_round", "adopt_task"],
     ]
 
 

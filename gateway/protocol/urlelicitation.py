@@ -1,0 +1,131 @@
+"""URL-mode elicitation across the eras, as pure functions (digest §7.6 C, D).
+
+A 2025-11-25 server that needs its user to visit a URL first (an OAuth consent for a
+third-party account, a payment page) either asks mid-call (``elicitation/create`` with
+``mode: "url"`` and an ``elicitationId``) or ends the request with error **-32042**
+(URLElicitationRequired), whose ``data.elicitations`` are such requests; the client shows
+them, and sends the request again once the user is done. A modern client never sees -32042
+(2026-07-28 servers must not emit it): it takes URL elicitations as MRTR input requests,
+without ``elicitationId``.
+
+- ``elicitations``: a -32042 error's URL elicitations, as the modern ``inputRequests`` params
+  (``mode``, ``message``, ``url``; the legacy ``elicitationId`` dropped), or None when it
+  carries none the gateway can use (more than ``MAX_URL_ELICITATIONS``, or one without a URL
+  or a message).
+- ``round_requests``: those as one round's ``inputRequests``, keyed ``url-1``, ``url-2`` …
+  (``URL_KEY_PREFIX``). The round is the gateway's own (no child call waits on it); its retry
+  sends the original request again (``gateway.relay.steps``).
+- ``refusal``: what a retry answered that is not ``accept`` (the user declined, or dismissed
+  the page): then the request is not sent again, and ``declined_error`` is the answer.
+- ``missing_capability_error`` (-32021) for a request whose ``clientCapabilities`` lack
+  ``elicitation.url``; ``unusable_error`` (-31006, the URLs in ``data``) where no round can
+  carry them (a request that cannot be answered ``input_required``, or a task's run).
+- ``for_legacy_client``: a modern child's URL elicitation as a 2025-11-25 client must get it,
+  with an ``elicitationId`` (the schema requires one).
+
+Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from gateway.errors import CODE_NO_CLIENT_INPUT, GATEWAY_NAME
+from gateway.protocol.jsonrpc import MISSING_CLIENT_CAPABILITY, URL_ELICITATION_REQUIRED, JsonObject, error_object
+
+ELICITATION: Final = "elicitation/create"
+URL_MODE: Final = "url"
+URL_KEY_PREFIX: Final = "url-"
+"""The ``inputRequests`` keys of a URL round: ``url-1``, ``url-2`` … in the child's order."""
+MAX_URL_ELICITATIONS: Final = 8
+"""URL elicitations one -32042 may carry into a round; a child's error with more is not
+turned into a round (``unusable_error``: a page for the user to visit per entry, so a list
+longer than this is not one a person works through)."""
+REQUIRED_CAPABILITY: Final[JsonObject] = {"elicitation": {"url": {}}}
+
+
+def elicitations(error: Mapping[str, Any]) -> list[JsonObject] | None:
+    """A -32042 error's URL elicitations as modern params, in order; None when it is not a
+    -32042 or carries none the gateway can pass on."""
+    if error.get("code") != URL_ELICITATION_REQUIRED:
+        return None
+    data = error.get("data")
+    items = data.get("elicitations") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not items or len(items) > MAX_URL_ELICITATIONS:
+        return None
+    found: list[JsonObject] = []
+    for item in items:
+        if not isinstance(item, dict) or item.get("mode", URL_MODE) != URL_MODE:
+            return None
+        url, message = item.get("url"), item.get("message")
+        if not isinstance(url, str) or not url or not isinstance(message, str):
+            return None
+        found.append({"mode": URL_MODE, "message": message, "url": url})
+    return found
+
+
+def round_requests(found: list[JsonObject]) -> dict[str, JsonObject]:
+    """One round's ``inputRequests``: each URL elicitation under ``url-N``."""
+    return {f"{URL_KEY_PREFIX}{n}": {"method": ELICITATION, "params": params} for n, params in enumerate(found, 1)}
+
+
+def refusal(responses: Mapping[str, object]) -> str | None:
+    """The action of the first answer to a URL round's request that is not ``accept``
+    (``decline``, ``cancel``; "no action" for an answer without one), or None."""
+    for key, answer in responses.items():
+        if not key.startswith(URL_KEY_PREFIX):
+            continue
+        action = answer.get("action") if isinstance(answer, dict) else None
+        if action != "accept":
+            return action if isinstance(action, str) else "no action"
+    return None
+
+
+def declined_error(action: str) -> JsonObject:
+    return error_object(
+        CODE_NO_CLIENT_INPUT,
+        f"the user did not complete the server's URL elicitation ({action}), so the request was not sent "
+        "to the server again",
+        {"source": GATEWAY_NAME, "method": ELICITATION, "action": action},
+    )
+
+
+def missing_capability_error(error: Mapping[str, Any]) -> JsonObject:
+    return error_object(
+        MISSING_CLIENT_CAPABILITY,
+        f"the server needs the user to visit a URL first ({_quoted(error)}), which this request's "
+        "clientCapabilities do not declare (elicitation.url)",
+        {"requiredCapabilities": REQUIRED_CAPABILITY},
+    )
+
+
+def unusable_error(error: Mapping[str, Any]) -> JsonObject:
+    """A -32042 for a modern client where no round can carry it: the gateway's -31006, with
+    the URLs (as modern params) in ``data.elicitations`` when they are usable."""
+    data: JsonObject = {"source": GATEWAY_NAME, "method": ELICITATION, "requiredCapabilities": REQUIRED_CAPABILITY}
+    found = elicitations(error)
+    if found is not None:
+        data["elicitations"] = found
+    return error_object(
+        CODE_NO_CLIENT_INPUT,
+        f"the server needs the user to visit a URL first ({_quoted(error)}), and this request cannot ask "
+        "for it (only tools/call, prompts/get and resources/read answer with input_required)"
+        if found is not None
+        else f"the server answered URL elicitation required ({_quoted(error)}) without URL elicitations the "
+        f"gateway can pass on (at least one, at most {MAX_URL_ELICITATIONS}, each with a url and a message)",
+        data,
+    )
+
+
+def for_legacy_client(params: JsonObject | None, elicitation_id: str) -> JsonObject | None:
+    """A modern child's elicitation params as a legacy client gets them: a URL-mode one with
+    an ``elicitationId`` (required by 2025-11-25; modern ones carry none)."""
+    if not params or params.get("mode") != URL_MODE or "elicitationId" in params:
+        return params
+    return {**params, "elicitationId": elicitation_id}
+
+
+def _quoted(error: Mapping[str, Any]) -> str:
+    message = error.get("message")
+    return repr(message[:200]) if isinstance(message, str) else "no message"
