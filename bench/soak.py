@@ -14,7 +14,9 @@ gateway with SIGTERM while calls are in flight, and reports:
   killed (SIGKILL); legacy sessions deleted mid-call; streams resumed with ``Last-Event-ID``;
   legacy GET streams opened and dropped;
 - ``dialogs``: modern clients on a legacy-only child answering or abandoning elicitation
-  rounds (MRTR), legacy sessions answering theirs, echo clients that declare elicitation;
+  rounds (MRTR), legacy sessions answering theirs, echo clients that declare elicitation,
+  modern clients whose server needs them at a URL first (-32042: the gateway's URL round,
+  signed in, declined or walked away from);
 - ``servers``: three servers from a config file, one failing to start; Tasks polled,
   abandoned, cancelled, and read by another principal; /readyz, /metrics scraped;
 - ``keyed``: a legacy server that keeps roots and takes subscriptions, its legacy children told
@@ -658,6 +660,48 @@ async def dialog(soak: Soak, n: int) -> None:
                 soak.counts[f"dialog: error {final['error']['code']} {final['error']['message'][:100]}"] += 1
 
 
+async def url_dialog(soak: Soak, n: int) -> None:
+    """A modern client whose server needs its user at a URL first (-32042, the gateway's own
+    round): it signs in (70 %), declines (15 %) or walks away (15 %), its own account in each."""
+    who, request_id = f"url_dialog{n}", 0
+    grants = soak.log_dir / f"{soak.name}-grants"
+    grants.mkdir(exist_ok=True)
+    more: dict[str, Any] = {"_meta": meta({"elicitation": {"url": {}}})}
+    while not soak.stop.is_set():
+        request_id += 1
+        account = f"u{n}-{request_id}"
+        arguments = {"account": account, "grant_dir": str(grants)}
+        _, final = await soak.call(soak.url, who, request_id, "url_required", arguments, **more)
+        if final is None or "result" not in final or final["result"].get("resultType") != "input_required":
+            soak.counts[f"url dialog: first answer {outcome(final)}"] += 1
+            continue
+        result = final["result"]
+        urls = [entry["params"]["url"] for entry in result["inputRequests"].values()]
+        if any(f"/{account}/" not in url for url in urls):
+            soak.problem(f"{who}: a URL round that is not its own: {urls}")
+        choice = random.random()
+        if choice < 0.15:
+            soak.counts["url dialog: walked away"] += 1
+            continue
+        action = "decline" if choice < 0.3 else "accept"
+        if action == "accept":
+            (grants / account).touch()  # the user signed in
+        answers = {key: {"action": action} for key in result["inputRequests"]}
+        request_id += 1
+        retry = {**more, "inputResponses": answers, "requestState": result["requestState"]}
+        _, final = await soak.call(soak.url, who, request_id, "url_required", arguments, **retry)
+        text = json.dumps(final)
+        if action == "accept" and final is not None and "result" in final:
+            if f"connected as {account}" not in text:
+                soak.problem(f"{who}: its retry answered another account: {text[:200]}")
+            else:
+                soak.counts["url dialog: signed in"] += 1
+        elif action == "decline" and final is not None and "error" in final and '"action": "decline"' in text:
+            soak.counts["url dialog: declined, not sent again"] += 1
+        else:
+            soak.counts[f"url dialog: {action} answered {outcome(final)}"] += 1
+
+
 async def legacy_streamed(
     soak: Soak, headers: dict[str, str], body: dict[str, Any], answer: dict[str, Any]
 ) -> tuple[int, dict[str, Any] | None, list[str]]:
@@ -1005,7 +1049,7 @@ async def deaf(soak: Soak) -> None:
 
 
 async def dialogs(soak: Soak) -> None:
-    workers = [(dialog, 6), (legacy_dialog, 2), (echo_asking, 2)]
+    workers = [(dialog, 6), (legacy_dialog, 2), (echo_asking, 2), (url_dialog, 2)]
     await soak.run(["--pool-max", "4", "--round-timeout", "5", "--", *TEST_SERVER, "--era", "legacy"], workers)
 
 
