@@ -33,7 +33,9 @@ Rules (digest §4.1, §7.3, §8):
    ``notifications/message`` goes to the one request in flight (listens aside) when its
    client asked for that level, else it is logged. ``notifications/tools/list_changed``
    bumps ``tools_generation`` (the tool caches key on it). Every other notification is
-   ``Broadcast`` to whoever listens to the child.
+   ``Broadcast`` to whoever listens to the child. A modern child sends list changes only on a
+   listen that asked for them: those on the gateway's own listen (``gateway.stdio.changes``)
+   are handed back here (``listened``) and take the same way.
 5. **The child's questions** (sampling, elicitation, roots; ``childquestions``) are
    attributed by ``gateway.protocol.attribution``: to the one request in flight that may
    ask (``Ask``); held while several may, until one is left (``Ask``), none is
@@ -96,6 +98,7 @@ from gateway.protocol.correlation import CANCELLED, ChildRequest, Correlator, Pr
 from gateway.protocol.framing import OversizedLine, sniff_id
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Result
 from gateway.protocol.redaction import redact_text
+from gateway.protocol.subscriptions import LISTEN
 
 OwnerT = TypeVar("OwnerT")
 
@@ -141,6 +144,12 @@ class ChildSession(Generic[OwnerT]):
     @property
     def in_flight(self) -> int:
         return len(self._correlator.pending)  # (``len(self._correlator)`` without its ``__len__`` call)
+
+    @property
+    def working(self) -> int:
+        """Requests in flight that the child owes an answer soon: not its open listens, which
+        stay open and may say nothing for hours (the stall check reads this)."""
+        return sum(1 for pending in self._correlator.pending.values() if pending.method != LISTEN)
 
     def answer_alike(self, answered_alike: Callable[[str], bool]) -> None:
         """Questions of these methods are answered alike whoever asked: never held (rule 5)."""
@@ -374,6 +383,13 @@ class ChildSession(Generic[OwnerT]):
         self.non_json_lines += 1
         self.noise.append(text)
         return Log(logging.WARNING, template, args, {"event": "stdout_dropped"})
+
+    def listened(self, note: Notification) -> list[ChildAction[OwnerT]]:
+        """A notification the child sent on the gateway's own listen, without its
+        ``subscriptionId``: taken as if it came unsolicited (rule 4)."""
+        actions: list[ChildAction[OwnerT]] = []
+        self._unsolicited(note, actions)
+        return actions
 
     def _unsolicited(self, note: Notification, actions: list[ChildAction[OwnerT]]) -> None:
         if note.method == loglevels.LOG_MESSAGE:

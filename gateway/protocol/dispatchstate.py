@@ -88,7 +88,8 @@ class ChildProfile:
 @dataclass(frozen=True, slots=True)
 class Reading:
     """A child's counters as the stdio edge reads them for a maintenance tick
-    (``Dispatcher.maintain``): requests in flight, its requests waiting for a client's answer,
+    (``Dispatcher.maintain``): requests in flight (not its open listens, which may rightly say
+    nothing for hours), its requests waiting for a client's answer,
     when stdout last said anything and since when a write to its stdin has waited (None: none
     waits)."""
 

@@ -158,6 +158,12 @@ class StdioChild:
         self.answer_alike = self._session.answer_alike  # set by its pool (``Pool.answered_alike``)
         self._carried = Carried(self._apply)
 
+    def heard(self, note: Notification) -> None:
+        """A notification the child sent on the gateway's own listen (``gateway.stdio.changes``),
+        its ``subscriptionId`` removed: it goes where an unsolicited one goes (a tools list
+        change also makes the tool caches list again)."""
+        self._apply(self._session.listened(note))
+
     def start_soon(self, func: Callable[[], Coroutine[object, object, None]]) -> None:
         """Run ``func()`` in the child's task group: it ends with the child at the latest (and a
         failure in it is the child's: it is stopped)."""
@@ -294,7 +300,8 @@ class StdioChild:
         and so stops it, past the stdin stall timeout (silent on stdout as long, when what
         waits is in the pipe)."""
         last_output = self.last_output
-        return Reading(self.in_flight, self.awaiting_input, last_output, self._stdin.stalled_since(now, last_output))
+        session = self._session
+        return Reading(session.working, self.awaiting_input, last_output, self._stdin.stalled_since(now, last_output))
 
     # -- exchanges ------------------------------------------------------------------------
 

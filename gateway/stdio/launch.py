@@ -1,7 +1,8 @@
 """Launching one child: ``open_child(spec)`` starts it through its ``ChildBackend`` (a real
 process unless told otherwise, ``gateway.stdio.backend``), starts its pumps
-(``gateway.stdio.child``), runs the era probe and handshake (``gateway.stdio.handshake``), and
-yields the ready ``StdioChild``; leaving the context stops the child with the spec's ladder
+(``gateway.stdio.child``), runs the era probe and handshake (``gateway.stdio.handshake``), holds
+the gateway's listen for a modern child's list changes (``gateway.stdio.changes``), and yields
+the ready ``StdioChild``; leaving the context stops the child with the spec's ladder
 (``ChildProcess.stop``). A child that cannot start raises ``ChildStartError`` (or the
 handshake's error) plainly, not in an ``ExceptionGroup``.
 """
@@ -14,6 +15,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 
+from gateway.stdio import changes
 from gateway.stdio.backend import PROCESS_BACKEND, ChildBackend
 from gateway.stdio.child import ChangeHandler, FactsHandler, NotificationHandler, StdioChild
 from gateway.stdio.handshake import StartWatcher, run_handshake
@@ -70,6 +72,8 @@ async def open_child(
                 version or "?",
                 extra={**child.log_fields, "event": "ready", "era": era, "protocol": version},
             )
+            # A modern child's list changes come on a listen only: the gateway holds one.
+            tg.start_soon(changes.keep_listening, child, gateway_version)
             try:
                 yield child
             except Exception as exc:

@@ -16,6 +16,9 @@ behind them an MCP server speaking newline-delimited JSON-RPC, scripted by a ``S
   ``on_notification``;
 - **faults**: ``break_stderr(exc)`` makes the gateway's read of the child's stderr raise
   ``exc`` (a bug in the gateway's pump, for the failure-domain tests);
+- **listens** (modern): ``subscriptions/listen`` is held open and acknowledged with the list
+  changes it asked for; ``list_changed(kind)`` says a list changed on each that took it, tagged,
+  and to nobody when none is open (as a 2026-07-28 server must); ``listens`` holds the open ones;
 - **process**: ``exit_at_start`` (code, after ``stderr_at_start``), ``silent`` (reads, never
   writes), ``ignore_stdin_close`` / ``ignore_terminate`` (for the stop ladder).
 
@@ -57,6 +60,8 @@ RequestHandler = Callable[["FakeChild", JsonObject], Awaitable[JsonObject]]
 MODERN: Final = "2026-07-28"
 LEGACY_VERSIONS: Final = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 PROTOCOL_VERSION_KEY: Final = "io.modelcontextprotocol/protocolVersion"
+SUBSCRIPTION_ID_KEY: Final = "io.modelcontextprotocol/subscriptionId"
+LIST_CHANGES: Final = ("toolsListChanged", "promptsListChanged", "resourcesListChanged")
 SERVER_INFO_KEY: Final = "io.modelcontextprotocol/serverInfo"
 FAKE_PID_BASE: Final = 10_000_000
 """Fake pids start above Linux's highest pid (4,194,304): never a real process's."""
@@ -81,6 +86,8 @@ class Script:
     # The result of another request (run as a task of the server, so it may wait, or never
     # answer): e.g. ``resources/subscribe``; an unlisted one gets -32601.
     on_request: Mapping[str, RequestHandler] = field(default_factory=dict)
+    # ``subscriptions/listen`` answered -32601 (a modern server without listens).
+    refuse_listens: bool = False
     # A tool's inputSchema in tools/list (``{"type": "object"}`` for a tool not named here).
     schemas: Mapping[str, JsonObject] = field(default_factory=dict)
     # More fields of a tool's definition in tools/list (``execution`` of a task tool, say).
@@ -113,6 +120,7 @@ class FakeChild:
         self._legacy_version: str | None = None
         self._asks: dict[str, MemoryObjectSendStream[JsonObject]] = {}
         self._ask_ids = 0
+        self.listens: dict[int | str, JsonObject] = {}  # open subscriptions/listen: id → what it was granted
         self._scope = anyio.CancelScope()
 
     def __repr__(self) -> str:
@@ -271,6 +279,8 @@ class FakeChild:
         params = message.get("params") or {}
         if "id" not in message:
             if method == "notifications/cancelled":
+                if self.listens.pop(params.get("requestId"), None) is not None:
+                    self.backend.changes.changed()
                 for call in self.calls:
                     if call.id == params.get("requestId") and type(call.id) is type(params.get("requestId")):
                         call.cancelled.set()
@@ -314,6 +324,17 @@ class FakeChild:
             )
         elif method == "ping":
             await self._result(request_id, {}, modern)
+        elif method == "subscriptions/listen" and modern and self.script.refuse_listens:
+            await self._error(request_id, -32601, "method not found: subscriptions/listen")
+        elif method == "subscriptions/listen" and modern:
+            # Held open: list changes go to the listens that asked for them (``list_changed``).
+            asked = params.get("notifications")
+            asked = asked if isinstance(asked, dict) else {}
+            granted = {key: True for key in LIST_CHANGES if asked.get(key) is True}
+            self.listens[request_id] = granted
+            ack = {"notifications": granted, "_meta": {SUBSCRIPTION_ID_KEY: request_id}}
+            await self.write({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": ack})
+            self.backend.changes.changed()
         elif not modern and self._legacy_version is None:
             await self._error(request_id, -32600, "not initialized: send initialize first")
         elif method == "tools/list":
@@ -377,6 +398,16 @@ class FakeChild:
         if data is not None:
             error["data"] = data
         await self.write({"jsonrpc": "2.0", "id": request_id, "error": error})
+
+    async def list_changed(self, kind: str = "tools") -> int:
+        """Say that the ``kind`` list changed, as a 2026-07-28 server does: on each open listen
+        that asked for it, tagged with its id (none open: said to nobody). How many heard it."""
+        key = f"{kind}ListChanged"
+        heard = [listen_id for listen_id, granted in self.listens.items() if granted.get(key)]
+        for listen_id in heard:
+            params = {"_meta": {SUBSCRIPTION_ID_KEY: listen_id}}
+            await self.write({"jsonrpc": "2.0", "method": f"notifications/{kind}/list_changed", "params": params})
+        return len(heard)
 
     async def write(self, message: JsonObject) -> None:
         if self.exited.is_set():

@@ -2,6 +2,8 @@
 ``serve_dual_era_loop``): the era is the one its client opens the connection with. Its tools
 ask the client the legacy way, mid-call (``ctx.session.create_message``, ``ctx.elicit``),
 which works only on a legacy connection: on a modern one the SDK has no back-channel.
+``add_regional`` adds a tool at run time and says so the 2026-07-28 way (on the listens that
+asked for tool list changes; on a legacy connection, to nobody).
 
 ``python tests/servers/sdk_dual.py``
 """
@@ -9,10 +11,11 @@ which works only on a legacy connection: on a modern one the SDK has no back-cha
 from __future__ import annotations
 
 import warnings
+from typing import Annotated
 
 from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 warnings.simplefilter("ignore")  # the SDK marks sampling and elicitation as deprecated in 2026-07-28
 
@@ -39,6 +42,20 @@ async def ask_name(ctx: Context) -> str:
     if answer.action != "accept" or answer.data is None:
         return f"no name ({answer.action})"
     return f"hello {answer.data.name}"
+
+
+def regional(region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})]) -> str:
+    """Serve from ``region`` (mirrored in the ``Mcp-Param-Region`` header)."""
+    return f"served from {region}"
+
+
+@server.tool()
+async def add_regional(ctx: Context) -> str:
+    """Add the tool ``regional``, then say the tool list changed (on the listens that asked)."""
+    if "regional" not in {tool.name for tool in await server.list_tools()}:
+        server.add_tool(regional)
+    await ctx.notify_tools_changed()
+    return "added"
 
 
 if __name__ == "__main__":
