@@ -32,7 +32,10 @@ POST rungs, in order (digest §2, §4.2, §7.1):
 10. Modern: a modern version, else 400/-32022 with ``data.supported`` (the versions a
     request may name, ``versions.ADVERTISED_VERSIONS``, as ``server/discover`` lists
     them) and ``data.requested`` (the value sent, echoed as it was).
-11. Modern requests: ``params._meta`` holds the version and client capabilities, else 400/-32602.
+11. Modern requests: ``params._meta`` holds the version and client capabilities, and a
+    ``logLevel`` it names is a log level (``server/utilities/logging``: SHOULD), else
+    400/-32602. (A legacy child would never see an unknown level: it is told levels by the
+    gateway, which then dropped it silently.)
 12. Modern requests: removed or server→client methods → 404/-32601. Methods outside the
     inventory pass: they may be extensions, and the child decides.
 13. Modern notifications are accepted (the caller answers 202). Only
@@ -59,7 +62,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias
 
 from gateway.protocol import headers as h
-from gateway.protocol import versions
+from gateway.protocol import loglevels, versions
+from gateway.protocol.handshake import META_LOG_LEVEL
 
 # Rungs 4 and 6 live in ingressbody.py; re-exported for the ladder's callers.
 from gateway.protocol.ingressbody import MAX_JSON_DEPTH as MAX_JSON_DEPTH
@@ -293,6 +297,7 @@ def plain_version(message: Request, headers: Mapping[str, str]) -> str | None:
         or version not in versions.MODERN_VERSIONS  # rungs 10 and 11 (a modern version is a plain value)
         or headers.get(h.MCP_PROTOCOL_VERSION) != version  # rung 9
         or type(meta.get(CLIENT_CAPABILITIES_KEY)) is not dict  # rung 11
+        or (META_LOG_LEVEL in meta and meta[META_LOG_LEVEL] not in loglevels.LEVELS)  # rung 11
         or headers.get(h.MCP_METHOD) != method  # rung 9
         or (key is None and h.has_invalid_header_chars(method))  # NAME_PARAMS' methods are plain
         or (type(name) is str and (headers.get(h.MCP_NAME) != name or not h.is_plain(name)))
@@ -365,6 +370,14 @@ def check_required_meta(message: Request, meta: Mapping[str, Any] | None) -> Rej
             400,
             INVALID_PARAMS,
             f'params._meta is missing "{CLIENT_CAPABILITIES_KEY}" (an object; {{}} for none)',
+            id=message.id,
+        )
+    if META_LOG_LEVEL in meta and not loglevels.is_level(level := meta[META_LOG_LEVEL]):
+        return reject(
+            400,
+            INVALID_PARAMS,
+            f'params._meta "{META_LOG_LEVEL}" is {describe(level)}, not a log level '
+            f"(one of {', '.join(loglevels.LEVELS)})",
             id=message.id,
         )
     return None

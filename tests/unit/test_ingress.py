@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.protocol import bridge, versions
+from gateway.protocol.handshake import META_LOG_LEVEL as LOG_LEVEL_KEY
 from gateway.protocol.handshake import ChildInfo
 from gateway.protocol.headers import encode_header_value
 from gateway.protocol.ingress import (
@@ -469,6 +470,24 @@ def test_capabilities_must_be_an_object() -> None:
     rejected(post(body, mirrored()), 400, INVALID_PARAMS)
 
 
+@pytest.mark.parametrize("level", ["verbose", "INFO", "", None, 3, {"level": "info"}])
+def test_a_log_level_that_is_none_gets_400_invalid_params_listing_the_levels(level: Any) -> None:
+    body = modern()
+    body["params"]["_meta"][LOG_LEVEL_KEY] = level
+    result = rejected(post(body, mirrored()), 400, INVALID_PARAMS)
+    assert "not a log level (one of debug, info, notice, warning, error, critical, alert, emergency)" in message_of(
+        result
+    )
+
+
+@pytest.mark.parametrize("level", ["debug", "emergency"])
+def test_a_log_level_passes_the_one_pass(level: str) -> None:
+    body = modern()
+    body["params"]["_meta"][LOG_LEVEL_KEY] = level
+    request = Request(body["id"], body["method"], body["params"])
+    assert plain_version(request, {**BASE, **mirrored()}) == MODERN
+
+
 def test_a_request_modern_by_header_only_is_told_the_missing_meta_version() -> None:
     body = modern()
     del body["params"]["_meta"][PROTOCOL_VERSION_KEY]
@@ -784,7 +803,7 @@ ODD_NAMES = st.sampled_from(
 USUAL_METHODS = st.sampled_from(["tools/call", "prompts/get", "resources/read", "tasks/get", "tools/list"])
 ODD_METHODS = st.sampled_from(["ping", "roots/list", "logging/setLevel", "x y", " x", "x\n", "caf\xe9"])
 HEADER_PARTS = ("version header", "method header", "name header")
-PARTS = ("method", "meta", "version", "capabilities", "name", "params", *HEADER_PARTS)
+PARTS = ("method", "meta", "version", "capabilities", "log level", "name", "params", *HEADER_PARTS)
 
 
 @st.composite
@@ -798,6 +817,8 @@ def usual_requests(draw: st.DrawFn) -> tuple[Request, dict[str, str]]:
         meta[PROTOCOL_VERSION_KEY] = draw(st.sampled_from(["2025-06-18", "x", " 2026-07-28"]) | JSON_SCALARS)
     if "capabilities" in odd:
         meta[CLIENT_CAPABILITIES_KEY] = draw(JSON_VALUES)
+    if "log level" in odd:
+        meta[LOG_LEVEL_KEY] = draw(st.sampled_from(["info", "Info", "verbose"]) | JSON_VALUES)
     for key in draw(st.sets(st.sampled_from(list(meta)))) if "meta" in odd else ():
         del meta[key]
     key = NAME_PARAMS.get(method, "name")
