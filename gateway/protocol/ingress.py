@@ -34,8 +34,8 @@ POST rungs, in order (digest §2, §4.2, §7.1):
     them) and ``data.requested`` (the value sent, echoed as it was).
 11. Modern requests: ``params._meta`` holds the version and client capabilities, and a
     ``logLevel`` it names is a log level (``server/utilities/logging``: SHOULD), else
-    400/-32602. (A legacy child would never see an unknown level: it is told levels by the
-    gateway, which then dropped it silently.)
+    400/-32602: the same answer whatever the child's era (before a legacy child only the
+    gateway reads the level).
 12. Modern requests: removed or server→client methods → 404/-32601. Methods outside the
     inventory pass: they may be extensions, and the child decides.
 13. Modern notifications are accepted (the caller answers 202). Only

@@ -110,6 +110,7 @@ from gateway.protocol import (
     xmcpheader,
 )
 from gateway.protocol import tasks as task_rules
+from gateway.protocol.handshake import META_SERVER_INFO
 from gateway.protocol.inputs import MRTR_METHODS, ROOTS_CAPABILITY
 from gateway.protocol.jsonrpc import URL_ELICITATION_REQUIRED, ErrorReply, JsonObject, Result
 from gateway.protocol.outcome import Rejection
@@ -547,7 +548,10 @@ def url_round(deps: Collaborators, call: Running) -> None:
         # Its retry may run on children given the client's roots: asked now, not in a round more.
         wanted[roots.ROOTS_INPUT_KEY] = roots.roots_request()
     token = deps.suspensions.mint_round(request, client.principal, deps.router.server.spec.input_timeout)
-    call.final = response(request.id, result=inputs.input_required_result(wanted, token))
+    result = inputs.input_required_result(wanted, token)
+    if call.info.server_info:  # the server's, as on its own results (basic/index §_meta: SHOULD)
+        result["_meta"] = {META_SERVER_INFO: call.info.server_info}
+    call.final = response(request.id, result=result)
     log.info("%s: %s needs its user at %d URL(s): asked in a round", call.child.spec.name, request.method, len(found))
 
 

@@ -99,6 +99,7 @@ async def test_each_modern_client_gets_its_own_url_round_and_its_retry_sends_the
                 result = first["result"]
                 validate({k: v for k, v in first.items() if k != "status"}, "JSONRPCResultResponse")
                 validate(result, "InputRequiredResult")
+                assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "testserver"
                 assert result["inputRequests"] == {
                     f"url-{k}": {
                         "method": "elicitation/create",
