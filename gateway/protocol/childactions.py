@@ -57,6 +57,16 @@ class Ask(Generic[OwnerT]):
 
 
 @dataclass(slots=True)
+class Withdrawn:
+    """The child cancelled a question it asked and that is still with a client (its
+    ``notifications/cancelled`` names it): no answer goes to the child, and its client is told
+    if it can be. The ask closes as any (``ask_closed``)."""
+
+    ask_id: int
+    reason: str | None
+
+
+@dataclass(slots=True)
 class Unattributed:
     """A child request no request carries: the edge (a handler, else local answers) answers it."""
 
@@ -116,6 +126,7 @@ ChildAction = (
     | Failed[OwnerT]
     | Write
     | Ask[OwnerT]
+    | Withdrawn
     | Unattributed
     | Broadcast
     | Log

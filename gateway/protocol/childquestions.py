@@ -7,7 +7,10 @@ flight that may ask (``Ask``), held while several may, or left to the gateway
 (``Unattributed``). A question that names its task (2025-11-25 ``_meta`` related-task) goes
 to the ``tasks/result`` in flight for that task, whatever else runs, or to the gateway when
 none is. A held question is settled when a request ends (``ended``) or its deadline passes
-(``expire``).
+(``expire``). The child may withdraw a question it asked (``notifications/cancelled`` naming
+its id, as the TypeScript SDK does when its own wait for the answer times out): one with a
+client becomes ``Withdrawn`` (no answer is then written to the child), one held is dropped
+(``withdrawn``).
 
 **A cancelled asker lingers.** A request that asked its client something and is then ended
 by the gateway without its child's answer (``abandoned``: its caller left, or it timed out)
@@ -55,7 +58,7 @@ from typing import Final, Generic, TypeVar
 
 from gateway.protocol import attribution, inputs
 from gateway.protocol.attribution import Ambiguous, Attributed, ToolLearning
-from gateway.protocol.childactions import Ask, Changed, ChildAction, Log, Timed, Unattributed
+from gateway.protocol.childactions import Ask, Changed, ChildAction, Log, Timed, Unattributed, Withdrawn
 from gateway.protocol.childstate import Deadlines, Entry, Held, Lingering
 from gateway.protocol.jsonrpc import Request
 
@@ -159,6 +162,29 @@ class QuestionDesk(Generic[OwnerT]):
                 actions.append(Log(logging.INFO, template, (self.label, request.method, len(candidates))))
                 return
         actions.append(self._unattributed(request))
+
+    def withdrawn(self, child_id: object, reason: str | None, actions: list[ChildAction[OwnerT]]) -> bool:
+        """The child cancelled its question ``child_id`` (``notifications/cancelled``): one
+        with a client is withdrawn (``Withdrawn``: the client is told, the child gets no
+        answer); one held as ambiguous is dropped. False when no open question has that id
+        (answered already, or never asked: the notification is nobody's)."""
+        for ask_id, request in self._asks.items():
+            if request.id == child_id and type(request.id) is type(child_id):
+                actions.append(Withdrawn(ask_id, reason))
+                actions.append(Log(logging.INFO, "child %s withdrew its %s", (self.label, request.method)))
+                return True
+        for held in self.held:
+            if held.request.id == child_id and type(held.request.id) is type(child_id):
+                self.held.remove(held)
+                held.settled = True
+                if held.due is not None:
+                    self._deadlines.settled_early(held.due)
+                self._recount()
+                actions.append(Changed())
+                template = "child %s withdrew its %s, held while several requests may have asked it"
+                actions.append(Log(logging.INFO, template, (self.label, held.request.method)))
+                return True
+        return False
 
     def refused(self, ask_id: int) -> list[ChildAction[OwnerT]]:
         request = self._asks.pop(ask_id, None)

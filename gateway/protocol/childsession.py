@@ -44,7 +44,9 @@ Rules (digest §4.1, §7.3, §8):
    for that task id (``Ask``), else it is ``Unattributed``. An ``Ask`` the edge
    cannot hand over comes back through ``ask_refused``; an answered one through
    ``ask_closed``. Every other child request, and every question nobody can carry, is
-   ``Unattributed``: the edge answers it. A request that asked and was then cancelled by the
+   ``Unattributed``: the edge answers it. The child's ``notifications/cancelled`` naming one
+   of its open questions withdraws it (``Withdrawn``, or a held one dropped), and nothing
+   answers it then. A request that asked and was then cancelled by the
    gateway lingers (``childquestions.ASKER_LINGERS``): a question only it may have asked is
    ``Unattributed``, never another request's. ``open_questions`` counts asks not closed,
    questions held and lingering askers; ``Changed`` says it may have dropped.
@@ -395,6 +397,11 @@ class ChildSession(Generic[OwnerT]):
         if note.method == loglevels.LOG_MESSAGE:
             self._log(note, actions)
             return
+        if note.method == CANCELLED and note.params:  # the child withdraws a question (rule 5)?
+            reason = note.params.get("reason")
+            reason = reason if isinstance(reason, str) else None
+            if self._questions.withdrawn(note.params.get("requestId"), reason, actions):
+                return
         if note.method == TOOLS_LIST_CHANGED:
             self.tools_generation += 1
         actions.append(Broadcast(note))

@@ -22,6 +22,12 @@ of the exchange (``Relay.run``), in this order:
      the call is streamed on the retry, under its id (``resume``). A sampling or elicitation
      request the client's ``clientCapabilities`` do not cover ends the call with -32021
      (``requiredCapabilities``) and cancels it at the child.
+
+A question the child withdraws (its ``notifications/cancelled`` names it) comes back to the
+exchange withdrawn: a legacy client gets ``notifications/cancelled`` naming the ``g-N`` it got
+it under, on this request's stream (``withdrawal``), and its answer, if it still sends one,
+reaches nobody; a modern client cannot be told mid-round, and the answer its retry carries
+for it is dropped.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from typing import Final
 import anyio
 
 from gateway.protocol import inputs
+from gateway.protocol.correlation import CANCELLED
 from gateway.protocol.jsonrpc import JsonObject, Request
 from gateway.relay import events, translate
 from gateway.relay.client import ClientContext
@@ -106,6 +113,20 @@ def ask_legacy_client(ask: ChildAsk, client: ClientContext, call: Call) -> JsonO
     # A clear error, not a made-up answer: this client is there, it just cannot be asked.
     ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason, decline=False), reason)
     return None
+
+
+def withdrawal(ask: ChildAsk, client: ClientContext) -> events.Notification | None:
+    """A question the child cancelled, for the legacy client it went to: a
+    ``notifications/cancelled`` naming the id the client got it under (the client's answer, if
+    one comes, is then nobody's). None when the client never got it (the gateway answered)."""
+    session = client.session
+    gateway_id = session.forget_ask(ask) if session is not None else None
+    if gateway_id is None:
+        return None
+    params: JsonObject = {"requestId": gateway_id}
+    if ask.withdrawn_reason:
+        params["reason"] = ask.withdrawn_reason
+    return events.Notification({"jsonrpc": "2.0", "method": CANCELLED, "params": params})
 
 
 def ask_modern_client(

@@ -379,9 +379,16 @@ class Relay:
                     continue
                 if client.era is LEGACY:
                     for ask in questions:
-                        if (outgoing := asks.ask_legacy_client(ask, client, call)) is not None:
+                        if ask.withdrawn:  # the child cancelled it: its client is told
+                            if (told := asks.withdrawal(ask, client)) is not None:
+                                yield told
+                        elif (outgoing := asks.ask_legacy_client(ask, client, call)) is not None:
                             yield events.Ask(outgoing)
                     continue
+                if any(ask.withdrawn for ask in questions):  # a modern client cannot be told
+                    questions = [ask for ask in questions if not ask.withdrawn]
+                    if not questions:
+                        continue
                 final = asks.ask_modern_client(
                     self.suspensions, questions, request, client, call, waited, task_at_retry=call.task_at_retry
                 )

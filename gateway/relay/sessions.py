@@ -141,6 +141,14 @@ class LegacySession:
         self.asks[gateway_id] = ask
         return gateway_id
 
+    def forget_ask(self, ask: ChildAsk) -> str | None:
+        """The id ``ask`` was sent to this client under, forgotten (the child withdrew it); None
+        when it was not sent here."""
+        gateway_id = next((key for key, sent in self.asks.items() if sent is ask), None)
+        if gateway_id is not None:
+            del self.asks[gateway_id]
+        return gateway_id
+
     def answer_ask(self, reply: Result | ErrorReply) -> bool:
         """Hand the client's POSTed response to the child that asked; False if nobody waits for it."""
         ask = self.asks.pop(reply.id, None) if type(reply.id) is str else None

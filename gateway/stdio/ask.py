@@ -4,14 +4,16 @@
 such a request to one request in flight (``gateway.protocol.childsession``), and delivers it
 in that request's exchange. The reader of the exchange answers it once (the relay: from the
 client, or locally); the task that waits for it writes the reply to the child under the
-child's own id.
+child's own id. The child may withdraw it first (``withdraw``: it cancelled the question);
+then nothing is written, and the ask is offered to its exchange again, withdrawn, so that its
+reader can tell the client.
 """
 
 from __future__ import annotations
 
 import anyio
 
-from gateway.errors import GATEWAY_NAME
+from gateway.errors import CODE_CANCELLED, GATEWAY_NAME
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Reply, Request, Result
 
@@ -30,6 +32,8 @@ class ChildAsk:
         self.request = request
         self.reply: Reply | None = None
         self.local_reason: str | None = None  # why the gateway answered it, when it did
+        self.withdrawn = False  # the child cancelled it (``withdraw``): no answer goes to it
+        self.withdrawn_reason: str | None = None
         self._answered = anyio.Event()
 
     def __repr__(self) -> str:
@@ -63,6 +67,17 @@ class ChildAsk:
         if not self.answer(reply):
             return False
         self.local_reason = reason
+        return True
+
+    def withdraw(self, reason: str | None) -> bool:
+        """The child cancelled this question: it counts as answered (every later answer is
+        refused), but nothing is written to the child. False when it was answered already."""
+        if self.reply is not None:
+            return False
+        self.withdrawn, self.withdrawn_reason = True, reason
+        error = jsonrpc.error_object(CODE_CANCELLED, "the server withdrew its question", {"source": GATEWAY_NAME})
+        self.reply = ErrorReply(self.request.id, error)
+        self._answered.set()
         return True
 
     def answer_result(self, result: JsonObject) -> bool:

@@ -62,6 +62,7 @@ from gateway.protocol.childactions import (
     Log,
     Timed,
     Unattributed,
+    Withdrawn,
     Write,
 )
 from gateway.protocol.childsession import ChildSession
@@ -455,6 +456,8 @@ class StdioChild:
                     self._apply(self._session.ask_refused(action.ask_id))
             elif isinstance(action, Unattributed):
                 self.questions.answer(action.request, action.reason)
+            elif isinstance(action, Withdrawn):
+                self.questions.withdraw(action.ask_id, action.reason)
             elif isinstance(action, Broadcast):
                 if self._on_notification is not None:
                     self._on_notification(action.notification)

@@ -5,7 +5,8 @@ module carries the decisions out:
 
 - ``ask``: an ``Ask`` becomes a ``ChildAsk`` offered to its exchange; its answer, or an error
   ``ASK_BACKSTOP_GRACE`` after ``spec.input_timeout``, is written to the child, and
-  ``closed(ask_id)`` tells the machine it is no longer open. The relay bounds each ask by
+  ``closed(ask_id)`` tells the machine it is no longer open (``withdraw``: the child
+  cancelled it first: nothing is written, and its exchange is told). The relay bounds each ask by
   ``spec.input_timeout`` itself, counted from the same moment, and ends the call its own way
   (a parked call is cancelled at the child before its questions are answered); the backstop
   comes later so that the two never race, and answers only an ask the relay left behind;
@@ -59,12 +60,16 @@ class Questions:
         self._write = write
         self._handler = handler
         self._closed = closed
+        # Questions with a client, until answered (each also an open question of the session
+        # machine, so bounded as those are), with how each was offered to its exchange.
+        self._open: dict[int, tuple[ChildAsk, Callable[[ChildAsk], bool]]] = {}
 
     def ask(self, ask_id: int, request: Request, offer: Callable[[ChildAsk], bool]) -> bool:
         """Hand an attributed question to its exchange (``offer``); False if it cannot take it."""
         ask = ChildAsk(request)
         if not offer(ask):
             return False
+        self._open[ask_id] = (ask, offer)
         self.awaiting_input += 1  # from now: the child's silence is no stall
         self.to_clients += 1
         self._tg.start_soon(self._await_ask, ask_id, ask)
@@ -72,6 +77,16 @@ class Questions:
 
     def answer(self, request: Request, reason: str) -> None:
         self._tg.start_soon(self._answer, request, reason)
+
+    def withdraw(self, ask_id: int, reason: str | None) -> None:
+        """The child cancelled question ``ask_id``: it is answered nothing, and offered to its
+        exchange again, withdrawn, so that its reader can tell the client."""
+        opened = self._open.get(ask_id)
+        if opened is None:
+            return
+        ask, offer = opened
+        if ask.withdraw(reason):
+            offer(ask)  # (an exchange that is done takes nothing: its client is gone)
 
     async def _await_ask(self, ask_id: int, ask: ChildAsk) -> None:
         try:
@@ -84,8 +99,11 @@ class Questions:
             )
         finally:
             self.awaiting_input -= 1
+            self._open.pop(ask_id, None)
             self._closed(ask_id)
         assert ask.reply is not None
+        if ask.withdrawn:  # the child cancelled it: it expects no answer
+            return
         if ask.local_reason is not None:
             self._answered_locally(ask.method, ask.local_reason)
         self._send(ask.reply)

@@ -38,6 +38,7 @@ class Call:
         self.modern = modern
         self.cancelled = anyio.Event()
         self.answered = False  # a reply was written
+        self.question_id: str | None = None  # ``withdraw``'s question, once asked
         self._release = anyio.Event()
         self._result: JsonObject = text("released")
 
@@ -118,6 +119,18 @@ async def _ask(call: Call) -> JsonObject:
     return text("asked", answer=answer)
 
 
+async def _withdraw(call: Call) -> JsonObject:
+    """Ask the client ``method`` (with ``params``), then, once released, withdraw the question
+    (``notifications/cancelled`` naming it: nobody answered in time) and answer "withdrawn"."""
+    params = call.arguments.get("params")
+    ask_id = await call.child.question(str(call.arguments["method"]), params if isinstance(params, dict) else None)
+    call.question_id = ask_id
+    call.child.backend.changes.changed()
+    await call.held()
+    await call.child.withdraw(ask_id, "nobody answered in time")
+    return text("withdrawn")
+
+
 async def _crash(call: Call) -> JsonObject:
     stderr = call.arguments.get("stderr", [])
     await call.child.exit(int(call.arguments.get("code", 1)), stderr=[str(line) for line in stderr])
@@ -136,6 +149,7 @@ DEFAULT_TOOLS: Final[Mapping[str, ToolHandler]] = {
     "progress": _progress,
     "hold": _hold,
     "ask": _ask,
+    "withdraw": _withdraw,
     "crash": _crash,
     "stderr": _stderr,
 }

@@ -10,8 +10,9 @@ behind them an MCP server speaking newline-delimited JSON-RPC, scripted by a ``S
 - **tools** (``DEFAULT_TOOLS``): ``echo``; ``whoami`` (the fake pid); ``progress`` (``count``
   notifications tagged ``tag``, then ``hold`` if asked); ``hold`` (until the test releases or
   the gateway cancels it); ``ask`` (``method``/``params`` to the client, its answer returned);
-  ``crash`` (``stderr`` lines, then exit with ``code``, the call unanswered); ``stderr``
-  (``lines`` written to stderr, in ``one_chunk`` if asked, then answered); other requests
+  ``withdraw`` (the same question, withdrawn once the test releases the call); ``crash``
+  (``stderr`` lines, then exit with ``code``, the call unanswered); ``stderr`` (``lines``
+  written to stderr, in ``one_chunk`` if asked, then answered); other requests
   answered by ``on_request`` handlers (``resources/subscribe``, say), notifications handled by
   ``on_notification``;
 - **faults**: ``break_stderr(exc)`` makes the gateway's read of the child's stderr raise
@@ -374,6 +375,22 @@ class FakeChild:
         self, answer: RequestHandler, request_id: int | str, params: JsonObject, modern: bool
     ) -> None:
         await self._result(request_id, await answer(self, params), modern)
+
+    async def question(self, method: str, params: JsonObject | None) -> str:
+        """Ask the client ``method`` without waiting for its answer (an answer that comes is
+        in ``received``); its id, for ``withdraw``."""
+        self._ask_ids += 1
+        ask_id = f"s-{self._ask_ids}"
+        request: JsonObject = {"jsonrpc": "2.0", "id": ask_id, "method": method}
+        if params is not None:
+            request["params"] = params
+        await self.write(request)
+        return ask_id
+
+    async def withdraw(self, ask_id: str, reason: str) -> None:
+        """Cancel a question of ours, as the TypeScript SDK does when its wait for it times out."""
+        params = {"requestId": ask_id, "reason": reason}
+        await self.write({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
 
     async def ask(self, method: str, params: JsonObject | None) -> JsonObject:
         self._ask_ids += 1

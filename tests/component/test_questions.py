@@ -14,6 +14,7 @@ from gateway.stdio.pool import PoolSettings
 from tests.component.fakechild import Script, fake_backend
 from tests.component.harness import in_process_gateway, legacy_call
 from tests.gateway_server import modern_call, modern_headers, open_legacy_session
+from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
 
@@ -92,3 +93,77 @@ async def test_a_modern_client_answers_a_legacy_childs_question_in_an_mrtr_round
     assert second["result"]["resultType"] == "complete"
     assert second["result"]["structuredContent"]["answer"]["result"] == sampled
     assert backend.calls("ask") == [parked]  # the same call went on: the child was not asked twice
+
+
+ELICIT_URL = {"mode": "form", "message": "Still there?", "requestedSchema": {"type": "object", "properties": {}}}
+
+
+def answers_to(fake: Any, question_id: str | None) -> list[dict[str, Any]]:
+    """What the child read in answer to its question ``question_id``."""
+    return [m for m in fake.received if "method" not in m and m.get("id") == question_id]
+
+
+async def test_a_question_the_child_withdraws_is_cancelled_at_each_legacy_client_and_their_answers_go_nowhere() -> None:
+    """Two sessions, each a question on its own call's stream; the child withdraws both (as the
+    TypeScript SDK does when its wait times out): each client gets ``notifications/cancelled``
+    naming the id it got the question under, on that stream, then the call's answer; an answer
+    sent after that reaches no child."""
+    finals: dict[int, list[dict[str, Any]]] = {}
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend(Script(era="legacy")) as backend,
+            in_process_gateway(backend, pool=PoolSettings(1, 2)) as gw,
+        ):
+            sessions = [await open_legacy_session(gw.http, gw.url, capabilities={"elicitation": {}}) for _ in range(2)]
+
+            async def client(n: int) -> None:
+                body = legacy_call(n, "withdraw", {"method": "elicitation/create", "params": ELICIT_URL})
+                async with gw.open(body, sessions[n]) as response:
+                    question = await response.next_message()
+                    assert question is not None
+                    assert question["method"] == "elicitation/create"
+                    [call] = backend.running_calls("withdraw")  # one client at a time
+                    call.release()
+                    rest = await response.messages()
+                    finals[n] = [question, *rest]
+                    late = {"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept", "content": {}}}
+                    assert (await gw.http.post(gw.url, headers=sessions[n], json=late)).status_code < 500
+
+            for n in range(2):  # one after the other: each call's own question and cancel
+                await client(n)
+    for n in range(2):
+        question, cancelled, final = finals[n]
+        assert cancelled == {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": question["id"], "reason": "nobody answered in time"},
+        }
+        assert final["id"] == n
+        assert final["result"]["content"] == [{"type": "text", "text": "withdrawn"}]
+    for call in backend.calls("withdraw"):
+        assert answers_to(call.child, call.question_id) == []  # withdrawn: the child got no answer
+
+
+async def test_a_question_the_child_withdraws_during_a_modern_round_gets_no_answer_from_the_retry() -> None:
+    call = modern_call(1, "withdraw", {"method": "elicitation/create", "params": ELICIT_URL})
+    call["params"]["_meta"][META_CLIENT_CAPABILITIES] = {"elicitation": {}}
+    headers = modern_headers("tools/call", "withdraw")
+    with anyio.fail_after(BOUND), recording("gateway.child") as records:
+        async with fake_backend(Script(era="legacy")) as backend, in_process_gateway(backend) as gw:
+            first = (await gw.http.post(gw.url, headers=headers, json=call)).json()
+            result = first["result"]
+            assert result["resultType"] == "input_required"
+            [(key, _)] = result["inputRequests"].items()
+            [parked] = backend.running_calls("withdraw")
+            parked.release()  # the child withdraws its question and answers the call meanwhile
+            await records.wait_for_text("withdrew its elicitation/create")  # read by the gateway
+            answer = {"action": "accept", "content": {}}
+            retry = {
+                **call,
+                "id": 2,
+                "params": {**call["params"], "inputResponses": {key: answer}, "requestState": result["requestState"]},
+            }
+            second = (await gw.http.post(gw.url, headers=headers, json=retry)).json()
+    assert second["id"] == 2
+    assert second["result"]["content"] == [{"type": "text", "text": "withdrawn"}]
+    assert answers_to(parked.child, parked.question_id) == []

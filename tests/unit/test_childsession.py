@@ -26,6 +26,7 @@ from gateway.protocol.childactions import (
     Log,
     Timed,
     Unattributed,
+    Withdrawn,
     Write,
 )
 from gateway.protocol.childexit import describe_exit
@@ -334,6 +335,43 @@ def test_a_question_with_one_request_that_may_ask_goes_to_it() -> None:
     assert session.open_questions == 1
     assert session.ask_closed(ask.ask_id) == [ChildFacts(0, True, True), Changed()]
     assert session.open_questions == 0
+
+
+def test_a_question_the_child_cancels_is_withdrawn_from_its_client_and_closes_as_any() -> None:
+    session = make()
+    send(session, "tools/call", call(), "caller", now=0, asks=True)
+    [ask] = without_facts(session.receive_line(question(90), now=0))
+    assert isinstance(ask, Ask)
+    actions = without_facts(session.receive_line(note("notifications/cancelled", requestId=90, reason="late"), now=1))
+    assert [type(a) for a in actions] == [Withdrawn, Log]
+    assert actions[0] == Withdrawn(ask.ask_id, "late")
+    assert session.open_questions == 1  # open until the edge closes it, as any ask
+    session.ask_closed(ask.ask_id)
+    assert session.open_questions == 0
+
+
+@pytest.mark.parametrize("named", [91, "90", None])
+def test_a_cancel_that_names_no_open_question_is_nobodys(named: object) -> None:
+    session = make()
+    send(session, "tools/call", call(), "caller", now=0, asks=True)
+    session.receive_line(question(90), now=0)
+    cancel = note("notifications/cancelled", requestId=named)  # another id, or 90 as a string
+    assert of(Broadcast, session.receive_line(cancel, now=1)) != []
+    assert session.open_questions == 1
+
+
+def test_a_held_question_the_child_cancels_is_dropped_and_goes_to_nobody() -> None:
+    session = make()
+    first = send(session, "tools/call", call("x"), "a", now=0, asks=True)
+    send(session, "tools/call", call("y"), "b", now=0, asks=True)
+    session.receive_line(question(90), now=0)  # two candidates: held
+    assert session.open_questions == 1
+    actions = without_facts(session.receive_line(note("notifications/cancelled", requestId=90), now=1))
+    assert [type(a) for a in actions] == [Changed, Log]
+    assert session.open_questions == 0
+    assert not session.asks_open(SAMPLING)
+    assert of(Ask, session.receive_line(result(first.child_id), now=2)) == []  # never given to "b"
+    assert session.tick(10) == []  # its deadline is skipped
 
 
 def test_a_question_nobody_can_carry_is_the_gateways_to_answer() -> None:
