@@ -21,7 +21,9 @@ POST rungs, in order (digest §2, §4.2, §7.1):
     never forwarded, since a child acting on the method name would then cancel (or
     otherwise act on) whatever id it names, another client's included.
  7. Era: a modern ``MCP-Protocol-Version`` header or a ``_meta`` protocol version → modern
-    (a stray ``Mcp-Session-Id`` is ignored); else ``initialize`` → new legacy session;
+    (a stray ``Mcp-Session-Id`` is ignored); else ``initialize`` → new legacy session (its
+    ``capabilities`` and ``clientInfo`` at most ``MAX_DECLARATION_BYTES`` of JSON each, else
+    400/-32602);
     else ``Mcp-Session-Id`` → live session (unknown → 404), whose version header, if any,
     must name a legacy version (else 400/-32600 with ``data.supported``: legacy clients
     do not know -32022); else 400/-32020.
@@ -60,6 +62,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias
+
+import orjson
 
 from gateway.protocol import headers as h
 from gateway.protocol import loglevels, versions
@@ -213,14 +217,38 @@ def is_modern(message: Message, headers: Mapping[str, str]) -> bool:
 # --- Legacy ---------------------------------------------------------------------------------
 
 
+DECLARATIONS: Final = ("capabilities", "clientInfo")
+MAX_DECLARATION_BYTES: Final = 16_384
+"""Bytes of JSON a legacy client's ``initialize`` ``capabilities``, and its ``clientInfo``, may
+take each: a session keeps both for its life, and a modern child is told them with every
+request of the session, so a client must not park megabytes on the gateway per session (real
+clients declare a few hundred bytes). Over it: 400, -32602, before any session is made."""
+
+
+def declaration_bytes(value: object) -> int:
+    """The size of ``value`` as compact JSON (0 for none)."""
+    if value is None:
+        return 0
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:  # (not from the wire: what orjson parsed it writes)
+        return MAX_DECLARATION_BYTES + 1
+
+
 def check_legacy(message: Message, headers: Mapping[str, str], session_version: SessionLookup) -> Accepted | Rejection:
     """A request that is not modern: ``initialize``, or traffic on a live legacy session."""
     mid = message_id(message)
     if isinstance(message, Request) and message.method == "initialize":
         # A stray Mcp-Session-Id on initialize is ignored: the client is starting over.
-        requested = (message.params or {}).get("protocolVersion")
+        params = message.params or {}
+        requested = params.get("protocolVersion")
         if not isinstance(requested, str):
             return reject(400, INVALID_PARAMS, 'initialize needs a string "protocolVersion"', id=mid)
+        for name in DECLARATIONS:
+            size = declaration_bytes(params.get(name))
+            if size > MAX_DECLARATION_BYTES:
+                message_text = f"initialize params.{name} is {size:,} bytes of JSON; at most {MAX_DECLARATION_BYTES:,}"
+                return reject(400, INVALID_PARAMS, message_text, id=mid)
         return Accepted(LEGACY, requested, (message,), None)
     session_id = headers.get(h.MCP_SESSION_ID)
     if session_id is None:

@@ -113,6 +113,10 @@ log = logging.getLogger("gateway.relay.router")
 MAX_TOLD_SETS: Final = 256
 """Distinct capability declarations whose told set a router remembers (clients choose what they
 declare); past it the set is worked out for each request (a few tens of µs)."""
+MAX_TOLD_MEMO_BYTES: Final = 16_384
+"""The longest declaration (compact JSON) whose told set is remembered: a modern client's
+``clientCapabilities`` come with each request, unchecked in size but for the body's bound, and
+``MAX_TOLD_SETS`` of them are kept for the process's life. A longer one is worked out each time."""
 MAX_ROOTS_SETS: Final = 16
 """Distinct client roots sets one server runs children for at once (a pool each, growing to
 ``--pool-max``, each child ~68 MiB for the npm servers): clients choose their roots, so a stream
@@ -405,7 +409,8 @@ class Router:
 
     def _told(self, capabilities: Mapping[str, object]) -> tuple[str, dict[str, object] | None]:
         """``told_for`` and its ``capability_key`` ("" for the configured set), remembered per
-        distinct declaration (at most ``MAX_TOLD_SETS``: declarations come from clients)."""
+        distinct declaration (at most ``MAX_TOLD_SETS``, each at most ``MAX_TOLD_MEMO_BYTES``:
+        declarations come from clients)."""
         try:
             memo = orjson.dumps(capabilities, option=orjson.OPT_SORT_KEYS)
         except TypeError:  # not JSON (never from the wire): not remembered
@@ -418,7 +423,7 @@ class Router:
         declared = narrowed.declared_capabilities
         told = None if declared == spec.declared_capabilities else declared
         found = ("" if told is None else inputs.capability_key(told), told)
-        if memo is not None and len(self._told_sets) < MAX_TOLD_SETS:
+        if memo is not None and len(self._told_sets) < MAX_TOLD_SETS and len(memo) <= MAX_TOLD_MEMO_BYTES:
             self._told_sets[memo] = found
         return found
 

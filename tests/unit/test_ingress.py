@@ -16,6 +16,7 @@ from gateway.protocol.headers import encode_header_value
 from gateway.protocol.ingress import (
     CLIENT_CAPABILITIES_KEY,
     MAX_BATCH_MESSAGES,
+    MAX_DECLARATION_BYTES,
     MAX_JSON_DEPTH,
     NAME_PARAMS,
     PROTOCOL_VERSION_KEY,
@@ -307,6 +308,21 @@ def test_initialize_without_modern_markers_starts_a_legacy_session() -> None:
 def test_initialize_without_a_string_protocol_version_gets_400_invalid_params() -> None:
     init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}}
     assert rejected(post(init), 400, INVALID_PARAMS).id == 0
+
+
+@pytest.mark.parametrize("name", ["capabilities", "clientInfo"])
+def test_an_initialize_declaring_more_than_the_bound_is_refused_before_any_session(name: str) -> None:
+    def declaring(size: int) -> dict[str, Any]:
+        value = {"x": "a" * (size - len('{"x":""}'))}  # ``size`` bytes of compact JSON
+        params = {"protocolVersion": "2025-11-25", name: value}
+        return {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
+
+    def posted(body: dict[str, Any]) -> Accepted | Rejection:
+        return check_post(BASE, orjson.dumps(body), max_body_bytes=100_000, session_version=SESSIONS.get)
+
+    assert accepted(posted(declaring(MAX_DECLARATION_BYTES))).era is Era.LEGACY  # at the bound
+    refused = rejected(posted(declaring(MAX_DECLARATION_BYTES + 1)), 400, INVALID_PARAMS)
+    assert message_of(refused) == f"initialize params.{name} is 16,385 bytes of JSON; at most 16,384"
 
 
 def test_a_known_session_is_legacy_at_its_negotiated_version() -> None:

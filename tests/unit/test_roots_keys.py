@@ -19,7 +19,7 @@ from gateway.protocol.roots import MAX_ROOTS_PER_SET, roots_key, roots_of_answer
 from gateway.protocol.versions import Era
 from gateway.relay import client_roots
 from gateway.relay.poolkey import PoolKey
-from gateway.relay.router import Router
+from gateway.relay.router import MAX_TOLD_MEMO_BYTES, Router
 from gateway.relay.server_config import ROOTS_LEARN_WAIT, CapabilityKeying, DualEra, Isolation, ServerConfig
 from gateway.relay.statekeys import StateKeys
 from gateway.relay.suspensions import Suspensions
@@ -98,6 +98,16 @@ def test_children_are_told_the_configured_capabilities_unless_keying_is_exact() 
     exact = Router(ServerConfig("fs", child, dual_era=DualEra.LEGACY, capability_keying=CapabilityKeying.EXACT))
     told = {exact.key_for("p", None, {}, Era.LEGACY, declared).told for declared in ({}, {"sampling": {}}, WITH_ROOTS)}
     assert told == {"none", "sampling", ""}  # WITH_ROOTS is the configured set itself
+
+
+def test_a_declaration_longer_than_the_memo_bound_is_worked_out_each_time_not_remembered() -> None:
+    child = ChildSpec("node")
+    exact = Router(ServerConfig("fs", child, dual_era=DualEra.LEGACY, capability_keying=CapabilityKeying.EXACT))
+    long = {"sampling": {}, "experimental": {"padding": "x" * MAX_TOLD_MEMO_BYTES}}
+    assert exact.key_for("p", None, {}, Era.LEGACY, long).told == "sampling"  # told as any
+    assert len(exact._told_sets) == 0  # a client's megabytes are not kept for the process's life
+    assert exact.key_for("p", None, {}, Era.LEGACY, {"sampling": {}}).told == "sampling"
+    assert len(exact._told_sets) == 1
 
 
 def test_children_told_no_roots_are_never_keyed_by_a_roots_set() -> None:
