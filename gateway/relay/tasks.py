@@ -35,7 +35,9 @@ states and wire shapes); this module runs them:
   (nobody else's task is touched). Once a task ends: ``MAX_RESULT_BYTES`` for its outcome,
   ``MAX_BYTES_PER_PRINCIPAL`` per owner (its own oldest ended tasks are dropped), and
   ``MAX_KEPT_BYTES`` over every store of the process (``KeptOutcomes``: the oldest ended tasks
-  of whoever holds the most bytes are dropped).
+  of whoever holds the most bytes are dropped). A child's own task (``adopt``) is always
+  mapped (the child made it): at its owner's share that owner's oldest mapping gives way, with
+  the store full the oldest of whoever holds the most, each kept at most the server's TTL.
 - **The drain** (``drain``: ``gateway.http.drain.Drain``) waits for the gateway's own tasks
   within its budget: a running task counts as work in flight, and one that ends while the
   gateway drains counts on until its client has read the outcome (a ``tasks/get`` of the ended
@@ -344,16 +346,29 @@ class TaskStore:
         """A child's own task handle, under a gateway id that routes back to it (rule 7)."""
         now = self._clock()
         self._sweep(now)
-        if len(self) >= rules.MAX_TASKS:  # make room with the oldest of this principal's mappings
-            mine = [key for key, passed in self._passed.items() if passed.principal == _owner_of(client)]
-            if mine:
-                del self._passed[mine[0]]
+        # The child made the task already: its handle is always given, and room is made among
+        # the mappings: first at this principal's share, from its own oldest; then, with the
+        # store full, from the oldest of whoever holds the most, so a principal holding less
+        # than that never loses one to another (``MAX_HELD_TASKS_PER_PRINCIPAL``, ``MAX_TASKS``).
+        principal = _owner_of(client)
+        held = Counter(passed.principal for passed in self._passed.values())
+        if held[principal] >= rules.MAX_HELD_TASKS_PER_PRINCIPAL:
+            self._drop_oldest_passed(principal)
+        elif len(self) >= rules.MAX_TASKS and held:
+            most = max(held.values())  # (ties: the oldest mapping among them)
+            self._drop_oldest_passed(next(p.principal for p in self._passed.values() if held[p.principal] == most))
         task_id = rules.mint_task_id(self._owner, self._id_keys(), secrets.token_bytes(rules.TASK_RANDOM_BYTES))
         ttl = result.get("ttlMs")
-        keep = ttl / 1000 if isinstance(ttl, int) and ttl > 0 else self.policy.ttl
+        # Kept as the child says, but not past the server's own task TTL: a child's word is no
+        # bound on what the gateway holds.
+        keep = min(ttl / 1000, self.policy.ttl) if isinstance(ttl, int) and ttl > 0 else self.policy.ttl
         self._passed[task_id] = _Passed(_owner_of(client), child, str(result["taskId"]), now + keep)
         self._next_expiry = min(self._next_expiry, now + keep)
         return {**result, "taskId": task_id}
+
+    def _drop_oldest_passed(self, principal: str) -> None:
+        oldest = next(key for key, passed in self._passed.items() if passed.principal == principal)
+        del self._passed[oldest]
 
     async def _run(self, running: Callable[[], Awaitable[None]], run: _Run) -> None:
         """``running`` (the gateway's own run of ``run``, or a bridged one), then: only the task
