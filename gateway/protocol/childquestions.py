@@ -74,6 +74,10 @@ ASKER_LINGERS: Final = 2.0
 child's questions (``QuestionDesk.abandoned``): a tool that does not stop at the cancel asks
 its next question as soon as the last is refused, within milliseconds. Meanwhile that child
 takes no other request that may ask (quiet ones still join), so it is kept short."""
+MAX_HELD_QUESTIONS: Final = 64
+"""Questions one child may have held as ambiguous at once (each waits up to the input
+timeout for its candidates to settle); past it, a new ambiguous one is the gateway's to answer
+at once. A child's questions come one per request that may ask; no real child holds this many."""
 ASKER_LINGERS_ASKING: Final = 10.0
 """Seconds it lingers from each question it asked while lingering: a tool shown to ask on
 after its cancel is given longer between questions."""
@@ -148,6 +152,10 @@ class QuestionDesk(Generic[OwnerT]):
                 return
             if isinstance(decision, Ambiguous) and self.answered_alike(request.method):
                 actions.append(self._unattributed(request))  # the same answer for every candidate
+                return
+            if isinstance(decision, Ambiguous) and len(self.held) >= MAX_HELD_QUESTIONS:
+                reason = f"{len(self.held)} of its questions are held already (at most {MAX_HELD_QUESTIONS})"
+                actions.append(Unattributed(request, reason))
                 return
             if isinstance(decision, Ambiguous):
                 self.has_asked = True

@@ -47,6 +47,10 @@ INPUT_METHODS: Final = frozenset({SAMPLING, ELICITATION, ROOTS})
 """Child requests that only a client can answer: the ones the gateway routes to one."""
 MRTR_METHODS: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
 """The only requests whose result may be ``input_required`` (MRTR §Supported Requests)."""
+MAX_INPUT_REQUESTS: Final = 16
+"""``inputRequests`` one round of a modern child may carry to a legacy client: each becomes a
+request on the client's stream and an entry in its session's asks. A round with more ends the
+request with -31003 (a person answers each one; no real round asks more than a few)."""
 LEGACY_ONLY_PARAMS: Final = ("task", "elicitationId")
 """Legacy request fields with no place in a modern ``inputRequests`` entry (digest §7.6 C)."""
 

@@ -110,6 +110,9 @@ def input_required_problem(wanted: object, state: object) -> str | None:
         return "input_required with a requestState that is not a string"
     if not wanted and state is None:
         return "input_required with neither inputRequests nor requestState"
+    if len(wanted) > inputs.MAX_INPUT_REQUESTS:
+        most = inputs.MAX_INPUT_REQUESTS
+        return f"input_required with {len(wanted)} inputRequests; the gateway relays at most {most}"
     for key, entry in wanted.items():
         method = entry.get("method") if isinstance(entry, dict) else None
         if method not in inputs.INPUT_METHODS:

@@ -30,7 +30,7 @@ from gateway.protocol.childactions import (
     Write,
 )
 from gateway.protocol.childexit import describe_exit
-from gateway.protocol.childquestions import ASKER_LINGERS, ASKER_LINGERS_ASKING
+from gateway.protocol.childquestions import ASKER_LINGERS, ASKER_LINGERS_ASKING, MAX_HELD_QUESTIONS
 from gateway.protocol.childsession import ChildSession
 from gateway.protocol.childstate import COMPACT_ABOVE
 from gateway.protocol.correlation import Correlator
@@ -947,3 +947,16 @@ def test_a_non_json_line_is_logged_redacted_and_kept_as_it_came() -> None:
     assert warning.args[-1] == "starting with token=[redacted]"
     assert warning.fields == {"event": "stdout_dropped"}
     assert list(session.noise) == ["starting with token=abc123"]  # for the operator's /status
+
+
+def test_held_questions_are_bounded_and_one_past_the_bound_is_the_gateways_at_once() -> None:
+    session = make()
+    send(session, "tools/call", call("x"), "a", now=0, asks=True)
+    send(session, "tools/call", call("y"), "b", now=0, asks=True)
+    for n in range(MAX_HELD_QUESTIONS):
+        session.receive_line(question(100 + n), now=0)
+    assert session.open_questions == MAX_HELD_QUESTIONS
+    [refused] = of(Unattributed, session.receive_line(question(999), now=0))
+    assert refused.request.id == 999
+    assert f"at most {MAX_HELD_QUESTIONS}" in refused.reason
+    assert session.open_questions == MAX_HELD_QUESTIONS

@@ -7,6 +7,7 @@ import pytest
 from gateway.errors import CODE_NO_CLIENT_INPUT
 from gateway.protocol import inputs
 from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, MISSING_CLIENT_CAPABILITY, ErrorReply, Request, Result
+from gateway.relay import translate
 
 SAMPLE = {"messages": [], "maxTokens": 5}
 
@@ -141,3 +142,12 @@ def test_an_elicitation_from_a_client_that_cannot_be_asked_is_refused_not_declin
     assert isinstance(refused, ErrorReply)
     assert refused.code == CODE_NO_CLIENT_INPUT
     assert "the client did not declare it" in refused.message
+
+
+def test_a_modern_childs_round_for_a_legacy_client_carries_at_most_the_bound_of_requests() -> None:
+    def round_of(count: int) -> dict[str, object]:
+        return {f"k{n}": {"method": inputs.ELICITATION, "params": {"message": "?"}} for n in range(count)}
+
+    assert translate.input_required_problem(round_of(inputs.MAX_INPUT_REQUESTS), "s") is None
+    problem = translate.input_required_problem(round_of(inputs.MAX_INPUT_REQUESTS + 1), "s")
+    assert problem == "input_required with 17 inputRequests; the gateway relays at most 16"
