@@ -159,6 +159,38 @@ async def test_a_legacy_client_gets_each_question_on_its_requests_stream_and_its
     assert answers(final) == [{"error": refusal}, {"result": CLIENT_ROOTS}]
 
 
+async def test_a_question_the_child_withdraws_is_cancelled_at_the_legacy_client_on_the_same_stream(
+    tmp_path: Path,
+) -> None:
+    """The child gives up waiting and withdraws its question (``notifications/cancelled``, as a
+    TypeScript SDK server does): the client is told, under the id it got, before the call's
+    answer; its answer after that reaches nobody, and the child never reads one."""
+    record = tmp_path / "stdin.jsonl"
+    with anyio.fail_after(WAIT):
+        async with (
+            running_gateway(server_spec("--era", "legacy", "--record", str(record))) as url,
+            httpx.AsyncClient(timeout=WAIT) as http,
+        ):
+            headers = await open_session(http, url, {"elicitation": {}})
+            body = legacy_ask(7, [ELICITATION], timeout_ms=300, cancel_on_timeout=True)
+            async with http.stream("POST", url, headers=headers, json=body) as reply:
+                stream = sse(reply)
+                asked = await anext(stream)
+                assert asked["id"] == "g-1"
+                withdrawn = await anext(stream)  # nobody answers: the child gives up
+                final = await anext(stream)
+            late = await http.post(url, headers=headers, json={"jsonrpc": "2.0", "id": "g-1", "result": ELICITED})
+    assert withdrawn["method"] == "notifications/cancelled"
+    assert withdrawn["params"]["requestId"] == "g-1"
+    assert withdrawn["params"]["reason"] == "no reply within 0.3 s"
+    validate(withdrawn, "CancelledNotification", "2025-11-25")
+    assert final["id"] == 7
+    assert "TimeoutError" in answers(final)[0]["error"]["message"]
+    assert late.status_code < 500
+    lines = [orjson.loads(line) for line in record.read_bytes().splitlines() if line.strip()]
+    assert [line for line in lines if "method" not in line] == []  # no answer ever reached the child
+
+
 async def test_a_legacy_client_is_asked_only_for_what_it_declared_and_the_gateway_answers_the_rest() -> None:
     with anyio.fail_after(WAIT):
         async with (

@@ -185,7 +185,10 @@ def _ask_client(ctx: ToolContext, args: JsonObject) -> JsonObject:
         try:
             answers[index] = {
                 "result": ctx.send_request(
-                    str(request["method"]), params if isinstance(params, dict) else None, timeout
+                    str(request["method"]),
+                    params if isinstance(params, dict) else None,
+                    timeout,
+                    cancel_on_timeout=args.get("cancel_on_timeout") is True,
                 )
             }
         except RpcError as exc:
@@ -561,6 +564,7 @@ def add_test_tools(server: StdioServer) -> None:
                     "together": {"type": "boolean", "description": "send all in one write"},
                     "progress": {"type": "boolean", "description": "progress before and after asking"},
                     "timeout_ms": _int("how long to wait for each answer"),
+                    "cancel_on_timeout": {"type": "boolean", "description": "withdraw a question left unanswered"},
                     "wait_ms": _int("ms to wait (cancellable) after the first progress, before asking"),
                 },
                 ["requests"],

@@ -82,10 +82,16 @@ class ToolContext:
         self._after_reply.append(action)
 
     def send_request(
-        self, method: str, params: JsonObject | None = None, timeout: float = SEND_REQUEST_TIMEOUT
+        self,
+        method: str,
+        params: JsonObject | None = None,
+        timeout: float = SEND_REQUEST_TIMEOUT,
+        *,
+        cancel_on_timeout: bool = False,
     ) -> JsonObject:
-        """Ask the client something and return its result. Raises RpcError, TimeoutError, ConnectionError."""
-        return self._server.send_request(method, params, timeout)
+        """Ask the client something and return its result. Raises RpcError, TimeoutError,
+        ConnectionError. ``cancel_on_timeout``: withdraw it when no answer comes in time."""
+        return self._server.send_request(method, params, timeout, cancel_on_timeout=cancel_on_timeout)
 
     def send_requests(
         self, requests: list[tuple[str, JsonObject | None]], timeout: float = SEND_REQUEST_TIMEOUT

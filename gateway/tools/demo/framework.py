@@ -185,10 +185,15 @@ class StdioServer:
         return self._listens.end(cancelled=cancelled)
 
     def send_request(
-        self, method: str, params: JsonObject | None = None, timeout: float = SEND_REQUEST_TIMEOUT
+        self,
+        method: str,
+        params: JsonObject | None = None,
+        timeout: float = SEND_REQUEST_TIMEOUT,
+        *,
+        cancel_on_timeout: bool = False,
     ) -> JsonObject:
         """Send a server→client request and wait for its result (see ``ToolContext.send_request``)."""
-        return self._outgoing.request(method, params, timeout)
+        return self._outgoing.request(method, params, timeout, cancel_on_timeout=cancel_on_timeout)
 
     def send_requests(
         self,

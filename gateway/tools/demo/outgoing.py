@@ -29,8 +29,12 @@ class Outgoing:
         self._ids = itertools.count(1)
         self._closed = False
 
-    def request(self, method: str, params: JsonObject | None, timeout: float) -> JsonObject:
-        """Send one request and wait for its result (``ToolContext.send_request``)."""
+    def request(
+        self, method: str, params: JsonObject | None, timeout: float, *, cancel_on_timeout: bool = False
+    ) -> JsonObject:
+        """Send one request and wait for its result (``ToolContext.send_request``); with
+        ``cancel_on_timeout``, a request left unanswered is withdrawn (``notifications/cancelled``
+        naming it), as the TypeScript SDK's servers do."""
         waiter = Waiter()
         with self._lock:
             if self._closed:
@@ -44,6 +48,15 @@ class Outgoing:
         if not waiter.event.wait(timeout):
             with self._lock:
                 self._waiting.pop(id_key(request_id), None)
+            if cancel_on_timeout:
+                reason = f"no reply within {timeout} s"
+                self._send(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/cancelled",
+                        "params": {"requestId": request_id, "reason": reason},
+                    }
+                )
             raise TimeoutError(f"no reply to {method} ({request_id}) within {timeout} s")
         return result_of(waiter.message)
 
