@@ -51,7 +51,8 @@ Rules (digest §4.1, §7.3, §8):
    ``Unattributed``, never another request's. ``open_questions`` counts asks not closed,
    questions held and lingering askers; ``Changed`` says it may have dropped.
 6. **Tool learning** (attribution rule 5, legacy children only): a request of a tool that
-   ends with a result while no question was ever its candidate makes the tool quiet; a
+   ends with a result (not a tool error, ``isError``) while no question was ever its
+   candidate makes the tool quiet; a
    question marks its owner's tool (or all its candidates' when unresolved) asking.
 7. **Exit.** ``exited`` builds the one ``ChildExitedError`` (exit code or signal; the stderr
    tail for the operator, and for clients when ``exposed``) and fails everything pending with
@@ -438,7 +439,9 @@ class ChildSession(Generic[OwnerT]):
         else:
             assert error is not None
             actions.append(Failed(entry.owner, error))
-        quiet = self.legacy and isinstance(reply, Result)
+        # A result that is a tool's error (``isError``) teaches nothing: a child answers an
+        # unknown name so too, and names come from clients (they would fill ``MAX_LEARNED_TOOLS``).
+        quiet = self.legacy and isinstance(reply, Result) and reply.result.get("isError") is not True
         if quiet or self._questions.held:  # else ``ended`` has nothing to do (a modern child's usual reply)
             self._questions.ended(entry, actions, quiet=quiet)
 

@@ -760,6 +760,19 @@ def test_a_tool_that_ends_with_a_result_and_no_question_is_learned_quiet() -> No
     assert session.tools.is_quiet("tools/call quiet")
 
 
+def test_a_tool_error_teaches_nothing_so_made_up_names_cannot_fill_the_table() -> None:
+    session = learning_session()
+    for n in range(3):  # as a child answers an unknown tool: a result that is an error
+        sent = send(session, "tools/call", call(f"made-up-{n}"), "a", now=0, asks=True)
+        unknown = {"content": [{"type": "text", "text": f"unknown tool: made-up-{n}"}], "isError": True}
+        session.receive_line(result(sent.child_id, unknown), now=0)
+    assert session.tools is not None
+    assert session.tools.quiet == set()
+    sent = send(session, "tools/call", call("real"), "a", now=0, asks=True)
+    session.receive_line(result(sent.child_id, {"content": [], "isError": False}), now=0)
+    assert session.tools.quiet == {"tools/call real"}
+
+
 def test_the_callers_tool_key_is_used_as_given() -> None:
     session = learning_session()
     sent = send(session, "tools/call", call("x"), "a", now=0, asks=True, tool="tools/call given")
