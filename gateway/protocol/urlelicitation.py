@@ -22,6 +22,8 @@ without ``elicitationId``.
   carry them (a request that cannot be answered ``input_required``, or a task's run).
 - ``for_legacy_client``: a modern child's URL elicitation as a 2025-11-25 client must get it,
   with an ``elicitationId`` (the schema requires one).
+- ``legacy_ids``: the ids a legacy child gave a legacy client (mid-call, or in a -32042), so
+  that its ``notifications/elicitation/complete`` reaches that client's session.
 
 Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only.
 """
@@ -35,6 +37,7 @@ from gateway.errors import CODE_NO_CLIENT_INPUT, GATEWAY_NAME
 from gateway.protocol.jsonrpc import MISSING_CLIENT_CAPABILITY, URL_ELICITATION_REQUIRED, JsonObject, error_object
 
 ELICITATION: Final = "elicitation/create"
+COMPLETE: Final = "notifications/elicitation/complete"
 URL_MODE: Final = "url"
 URL_KEY_PREFIX: Final = "url-"
 """The ``inputRequests`` keys of a URL round: ``url-1``, ``url-2`` … in the child's order."""
@@ -116,6 +119,23 @@ def unusable_error(error: Mapping[str, Any]) -> JsonObject:
         f"gateway can pass on (at least one, at most {MAX_URL_ELICITATIONS}, each with a url and a message)",
         data,
     )
+
+
+def legacy_ids(method: str, params: JsonObject | None, error: Mapping[str, Any] | None = None) -> list[str]:
+    """The ``elicitationId`` values a legacy child gave a legacy client: of a URL-mode
+    ``elicitation/create`` (``method``, ``params``), or of a -32042 ``error``'s list (at most
+    ``MAX_URL_ELICITATIONS``), so that its ``notifications/elicitation/complete`` can follow."""
+    if error is not None:
+        data = error.get("data") if error.get("code") == URL_ELICITATION_REQUIRED else None
+        items = data.get("elicitations") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            return []
+        found = (item.get("elicitationId") for item in items[:MAX_URL_ELICITATIONS] if isinstance(item, dict))
+        return [eid for eid in found if isinstance(eid, str) and eid]
+    if method != ELICITATION or not params or params.get("mode") != URL_MODE:
+        return []
+    eid = params.get("elicitationId")
+    return [eid] if isinstance(eid, str) and eid else []
 
 
 def for_legacy_client(params: JsonObject | None, elicitation_id: str) -> JsonObject | None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
@@ -46,6 +46,10 @@ log = logging.getLogger("gateway.relay.sessions")
 
 SESSION_IDLE_TIMEOUT: Final = 3600.0
 """Seconds without a request after which a legacy session is forgotten."""
+MAX_URL_ELICITATIONS_KEPT: Final = 32
+"""URL elicitation ids a legacy session got from its children lately (a question, or a -32042's
+list), kept so that the child's ``notifications/elicitation/complete`` for one reaches this
+session's GET stream; older ones are forgotten (the notification is optional)."""
 MAX_SESSIONS: Final = 10_000
 """Live sessions per server at most (bounded memory); past this, 503."""
 FULL_RETRY_AFTER: Final = 60
@@ -123,6 +127,8 @@ class LegacySession:
     asks: dict[str, ChildAsk] = field(default_factory=dict)  # gateway id → the child's question
     asks_sent: int = 0
     roots: tuple[dict[str, str], ...] | None = None  # its roots, from its last roots/list answer (client_roots)
+    # The URL elicitation ids its children gave it lately, for their completion notifications.
+    url_elicitations: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_URL_ELICITATIONS_KEPT))
     on_end: list[Callable[[], None]] = field(default_factory=list)  # run once when the session ends
 
     def belongs_to(self, principal: str | None, owner: str) -> bool:
@@ -311,6 +317,15 @@ class SessionStore:
     def serving(self, pool: Pool) -> list[LegacySession]:
         """The sessions that ``pool`` serves (their requests go to its children)."""
         return [session for session in self._sessions.values() if session.pool is pool]
+
+    def awaiting_completion(self, pool: Pool, elicitation_id: str) -> list[LegacySession]:
+        """The sessions ``pool``'s children gave URL elicitation ``elicitation_id`` to (its
+        calls run there: the session's pool, or its roots pool)."""
+        return [
+            session
+            for session in self._sessions.values()
+            if pool in (session.pool, session.roots_pool) and elicitation_id in session.url_elicitations
+        ]
 
     def on_child(self, child: StdioChild) -> list[LegacySession]:
         """The sessions whose requests go to ``child`` (the one they last used)."""

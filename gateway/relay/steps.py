@@ -78,11 +78,13 @@ On the reply (``ON_REPLY``):
     URL an ``elicitation/create`` of mode ``url``, ``gateway.protocol.urlelicitation``); its
     retry sends the request again (``retry``), or ends it when the user declined. Without
     ``elicitation.url`` in the client's capabilities: -32021.
-17. ``bridge_task``: a legacy child's ``CreateTaskResult`` for a modern client that opted in:
+17. ``url_ids``: a legacy child's -32042 for a legacy session, passed through: its
+    elicitation ids kept on the session for their completion notifications.
+18. ``bridge_task``: a legacy child's ``CreateTaskResult`` for a modern client that opted in:
     a task of the gateway's, whose run (with the lease) waits on the child's task
     (``TaskStore.bridge``, ``gateway.relay.task_bridge``); the answer is the gateway's handle.
-18. ``discover_tasks``: a modern ``server/discover`` result: the Tasks extension advertised.
-19. ``adopt_task``: a modern child's own task handle, for a modern client: under a gateway id.
+19. ``discover_tasks``: a modern ``server/discover`` result: the Tasks extension advertised.
+20. ``adopt_task``: a modern child's own task handle, for a modern client: under a gateway id.
 """
 
 from __future__ import annotations
@@ -555,6 +557,15 @@ def url_round(deps: Collaborators, call: Running) -> None:
     log.info("%s: %s needs its user at %d URL(s): asked in a round", call.child.spec.name, request.method, len(found))
 
 
+def remember_url_ids(deps: Collaborators, call: Running) -> None:
+    """A legacy child's -32042 for a legacy session: passed through as it is, its ids kept so
+    that the child's ``notifications/elicitation/complete`` reaches the session."""
+    reply, session = call.reply, call.turn.client.session
+    assert isinstance(reply, ErrorReply)
+    if session is not None:
+        session.url_elicitations.extend(urlelicitation.legacy_ids("", None, reply.error))
+
+
 def _result(call: Running) -> object:
     assert call.final is not None
     return call.final.get("result")
@@ -615,6 +626,7 @@ ON_REPLY: Final = (
     ReplyStep("input_round", LEGACY, None, wants_input, input_round, child_eras=MODERN),
     ReplyStep("translate", BOTH, None, None, translate_reply),
     ReplyStep("url_round", MODERN, MRTR_METHODS, url_required, url_round),
+    ReplyStep("url_ids", LEGACY, MRTR_METHODS, url_required, remember_url_ids, child_eras=LEGACY),
     ReplyStep("bridge_task", MODERN, task_rules.TASK_METHODS, child_made_task, bridge_task, child_eras=LEGACY),
     ReplyStep("discover_tasks", MODERN, frozenset({DISCOVER}), tasks_served, advertise_tasks),
     ReplyStep("adopt_task", MODERN, None, child_task, adopt_task, child_eras=MODERN),

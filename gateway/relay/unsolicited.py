@@ -8,6 +8,9 @@
   them that subscribed to the resource (or a parent of it), also from the roots pool where a
   session's calls and subscriptions run when its roots are keyed (``roots_pool``). Never across principals,
   sessions or credentials: a pool is all of these at once.
+- ``notifications/elicitation/complete`` goes to the GET stream of the one legacy session the
+  pool's children gave that URL elicitation id to (``LegacySession.url_elicitations``), and
+  to nobody when none or several hold it.
 - **requests** (``on_request``, a child's unattributable question): a roots pool's
   ``roots/list`` is noted (``SharedSettings.on_child_request``: a fresh child's first call
   waits for it) and answered by the gateway with the pool's roots;
@@ -28,7 +31,7 @@ from typing import Final
 import anyio
 
 from gateway.errors import CODE_INPUT_TIMEOUT
-from gateway.protocol import inputs
+from gateway.protocol import inputs, urlelicitation
 from gateway.protocol.jsonrpc import Notification, Reply, Request
 from gateway.relay.listens import Listens
 from gateway.relay.router import Router
@@ -72,8 +75,25 @@ class Unsolicited:
                     notification.to_dict(),
                     lambda session: pool in (session.pool, session.roots_pool) and session.is_subscribed(uri),
                 )
+        elif notification.method == urlelicitation.COMPLETE and notification.params:
+            self._completed(pool, notification)
         else:
             log.debug("unsolicited %s from the child not forwarded", notification.method)
+
+    def _completed(self, pool: Pool, notification: Notification) -> None:
+        """A URL elicitation completed: to the one legacy session it was given to (a shared
+        child's ids are its own, so two sessions holding the same one tell nothing apart)."""
+        assert notification.params is not None
+        eid = notification.params.get("elicitationId")
+        if not isinstance(eid, str):
+            return
+        sessions = self.sessions.awaiting_completion(pool, eid)
+        if len(sessions) != 1:
+            log.debug("%s for %d sessions: not forwarded", notification.method, len(sessions))
+            return
+        [session] = sessions
+        session.url_elicitations.remove(eid)
+        session.offer(notification.to_dict())
 
     async def on_request(self, pool: Pool, request: Request) -> Reply | None:
         refreshed = await self.settings.on_child_request(pool, request)

@@ -331,3 +331,68 @@ async def test_the_sdk_client_in_legacy_mode_gets_url_elicitation_required(tmp_p
             with pytest.raises(MCPError) as raised:
                 await client.call_tool("url_required", {"account": "ada", "grant_dir": str(tmp_path)})
     assert raised.value.error.code == URL_ELICITATION_REQUIRED
+
+
+async def test_a_url_elicitations_completion_reaches_only_the_session_it_was_given_to(tmp_path: Path) -> None:
+    """Two legacy sessions on one child, each with its GET stream open. Ada's call gets the
+    server's -32042 (id ``ada-1``) and later a URL question mid-call (id ``q-1``); the child's
+    ``notifications/elicitation/complete`` for each (sent here through the test server's
+    ``notify`` tool, by the other session even) reaches Ada's GET stream only. A list change
+    after them reaches both: the first thing Bob's stream carries."""
+    url_question = {
+        "method": "elicitation/create",
+        "params": {"mode": "url", "elicitationId": "q-1", "url": "https://auth.example/q", "message": "Sign in"},
+    }
+
+    def call(request_id: int, tool: str, **arguments: Any) -> dict[str, Any]:
+        return {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        }
+
+    def complete(eid: str) -> dict[str, Any]:
+        return {"method": "notifications/elicitation/complete", "params": {"elicitationId": eid}}
+
+    with anyio.fail_after(WAIT):
+        async with running_gateway(child("legacy"), pool_size=1) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            ada = await open_session(http, url, URL_CAPABLE)
+            bob = await open_session(http, url, URL_CAPABLE)
+            get = {"accept": "text/event-stream"}
+            async with (
+                http.stream("GET", url, headers={**ada, **get}) as ada_get,
+                http.stream("GET", url, headers={**bob, **get}) as bob_get,
+            ):
+                ada_stream, bob_stream = sse(ada_get), sse(bob_get)
+                [refused] = messages(
+                    await http.post(
+                        url, headers=ada, json=call(1, "url_required", account="ada", grant_dir=str(tmp_path))
+                    )
+                )
+                assert refused["error"]["code"] == URL_ELICITATION_REQUIRED
+                async with http.stream(
+                    "POST", url, headers=ada, json=call(2, "ask_client", requests=[url_question])
+                ) as asking:
+                    question_stream = sse(asking)
+                    asked = await anext(question_stream)
+                    validate(asked, "ElicitRequest", "2025-11-25")
+                    answer = {"jsonrpc": "2.0", "id": asked["id"], "result": ACCEPTED}
+                    assert (await http.post(url, headers=ada, json=answer)).status_code == 202
+                    await anext(question_stream)  # the call's answer
+                for n, eid in enumerate(("ada-1", "q-1"), 3):
+                    notified = await http.post(url, headers=bob, json=call(n, "notify", **complete(eid)))
+                    assert notified.status_code == 200
+                changed = call(5, "notify", method="notifications/tools/list_changed")
+                assert (await http.post(url, headers=bob, json=changed)).status_code == 200
+                ada_got = [await anext(ada_stream) for _ in range(3)]
+                bob_first = await anext(bob_stream)
+    assert [m["method"] for m in ada_got] == [
+        "notifications/elicitation/complete",
+        "notifications/elicitation/complete",
+        "notifications/tools/list_changed",
+    ]
+    assert [m["params"]["elicitationId"] for m in ada_got[:2]] == ["ada-1", "q-1"]
+    for message in ada_got[:2]:
+        validate(message, "ElicitationCompleteNotification", "2025-11-25")
+    assert bob_first["method"] == "notifications/tools/list_changed"

@@ -59,7 +59,11 @@ def test_a_legacy_tool_call_meets_only_the_steps_for_it() -> None:
         [],
         ["input_round", "translate"],
     ]
-    assert names(steps.plan_for(Era.LEGACY, "tools/call"), Era.LEGACY) == [["quota", "roots_asked"], [], ["translate"]]
+    assert names(steps.plan_for(Era.LEGACY, "tools/call"), Era.LEGACY) == [
+        ["quota", "roots_asked"],
+        [],
+        ["translate", "url_ids"],
+    ]
 
 
 def test_the_method_specific_steps_are_in_their_methods_plans() -> None:

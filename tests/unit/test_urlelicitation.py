@@ -134,3 +134,16 @@ def test_a_modern_url_elicitation_gets_an_elicitation_id_for_a_legacy_client() -
     form = {"mode": "form", "message": "Name?", "requestedSchema": {"type": "object", "properties": {}}}
     assert urlelicitation.for_legacy_client(form, "gw-1") is form
     assert urlelicitation.for_legacy_client(None, "gw-1") is None
+
+
+def test_the_ids_a_legacy_child_gives_a_legacy_client_are_found_for_their_completion() -> None:
+    question = {"mode": "url", "elicitationId": "q-1", "url": "https://x", "message": "m"}
+    assert urlelicitation.legacy_ids("elicitation/create", question) == ["q-1"]
+    assert urlelicitation.legacy_ids("elicitation/create", {**question, "mode": "form"}) == []
+    assert urlelicitation.legacy_ids("sampling/createMessage", question) == []
+    assert urlelicitation.legacy_ids("elicitation/create", {**question, "elicitationId": 7}) == []
+    error = url_required(legacy_entry(1), legacy_entry(2), {"url": "https://y"}, "junk")
+    assert urlelicitation.legacy_ids("", None, error) == ["e-1", "e-2"]
+    many = url_required(*(legacy_entry(n) for n in range(MAX_URL_ELICITATIONS + 5)))
+    assert len(urlelicitation.legacy_ids("", None, many)) == MAX_URL_ELICITATIONS  # bounded
+    assert urlelicitation.legacy_ids("", None, {"code": -32603, "message": "m", "data": {"elicitations": []}}) == []
