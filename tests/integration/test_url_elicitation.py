@@ -35,7 +35,7 @@ from gateway.stdio.pool import PoolSettings
 from gateway.stdio.spec import ChildSpec
 from tests.conftest import server_spec
 from tests.gateway_server import MODERN, MODERN_META, app_for, modern_call, modern_headers, running_gateway, serving
-from tests.integration.test_client_requests import messages, open_session, sse
+from tests.integration.test_client_requests import legacy_tool, messages, open_session, sse
 from tests.schemas import validate
 
 pytestmark = pytest.mark.anyio
@@ -344,14 +344,6 @@ async def test_a_url_elicitations_completion_reaches_only_the_session_it_was_giv
         "params": {"mode": "url", "elicitationId": "q-1", "url": "https://auth.example/q", "message": "Sign in"},
     }
 
-    def call(request_id: int, tool: str, **arguments: Any) -> dict[str, Any]:
-        return {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments},
-        }
-
     def complete(eid: str) -> dict[str, Any]:
         return {"method": "notifications/elicitation/complete", "params": {"elicitationId": eid}}
 
@@ -367,12 +359,12 @@ async def test_a_url_elicitations_completion_reaches_only_the_session_it_was_giv
                 ada_stream, bob_stream = sse(ada_get), sse(bob_get)
                 [refused] = messages(
                     await http.post(
-                        url, headers=ada, json=call(1, "url_required", account="ada", grant_dir=str(tmp_path))
+                        url, headers=ada, json=legacy_tool(1, "url_required", account="ada", grant_dir=str(tmp_path))
                     )
                 )
                 assert refused["error"]["code"] == URL_ELICITATION_REQUIRED
                 async with http.stream(
-                    "POST", url, headers=ada, json=call(2, "ask_client", requests=[url_question])
+                    "POST", url, headers=ada, json=legacy_tool(2, "ask_client", requests=[url_question])
                 ) as asking:
                     question_stream = sse(asking)
                     asked = await anext(question_stream)
@@ -381,9 +373,9 @@ async def test_a_url_elicitations_completion_reaches_only_the_session_it_was_giv
                     assert (await http.post(url, headers=ada, json=answer)).status_code == 202
                     await anext(question_stream)  # the call's answer
                 for n, eid in enumerate(("ada-1", "q-1"), 3):
-                    notified = await http.post(url, headers=bob, json=call(n, "notify", **complete(eid)))
+                    notified = await http.post(url, headers=bob, json=legacy_tool(n, "notify", **complete(eid)))
                     assert notified.status_code == 200
-                changed = call(5, "notify", method="notifications/tools/list_changed")
+                changed = legacy_tool(5, "notify", method="notifications/tools/list_changed")
                 assert (await http.post(url, headers=bob, json=changed)).status_code == 200
                 ada_got = [await anext(ada_stream) for _ in range(3)]
                 bob_first = await anext(bob_stream)
