@@ -101,7 +101,6 @@ from gateway.protocol.correlation import CANCELLED, ChildRequest, Correlator, Pr
 from gateway.protocol.framing import OversizedLine, sniff_id
 from gateway.protocol.jsonrpc import ErrorReply, JsonObject, Notification, Reply, Result
 from gateway.protocol.redaction import redact_text
-from gateway.protocol.subscriptions import LISTEN
 
 OwnerT = TypeVar("OwnerT")
 
@@ -151,8 +150,10 @@ class ChildSession(Generic[OwnerT]):
     @property
     def working(self) -> int:
         """Requests in flight that the child owes an answer soon: not its open listens, which
-        stay open and may say nothing for hours (the stall check reads this)."""
-        return sum(1 for pending in self._correlator.pending.values() if pending.method != LISTEN)
+        stay open and may say nothing for hours (the stall check reads this, and the stdin
+        writer, which batches a request only beside others at work)."""
+        correlator = self._correlator
+        return len(correlator.pending) - correlator.listens
 
     def answer_alike(self, answered_alike: Callable[[str], bool]) -> None:
         """Questions of these methods are answered alike whoever asked: never held (rule 5)."""

@@ -100,6 +100,7 @@ class Correlator(Generic[OwnerT]):
     def __init__(self) -> None:
         self._next_id = 1
         self.pending: dict[int, Pending[OwnerT]] = {}  # by child id (read, never changed, outside)
+        self.listens = 0  # of them, open ``subscriptions/listen`` (kept with every change of ``pending``)
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -121,16 +122,22 @@ class Correlator(Generic[OwnerT]):
             params = {**params, "_meta": {**meta, "progressToken": child_id}}
         pending = Pending(child_id, method, owner, client_token)
         self.pending[child_id] = pending
+        if method == LISTEN:
+            self.listens += 1
         return params, pending
 
     def abandon(self, child_id: int) -> Pending[OwnerT] | None:
         """Forget a request (timed out or cancelled); its late reply will be ``Late``."""
-        return self.pending.pop(child_id, None)
+        pending = self.pending.pop(child_id, None)
+        if pending is not None and pending.method == LISTEN:
+            self.listens -= 1
+        return pending
 
     def drain(self) -> list[Pending[OwnerT]]:
         """Forget every pending request (the child is gone) and return them to be failed."""
         pending = list(self.pending.values())
         self.pending.clear()
+        self.listens = 0
         return pending
 
     def sole(self) -> Pending[OwnerT] | None:
@@ -156,7 +163,10 @@ class Correlator(Generic[OwnerT]):
     def take_reply(self, reply: Reply) -> Pending[OwnerT] | None:
         """The pending request ``reply`` answers, taken out (``incoming``'s ``ReplyFor`` without
         the record, for the session's usual line); None: it is ``Late``."""
-        return self.pending.pop(reply.id, None) if type(reply.id) is int else None
+        pending = self.pending.pop(reply.id, None) if type(reply.id) is int else None
+        if pending is not None and pending.method == LISTEN:
+            self.listens -= 1
+        return pending
 
     def incoming(self, message: Message) -> Routed[OwnerT]:
         if isinstance(message, (Result, ErrorReply)):
@@ -185,6 +195,7 @@ class Correlator(Generic[OwnerT]):
         if pending is None or pending.method != LISTEN:
             return None
         del self.pending[pending.child_id]
+        self.listens -= 1
         result = {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_KEY: pending.child_id}}
         return ReplyFor(pending, Result(pending.child_id, result))
 

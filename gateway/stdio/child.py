@@ -349,7 +349,7 @@ class StdioChild:
         # other requests in flight on the child it is queued for the writer's next write, so
         # the requests one loop turn starts cost the child one system call and one wake-up.
         try:
-            if self._session.in_flight > 1:
+            if self._session.working > 1:  # (an open listen is no work a write could join)
                 ex.stdin_ticket = self._stdin.queue(line)
             elif not self._stdin.write_now(line):
                 return self._written(ex, line)

@@ -61,6 +61,10 @@ async def test_a_modern_childs_list_changes_reach_the_pool_untagged_and_a_tools_
             assert child.tools_generation == generation + 1
             assert child.reading(0).in_flight == 0  # the listen is no work the stall check waits on
             assert child.in_flight == 1
+            async with child.exchange("tools/call", {"name": "echo", "arguments": {"message": "m"}}) as ex:
+                assert ex.stdin_ticket is None  # beside a listen only, a request is written at once
+                async for _ in ex:
+                    pass
     assert [(n.method, n.params) for n in heard.notes] == [
         ("notifications/prompts/list_changed", None),
         ("notifications/tools/list_changed", None),

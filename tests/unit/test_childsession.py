@@ -374,6 +374,21 @@ def test_a_held_question_the_child_cancels_is_dropped_and_goes_to_nobody() -> No
     assert session.tick(10) == []  # its deadline is skipped
 
 
+def test_open_listens_are_no_work_whichever_way_they_end() -> None:
+    session = make()
+    listens = [send(session, "subscriptions/listen", {"notifications": {}}, f"l{n}", now=0) for n in range(4)]
+    call_sent = send(session, "tools/call", call(), "caller", now=0)
+    assert (session.in_flight, session.working) == (5, 1)
+    session.receive_line(result(listens[0].child_id, {"resultType": "complete"}), now=1)  # the graceful end
+    session.receive_line(note("notifications/cancelled", requestId=listens[1].child_id), now=1)  # the child's cancel
+    session.abandon(listens[2].child_id, now=1)  # the client left
+    assert (session.in_flight, session.working) == (2, 1)
+    session.receive_line(result(call_sent.child_id), now=1)
+    assert (session.in_flight, session.working) == (1, 0)
+    session.exited(0, stopping=True)
+    assert (session.in_flight, session.working) == (0, 0)
+
+
 def test_a_question_nobody_can_carry_is_the_gateways_to_answer() -> None:
     session = make()
     [none] = session.receive_line(question(), now=0)
