@@ -108,6 +108,7 @@ class _Passed:
     child: StdioChild
     child_task_id: str
     expires_at: float
+    ttl_ms: int  # the mapping's life, from creation: what the client is told, at most
 
 
 class DrainHold(Protocol):
@@ -362,9 +363,10 @@ class TaskStore:
         # Kept as the child says, but not past the server's own task TTL: a child's word is no
         # bound on what the gateway holds.
         keep = min(ttl / 1000, self.policy.ttl) if isinstance(ttl, int) and ttl > 0 else self.policy.ttl
-        self._passed[task_id] = _Passed(_owner_of(client), child, str(result["taskId"]), now + keep)
+        passed = _Passed(_owner_of(client), child, str(result["taskId"]), now + keep, int(keep * 1000))
+        self._passed[task_id] = passed
         self._next_expiry = min(self._next_expiry, now + keep)
-        return {**result, "taskId": task_id}
+        return _told_ttl({**result, "taskId": task_id}, passed)
 
     def _drop_oldest_passed(self, principal: str) -> None:
         oldest = next(key for key, passed in self._passed.items() if passed.principal == principal)
@@ -448,7 +450,7 @@ class TaskStore:
         result = dict(reply.result)
         if "taskId" in result:
             result["taskId"] = task_id
-        return response(request.id, result=result)
+        return response(request.id, result=_told_ttl(result, passed))
 
     def settle(self, task: Task, final: JsonObject) -> None:
         """The call's final message is the task's outcome, kept serialized (what is counted)."""
@@ -566,6 +568,15 @@ class TaskStore:
         if kept <= 0:
             self._kept.pop(task.principal, None)
         self.outcomes.bytes.remove(task.principal, task.size)
+
+
+def _told_ttl(result: JsonObject, passed: _Passed) -> JsonObject:
+    """A child's task result as its client gets it: a ``ttlMs`` no longer than the gateway keeps
+    the task's mapping (past it the task is "not found" here, whatever the child keeps)."""
+    ttl = result.get("ttlMs")
+    if isinstance(ttl, int) and ttl > passed.ttl_ms:
+        result["ttlMs"] = passed.ttl_ms
+    return result
 
 
 def _owner_of(client: ClientContext) -> str:

@@ -64,7 +64,8 @@ async def test_with_the_store_full_the_client_holding_the_most_gives_way(monkeyp
 async def test_a_mapping_is_kept_for_the_childs_ttl_but_never_past_the_servers() -> None:
     async with anyio.create_task_group() as tg:
         store = TaskStore("srv", rules.TaskPolicy(ttl=600.0), task_group=tg, clock=lambda: 1000.0)
-        short = store.adopt(CHILD, handle(0, ttl_ms=30_000), client("alice"))["taskId"]
-        long = store.adopt(CHILD, handle(1, ttl_ms=10**12), client("alice"))["taskId"]
-        assert store._passed[short].expires_at == 1030.0
-        assert store._passed[long].expires_at == 1600.0
+        short = store.adopt(CHILD, handle(0, ttl_ms=30_000), client("alice"))
+        long = store.adopt(CHILD, handle(1, ttl_ms=10**12), client("alice"))
+        assert store._passed[short["taskId"]].expires_at == 1030.0
+        assert store._passed[long["taskId"]].expires_at == 1600.0
+        assert (short["ttlMs"], long["ttlMs"]) == (30_000, 600_000)  # what the client is told, too
