@@ -91,7 +91,10 @@ async def _outcome(store: TaskStore, run: Run, child: StdioChild, child_task_id:
                 if not questions:
                     continue
                 _, more = asks.sort_items(await asks.stragglers(ex), request, False)
-                await _round(store, run, child, [*questions, *more])
+                # A question the child withdrew comes again, answered (withdrawn): no round for it.
+                open_questions = [ask for ask in (*questions, *more) if not ask.is_answered]
+                if open_questions:
+                    await _round(store, run, child, open_questions)
             reply = ex.reply()
     except ChildError as exc:
         return response(request.id, error=exc.error_object())

@@ -10,6 +10,8 @@ augmentation", ``isError``) and ``maybe`` with its result. The task itself:
   task's related-task ``_meta``, its message naming ``arguments.topic``) through ``tasks/result``,
   as the TypeScript SDK delivers a task's queued requests, and completes once answered;
 - without questions, runs until the test calls ``release()`` (or it is cancelled);
+- with ``arguments.withdraw``, asks one question and withdraws it (``notifications/cancelled``)
+  once the test calls ``release()``, then completes without its answer;
 - answers ``tasks/get`` with its status and ``statusMessage``; ``tasks/cancel`` ends it
   ``cancelled`` (a second cancel is refused, as the SDK refuses a terminal task's);
 - completes with a text naming its topic and the answers it was given.
@@ -44,6 +46,7 @@ class FakeTask:
         self.answers: list[Any] = []
         self.ttl = (call.task or {}).get("ttl")
         self.done = anyio.Event()  # released, answered or cancelled
+        self.question_id: str | None = None  # a ``withdraw`` task's question
 
     def release(self) -> None:
         self.done.set()
@@ -109,7 +112,9 @@ class FakeTasks:
 
     async def _result(self, child: FakeChild, params: JsonObject) -> JsonObject:
         task = self.tasks[params["taskId"]]
-        if task.questions and task.status == "working":
+        if task.call.arguments.get("withdraw") and task.status == "working":
+            await self._withdrawn(child, task)
+        elif task.questions and task.status == "working":
             await self._ask(child, task)
         await task.done.wait()
         if task.status == "working":
@@ -118,6 +123,18 @@ class FakeTasks:
         answers = ", ".join(str(answer) for answer in task.answers)
         result = text(f"report on {task.topic}; answers: {answers or 'none'}")
         return {**result, "_meta": {RELATED: {"taskId": task.task_id}}}
+
+    async def _withdrawn(self, child: FakeChild, task: FakeTask) -> None:
+        """One question, withdrawn once the test releases the task (its wait timed out, as the
+        TypeScript SDK's does); the task then completes without its answer."""
+        task.status, task.message = "input_required", "needs clarification"
+        params = {"message": f"{task.topic}: still there?", "_meta": {RELATED: {"taskId": task.task_id}}}
+        task.question_id = await child.question("elicitation/create", params)
+        child.backend.changes.changed()
+        await task.done.wait()
+        await child.withdraw(task.question_id, "nobody answered in time")
+        task.status, task.message = "working", "writing the report without it"
+        child.backend.changes.changed()
 
     async def _ask(self, child: FakeChild, task: FakeTask) -> None:
         task.status = "input_required"

@@ -320,3 +320,19 @@ async def test_questions_the_gateways_own_task_run_meets_together_are_one_round(
         await client.task(rules.UPDATE, task_id, inputResponses=given)
         done = await client.until(task_id, status_is(rules.COMPLETED))
         assert done["result"]["content"][0]["text"] == "picked p0 and p1"
+
+
+async def test_a_question_a_bridged_task_withdraws_is_not_shown_again_and_gets_no_answer() -> None:
+    tasks = FakeTasks()
+    async with bridged(tasks) as (backend, [client, *_]):
+        task_id = await client.created("research", {"topic": "gamma", "withdraw": True})
+        waiting = await client.until(task_id, status_is(rules.INPUT_REQUIRED))
+        [question] = waiting["inputRequests"].values()
+        assert question["params"]["message"] == "gamma: still there?"
+        tasks.by_topic("gamma").release()  # the child withdraws its question and goes on
+        done = await client.until(task_id, status_is(rules.COMPLETED))
+        [child] = [c for c in backend.children if received(c, "tools/call")]
+        store = client.store
+        assert store._runs[task_id].task.asked == 1  # the withdrawn question made no second round
+    assert done["result"]["content"][0]["text"] == "report on gamma; answers: none"
+    assert answers_to_child(child) == []  # nothing was written for the withdrawn question
