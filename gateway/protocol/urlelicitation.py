@@ -19,9 +19,12 @@ without ``elicitationId``.
   the page): then the request is not sent again, and ``declined_error`` is the answer.
 - ``missing_capability_error`` (-32021) for a request whose ``clientCapabilities`` lack
   ``elicitation.url``; ``unusable_error`` (-31006, the URLs in ``data``) where no round can
-  carry them (a request that cannot be answered ``input_required``, or a task's run).
+  carry them (a request that cannot be answered ``input_required``, or a legacy child's own
+  task's outcome, bridged).
 - ``for_legacy_client``: a modern child's URL elicitation as a 2025-11-25 client must get it,
   with an ``elicitationId`` (the schema requires one).
+- ``undeclared_error``: a -32042 for a legacy session that did not declare ``elicitation.url``
+  (-31006, the child's list in ``data``).
 - ``legacy_ids``: the ids a legacy child gave a legacy client (mid-call, or in a -32042), so
   that its ``notifications/elicitation/complete`` reaches that client's session.
 
@@ -112,8 +115,8 @@ def unusable_error(error: Mapping[str, Any]) -> JsonObject:
         data["elicitations"] = found
     return error_object(
         CODE_NO_CLIENT_INPUT,
-        f"the server needs the user to visit a URL first ({_quoted(error)}), and this request cannot ask "
-        "for it (only tools/call, prompts/get and resources/read answer with input_required)"
+        f"the server needs the user to visit a URL first ({_quoted(error)}), and the gateway cannot ask for "
+        "it here (a round is made only for a tools/call, prompts/get or resources/read answered at once)"
         if found is not None
         else f"the server answered URL elicitation required ({_quoted(error)}) without URL elicitations the "
         f"gateway can pass on (at least one, at most {MAX_URL_ELICITATIONS}, each with a url and a message)",
@@ -136,6 +139,23 @@ def legacy_ids(method: str, params: JsonObject | None, error: Mapping[str, Any] 
         return []
     eid = params.get("elicitationId")
     return [eid] if isinstance(eid, str) and eid else []
+
+
+def undeclared_error(error: Mapping[str, Any]) -> JsonObject:
+    """A -32042 for a legacy session that did not declare ``elicitation.url``: its children are
+    told the server's configured capabilities (shared keying), so a child may send one to any
+    session, but a server must not use a mode its client did not declare. The gateway's
+    -31006, the child's list in ``data.elicitations`` as it was."""
+    data: JsonObject = {"source": GATEWAY_NAME, "method": ELICITATION, "requiredCapabilities": REQUIRED_CAPABILITY}
+    given = error.get("data")
+    if isinstance(given, dict) and isinstance(given.get("elicitations"), list):
+        data["elicitations"] = given["elicitations"][:MAX_URL_ELICITATIONS]
+    return error_object(
+        CODE_NO_CLIENT_INPUT,
+        f"the server needs the user to visit a URL first ({_quoted(error)}), and this session did not declare "
+        "elicitation.url at initialize",
+        data,
+    )
 
 
 def for_legacy_client(params: JsonObject | None, elicitation_id: str) -> JsonObject | None:

@@ -145,13 +145,17 @@ class LegacySession:
         self.asks_sent += 1
         gateway_id = f"g-{self.asks_sent}"
         self.asks[gateway_id] = ask
+        ask.client_id = gateway_id
         return gateway_id
 
     def forget_ask(self, ask: ChildAsk) -> str | None:
         """The id ``ask`` was sent to this client under, forgotten (the child withdrew it); None
-        when it was not sent here."""
-        gateway_id = next((key for key, sent in self.asks.items() if sent is ask), None)
-        if gateway_id is not None:
+        when it was not sent to this session. Read off the ask: ``track_ask`` may have dropped
+        it from ``asks`` already, as it drops every answered one (a withdrawn one counts)."""
+        gateway_id = ask.client_id
+        if gateway_id is None:
+            return None
+        if self.asks.get(gateway_id) is ask:
             del self.asks[gateway_id]
         return gateway_id
 

@@ -78,8 +78,9 @@ On the reply (``ON_REPLY``):
     URL an ``elicitation/create`` of mode ``url``, ``gateway.protocol.urlelicitation``); its
     retry sends the request again (``retry``), or ends it when the user declined. Without
     ``elicitation.url`` in the client's capabilities: -32021.
-17. ``url_ids``: a legacy child's -32042 for a legacy session, passed through: its
-    elicitation ids kept on the session for their completion notifications.
+17. ``legacy_url``: a legacy child's -32042 for a legacy session: passed through, its
+    elicitation ids kept on the session for their completion notifications; -31006 for a
+    session that did not declare ``elicitation.url``.
 18. ``bridge_task``: a legacy child's ``CreateTaskResult`` for a modern client that opted in:
     a task of the gateway's, whose run (with the lease) waits on the child's task
     (``TaskStore.bridge``, ``gateway.relay.task_bridge``); the answer is the gateway's handle.
@@ -557,13 +558,16 @@ def url_round(deps: Collaborators, call: Running) -> None:
     log.info("%s: %s needs its user at %d URL(s): asked in a round", call.child.spec.name, request.method, len(found))
 
 
-def remember_url_ids(deps: Collaborators, call: Running) -> None:
+def url_for_legacy(deps: Collaborators, call: Running) -> None:
     """A legacy child's -32042 for a legacy session: passed through as it is, its ids kept so
-    that the child's ``notifications/elicitation/complete`` reaches the session."""
-    reply, session = call.reply, call.turn.client.session
+    that the child's ``notifications/elicitation/complete`` reaches the session; -31006 for a
+    session that did not declare ``elicitation.url`` (``urlelicitation.undeclared_error``)."""
+    reply, client = call.reply, call.turn.client
     assert isinstance(reply, ErrorReply)
-    if session is not None:
-        session.url_elicitations.extend(urlelicitation.legacy_ids("", None, reply.error))
+    if not inputs.is_declared(client.capabilities, urlelicitation.ELICITATION, {"mode": urlelicitation.URL_MODE}):
+        call.final = response(call.turn.request.id, error=urlelicitation.undeclared_error(reply.error))
+    elif client.session is not None:
+        client.session.url_elicitations.extend(urlelicitation.legacy_ids("", None, reply.error))
 
 
 def _result(call: Running) -> object:
@@ -626,7 +630,7 @@ ON_REPLY: Final = (
     ReplyStep("input_round", LEGACY, None, wants_input, input_round, child_eras=MODERN),
     ReplyStep("translate", BOTH, None, None, translate_reply),
     ReplyStep("url_round", MODERN, MRTR_METHODS, url_required, url_round),
-    ReplyStep("url_ids", LEGACY, MRTR_METHODS, url_required, remember_url_ids, child_eras=LEGACY),
+    ReplyStep("legacy_url", LEGACY, MRTR_METHODS, url_required, url_for_legacy, child_eras=LEGACY),
     ReplyStep("bridge_task", MODERN, task_rules.TASK_METHODS, child_made_task, bridge_task, child_eras=LEGACY),
     ReplyStep("discover_tasks", MODERN, frozenset({DISCOVER}), tasks_served, advertise_tasks),
     ReplyStep("adopt_task", MODERN, None, child_task, adopt_task, child_eras=MODERN),

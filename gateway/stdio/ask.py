@@ -32,6 +32,7 @@ class ChildAsk:
         self.request = request
         self.reply: Reply | None = None
         self.local_reason: str | None = None  # why the gateway answered it, when it did
+        self.client_id: str | None = None  # the id its client got it under (a legacy session's ``g-N``)
         self.withdrawn = False  # the child cancelled it (``withdraw``): no answer goes to it
         self.withdrawn_reason: str | None = None
         self._answered = anyio.Event()

@@ -268,6 +268,23 @@ async def test_a_legacy_client_gets_the_servers_32042_as_it_is(tmp_path: Path) -
     validate(reply, "URLElicitationRequiredError", "2025-11-25")
 
 
+@pytest.mark.parametrize("declared", [{"elicitation": {}}, {}])
+async def test_a_legacy_client_that_did_not_declare_url_elicitation_gets_31006_not_32042(
+    declared: dict[str, Any], tmp_path: Path
+) -> None:
+    with anyio.fail_after(WAIT):
+        async with running_gateway(child("legacy")) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            headers = await open_session(http, url, declared)
+            body = legacy_tool(5, "url_required", account="ada", grant_dir=str(tmp_path))
+            [reply] = messages(await http.post(url, headers=headers, json=body))
+    error = reply["error"]
+    assert error["code"] == CODE_NO_CLIENT_INPUT
+    assert "did not declare elicitation.url" in error["message"]
+    assert error["data"]["requiredCapabilities"] == {"elicitation": {"url": {}}}
+    assert error["data"]["elicitations"][0]["elicitationId"] == "ada-1"
+    validate(reply, "JSONRPCErrorResponse", "2025-11-25")
+
+
 async def test_a_modern_servers_url_elicitation_reaches_a_legacy_client_with_an_elicitation_id() -> None:
     with anyio.fail_after(WAIT):
         async with running_gateway(child("modern")) as url, httpx.AsyncClient(timeout=WAIT) as http:

@@ -81,3 +81,21 @@ async def test_a_cancel_handle_attached_with_tell_tells_instead_of_cancelling() 
     assert told == [("early", False), ("late", True)]
     assert not early_scope.cancel_called  # the answer's machine decides whether it stops
     assert not late_scope.cancel_called
+
+
+async def test_a_withdrawn_question_is_forgotten_under_its_id_even_after_the_session_dropped_it() -> None:
+    """The child withdrew g-1; another call's question was tracked before g-1's reader told the
+    client, and tracking drops every answered ask (a withdrawn one counts): g-1 is still found,
+    so the client is still told, and its late answer reaches nobody."""
+    legacy = session()
+    first = ChildAsk(Request("s-1", "elicitation/create", {"message": "?"}))
+    assert legacy.track_ask(first) == "g-1"
+    assert first.withdraw("timed out")
+    second = ChildAsk(Request("s-2", "elicitation/create", {"message": "?"}))
+    assert legacy.track_ask(second) == "g-2"
+    assert "g-1" not in legacy.asks  # dropped by the second track
+    assert legacy.forget_ask(first) == "g-1"
+    assert legacy.forget_ask(second) == "g-2"
+    assert legacy.asks == {}
+    assert not legacy.answer_ask(Result("g-2", {"action": "accept"}))  # forgotten: nobody waits
+    assert legacy.forget_ask(ChildAsk(Request("s-3", "ping", None))) is None  # never sent here

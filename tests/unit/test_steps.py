@@ -62,7 +62,7 @@ def test_a_legacy_tool_call_meets_only_the_steps_for_it() -> None:
     assert names(steps.plan_for(Era.LEGACY, "tools/call"), Era.LEGACY) == [
         ["quota", "roots_asked"],
         [],
-        ["translate", "url_ids"],
+        ["translate", "legacy_url"],
     ]
 
 

@@ -113,7 +113,7 @@ def test_a_modern_client_never_gets_32042_from_the_bridge() -> None:
     assert usable["code"] == CODE_NO_CLIENT_INPUT
     assert usable["data"]["elicitations"] == [{"mode": "url", "message": "sign in 1", "url": "https://auth.example/1"}]
     assert usable["data"]["requiredCapabilities"] == {"elicitation": {"url": {}}}
-    assert "cannot ask for it" in usable["message"]
+    assert "the gateway cannot ask for it here" in usable["message"]
     unusable = bridge.modernize_error(url_required())
     assert unusable["code"] == CODE_NO_CLIENT_INPUT
     assert "elicitations" not in unusable["data"]
