@@ -122,7 +122,7 @@ from gateway.relay import asks, client_roots, events, input_rounds, translate
 from gateway.relay.catalog import Known
 from gateway.relay.events import Emitted
 from gateway.relay.rejected import Rejected
-from gateway.relay.suspensions import Call, Suspension, input_responses
+from gateway.relay.suspensions import ROOTS_ROUND, URL_ROUND, Call, Suspension, input_responses
 from gateway.relay.translate import response
 from gateway.relay.turn import Admission, Collaborators, Emissions, Leased, Plan, ReplyStep, Running, Step, Turn
 from gateway.stdio.ask import ChildAsk
@@ -164,11 +164,13 @@ async def take_retry(deps: Collaborators, at: Admission) -> Emissions | None:
     checked = suspensions.check_round(state, request, client.principal)
     if isinstance(checked, Rejection):
         raise Rejected(checked)
-    if checked:  # the gateway's own round (roots, URL): its inputResponses and state are not the child's
+    if checked is not None:  # the gateway's own round (roots, URL): its inputResponses and state are not the child's
         refused = urlelicitation.refusal(input_responses(request.params))
         if refused is not None:  # the user did not visit the server's URL: not sent again
             raise Rejected(Rejection(200, urlelicitation.declined_error(refused), request.id))
-        at.round_retry = True
+        # A roots round's retry goes on with the call admitted; a URL round's sends it anew, so
+        # its client's quota applies (the token is not single-use: replays must not pass it by).
+        at.round_retry = checked == ROOTS_ROUND
         at.round_roots = client_roots.from_retry(request)
         at.turn = turn.with_request(client_roots.without_round(request))
         return None
@@ -550,7 +552,8 @@ def url_round(deps: Collaborators, call: Running) -> None:
     if ROOTS_CAPABILITY in client.capabilities and deps.router.roots_kept is not False:
         # Its retry may run on children given the client's roots: asked now, not in a round more.
         wanted[roots.ROOTS_INPUT_KEY] = roots.roots_request()
-    token = deps.suspensions.mint_round(request, client.principal, deps.router.server.spec.input_timeout)
+    timeout = deps.router.server.spec.input_timeout
+    token = deps.suspensions.mint_round(request, client.principal, timeout, kind=URL_ROUND)
     result = inputs.input_required_result(wanted, token)
     if call.info.server_info:  # the server's, as on its own results (basic/index §_meta: SHOULD)
         result["_meta"] = {META_SERVER_INFO: call.info.server_info}

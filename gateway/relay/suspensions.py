@@ -66,6 +66,8 @@ FAIR_SHARE_REASON: Final = (
 )
 """Why a parked call is ended early for another principal's asker (dispatch rule 5)."""
 ROUND_PREFIX: Final = "round."
+ROOTS_ROUND: Final = "roots"
+URL_ROUND: Final = "url"
 """Marks the state id of the gateway's own round (``mint_round``); parked calls' ids are
 base64url and never contain a dot."""
 
@@ -451,11 +453,13 @@ class Suspensions:
 
     # -- the gateway's own round: a modern client's roots, before a child is chosen ---------
 
-    def mint_round(self, request: Request, principal: str | None, timeout: float) -> str:
-        """A ``requestState`` for the gateway's own MRTR round (``gateway.relay.client_roots``):
-        no call is parked, so it names no instance and any replica with the secret takes it."""
+    def mint_round(self, request: Request, principal: str | None, timeout: float, *, kind: str = ROOTS_ROUND) -> str:
+        """A ``requestState`` for the gateway's own MRTR round (``kind``: a client's roots,
+        ``gateway.relay.client_roots``, or a server's URLs, ``URL_ROUND``): no call is parked,
+        so it names no instance and any replica with the secret takes it."""
+        named = "" if kind == ROOTS_ROUND else f"{kind}."  # (a roots round's id as it always was)
         claims = StateClaims(
-            state_id=ROUND_PREFIX + secrets.token_urlsafe(12),
+            state_id=ROUND_PREFIX + named + secrets.token_urlsafe(12),
             principal=principal or "",
             server=self.server,
             method=request.method,
@@ -464,17 +468,17 @@ class Suspensions:
         )
         return self._signed(claims, self._keys.ring)
 
-    def check_round(self, token: str, request: Request, principal: str | None) -> bool | Rejection:
-        """True: ``token`` is a valid round's of ``mint_round`` for this retry; False: it is a
-        parked call's (``take`` it); else why the retry is refused. A round's token is not
-        single-use: it carries nothing but its binding, and a replay can only give the same
-        client's roots again."""
+    def check_round(self, token: str, request: Request, principal: str | None) -> str | Rejection | None:
+        """The kind of the round (``ROOTS_ROUND``, ``URL_ROUND``) when ``token`` is a valid
+        round's of ``mint_round`` for this retry; None: it is a parked call's (``take`` it); else
+        why the retry is refused. A round's token is not single-use: it carries nothing but its
+        binding, and a replay can only send the same client's call again."""
         try:
             claims = requeststate.decode_state(token, self._keys.ring.keys, now=self._clock())
         except StateError as exc:
             return _refuse(request.id, exc.message, exc.kind)
         if not claims.state_id.startswith(ROUND_PREFIX):
-            return False
+            return None
         problem = requeststate.binding_problem(
             claims,
             principal=principal or "",
@@ -482,7 +486,9 @@ class Suspensions:
             method=request.method,
             digest=requeststate.params_digest(request.params),
         )
-        return True if problem is None else _refuse(request.id, problem, "mismatch")
+        if problem is not None:
+            return _refuse(request.id, problem, "mismatch")
+        return URL_ROUND if claims.state_id.startswith(ROUND_PREFIX + URL_ROUND + ".") else ROOTS_ROUND
 
 
 def _refuse(request_id: JsonId, message: str, kind: str) -> Rejection:

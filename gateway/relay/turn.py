@@ -85,7 +85,7 @@ class Admission:
     def __init__(self, turn: Turn) -> None:
         self.turn = turn
         self.roots: Roots | None = None  # the client's roots set, when its call runs on children given it
-        self.round_retry = False  # the retry of the gateway's own roots round (client_roots)
+        self.round_retry = False  # the retry of the gateway's own roots round (client_roots), not a URL round's
         self.round_roots: Roots | Rejection | None = None  # what that retry answered (None: nothing)
 
 

@@ -16,7 +16,9 @@ the gateway's own open on it for as long as it runs, asking for exactly those:
 - The listen takes no pool lease and is not work the stall check waits on
   (``ChildSession.working``).
 - Ended by the child while it runs (the graceful result, or ``notifications/cancelled``): opened
-  again after ``REOPEN_DELAY`` (doubled each time), at most ``MAX_REOPENS`` times. Refused (an
+  again after ``REOPEN_DELAY`` (doubled each time), at most ``MAX_REOPENS`` times; once the
+  child acknowledges it again, each list it watches is taken as changed (a change made while
+  none was open went unheard: the digest's "re-subscribe plus a synthetic list_changed"). Refused (an
   error answer) or failed (a malformed answer, a full stdin): logged, and not asked again.
   The child gone: over.
 - A failure of the gateway's own in here is logged as an ERROR and ends the listening, never
@@ -73,9 +75,16 @@ async def keep_listening(child: StdioChild, gateway_version: str) -> None:
             try:
                 async with child.exchange(subscriptions.LISTEN, params, timeout=math.inf) as ex:
                     async for item in ex:
-                        if isinstance(item, Notification) and item.method in methods:
+                        if not isinstance(item, Notification):
+                            continue
+                        if item.method in methods:
                             untagged = subscriptions.untagged(item.method, item.params)
                             child.heard(Notification(item.method, untagged["params"] or None))
+                        elif item.method == subscriptions.ACKNOWLEDGED and attempt:
+                            # Open again: a change while none was open went unheard, so each
+                            # list is taken as changed (the digest's synthetic list_changed).
+                            for method in sorted(methods):
+                                child.heard(Notification(method))
                     reply = ex.reply()
             except GatewayError as exc:
                 if child.is_alive():  # (gone or going: its successor listens for itself)

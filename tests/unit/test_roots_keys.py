@@ -141,8 +141,10 @@ async def test_the_gateways_round_is_bound_to_its_request_and_principal() -> Non
     async with anyio.create_task_group() as tg:  # the keepers' (none runs: a round parks nothing)
         suspensions = Suspensions("fs", StateKeys.fixed(b"k" * 32), task_group=tg, clock=lambda: now[0])
         token = suspensions.mint_round(request(), "alice", 300)
-        assert suspensions.check_round(token, request(), "alice") is True
-        assert suspensions.check_round(token, request(), "alice") is True  # not single-use: it holds nothing
+        assert suspensions.check_round(token, request(), "alice") == "roots"
+        assert suspensions.check_round(token, request(), "alice") == "roots"  # not single-use: it holds nothing
+        url = suspensions.mint_round(request(), "alice", 300, kind="url")
+        assert suspensions.check_round(url, request(), "alice") == "url"
         for other, principal in [(request("write"), "alice"), (request(), "bob")]:
             refused = suspensions.check_round(token, other, principal)
             assert isinstance(refused, Rejection)
