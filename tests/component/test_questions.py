@@ -95,7 +95,7 @@ async def test_a_modern_client_answers_a_legacy_childs_question_in_an_mrtr_round
     assert backend.calls("ask") == [parked]  # the same call went on: the child was not asked twice
 
 
-ELICIT_URL = {"mode": "form", "message": "Still there?", "requestedSchema": {"type": "object", "properties": {}}}
+STILL_THERE = {"mode": "form", "message": "Still there?", "requestedSchema": {"type": "object", "properties": {}}}
 
 
 def answers_to(fake: Any, question_id: str | None) -> list[dict[str, Any]]:
@@ -117,7 +117,7 @@ async def test_a_question_the_child_withdraws_is_cancelled_at_each_legacy_client
             sessions = [await open_legacy_session(gw.http, gw.url, capabilities={"elicitation": {}}) for _ in range(2)]
 
             async def client(n: int) -> None:
-                body = legacy_call(n, "withdraw", {"method": "elicitation/create", "params": ELICIT_URL})
+                body = legacy_call(n, "withdraw", {"method": "elicitation/create", "params": STILL_THERE})
                 async with gw.open(body, sessions[n]) as response:
                     question = await response.next_message()
                     assert question is not None
@@ -145,7 +145,7 @@ async def test_a_question_the_child_withdraws_is_cancelled_at_each_legacy_client
 
 
 async def test_a_question_the_child_withdraws_during_a_modern_round_gets_no_answer_from_the_retry() -> None:
-    call = modern_call(1, "withdraw", {"method": "elicitation/create", "params": ELICIT_URL})
+    call = modern_call(1, "withdraw", {"method": "elicitation/create", "params": STILL_THERE})
     call["params"]["_meta"][META_CLIENT_CAPABILITIES] = {"elicitation": {}}
     headers = modern_headers("tools/call", "withdraw")
     with anyio.fail_after(BOUND), recording("gateway.child") as records:
