@@ -88,7 +88,8 @@ async def keep_listening(child: StdioChild, gateway_version: str) -> None:
                     reply = ex.reply()
             except GatewayError as exc:
                 if child.is_alive():  # (gone or going: its successor listens for itself)
-                    log.info("%s: the gateway's listen failed (%s); its list changes are not heard", label, exc)
+                    message = "%s: the gateway's listen failed (%s); its list changes are not heard"
+                    log.info(message, label, exc, extra=child.log_fields)
                 return
             if isinstance(reply, ErrorReply):
                 log.info(
@@ -98,7 +99,9 @@ async def keep_listening(child: StdioChild, gateway_version: str) -> None:
                     extra=child.log_fields,
                 )
                 return
-            log.info("%s ended the gateway's listen for list changes; listening again", label, extra=child.log_fields)
+            if attempt < MAX_REOPENS:
+                message = "%s ended the gateway's listen for list changes; listening again"
+                log.info(message, label, extra=child.log_fields)
         log.info("%s keeps ending the gateway's listen; its list changes are not heard", label, extra=child.log_fields)
     except Exception as exc:  # the gateway's own failure: the listening ends, the child serves on
         log.error("the gateway failed listening to %s: %r", label, exc, exc_info=exc, extra=child.log_fields)
