@@ -320,6 +320,20 @@ class Suspensions:
             suspension.release()  # the retry holds a slot of its own
         return suspension
 
+    def questions_of(self, token: str) -> list[ChildAsk]:
+        """The questions of the call ``token`` parks here and no retry has taken (a task's run
+        watches them: the child may withdraw them all); none for any other token."""
+        if not token.startswith(requeststate.PREFIX):
+            return []
+        try:
+            claims = requeststate.decode_state(token, self._keys.ring.keys, now=self._clock())
+        except StateError:
+            return []
+        suspension = self._held.get(claims.state_id)
+        if suspension is None or suspension.settled.is_set():
+            return []
+        return list(suspension.asks.values())
+
     def holds(self, token: str) -> bool:
         """Whether ``token`` (a client's ``requestState``) names a call parked here that no
         retry has taken: while the gateway drains, only such a retry is let in. Not a check of

@@ -4,7 +4,8 @@ The run drives the exchange as the relay does for any modern call (``Relay.drive
 becomes the task's ``statusMessage``; a question of the child (or a modern child's
 ``input_required``) parks the call for an MRTR round exactly as for a client that retries,
 and the task shows the round's ``inputRequests`` (under task-level keys) until
-``tasks/update`` answers every one; the run then retries with the answers
+``tasks/update`` answers every one (or the child withdraws them all: then at once, with no
+answers); the run then retries with the answers
 (``Relay.exchange`` with ``inputResponses`` and the round's ``requestState``). Unanswered
 within the server's ``--input-timeout``: the task fails (-31007), and the parked call ends at
 the child as for any abandoned retry. ``tasks/cancel`` cancels the run (``Run.scope``); a
@@ -29,6 +30,7 @@ from gateway.relay.client import ClientContext
 from gateway.relay.rejected import Rejected
 from gateway.relay.suspensions import Call, Suspension
 from gateway.relay.translate import response
+from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
 
 if TYPE_CHECKING:
@@ -102,8 +104,13 @@ async def _input_round(store: TaskStore, relay: Relay, run: Run, call: Call, res
     store.touch(task)
     timeout = call.child.spec.input_timeout
     run.answers, run.answered = None, anyio.Event()
+    parked = relay.suspensions.questions_of(run.state) if run.state is not None else []
     with anyio.move_on_after(timeout):
-        await run.answered.wait()
+        async with anyio.create_task_group() as tg:
+            if parked:
+                tg.start_soon(_until_withdrawn, run, parked)
+            await run.answered.wait()
+            tg.cancel_scope.cancel()
     if run.answers is None:
         task.fail(
             error_object(
@@ -122,6 +129,17 @@ async def _input_round(store: TaskStore, relay: Relay, run: Run, call: Call, res
     run.state = None  # the retry takes the round over
     retry = Request(run.request.id, run.request.method, params)
     return await _consume(store, run, relay.exchange(retry, run.client))
+
+
+async def _until_withdrawn(run: Run, parked: list[ChildAsk]) -> None:
+    """The round's questions all withdrawn by the child (``notifications/cancelled``): nothing is
+    left to answer, so the run goes on at once, its retry answering nothing (the child's own
+    outcome follows), rather than show them until the input timeout."""
+    for ask in parked:
+        await ask.wait()
+    if all(ask.withdrawn for ask in parked) and not run.answered.is_set():
+        run.answers = {}
+        run.answered.set()
 
 
 async def _consume(store: TaskStore, run: Run, exchange: AsyncGenerator[events.Emitted, None]) -> JsonObject | None:

@@ -9,11 +9,14 @@ from typing import Any
 import anyio
 import pytest
 
+from gateway.protocol import tasks as rules
 from gateway.protocol.handshake import META_CLIENT_CAPABILITIES
+from gateway.relay.router import Router
+from gateway.relay.server_config import Isolation, ServerConfig
 from gateway.stdio.pool import PoolSettings
 from tests.component.fakechild import Script, fake_backend
-from tests.component.harness import in_process_gateway, legacy_call
-from tests.gateway_server import modern_call, modern_headers, open_legacy_session
+from tests.component.harness import FAKE_SPEC, in_process_gateway, in_process_servers, legacy_call
+from tests.gateway_server import MODERN_META, modern_call, modern_headers, open_legacy_session
 from tests.logrecords import recording
 
 pytestmark = pytest.mark.anyio
@@ -167,3 +170,40 @@ async def test_a_question_the_child_withdraws_during_a_modern_round_gets_no_answ
     assert second["id"] == 2
     assert second["result"]["content"] == [{"type": "text", "text": "withdrawn"}]
     assert answers_to(parked.child, parked.question_id) == []
+
+
+async def test_a_tasks_question_the_child_withdraws_lets_the_task_end_with_the_childs_answer() -> None:
+    """A call that became a task (the Tasks extension) asks; the task shows the question. The
+    child withdraws it and answers the call on its own: the task completes with that answer at
+    once, instead of showing a withdrawn question until the input timeout; the child is sent
+    no answer for it."""
+    meta = {**MODERN_META, META_CLIENT_CAPABILITIES: {"extensions": {rules.EXTENSION: {}}, "elicitation": {}}}
+    server = ServerConfig(
+        "test", FAKE_SPEC, PoolSettings(), Isolation.SHARED, task_tools=("withdraw",), task_first_round=0
+    )
+    arguments = {"method": "elicitation/create", "params": STILL_THERE}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "withdraw", "arguments": arguments, "_meta": meta},
+    }
+    with anyio.fail_after(BOUND):
+        async with (
+            fake_backend(Script(era="legacy")) as backend,
+            in_process_servers([Router(server, backend=backend)]) as gw,
+        ):
+            store = gw.app.state.task_stores["test"]
+            made = (await gw.http.post(gw.url, headers=modern_headers("tools/call", "withdraw"), json=body)).json()
+            task_id = made["result"]["taskId"]
+            while store.status(task_id) != rules.INPUT_REQUIRED:
+                await store.changed()
+            [call] = backend.running_calls("withdraw")
+            call.release()  # the child withdraws its question and answers the call
+            while store.status(task_id) not in rules.TERMINAL:
+                await store.changed()
+            get = {"jsonrpc": "2.0", "id": 2, "method": rules.GET, "params": {"taskId": task_id, "_meta": meta}}
+            done = (await gw.http.post(gw.url, headers=modern_headers(rules.GET, task_id), json=get)).json()
+    assert done["result"]["status"] == rules.COMPLETED, done
+    assert done["result"]["result"]["content"] == [{"type": "text", "text": "withdrawn"}]
+    assert answers_to(call.child, call.question_id) == []
