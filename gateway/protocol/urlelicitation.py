@@ -10,8 +10,8 @@ without ``elicitationId``.
 
 - ``elicitations``: a -32042 error's URL elicitations, as the modern ``inputRequests`` params
   (``mode``, ``message``, ``url``; the legacy ``elicitationId`` dropped), or None when it
-  carries none the gateway can use (more than ``MAX_URL_ELICITATIONS``, or one without a URL
-  or a message).
+  carries none the gateway can use (more than ``MAX_URL_ELICITATIONS``, or one without an
+  absolute URL of at most ``MAX_URL_CHARS`` or without a message).
 - ``round_requests``: those as one round's ``inputRequests``, keyed ``url-1``, ``url-2`` …
   (``URL_KEY_PREFIX``). The round is the gateway's own (no child call waits on it); its retry
   sends the original request again (``gateway.relay.steps``).
@@ -33,6 +33,7 @@ Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -48,7 +49,12 @@ MAX_URL_ELICITATIONS: Final = 8
 """URL elicitations one -32042 may carry into a round; a child's error with more is not
 turned into a round (``unusable_error``: a page for the user to visit per entry, so a list
 longer than this is not one a person works through)."""
+MAX_URL_CHARS: Final = 8192
+"""The longest URL passed on to a modern client (each is for a person to open)."""
 REQUIRED_CAPABILITY: Final[JsonObject] = {"elicitation": {"url": {}}}
+_URI: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00-\x1f\x7f]+")
+"""An absolute URI (the modern schema's ``format: uri``): a scheme, then no space or control
+character."""
 
 
 def elicitations(error: Mapping[str, Any]) -> list[JsonObject] | None:
@@ -65,10 +71,15 @@ def elicitations(error: Mapping[str, Any]) -> list[JsonObject] | None:
         if not isinstance(item, dict) or item.get("mode", URL_MODE) != URL_MODE:
             return None
         url, message = item.get("url"), item.get("message")
-        if not isinstance(url, str) or not url or not isinstance(message, str):
+        if not isinstance(url, str) or not usable_url(url) or not isinstance(message, str):
             return None
         found.append({"mode": URL_MODE, "message": message, "url": url})
     return found
+
+
+def usable_url(url: str) -> bool:
+    """An absolute URI of at most ``MAX_URL_CHARS``, as a modern client's schema has it."""
+    return len(url) <= MAX_URL_CHARS and _URI.fullmatch(url) is not None
 
 
 def round_requests(found: list[JsonObject]) -> dict[str, JsonObject]:
@@ -119,7 +130,8 @@ def unusable_error(error: Mapping[str, Any]) -> JsonObject:
         "it here (a round is made only for a tools/call, prompts/get or resources/read answered at once)"
         if found is not None
         else f"the server answered URL elicitation required ({_quoted(error)}) without URL elicitations the "
-        f"gateway can pass on (at least one, at most {MAX_URL_ELICITATIONS}, each with a url and a message)",
+        f"gateway can pass on (at least one, at most {MAX_URL_ELICITATIONS}, each with a message and an "
+        f"absolute url of at most {MAX_URL_CHARS:,} characters)",
         data,
     )
 

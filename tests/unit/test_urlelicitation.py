@@ -62,6 +62,10 @@ def test_an_entry_without_mode_is_taken_as_url_mode() -> None:
         url_required("https://x"),
         url_required(legacy_entry(1, mode="form")),
         url_required(legacy_entry(1, url="")),
+        url_required(legacy_entry(1, url="/grant/ada")),  # not absolute
+        url_required(legacy_entry(1, url="https://auth.example/a b")),  # a space: no URI
+        url_required(legacy_entry(1, url="https://auth.example/\n")),
+        url_required(legacy_entry(1, url="https://auth.example/" + "x" * urlelicitation.MAX_URL_CHARS)),
         url_required(legacy_entry(1, url=None)),
         url_required(legacy_entry(1, message=7)),
         url_required(*(legacy_entry(n) for n in range(MAX_URL_ELICITATIONS + 1))),
