@@ -82,6 +82,18 @@ def usable_url(url: str) -> bool:
     return len(url) <= MAX_URL_CHARS and _URI.fullmatch(url) is not None
 
 
+UNUSABLE_URL: Final = f"its url is not an absolute URI of at most {MAX_URL_CHARS:,} characters"
+
+
+def unusable_question(method: str, params: JsonObject | None) -> bool:
+    """A URL-mode ``elicitation/create`` whose ``url`` a modern client's round cannot carry
+    (``usable_url``): the gateway answers the child instead of asking (-31006)."""
+    if method != ELICITATION or not params or params.get("mode") != URL_MODE:
+        return False
+    url = params.get("url")
+    return not (isinstance(url, str) and usable_url(url))
+
+
 def round_requests(found: list[JsonObject]) -> dict[str, JsonObject]:
     """One round's ``inputRequests``: each URL elicitation under ``url-N``."""
     return {f"{URL_KEY_PREFIX}{n}": {"method": ELICITATION, "params": params} for n, params in enumerate(found, 1)}

@@ -150,6 +150,10 @@ def ask_modern_client(
     for ask in asks:
         if request.method not in inputs.MRTR_METHODS:
             reason = f"{request.method} cannot return input_required to a 2026-07-28 client"
+        elif urlelicitation.unusable_question(ask.method, ask.params):
+            reason = urlelicitation.UNUSABLE_URL  # not for a modern client's round: the child is told
+            ask.answer_locally(inputs.local_answer(ask.request, roots, reason, decline=False), reason)
+            continue
         elif inputs.is_declared(client.capabilities, ask.method, ask.params):
             forward[f"k{len(forward) + 1}"] = ask
             continue

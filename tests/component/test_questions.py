@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+from gateway.errors import CODE_NO_CLIENT_INPUT
 from gateway.protocol import tasks as rules
 from gateway.protocol.handshake import META_CLIENT_CAPABILITIES
 from gateway.relay.router import Router
@@ -207,3 +208,20 @@ async def test_a_tasks_question_the_child_withdraws_lets_the_task_end_with_the_c
     assert done["result"]["status"] == rules.COMPLETED, done
     assert done["result"]["result"]["content"] == [{"type": "text", "text": "withdrawn"}]
     assert answers_to(call.child, call.question_id) == []
+
+
+async def test_a_url_question_a_modern_round_cannot_carry_is_answered_to_the_child_with_an_error() -> None:
+    """A legacy child's URL question whose url is no absolute URI: a modern client's round would
+    carry a message its schema refuses, so the child is told instead (-31006), and the call
+    goes on."""
+    bad = {"mode": "url", "elicitationId": "e-1", "message": "Sign in", "url": "/relative/path"}
+    call = modern_call(1, "ask", {"method": "elicitation/create", "params": bad})
+    call["params"]["_meta"][META_CLIENT_CAPABILITIES] = {"elicitation": {"url": {}}}
+    with anyio.fail_after(BOUND):
+        async with fake_backend(Script(era="legacy")) as backend, in_process_gateway(backend) as gw:
+            reply = (await gw.http.post(gw.url, headers=modern_headers("tools/call", "ask"), json=call)).json()
+    result = reply["result"]
+    assert result["resultType"] == "complete", reply
+    answer = result["structuredContent"]["answer"]
+    assert answer["error"]["code"] == CODE_NO_CLIENT_INPUT
+    assert "not an absolute URI" in answer["error"]["message"]
