@@ -34,7 +34,7 @@ Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from gateway.errors import CODE_NO_CLIENT_INPUT, GATEWAY_NAME
@@ -180,6 +180,22 @@ def undeclared_error(error: Mapping[str, Any]) -> JsonObject:
         "elicitation.url at initialize",
         data,
     )
+
+
+def with_legacy_ids(error: JsonObject, new_id: Callable[[], str]) -> JsonObject:
+    """A -32042 for a legacy client, each listed elicitation with an ``elicitationId`` (2025-11-25
+    requires one; a modern child that emits -32042 anyway, as the Python SDK's may, gives none):
+    a missing one is ``new_id()``'s. The error itself when nothing is missing."""
+    data = error.get("data")
+    items = data.get("elicitations") if isinstance(data, dict) else None
+    if not isinstance(items, list) or all(not isinstance(item, dict) or "elicitationId" in item for item in items):
+        return error
+    assert isinstance(data, dict)
+    filled = [
+        {**item, "elicitationId": new_id()} if isinstance(item, dict) and "elicitationId" not in item else item
+        for item in items
+    ]
+    return {**error, "data": {**data, "elicitations": filled}}
 
 
 def for_legacy_client(params: JsonObject | None, elicitation_id: str) -> JsonObject | None:

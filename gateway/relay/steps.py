@@ -78,9 +78,9 @@ On the reply (``ON_REPLY``):
     URL an ``elicitation/create`` of mode ``url``, ``gateway.protocol.urlelicitation``); its
     retry sends the request again (``retry``), or ends it when the user declined. Without
     ``elicitation.url`` in the client's capabilities: -32021.
-17. ``legacy_url``: a legacy child's -32042 for a legacy session: passed through, its
-    elicitation ids kept on the session for their completion notifications; -31006 for a
-    session that did not declare ``elicitation.url``.
+17. ``legacy_url``: a child's -32042 for a legacy session: passed through (a modern child's
+    with an ``elicitationId`` for each), its elicitation ids kept on the session for their
+    completion notifications; -31006 for a session that did not declare ``elicitation.url``.
 18. ``bridge_task``: a legacy child's ``CreateTaskResult`` for a modern client that opted in:
     a task of the gateway's, whose run (with the lease) waits on the child's task
     (``TaskStore.bridge``, ``gateway.relay.task_bridge``); the answer is the gateway's handle.
@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Final
@@ -569,8 +570,13 @@ def url_for_legacy(deps: Collaborators, call: Running) -> None:
     assert isinstance(reply, ErrorReply)
     if not inputs.is_declared(client.capabilities, urlelicitation.ELICITATION, {"mode": urlelicitation.URL_MODE}):
         call.final = response(call.turn.request.id, error=urlelicitation.undeclared_error(reply.error))
-    elif client.session is not None:
-        client.session.url_elicitations.extend(urlelicitation.legacy_ids("", None, reply.error))
+        return
+    error = reply.error
+    if call.info.era is Era.MODERN:  # a modern child's (it must not, but the SDK's may): ids added
+        error = urlelicitation.with_legacy_ids(error, lambda: secrets.token_urlsafe(12))
+        call.final = response(call.turn.request.id, error=error)
+    if client.session is not None:
+        client.session.url_elicitations.extend(urlelicitation.legacy_ids("", None, error))
 
 
 def _result(call: Running) -> object:
@@ -633,7 +639,7 @@ ON_REPLY: Final = (
     ReplyStep("input_round", LEGACY, None, wants_input, input_round, child_eras=MODERN),
     ReplyStep("translate", BOTH, None, None, translate_reply),
     ReplyStep("url_round", MODERN, MRTR_METHODS, url_required, url_round),
-    ReplyStep("legacy_url", LEGACY, MRTR_METHODS, url_required, url_for_legacy, child_eras=LEGACY),
+    ReplyStep("legacy_url", LEGACY, MRTR_METHODS, url_required, url_for_legacy),
     ReplyStep("bridge_task", MODERN, task_rules.TASK_METHODS, child_made_task, bridge_task, child_eras=LEGACY),
     ReplyStep("discover_tasks", MODERN, frozenset({DISCOVER}), tasks_served, advertise_tasks),
     ReplyStep("adopt_task", MODERN, None, child_task, adopt_task, child_eras=MODERN),

@@ -285,6 +285,25 @@ async def test_a_legacy_client_that_did_not_declare_url_elicitation_gets_31006_n
     validate(reply, "JSONRPCErrorResponse", "2025-11-25")
 
 
+async def test_a_modern_childs_32042_reaches_a_legacy_session_as_2025_11_25_has_it(tmp_path: Path) -> None:
+    """A modern child that emits -32042 anyway (the SDK's may), without elicitation ids: a
+    legacy session that declared URL elicitation gets it with an id for each, a session that
+    did not gets -31006, as for a legacy child's."""
+    with anyio.fail_after(WAIT):
+        async with running_gateway(child("modern")) as url, httpx.AsyncClient(timeout=WAIT) as http:
+            declared = await open_session(http, url, URL_CAPABLE)
+            undeclared = await open_session(http, url, {"elicitation": {}})
+            body = legacy_tool(5, "url_required", account="ada", grant_dir=str(tmp_path), no_ids=True, urls=2)
+            [passed] = messages(await http.post(url, headers=declared, json=body))
+            [refused] = messages(await http.post(url, headers=undeclared, json=body))
+    assert passed["error"]["code"] == URL_ELICITATION_REQUIRED
+    ids = [entry["elicitationId"] for entry in passed["error"]["data"]["elicitations"]]
+    assert len(set(ids)) == 2
+    assert all(isinstance(eid, str) and len(eid) == 16 for eid in ids)
+    validate(passed, "URLElicitationRequiredError", "2025-11-25")
+    assert refused["error"]["code"] == CODE_NO_CLIENT_INPUT
+
+
 async def test_a_modern_servers_url_elicitation_reaches_a_legacy_client_with_an_elicitation_id() -> None:
     with anyio.fail_after(WAIT):
         async with running_gateway(child("modern")) as url, httpx.AsyncClient(timeout=WAIT) as http:

@@ -300,6 +300,8 @@ def _url_required(ctx: ToolContext, args: JsonObject) -> JsonObject:
         }
         for n in range(1, int_arg(args, "urls", minimum=0, default=1) + 1)
     ]
+    if args.get("no_ids"):  # as a modern server's SDK may send it: no legacy elicitationId
+        elicitations = [{k: v for k, v in e.items() if k != "elicitationId"} for e in elicitations]
     raise RpcError(-32042, f"{account} must sign in first", {"elicitations": elicitations})
 
 
@@ -586,7 +588,12 @@ def add_test_tools(server: StdioServer) -> None:
             "url_required",
             "As a 2025-11-25 server: error -32042 (urls URL elicitations) until grant_dir/account exists.",
             object_schema(
-                {"account": _str("account"), "grant_dir": _str("dir"), "urls": _int("how many")},
+                {
+                    "account": _str("account"),
+                    "grant_dir": _str("dir"),
+                    "urls": _int("how many"),
+                    "no_ids": {"type": "boolean", "description": "leave elicitationId out"},
+                },
                 ["account", "grant_dir"],
             ),
             _url_required,

@@ -57,7 +57,7 @@ def test_a_legacy_tool_call_meets_only_the_steps_for_it() -> None:
     assert names(steps.plan_for(Era.LEGACY, "tools/call"), Era.MODERN) == [
         ["quota", "roots_asked"],
         [],
-        ["input_round", "translate"],
+        ["input_round", "translate", "legacy_url"],
     ]
     assert names(steps.plan_for(Era.LEGACY, "tools/call"), Era.LEGACY) == [
         ["quota", "roots_asked"],

@@ -151,3 +151,14 @@ def test_the_ids_a_legacy_child_gives_a_legacy_client_are_found_for_their_comple
     many = url_required(*(legacy_entry(n) for n in range(MAX_URL_ELICITATIONS + 5)))
     assert len(urlelicitation.legacy_ids("", None, many)) == MAX_URL_ELICITATIONS  # bounded
     assert urlelicitation.legacy_ids("", None, {"code": -32603, "message": "m", "data": {"elicitations": []}}) == []
+
+
+def test_a_32042_without_ids_gets_one_for_each_entry_for_a_legacy_client() -> None:
+    ids = iter(["g1", "g2"])
+    without = {k: v for k, v in legacy_entry(1).items() if k != "elicitationId"}
+    error = url_required(without, legacy_entry(2), without)
+    filled = urlelicitation.with_legacy_ids(error, lambda: next(ids))
+    assert [entry["elicitationId"] for entry in filled["data"]["elicitations"]] == ["g1", "e-2", "g2"]
+    assert error["data"]["elicitations"][0] == without  # the child's error is not changed
+    complete = url_required(legacy_entry(1))
+    assert urlelicitation.with_legacy_ids(complete, lambda: "never") is complete
