@@ -25,8 +25,10 @@ without ``elicitationId``.
   with an ``elicitationId`` (the schema requires one).
 - ``undeclared_error``: a -32042 for a legacy session that did not declare ``elicitation.url``
   (-31006, the child's list in ``data``).
-- ``legacy_ids``: the ids a legacy child gave a legacy client (mid-call, or in a -32042), so
-  that its ``notifications/elicitation/complete`` reaches that client's session.
+- ``question_ids``, ``error_ids``: the ids a legacy child gave a legacy client (mid-call, or in
+  a -32042), so that its ``notifications/elicitation/complete`` reaches that client's session;
+  ``with_legacy_ids``: a modern child's -32042 given the ids 2025-11-25 requires.
+- ``declares_url``: whether a client declared ``elicitation.url``.
 
 Imports: standard library, ``gateway.errors`` and ``gateway.protocol`` only.
 """
@@ -38,6 +40,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from gateway.errors import CODE_NO_CLIENT_INPUT, GATEWAY_NAME
+from gateway.protocol import inputs
 from gateway.protocol.jsonrpc import MISSING_CLIENT_CAPABILITY, URL_ELICITATION_REQUIRED, JsonObject, error_object
 
 ELICITATION: Final = "elicitation/create"
@@ -57,14 +60,27 @@ _URI: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00-\x1f\x7f]+")
 character."""
 
 
+def _listed(error: Mapping[str, Any]) -> list[Any] | None:
+    """A -32042's ``data.elicitations`` as the child sent it (None: not a -32042, or no list)."""
+    data = error.get("data") if error.get("code") == URL_ELICITATION_REQUIRED else None
+    items = data.get("elicitations") if isinstance(data, dict) else None
+    return items if isinstance(items, list) else None
+
+
+def _is_url_question(method: str, params: JsonObject | None) -> bool:
+    return method == ELICITATION and params is not None and params.get("mode") == URL_MODE
+
+
+def declares_url(capabilities: Mapping[str, Any]) -> bool:
+    """Whether a client's capabilities declare URL-mode elicitation (``elicitation.url``)."""
+    return inputs.is_declared(capabilities, ELICITATION, {"mode": URL_MODE})
+
+
 def elicitations(error: Mapping[str, Any]) -> list[JsonObject] | None:
     """A -32042 error's URL elicitations as modern params, in order; None when it is not a
     -32042 or carries none the gateway can pass on."""
-    if error.get("code") != URL_ELICITATION_REQUIRED:
-        return None
-    data = error.get("data")
-    items = data.get("elicitations") if isinstance(data, dict) else None
-    if not isinstance(items, list) or not items or len(items) > MAX_URL_ELICITATIONS:
+    items = _listed(error)
+    if not items or len(items) > MAX_URL_ELICITATIONS:
         return None
     found: list[JsonObject] = []
     for item in items:
@@ -88,8 +104,9 @@ UNUSABLE_URL: Final = f"its url is not an absolute URI of at most {MAX_URL_CHARS
 def unusable_question(method: str, params: JsonObject | None) -> bool:
     """A URL-mode ``elicitation/create`` whose ``url`` a modern client's round cannot carry
     (``usable_url``): the gateway answers the child instead of asking (-31006)."""
-    if method != ELICITATION or not params or params.get("mode") != URL_MODE:
+    if not _is_url_question(method, params):
         return False
+    assert params is not None
     url = params.get("url")
     return not (isinstance(url, str) and usable_url(url))
 
@@ -148,21 +165,20 @@ def unusable_error(error: Mapping[str, Any]) -> JsonObject:
     )
 
 
-def legacy_ids(method: str, params: JsonObject | None, error: Mapping[str, Any] | None = None) -> list[str]:
-    """The ``elicitationId`` values a legacy child gave a legacy client: of a URL-mode
-    ``elicitation/create`` (``method``, ``params``), or of a -32042 ``error``'s list (at most
-    ``MAX_URL_ELICITATIONS``), so that its ``notifications/elicitation/complete`` can follow."""
-    if error is not None:
-        data = error.get("data") if error.get("code") == URL_ELICITATION_REQUIRED else None
-        items = data.get("elicitations") if isinstance(data, dict) else None
-        if not isinstance(items, list):
-            return []
-        found = (item.get("elicitationId") for item in items[:MAX_URL_ELICITATIONS] if isinstance(item, dict))
-        return [eid for eid in found if isinstance(eid, str) and eid]
-    if method != ELICITATION or not params or params.get("mode") != URL_MODE:
-        return []
-    eid = params.get("elicitationId")
+def question_ids(method: str, params: JsonObject | None) -> list[str]:
+    """The ``elicitationId`` of a legacy child's URL-mode ``elicitation/create`` to a legacy
+    client (none for any other request), so that its ``notifications/elicitation/complete``
+    can follow it."""
+    eid = params.get("elicitationId") if _is_url_question(method, params) and params is not None else None
     return [eid] if isinstance(eid, str) and eid else []
+
+
+def error_ids(error: Mapping[str, Any]) -> list[str]:
+    """The ``elicitationId`` values of a -32042 ``error``'s list (at most
+    ``MAX_URL_ELICITATIONS``), kept for the same reason as ``question_ids``."""
+    items = _listed(error) or []
+    found = (item.get("elicitationId") for item in items[:MAX_URL_ELICITATIONS] if isinstance(item, dict))
+    return [eid for eid in found if isinstance(eid, str) and eid]
 
 
 def undeclared_error(error: Mapping[str, Any]) -> JsonObject:
@@ -171,9 +187,8 @@ def undeclared_error(error: Mapping[str, Any]) -> JsonObject:
     session, but a server must not use a mode its client did not declare. The gateway's
     -31006, the child's list in ``data.elicitations`` as it was."""
     data: JsonObject = {"source": GATEWAY_NAME, "method": ELICITATION, "requiredCapabilities": REQUIRED_CAPABILITY}
-    given = error.get("data")
-    if isinstance(given, dict) and isinstance(given.get("elicitations"), list):
-        data["elicitations"] = given["elicitations"][:MAX_URL_ELICITATIONS]
+    if (items := _listed(error)) is not None:
+        data["elicitations"] = items[:MAX_URL_ELICITATIONS]
     return error_object(
         CODE_NO_CLIENT_INPUT,
         f"the server needs the user to visit a URL first ({_quoted(error)}), and this session did not declare "
@@ -186,11 +201,10 @@ def with_legacy_ids(error: JsonObject, new_id: Callable[[], str]) -> JsonObject:
     """A -32042 for a legacy client, each listed elicitation with an ``elicitationId`` (2025-11-25
     requires one; a modern child that emits -32042 anyway, as the Python SDK's may, gives none):
     a missing one is ``new_id()``'s. The error itself when nothing is missing."""
-    data = error.get("data")
-    items = data.get("elicitations") if isinstance(data, dict) else None
-    if not isinstance(items, list) or all(not isinstance(item, dict) or "elicitationId" in item for item in items):
+    items = _listed(error)
+    if items is None or all(not isinstance(item, dict) or "elicitationId" in item for item in items):
         return error
-    assert isinstance(data, dict)
+    data = error["data"]
     filled = [
         {**item, "elicitationId": new_id()} if isinstance(item, dict) and "elicitationId" not in item else item
         for item in items
@@ -198,12 +212,12 @@ def with_legacy_ids(error: JsonObject, new_id: Callable[[], str]) -> JsonObject:
     return {**error, "data": {**data, "elicitations": filled}}
 
 
-def for_legacy_client(params: JsonObject | None, elicitation_id: str) -> JsonObject | None:
-    """A modern child's elicitation params as a legacy client gets them: a URL-mode one with
-    an ``elicitationId`` (required by 2025-11-25; modern ones carry none)."""
-    if not params or params.get("mode") != URL_MODE or "elicitationId" in params:
+def for_legacy_client(method: str, params: JsonObject | None, new_id: Callable[[], str]) -> JsonObject | None:
+    """A modern child's question params as a legacy client gets them: a URL-mode elicitation
+    with an ``elicitationId`` (``new_id()``'s: required by 2025-11-25; modern ones carry none)."""
+    if not _is_url_question(method, params) or params is None or "elicitationId" in params:
         return params
-    return {**params, "elicitationId": elicitation_id}
+    return {**params, "elicitationId": new_id()}
 
 
 def _quoted(error: Mapping[str, Any]) -> str:

@@ -109,8 +109,8 @@ def ask_legacy_client(ask: ChildAsk, client: ClientContext, call: Call) -> JsonO
         reason = f"the client did not declare the {translate.capability_name(ask)} capability"
     else:
         gateway_id: str = session.track_ask(ask)
-        if ask.method == inputs.ELICITATION:  # a URL one's completion may follow (unsolicited)
-            session.url_elicitations.extend(urlelicitation.legacy_ids(ask.method, ask.params))
+        # A URL elicitation's completion may follow it, unsolicited.
+        session.url_elicitations.extend(urlelicitation.question_ids(ask.method, ask.params))
         return Request(gateway_id, ask.method, ask.params).to_dict()
     # A clear error, not a made-up answer: this client is there, it just cannot be asked.
     ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason, decline=False), reason)

@@ -33,6 +33,12 @@ MAX_INPUT_ROUNDS: Final = 10
 """``input_required`` rounds a modern child may ask of a legacy client in one request; past
 this the request ends with an error (a child that never completes must not loop forever)."""
 
+
+def new_elicitation_id() -> str:
+    """An ``elicitationId`` of the gateway's, for a legacy client (random, 16 characters)."""
+    return secrets.token_urlsafe(12)
+
+
 NextRound = Callable[[Call, Request, ClientContext, int], AsyncGenerator[Emitted]]
 """How the relay streams the child's retry (round number given): ``Relay.next_round``."""
 
@@ -74,7 +80,7 @@ async def input_round(
         for ask in asks.values():
             assert session is not None  # only a session's client is asked (reachable, above)
             gateway_id: str = session.track_ask(ask)
-            params = urlelicitation.for_legacy_client(ask.params, secrets.token_urlsafe(12))
+            params = urlelicitation.for_legacy_client(ask.method, ask.params, new_elicitation_id)
             yield events.Ask(Request(gateway_id, ask.method, params).to_dict())
         with anyio.move_on_after(timeout):
             for ask in asks.values():

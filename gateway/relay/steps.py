@@ -92,7 +92,6 @@ from __future__ import annotations
 
 import logging
 import math
-import secrets
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Final
@@ -546,7 +545,7 @@ def url_round(deps: Collaborators, call: Running) -> None:
     found = urlelicitation.elicitations(reply.error)
     if found is None:
         return
-    if not inputs.is_declared(client.capabilities, urlelicitation.ELICITATION, {"mode": urlelicitation.URL_MODE}):
+    if not urlelicitation.declares_url(client.capabilities):
         call.final = response(request.id, error=urlelicitation.missing_capability_error(reply.error))
         return
     wanted = urlelicitation.round_requests(found)
@@ -568,15 +567,15 @@ def url_for_legacy(deps: Collaborators, call: Running) -> None:
     session that did not declare ``elicitation.url`` (``urlelicitation.undeclared_error``)."""
     reply, client = call.reply, call.turn.client
     assert isinstance(reply, ErrorReply)
-    if not inputs.is_declared(client.capabilities, urlelicitation.ELICITATION, {"mode": urlelicitation.URL_MODE}):
+    if not urlelicitation.declares_url(client.capabilities):
         call.final = response(call.turn.request.id, error=urlelicitation.undeclared_error(reply.error))
         return
     error = reply.error
     if call.info.era is Era.MODERN:  # a modern child's (it must not, but the SDK's may): ids added
-        error = urlelicitation.with_legacy_ids(error, lambda: secrets.token_urlsafe(12))
+        error = urlelicitation.with_legacy_ids(error, input_rounds.new_elicitation_id)
         call.final = response(call.turn.request.id, error=error)
     if client.session is not None:
-        client.session.url_elicitations.extend(urlelicitation.legacy_ids("", None, error))
+        client.session.url_elicitations.extend(urlelicitation.error_ids(error))
 
 
 def _result(call: Running) -> object:

@@ -128,29 +128,29 @@ def test_a_modern_client_never_gets_32042_from_the_bridge() -> None:
 
 def test_a_modern_url_elicitation_gets_an_elicitation_id_for_a_legacy_client() -> None:
     modern = {"mode": "url", "message": "Sign in", "url": "https://auth.example/x"}
-    given = urlelicitation.for_legacy_client(modern, "gw-1")
+    given = urlelicitation.for_legacy_client("elicitation/create", modern, lambda: "gw-1")
     assert given == {**modern, "elicitationId": "gw-1"}
     validate(
         {"jsonrpc": "2.0", "id": "g-1", "method": "elicitation/create", "params": given}, "ElicitRequest", "2025-11-25"
     )
     own = {**modern, "elicitationId": "child-1"}
-    assert urlelicitation.for_legacy_client(own, "gw-1") is own
+    assert urlelicitation.for_legacy_client("elicitation/create", own, lambda: "gw-1") is own
     form = {"mode": "form", "message": "Name?", "requestedSchema": {"type": "object", "properties": {}}}
-    assert urlelicitation.for_legacy_client(form, "gw-1") is form
-    assert urlelicitation.for_legacy_client(None, "gw-1") is None
+    assert urlelicitation.for_legacy_client("elicitation/create", form, lambda: "gw-1") is form
+    assert urlelicitation.for_legacy_client("elicitation/create", None, lambda: "gw-1") is None
 
 
 def test_the_ids_a_legacy_child_gives_a_legacy_client_are_found_for_their_completion() -> None:
     question = {"mode": "url", "elicitationId": "q-1", "url": "https://x", "message": "m"}
-    assert urlelicitation.legacy_ids("elicitation/create", question) == ["q-1"]
-    assert urlelicitation.legacy_ids("elicitation/create", {**question, "mode": "form"}) == []
-    assert urlelicitation.legacy_ids("sampling/createMessage", question) == []
-    assert urlelicitation.legacy_ids("elicitation/create", {**question, "elicitationId": 7}) == []
+    assert urlelicitation.question_ids("elicitation/create", question) == ["q-1"]
+    assert urlelicitation.question_ids("elicitation/create", {**question, "mode": "form"}) == []
+    assert urlelicitation.question_ids("sampling/createMessage", question) == []
+    assert urlelicitation.question_ids("elicitation/create", {**question, "elicitationId": 7}) == []
     error = url_required(legacy_entry(1), legacy_entry(2), {"url": "https://y"}, "junk")
-    assert urlelicitation.legacy_ids("", None, error) == ["e-1", "e-2"]
+    assert urlelicitation.error_ids(error) == ["e-1", "e-2"]
     many = url_required(*(legacy_entry(n) for n in range(MAX_URL_ELICITATIONS + 5)))
-    assert len(urlelicitation.legacy_ids("", None, many)) == MAX_URL_ELICITATIONS  # bounded
-    assert urlelicitation.legacy_ids("", None, {"code": -32603, "message": "m", "data": {"elicitations": []}}) == []
+    assert len(urlelicitation.error_ids(many)) == MAX_URL_ELICITATIONS  # bounded
+    assert urlelicitation.error_ids({"code": -32603, "message": "m", "data": {"elicitations": []}}) == []
 
 
 def test_a_32042_without_ids_gets_one_for_each_entry_for_a_legacy_client() -> None:
