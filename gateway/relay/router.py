@@ -273,6 +273,11 @@ class Router:
         """Whether children told ``told`` (None: the configured set) are told roots."""
         return "roots" in (self.server.spec.declared_capabilities if told is None else told)
 
+    def may_key_roots(self, capabilities: Mapping[str, object]) -> bool:
+        """``keys_roots``'s first test, which needs no child: the client declared roots, and the
+        server is not known to keep none."""
+        return "roots" in capabilities and self.roots_kept is not False
+
     async def keys_roots(
         self,
         principal: str | None,
@@ -287,7 +292,7 @@ class Router:
         calls (``RootsKeying``; ``_keeps_roots``). A session's own pool too (``isolation:
         session``): the child it starts with fetches its roots before the session could be
         asked (no call, no GET stream yet) and kept the configured ones."""
-        if "roots" not in capabilities or self.roots_kept is False:
+        if not self.may_key_roots(capabilities):
             return False
         base = self._scope_key(principal, session_id, headers)
         main = self.pools.get(base)

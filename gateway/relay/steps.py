@@ -549,7 +549,7 @@ def url_round(deps: Collaborators, call: Running) -> None:
         call.final = response(request.id, error=urlelicitation.missing_capability_error(reply.error))
         return
     wanted = urlelicitation.round_requests(found)
-    if ROOTS_CAPABILITY in client.capabilities and deps.router.roots_kept is not False:
+    if deps.router.may_key_roots(client.capabilities):
         # Its retry may run on children given the client's roots: asked now, not in a round more.
         wanted[roots.ROOTS_INPUT_KEY] = roots.roots_request()
     timeout = deps.router.server.spec.input_timeout
