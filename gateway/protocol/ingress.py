@@ -105,9 +105,19 @@ from gateway.protocol.versions import LEGACY, MODERN
 
 CLIENT_CAPABILITIES_KEY: Final = "io.modelcontextprotocol/clientCapabilities"
 
-# Requests removed in 2026-07-28 (digest §1, "Removed").
+# Requests removed in 2026-07-28 (digest §1, "Removed"), and 2025-11-25's experimental
+# ``tasks/result`` and ``tasks/list``, which the Tasks extension does not have (digest §9): never
+# sent to a child, whose task list would name other clients' tasks.
 REMOVED_METHODS: Final = frozenset(
-    {"initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"}
+    {
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "tasks/result",
+        "tasks/list",
+    }
 )
 # Requests only a server sends; no server implements them, so the answer is "not found".
 SERVER_TO_CLIENT_METHODS: Final = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})

@@ -31,6 +31,18 @@ Rules:
    child question; the child decides what its tool does then, and the task goes on.
 6. **Cancel**: the gateway's task is ``cancelled`` at once; the child gets ``tasks/cancel``
    with its own id (a child task that already ended refuses it: no matter).
+7. **Legacy sessions** get no tasks: the gateway declares none to them (a session's
+   ``initialize`` result drops the child's ``tasks``), so a shared child's task ids, statuses
+   and results never reach a client that did not make them:
+   - ``tasks/get``, ``tasks/result``, ``tasks/list`` and ``tasks/cancel`` from a session are
+     answered -32601 (``LEGACY_REFUSED``, ``legacy_refusal``), never sent to a child;
+   - its ``tools/list`` shows no ``execution.taskSupport`` (``without_task_support``): as the
+     session sees them, tools run as plain calls;
+   - a call of a tool the child marks ``required`` is sent task-augmented, and a child's
+     ``CreateTaskResult`` for a session's call (that one, or a call the client augmented
+     itself) is waited for in the child's ``tasks/result`` on the call's own stream: its
+     questions reach the session there, its outcome is the call's answer, and the child's
+     task is cancelled (``tasks/cancel``) when the client leaves first.
 
 Imports: standard library and ``gateway.protocol`` only.
 """
@@ -40,12 +52,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from gateway.protocol.jsonrpc import MISSING_CLIENT_CAPABILITY, JsonObject, error_object
+from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, MISSING_CLIENT_CAPABILITY, JsonObject, error_object
 from gateway.protocol.tasks import EXTENSION, TERMINAL
 
 RESULT: Final = "tasks/result"
 GET: Final = "tasks/get"
 CANCEL: Final = "tasks/cancel"
+LIST: Final = "tasks/list"
+LEGACY_REFUSED: Final = frozenset({GET, RESULT, LIST, CANCEL})
+"""A legacy session's requests that the gateway answers -32601 (rule 7)."""
 TASK_SUPPORT: Final = frozenset({"optional", "required"})
 """``execution.taskSupport`` values that let a tool run as the child's task."""
 
@@ -87,3 +102,35 @@ def required_error(tool: str) -> JsonObject:
         "_meta clientCapabilities.extensions",
         {"requiredCapabilities": {"extensions": {EXTENSION: {}}}},
     )
+
+
+def legacy_refusal(method: str) -> JsonObject:
+    """Rule 7: -32601 for a legacy session's ``tasks/*`` request."""
+    return error_object(
+        METHOD_NOT_FOUND,
+        f"method {method!r} is not offered to 2025 sessions: the gateway declares no tasks to them "
+        "(a tool that runs only as a task runs to its end on a plain tools/call)",
+    )
+
+
+def without_task_support(result: JsonObject) -> JsonObject:
+    """Rule 7: a ``tools/list`` result for a legacy session, no tool's ``execution`` naming
+    ``taskSupport`` (an ``execution`` left empty is dropped). The result itself when no tool
+    names one (most lists)."""
+    tools = result.get("tools")
+    if not isinstance(tools, list) or not any(_task_support_of(tool) for tool in tools):
+        return result
+    plain: list[object] = []
+    for tool in tools:
+        if _task_support_of(tool):
+            execution = {k: v for k, v in tool["execution"].items() if k != "taskSupport"}
+            tool = {k: v for k, v in tool.items() if k != "execution"}
+            if execution:
+                tool["execution"] = execution
+        plain.append(tool)
+    return {**result, "tools": plain}
+
+
+def _task_support_of(tool: object) -> bool:
+    execution = tool.get("execution") if isinstance(tool, dict) else None
+    return isinstance(execution, dict) and "taskSupport" in execution

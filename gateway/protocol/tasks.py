@@ -432,6 +432,17 @@ def _meta_of(result: JsonObject) -> JsonObject:
     return {"_meta": kept} if kept else {}
 
 
+def without_related_task(message: JsonObject) -> JsonObject:
+    """A response whose result names no related task in its ``_meta`` (a legacy session's
+    answer to a call that the child ran as its task: the session made none)."""
+    result = message.get("result")
+    meta = result.get("_meta") if isinstance(result, dict) else None
+    if not isinstance(meta, dict) or RELATED_TASK_META not in meta:
+        return message
+    assert isinstance(result, dict)
+    return {**message, "result": {k: v for k, v in result.items() if k != "_meta"} | _meta_of(result)}
+
+
 def task_id_of(params: JsonObject | None) -> str | None:
     task_id = (params or {}).get("taskId")
     return task_id if isinstance(task_id, str) and task_id else None

@@ -14,18 +14,21 @@ Before a child (``BEFORE_CHILD``):
 
 1. ``tasks``: a modern ``tasks/get``, ``tasks/update`` or ``tasks/cancel``: the task store
    answers it (a task of the gateway's, or a child's own; ``TaskStore.answer``).
-2. ``retry``: a modern request whose ``requestState`` is one of the gateway's: a parked call's
+2. ``no_tasks``: a legacy session's ``tasks/get``, ``tasks/result``, ``tasks/list`` or
+   ``tasks/cancel``: -32601, as the gateway declares no tasks to sessions; never sent to a
+   child, whose tasks are every client's (``taskbridge`` rule 7).
+3. ``retry``: a modern request whose ``requestState`` is one of the gateway's: a parked call's
    retry resumes that call (``asks.resume``: no lease, no new child exchange); the retry of
    the gateway's own round (roots, URL elicitation) starts its call now, with the roots it
    carries and without the round's ``inputResponses`` and ``requestState`` (a URL the user
    declined to visit ends it instead: -31006); a state that fails its checks is a 400.
-3. ``quota``: a client whose calls hold too many unanswered questions
+4. ``quota``: a client whose calls hold too many unanswered questions
    (``--max-parked-per-principal``; not the roots round's retry): 429.
-4. ``roots_round``: a modern ``tools/call``, ``prompts/get`` or ``resources/read`` of a client
+5. ``roots_round``: a modern ``tools/call``, ``prompts/get`` or ``resources/read`` of a client
    that declares roots, where its calls run on children given its roots set
    (``Router.keys_roots``; ``gateway.relay.client_roots``): the roots the round's retry
    carries, else the gateway's own MRTR round for them (``input_required``).
-5. ``roots_asked``: the same for a legacy session: asked for its roots on this call's stream
+6. ``roots_asked``: the same for a legacy session: asked for its roots on this call's stream
    when it must be (``client_roots.needs_asking``), then the steps go on. Its
    ``resources/subscribe`` and ``resources/unsubscribe`` too: a subscription is made on the
    children its calls run on, so the ``resources/updated`` its own changes cause reach it.
@@ -39,26 +42,29 @@ cannot start or keeps dying (``ChildError``) ends the exchange with its error (f
 
 On the child (``ON_CHILD``):
 
-6. ``discover``: a modern ``server/discover`` on a legacy child: the bridge answers it.
-7. ``set_level``: a legacy ``logging/setLevel`` where children are shared: kept on the session
+7. ``discover``: a modern ``server/discover`` on a legacy child: the bridge answers it.
+8. ``set_level``: a legacy ``logging/setLevel`` where children are shared: kept on the session
    (the HTTP edge did), answered ``{}``.
-8. ``param_headers``: a modern ``tools/call`` over HTTP: its ``Mcp-Param-*`` headers against
+9. ``param_headers``: a modern ``tools/call`` over HTTP: its ``Mcp-Param-*`` headers against
    the tool's schema, and a tool hidden from HTTP clients (``Rejected``: 400). A tool already
    known to declare no header parameter and to be callable (most calls) skips it.
-9. ``task_required``: a modern ``tools/call`` of a tool the child marks
+10. ``task_required``: a modern ``tools/call`` of a tool the child marks
    ``execution.taskSupport: "required"``, from a client that did not opt in to the Tasks
    extension (while tasks are on): 400, -32021 naming the extension in ``requiredCapabilities``.
-10. ``child_task``: a modern ``tools/call`` that becomes a task on a legacy child with
+11. ``child_task``: a modern ``tools/call`` that becomes a task on a legacy child with
     2025-11-25 tasks, of a tool it marks ``optional`` or ``required``
     (``gateway.protocol.taskbridge``): the call goes to the child task-augmented
     (``params.task``), and its handle is bridged on the reply (``bridge_task``).
-11. ``task``: a modern ``tools/call`` that becomes a task (the client opted in, the tool allows
+12. ``task``: a modern ``tools/call`` that becomes a task (the client opted in, the tool allows
     it, the child keeps no tasks itself; ``TaskStore.wants``): given a progressToken, its
     child exchange opened and handed to the task store; the answer is the ``CreateTaskResult``.
     When the child's first sign (within ``--task-first-round``) is a question, the call runs
     on here instead: round 1 is answered synchronously, and its retry makes the task
     (``asks.as_task``).
-12. ``subscriptions``: a legacy session's ``resources/subscribe`` / ``unsubscribe`` on a legacy
+13. ``legacy_task``: a legacy session's ``tools/call`` on a legacy child that keeps tasks, of
+    a tool the child marks ``required``: sent to the child task-augmented (its tool list
+    loaded first, once); ``task_to_end`` waits for the outcome.
+14. ``subscriptions``: a legacy session's ``resources/subscribe`` / ``unsubscribe`` on a legacy
     child: counted with every other holder at that child, the child told only at the first
     and after the last (``gateway.relay.session_subscriptions``); answered by the gateway.
 
@@ -68,24 +74,30 @@ notifications and questions (``gateway.relay.asks``), then its reply.
 
 On the reply (``ON_REPLY``):
 
-13. ``visible_tools``: a ``tools/list`` result: tools invalid over HTTP left out
+15. ``visible_tools``: a ``tools/list`` result: tools invalid over HTTP left out
     (``ToolCatalog.visible_tools``).
-14. ``input_round``: a modern child's ``input_required``, for a legacy client: asked on the
+16. ``plain_tools``: a ``tools/list`` result for a legacy session: no tool's
+    ``execution.taskSupport`` (``taskbridge.without_task_support``).
+17. ``input_round``: a modern child's ``input_required``, for a legacy client: asked on the
     client's stream, the child retried with the answers (``gateway.relay.input_rounds``).
-15. ``translate``: the reply in the client's era, under its id (``translate.reply_for_client``).
-16. ``url_round``: a child's -32042 (URL elicitation required) for a modern ``tools/call``,
+18. ``task_to_end``: a legacy child's ``CreateTaskResult`` for a legacy session's call: the
+    child's ``tasks/result`` driven as the call, on its stream and lease (its questions to
+    the session, its outcome the answer; the child's task cancelled if the client leaves
+    first: ``task_bridge.run_to_end``).
+19. ``translate``: the reply in the client's era, under its id (``translate.reply_for_client``).
+20. ``url_round``: a child's -32042 (URL elicitation required) for a modern ``tools/call``,
     ``prompts/get`` or ``resources/read``: the gateway's own round (``input_required``, each
     URL an ``elicitation/create`` of mode ``url``, ``gateway.protocol.urlelicitation``); its
     retry sends the request again (``retry``), or ends it when the user declined. Without
     ``elicitation.url`` in the client's capabilities: -32021.
-17. ``legacy_url``: a child's -32042 for a legacy session: passed through (a modern child's
+21. ``legacy_url``: a child's -32042 for a legacy session: passed through (a modern child's
     with an ``elicitationId`` for each), its elicitation ids kept on the session for their
     completion notifications; -31006 for a session that did not declare ``elicitation.url``.
-18. ``bridge_task``: a legacy child's ``CreateTaskResult`` for a modern client that opted in:
+22. ``bridge_task``: a legacy child's ``CreateTaskResult`` for a modern client that opted in:
     a task of the gateway's, whose run (with the lease) waits on the child's task
     (``TaskStore.bridge``, ``gateway.relay.task_bridge``); the answer is the gateway's handle.
-19. ``discover_tasks``: a modern ``server/discover`` result: the Tasks extension advertised.
-20. ``adopt_task``: a modern child's own task handle, for a modern client: under a gateway id.
+23. ``discover_tasks``: a modern ``server/discover`` result: the Tasks extension advertised.
+24. ``adopt_task``: a modern child's own task handle, for a modern client: under a gateway id.
 """
 
 from __future__ import annotations
@@ -118,7 +130,7 @@ from gateway.protocol.inputs import MRTR_METHODS, ROOTS_CAPABILITY
 from gateway.protocol.jsonrpc import URL_ELICITATION_REQUIRED, ErrorReply, JsonObject, Result
 from gateway.protocol.outcome import Rejection
 from gateway.protocol.versions import Era
-from gateway.relay import asks, client_roots, events, input_rounds, translate
+from gateway.relay import asks, client_roots, events, input_rounds, task_bridge, translate
 from gateway.relay.catalog import Known
 from gateway.relay.events import Emitted
 from gateway.relay.rejected import Rejected
@@ -149,6 +161,11 @@ async def only(message: Emitted) -> AsyncGenerator[Emitted]:
 
 async def answer_tasks(deps: Collaborators, at: Admission) -> Emissions:
     return only(events.Final(await deps.tasks.answer(at.turn.request, at.turn.client)))
+
+
+async def refuse_legacy_tasks(deps: Collaborators, at: Admission) -> Emissions:
+    request = at.turn.request
+    return only(events.Final(response(request.id, error=taskbridge.legacy_refusal(request.method))))
 
 
 def carries_gateway_state(deps: Collaborators, at: Admission) -> bool:
@@ -256,6 +273,7 @@ ROOTS_FOLLOWING: Final = MRTR_METHODS | subscriptions.SUBSCRIBE_METHODS
 
 BEFORE_CHILD: Final[tuple[Step[Admission], ...]] = (
     Step("tasks", MODERN, task_rules.METHODS, None, answer_tasks),
+    Step("no_tasks", LEGACY, taskbridge.LEGACY_REFUSED, None, refuse_legacy_tasks),
     Step("retry", MODERN, None, carries_gateway_state, take_retry),
     Step("quota", BOTH, None, over_quota, refuse_over_quota),
     Step("roots_round", MODERN, MRTR_METHODS, declares_roots, roots_round),
@@ -401,6 +419,20 @@ async def ask_child_for_task(deps: Collaborators, on: Leased) -> None:
     on.bridged = True
 
 
+def child_keeps_tasks(deps: Collaborators, on: Leased) -> bool:
+    return taskbridge.takes_tasks(on.info.capabilities)
+
+
+async def task_if_required(deps: Collaborators, on: Leased) -> None:
+    """A legacy session's call of a tool its child runs only as a task goes to the child
+    task-augmented (``open_call``); the ``task_to_end`` reply step waits for its outcome."""
+    params = on.turn.request.params
+    name = params.get("name") if params else None
+    if isinstance(name, str):
+        await deps.catalog.header_params(on.child, name)  # the child's tool list, loaded once
+        on.bridged = deps.catalog.task_support(on.child, params) == "required"
+
+
 def becomes_task(deps: Collaborators, on: Leased) -> bool:
     turn = on.turn
     return (
@@ -456,6 +488,7 @@ ON_CHILD: Final[tuple[Step[Leased], ...]] = (
     Step("task_required", MODERN, task_rules.TASK_METHODS, runs_only_as_task, refuse_untasked),
     Step("child_task", MODERN, task_rules.TASK_METHODS, child_takes_task, ask_child_for_task, child_eras=LEGACY),
     Step("task", MODERN, task_rules.TASK_METHODS, becomes_task, start_task),
+    Step("legacy_task", LEGACY, task_rules.TASK_METHODS, child_keeps_tasks, task_if_required, child_eras=LEGACY),
     Step("subscriptions", LEGACY, subscriptions.SUBSCRIBE_METHODS, None, hold_subscription, child_eras=LEGACY),
 )
 
@@ -507,6 +540,30 @@ def show_visible_tools(deps: Collaborators, call: Running) -> None:
     reply = call.reply
     assert isinstance(reply, Result)
     call.reply = Result(reply.id, deps.catalog.visible_tools(call.child, reply.result))
+
+
+def hide_task_support(deps: Collaborators, call: Running) -> None:
+    reply = call.reply
+    assert isinstance(reply, Result)
+    call.reply = Result(reply.id, taskbridge.without_task_support(reply.result))
+
+
+def made_task_for_session(deps: Collaborators, call: Running) -> bool:
+    # The call's own reply, not the ``tasks/result`` that ``task_to_end`` waits in.
+    reply = call.reply
+    return (
+        type(reply) is Result
+        and call.ex.method in task_rules.TASK_METHODS
+        and taskbridge.child_task(reply.result) is not None
+    )
+
+
+def task_to_end(deps: Collaborators, call: Running) -> Emissions:
+    reply = call.reply
+    assert isinstance(reply, Result)
+    child_task = taskbridge.child_task(reply.result)
+    assert child_task is not None
+    return task_bridge.run_to_end(deps.relay, call, child_task["taskId"])
 
 
 def wants_input(deps: Collaborators, call: Running) -> bool:
@@ -635,7 +692,9 @@ def bridge_task(deps: Collaborators, call: Running) -> None:
 
 ON_REPLY: Final = (
     ReplyStep("visible_tools", BOTH, frozenset({"tools/list"}), replied_result, show_visible_tools),
+    ReplyStep("plain_tools", LEGACY, frozenset({"tools/list"}), replied_result, hide_task_support),
     ReplyStep("input_round", LEGACY, None, wants_input, input_round, child_eras=MODERN),
+    ReplyStep("task_to_end", LEGACY, task_rules.TASK_METHODS, made_task_for_session, task_to_end, child_eras=LEGACY),
     ReplyStep("translate", BOTH, None, None, translate_reply),
     ReplyStep("url_round", MODERN, MRTR_METHODS, url_required, url_round),
     ReplyStep("legacy_url", LEGACY, MRTR_METHODS, url_required, url_for_legacy),

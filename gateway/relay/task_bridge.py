@@ -16,29 +16,39 @@ kept while its task runs). The run:
 
 ``refresh`` answers a client's ``tasks/get`` of a working task with the child's latest
 ``statusMessage`` (the child's ``tasks/get``, ``CHILD_STATUS_TIMEOUT``).
+
+``run_to_end`` is a legacy session's call that the child answered with its task
+(``taskbridge`` rule 7): no task of the gateway's, the session has none. The call's stream
+stays open while the relay drives the child's ``tasks/result`` as it drives any call (the
+child's questions for its task go to the session there, the outcome is the call's answer),
+with the call's lease; the child's task is cancelled when the client leaves before it.
 """
 
 from __future__ import annotations
 
 import logging
-from contextlib import suppress
+from collections.abc import AsyncGenerator
+from contextlib import aclosing, suppress
 from typing import TYPE_CHECKING, Final
 
 import anyio
 
 from gateway.errors import ChildError, GatewayError
-from gateway.protocol import inputs, taskbridge
+from gateway.protocol import inputs, taskbridge, tasks
 from gateway.protocol.jsonrpc import JsonObject, Result, error_object
 from gateway.protocol.tasks import CANCELLED, WORKING
-from gateway.relay import asks, translate
-from gateway.relay.suspensions import Call
+from gateway.relay import asks, events, translate
+from gateway.relay.events import Emitted
+from gateway.relay.suspensions import Call, Holdings
 from gateway.relay.task_run import Run
 from gateway.relay.translate import response
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
 
 if TYPE_CHECKING:
+    from gateway.relay.exchange import Relay
     from gateway.relay.tasks import TaskStore
+    from gateway.relay.turn import Running
 
 log = logging.getLogger("gateway.tasks")
 
@@ -73,7 +83,9 @@ async def run_bridged(store: TaskStore, run: Run, call: Call) -> None:
             task.fail(error_object(-31000, "the gateway stopped before the task ended"), store.now())
             store.ended(task)
         if not fetched:  # cancelled by the client, or nobody will fetch it now
-            await _cancel_child(store, child, child_task_id, task.status == CANCELLED)
+            by_client = task.status == CANCELLED
+            why = "cancelled by the client" if by_client else "ended before its outcome was fetched"
+            await _cancel_child(store.server, child, child_task_id, f"the gateway's task {why}")
 
 
 def _settle(store: TaskStore, run: Run, final: JsonObject) -> None:
@@ -154,10 +166,36 @@ async def refresh(store: TaskStore, run: Run) -> None:
         store.touch(task)
 
 
-async def _cancel_child(store: TaskStore, child: StdioChild, child_task_id: str, by_client: bool) -> None:
+async def run_to_end(relay: Relay, call: Running, child_task_id: str) -> AsyncGenerator[Emitted]:
+    """A legacy session's call that ``call.child`` made its task ``child_task_id``: the
+    child's ``tasks/result``, driven as the call (its questions, then its outcome), on the
+    call's stream and lease (``call.stack``, held by the caller until this ends)."""
+    child, request, client = call.child, call.turn.request, call.turn.client
+    fetched = False
+    try:
+        async with Holdings() as stack:
+            try:
+                ex = await stack.enter(child.exchange(taskbridge.RESULT, {"taskId": child_task_id}, asks=True))
+            except ChildError as exc:
+                yield events.Final(response(request.id, error=exc.error_object()))
+                return
+            outcome = relay.drive(Call(child, ex, stack), request, client)
+            async with aclosing(outcome):
+                async for message in outcome:
+                    if isinstance(message, events.Final):
+                        # Its reader stops at the final message: what follows its yield may not run.
+                        fetched = ex.replied
+                        message = events.Final(tasks.without_related_task(message.message))
+                    yield message
+    finally:
+        if not fetched:  # the client left, the wait timed out, or the child failed to answer
+            await _cancel_child(child.spec.name, child, child_task_id, "the session's call ended before it")
+
+
+async def _cancel_child(server: str, child: StdioChild, child_task_id: str, why: str) -> None:
+    """``tasks/cancel`` for the child's task (shielded, ``CHILD_CANCEL_TIMEOUT``), logged."""
     if not child.is_alive():
         return
     with anyio.CancelScope(shield=True), suppress(ChildError):
         await child.request(taskbridge.CANCEL, {"taskId": child_task_id}, timeout=CHILD_CANCEL_TIMEOUT)
-    why = "cancelled by the client" if by_client else "ended before its outcome was fetched"
-    log.info("%s: the child's task %s was cancelled: the gateway's task %s", store.server, child_task_id, why)
+    log.info("%s: the child's task %s was cancelled: %s", server, child_task_id, why)

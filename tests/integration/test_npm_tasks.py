@@ -8,6 +8,10 @@ extension gets a task of the gateway's bridged to the child's; it waits for chan
 ``subscriptions/listen`` for its task id (no polling, no sleeps), answers the child's question
 with ``tasks/update`` and reads the result with ``tasks/get``. ``call`` does the same from the
 command line. A client that does not opt in is refused with -32021.
+
+Legacy sessions have no tasks (``taskbridge`` rule 7): the SDK's legacy client calls the tool
+as a plain call and gets the report on the call's stream, the task's question on the same
+stream; a session's ``tasks/list`` is -32601, so no session learns another client's task.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from mcp import Client as SdkClient
+from mcp import types
+from mcp.types import TextContent
 
 from gateway.protocol import tasks as rules
-from gateway.protocol.jsonrpc import MISSING_CLIENT_CAPABILITY
+from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, MISSING_CLIENT_CAPABILITY
 from gateway.tools.call import command
-from tests.gateway_server import MODERN_META, modern_headers, running_gateway
+from tests.gateway_server import MODERN_META, modern_headers, open_legacy_session, running_gateway
 from tests.integration.test_call_cli import call
 from tests.integration.test_client_requests import sse
 from tests.integration.test_npm_everything import EVERYTHING, everything_spec
@@ -150,3 +157,46 @@ async def test_call_runs_the_childs_task_tool_and_answers_its_question(monkeypat
     assert plain.out.startswith("# Research Report: tide pools\n")
     assert asked.code == 0, asked.err[-2000:]
     assert asked.out.startswith("# Research Report: rivers (historical)\n"), asked.out[:300]
+
+
+async def test_legacy_sdk_clients_get_the_task_tools_report_on_the_call_each_their_own() -> None:
+    asked: dict[str, list[str]] = {"python": [], "tide pools": []}
+    reports: dict[str, str] = {}
+
+    async def run(url: str, topic: str, ambiguous: bool) -> None:
+        async def on_elicitation(context: object, params: types.ElicitRequestParams) -> types.ElicitResult:
+            asked[topic].append(params.message)
+            return types.ElicitResult(action="accept", content={"interpretation": "programming"})
+
+        async with SdkClient(url, mode="legacy", elicitation_callback=on_elicitation) as client:
+            [tool] = [tool for tool in (await client.list_tools()).tools if tool.name == TOOL]
+            assert tool.execution is None or tool.execution.task_support is None  # a plain call, as sessions see it
+            result = await client.call_tool(TOOL, {"topic": topic, "ambiguous": ambiguous})
+        assert not result.is_error, result
+        reports[topic] = "".join(c.text for c in result.content if isinstance(c, TextContent))
+
+    with anyio.fail_after(WAIT * 2):
+        async with running_gateway(everything_spec()) as url, anyio.create_task_group() as tg:
+            tg.start_soon(run, url, "python", True)
+            tg.start_soon(run, url, "tide pools", False)
+    assert reports["python"].startswith("# Research Report: python (programming)\n")
+    assert reports["tide pools"].startswith("# Research Report: tide pools\n")
+    [question] = asked["python"]
+    assert "multiple interpretations" in question
+    assert asked["tide pools"] == []
+
+
+async def test_a_session_cannot_list_or_read_another_clients_task_on_the_shared_child() -> None:
+    async with gateway() as client:
+        created(await client.research({"topic": "secret plans"}))  # the child keeps this task
+        session = await open_legacy_session(client.http, client.url, capabilities={"elicitation": {}})
+        listed = await client.http.post(
+            client.url, headers=session, json={"jsonrpc": "2.0", "id": 1, "method": "tasks/list", "params": {}}
+        )
+        modern = await client.post("tasks/list", {"_meta": {**MODERN_META, **WITH_TASKS}})
+    assert listed.status_code == 200, listed.text
+    validate(listed.json(), "JSONRPCErrorResponse", "2025-11-25")
+    assert listed.json()["error"]["code"] == METHOD_NOT_FOUND
+    assert "secret plans" not in listed.text
+    assert modern.status_code == 404, modern.text
+    assert modern.json()["error"]["code"] == METHOD_NOT_FOUND

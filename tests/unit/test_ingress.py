@@ -516,7 +516,17 @@ def test_a_request_modern_by_header_only_is_told_the_missing_meta_version() -> N
 
 @pytest.mark.parametrize(
     "method",
-    ["initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "roots/list"],
+    [
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "roots/list",
+        # 2025-11-25's experimental tasks: the Tasks extension has neither (taskbridge rule 7).
+        "tasks/result",
+        "tasks/list",
+    ],
 )
 def test_a_method_removed_in_2026_07_28_gets_404_method_not_found(method: str) -> None:
     rejected(post(modern(method), mirrored(method)), 404, METHOD_NOT_FOUND)

@@ -61,8 +61,8 @@ def test_a_legacy_tool_call_meets_only_the_steps_for_it() -> None:
     ]
     assert names(steps.plan_for(Era.LEGACY, "tools/call"), Era.LEGACY) == [
         ["quota", "roots_asked"],
-        [],
-        ["translate", "legacy_url"],
+        ["legacy_task"],
+        ["task_to_end", "translate", "legacy_url"],
     ]
 
 
@@ -80,9 +80,12 @@ def test_the_method_specific_steps_are_in_their_methods_plans() -> None:
     assert names(steps.plan_for(Era.LEGACY, "logging/setLevel"), Era.MODERN)[1] == ["set_level"]
     assert names(steps.plan_for(Era.LEGACY, "tools/list"), Era.MODERN)[2] == [
         "visible_tools",
+        "plain_tools",
         "input_round",
         "translate",
     ]
+    for method in ("tasks/get", "tasks/result", "tasks/list", "tasks/cancel"):
+        assert names(steps.plan_for(Era.LEGACY, method), Era.LEGACY)[0] == ["no_tasks", "quota"]
     assert names(steps.plan_for(Era.LEGACY, "resources/subscribe"), Era.LEGACY)[1] == ["subscriptions"]
     assert names(steps.plan_for(Era.LEGACY, "resources/subscribe"), Era.MODERN)[1] == []
 
