@@ -88,6 +88,7 @@ class Settings:
     ready_requires: tuple[str, ...] = ()  # server names (or comma-separated lists of them)
     max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL
     max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL
+    max_connections: int | None = None  # None: half the open-file limit (edge_settings.default_max_connections)
     max_children: int = 0  # over all pools; 0 = sized to the machine (gateway.stdio.budget)
     metrics: bool = True
     ops_listen: str | None = None  # HOST:PORT of the ops listener (gateway.http.routes.ops_app)

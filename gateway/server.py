@@ -46,7 +46,9 @@ from gateway.http.app import create_app
 from gateway.http.auth import TokenStore, trusted_networks
 from gateway.http.connection import GuardedHttpTools
 from gateway.http.drain import Drain
+from gateway.http.edge_settings import OPS_MAX_CONNECTIONS
 from gateway.http.lanes import Serving
+from gateway.http.limits import OpenConnections
 from gateway.http.tls import PeerSubjects, TlsFiles, uvicorn_options
 from gateway.ops import logs
 from gateway.ops.tracing import open_tracer
@@ -194,7 +196,8 @@ class OpsServer(uvicorn.Server):  # fenced: uvicorn.Server
             app,
             log_level=log_level,
             lifespan="off",  # the main server's lifespan opens what these pages read
-            http=GuardedHttpTools,  # the same head size and time bounds as the main listener
+            # The same head size and time bounds as the main listener; its own connection cap.
+            http=GuardedHttpTools.configured(connections=OpenConnections(OPS_MAX_CONNECTIONS)),
             log_config=None,
             access_log=False,
             proxy_headers=False,
@@ -475,7 +478,9 @@ def serve(
     drain: Drain = app.state.drain
     ops = OpsServer.over(app.state.ops_app, ops_sockets, settings.log_level) if ops_sockets else None
     # TLS (and, under mutual TLS, a protocol that records client certificates) when configured.
-    options = uvicorn_options(getattr(app.state, "tls", None), getattr(app.state, "tls_peers", None))
+    # Over the listener's connection count and cap (--max-connections; create_app made it).
+    http = GuardedHttpTools.configured(connections=app.state.connections)
+    options = uvicorn_options(getattr(app.state, "tls", None), getattr(app.state, "tls_peers", None), http)
     config = uvicorn.Config(
         app,
         host=settings.host,

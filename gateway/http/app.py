@@ -39,11 +39,11 @@ from gateway.http.auth import Authentication, TokenStore
 from gateway.http.cors import CorsPolicy
 from gateway.http.drain import Drain, DrainedQuota
 from gateway.http.edge import Edge
-from gateway.http.edge_settings import EdgeSettings
+from gateway.http.edge_settings import EdgeSettings, default_max_connections
 from gateway.http.endpoint import McpEndpoint
 from gateway.http.forward import RouteToOwner
 from gateway.http.lanes import Serving
-from gateway.http.limits import PrincipalQuotas
+from gateway.http.limits import OpenConnections, PrincipalQuotas
 from gateway.http.operator import OperatorAccess
 from gateway.http.origin import OriginPolicy
 from gateway.http.resource import ResourceMetadata
@@ -52,7 +52,7 @@ from gateway.http.routes import build_routes, http_error_handler, mcp_paths, ops
 from gateway.http.routes import served_endpoints as served_endpoints
 from gateway.oauth.gate import OAuthGate
 from gateway.oauth.policy import OAuthPolicy
-from gateway.ops.metrics import GatewayMetrics, StateKeyMetrics, label_value
+from gateway.ops.metrics import ConnectionMetrics, GatewayMetrics, StateKeyMetrics, label_value
 from gateway.ops.recent import RecentErrors
 from gateway.ops.tracing import Tracer
 from gateway.relay.owner import OwnerRouting
@@ -117,8 +117,12 @@ def create_app(
             ["advertise_url", "boot", "worker"],
             registry=metrics.registry,
         ).labels(routing.me.url, routing.me.boot, label_value(routing.label or "")).set(1)
+    # The listener's connections against --max-connections: ``gateway.server.run`` gives this
+    # count to the protocol class it serves with, /metrics reads it.
+    connections = OpenConnections(settings.max_connections or default_max_connections())
     if metrics is not None:
         metrics.register(StateKeyMetrics(keys), "state_keys")
+        metrics.register(ConnectionMetrics(connections.snapshot), "connections")
     protected: dict[str, OAuthPolicy | None] = {f"/servers/{r.server.name}/mcp": r.server.oauth for r in routers}
     if len(routers) == 1:
         protected["/mcp"] = routers[0].server.oauth
@@ -226,6 +230,7 @@ def create_app(
         tracer=tracer,
     )
     app.state.routers = routers
+    app.state.connections = connections
     app.state.drain = drain
     app.state.serving = serving
     app.state.ops_app = ops_app(routers, serving, drain=drain, metrics=metrics)  # served with --ops-listen

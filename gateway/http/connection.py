@@ -18,6 +18,13 @@ count is one addition per read while a head is open).
   modern request is cancelled at the child; ``WRITE_TIMED_OUT`` in the scope tells the
   stream to cancel a legacy one too).
 
+- ``OpenConnections`` (``--max-connections``): the connections one listener holds. A
+  connection accepted past its cap is not served: once its request head has come (or its
+  first ``MAX_HEAD_BYTES``) it is answered 503 with ``Retry-After`` and closed, and the parser
+  never sees it; one that sends nothing is closed at the header timeout. So the descriptors
+  clients hold stay bounded, and children can still be started (``default_max_connections``
+  leaves half the open-file limit to them).
+
 The transport uvicorn writes through is a ``HeldHead`` (``gateway.http.heldhead``): a
 response's head leaves with its body in one write.
 
@@ -46,7 +53,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.http.heldhead import HeldHead
 from gateway.http.inflight import Cancellable
-from gateway.http.limits import HEAD_BYTES, MAX_HEADER_BYTES
+from gateway.http.limits import BUSY_RETRY_AFTER, HEAD_BYTES, MAX_HEADER_BYTES, OpenConnections
 from gateway.protocol.jsonrpc import error_object
 
 log = logging.getLogger("gateway.http")
@@ -98,13 +105,14 @@ class Hangup:
         self._scopes.clear()
 
 
-def _refusal(status: int, message: str) -> bytes:
+def _refusal(status: int, message: str, retry_after: int | None = None) -> bytes:
     body = orjson.dumps({"jsonrpc": "2.0", "error": error_object(-32600, message)})  # no id: none was read
     return b"".join(
         [
             STATUS_LINE[status],
             b"content-type: application/json\r\n",
             b"content-length: %d\r\n" % len(body),
+            b"retry-after: %d\r\n" % retry_after if retry_after is not None else b"",
             b"connection: close\r\n\r\n",
             body,
         ]
@@ -115,6 +123,7 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
     max_head_bytes: ClassVar[int] = MAX_HEAD_BYTES
     header_timeout: ClassVar[float] = HEADER_TIMEOUT
     write_timeout: ClassVar[float] = WRITE_TIMEOUT
+    open_connections: ClassVar[OpenConnections] = OpenConnections(None)  # counted, never capped
     _held_head: HeldHead  # the connection's transport, from connection_made
 
     @classmethod
@@ -124,9 +133,16 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         max_head_bytes: int = MAX_HEAD_BYTES,
         header_timeout: float = HEADER_TIMEOUT,
         write_timeout: float = WRITE_TIMEOUT,
+        connections: OpenConnections | None = None,
     ) -> type[GuardedHttpTools]:
-        """This protocol with other limits (uvicorn takes a class for ``http``)."""
-        attrs = {"max_head_bytes": max_head_bytes, "header_timeout": header_timeout, "write_timeout": write_timeout}
+        """This protocol with other limits (uvicorn takes a class for ``http``); ``connections``:
+        its listener's count and cap (a new uncapped one when None)."""
+        attrs = {
+            "max_head_bytes": max_head_bytes,
+            "header_timeout": header_timeout,
+            "write_timeout": write_timeout,
+            "open_connections": connections if connections is not None else OpenConnections(None),
+        }
         return type("GuardedHttpTools", (cls,), attrs)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -152,6 +168,8 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         # is before the handshake (``gateway.http.tls.TlsHandshake``): the first head's time
         # counts from here.
         self.head_deadline = self.loop.time() + self.header_timeout
+        self._counted = False  # admitted under the listener's cap (``OpenConnections``)
+        self._past_cap: bytes | None = None  # refused at the cap: the head read so far
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -160,8 +178,14 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         self.transport = self._held_head = HeldHead(transport, self.loop)
         delay = max(self.head_deadline - self.loop.time(), 0.0)
         self._head_timer = self.loop.call_later(delay, self._head_timed_out)
+        self._counted = self.open_connections.admit()
+        if not self._counted:
+            self._past_cap = b""  # answered 503 once its head has come (``_refuse_past_cap``)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._counted:
+            self._counted = False
+            self.open_connections.release()
         for timer in (self._head_timer, self._write_timer):
             if timer is not None:
                 timer.cancel()
@@ -170,6 +194,9 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         self._hangup.lost()
 
     def data_received(self, data: bytes) -> None:
+        if self._past_cap is not None:
+            self._refuse_past_cap(data)
+            return
         while self._in_head and len(data) > self.max_head_bytes - self._head_bytes:
             # Feed only what fits: a head must end inside it (then the rest is its body, or
             # pipelined requests, whose heads are counted afresh).
@@ -267,6 +294,27 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
+
+    def _refuse_past_cap(self, data: bytes) -> None:
+        """A connection past the cap: its bytes gathered (never parsed) until its head has
+        ended, then 503 with ``Retry-After`` and closed. Answered at the head, not at once: a
+        client whose request was still arriving would see the reset, not the answer."""
+        assert self._past_cap is not None
+        head = self._past_cap + data[: self.max_head_bytes]
+        if b"\r\n\r\n" not in head and len(head) < self.max_head_bytes:
+            self._past_cap = head
+            return
+        self._past_cap = b""
+        if self.transport.is_closing():
+            return
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        connections = self.open_connections
+        connections.refuse(self._peer_label(), self.loop.time())
+        message = f"the gateway holds {connections.cap} connections, the most it takes; retry shortly"
+        self.transport.write(_refusal(503, message, BUSY_RETRY_AFTER))
+        self.transport.close()
 
     def _refuse(self, status: int, message: str) -> None:
         log.warning("%s refused (%d): %s", self._peer_label(), status, message)

@@ -34,6 +34,32 @@ MAX_STREAMS_PER_PRINCIPAL: Final = 32
 """Open legacy GET and ``subscriptions/listen`` streams per client key; past it, 429."""
 
 
+MAX_CONNECTIONS_CEILING: Final = 16_384
+"""The most connections the default (``default_max_connections``) allows, whatever the
+descriptor limit: a gateway serves agents, and each connection holds buffers and a task."""
+MIN_CONNECTIONS: Final = 64
+"""The fewest connections the default allows, on a process with very few descriptors."""
+OPS_MAX_CONNECTIONS: Final = 64
+"""Connections the ops listener (``--ops-listen``) holds at once: probes and scrapers."""
+
+
+def default_max_connections() -> int:
+    """``--max-connections`` when not set: half the process's open-file limit (``RLIMIT_NOFILE``,
+    soft), between ``MIN_CONNECTIONS`` and ``MAX_CONNECTIONS_CEILING``. Each connection holds a
+    descriptor; the other half stays for the children's pipes (three or four each), their
+    process handles, the log and the files the gateway reads, so that a flood of connections
+    cannot leave a pool unable to start a child."""
+    try:
+        import resource  # POSIX only
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return MIN_CONNECTIONS * 16
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return MAX_CONNECTIONS_CEILING
+    return max(MIN_CONNECTIONS, min(MAX_CONNECTIONS_CEILING, soft // 2))
+
+
 @dataclass(frozen=True)
 class EdgeSettings:
     max_body_bytes: int = MAX_BODY_BYTES
@@ -52,4 +78,5 @@ class EdgeSettings:
     public_url: str | None = None
     max_requests_per_principal: int = MAX_REQUESTS_PER_PRINCIPAL
     max_streams_per_principal: int = MAX_STREAMS_PER_PRINCIPAL
+    max_connections: int | None = None  # connections the listener holds at once (None: default_max_connections)
     metrics: bool = True  # serve /metrics

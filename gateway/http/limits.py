@@ -33,6 +33,7 @@ every endpoint); ``gateway.http.edge`` runs them.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable
 from itertools import chain
@@ -44,6 +45,9 @@ from starlette.types import Scope
 from gateway.http.edge_settings import MAX_REQUESTS_PER_PRINCIPAL, MAX_STREAMS_PER_PRINCIPAL
 from gateway.http.wire import error_response
 from gateway.protocol.jsonrpc import error_object
+from gateway.protocol.throttle import LineThrottle
+
+log = logging.getLogger("gateway.http")
 
 MAX_HEADERS: Final = 100
 """Headers per request; real MCP clients send about a dozen."""
@@ -223,3 +227,50 @@ class PrincipalQuotas:
             slots = Slots(self.requests, key, self.max_requests, "requests in flight", self)
         scope[SLOTS] = slots
         return slots
+
+
+BUSY_RETRY_AFTER: Final = 1
+"""``Retry-After`` seconds of the 503 a connection past ``--max-connections`` gets."""
+REFUSAL_LOG_RATE: Final = 1.0
+"""Log lines a second about connections refused at the cap (after a burst of 5); the rest
+are counted (``OpenConnections.refused``, ``mcp_gateway_connections_refused_total``) and the
+next line says how many it did not show."""
+
+
+class OpenConnections:
+    """The connections one listener holds, against its cap (module doc): shared by every
+    protocol object of that listener (``GuardedHttpTools.configured(connections=...)``), read
+    by ``/metrics``. ``cap`` None: no cap (a protocol class used without one)."""
+
+    __slots__ = ("_throttle", "cap", "open", "refused")
+
+    def __init__(self, cap: int | None) -> None:
+        self.cap = cap
+        self.open = 0
+        self.refused = 0
+        self._throttle: LineThrottle | None = None
+
+    def admit(self) -> bool:
+        """One more connection, if there is room for it (counted in ``open``)."""
+        if self.cap is not None and self.open >= self.cap:
+            return False
+        self.open += 1
+        return True
+
+    def release(self) -> None:
+        self.open -= 1
+
+    def snapshot(self) -> tuple[int, int | None, int]:
+        """Open, cap and refused so far (``gateway.ops.metrics.ConnectionMetrics``)."""
+        return self.open, self.cap, self.refused
+
+    def refuse(self, peer: str, now: float) -> None:
+        """A connection past the cap is refused: counted, and logged (``REFUSAL_LOG_RATE``)."""
+        self.refused += 1
+        if self._throttle is None:
+            self._throttle = LineThrottle(REFUSAL_LOG_RATE, 5, now)
+        dropped = self._throttle.admit(now)
+        if dropped is None:
+            return
+        more = f" ({dropped} more refused since the last line)" if dropped else ""
+        log.warning("%s refused (503): %d connections open, the most --max-connections allows%s", peer, self.cap, more)

@@ -22,6 +22,7 @@ lists every metric with its type, labels and label values; this is the short for
 | ``mcp_gateway_server_state`` (1 for its state, else 0) | gauge | server, state |
 | ``mcp_gateway_build_info`` (1) | gauge | version, python |
 | ``mcp_gateway_state_key`` (1 per key of the state keyring) | gauge | fingerprint, position |
+| ``mcp_gateway_connections_open``, ``…_max`` (gauge), ``…_refused_total`` (counter) | – | – |
 | ``mcp_gateway_scrape_failures_total`` | counter | part, server |
 | ``process_*``, ``python_*`` | prometheus_client's | theirs |
 
@@ -257,6 +258,30 @@ class StateKeyMetrics(Collector):
         for index, fingerprint in enumerate(self.keys.ring.fingerprints):
             family.add_metric([fingerprint, "current" if index == 0 else "previous"], 1)
         yield family
+
+
+class ConnectionMetrics(Collector):
+    """``mcp_gateway_connections_open``, ``mcp_gateway_connections_max`` and
+    ``mcp_gateway_connections_refused_total``: the main listener's connections against
+    ``--max-connections``, read at scrape from ``read`` (open, cap, refused so far)."""
+
+    def __init__(self, read: Callable[[], tuple[int, int | None, int]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        open_now, cap, refused = self.read()
+        yield GaugeMetricFamily(
+            "mcp_gateway_connections_open", "Connections the listener holds now, from all clients", value=open_now
+        )
+        if cap is not None:
+            yield GaugeMetricFamily(
+                "mcp_gateway_connections_max", "Connections the listener holds at most (--max-connections)", value=cap
+            )
+        yield CounterMetricFamily(
+            "mcp_gateway_connections_refused",
+            "Connections refused with 503 because the listener held --max-connections already",
+            value=refused,
+        )
 
 
 class _Latencies:

@@ -36,6 +36,18 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "and subscriptions/listen; then 429 (default: %(default)s)",
     ),
     Setting(
+        "--max-connections",
+        field="max_connections",
+        check=AT_LEAST_ONE,
+        kind=int,
+        default=None,
+        metavar="N",
+        section=SECURITY,
+        help="connections the listener holds at once, from all clients; past it a new connection's request gets 503 "
+        "with Retry-After and the connection is closed, and a descriptor is left for the children "
+        "(default: half the open-file limit, 64 to 16384)",
+    ),
+    Setting(
         "--max-sessions-per-principal",
         key="maxSessionsPerPrincipal",
         target="server.max_sessions_per_principal",

@@ -165,7 +165,12 @@ async def test_the_operations_page_lists_every_metric_served_with_its_type_and_l
     assert value(ended, "mcp_gateway_instance", worker="worker_2_of_3") == 1
     listed = operations_doc.metrics()
     unlabelled = {name for name, (_, labels) in listed.items() if not labels and name.startswith("mcp_gateway_")}
-    assert unlabelled == {"mcp_gateway_log_lines_dropped_total"}
+    assert unlabelled == {
+        "mcp_gateway_log_lines_dropped_total",
+        "mcp_gateway_connections_open",
+        "mcp_gateway_connections_max",
+        "mcp_gateway_connections_refused_total",
+    }
     assert all(
         labels
         for name, (_, labels) in on_the_page.items()

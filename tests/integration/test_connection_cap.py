@@ -1,0 +1,123 @@
+"""``--max-connections``: the connections one listener holds, from all clients, are bounded.
+
+A real gateway on loopback whose listener takes two connections. Legacy GET streams (which a
+client keeps open as long as it likes) hold both; then a new connection's request is answered
+503 with ``Retry-After`` and a JSON-RPC error, and closed, without the request running (a
+head that comes in pieces, once it has ended); once a stream ends, a new client is served
+again, and ``/metrics`` counts what was refused. Waits are bounded by ``fail_after``; the one
+retry loop waits for the server to see a closed socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import httpx
+import pytest
+
+from gateway.http.connection import GuardedHttpTools
+from gateway.http.limits import BUSY_RETRY_AFTER
+from gateway.relay.router import Router
+from gateway.relay.server_config import ServerConfig
+from gateway.stdio.pool import PoolSettings
+from tests.conftest import server_spec
+from tests.gateway_server import app_for, open_legacy_session, serving
+
+pytestmark = pytest.mark.anyio
+
+BOUND = 30.0
+CAP = 2
+
+
+@asynccontextmanager
+async def capped(**limits: Any) -> AsyncIterator[tuple[str, Any]]:
+    """A gateway whose listener holds at most ``CAP`` connections (the app's own count, as
+    ``gateway.server.run`` wires it); its MCP URL and app."""
+    app = app_for(Router(ServerConfig("test", server_spec(), PoolSettings(min_size=1))), max_connections=CAP)
+    assert app.state.connections.cap == CAP
+    http = GuardedHttpTools.configured(connections=app.state.connections, **limits)
+    async with serving(app, http=http) as base:
+        yield f"{base}/mcp", app
+
+
+async def raw_request(url: str, head: bytes) -> bytes:
+    """``head`` sent on a new connection; everything read until the server closes it."""
+    parts = urlsplit(url)
+    assert parts.hostname is not None
+    async with await anyio.connect_tcp(parts.hostname, parts.port or 80) as stream:
+        await stream.send(head)
+        received = b""
+        while True:
+            try:
+                received += await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                return received
+
+
+async def test_past_the_cap_a_request_gets_503_with_retry_after_and_a_freed_slot_serves_again() -> None:
+    with anyio.fail_after(BOUND):
+        async with capped() as (url, app), httpx.AsyncClient(timeout=BOUND) as first, httpx.AsyncClient() as second:
+            sessions = [await open_legacy_session(client, url) for client in (first, second)]
+            streams = [
+                client.stream("GET", url, headers={**session, "accept": "text/event-stream"})
+                for client, session in zip((first, second), sessions, strict=True)
+            ]
+            held = [await stream.__aenter__() for stream in streams]
+            assert [response.status_code for response in held] == [200, 200]
+            assert app.state.connections.open == CAP  # each client's one connection, kept alive
+
+            body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}'
+            parts = urlsplit(url)
+            head = (
+                f"POST {parts.path} HTTP/1.1\r\nhost: {parts.netloc}\r\ncontent-type: application/json\r\n"
+                f"accept: application/json, text/event-stream\r\ncontent-length: {len(body)}\r\n\r\n"
+            ).encode()
+            refused = await raw_request(url, head + body)
+            status, _, rest = refused.partition(b"\r\n")
+            assert status == b"HTTP/1.1 503 Service Unavailable", refused
+            headers, _, payload = rest.partition(b"\r\n\r\n")
+            assert f"retry-after: {BUSY_RETRY_AFTER}".encode() in headers.lower()
+            assert b"connection: close" in headers.lower()
+            assert b'"code":-32600' in payload
+            assert f"holds {CAP} connections".encode() in payload
+            assert app.state.connections.refused == 1
+
+            # A head that comes in pieces is answered once it has ended, never parsed.
+            async with await anyio.connect_tcp(parts.hostname or "", parts.port or 80) as stream:
+                await stream.send(head[:10])
+                await stream.send(head[10:] + body)
+                answer = b""
+                with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
+                    while True:
+                        answer += await stream.receive()
+            assert answer.startswith(b"HTTP/1.1 503 ")
+            assert app.state.connections.refused == 2
+            assert app.state.connections.open == CAP  # the refused were never counted
+
+            await streams[0].__aexit__(None, None, None)
+            await first.aclose()  # its connection goes: the slot is free once the server sees it
+            while True:  # bounded by fail_after: the server reads the close in a loop turn or two
+                reply = await second.post(url, headers=sessions[1], json={"jsonrpc": "2.0", "id": 2, "method": "ping"})
+                if reply.status_code == 200:
+                    break
+                assert reply.status_code == 503
+                await anyio.sleep(0.05)
+            assert reply.json()["result"] == {}
+            await streams[1].__aexit__(None, None, None)
+
+
+async def test_metrics_count_the_connections_and_the_refusals() -> None:
+    with anyio.fail_after(BOUND):
+        async with capped() as (url, app), httpx.AsyncClient(timeout=BOUND) as client:
+            app.state.connections.refused = 3  # as if three were refused
+            page = (await client.get(url.removesuffix("/mcp") + "/metrics")).text
+    lines = {
+        line.split()[0]: float(line.split()[1]) for line in page.splitlines() if line.startswith("mcp_gateway_conn")
+    }
+    assert lines["mcp_gateway_connections_open"] == 1  # the scrape's own
+    assert lines["mcp_gateway_connections_max"] == CAP
+    assert lines["mcp_gateway_connections_refused_total"] == 3
