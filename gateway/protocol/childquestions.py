@@ -12,18 +12,19 @@ its id, as the TypeScript SDK does when its own wait for the answer times out): 
 client becomes ``Withdrawn`` (no answer is then written to the child), one held is dropped
 (``withdrawn``).
 
-**A cancelled asker lingers.** A request that asked its client something and is then ended
-by the gateway without its child's answer (``abandoned``: its caller left, or it timed out)
-stays a candidate for ``ASKER_LINGERS`` seconds from then (``ASKER_LINGERS_ASKING`` from each
-question it asks on), or until the child answers it after all (``replied_late``): a tool that
-does not stop at the cancel asks its next question as soon as the last is refused. A
-question only it may have asked goes to the gateway, which answers it; one it may have asked
-with requests in flight (held, also from before it was ended) is held like any ambiguous
-question, and goes to the gateway too once settled, never to another request; and while it
-lingers the child counts an open question, so no other request that may ask is admitted to
-it (quiet ones are). Before, such a question went to whatever request was in flight, a quiet
-tool's call of another client included: that client was asked a question that was not its
-own, or its call was cancelled for a capability it did not need.
+**A cancelled asker lingers.** A request that may ask (it asked its client something, or has not
+yet, on a child seen to ask or of a tool known to: a tool that goes on past its cancel may ask
+first then) and is then ended by the gateway without its child's answer (``abandoned``: its
+caller left, or it timed out) stays a candidate for ``ASKER_LINGERS`` seconds from then
+(``ASKER_LINGERS_ASKING`` from each question it asks on), or until the child answers it after
+all (``replied_late``): a tool that does not stop at the cancel asks its next question as soon
+as the last is refused. A question only it may have asked goes to the gateway, which answers it;
+one it may have asked with requests in flight (held, also from before it was ended) is held like
+any ambiguous question, and goes to the gateway too once settled, never to another request; and
+while it lingers the child counts an open question, so no other request that may ask is admitted
+to it (quiet ones are). Before, such a question went to whatever request was in flight, a quiet
+tool's call of another client included: that client was asked a question that was not its own,
+or its call was cancelled for a capability it did not need.
 
 So does a request the gateway ends while it is a candidate of a held question, though it
 never asked before: the held question may be its own (a held question has no owner yet), so
@@ -223,11 +224,15 @@ class QuestionDesk(Generic[OwnerT]):
         something, or a held question may be its, it lingers. True when that cancel is held
         back (a candidate that never asked): this desk writes it later, or never."""
         candidate_of = [held for held in self.held if entry in held.candidates]
-        if not (entry.asked or candidate_of):
+        if not (entry.asked or candidate_of or (entry.may_ask and self._asks_mid_call(entry))):
             return False
         for held in candidate_of:  # held while it was in flight: it may be that call's
             held.cancelled.add(entry)
-        held_back = cancel if not entry.asked else None
+        # Held back only for a candidate that never asked (its child may still end it on its
+        # own). A call that may ask and has not asked yet lingers too, its cancel written now:
+        # a tool that goes on past its cancel may ask next, and the request the child takes
+        # after it must not be given that question.
+        held_back = cancel if candidate_of and not entry.asked else None
         self._linger(entry, now + ASKER_LINGERS, actions, cancel=held_back)
         self._recount()
         actions.append(Changed())
@@ -238,6 +243,15 @@ class QuestionDesk(Generic[OwnerT]):
             )
             actions.append(Log(logging.INFO, template, (self.label, entry.method, entry.child_id, ASKER_LINGERS)))
         return held_back is not None
+
+    def _asks_mid_call(self, entry: Entry[OwnerT]) -> bool:
+        """Whether ``entry``'s tool may ask after its cancel: this child has asked during a
+        request before, or the tool is known to ask (on any child of the pool). A server seen
+        to ask nothing (most) lingers on no cancel, so its next call is not kept waiting."""
+        if self.has_asked:
+            return True
+        key = entry.tool_key() if self.tools is not None else None
+        return key is not None and self.tools is not None and key in self.tools.asking
 
     def replied_late(self, child_id: object, actions: list[ChildAction[OwnerT]]) -> None:
         """The child answered a request after the gateway had ended it (rule 1's late reply):

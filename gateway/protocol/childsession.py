@@ -95,7 +95,7 @@ from gateway.protocol.childactions import (
     Log,
     Write,
 )
-from gateway.protocol.childquestions import QuestionDesk
+from gateway.protocol.childquestions import ASKER_LINGERS, QuestionDesk
 from gateway.protocol.childstate import Deadlines, Entry, Held, Lingering
 from gateway.protocol.correlation import CANCELLED, ChildRequest, Correlator, ProgressFor, ReplyFor, Unsolicited
 from gateway.protocol.framing import OversizedLine, sniff_id
@@ -140,6 +140,8 @@ class ChildSession(Generic[OwnerT]):
         self.noise: deque[str] = deque(maxlen=NOISE_LINES)
         self._correlator: Correlator[Entry[OwnerT]] = Correlator()
         self._deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]] = Deadlines()
+        # Until then a log line goes to nobody (``_log``): a request was ended without its reply.
+        self._logs_nobodys_until = -math.inf
         self._questions = QuestionDesk(label, input_timeout, self._correlator.owners, self._deadlines, self._cancel)
         self._facts = (0, False, True)  # the last ``ChildFacts`` sent (rule 8): none open, not asked, alive
 
@@ -223,6 +225,7 @@ class ChildSession(Generic[OwnerT]):
         actions: list[ChildAction[OwnerT]] = []
         entry = pending.owner
         reason = "the client cancelled the request" if entry.cancellable else None
+        self._logs_nobodys_until = now + ASKER_LINGERS
         held_back = self._questions.abandoned(entry, now, actions, reason)  # before its end settles a held question
         self._end(entry, actions, error=ChildExitedError("request abandoned by the caller"))
         if reason is not None and not held_back:
@@ -379,7 +382,7 @@ class ChildSession(Generic[OwnerT]):
         elif isinstance(routed, ChildRequest):
             self._questions.request(routed.request, now, actions)
         elif isinstance(routed, Unsolicited):
-            self._unsolicited(routed.notification, actions)
+            self._unsolicited(routed.notification, actions, now)
         else:
             actions.append(Log(logging.DEBUG, "child %s: dropped a late message %r", (self.label, routed.message)))
 
@@ -395,9 +398,9 @@ class ChildSession(Generic[OwnerT]):
         self._unsolicited(note, actions)
         return actions
 
-    def _unsolicited(self, note: Notification, actions: list[ChildAction[OwnerT]]) -> None:
+    def _unsolicited(self, note: Notification, actions: list[ChildAction[OwnerT]], now: float = math.inf) -> None:
         if note.method == loglevels.LOG_MESSAGE:
-            self._log(note, actions)
+            self._log(note, actions, now)
             return
         if note.method == CANCELLED and note.params:  # the child withdraws a question (rule 5)?
             reason = note.params.get("reason")
@@ -408,12 +411,15 @@ class ChildSession(Generic[OwnerT]):
             self.tools_generation += 1
         actions.append(Broadcast(note))
 
-    def _log(self, note: Notification, actions: list[ChildAction[OwnerT]]) -> None:
+    def _log(self, note: Notification, actions: list[ChildAction[OwnerT]], now: float) -> None:
         """``notifications/message`` carries no request id (digest §8.2): like a question, it is
-        the one request's in flight, and goes to it at or above its client's level."""
+        the one request's in flight, and goes to it at or above its client's level. Not within
+        ``ASKER_LINGERS`` of a request the gateway ended without its child's answer (rule 3, a
+        timeout): its tool may still be logging about its own client's work, and the one
+        request in flight may be another client's."""
         params = note.params or {}
         level = params.get("level")
-        pending = self._correlator.sole()
+        pending = self._correlator.sole() if now >= self._logs_nobodys_until else None
         entry = pending.owner if pending is not None else None
         if entry is not None and entry.log_level is not None and loglevels.at_least(level, entry.log_level):
             actions.append(Deliver(entry.owner, note))
@@ -456,6 +462,7 @@ class ChildSession(Generic[OwnerT]):
             method=entry.method,
         )
         reason = "timed out in the gateway" if entry.cancellable else None
+        self._logs_nobodys_until = now + ASKER_LINGERS
         held_back = self._questions.abandoned(entry, now, actions, reason)  # before its end settles a held question
         self._end(entry, actions, error=error)
         if reason is not None and not held_back:

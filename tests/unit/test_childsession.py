@@ -303,6 +303,20 @@ def test_a_log_with_several_requests_in_flight_or_none_is_the_gateways() -> None
     assert logged.args[2] == ""
 
 
+def test_a_log_just_after_a_cancel_is_the_gateways_not_the_call_left() -> None:
+    """The cancelled call's tool may still be logging about its own client's work."""
+    session = make()
+    gone = send(session, "tools/call", call(), "gone", now=0, asks=True, log_level="debug").child_id
+    send(session, "tools/call", call(), "other", now=0, log_level="debug")
+    session.abandon(gone, 0)  # (a child never seen asking: it does not linger as an asker)
+    [logged] = without_facts(session.receive_line(note("notifications/message", level="info", data="gone's"), now=1))
+    assert isinstance(logged, Log)
+    # ASKER_LINGERS after the cancel, logs go to the one request in flight again.
+    [delivered] = without_facts(session.receive_line(note("notifications/message", level="info", data="x"), now=3))
+    assert isinstance(delivered, Deliver)
+    assert delivered.owner == "other"
+
+
 def test_a_request_whose_client_wants_no_logs_gets_none() -> None:
     session = make()
     send(session, "tools/call", call(), "a", now=0)
@@ -742,18 +756,69 @@ def test_the_deadlines_the_machine_sets_itself_are_told_to_the_edges_timer() -> 
     assert held.at == 3 + 5.0  # the input timeout
 
 
-def test_a_call_cancelled_without_having_asked_or_ended_by_its_child_does_not_linger() -> None:
-    session = make()
-    quiet = send(session, "tools/call", call(), "quiet", now=0, asks=True).child_id
-    session.abandon(quiet, 0)  # never asked
-    answered = send(session, "tools/call", call(), "answered", now=0, asks=True).child_id
-    [ask] = of(Ask, session.receive_line(question(80), now=0))
+def seen_asking(session: ChildSession[str]) -> None:
+    """The child asked during a call before (answered, and the call done)."""
+    answered = send(session, "tools/call", call(), "earlier", now=0, asks=True).child_id
+    [ask] = of(Ask, session.receive_line(question(79), now=0))
     session.ask_closed(ask.ask_id)
-    session.receive_line(result(answered), now=0)  # asked, then answered by its child: done
+    session.receive_line(result(answered), now=0)
     assert session.open_questions == 0
-    session.send_line("tools/call", call(), "next", now=1, asks=True)
-    [next_ask] = of(Ask, session.receive_line(question(81), now=1))
+
+
+def test_a_call_cancelled_before_it_asked_lingers_with_its_cancel_written_at_once() -> None:
+    """On a child seen to ask, a tool that goes on past its cancel may ask first then: the
+    question is nobody's, never the next call's (the pool gives the child no asking call
+    meanwhile)."""
+    session = make()
+    seen_asking(session)
+    gone = send(session, "tools/call", call(), "gone", now=0, asks=True).child_id
+    actions = session.abandon(gone, 0)  # never asked
+    assert cancel_ids(actions) == [gone]  # written now: no held question waits on it
+    assert [a.at for a in of(Timed, actions)] == [ASKER_LINGERS]
+    assert session.open_questions == 1  # it lingers: no asking call is admitted to the child
+    [late] = without_facts(session.receive_line(question(80), now=0.5))
+    assert isinstance(late, Unattributed)
+    assert "the request that asked before on this child was cancelled" in late.reason
+    assert not of(Changed, session.tick(0.5 + ASKER_LINGERS_ASKING - 0.1))  # it asks on: it lingers longer
+    assert of(Changed, session.tick(0.5 + ASKER_LINGERS_ASKING))
+    assert session.open_questions == 0
+    session.send_line("tools/call", call(), "next", now=20, asks=True)
+    [next_ask] = of(Ask, session.receive_line(question(81), now=20))
     assert next_ask.owner == "next"
+
+
+def test_a_call_cancelled_before_it_asked_lingers_when_its_tool_is_known_to_ask() -> None:
+    session = learning_session()
+    assert session.tools is not None
+    session.tools.note_asked(["tools/call t"])  # learned on another child of the pool
+    gone = send(session, "tools/call", call("t"), "gone", now=0, asks=True).child_id
+    assert of(Timed, session.abandon(gone, 0))
+    assert session.open_questions == 1
+
+
+def test_a_call_cancelled_before_it_asked_stops_lingering_at_its_time_or_late_reply() -> None:
+    for done in ("time", "late reply"):
+        session = make()
+        seen_asking(session)
+        gone = send(session, "tools/call", call(), "gone", now=0, asks=True).child_id
+        session.abandon(gone, 0)
+        actions = session.tick(ASKER_LINGERS) if done == "time" else session.receive_line(result(gone), now=1)
+        assert of(Changed, actions), done
+        assert session.open_questions == 0, done
+
+
+def test_a_cancelled_call_lingers_on_no_child_never_seen_asking_nor_when_it_cannot_ask() -> None:
+    """Most servers ask nothing: a cancel there keeps the child from nobody's next call."""
+    session = make()
+    gone = send(session, "tools/call", call(), "gone", now=0, asks=True).child_id
+    actions = session.abandon(gone, 0)
+    assert cancel_ids(actions) == [gone]
+    assert not of(Timed, actions)
+    assert session.open_questions == 0
+    seen_asking(session)
+    listed = send(session, "tools/list", None, "lister", now=0, asks=True).child_id
+    assert not of(Timed, session.abandon(listed, 0))
+    assert session.open_questions == 0
 
 
 # -- rule 6: tool learning ---------------------------------------------------------------------
