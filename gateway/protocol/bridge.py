@@ -33,6 +33,7 @@ from gateway.protocol.handshake import (
     ChildInfo,
 )
 from gateway.protocol.jsonrpc import INVALID_PARAMS, LEGACY_RESOURCE_NOT_FOUND, URL_ELICITATION_REQUIRED, JsonObject
+from gateway.protocol.tasks import EXTENSION as TASKS_EXTENSION
 
 RESERVED_META_PREFIX: Final = "io.modelcontextprotocol/"
 CHILD_META: Final = "mcp-stdio-gateway/child"
@@ -182,6 +183,10 @@ def advertised_discover(result: JsonObject) -> JsonObject:
 
 def legacy_capabilities_to_modern(capabilities: Mapping[str, Any]) -> JsonObject:
     out = {k: v for k, v in capabilities.items() if k not in _LEGACY_ONLY_CAPABILITIES}
+    extensions = out.get("extensions")
+    if isinstance(extensions, dict) and TASKS_EXTENSION in extensions:
+        # A session has no tasks (``taskbridge`` rule 7): its child must make none for it.
+        out["extensions"] = {k: v for k, v in extensions.items() if k != TASKS_EXTENSION}
     roots = out.get("roots")
     if isinstance(roots, dict) and "listChanged" in roots:
         out["roots"] = {k: v for k, v in roots.items() if k != "listChanged"}

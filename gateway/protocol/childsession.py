@@ -51,9 +51,9 @@ Rules (digest §4.1, §7.3, §8):
    ``Unattributed``, never another request's. ``open_questions`` counts asks not closed,
    questions held and lingering askers; ``Changed`` says it may have dropped.
 6. **Tool learning** (attribution rule 5, legacy children only): a request of a tool that
-   ends with a result (not a tool error, ``isError``) while no question was ever its
-   candidate makes the tool quiet; a
-   question marks its owner's tool (or all its candidates' when unresolved) asking.
+   ends with a result (not a tool error, ``isError``, nor a task handle) while no question was
+   ever its candidate makes the tool quiet; a question marks its owner's tool (or all its
+   candidates' when unresolved) asking.
 7. **Exit.** ``exited`` builds the one ``ChildExitedError`` (exit code or signal; the stderr
    tail for the operator, and for clients when ``exposed``) and fails everything pending with
    it; held questions are dropped, and the exit is logged with its operator's reading
@@ -448,7 +448,13 @@ class ChildSession(Generic[OwnerT]):
             actions.append(Failed(entry.owner, error))
         # A result that is a tool's error (``isError``) teaches nothing: a child answers an
         # unknown name so too, and names come from clients (they would fill ``MAX_LEARNED_TOOLS``).
-        quiet = self.legacy and isinstance(reply, Result) and reply.result.get("isError") is not True
+        # A child's task handle (2025-11-25 ``CreateTaskResult``) proves nothing: its task asks later.
+        quiet = (
+            self.legacy
+            and isinstance(reply, Result)
+            and reply.result.get("isError") is not True
+            and "task" not in reply.result
+        )
         if quiet or self._questions.held:  # else ``ended`` has nothing to do (a modern child's usual reply)
             self._questions.ended(entry, actions, quiet=quiet)
 

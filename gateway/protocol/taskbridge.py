@@ -34,15 +34,20 @@ Rules:
 7. **Legacy sessions** get no tasks: the gateway declares none to them (a session's
    ``initialize`` result drops the child's ``tasks``), so a shared child's task ids, statuses
    and results never reach a client that did not make them:
-   - ``tasks/get``, ``tasks/result``, ``tasks/list`` and ``tasks/cancel`` from a session are
-     answered -32601 (``LEGACY_REFUSED``, ``legacy_refusal``), never sent to a child;
+   - ``tasks/get``, ``tasks/result``, ``tasks/list``, ``tasks/cancel``, ``tasks/update`` and
+     ``subscriptions/listen`` from a session are answered -32601 (``LEGACY_REFUSED``,
+     ``legacy_refusal``), never sent to a child; a modern child is not told a session's
+     Tasks extension (``bridge.legacy_capabilities_to_modern``), so it makes no task for one;
+   - a child's question for a session names no task (``for_session``: its related-task
+     ``_meta`` dropped);
    - its ``tools/list`` shows no ``execution.taskSupport`` (``without_task_support``): as the
      session sees them, tools run as plain calls;
    - a call of a tool the child marks ``required`` is sent task-augmented, and a child's
      ``CreateTaskResult`` for a session's call (that one, or a call the client augmented
      itself) is waited for in the child's ``tasks/result`` on the call's own stream: its
      questions reach the session there, its outcome is the call's answer, and the child's
-     task is cancelled (``tasks/cancel``) when the client leaves first.
+     task is cancelled (``tasks/cancel``) when the call ends first (cancelled, deleted, timed
+     out, drained, its stream not resumed: a legacy hang-up alone ends nothing).
 
 Imports: standard library and ``gateway.protocol`` only.
 """
@@ -53,14 +58,17 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, MISSING_CLIENT_CAPABILITY, JsonObject, error_object
-from gateway.protocol.tasks import EXTENSION, TERMINAL
+from gateway.protocol.tasks import EXTENSION, RELATED_TASK_META, TERMINAL, UPDATE
 
 RESULT: Final = "tasks/result"
 GET: Final = "tasks/get"
 CANCEL: Final = "tasks/cancel"
 LIST: Final = "tasks/list"
-LEGACY_REFUSED: Final = frozenset({GET, RESULT, LIST, CANCEL})
-"""A legacy session's requests that the gateway answers -32601 (rule 7)."""
+LISTEN: Final = "subscriptions/listen"
+LEGACY_REFUSED: Final = frozenset({GET, RESULT, LIST, CANCEL, UPDATE, LISTEN})
+"""A legacy session's requests that the gateway answers -32601 (rule 7): the tasks methods of
+both revisions, and the modern ``subscriptions/listen``, whose ``taskIds`` would watch a
+modern child's tasks (a session hears list changes and resource updates on its GET stream)."""
 TASK_SUPPORT: Final = frozenset({"optional", "required"})
 """``execution.taskSupport`` values that let a tool run as the child's task."""
 
@@ -105,12 +113,28 @@ def required_error(tool: str) -> JsonObject:
 
 
 def legacy_refusal(method: str) -> JsonObject:
-    """Rule 7: -32601 for a legacy session's ``tasks/*`` request."""
-    return error_object(
-        METHOD_NOT_FOUND,
-        f"method {method!r} is not offered to 2025 sessions: the gateway declares no tasks to them "
-        "(a tool that runs only as a task runs to its end on a plain tools/call)",
-    )
+    """Rule 7: -32601 for a legacy session's ``tasks/*`` or ``subscriptions/listen``."""
+    if method == LISTEN:
+        why = "a 2026-07-28 request; a session hears list changes and resource updates on its GET stream"
+    else:
+        why = (
+            "not offered to 2025 sessions: the gateway declares no tasks to them (a tool that runs only as a "
+            "task runs to its end on a plain tools/call)"
+        )
+    return error_object(METHOD_NOT_FOUND, f"method {method!r} is {why}")
+
+
+def for_session(params: JsonObject | None) -> JsonObject | None:
+    """Rule 7: a child's question's params for a session, without related-task ``_meta``."""
+    meta = params.get("_meta") if params else None
+    if not isinstance(meta, dict) or RELATED_TASK_META not in meta:
+        return params
+    assert params is not None
+    kept = {k: v for k, v in meta.items() if k != RELATED_TASK_META}
+    out = {k: v for k, v in params.items() if k != "_meta"}
+    if kept:
+        out["_meta"] = kept
+    return out
 
 
 def without_task_support(result: JsonObject) -> JsonObject:

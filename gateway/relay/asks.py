@@ -38,7 +38,7 @@ from typing import Final
 
 import anyio
 
-from gateway.protocol import inputs, urlelicitation
+from gateway.protocol import inputs, taskbridge, urlelicitation
 from gateway.protocol.correlation import CANCELLED
 from gateway.protocol.jsonrpc import JsonObject, Request
 from gateway.relay import events, translate
@@ -111,7 +111,7 @@ def ask_legacy_client(ask: ChildAsk, client: ClientContext, call: Call) -> JsonO
         gateway_id: str = session.track_ask(ask)
         # A URL elicitation's completion may follow it, unsolicited.
         session.url_elicitations.extend(urlelicitation.question_ids(ask.method, ask.params))
-        return Request(gateway_id, ask.method, ask.params).to_dict()
+        return Request(gateway_id, ask.method, taskbridge.for_session(ask.params)).to_dict()
     # A clear error, not a made-up answer: this client is there, it just cannot be asked.
     ask.answer_locally(inputs.local_answer(ask.request, call.child.spec.roots, reason, decline=False), reason)
     return None

@@ -14,9 +14,9 @@ Before a child (``BEFORE_CHILD``):
 
 1. ``tasks``: a modern ``tasks/get``, ``tasks/update`` or ``tasks/cancel``: the task store
    answers it (a task of the gateway's, or a child's own; ``TaskStore.answer``).
-2. ``no_tasks``: a legacy session's ``tasks/get``, ``tasks/result``, ``tasks/list`` or
-   ``tasks/cancel``: -32601, as the gateway declares no tasks to sessions; never sent to a
-   child, whose tasks are every client's (``taskbridge`` rule 7).
+2. ``no_tasks``: a legacy session's ``tasks/*`` (either revision's) or
+   ``subscriptions/listen``: -32601, as the gateway declares no tasks to sessions; never sent
+   to a child, whose tasks are every client's (``taskbridge`` rule 7).
 3. ``retry``: a modern request whose ``requestState`` is one of the gateway's: a parked call's
    retry resumes that call (``asks.resume``: no lease, no new child exchange); the retry of
    the gateway's own round (roots, URL elicitation) starts its call now, with the roots it

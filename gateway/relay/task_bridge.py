@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator
-from contextlib import aclosing, suppress
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -44,6 +44,7 @@ from gateway.relay.task_run import Run
 from gateway.relay.translate import response
 from gateway.stdio.ask import ChildAsk
 from gateway.stdio.child import StdioChild
+from gateway.stdio.exchange import Exchange
 
 if TYPE_CHECKING:
     from gateway.relay.exchange import Relay
@@ -172,11 +173,19 @@ async def run_to_end(relay: Relay, call: Running, child_task_id: str) -> AsyncGe
     call's stream and lease (``call.stack``, held by the caller until this ends)."""
     child, request, client = call.child, call.turn.request, call.turn.client
     fetched = False
+    ex: Exchange | None = None
     try:
         async with Holdings() as stack:
             try:
-                ex = await stack.enter(child.exchange(taskbridge.RESULT, {"taskId": child_task_id}, asks=True))
-            except ChildError as exc:
+                ex = await stack.enter(
+                    child.exchange(
+                        taskbridge.RESULT,
+                        {"taskId": child_task_id},
+                        asks=True,
+                        log_level=translate.log_level(request, client),  # the task's logs reach the session
+                    )
+                )
+            except GatewayError as exc:  # the child failed, or its stdin is full (never a 503: it ran)
                 yield events.Final(response(request.id, error=exc.error_object()))
                 return
             outcome = relay.drive(Call(child, ex, stack), request, client)
@@ -188,7 +197,9 @@ async def run_to_end(relay: Relay, call: Running, child_task_id: str) -> AsyncGe
                         message = events.Final(tasks.without_related_task(message.message))
                     yield message
     finally:
-        if not fetched:  # the client left, the wait timed out, or the child failed to answer
+        # The client left, the wait timed out, or the child failed to answer (a reply read
+        # before the client left still counts as fetched).
+        if not fetched and not (ex is not None and ex.replied):
             await _cancel_child(child.spec.name, child, child_task_id, "the session's call ended before it")
 
 
@@ -196,6 +207,10 @@ async def _cancel_child(server: str, child: StdioChild, child_task_id: str, why:
     """``tasks/cancel`` for the child's task (shielded, ``CHILD_CANCEL_TIMEOUT``), logged."""
     if not child.is_alive():
         return
-    with anyio.CancelScope(shield=True), suppress(ChildError):
-        await child.request(taskbridge.CANCEL, {"taskId": child_task_id}, timeout=CHILD_CANCEL_TIMEOUT)
+    with anyio.CancelScope(shield=True):
+        try:
+            await child.request(taskbridge.CANCEL, {"taskId": child_task_id}, timeout=CHILD_CANCEL_TIMEOUT)
+        except GatewayError as exc:  # the child died, timed out, or its stdin is full
+            log.info("%s: the child's task %s could not be cancelled (%s): %s", server, child_task_id, exc, why)
+            return
     log.info("%s: the child's task %s was cancelled: %s", server, child_task_id, why)

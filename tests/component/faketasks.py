@@ -12,6 +12,7 @@ augmentation", ``isError``) and ``maybe`` with its result. The task itself:
 - without questions, runs until the test calls ``release()`` (or it is cancelled);
 - with ``arguments.withdraw``, asks one question and withdraws it (``notifications/cancelled``)
   once the test calls ``release()``, then completes without its answer;
+- with ``arguments.log``, writes a log line (``notifications/message``) in ``tasks/result``;
 - answers ``tasks/get`` with its status and ``statusMessage``; ``tasks/cancel`` ends it
   ``cancelled`` (a second cancel is refused, as the SDK refuses a terminal task's);
 - completes with a text naming its topic and the answers it was given.
@@ -112,6 +113,9 @@ class FakeTasks:
 
     async def _result(self, child: FakeChild, params: JsonObject) -> JsonObject:
         task = self.tasks[params["taskId"]]
+        if (line := task.call.arguments.get("log")) is not None:  # a log line while it runs
+            note = {"level": "info", "data": f"{task.topic}: {line}"}
+            await child.write({"jsonrpc": "2.0", "method": "notifications/message", "params": note})
         if task.call.arguments.get("withdraw") and task.status == "working":
             await self._withdrawn(child, task)
         elif task.questions and task.status == "working":

@@ -53,6 +53,7 @@ async def call(gw: Gateway, session: LegacySession, request_id: int, tool: str, 
             question = event.message
             validate(question, "JSONRPCRequest", "2025-11-25")
             validate(question["params"], "ElicitRequestFormParams", "2025-11-25")
+            assert RELATED not in question["params"].get("_meta", {})  # the session made no task
             pick = {"action": "accept", "content": {"pick": question["params"]["message"]}}
             session.take(Result(question["id"], pick))
         elif isinstance(event, events.Final):
@@ -169,8 +170,17 @@ async def test_task_requests_are_refused_to_sessions_and_modern_clients_and_neve
                 },
             )
             assert modern.status_code == 200, modern.text
-            for n, method in enumerate(("tasks/get", "tasks/result", "tasks/list", "tasks/cancel")):
-                params = {} if method == "tasks/list" else {"taskId": "child-task-1"}
+            refused = (
+                "tasks/get",
+                "tasks/result",
+                "tasks/list",
+                "tasks/cancel",
+                "tasks/update",
+                "subscriptions/listen",
+            )
+            for n, method in enumerate(refused):
+                params = {"notifications": {"taskIds": ["child-task-1"]}} if method.startswith("subscriptions/") else {}
+                params |= {} if method in ("tasks/list", "subscriptions/listen") else {"taskId": "child-task-1"}
                 body = {"jsonrpc": "2.0", "id": n + 10, "method": method, "params": params}
                 reply = await gw.http.post(gw.url, headers=session, json=body)
                 assert reply.status_code == 200, reply.text
@@ -186,7 +196,7 @@ async def test_task_requests_are_refused_to_sessions_and_modern_clients_and_neve
                 reply = await gw.http.post(gw.url, headers=modern_headers(method, name), json=body)
                 assert reply.status_code == 404, reply.text
                 assert reply.json()["error"]["code"] == METHOD_NOT_FOUND
-    for method in ("tasks/get", "tasks/result", "tasks/list", "tasks/cancel"):
+    for method in ("tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "tasks/update", "subscriptions/listen"):
         assert not received(backend.children, method), method
 
 
@@ -207,3 +217,32 @@ async def test_a_sessions_tool_list_names_no_task_support_and_a_modern_clients_d
     modern_tools = {tool["name"]: tool for tool in modern.json()["result"]["tools"]}
     assert modern_tools["research"]["execution"] == {"taskSupport": "required"}
     assert backend.children
+
+
+async def test_a_sessions_cancel_of_its_call_over_http_cancels_the_childs_task_and_its_logs_reach_it() -> None:
+    """Over the HTTP edge: the session's stream carries the task's log line at its level, and
+    its ``notifications/cancelled`` for the call ends the child's task with ``tasks/cancel``."""
+    tasks = FakeTasks()
+    with anyio.fail_after(BOUND):
+        async with fake_backend(tasks.script()) as backend, in_process_gateway(backend) as gw:
+            session = await open_legacy_session(gw.http, gw.url, capabilities=ELICITING)
+            level = {"jsonrpc": "2.0", "id": 1, "method": "logging/setLevel", "params": {"level": "info"}}
+            assert (await gw.http.post(gw.url, headers=session, json=level)).status_code == 200
+            body = {
+                "jsonrpc": "2.0",
+                "id": 5,
+                "method": "tools/call",
+                "params": {"name": "research", "arguments": {"topic": "logged", "log": "halfway"}},
+            }
+            async with gw.open(body, session) as response:
+                assert await response.start() == 200
+                logged = await response.next_message()
+                assert logged is not None
+                validate(logged, "JSONRPCNotification", "2025-11-25")
+                assert logged["method"] == "notifications/message"
+                assert logged["params"]["data"] == "logged: halfway"
+                cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
+                assert (await gw.http.post(gw.url, headers=session, json=cancel)).status_code == 202
+                await backend.until(lambda: tasks.by_topic("logged").status == "cancelled")
+    [cancelled] = received(backend.children, "tasks/cancel")
+    assert cancelled["params"]["taskId"] == tasks.by_topic("logged").task_id

@@ -840,6 +840,14 @@ def test_a_tool_that_ends_with_a_result_and_no_question_is_learned_quiet() -> No
     assert session.tools.is_quiet("tools/call quiet")
 
 
+def test_a_task_handle_teaches_nothing_since_the_task_asks_later() -> None:
+    session = learning_session()
+    sent = send(session, "tools/call", call("research"), "a", now=0, asks=True)
+    session.receive_line(result(sent.child_id, {"task": {"taskId": "t-1", "status": "working"}}), now=0)
+    assert session.tools is not None
+    assert not session.tools.is_quiet("tools/call research")
+
+
 def test_a_tool_error_teaches_nothing_so_made_up_names_cannot_fill_the_table() -> None:
     session = learning_session()
     for n in range(3):  # as a child answers an unknown tool: a result that is an error

@@ -84,7 +84,7 @@ def test_the_method_specific_steps_are_in_their_methods_plans() -> None:
         "input_round",
         "translate",
     ]
-    for method in ("tasks/get", "tasks/result", "tasks/list", "tasks/cancel"):
+    for method in ("tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "tasks/update", "subscriptions/listen"):
         assert names(steps.plan_for(Era.LEGACY, method), Era.LEGACY)[0] == ["no_tasks", "quota"]
     assert names(steps.plan_for(Era.LEGACY, "resources/subscribe"), Era.LEGACY)[1] == ["subscriptions"]
     assert names(steps.plan_for(Era.LEGACY, "resources/subscribe"), Era.MODERN)[1] == []

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.protocol import taskbridge
+from gateway.protocol import bridge, taskbridge
 from gateway.protocol import tasks as rules
 from gateway.protocol.jsonrpc import METHOD_NOT_FOUND
 from tests.schemas import validate
@@ -83,3 +83,20 @@ def test_an_outcome_for_a_session_names_no_related_task_and_keeps_its_other_meta
 )
 def test_an_outcome_without_a_related_task_is_returned_as_it_is(message: dict[str, Any]) -> None:
     assert rules.without_related_task(message) is message
+
+
+def test_a_question_for_a_session_names_no_task_and_keeps_its_other_meta() -> None:
+    asked = {"message": "m", "_meta": {RELATED: {"taskId": "t-1"}, "x": 1}}
+    assert taskbridge.for_session(asked) == {"message": "m", "_meta": {"x": 1}}
+    assert taskbridge.for_session({"message": "m", "_meta": {RELATED: {"taskId": "t-1"}}}) == {"message": "m"}
+    plain = {"message": "m"}
+    assert taskbridge.for_session(plain) is plain
+    assert taskbridge.for_session(None) is None
+
+
+def test_a_modern_child_is_not_told_a_sessions_tasks_extension() -> None:
+    declared = {"elicitation": {}, "tasks": {}, "extensions": {rules.EXTENSION: {}, "io.modelcontextprotocol/ui": {}}}
+    assert bridge.legacy_capabilities_to_modern(declared) == {
+        "elicitation": {},
+        "extensions": {"io.modelcontextprotocol/ui": {}},
+    }
