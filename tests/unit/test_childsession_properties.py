@@ -13,6 +13,8 @@ refused asks, garbage, and the exit at any point. Invariants, checked after ever
 
 from __future__ import annotations
 
+import math
+
 import orjson
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -21,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from gateway.errors import ChildExitedError
 from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.childactions import Answered, Ask, ChildAction, Deliver, Failed, Write
+from gateway.protocol.childquestions import ASKER_LINGERS
 from gateway.protocol.childsession import ChildSession
 from gateway.protocol.framing import OversizedLine
 from tests.unit.sessionsend import send
@@ -43,6 +46,8 @@ class SessionMachine(RuleBasedStateMachine):
         self.outcomes: dict[int, int] = {}
         self.open_asks: list[int] = []
         self.exited = False
+        # Log lines go to nobody until then: a request was ended without its child's reply.
+        self.logs_nobodys_until = -math.inf
 
     # -- driving --------------------------------------------------------------------------
 
@@ -134,6 +139,7 @@ class SessionMachine(RuleBasedStateMachine):
         wanted = (
             candidates
             if len(candidates) == 1
+            and self.now >= self.logs_nobodys_until  # not just after a request ended without its reply
             and (minimum := self.log_level_of[candidates[0]]) is not None
             and ranks[level] >= ranks[minimum]
             else []
@@ -156,14 +162,20 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def abandon(self, data: st.DataObject) -> None:
         owner = data.draw(st.sampled_from(list(self.child_id_of)))
-        self.apply(self.session.abandon(self.child_id_of[owner], self.now))
+        actions = self.session.abandon(self.child_id_of[owner], self.now)
+        if any(isinstance(action, Failed) and action.owner == owner for action in actions):  # it was pending
+            self.logs_nobodys_until = self.now + ASKER_LINGERS
+        self.apply(actions)
 
     @rule(seconds=st.floats(min_value=0, max_value=5))
     def tick(self, seconds: float) -> None:
         self.now += seconds
         deadline = self.session.next_deadline()
         assert deadline is None or not self.exited
-        self.apply(self.session.tick(self.now))
+        actions = self.session.tick(self.now)
+        if any(isinstance(action, Failed) for action in actions):  # a request timed out
+            self.logs_nobodys_until = self.now + ASKER_LINGERS
+        self.apply(actions)
 
     @rule(garbage=st.sampled_from([b"hello", b"[1, 2]", b'{"jsonrpc": "2.0", "id": 1}', b"{}"]))
     def garbage(self, garbage: bytes) -> None:
