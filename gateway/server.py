@@ -197,7 +197,7 @@ class OpsServer(uvicorn.Server):  # fenced: uvicorn.Server
             log_level=log_level,
             lifespan="off",  # the main server's lifespan opens what these pages read
             # The same head size and time bounds as the main listener; its own connection cap.
-            http=GuardedHttpTools.configured(connections=OpenConnections(OPS_MAX_CONNECTIONS)),
+            http=GuardedHttpTools.configured(connections=OpenConnections(OPS_MAX_CONNECTIONS, "the ops listener")),
             log_config=None,
             access_log=False,
             proxy_headers=False,

@@ -20,10 +20,15 @@ count is one addition per read while a head is open).
 
 - ``OpenConnections`` (``--max-connections``): the connections one listener holds. A
   connection accepted past its cap is not served: once its request head has come (or its
-  first ``MAX_HEAD_BYTES``) it is answered 503 with ``Retry-After`` and closed, and the parser
-  never sees it; one that sends nothing is closed at the header timeout. So the descriptors
-  clients hold stay bounded, and children can still be started (``default_max_connections``
-  leaves half the open-file limit to them).
+  first ``MAX_HEAD_BYTES``; at most ``PAST_CAP_HEAD_TIMEOUT``) it is answered 503 with
+  ``Retry-After``, a FIN sent, and what it still sends read and dropped for
+  ``REFUSAL_DRAIN`` before it is closed; the parser never sees it. A probe (``GET /healthz``,
+  ``GET /readyz``) past the cap is served from a small reserve (``PROBE_RESERVE``). Past the
+  cap and ``MAX_REFUSING`` connections waiting to be answered, a new one is closed at once.
+  So the descriptors clients hold stay within the cap plus those, and children can still be
+  started (``default_max_connections`` leaves half the open-file limit to them). Over TLS a
+  connection counts from its handshake's end; the handshake itself is bounded by the header
+  timeout.
 
 The transport uvicorn writes through is a ``HeldHead`` (``gateway.http.heldhead``): a
 response's head leaves with its body in one write.
@@ -53,7 +58,13 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from gateway.http.heldhead import HeldHead
 from gateway.http.inflight import Cancellable
-from gateway.http.limits import BUSY_RETRY_AFTER, HEAD_BYTES, MAX_HEADER_BYTES, OpenConnections
+from gateway.http.limits import (
+    BUSY_RETRY_AFTER,
+    HEAD_BYTES,
+    MAX_HEADER_BYTES,
+    PROBE_PATHS,
+    OpenConnections,
+)
 from gateway.protocol.jsonrpc import error_object
 
 log = logging.getLogger("gateway.http")
@@ -73,6 +84,20 @@ WRITE_TIMED_OUT: Final = "gateway.write_timed_out"
 """Scope key set when the connection was aborted for not reading its response."""
 HANGUP: Final = "gateway.hangup"
 """Scope key of the connection's ``Hangup``."""
+PAST_CAP_HEAD_TIMEOUT: Final = 2.0
+"""Seconds a connection past the cap has to send its request head (``HEADER_TIMEOUT`` for
+one served): it holds a descriptor meanwhile, so it is not given long."""
+REFUSAL_DRAIN: Final = 1.0
+"""Seconds a connection answered 503 at the cap stays open, its further bytes read and
+dropped, once the 503 and a FIN were sent: closed at once, the rest of its request (a POST
+body still arriving) would reset the connection, and the client could lose the answer."""
+PROBE_HEAD_MAX: Final = 1024
+"""Bytes of a head past the cap kept to see whether it is a probe (``PROBE_PATHS``)."""
+# What a connection holds of its listener's count (``OpenConnections``).
+_NOTHING: Final = 0
+_SERVED: Final = 1
+_REFUSING: Final = 2
+_PROBE: Final = 3
 
 
 class Hangup:
@@ -168,8 +193,14 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         # is before the handshake (``gateway.http.tls.TlsHandshake``): the first head's time
         # counts from here.
         self.head_deadline = self.loop.time() + self.header_timeout
-        self._counted = False  # admitted under the listener's cap (``OpenConnections``)
-        self._past_cap: bytes | None = None  # refused at the cap: the head read so far
+        self._slot = _NOTHING  # what it holds of its listener's count (``OpenConnections``)
+        # Past the cap: bytes of its head read so far, their last three (a head's end may be
+        # split across reads), the head itself while it may be a probe, the 503 sent.
+        self._past_cap_bytes = 0
+        self._past_cap_tail = b""
+        self._past_cap_head: bytes | None = b""
+        self._refusal_sent = False
+        self._drain_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -177,26 +208,39 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         # body leave in one write (gateway.http.heldhead). Flow control keeps the real one.
         self.transport = self._held_head = HeldHead(transport, self.loop)
         delay = max(self.head_deadline - self.loop.time(), 0.0)
+        admitted = self.open_connections.admit()
+        if admitted is None:  # past the cap and those waiting for their 503: closed unanswered
+            transport.abort()
+            return
+        if not admitted:  # answered 503 once its head has come (``_read_past_cap``)
+            self._slot = _REFUSING
+            delay = min(delay, PAST_CAP_HEAD_TIMEOUT)
+        else:
+            self._slot = _SERVED
         self._head_timer = self.loop.call_later(delay, self._head_timed_out)
-        self._counted = self.open_connections.admit()
-        if not self._counted:
-            self._past_cap = b""  # answered 503 once its head has come (``_refuse_past_cap``)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._counted:
-            self._counted = False
-            self.open_connections.release()
-        for timer in (self._head_timer, self._write_timer):
+        slot, self._slot = self._slot, _NOTHING
+        connections = self.open_connections
+        if slot == _SERVED:
+            connections.release()
+        elif slot == _REFUSING:
+            connections.refusing -= 1
+        elif slot == _PROBE:
+            connections.probes -= 1
+        for timer in (self._head_timer, self._write_timer, self._drain_timer):
             if timer is not None:
                 timer.cancel()
-        self._head_timer = self._write_timer = None
+        self._head_timer = self._write_timer = self._drain_timer = None
         super().connection_lost(exc)
         self._hangup.lost()
 
     def data_received(self, data: bytes) -> None:
-        if self._past_cap is not None:
-            self._refuse_past_cap(data)
-            return
+        slot = self._slot
+        if slot != _SERVED and slot != _PROBE:  # (one compare for a served connection)
+            if slot == _REFUSING:
+                self._read_past_cap(data)
+            return  # closed at once, past the cap: nothing of it is read
         while self._in_head and len(data) > self.max_head_bytes - self._head_bytes:
             # Feed only what fits: a head must end inside it (then the rest is its body, or
             # pipelined requests, whose heads are counted afresh).
@@ -295,26 +339,44 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
 
-    def _refuse_past_cap(self, data: bytes) -> None:
-        """A connection past the cap: its bytes gathered (never parsed) until its head has
-        ended, then 503 with ``Retry-After`` and closed. Answered at the head, not at once: a
-        client whose request was still arriving would see the reset, not the answer."""
-        assert self._past_cap is not None
-        head = self._past_cap + data[: self.max_head_bytes]
-        if b"\r\n\r\n" not in head and len(head) < self.max_head_bytes:
-            self._past_cap = head
+    def _read_past_cap(self, data: bytes) -> None:
+        """A connection past the cap: its bytes counted (never parsed) until its head has
+        ended, then 503 with ``Retry-After`` (or, for a probe, served from the reserve);
+        answered at the head, not at once, so that a client whose request was still arriving
+        reads the answer rather than a reset. Linear in what it reads."""
+        if self._refusal_sent:
+            return  # the rest of its request, read and dropped until it is closed
+        head = self._past_cap_head
+        if head is not None:
+            head += data
+            self._past_cap_head = head if len(head) <= PROBE_HEAD_MAX else None
+        seen = self._past_cap_tail + data
+        self._past_cap_bytes += len(data)
+        self._past_cap_tail = seen[-3:]
+        ended = b"\r\n\r\n" in seen
+        if not ended and self._past_cap_bytes < self.max_head_bytes:
             return
-        self._past_cap = b""
         if self.transport.is_closing():
             return
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
         connections = self.open_connections
+        head = self._past_cap_head
+        self._past_cap_head = None
+        if ended and head is not None and head.startswith(PROBE_PATHS) and connections.as_probe():
+            self._slot = _PROBE
+            self.data_received(head)  # served as any request
+            return
         connections.refuse(self._peer_label(), self.loop.time())
         message = f"the gateway holds {connections.cap} connections, the most it takes; retry shortly"
         self.transport.write(_refusal(503, message, BUSY_RETRY_AFTER))
-        self.transport.close()
+        self._refusal_sent = True
+        if not self.transport.can_write_eof():  # TLS: its close sends close_notify after the answer
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self._drain_timer = self.loop.call_later(REFUSAL_DRAIN, self.transport.close)
 
     def _refuse(self, status: int, message: str) -> None:
         log.warning("%s refused (%d): %s", self._peer_label(), status, message)

@@ -235,37 +235,66 @@ REFUSAL_LOG_RATE: Final = 1.0
 """Log lines a second about connections refused at the cap (after a burst of 5); the rest
 are counted (``OpenConnections.refused``, ``mcp_gateway_connections_refused_total``) and the
 next line says how many it did not show."""
+MAX_REFUSING: Final = 64
+"""Connections past the cap held at once while they wait to be answered 503 (each at most
+``PAST_CAP_HEAD_TIMEOUT`` for its head, then ``REFUSAL_DRAIN`` to read the 503); past these
+too, a connection is closed at once, unanswered. So the descriptors a listener holds stay
+within its cap plus these."""
+PROBE_RESERVE: Final = 4
+"""Connections past the cap that are served anyway when their request is ``GET /healthz`` or
+``GET /readyz``: a liveness probe on the main port (the chart's default, the Dockerfile's
+``HEALTHCHECK``) must not fail because clients hold every connection, or the orchestrator
+restarts a gateway that is merely busy."""
+PROBE_PATHS: Final = (b"GET /healthz ", b"GET /healthz?", b"GET /readyz ", b"GET /readyz?")
 
 
 class OpenConnections:
     """The connections one listener holds, against its cap (module doc): shared by every
     protocol object of that listener (``GuardedHttpTools.configured(connections=...)``), read
-    by ``/metrics``. ``cap`` None: no cap (a protocol class used without one)."""
+    by ``/metrics``. ``cap`` None: no cap (a protocol class used without one). ``flag`` names
+    the cap in the log (the ops listener's is not ``--max-connections``)."""
 
-    __slots__ = ("_throttle", "cap", "open", "refused")
+    __slots__ = ("_throttle", "cap", "flag", "open", "probes", "refused", "refusing")
 
-    def __init__(self, cap: int | None) -> None:
+    def __init__(self, cap: int | None, flag: str = "--max-connections") -> None:
         self.cap = cap
-        self.open = 0
-        self.refused = 0
+        self.flag = flag
+        self.open = 0  # served
+        self.refusing = 0  # past the cap, waiting for their head or reading their 503
+        self.probes = 0  # past the cap, served as probes (``PROBE_RESERVE``)
+        self.refused = 0  # answered 503 or closed unanswered, in all
         self._throttle: LineThrottle | None = None
 
-    def admit(self) -> bool:
-        """One more connection, if there is room for it (counted in ``open``)."""
-        if self.cap is not None and self.open >= self.cap:
+    def admit(self) -> bool | None:
+        """A new connection: True, served (counted in ``open``); False, past the cap, to be
+        answered 503 at its head (counted in ``refusing``); None, past those too (``MAX_REFUSING``),
+        to be closed at once (counted as refused)."""
+        if self.cap is None or self.open < self.cap:
+            self.open += 1
+            return True
+        if self.refusing < MAX_REFUSING:
+            self.refusing += 1
             return False
-        self.open += 1
-        return True
+        self.refused += 1
+        return None
 
     def release(self) -> None:
         self.open -= 1
+
+    def as_probe(self) -> bool:
+        """A refusing connection whose request is a probe: served from ``PROBE_RESERVE``."""
+        if self.probes >= PROBE_RESERVE:
+            return False
+        self.refusing -= 1
+        self.probes += 1
+        return True
 
     def snapshot(self) -> tuple[int, int | None, int]:
         """Open, cap and refused so far (``gateway.ops.metrics.ConnectionMetrics``)."""
         return self.open, self.cap, self.refused
 
     def refuse(self, peer: str, now: float) -> None:
-        """A connection past the cap is refused: counted, and logged (``REFUSAL_LOG_RATE``)."""
+        """A connection past the cap is answered 503: counted, and logged (``REFUSAL_LOG_RATE``)."""
         self.refused += 1
         if self._throttle is None:
             self._throttle = LineThrottle(REFUSAL_LOG_RATE, 5, now)
@@ -273,4 +302,4 @@ class OpenConnections:
         if dropped is None:
             return
         more = f" ({dropped} more refused since the last line)" if dropped else ""
-        log.warning("%s refused (503): %d connections open, the most --max-connections allows%s", peer, self.cap, more)
+        log.warning("%s refused (503): %d connections open, the most %s allows%s", peer, self.cap, self.flag, more)

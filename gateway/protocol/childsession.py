@@ -391,14 +391,14 @@ class ChildSession(Generic[OwnerT]):
         self.noise.append(text)
         return Log(logging.WARNING, template, args, {"event": "stdout_dropped"})
 
-    def listened(self, note: Notification) -> list[ChildAction[OwnerT]]:
+    def listened(self, note: Notification, now: float) -> list[ChildAction[OwnerT]]:
         """A notification the child sent on the gateway's own listen, without its
         ``subscriptionId``: taken as if it came unsolicited (rule 4)."""
         actions: list[ChildAction[OwnerT]] = []
-        self._unsolicited(note, actions)
+        self._unsolicited(note, actions, now)
         return actions
 
-    def _unsolicited(self, note: Notification, actions: list[ChildAction[OwnerT]], now: float = math.inf) -> None:
+    def _unsolicited(self, note: Notification, actions: list[ChildAction[OwnerT]], now: float) -> None:
         if note.method == loglevels.LOG_MESSAGE:
             self._log(note, actions, now)
             return
@@ -415,11 +415,13 @@ class ChildSession(Generic[OwnerT]):
         """``notifications/message`` carries no request id (digest §8.2): like a question, it is
         the one request's in flight, and goes to it at or above its client's level. Not within
         ``ASKER_LINGERS`` of a request the gateway ended without its child's answer (rule 3, a
-        timeout): its tool may still be logging about its own client's work, and the one
-        request in flight may be another client's."""
+        timeout), nor while such a request lingers (rule 5): its tool may still be logging
+        about its own client's work, and the one request in flight may be another client's."""
         params = note.params or {}
         level = params.get("level")
-        pending = self._correlator.sole() if now >= self._logs_nobodys_until else None
+        # (A lingering call may outlast the window: its cancel held back, or it asks on.)
+        quiet = now >= self._logs_nobodys_until and not self._questions.lingering
+        pending = self._correlator.sole() if quiet else None
         entry = pending.owner if pending is not None else None
         if entry is not None and entry.log_level is not None and loglevels.at_least(level, entry.log_level):
             actions.append(Deliver(entry.owner, note))

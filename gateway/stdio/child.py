@@ -163,7 +163,7 @@ class StdioChild:
         """A notification the child sent on the gateway's own listen (``gateway.stdio.changes``),
         its ``subscriptionId`` removed: it goes where an unsolicited one goes (a tools list
         change also makes the tool caches list again)."""
-        self._apply(self._session.listened(note))
+        self._apply(self._session.listened(note, time.monotonic()))
 
     def start_soon(self, func: Callable[[], Coroutine[object, object, None]]) -> None:
         """Run ``func()`` in the child's task group: it ends with the child at the latest (and a

@@ -1,15 +1,19 @@
 """``--max-connections``: the connections one listener holds, from all clients, are bounded.
 
-A real gateway on loopback whose listener takes two connections. Legacy GET streams (which a
+A real gateway on loopback whose listener takes two connections (and the protocol alone, on a
+recorded transport, for what a socket cannot show deterministically). Legacy GET streams (which a
 client keeps open as long as it likes) hold both; then a new connection's request is answered
 503 with ``Retry-After`` and a JSON-RPC error, and closed, without the request running (a
 head that comes in pieces, once it has ended); once a stream ends, a new client is served
-again, and ``/metrics`` counts what was refused. Waits are bounded by ``fail_after``; the one
+again, a probe (``GET /healthz``) past the cap is served from the reserve, a connection past
+the cap and past those waiting for their 503 is closed at once, and ``/metrics`` counts what
+was refused. Waits are bounded by ``fail_after``; the one
 retry loop waits for the server to see a closed socket.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,9 +22,11 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 import pytest
+import uvicorn
+from uvicorn.server import ServerState
 
 from gateway.http.connection import GuardedHttpTools
-from gateway.http.limits import BUSY_RETRY_AFTER
+from gateway.http.limits import BUSY_RETRY_AFTER, MAX_REFUSING, OpenConnections
 from gateway.relay.router import Router
 from gateway.relay.server_config import ServerConfig
 from gateway.stdio.pool import PoolSettings
@@ -121,3 +127,108 @@ async def test_metrics_count_the_connections_and_the_refusals() -> None:
     assert lines["mcp_gateway_connections_open"] == 1  # the scrape's own
     assert lines["mcp_gateway_connections_max"] == CAP
     assert lines["mcp_gateway_connections_refused_total"] == 3
+
+
+async def test_past_the_cap_a_probe_is_served_from_the_reserve() -> None:
+    with anyio.fail_after(BOUND):
+        async with capped() as (url, app), httpx.AsyncClient(timeout=BOUND) as holder:
+            session = await open_legacy_session(holder, url)
+            async with holder.stream("GET", url, headers={**session, "accept": "text/event-stream"}) as stream:
+                assert stream.status_code == 200
+                async with httpx.AsyncClient() as other:  # the second connection: the cap is full
+                    assert (await other.get(url.removesuffix("/mcp") + "/status")).status_code in (200, 401, 403)
+                    parts = urlsplit(url)
+                    probe = f"GET /healthz HTTP/1.1\r\nhost: {parts.netloc}\r\nconnection: close\r\n\r\n".encode()
+                    answer = await raw_request(url, probe)
+                    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
+                    refused = await raw_request(url, probe.replace(b"/healthz", b"/status"))
+                    assert refused.startswith(b"HTTP/1.1 503 "), refused[:200]
+            assert app.state.connections.probes == 0  # given back
+            assert app.state.connections.refused == 1
+
+
+class Recorded(asyncio.Transport):
+    """A connection's transport that records what the protocol does with it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.eof = False
+        self.aborted = False
+        self.closed = anyio.Event()
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def write_eof(self) -> None:
+        self.eof = True
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def is_closing(self) -> bool:
+        return self.closed.is_set()
+
+    def close(self) -> None:
+        self.closed.set()
+
+    def abort(self) -> None:
+        self.aborted = True
+        self.closed.set()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 5) if name == "peername" else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def protocol(connections: OpenConnections) -> GuardedHttpTools:
+    async def app(scope: object, receive: object, send: object) -> None:  # never reached
+        raise AssertionError
+
+    config = uvicorn.Config(app, lifespan="off", log_level="warning")
+    http = GuardedHttpTools.configured(connections=connections)
+    return http(config, ServerState(), {}, _loop=asyncio.get_running_loop())
+
+
+async def test_a_503_past_the_cap_is_followed_by_a_fin_and_the_rest_of_the_request_is_read_then_dropped() -> None:
+    connections = OpenConnections(1)
+    assert connections.admit()  # the one connection the cap allows, held
+    refused, transport = protocol(connections), Recorded()
+    refused.connection_made(transport)
+    head = b"POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-length: 7\r\n\r\n"
+    for byte in range(len(head)):  # a head that trickles in a byte a read: answered once, at its end
+        refused.data_received(head[byte : byte + 1])
+    [answer] = transport.writes
+    assert answer.startswith(b"HTTP/1.1 503 ")
+    assert transport.eof  # the FIN, not a close: the body still coming does not reset the answer
+    assert not transport.closed.is_set()
+    refused.data_received(b"{body}}")
+    assert len(transport.writes) == 1
+    with anyio.fail_after(BOUND):
+        await transport.closed.wait()  # after REFUSAL_DRAIN
+    refused.connection_lost(None)
+    assert (connections.open, connections.refusing, connections.refused) == (1, 0, 1)
+
+
+async def test_past_the_cap_and_past_those_waiting_for_their_503_a_connection_is_closed_at_once() -> None:
+    connections = OpenConnections(1)
+    assert connections.admit()
+    waiting = []
+    for _ in range(MAX_REFUSING):
+        one, transport = protocol(connections), Recorded()
+        one.connection_made(transport)
+        waiting.append((one, transport))
+    assert connections.refusing == MAX_REFUSING
+    dropped, transport = protocol(connections), Recorded()
+    dropped.connection_made(transport)
+    assert transport.aborted  # unanswered, its descriptor freed at once
+    dropped.connection_lost(None)
+    assert (connections.refusing, connections.refused) == (MAX_REFUSING, 1)
+    for one, _ in waiting:
+        one.connection_lost(None)
+    assert connections.refusing == 0

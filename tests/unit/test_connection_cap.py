@@ -12,7 +12,7 @@ from gateway.cli import parse_settings
 from gateway.errors import ConfigError
 from gateway.http import edge_settings
 from gateway.http.edge_settings import MAX_CONNECTIONS_CEILING, MIN_CONNECTIONS, default_max_connections
-from gateway.http.limits import OpenConnections
+from gateway.http.limits import MAX_REFUSING, PROBE_RESERVE, OpenConnections
 from gateway.relay.router import Router
 from gateway.relay.server_config import ServerConfig
 from tests.conftest import server_spec
@@ -75,3 +75,21 @@ def test_refusals_are_all_counted_and_their_log_lines_throttled() -> None:
     assert len(lines) == 6
     assert lines[0] == "127.0.0.1:5 refused (503): 1 connections open, the most --max-connections allows"
     assert lines[-1].endswith("(45 more refused since the last line)")
+
+
+def test_past_the_cap_connections_wait_for_their_503_up_to_a_bound_and_probes_have_a_reserve() -> None:
+    connections = OpenConnections(1)
+    assert connections.admit() is True
+    assert connections.admit() is False  # past the cap: answered 503 at its head
+    assert connections.refusing == 1
+    assert connections.as_probe()  # it was a probe: served from the reserve
+    assert (connections.refusing, connections.probes) == (0, 1)
+    for _ in range(PROBE_RESERVE - 1):
+        assert connections.admit() is False
+        assert connections.as_probe()
+    assert connections.admit() is False
+    assert not connections.as_probe()  # the reserve is spent: this one gets its 503
+    while connections.refusing < MAX_REFUSING:
+        assert connections.admit() is False
+    assert connections.admit() is None  # closed at once
+    assert connections.refused == 1
