@@ -317,6 +317,30 @@ def test_a_log_just_after_a_cancel_is_the_gateways_not_the_call_left() -> None:
     assert delivered.owner == "other"
 
 
+def test_a_log_while_a_cancelled_call_lingers_past_the_window_is_the_gateways() -> None:
+    """A held question's candidate has its cancel held back 2 s, then lingers 2 s more: its
+    tool learns of the cancel only then, and may log meanwhile."""
+    session = make()
+    gone = send(session, "tools/call", call("x"), "gone", now=0, asks=True, log_level="debug").child_id
+    send(session, "tools/call", call("y"), "other", now=0, asks=True, log_level="debug")
+    session.receive_line(question(80), now=0)  # held: either may have asked it
+    session.abandon(gone, 0)  # its cancel held back
+    session.tick(ASKER_LINGERS)  # the cancel is written now; it lingers on
+    [logged] = without_facts(session.receive_line(note("notifications/message", level="info", data="g"), now=3))
+    assert isinstance(logged, Log)
+
+
+def test_a_log_heard_on_the_gateways_listen_just_after_a_cancel_is_the_gateways_too() -> None:
+    session = make()
+    gone = send(session, "tools/call", call(), "gone", now=0, log_level="debug").child_id
+    send(session, "tools/call", call(), "other", now=0, log_level="debug")
+    session.abandon(gone, 0)
+    log_note = Notification("notifications/message", {"level": "info", "data": "gone's"})
+    assert isinstance(without_facts(session.listened(log_note, now=1))[0], Log)
+    [delivered] = without_facts(session.listened(log_note, now=ASKER_LINGERS + 1))
+    assert isinstance(delivered, Deliver)
+
+
 def test_a_request_whose_client_wants_no_logs_gets_none() -> None:
     session = make()
     send(session, "tools/call", call(), "a", now=0)
