@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from gateway.protocol import tasks, versions
+from gateway.protocol import taskbridge, tasks, versions
 from gateway.protocol.jsonrpc import UNSUPPORTED_PROTOCOL_VERSION, ErrorReply, JsonObject, Reply, Result
 from gateway.protocol.versions import Era
 
@@ -51,9 +51,12 @@ class ChildInfo:
     raw: JsonObject = field(default_factory=dict)
     # ``tasks.child_serves(capabilities)``, worked out once: every modern call asks it.
     serves_tasks: bool = field(init=False, repr=False, compare=False)
+    # ``taskbridge.takes_tasks(capabilities)`` (2025-11-25 tasks), likewise: every legacy call asks it.
+    takes_tasks: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "serves_tasks", tasks.child_serves(self.capabilities))  # (frozen)
+        object.__setattr__(self, "takes_tasks", taskbridge.takes_tasks(self.capabilities))
 
 
 class HandshakeError(ValueError):

@@ -406,7 +406,7 @@ def child_takes_task(deps: Collaborators, on: Leased) -> bool:
     if not (
         turn.headers is not None
         and task_rules.opted_in(turn.client.capabilities)
-        and taskbridge.takes_tasks(on.info.capabilities)
+        and on.info.takes_tasks
     ):
         return False
     support = _task_support(deps, on)
@@ -420,7 +420,7 @@ async def ask_child_for_task(deps: Collaborators, on: Leased) -> None:
 
 
 def child_keeps_tasks(deps: Collaborators, on: Leased) -> bool:
-    return taskbridge.takes_tasks(on.info.capabilities)
+    return on.info.takes_tasks
 
 
 async def task_if_required(deps: Collaborators, on: Leased) -> None:
@@ -553,6 +553,7 @@ def made_task_for_session(deps: Collaborators, call: Running) -> bool:
     reply = call.reply
     return (
         type(reply) is Result
+        and "task" in reply.result  # (most results are not a handle: no call past this)
         and call.ex.method in task_rules.TASK_METHODS
         and taskbridge.child_task(reply.result) is not None
     )
