@@ -81,6 +81,7 @@ def create_app(
     operator_tokens: TokenStore | None = None,
     operator_scope: str | None = None,
     tracer: Tracer | None = None,
+    connections: OpenConnections | None = None,
 ) -> Starlette:
     """One MCP endpoint per router at ``/servers/NAME/mcp``; a single server also at ``/mcp``.
 
@@ -96,6 +97,9 @@ def create_app(
     ``operator_tokens``, ``operator_scope``: who may read ``/status`` and ``/ui``
     (``gateway.http.operator``; a scope needs OAuth, else ``ConfigError``). ``tracer``: a span
     per MCP request (``gateway.ops.tracing``; None: tracing is off), run by the lifespan.
+    ``connections``: the listener's connection count (None: a new one, capped at
+    ``settings.max_connections`` or ``default_max_connections``), which ``gateway.server.run``
+    gives the protocol class and ``/metrics`` reads.
 
     The routers are run by the app's lifespan (not entered before)."""
     routers = [routers] if isinstance(routers, Router) else list(routers)
@@ -119,7 +123,8 @@ def create_app(
         ).labels(routing.me.url, routing.me.boot, label_value(routing.label or "")).set(1)
     # The listener's connections against --max-connections: ``gateway.server.run`` gives this
     # count to the protocol class it serves with, /metrics reads it.
-    connections = OpenConnections(settings.max_connections or default_max_connections())
+    if connections is None:
+        connections = OpenConnections(settings.max_connections or default_max_connections())
     if metrics is not None:
         metrics.register(StateKeyMetrics(keys), "state_keys")
         metrics.register(ConnectionMetrics(connections.snapshot), "connections")

@@ -27,8 +27,8 @@ count is one addition per read while a head is open).
   cap and ``MAX_REFUSING`` connections waiting to be answered, a new one is closed at once.
   So the descriptors clients hold stay within the cap plus those, and children can still be
   started (``default_max_connections`` leaves half the open-file limit to them). Over TLS a
-  connection counts from its handshake's end; the handshake itself is bounded by the header
-  timeout.
+  connection counts from its accept (``gateway.http.tls.TlsHandshake`` holds the count during
+  the handshake and gives it back at the hand-over, when this class counts it).
 
 The transport uvicorn writes through is a ``HeldHead`` (``gateway.http.heldhead``): a
 response's head leaves with its body in one write.
@@ -222,12 +222,10 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
     def connection_lost(self, exc: Exception | None) -> None:
         slot, self._slot = self._slot, _NOTHING
         connections = self.open_connections
-        if slot == _SERVED:
-            connections.release()
-        elif slot == _REFUSING:
-            connections.refusing -= 1
+        if slot in (_SERVED, _REFUSING):
+            connections.release(slot == _SERVED)
         elif slot == _PROBE:
-            connections.probes -= 1
+            connections.probe_ended()
         for timer in (self._head_timer, self._write_timer, self._drain_timer):
             if timer is not None:
                 timer.cancel()

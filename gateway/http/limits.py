@@ -278,8 +278,15 @@ class OpenConnections:
         self.refused += 1
         return None
 
-    def release(self) -> None:
-        self.open -= 1
+    def release(self, admitted: bool) -> None:
+        """A connection ends: ``admitted`` as ``admit`` said (True: served; False: refusing)."""
+        if admitted:
+            self.open -= 1
+        else:
+            self.refusing -= 1
+
+    def probe_ended(self) -> None:
+        self.probes -= 1
 
     def as_probe(self) -> bool:
         """A refusing connection whose request is a probe: served from ``PROBE_RESERVE``."""

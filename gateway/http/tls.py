@@ -184,6 +184,9 @@ class TlsHandshake(asyncio.Protocol):
 
     def __init__(self, **uvicorn_arguments: Any) -> None:
         self._http = self.http(**uvicorn_arguments)  # made now: its head deadline starts at the accept
+        # What the handshake holds of the listener's count (``OpenConnections``): True, a
+        # slot; False, a slot past the cap (the request is answered 503 after it); None: none.
+        self._counted: bool | None = None
         self._handshake: asyncio.Task[None] | None = None
         self._tcp: asyncio.Transport | None = None
         self._ciphertext: list[bytes] = []  # read before start_tls took the transport over
@@ -193,6 +196,11 @@ class TlsHandshake(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # A TCP transport: asyncio's, or uvloop's (which does not subclass asyncio.Transport).
         tcp = self._tcp = cast(asyncio.Transport, transport)
+        # A handshake holds a descriptor too: counted from the accept, as a plain connection is.
+        self._counted = self.http.open_connections.admit()
+        if self._counted is None:  # past the cap and those waiting for their 503: closed at once
+            tcp.abort()
+            return
         tcp.pause_reading()  # until start_tls takes the transport over (asyncio; uvloop reads on)
         self._handshake = asyncio.get_running_loop().create_task(self._upgrade(tcp))
 
@@ -208,8 +216,16 @@ class TlsHandshake(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
+        self._uncount()
         if self._handshake is not None and not self._handshake.done():
             self._handshake.cancel()
+
+    def _uncount(self) -> None:
+        """Give back what the handshake holds of the count (once: at the hand-over to ``http``,
+        which counts itself, or when the handshake ends otherwise)."""
+        counted, self._counted = self._counted, None
+        if counted is not None:
+            self.http.open_connections.release(counted)
 
     async def _upgrade(self, tcp: asyncio.Transport) -> None:
         http = self._http
@@ -222,21 +238,26 @@ class TlsHandshake(asyncio.Protocol):
             self._ciphertext = []
         self._tcp = None  # from here on, what arrives here is the TLS transport's plaintext
         try:
-            secured = await loop.start_tls(  # fenced: loop.start_tls
-                tcp,
-                self,
-                self.tls.context,
-                server_side=True,
-                ssl_handshake_timeout=remaining,
-                ssl_shutdown_timeout=http.header_timeout,
-            )
-        except OSError as exc:  # ssl.SSLError, the handshake timeout, a reset: the connection is closed
-            log.debug("TLS handshake with %s not completed: %s", tcp.get_extra_info("peername"), exc)
-            tcp.abort()
-            return
-        if secured is None or self._lost or secured.is_closing():  # closed as the handshake ended
-            return
-        secured.set_protocol(http)
+            try:
+                secured = await loop.start_tls(  # fenced: loop.start_tls
+                    tcp,
+                    self,
+                    self.tls.context,
+                    server_side=True,
+                    ssl_handshake_timeout=remaining,
+                    ssl_shutdown_timeout=http.header_timeout,
+                )
+            except OSError as exc:  # ssl.SSLError, the handshake timeout, a reset: the connection is closed
+                log.debug("TLS handshake with %s not completed: %s", tcp.get_extra_info("peername"), exc)
+                tcp.abort()
+                return
+            if secured is None or self._lost or secured.is_closing():  # closed as the handshake ended
+                return
+            secured.set_protocol(http)
+        finally:
+            # Given back however the handshake ended (a failure, a cancel, the hand-over):
+            # ``http`` counts the connection from here (past the cap: its 503).
+            self._uncount()
         http.connection_made(secured)  # the TLS transport
         if self._plaintext:
             early, self._plaintext = b"".join(self._plaintext), []

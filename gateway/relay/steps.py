@@ -403,11 +403,7 @@ async def refuse_untasked(deps: Collaborators, on: Leased) -> None:
 
 def child_takes_task(deps: Collaborators, on: Leased) -> bool:
     turn = on.turn
-    if not (
-        turn.headers is not None
-        and task_rules.opted_in(turn.client.capabilities)
-        and on.info.takes_tasks
-    ):
+    if not (turn.headers is not None and task_rules.opted_in(turn.client.capabilities) and on.info.takes_tasks):
         return False
     support = _task_support(deps, on)
     return support in taskbridge.TASK_SUPPORT and deps.tasks.wants(turn.request, turn.client, support)

@@ -7,14 +7,14 @@ client keeps open as long as it likes) hold both; then a new connection's reques
 head that comes in pieces, once it has ended); once a stream ends, a new client is served
 again, a probe (``GET /healthz``) past the cap is served from the reserve, a connection past
 the cap and past those waiting for their 503 is closed at once, and ``/metrics`` counts what
-was refused. Waits are bounded by ``fail_after``; the one
-retry loop waits for the server to see a closed socket.
+was refused. Waits are bounded by ``fail_after``; the wait for the server to see a closed
+socket is on the count's changes (``WatchedConnections``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,12 +39,47 @@ BOUND = 30.0
 CAP = 2
 
 
+class WatchedConnections(OpenConnections):
+    """The listener's count, with a wait for the server's side of a socket to be seen
+    (``until``): every change of the count wakes the waiters."""
+
+    def __init__(self, cap: int | None) -> None:
+        super().__init__(cap)
+        self._changed = anyio.Event()
+
+    def _note(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def admit(self) -> bool | None:
+        admitted = super().admit()
+        self._note()
+        return admitted
+
+    def release(self, admitted: bool) -> None:
+        super().release(admitted)
+        self._note()
+
+    def as_probe(self) -> bool:
+        taken = super().as_probe()
+        self._note()
+        return taken
+
+    def probe_ended(self) -> None:
+        super().probe_ended()
+        self._note()
+
+    async def until(self, done: Callable[[], bool]) -> None:
+        while not done():
+            await self._changed.wait()
+
+
 @asynccontextmanager
 async def capped(**limits: Any) -> AsyncIterator[tuple[str, Any]]:
     """A gateway whose listener holds at most ``CAP`` connections (the app's own count, as
     ``gateway.server.run`` wires it); its MCP URL and app."""
-    app = app_for(Router(ServerConfig("test", server_spec(), PoolSettings(min_size=1))), max_connections=CAP)
-    assert app.state.connections.cap == CAP
+    router = Router(ServerConfig("test", server_spec(), PoolSettings(min_size=1)))
+    app = app_for(router, max_connections=CAP, connections=WatchedConnections(CAP))
     http = GuardedHttpTools.configured(connections=app.state.connections, **limits)
     async with serving(app, http=http) as base:
         yield f"{base}/mcp", app
@@ -106,12 +141,9 @@ async def test_past_the_cap_a_request_gets_503_with_retry_after_and_a_freed_slot
 
             await streams[0].__aexit__(None, None, None)
             await first.aclose()  # its connection goes: the slot is free once the server sees it
-            while True:  # bounded by fail_after: the server reads the close in a loop turn or two
-                reply = await second.post(url, headers=sessions[1], json={"jsonrpc": "2.0", "id": 2, "method": "ping"})
-                if reply.status_code == 200:
-                    break
-                assert reply.status_code == 503
-                await anyio.sleep(0.05)
+            await app.state.connections.until(lambda: app.state.connections.open < CAP)
+            reply = await second.post(url, headers=sessions[1], json={"jsonrpc": "2.0", "id": 2, "method": "ping"})
+            assert reply.status_code == 200, reply.text
             assert reply.json()["result"] == {}
             await streams[1].__aexit__(None, None, None)
 

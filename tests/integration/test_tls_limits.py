@@ -39,6 +39,7 @@ from gateway.relay.router import Router
 from gateway.relay.server_config import ServerConfig
 from tests.conftest import server_spec
 from tests.gateway_server import app_for, modern_call, modern_headers, serving
+from tests.integration.test_connection_cap import WatchedConnections
 from tests.integration.test_tls import Authority, write_pair
 from tests.logrecords import Records, recording
 
@@ -214,3 +215,30 @@ async def test_a_tls_connection_that_sends_no_head_after_its_handshake_is_closed
         async with gateway(tmp_path, transport) as served, await served.connect() as idle:
             closed = await read_all(idle)
     assert closed == b""
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_past_the_connection_cap_a_request_gets_503_after_its_handshake_and_a_probe_is_served(
+    tmp_path: Path, transport: str
+) -> None:
+    """A handshake counts from the accept; past the cap it goes on, and the request after it is
+    answered 503 (a probe is served from the reserve); every count is given back at the end."""
+    connections = WatchedConnections(1)
+    capped = GuardedHttpTools.configured(header_timeout=10.0, connections=connections)
+    until = connections.until  # the server's side of a socket, seen
+
+    with anyio.fail_after(WAIT):
+        async with gateway(tmp_path, transport, capped) as served:
+            async with await served.connect() as holder:
+                await holder.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # a head not ended: held
+                await until(lambda: connections.open == 1)
+                async with await served.connect() as refused:
+                    await refused.send(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                    reply = await read_all(refused)
+                async with await served.connect() as probe:
+                    await probe.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nconnection: close\r\n\r\n")
+                    probed = await read_all(probe)
+            await until(lambda: (connections.open, connections.refusing, connections.probes) == (0, 0, 0))
+    assert "the gateway holds 1 connections" in refusal(reply, 503)
+    assert probed.startswith(b"HTTP/1.1 200 "), probed[:200]
+    assert connections.refused == 1

@@ -58,7 +58,7 @@ def test_connections_are_admitted_up_to_the_cap_and_a_release_frees_one() -> Non
     assert connections.admit()
     assert not connections.admit()
     assert connections.snapshot() == (2, 2, 0)
-    connections.release()
+    connections.release(True)
     assert connections.admit()
     uncapped = OpenConnections(None)
     assert all(uncapped.admit() for _ in range(10_000))
