@@ -555,12 +555,17 @@ def made_task_for_session(deps: Collaborators, call: Running) -> bool:
     )
 
 
-def task_to_end(deps: Collaborators, call: Running) -> Emissions:
+def _childs_task(call: Running) -> JsonObject:
+    """The child's task in its reply, which a step's predicate found to be a handle."""
     reply = call.reply
     assert isinstance(reply, Result)
     child_task = taskbridge.child_task(reply.result)
     assert child_task is not None
-    return task_bridge.run_to_end(deps.relay, call, child_task["taskId"])
+    return child_task
+
+
+def task_to_end(deps: Collaborators, call: Running) -> Emissions:
+    return task_bridge.run_to_end(deps.relay, call, _childs_task(call)["taskId"])
 
 
 def wants_input(deps: Collaborators, call: Running) -> bool:
@@ -678,10 +683,7 @@ def child_made_task(deps: Collaborators, call: Running) -> bool:
 
 
 def bridge_task(deps: Collaborators, call: Running) -> None:
-    reply = call.reply
-    assert isinstance(reply, Result)
-    child_task = taskbridge.child_task(reply.result)
-    assert child_task is not None
+    child_task = _childs_task(call)
     # The task's run goes on in the task store, with the lease; the client gets the handle.
     handed = Call(call.child, call.ex, call.stack.pop_all(), runs_as_task=True)
     call.final = deps.tasks.bridge(handed, call.turn.request, call.turn.client, child_task)
