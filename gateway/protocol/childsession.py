@@ -83,7 +83,7 @@ from typing import Final, Generic, TypeVar
 import orjson
 
 from gateway.errors import ChildError, ChildExitedError, ChildProtocolError, ChildTimeoutError
-from gateway.protocol import childexit, jsonrpc, loglevels
+from gateway.protocol import childexit, jsonrpc, loglevels, taskbridge
 from gateway.protocol.attribution import ToolLearning
 from gateway.protocol.childactions import (
     Answered,
@@ -107,6 +107,10 @@ OwnerT = TypeVar("OwnerT")
 TOOLS_LIST_CHANGED: Final = "notifications/tools/list_changed"
 NOISE_LINES: Final = 5
 """Non-JSON-RPC stdout lines kept (what ``inspect`` and start-up hints quote)."""
+MAX_AUGMENTED_GONE: Final = 64
+"""Task-augmented requests ended without their reply that are remembered, so that a task
+handle the child sends late for one is cancelled; past it the oldest is forgotten (its task,
+if the child makes one that late, runs to its end or its TTL)."""
 NOISE_CHARS: Final = 200
 """Characters kept of each such line."""
 
@@ -142,6 +146,9 @@ class ChildSession(Generic[OwnerT]):
         self._deadlines: Deadlines[Entry[OwnerT] | Held[OwnerT] | Lingering[OwnerT]] = Deadlines()
         # Until then a log line goes to nobody (``_log``): a request was ended without its reply.
         self._logs_nobodys_until = -math.inf
+        # Task-augmented requests ended without their reply (``MAX_AUGMENTED_GONE``): a handle
+        # the child sends for one late is a task nobody will fetch, so it is cancelled.
+        self._augmented_gone: deque[int] = deque(maxlen=MAX_AUGMENTED_GONE)
         self._questions = QuestionDesk(label, input_timeout, self._correlator.owners, self._deadlines, self._cancel)
         self._facts = (0, False, True)  # the last ``ChildFacts`` sent (rule 8): none open, not asked, alive
 
@@ -224,7 +231,9 @@ class ChildSession(Generic[OwnerT]):
             return []
         actions: list[ChildAction[OwnerT]] = []
         entry = pending.owner
-        reason = "the client cancelled the request" if entry.cancellable else None
+        # A task-augmented call is ended with ``tasks/cancel`` once its handle comes, not this.
+        augmented = self._note_augmented(entry)
+        reason = "the client cancelled the request" if entry.cancellable and not augmented else None
         self._logs_nobodys_until = now + ASKER_LINGERS
         held_back = self._questions.abandoned(entry, now, actions, reason)  # before its end settles a held question
         self._end(entry, actions, error=ChildExitedError("request abandoned by the caller"))
@@ -370,6 +379,8 @@ class ChildSession(Generic[OwnerT]):
             if pending is not None:
                 self._end(pending.owner, actions, reply=message)
             else:
+                if self._augmented_gone and message.id in self._augmented_gone:
+                    self._late_handle(message, actions)
                 actions.append(Log(logging.DEBUG, "child %s: dropped a late message %r", (self.label, message)))
                 if self._questions.lingering:  # a cancelled asker's reply: it asks nothing more
                     self._questions.replied_late(message.id, actions)
@@ -469,7 +480,8 @@ class ChildSession(Generic[OwnerT]):
             timeout_seconds=entry.timeout,
             method=entry.method,
         )
-        reason = "timed out in the gateway" if entry.cancellable else None
+        augmented = self._note_augmented(entry)
+        reason = "timed out in the gateway" if entry.cancellable and not augmented else None
         self._logs_nobodys_until = now + ASKER_LINGERS
         held_back = self._questions.abandoned(entry, now, actions, reason)  # before its end settles a held question
         self._end(entry, actions, error=error)
@@ -480,6 +492,30 @@ class ChildSession(Generic[OwnerT]):
         pending = self._correlator.abandon(child_id) if type(child_id) is int else None
         if pending is not None:
             self._end(pending.owner, actions, error=error)
+
+    def _note_augmented(self, entry: Entry[OwnerT]) -> bool:
+        """Whether ``entry``, ended without its reply, is a 2025-11-25 task-augmented call: its
+        child is then sent no ``notifications/cancelled`` (which ends no task, and after which
+        a compliant child sends no reply, so its handle would never come: the task would run
+        on, nobody's); its handle, when it comes, gets ``tasks/cancel`` (``_late_handle``)."""
+        params = entry.params
+        if params is None or not isinstance(params.get("task"), dict):
+            return False
+        self._augmented_gone.append(entry.child_id)
+        return True
+
+    def _late_handle(self, reply: Result | ErrorReply, actions: list[ChildAction[OwnerT]]) -> None:
+        """The child's late answer to a task-augmented request the gateway ended: if it is a
+        task handle, that task is nobody's (its request's client left before the handle
+        came): ``tasks/cancel`` for it."""
+        self._augmented_gone.remove(reply.id)  # type: ignore[arg-type]  # (found in it: an int)
+        task = taskbridge.child_task(reply.result) if isinstance(reply, Result) else None
+        if task is None:
+            return
+        request = jsonrpc.Request(self._correlator.spare_id(), taskbridge.CANCEL, {"taskId": task["taskId"]})
+        actions.append(Write(jsonrpc.encode_line(request)))
+        template = "child %s made task %s for a request the gateway had ended; cancelled it (tasks/cancel)"
+        actions.append(Log(logging.INFO, template, (self.label, task["taskId"])))
 
     def _cancel(self, child_id: int, reason: str, actions: list[ChildAction[OwnerT]]) -> None:
         # Never after ``exited``: nothing is pending then, so nothing is abandoned or expires.

@@ -126,6 +126,12 @@ class Correlator(Generic[OwnerT]):
             self.listens += 1
         return params, pending
 
+    def spare_id(self) -> int:
+        """A child id for a request nobody waits on (its reply will be ``Late``)."""
+        child_id = self._next_id
+        self._next_id += 1
+        return child_id
+
     def abandon(self, child_id: int) -> Pending[OwnerT] | None:
         """Forget a request (timed out or cancelled); its late reply will be ``Late``."""
         pending = self.pending.pop(child_id, None)

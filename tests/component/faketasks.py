@@ -12,6 +12,8 @@ augmentation", ``isError``) and ``maybe`` with its result. The task itself:
 - without questions, runs until the test calls ``release()`` (or it is cancelled);
 - with ``arguments.withdraw``, asks one question and withdraws it (``notifications/cancelled``)
   once the test calls ``release()``, then completes without its answer;
+- with ``arguments.late_handle``, answers the augmented call with its handle only once the
+  test releases the call (``Call.release``): a handle that comes after the call ended;
 - with ``arguments.log``, writes a log line (``notifications/message``) in ``tasks/result``;
 - answers ``tasks/get`` with its status and ``statusMessage``; ``tasks/cancel`` ends it
   ``cancelled`` (a second cancel is refused, as the SDK refuses a terminal task's);
@@ -94,6 +96,8 @@ class FakeTasks:
             if call.name == "research":
                 return {**text("Tool research requires task augmentation (taskSupport: 'required')"), "isError": True}
             return text(f"done at once: {call.arguments.get('topic')}")
+        if call.arguments.get("late_handle"):  # the handle only once the test releases it
+            await call.held()
         task = FakeTask(f"child-task-{next(self._ids)}", call)
         self.tasks[task.task_id] = task
         call.child.backend.changes.changed()

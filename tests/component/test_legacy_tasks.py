@@ -246,3 +246,44 @@ async def test_a_sessions_cancel_of_its_call_over_http_cancels_the_childs_task_a
                 await backend.until(lambda: tasks.by_topic("logged").status == "cancelled")
     [cancelled] = received(backend.children, "tasks/cancel")
     assert cancelled["params"]["taskId"] == tasks.by_topic("logged").task_id
+
+
+async def test_a_task_whose_handle_comes_after_its_call_ended_is_cancelled_at_the_child() -> None:
+    """A call sent task-augmented and ended before its handle came: the child is sent no
+    ``notifications/cancelled`` (it ends no task, and a compliant child would then send no
+    handle), and the handle, when it comes, gets ``tasks/cancel``. Another session's task on
+    the same child goes on."""
+    tasks = FakeTasks()
+    with anyio.fail_after(BOUND):
+        async with fake_backend(tasks.script()) as backend, in_process_gateway(backend) as gw:
+            leaving, staying = [await open_session(gw, ELICITING) for _ in range(2)]
+            kept: dict[str, Any] = {}
+
+            async def stays() -> None:
+                kept["message"] = await call(gw, staying, 1, "research", {"topic": "kept"})
+
+            leaves, left = anyio.CancelScope(), anyio.Event()
+
+            async def leaves_early() -> None:
+                try:
+                    with leaves:
+                        await call(gw, leaving, 1, "research", {"topic": "late", "late_handle": True})
+                finally:
+                    left.set()  # its call ended in the gateway
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stays)
+                tg.start_soon(leaves_early)
+                await backend.until(lambda: len(received(backend.children, "tools/call")) == 2)
+                leaves.cancel()  # before the handle
+                await left.wait()
+                [late] = [c for c in backend.calls("research") if c.arguments.get("topic") == "late"]
+                late.release()  # the handle comes now
+                await backend.until(lambda: "late" in {t.topic for t in tasks.tasks.values()})
+                await backend.until(lambda: tasks.by_topic("late").status == "cancelled")
+                tasks.by_topic("kept").release()
+    [cancel] = received(backend.children, "tasks/cancel")
+    validate(cancel, "CancelTaskRequest", "2025-11-25")
+    assert cancel["params"]["taskId"] == tasks.by_topic("late").task_id
+    assert not received(backend.children, "notifications/cancelled")
+    assert kept["message"]["result"]["content"][0]["text"] == "report on kept; answers: none"

@@ -31,7 +31,7 @@ from gateway.protocol.childactions import (
 )
 from gateway.protocol.childexit import describe_exit
 from gateway.protocol.childquestions import ASKER_LINGERS, ASKER_LINGERS_ASKING, MAX_HELD_QUESTIONS
-from gateway.protocol.childsession import ChildSession
+from gateway.protocol.childsession import MAX_AUGMENTED_GONE, ChildSession
 from gateway.protocol.childstate import COMPACT_ABOVE
 from gateway.protocol.correlation import Correlator
 from gateway.protocol.framing import OversizedLine
@@ -843,6 +843,48 @@ def test_a_cancelled_call_lingers_on_no_child_never_seen_asking_nor_when_it_cann
     listed = send(session, "tools/list", None, "lister", now=0, asks=True).child_id
     assert not of(Timed, session.abandon(listed, 0))
     assert session.open_questions == 0
+
+
+def test_a_task_handle_that_comes_after_its_request_was_ended_is_cancelled() -> None:
+    """A task-augmented call ended without its reply is sent no ``notifications/cancelled``
+    (it ends no task, and a compliant child then sends no reply): its late handle is answered
+    with ``tasks/cancel``, once."""
+    session = make()
+    augmented = {"name": "research", "arguments": {}, "task": {"ttl": 60000}}
+    gone = send(session, "tools/call", augmented, "gone", now=0, asks=True).child_id
+    assert not of(Write, session.abandon(gone, 0))  # no notifications/cancelled: it ends no task
+    handle = {"task": {"taskId": "child-task-7", "status": "working"}}
+    actions = session.receive_line(result(gone, handle), now=1)
+    [write] = of(Write, actions)
+    cancel = orjson.loads(write.line)
+    assert cancel["method"] == "tasks/cancel"
+    assert cancel["params"] == {"taskId": "child-task-7"}
+    assert isinstance(cancel["id"], int)
+    assert cancel["id"] != gone
+    assert not of(Write, session.receive_line(result(gone, handle), now=2))  # once
+    assert not of(Write, session.receive_line(result(cancel["id"], {}), now=2))  # its reply: dropped
+
+
+def test_a_late_handle_of_a_request_sent_without_task_or_a_late_plain_result_is_left_alone() -> None:
+    session = make()
+    plain = send(session, "tools/call", call(), "plain", now=0, asks=True).child_id
+    session.abandon(plain, 0)
+    assert not of(Write, session.receive_line(result(plain, {"task": {"taskId": "t"}}), now=1))
+    augmented = send(session, "tools/call", {"name": "x", "task": {"ttl": 1}}, "a", now=0, asks=True).child_id
+    session.abandon(augmented, 0)
+    assert not of(Write, session.receive_line(result(augmented, {"content": []}), now=1))
+
+
+def test_only_the_latest_ended_augmented_requests_are_remembered() -> None:
+    session = make()
+    ids = []
+    for n in range(MAX_AUGMENTED_GONE + 1):
+        child_id = send(session, "tools/call", {"name": "x", "task": {"ttl": 1}}, f"o{n}", now=0, asks=True).child_id
+        session.abandon(child_id, 0)
+        ids.append(child_id)
+    handle = {"task": {"taskId": "t", "status": "working"}}
+    assert not of(Write, session.receive_line(result(ids[0], handle), now=1))  # forgotten
+    assert of(Write, session.receive_line(result(ids[-1], handle), now=1))
 
 
 # -- rule 6: tool learning ---------------------------------------------------------------------
