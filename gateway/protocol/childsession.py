@@ -135,6 +135,7 @@ class ChildSession(Generic[OwnerT]):
         self.command = command
         self.exposed = exposed  # clients read its exit's stderr and command (``gateway.errors``)
         self.legacy = False  # spoken to in the legacy era: its tools are learned (rule 6)
+        self.takes_tasks = False  # it declares 2025-11-25 task-augmented tools/call (``_note_augmented``)
         self.death: ChildExitedError | None = None
         self.tools_generation = 0
         self.non_json_lines = 0
@@ -494,13 +495,14 @@ class ChildSession(Generic[OwnerT]):
             self._end(pending.owner, actions, error=error)
 
     def _note_augmented(self, entry: Entry[OwnerT]) -> bool:
-        """Whether ``entry``, ended without its reply, is a 2025-11-25 task-augmented call: its
-        child is then sent no ``notifications/cancelled`` (which ends no task, and after which
-        a compliant child sends no reply, so its handle would never come: the task would run
-        on, nobody's); its handle, when it comes, gets ``tasks/cancel`` (``_late_handle``)."""
+        """Whether ``entry``, ended without its reply, is a 2025-11-25 task-augmented call to a
+        child that takes them (``takes_tasks``): its child is then sent no
+        ``notifications/cancelled`` (which ends no task, and after which a compliant child
+        sends no reply, so its handle would never come: the task would run on, nobody's); its
+        handle, when it comes, gets ``tasks/cancel`` (``_late_handle``)."""
         params = entry.params
-        if params is None or not isinstance(params.get("task"), dict):
-            return False
+        if not self.takes_tasks or params is None or not isinstance(params.get("task"), dict):
+            return False  # (a child that takes no tasks ignores ``task``: the call runs, and is cancelled)
         self._augmented_gone.append(entry.child_id)
         return True
 

@@ -186,6 +186,7 @@ class StdioChild:
     def info(self, info: ChildInfo | None) -> None:
         self._info = info
         self._session.legacy = self.is_legacy
+        self._session.takes_tasks = info is not None and info.takes_tasks
 
     @property
     def in_flight(self) -> int:

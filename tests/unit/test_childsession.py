@@ -850,6 +850,7 @@ def test_a_task_handle_that_comes_after_its_request_was_ended_is_cancelled() -> 
     (it ends no task, and a compliant child then sends no reply): its late handle is answered
     with ``tasks/cancel``, once."""
     session = make()
+    session.takes_tasks = True  # it declares task-augmented tools/call
     augmented = {"name": "research", "arguments": {}, "task": {"ttl": 60000}}
     gone = send(session, "tools/call", augmented, "gone", now=0, asks=True).child_id
     assert not of(Write, session.abandon(gone, 0))  # no notifications/cancelled: it ends no task
@@ -867,6 +868,7 @@ def test_a_task_handle_that_comes_after_its_request_was_ended_is_cancelled() -> 
 
 def test_a_late_handle_of_a_request_sent_without_task_or_a_late_plain_result_is_left_alone() -> None:
     session = make()
+    session.takes_tasks = True
     plain = send(session, "tools/call", call(), "plain", now=0, asks=True).child_id
     session.abandon(plain, 0)
     assert not of(Write, session.receive_line(result(plain, {"task": {"taskId": "t"}}), now=1))
@@ -875,8 +877,17 @@ def test_a_late_handle_of_a_request_sent_without_task_or_a_late_plain_result_is_
     assert not of(Write, session.receive_line(result(augmented, {"content": []}), now=1))
 
 
+def test_a_child_that_takes_no_tasks_is_told_of_an_augmented_calls_cancel() -> None:
+    """It ignores ``task`` (a session may send one though it was declared none): the call runs
+    as any call, so it is cancelled as any call."""
+    session = make()
+    sent = send(session, "tools/call", {"name": "x", "task": {"ttl": 1}}, "a", now=0, asks=True).child_id
+    assert cancel_ids(session.abandon(sent, 0)) == [sent]
+
+
 def test_only_the_latest_ended_augmented_requests_are_remembered() -> None:
     session = make()
+    session.takes_tasks = True
     ids = []
     for n in range(MAX_AUGMENTED_GONE + 1):
         child_id = send(session, "tools/call", {"name": "x", "task": {"ttl": 1}}, f"o{n}", now=0, asks=True).child_id
