@@ -20,10 +20,12 @@ count is one addition per read while a head is open).
 
 - ``OpenConnections`` (``--max-connections``): the connections one listener holds. A
   connection accepted past its cap is not served: once its request head has come (or its
-  first ``MAX_HEAD_BYTES``; at most ``PAST_CAP_HEAD_TIMEOUT``) it is answered 503 with
+  first ``MAX_HEAD_BYTES``; one whose head has not come within ``PAST_CAP_HEAD_TIMEOUT`` is
+  closed unanswered) it is answered 503 with
   ``Retry-After``, a FIN sent, and what it still sends read and dropped for
   ``REFUSAL_DRAIN`` before it is closed; the parser never sees it. A probe (``GET /healthz``,
-  ``GET /readyz``) past the cap is served from a small reserve (``PROBE_RESERVE``). Past the
+  ``GET /readyz``, its head within ``PROBE_HEAD_MAX``) past the cap is served from a small
+  reserve (``PROBE_RESERVE``), once: its connection is closed after the answer. Past the
   cap and ``MAX_REFUSING`` connections waiting to be answered, a new one is closed at once.
   So the descriptors clients hold stay within the cap plus those, and children can still be
   started (``default_max_connections`` leaves half the open-file limit to them). Over TLS a
@@ -364,7 +366,11 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         self._past_cap_head = None
         if ended and head is not None and head.startswith(PROBE_PATHS) and connections.as_probe():
             self._slot = _PROBE
-            self.data_received(head)  # served as any request
+            # Served as any request, once: ``connection: close`` added to its head, so uvicorn
+            # closes it after the answer and serves nothing more on it (no request past the cap,
+            # and the reserve's slot comes back at once).
+            end = head.index(b"\r\n\r\n")
+            self.data_received(head[:end] + b"\r\nconnection: close" + head[end:])
             return
         connections.refuse(self._peer_label(), self.loop.time())
         message = f"the gateway holds {connections.cap} connections, the most it takes; retry shortly"
@@ -372,6 +378,8 @@ class GuardedHttpTools(HttpToolsProtocol):  # fenced: HttpToolsProtocol
         self._refusal_sent = True
         if not self.transport.can_write_eof():  # TLS: its close sends close_notify after the answer
             self.transport.close()
+            # (which waits for the peer's close_notify up to the header timeout: not that long)
+            self._drain_timer = self.loop.call_later(REFUSAL_DRAIN, self.transport.abort)
             return
         self.transport.write_eof()
         self._drain_timer = self.loop.call_later(REFUSAL_DRAIN, self.transport.close)

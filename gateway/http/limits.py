@@ -237,9 +237,10 @@ are counted (``OpenConnections.refused``, ``mcp_gateway_connections_refused_tota
 next line says how many it did not show."""
 MAX_REFUSING: Final = 64
 """Connections past the cap held at once while they wait to be answered 503 (each at most
-``PAST_CAP_HEAD_TIMEOUT`` for its head, then ``REFUSAL_DRAIN`` to read the 503); past these
-too, a connection is closed at once, unanswered. So the descriptors a listener holds stay
-within its cap plus these."""
+``PAST_CAP_HEAD_TIMEOUT`` for its head, over TLS its handshake included, then
+``REFUSAL_DRAIN`` to read the 503); past these too, a connection is closed at once,
+unanswered. So the descriptors a listener holds stay within its cap plus these and
+``PROBE_RESERVE``."""
 PROBE_RESERVE: Final = 4
 """Connections past the cap that are served anyway when their request is ``GET /healthz`` or
 ``GET /readyz``: a liveness probe on the main port (the chart's default, the Dockerfile's
@@ -262,7 +263,7 @@ class OpenConnections:
         self.open = 0  # served
         self.refusing = 0  # past the cap, waiting for their head or reading their 503
         self.probes = 0  # past the cap, served as probes (``PROBE_RESERVE``)
-        self.refused = 0  # answered 503 or closed unanswered, in all
+        self.refused = 0  # answered 503, or closed at once past ``MAX_REFUSING``, in all
         self._throttle: LineThrottle | None = None
 
     def admit(self) -> bool | None:

@@ -36,7 +36,7 @@ from cryptography import x509
 from uvicorn.protocols.utils import get_remote_addr
 
 from gateway.errors import ConfigError
-from gateway.http.connection import GuardedHttpTools
+from gateway.http.connection import PAST_CAP_HEAD_TIMEOUT, GuardedHttpTools
 
 log = logging.getLogger("gateway.http.tls")
 
@@ -231,6 +231,8 @@ class TlsHandshake(asyncio.Protocol):
         http = self._http
         loop = asyncio.get_running_loop()
         remaining = max(http.head_deadline - loop.time(), 0.001)
+        if self._counted is False:  # past the cap: the handshake gets a refused head's time
+            remaining = min(remaining, PAST_CAP_HEAD_TIMEOUT)
         if self._ciphertext:
             # Runs before the callbacks start_tls schedules (the TLS protocol's connection_made,
             # then resume_reading): the TLS protocol finds these bytes first.

@@ -186,7 +186,8 @@ class StdioChild:
     def info(self, info: ChildInfo | None) -> None:
         self._info = info
         self._session.legacy = self.is_legacy
-        self._session.takes_tasks = info is not None and info.takes_tasks
+        # (2025-11-25 tasks: a modern child that declares them too is not sent ``task``.)
+        self._session.takes_tasks = info is not None and self.is_legacy and info.takes_tasks
 
     @property
     def in_flight(self) -> int:

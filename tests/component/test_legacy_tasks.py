@@ -27,7 +27,7 @@ from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, Request, Result
 from gateway.relay import events
 from gateway.relay.client import ClientContext
 from gateway.relay.sessions import LegacySession
-from tests.component.fakechild import FakeChild, fake_backend
+from tests.component.fakechild import FakeChild, Script, fake_backend
 from tests.component.faketasks import RELATED, FakeTasks
 from tests.component.harness import Gateway, in_process_gateway
 from tests.component.test_roots_keying import open_session, served_of
@@ -287,3 +287,29 @@ async def test_a_task_whose_handle_comes_after_its_call_ended_is_cancelled_at_th
     assert cancel["params"]["taskId"] == tasks.by_topic("late").task_id
     assert not received(backend.children, "notifications/cancelled")
     assert kept["message"]["result"]["content"][0]["text"] == "report on kept; answers: none"
+
+
+async def test_a_modern_child_that_declares_legacy_tasks_is_told_of_an_augmented_calls_cancel() -> None:
+    """The gateway sends ``task`` to legacy children only; a session's own ``task`` on a call
+    to a modern child is not a task the gateway waits on: the call is cancelled as any call."""
+    script = Script(era="modern", capabilities={"tools": {}, "tasks": {"requests": {"tools": {"call": {}}}}})
+    with anyio.fail_after(BOUND):
+        async with fake_backend(script) as backend, in_process_gateway(backend) as gw:
+            session = await open_session(gw, ELICITING)
+            request = Request(4, "tools/call", {"name": "hold", "arguments": {}, "task": {"ttl": 1000}})
+            leaves, left = anyio.CancelScope(), anyio.Event()
+
+            async def run() -> None:
+                try:
+                    with leaves:
+                        async for _ in served_of(gw.app).relay.exchange(request, ClientContext.of_session(session)):
+                            pass
+                finally:
+                    left.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(run)
+                [held] = await backend.wait_calls(1)
+                leaves.cancel()
+                await left.wait()
+                await backend.until(held.cancelled.is_set)  # told to stop

@@ -175,7 +175,15 @@ async def test_past_the_cap_a_probe_is_served_from_the_reserve() -> None:
                     assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
                     refused = await raw_request(url, probe.replace(b"/healthz", b"/status"))
                     assert refused.startswith(b"HTTP/1.1 503 "), refused[:200]
-            assert app.state.connections.probes == 0  # given back
+                    # A probe is served once: its connection closes after the answer, and a
+                    # request pipelined behind it is not served past the cap.
+                    status = f"GET /status HTTP/1.1\r\nhost: {parts.netloc}\r\n\r\n".encode()
+                    kept = probe.replace(b"connection: close\r\n", b"")
+                    twice = await raw_request(url, kept + status)
+                    assert twice.startswith(b"HTTP/1.1 200 "), twice[:200]
+                    assert twice.count(b"HTTP/1.1 ") == 1, twice
+                    assert b"connection: close" in twice.lower()
+            await app.state.connections.until(lambda: app.state.connections.probes == 0)  # given back
             assert app.state.connections.refused == 1
 
 
