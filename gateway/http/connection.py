@@ -19,18 +19,17 @@ count is one addition per read while a head is open).
   stream to cancel a legacy one too).
 
 - ``OpenConnections`` (``--max-connections``): the connections one listener holds. A
-  connection accepted past its cap is not served: once its request head has come (or its
-  first ``MAX_HEAD_BYTES``; one whose head has not come within ``PAST_CAP_HEAD_TIMEOUT`` is
-  closed unanswered) it is answered 503 with
-  ``Retry-After``, a FIN sent, and what it still sends read and dropped for
-  ``REFUSAL_DRAIN`` before it is closed; the parser never sees it. A probe (``GET /healthz``,
-  ``GET /readyz``, its head within ``PROBE_HEAD_MAX``) past the cap is served from a small
-  reserve (``PROBE_RESERVE``), once: its connection is closed after the answer. Past the
-  cap and ``MAX_REFUSING`` connections waiting to be answered, a new one is closed at once.
-  So the descriptors clients hold stay within the cap plus those, and children can still be
-  started (``default_max_connections`` leaves half the open-file limit to them). Over TLS a
-  connection counts from its accept (``gateway.http.tls.TlsHandshake`` holds the count during
-  the handshake and gives it back at the hand-over, when this class counts it).
+  connection accepted past its cap is not served: once its request head has come (or its first
+  ``MAX_HEAD_BYTES``; one whose head has not come within ``PAST_CAP_HEAD_TIMEOUT`` is closed
+  unanswered) it is answered 503 with ``Retry-After``, a FIN sent, and what it still sends
+  read and dropped for ``REFUSAL_DRAIN`` before it is closed; the parser never sees it. A
+  probe (``GET /healthz``, ``GET /readyz``, its head within ``PROBE_HEAD_MAX``) past the cap
+  is served from a small reserve (``PROBE_RESERVE``), once: its connection is closed after the
+  answer. Past the cap and ``MAX_REFUSING`` connections waiting to be answered, a new one is
+  closed at once. So the descriptors clients hold stay within the cap plus those, and children
+  can still be started (``default_max_connections`` leaves half the open-file limit to them).
+  Over TLS a connection counts from its accept (``gateway.http.tls.TlsHandshake`` holds the
+  count during the handshake and gives it back at the hand-over, when this class counts it).
 
 The transport uvicorn writes through is a ``HeldHead`` (``gateway.http.heldhead``): a
 response's head leaves with its body in one write.

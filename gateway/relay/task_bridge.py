@@ -21,7 +21,8 @@ kept while its task runs). The run:
 (``taskbridge`` rule 7): no task of the gateway's, the session has none. The call's stream
 stays open while the relay drives the child's ``tasks/result`` as it drives any call (the
 child's questions for its task go to the session there, the outcome is the call's answer),
-with the call's lease; the child's task is cancelled when the client leaves before it.
+with the call's lease; the child's task is cancelled when the call ends before it (cancelled,
+timed out, its session deleted or its stream not resumed: a legacy hang-up alone ends nothing).
 """
 
 from __future__ import annotations
