@@ -426,7 +426,14 @@ async def task_if_required(deps: Collaborators, on: Leased) -> None:
     name = params.get("name") if params else None
     if isinstance(name, str):
         await deps.catalog.header_params(on.child, name)  # the child's tool list, loaded once
-        on.bridged = deps.catalog.task_support(on.child, params) == "required"
+        support = deps.catalog.task_support(on.child, params)
+        if support == "required":
+            on.bridged = True
+        elif params is not None and "task" in params:
+            # The session's own ``task`` (it was declared no tasks, so the gateway ignores it,
+            # as a receiver without tasks must): kept for a tool that takes one (the handle is
+            # waited for), else dropped, so that the call runs, and is cancelled, as any call.
+            on.bridged = True if support in taskbridge.TASK_SUPPORT else None
 
 
 def becomes_task(deps: Collaborators, on: Leased) -> bool:
@@ -503,6 +510,8 @@ async def open_call(deps: Collaborators, on: Leased, turn: Turn) -> Running | ev
     params = translate.params_for_child(request.params, client, info)
     if on.bridged:
         params = taskbridge.task_params(params, deps.tasks.policy.ttl)
+    elif on.bridged is None and params is not None:
+        params = {key: value for key, value in params.items() if key != "task"}
     span = None
     if client.span is not None:  # traced: the child's _meta names the gateway's span, not the client's
         on.child_span = span = client.span.child_exchange(request.method, request.params, child)

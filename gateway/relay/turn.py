@@ -103,7 +103,9 @@ class Leased:
         self.child: Final = child
         self.info: Final = info
         self.stack: Final = stack  # the lease, then the child exchange too (steps.open_call)
-        self.bridged = False  # sent to its legacy child task-augmented (steps.ask_child_for_task)
+        # Sent to its legacy child task-augmented (True: steps.ask_child_for_task, task_if_required),
+        # or without the ``task`` its session sent (None: a tool its child runs only plainly).
+        self.bridged: bool | None = False
         self.child_span: ChildSpan | None = None  # the child exchange's, when the request is traced
         # The called tool as its child's list has it (``ToolCatalog.known``), once the
         # ``param_headers`` step looked it up: the steps after it read it here, not again.

@@ -313,3 +313,22 @@ async def test_a_modern_child_that_declares_legacy_tasks_is_told_of_an_augmented
                 leaves.cancel()
                 await left.wait()
                 await backend.until(held.cancelled.is_set)  # told to stop
+
+
+async def test_a_sessions_own_task_on_a_tool_that_takes_none_is_dropped_so_its_call_is_a_plain_one() -> None:
+    """The gateway declared no tasks to the session, so it ignores the session's ``task``: a
+    tool its child runs only plainly (``forbidden``) is called without it, and a cancel of
+    that call is sent as for any call."""
+    tasks = FakeTasks()
+    with anyio.fail_after(BOUND):
+        async with fake_backend(tasks.script()) as backend, in_process_gateway(backend) as gw:
+            session = await open_session(gw, ELICITING)
+            request = Request(6, "tools/call", {"name": "echo", "arguments": {"message": "hi"}, "task": {"ttl": 5}})
+            finals = [
+                event.message
+                async for event in served_of(gw.app).relay.exchange(request, ClientContext.of_session(session))
+                if isinstance(event, events.Final)
+            ]
+    [sent] = received(backend.children, "tools/call")
+    assert "task" not in sent["params"]
+    assert finals[0]["result"]["content"][0]["text"] == "hi"
