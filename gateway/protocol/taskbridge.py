@@ -58,7 +58,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from gateway.protocol.jsonrpc import METHOD_NOT_FOUND, MISSING_CLIENT_CAPABILITY, JsonObject, error_object
-from gateway.protocol.tasks import EXTENSION, RELATED_TASK_META, TERMINAL, UPDATE
+from gateway.protocol.tasks import EXTENSION, RELATED_TASK_META, TERMINAL, UPDATE, without_related_meta
 
 RESULT: Final = "tasks/result"
 GET: Final = "tasks/get"
@@ -130,11 +130,7 @@ def for_session(params: JsonObject | None) -> JsonObject | None:
     if not isinstance(meta, dict) or RELATED_TASK_META not in meta:
         return params
     assert params is not None
-    kept = {k: v for k, v in meta.items() if k != RELATED_TASK_META}
-    out = {k: v for k, v in params.items() if k != "_meta"}
-    if kept:
-        out["_meta"] = kept
-    return out
+    return without_related_meta(params)
 
 
 def without_task_support(result: JsonObject) -> JsonObject:

@@ -420,7 +420,13 @@ def serialized(value: object) -> bytes:
 
 def serialized_result(result: JsonObject) -> bytes:
     """A result as a completed task keeps it: serialized, without related-task ``_meta``."""
-    return serialized({k: v for k, v in result.items() if k != "_meta"} | _meta_of(result))
+    return serialized(without_related_meta(result))
+
+
+def without_related_meta(obj: JsonObject) -> JsonObject:
+    """A result or params without a related-task entry in its ``_meta`` (an emptied ``_meta``
+    dropped)."""
+    return {k: v for k, v in obj.items() if k != "_meta"} | _meta_of(obj)
 
 
 def _meta_of(result: JsonObject) -> JsonObject:
@@ -440,7 +446,7 @@ def without_related_task(message: JsonObject) -> JsonObject:
     if not isinstance(meta, dict) or RELATED_TASK_META not in meta:
         return message
     assert isinstance(result, dict)
-    return {**message, "result": {k: v for k, v in result.items() if k != "_meta"} | _meta_of(result)}
+    return {**message, "result": without_related_meta(result)}
 
 
 def task_id_of(params: JsonObject | None) -> str | None:
